@@ -1,0 +1,65 @@
+/* Internal to libqfuse: the context, error reporting and the plain-struct views that the
+ * validated front end hands to the backends. Backends never see a DLTensor. */
+#ifndef QF_CORE_INTERNAL_H
+#define QF_CORE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qfuse.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct qf_ctx {
+  qf_device device;
+  int device_id;
+  void *stream; /* cudaStream_t; NULL is the legacy default stream */
+  /* device facts, read once at creation (CUDA only) */
+  int sm_count;
+  int cc_major, cc_minor;
+  size_t l2_bytes;
+  size_t smem_optin; /* max dynamic shared memory per block after opt-in */
+  char error[512];
+};
+
+/* Records a failure on ctx (printf-style message) and returns status. */
+qf_status qf_fail(qf_ctx *ctx, qf_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Bytes per element, for types of whole bytes; e2m1x2 has 0 here (half a byte). */
+size_t qf_dtype_size(qf_dtype dtype);
+
+/* A validated row-major matrix: rows x cols elements, row i at data + i * ld elements.
+ * A 1-D tensor of n elements is one row (rows = 1, ld = n). */
+typedef struct {
+  void *data;
+  qf_dtype dtype;
+  int64_t rows, cols, ld;
+} qf_mat;
+
+/* A set of accepted dtypes, as a bit mask of (1u << qf_dtype). */
+typedef uint32_t qf_dtype_set;
+#define QF_DT(t) (1u << (t))
+
+/* Validates a 1-D or 2-D tensor argument named `name` of op `op` and fills *out:
+ * non-NULL, on ctx's device, dtype in `accept`, last dimension contiguous, row stride >= cols
+ * (row stride free when there is one row), data + byte_offset aligned to `align` bytes and, when
+ * `align` > 1, the row pitch a multiple of `align` is NOT required (kernels fall back to a
+ * narrower path). Returns the specific status with a message naming op, argument and values. */
+qf_status qf_check_mat(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t,
+                       qf_dtype_set accept, size_t align, qf_mat *out);
+
+/* Checks a tensor's exact shape (ndim and every extent). */
+qf_status qf_check_shape(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t,
+                         int ndim, const int64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,19 @@
+// cvt: conversions the CUDA C intrinsics do not spell directly. One asm statement each.
+#pragma once
+
+#include <cstdint>
+
+// cvt.rn.satfinite.e4m3x2.f32: round to nearest even, clamp finite overflow and Inf to +-448,
+// NaN to NaN. `hi` lands in the upper byte. sm_89+.
+__device__ __forceinline__ uint16_t cvt_rn_satfinite_e4m3x2_f32(float hi, float lo) {
+  uint16_t d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// cvt.rni.s32.f32: round to nearest even integer; NaN gives 0, out-of-range clamps to int32.
+__device__ __forceinline__ int32_t cvt_rni_s32_f32(float x) {
+  int32_t d;
+  asm("cvt.rni.s32.f32 %0, %1;" : "=r"(d) : "f"(x));
+  return d;
+}

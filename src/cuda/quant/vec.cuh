@@ -1,0 +1,58 @@
+// Element types and 8-wide vector access for the quantization kernels: inputs widen to fp32,
+// outputs round with the shared numerics contract (docs/NUMERICS.md).
+#pragma once
+
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/ptx/cvt.cuh"
+#include "formats/formats.h"
+
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(float v) { return v; }
+
+// Output storage tags.
+struct e4m3fn_t { uint8_t bits; };
+struct int8_out_t { int8_t bits; };
+
+__device__ __forceinline__ uint8_t encode(e4m3fn_t, float v) {
+  return static_cast<uint8_t>(cvt_rn_satfinite_e4m3x2_f32(0.0f, v) & 0xff);
+}
+__device__ __forceinline__ uint8_t encode(int8_out_t, float v) {
+  int32_t i = cvt_rni_s32_f32(v);
+  return static_cast<uint8_t>(max(-128, min(127, i)));
+}
+
+// Eight consecutive inputs from a 16-byte aligned address, widened to fp32.
+template <typename T>
+__device__ __forceinline__ void load8(const T *p, float (&v)[8]) {
+  static_assert(sizeof(T) == 2, "16-bit inputs: one 16-byte load");
+  uint4 raw = *reinterpret_cast<const uint4 *>(p);
+  const T *e = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; i++) v[i] = to_f32(e[i]);
+}
+template <>
+__device__ __forceinline__ void load8<float>(const float *p, float (&v)[8]) {
+  float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// Eight encoded outputs to an 8-byte aligned address.
+__device__ __forceinline__ void store8(e4m3fn_t *p, const float (&v)[8]) {
+  uint2 out;
+  out.x = cvt_rn_satfinite_e4m3x2_f32(v[1], v[0]) | (uint32_t(cvt_rn_satfinite_e4m3x2_f32(v[3], v[2])) << 16);
+  out.y = cvt_rn_satfinite_e4m3x2_f32(v[5], v[4]) | (uint32_t(cvt_rn_satfinite_e4m3x2_f32(v[7], v[6])) << 16);
+  *reinterpret_cast<uint2 *>(p) = out;
+}
+__device__ __forceinline__ void store8(int8_out_t *p, const float (&v)[8]) {
+  uint8_t b[8];
+#pragma unroll
+  for (int i = 0; i < 8; i++) b[i] = encode(int8_out_t{}, v[i]);
+  uint2 out;
+  out.x = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
+  out.y = b[4] | (b[5] << 8) | (b[6] << 16) | (uint32_t(b[7]) << 24);
+  *reinterpret_cast<uint2 *>(p) = out;
+}

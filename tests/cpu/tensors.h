@@ -1,0 +1,62 @@
+/* Test helpers: DLTensors over plain buffers, random data, poison and sentinels. */
+#ifndef QF_TEST_TENSORS_H
+#define QF_TEST_TENSORS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qfuse.h"
+
+#define POISON 0xA5u
+
+/* A 2-D row-major tensor description: shape, strides and the DLTensor pointing at them. */
+typedef struct {
+  DLTensor t;
+  int64_t shape[2];
+  int64_t strides[2];
+} tensor2d;
+
+static inline void tensor2d_init(tensor2d *m, void *data, qf_dtype dt, int64_t rows, int64_t cols, int64_t ld,
+                                 DLDeviceType dev) {
+  memset(m, 0, sizeof *m);
+  m->shape[0] = rows;
+  m->shape[1] = cols;
+  m->strides[0] = ld;
+  m->strides[1] = 1;
+  m->t.data = data;
+  m->t.device.device_type = dev;
+  m->t.device.device_id = 0;
+  m->t.ndim = 2;
+  m->t.dtype = qf_dtype_to_dl(dt);
+  m->t.shape = m->shape;
+  m->t.strides = m->strides;
+}
+
+/* xorshift64*: reproducible per test, never all zeros. */
+static inline uint64_t rng_next(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+static inline float rng_uniform(uint64_t *s) { return (float)((rng_next(s) >> 40) * (1.0 / 16777216.0)); }
+static inline float rng_normal(uint64_t *s) {
+  float u = rng_uniform(s) + 1e-7f, v = rng_uniform(s);
+  return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+/* Random activations: mostly N(0, 1) * `scale`, a few outliers (x100), and, when `specials` is
+ * set, some NaN, +-Inf and exact zeros. */
+static inline float rng_activation(uint64_t *s, float scale, int specials) {
+  uint64_t r = rng_next(s) % 1000;
+  if (specials && r == 0) return NAN;
+  if (specials && r == 1) return INFINITY;
+  if (specials && r == 2) return -INFINITY;
+  if (specials && r == 3) return 0.0f;
+  float v = rng_normal(s) * scale;
+  return r < 20 ? v * 100.0f : v;
+}
+
+#endif

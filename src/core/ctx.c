@@ -46,6 +46,7 @@ qf_status qf_ctx_create(qf_ctx **out, qf_device device, int device_id) {
 #ifdef QF_WITH_CUDA
     qf_status st = qf_cuda_ctx_init(ctx, device_id);
 #else
+    (void)device_id;
     qf_status st = QF_ERR_UNSUPPORTED;
 #endif
     if (st != QF_OK) {

@@ -1,0 +1,95 @@
+/* qfuse-bench harness: timing, ceilings and result rows.
+ *
+ * One session (qfb) times callbacks on CUDA device 0 (events on the legacy default stream, L2
+ * flushed before every run) or on the CPU (CLOCK_MONOTONIC), reports the median, and writes
+ * each result as an aligned table row on stdout plus one JSON object per line to a file.
+ * See tools/bench/README.md for the method. */
+#ifndef QFUSE_TOOLS_BENCH_H
+#define QFUSE_TOOLS_BENCH_H
+
+#include <stddef.h>
+
+#if defined(QF_WITH_CUDA) || defined(__CUDACC__)
+#include <cuda_runtime.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QFB_DEFAULT_REPS 30
+#define QFB_MIN_REPS 20
+#define QFB_WARMUP 5
+
+typedef struct qfb qfb; /* one benchmark session */
+
+typedef struct {
+  int use_gpu;            /* 1: time on CUDA device 0, 0: time CPU code */
+  const char *jsonl_path; /* append JSON lines here; NULL: none */
+  const char *commit;     /* git commit string for the rows; NULL -> "unknown" */
+  int reps;               /* timed runs per measurement; <= 0 -> QFB_DEFAULT_REPS; raised to QFB_MIN_REPS */
+} qfb_config;
+
+/* Opens a session. NULL (and a message on stderr) when the GPU is asked for but CUDA is not built
+ * in or fails, or when jsonl_path cannot be opened for appending. */
+qfb *qfb_open(const qfb_config *cfg);
+void qfb_close(qfb *b);
+
+const char *qfb_device_name(const qfb *b); /* e.g. "NVIDIA H100 80GB HBM3", or "cpu" */
+int qfb_sm_count(const qfb *b);            /* 0 on the CPU */
+size_t qfb_l2_bytes(const qfb *b);         /* 0 on the CPU */
+int qfb_reps(const qfb *b);                /* timed runs per measurement after clamping */
+int qfb_uses_gpu(const qfb *b);
+
+/* Median time in microseconds of fn(arg) over the session's reps timed runs, after QFB_WARMUP
+ * untimed runs. GPU: before every run (outside the timed region) the L2 is flushed by a
+ * cudaMemsetAsync over a buffer of twice the L2 size; each run is bracketed by CUDA events on
+ * the legacy default stream (stream 0), so fn must enqueue its work there; the events are read
+ * after synchronizing. CPU: each run is bracketed by clock_gettime(CLOCK_MONOTONIC).
+ * Returns a negative value, after printing why, if fn returns nonzero or a CUDA error occurs. */
+double qfb_time_us(qfb *b, int (*fn)(void *arg), void *arg);
+
+typedef struct {
+  const char *op, *variant, *shape; /* e.g. "quant_per_tensor", "bf16->e4m3fn", "M=4096,K=7168" */
+  double us;                        /* median time; <= 0 means the measurement failed */
+  double bytes;                     /* bytes moved (0 if n/a) -> GB/s */
+  double flops;                     /* flops (0 if n/a) -> TFLOPS */
+  double floor_us;                  /* max(bytes/copy_bw, flops/peak); 0 if unknown */
+  const char *peer;                 /* peer name; NULL if none */
+  double peer_us;                   /* peer median time; 0 if none */
+} qfb_row;
+
+void qfb_print_header(void);
+/* Prints one aligned row (op, variant, shape, us, GB/s, TFLOPS, %floor, peer, peer us,
+ * ratio = peer_us/us) and appends one JSON line with the keys op, variant, shape, device,
+ * commit, backend ("cuda"|"cpu"), us, gbps, tflops, pct_floor, peer, peer_us, ratio; null
+ * where not applicable. */
+void qfb_emit(qfb *b, const qfb_row *r);
+
+/* Ceilings, measured on the first call and cached in the session (GPU only; 0 on the CPU or
+ * when the measurement fails, with a message). Each prints "ceiling: ..." lines and appends a
+ * JSON row (op "ceiling_copy" / "ceiling_fp8_gemm") without a table row.
+ * qfb_copy_gbps: the copy16 kernel from a 2 GiB buffer to another (halved while free memory is
+ *   short), counting bytes read + bytes written, decimal GB/s; cudaMemcpy D2D on the same
+ *   buffers and the DRAM peak from memory clock x bus width are printed beside it.
+ * qfb_fp8_tflops: cuBLASLt e4m3 x e4m3 -> bf16, M=N=K=8192, per-tensor scales, random data,
+ *   2*M*N*K / median time. */
+double qfb_copy_gbps(qfb *b);
+double qfb_fp8_tflops(qfb *b);
+
+/* floor_us for a row, in microseconds: max(bytes / copy ceiling, flops / matrix peak), where the
+ * matrix peak is peak_tflops when > 0 and the measured FP8 ceiling otherwise (ceilings are
+ * measured on first use). Terms whose ceiling is unknown are left out; 0 when none applies. */
+double qfb_floor_us(qfb *b, double bytes, double flops, double peak_tflops);
+
+#if defined(QF_WITH_CUDA) || defined(__CUDACC__)
+/* copy.cu: dst[0, bytes) = src[0, bytes) on stream s with 16-byte loads and stores (both
+ * pointers must be 16-byte aligned). Returns 0, or the cudaError_t after printing it. */
+int qfb_copy16(const void *src, void *dst, size_t bytes, cudaStream_t s);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,86 @@
+// Device-to-device copy with 16-byte accesses: the bandwidth ceiling of qfuse-bench.
+#include "bench.h"
+
+#include <cstdint>
+#include <cstdio>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kLoadsInFlight = 4;  // independent 16-byte loads per thread per iteration
+
+static_assert(sizeof(uint4) == 16, "copy16 moves 16-byte vectors");
+static_assert(kThreads % 32 == 0, "blocks are whole warps");
+
+// NOTES: the kLoadsInFlight loads of an iteration are one grid stride apart, so each warp-wide
+// access is a contiguous 512-byte segment, and all of them are issued before the first store:
+// 64 bytes in flight per thread keeps DRAM busy with a grid of a single wave.
+__global__ void __launch_bounds__(kThreads)
+    copy16_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
+  size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
+
+  // main loop: every thread has all kLoadsInFlight vectors
+  for (; i + (kLoadsInFlight - 1) * stride < n; i += kLoadsInFlight * stride) {
+    uint4 v[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) v[u] = src[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) dst[i + u * stride] = v[u];
+  }
+
+  // remainder: fewer than kLoadsInFlight strides left
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+// The last bytes % 16 bytes, one thread each.
+__global__ void copy_tail_kernel(const unsigned char* __restrict__ src,
+                                 unsigned char* __restrict__ dst, unsigned n) {
+  if (threadIdx.x < n) dst[threadIdx.x] = src[threadIdx.x];
+}
+
+bool cuda_ok(cudaError_t err, const char* call, int line) {
+  if (err == cudaSuccess) return true;
+  std::fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, line, call, cudaGetErrorName(err),
+               cudaGetErrorString(err));
+  return false;
+}
+
+}  // namespace
+
+#define QFB_CUDA_TRY(call)                                        \
+  do {                                                            \
+    const cudaError_t qfb_err_ = (call);                          \
+    if (!cuda_ok(qfb_err_, #call, __LINE__)) return (int)qfb_err_; \
+  } while (0)
+
+extern "C" int qfb_copy16(const void* src, void* dst, size_t bytes, cudaStream_t s) {
+  if (bytes == 0) return 0;
+  if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15u) != 0) {
+    std::fprintf(stderr, "qfb_copy16: src %p and dst %p must be 16-byte aligned\n", src, dst);
+    return (int)cudaErrorInvalidValue;
+  }
+  const size_t n16 = bytes / 16;
+  const unsigned tail = static_cast<unsigned>(bytes % 16);
+
+  if (n16 > 0) {
+    int dev = 0, sms = 0, per_sm = 0;
+    QFB_CUDA_TRY(cudaGetDevice(&dev));
+    QFB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    QFB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy16_kernel, kThreads, 0));
+    // one full wave, fewer blocks when the buffer does not need them
+    const size_t per_block = static_cast<size_t>(kThreads) * kLoadsInFlight;
+    size_t grid = static_cast<size_t>(sms) * static_cast<size_t>(per_sm > 0 ? per_sm : 1);
+    const size_t needed = (n16 + per_block - 1) / per_block;
+    if (grid > needed) grid = needed;
+    copy16_kernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(
+        static_cast<const uint4*>(src), static_cast<uint4*>(dst), n16);
+    QFB_CUDA_TRY(cudaGetLastError());
+  }
+  if (tail > 0) {
+    copy_tail_kernel<<<1, 32, 0, s>>>(static_cast<const unsigned char*>(src) + n16 * 16,
+                                      static_cast<unsigned char*>(dst) + n16 * 16, tail);
+    QFB_CUDA_TRY(cudaGetLastError());
+  }
+  return 0;
+}

@@ -1,0 +1,258 @@
+/* cuBLASLt FP8 GEMM peer for qfuse-bench.
+ *
+ * NOTES: cuBLASLt is column-major, and FP8 on Hopper needs the "TN" form (op(A) = A^T,
+ * op(B) = B, both K-contiguous). A row-major X[r][c] is a column-major c x r matrix with ld = c,
+ * so the row-major product D[M,N] = A[M,K] B[N,K]^T is computed as its column-major transpose
+ * D^T (N x M, ld N) = op(W) op(X) with, in cuBLASLt's names:
+ *   cuBLAS A = our B: stored K x N, lda = K, TRANSA = T  -> op(A) is N x K   (cuBLAS m = N)
+ *   cuBLAS B = our A: stored K x M, ldb = K, TRANSB = N  -> op(B) is K x M   (cuBLAS n = M)
+ *   cuBLAS D = our D: N x M, ldd = N, i.e. row-major [M][N]
+ * The scales follow their operands: our b_scale goes to A_SCALE_POINTER / A_SCALE_MODE and our
+ * a_scale to B_SCALE_POINTER / B_SCALE_MODE.
+ *   OUTER_VEC: cuBLAS wants M (= our N) floats for A and N (= our M) floats for B.
+ *   BLK: cuBLAS A (our weights) is BLK128x128_32F, "K-major", shape L4 x ceil(m/128) with the
+ *   column stride a multiple of 4; cuBLAS B (our activations) is VEC128_32F, "N-major" with
+ *   shape n x L, i.e. the token index is contiguous. The pair BLK128x128 (A) x VEC128 (B) is
+ *   listed as supported; BLK128x128 on both is not. cuBLAS also requires m and n (our N and M)
+ *   to be multiples of 4 and 16-byte aligned scale pointers in these modes. */
+#include "cublaslt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cublasLt.h>
+
+struct qfb_lt {
+  cublasLtHandle_t handle;
+  void *workspace;
+  size_t workspace_bytes;
+};
+
+struct qfb_lt_gemm {
+  qfb_lt *lt;
+  int64_t M, N, K;
+  qfb_lt_scale mode;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a_layout, b_layout, d_layout; /* cuBLAS A (our B), B (our A), D */
+  cublasLtMatmulAlgo_t algo;
+  const float *bound_a_scale, *bound_b_scale; /* pointers currently set on desc */
+};
+
+static int lt_ok(cublasStatus_t st, const char *call, const char *file, int line) {
+  if (st == CUBLAS_STATUS_SUCCESS) return 1;
+  fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", file, line, call, cublasLtGetStatusName(st),
+          (int)st);
+  return 0;
+}
+
+static int cuda_ok(cudaError_t err, const char *call, const char *file, int line) {
+  if (err == cudaSuccess) return 1;
+  fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", file, line, call, cudaGetErrorName(err),
+          cudaGetErrorString(err));
+  return 0;
+}
+
+#define LT_CHECK(call) lt_ok((call), #call, __FILE__, __LINE__)
+#define CUDA_CHECK(call) cuda_ok((call), #call, __FILE__, __LINE__)
+
+size_t qfb_lt_version(void) { return cublasLtGetVersion(); }
+
+qfb_lt *qfb_lt_open(void) {
+  qfb_lt *lt = calloc(1, sizeof *lt);
+  if (!lt) {
+    fprintf(stderr, "qfb_lt_open: out of host memory\n");
+    return NULL;
+  }
+  if (!LT_CHECK(cublasLtCreate(&lt->handle))) {
+    free(lt);
+    return NULL;
+  }
+  lt->workspace_bytes = QFB_LT_WORKSPACE_BYTES;
+  if (!CUDA_CHECK(cudaMalloc(&lt->workspace, lt->workspace_bytes))) {
+    LT_CHECK(cublasLtDestroy(lt->handle));
+    free(lt);
+    return NULL;
+  }
+  return lt;
+}
+
+void qfb_lt_close(qfb_lt *lt) {
+  if (!lt) return;
+  if (lt->workspace) CUDA_CHECK(cudaFree(lt->workspace));
+  if (lt->handle) LT_CHECK(cublasLtDestroy(lt->handle));
+  free(lt);
+}
+
+const char *qfb_lt_scale_name(qfb_lt_scale mode) {
+  switch (mode) {
+  case QFB_LT_SCALE_TENSOR: return "tensor";
+  case QFB_LT_SCALE_OUTER_VEC: return "outer_vec";
+  case QFB_LT_SCALE_BLK: return "blk";
+  }
+  return "invalid";
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+size_t qfb_lt_a_scale_count(int64_t M, int64_t K, qfb_lt_scale mode) {
+  if (M <= 0 || K <= 0) return 0;
+  switch (mode) {
+  case QFB_LT_SCALE_TENSOR: return 1;
+  case QFB_LT_SCALE_OUTER_VEC: return (size_t)M;
+  case QFB_LT_SCALE_BLK: return (size_t)(ceil_div(K, 128) * M);
+  }
+  return 0;
+}
+
+size_t qfb_lt_b_scale_count(int64_t N, int64_t K, qfb_lt_scale mode) {
+  if (N <= 0 || K <= 0) return 0;
+  switch (mode) {
+  case QFB_LT_SCALE_TENSOR: return 1;
+  case QFB_LT_SCALE_OUTER_VEC: return (size_t)N;
+  case QFB_LT_SCALE_BLK: return (size_t)(round_up(ceil_div(K, 128), 4) * ceil_div(N, 128));
+  }
+  return 0;
+}
+
+static int set_scale_pointers(qfb_lt_gemm *g, const float *a_scale, const float *b_scale) {
+  /* cuBLAS A is our B and vice versa. */
+  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                               &b_scale, sizeof b_scale)))
+    return 0;
+  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                               &a_scale, sizeof a_scale)))
+    return 0;
+  g->bound_a_scale = a_scale;
+  g->bound_b_scale = b_scale;
+  return 1;
+}
+
+void qfb_lt_gemm_free(qfb_lt_gemm *g) {
+  if (!g) return;
+  if (g->d_layout) LT_CHECK(cublasLtMatrixLayoutDestroy(g->d_layout));
+  if (g->b_layout) LT_CHECK(cublasLtMatrixLayoutDestroy(g->b_layout));
+  if (g->a_layout) LT_CHECK(cublasLtMatrixLayoutDestroy(g->a_layout));
+  if (g->desc) LT_CHECK(cublasLtMatmulDescDestroy(g->desc));
+  free(g);
+}
+
+qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode) {
+  if (!lt) {
+    fprintf(stderr, "qfb_lt_gemm_plan: no cuBLASLt handle\n");
+    return NULL;
+  }
+  if (M <= 0 || N <= 0 || K <= 0) {
+    fprintf(stderr, "qfb_lt_gemm_plan: invalid shape M=%lld N=%lld K=%lld\n", (long long)M,
+            (long long)N, (long long)K);
+    return NULL;
+  }
+  int32_t a_mode, b_mode; /* cuBLAS A (our B), cuBLAS B (our A) */
+  switch (mode) {
+  case QFB_LT_SCALE_TENSOR:
+    a_mode = b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    break;
+  case QFB_LT_SCALE_OUTER_VEC:
+    a_mode = b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    break;
+  case QFB_LT_SCALE_BLK:
+    if (M % 4 != 0 || N % 4 != 0) {
+      fprintf(stderr,
+              "qfb_lt_gemm_plan: blk scaling needs M and N to be multiples of 4 "
+              "(M=%lld N=%lld); pad M\n",
+              (long long)M, (long long)N);
+      return NULL;
+    }
+    a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    break;
+  default:
+    fprintf(stderr, "qfb_lt_gemm_plan: invalid scale mode %d\n", (int)mode);
+    return NULL;
+  }
+
+  qfb_lt_gemm *g = calloc(1, sizeof *g);
+  if (!g) {
+    fprintf(stderr, "qfb_lt_gemm_plan: out of host memory\n");
+    return NULL;
+  }
+  g->lt = lt;
+  g->M = M;
+  g->N = N;
+  g->K = K;
+  g->mode = mode;
+
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t heur = {0};
+  int found = 0;
+  cublasStatus_t st;
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  if (!LT_CHECK(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) goto fail;
+  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                               sizeof trans_a)))
+    goto fail;
+  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                               sizeof trans_b)))
+    goto fail;
+  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                               sizeof a_mode)))
+    goto fail;
+  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                               sizeof b_mode)))
+    goto fail;
+  /* NOTES: the heuristic sees the descriptor as it will run, scale pointers included; the real
+   * pointers arrive with each run, so the query uses the (aligned, never read) workspace. */
+  if (!set_scale_pointers(g, (const float *)lt->workspace, (const float *)lt->workspace)) goto fail;
+
+  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->a_layout, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N,
+                                           K)))
+    goto fail;
+  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->b_layout, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)M,
+                                           K)))
+    goto fail;
+  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->d_layout, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N)))
+    goto fail;
+
+  if (!LT_CHECK(cublasLtMatmulPreferenceCreate(&pref))) goto fail;
+  if (!LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &lt->workspace_bytes,
+                                                     sizeof lt->workspace_bytes)))
+    goto fail;
+
+  st = cublasLtMatmulAlgoGetHeuristic(lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout,
+                                      g->d_layout, pref, 1, &heur, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0 || heur.state != CUBLAS_STATUS_SUCCESS) {
+    fprintf(stderr,
+            "qfb_lt_gemm_plan: cuBLASLt %zu has no algorithm for e4m3 M=%lld N=%lld K=%lld "
+            "scale=%s -> bf16 (cublasLtMatmulAlgoGetHeuristic: %s, %d found)\n",
+            qfb_lt_version(), (long long)M, (long long)N, (long long)K, qfb_lt_scale_name(mode),
+            cublasLtGetStatusName(st), found);
+    goto fail;
+  }
+  g->algo = heur.algo;
+  LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  return g;
+
+fail:
+  if (pref) LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  qfb_lt_gemm_free(g);
+  return NULL;
+}
+
+int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a_scale,
+                    const float *b_scale, void *D, cudaStream_t s) {
+  if (!g || !A || !B || !a_scale || !b_scale || !D) {
+    fprintf(stderr, "qfb_lt_gemm_run: null argument\n");
+    return 1;
+  }
+  if ((a_scale != g->bound_a_scale || b_scale != g->bound_b_scale) &&
+      !set_scale_pointers(g, a_scale, b_scale))
+    return 1;
+  const float alpha = 1.0f, beta = 0.0f;
+  /* cuBLAS A is our B, cuBLAS B is our A; C is unused (beta = 0) and aliases D. */
+  if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
+                               &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
+                               g->lt->workspace_bytes, s)))
+    return 1;
+  return 0;
+}

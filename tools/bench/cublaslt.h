@@ -1,0 +1,73 @@
+/* cuBLASLt FP8 GEMM peer for qfuse-bench (built only with CUDA).
+ *
+ * D[M,N] (bf16, row-major, ldd = N) = A[M,K] (e4m3, row-major) x B[N,K]^T (e4m3, row-major),
+ * fp32 accumulation, with one of three scale modes. All pointers are device pointers; scales are
+ * multiplicative (value = fp8 * scale). The exact scale tensor layouts are documented at
+ * qfb_lt_scale below. */
+#ifndef QFUSE_TOOLS_BENCH_CUBLASLT_H
+#define QFUSE_TOOLS_BENCH_CUBLASLT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QFB_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct qfb_lt qfb_lt; /* cuBLASLt handle + 32 MiB device workspace */
+
+qfb_lt *qfb_lt_open(void); /* NULL + message on stderr on failure */
+void qfb_lt_close(qfb_lt *lt);
+size_t qfb_lt_version(void); /* cublasLtGetVersion() of the library loaded at run time */
+
+/* Scale modes, in qfuse's row-major terms (L = ceil(K/128), L4 = L rounded up to a multiple of 4):
+ *
+ *   TENSOR     a_scale: 1 float.  b_scale: 1 float.
+ *              D[m,n] = a_scale * b_scale * sum_k A[m,k] B[n,k]
+ *
+ *   OUTER_VEC  a_scale: M floats, one per row of A.  b_scale: N floats, one per row of B.
+ *              D[m,n] = a_scale[m] * b_scale[n] * sum_k A[m,k] B[n,k]
+ *
+ *   BLK        (DeepSeek-V3 style; M and N must be multiples of 4, scale pointers 16-byte aligned)
+ *              a_scale: 1x128 blocks of A, L*M floats, M contiguous ("M-major"):
+ *                  scale of A[m, kb*128 .. kb*128+127] is a_scale[kb*M + m]
+ *              b_scale: 128x128 blocks of B, L4*ceil(N/128) floats, K-blocks contiguous with the
+ *                  stride between consecutive N-blocks padded to L4 (pad entries are ignored):
+ *                  scale of B[nb*128 .., kb*128 ..] is b_scale[nb*L4 + kb]
+ *              D[m,n] = sum_kb a_scale[kb*M + m] * b_scale[(n/128)*L4 + kb]
+ *                              * sum_{k in block kb} A[m,k] B[n,k]
+ *
+ * Note the activation layout: the transpose of the [M][L] order a per-token-group quantizer
+ * naturally writes. The layouts come from the cuBLAS manual, section "Scaling factors layouts"
+ * under "128-element 1D and 128x128 2D Block Scaling For FP8 Data Types", translated through the
+ * operand swap described in cublaslt.c. */
+typedef enum {
+  QFB_LT_SCALE_TENSOR = 0,
+  QFB_LT_SCALE_OUTER_VEC = 1,
+  QFB_LT_SCALE_BLK = 2
+} qfb_lt_scale;
+
+const char *qfb_lt_scale_name(qfb_lt_scale mode); /* "tensor", "outer_vec", "blk" */
+/* Number of floats the caller must allocate for a_scale / b_scale in a mode (0 if invalid). */
+size_t qfb_lt_a_scale_count(int64_t M, int64_t K, qfb_lt_scale mode);
+size_t qfb_lt_b_scale_count(int64_t N, int64_t K, qfb_lt_scale mode);
+
+typedef struct qfb_lt_gemm qfb_lt_gemm;
+
+/* Matmul descriptor, layouts and the heuristic's first algorithm for the given shape and mode.
+ * NULL + message on stderr when the arguments are invalid or cuBLASLt has no algorithm for it. */
+qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode);
+/* Enqueues the GEMM on stream s. Returns 0, or nonzero after printing the failing call. */
+int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a_scale,
+                    const float *b_scale, void *D, cudaStream_t s);
+void qfb_lt_gemm_free(qfb_lt_gemm *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,61 @@
+/* qfuse-bench: measures the machine's ceilings, then times qfuse's ops against their peers.
+ * Default: on CUDA device 0 when one is present, otherwise the CPU backend on small shapes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "bench_ops.h"
+#include "qfuse.h"
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: qfuse-bench [--cpu] [--jsonl FILE] [--commit ID] [--reps N]\n"
+          "  --cpu      time the CPU backend even when a GPU is present\n"
+          "  --jsonl    append one JSON line per result to FILE\n"
+          "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
+          "  --reps     timed runs per measurement (at least 20; default 30)\n");
+}
+
+int main(int argc, char **argv) {
+  qfb_config cfg = {0};
+  cfg.commit = getenv("QF_COMMIT");
+  int force_cpu = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--cpu")) force_cpu = 1;
+    else if (!strcmp(argv[i], "--jsonl") && i + 1 < argc) cfg.jsonl_path = argv[++i];
+    else if (!strcmp(argv[i], "--commit") && i + 1 < argc) cfg.commit = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) cfg.reps = atoi(argv[++i]);
+    else {
+      usage();
+      return 2;
+    }
+  }
+
+  qf_ctx *ctx = NULL;
+  qfb *b = NULL;
+  if (!force_cpu && qf_ctx_create(&ctx, QF_DEVICE_CUDA, 0) == QF_OK) {
+    cfg.use_gpu = 1;
+    b = qfb_open(&cfg);
+    if (!b) {
+      qf_ctx_destroy(ctx);
+      ctx = NULL;
+    }
+  }
+  if (!b) {
+    if (!force_cpu) printf("no usable CUDA device: timing the CPU backend on small shapes\n");
+    cfg.use_gpu = 0;
+    if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK || !(b = qfb_open(&cfg))) return 1;
+  }
+
+  printf("qfuse %s on %s\n", qf_version(), qfb_device_name(b));
+  if (qfb_uses_gpu(b)) {
+    qfb_copy_gbps(b); /* each prints its line and records a JSON row */
+    qfb_fp8_tflops(b);
+  }
+  qfb_print_header();
+  int rc = bench_quant(b, ctx);
+  qfb_close(b);
+  qf_ctx_destroy(ctx);
+  return rc;
+}

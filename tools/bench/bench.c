@@ -479,7 +479,8 @@ static float bf16_to_float(uint16_t h) {
 static double measure_fp8(qfb *b) {
   const int64_t M = 8192, N = 8192, K = 8192;
   const size_t a_bytes = (size_t)(M * K), b_bytes = (size_t)(N * K), d_bytes = (size_t)(M * N) * 2;
-  const float scales[2] = {0.5f, 0.25f};
+  /* a at [0], b at [4]: cuBLASLt wants each scale pointer 16-byte aligned */
+  const float scales[8] = {0.5f, 0, 0, 0, 0.25f, 0, 0, 0};
   qfb_lt *lt = NULL;
   qfb_lt_gemm *gemm = NULL;
   void *a = NULL, *bm = NULL, *d = NULL;
@@ -504,7 +505,7 @@ static double measure_fp8(qfb *b) {
   if (!CUDA_CHECK(cudaMemcpy(sc, scales, sizeof scales, cudaMemcpyHostToDevice))) goto done;
   if (!CUDA_CHECK(cudaMemset(d, 0xff, d_bytes))) goto done; /* bf16 NaN until written */
 
-  gemm_args args = {gemm, a, bm, sc, sc + 1, d};
+  gemm_args args = {gemm, a, bm, sc, sc + 4, d};
   const double us = qfb_time_us(b, run_gemm, &args);
   if (us <= 0.0) goto done;
 

@@ -12,9 +12,6 @@ template <typename Tin, typename Tout, int VEC>
 __global__ void quant_per_tensor_kernel(const Tin *__restrict__ x, int64_t x_ld, Tout *__restrict__ q, int64_t q_ld,
                                         const float *__restrict__ scale, int64_t rows, int64_t cols) {
   static_assert(VEC == 1 || VEC == 8, "8-wide vectors or scalars");
-  const float s = *scale;
-  // Same rule as the CPU reference: a scale that is not finite and positive poisons the output.
-  const float inv = (s > 0.0f && s <= 3.4028234663852886e38f) ? 1.0f / s : __int_as_float(0x7fc00000);
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
   if (c >= cols) return;
 
@@ -23,11 +20,13 @@ __global__ void quant_per_tensor_kernel(const Tin *__restrict__ x, int64_t x_ld,
     Tout *qr = q + r * q_ld;
     if (VEC == 8 && c + 8 <= cols) {
       float v[8];
-      load8(xr + c, v);
+      load8(xr + c, v);  // before the scale load, so that the two misses overlap
+      const float inv = inv_scale(*scale);
 #pragma unroll
       for (int i = 0; i < 8; i++) v[i] *= inv;
       store8(qr + c, v);
     } else {
+      const float inv = inv_scale(*scale);
       for (int64_t i = c; i < c + VEC && i < cols; i++)
         reinterpret_cast<uint8_t *>(qr)[i] = encode(Tout{}, to_f32(xr[i]) * inv);
     }

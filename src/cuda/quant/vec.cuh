@@ -13,6 +13,12 @@ __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162flo
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(float v) { return v; }
 
+// 1/s, correctly rounded; NaN when s is not finite and positive (the shared contract: such a
+// scale poisons every output instead of producing finite garbage).
+__device__ __forceinline__ float inv_scale(float s) {
+  return (s > 0.0f && s <= 3.4028234663852886e38f) ? 1.0f / s : __int_as_float(0x7fc00000);
+}
+
 // Output storage tags.
 struct e4m3fn_t { uint8_t bits; };
 struct int8_out_t { int8_t bits; };

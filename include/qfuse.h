@@ -135,6 +135,129 @@ const char *qf_dtype_name(qf_dtype dtype);
 qf_status qf_quant_per_tensor(qf_ctx *ctx, const DLTensor *x, const DLTensor *scale,
                               DLTensor *q);
 
+/* ---- Quantization family: dynamic scales -------------------------------------------------
+ *
+ * Every dynamic op below computes, per group of values v (a 1 x G group, a row, or the tensor):
+ *   amax  = max |v|                        NaN-propagating: one NaN in the group makes it NaN
+ *   s     = amax / qmax                    fp32 division; qmax: e4m3fn 448, e4m3fnuz 224, int8 127
+ *   s     = min(s, ub)                     only when an upper bound tensor is given
+ *   s     = max(s, scale_min)              the floor (default 1e-10); all-zero groups get it
+ *   s     = pow2_ceil(s)                   for the power-of-two and UE8M0 scale formats
+ *   q     = encode(v * (1.0f / s))         encode as in qf_quant_per_tensor, for e4m3fnuz too
+ * A NaN or Inf anywhere in a group gives that group a NaN scale (UE8M0 byte 0xFF) and NaN (e4m3)
+ * or 0 (int8) outputs, with or without ub: the scale shows it, never a finite wrong value.
+ * e4m3fnuz uses qmax 224, not its largest value 240: every e4m3fnuz value up to 224 is half an
+ * e4m3fn value, so data quantized this way converts to and from e4m3fn exactly (halve the value,
+ * double the scale); 240 has no e4m3fn counterpart. The cost is 7% of the range.
+ */
+
+/* Where group scales go, for x [M, K] with groups of G along K (KG = K / G):
+ *  ROW_MAJOR      [M, KG] fp32, row pitch may be strided.
+ *  COL_MAJOR      [KG, M] fp32 contiguous (scale of row m, group g at g * M + m): what
+ *                 DeepSeek-style GEMMs read.
+ *  COL_MAJOR_TMA  [KG, Mp] with Mp = M rounded up to a multiple of 4 (16 bytes, the TMA pitch);
+ *                 the tensor is given as [KG, M] with strides {Mp, 1}; the padding entries
+ *                 (m >= M) are written with 0. */
+typedef enum {
+  QF_SCALE_ROW_MAJOR = 0,
+  QF_SCALE_COL_MAJOR = 1,
+  QF_SCALE_COL_MAJOR_TMA = 2,
+} qf_scale_layout;
+
+/* How group scales are stored:
+ *  F32           the fp32 scale s.
+ *  F32_POW2      s rounded up to a power of two (UE8M0 semantics, still fp32).
+ *  UE8M0_PACKED  the exponent byte of the power-of-two scale, four groups per int32 (group 4j+i
+ *                in byte i, little-endian); layout must be COL_MAJOR_TMA and the scale tensor is
+ *                int32 [ceil(KG / 4), M] with strides {Mp, 1}; missing groups of the last word and
+ *                padding rows are 0. */
+typedef enum {
+  QF_SCALE_F32 = 0,
+  QF_SCALE_F32_POW2 = 1,
+  QF_SCALE_UE8M0_PACKED = 2,
+} qf_scale_format;
+
+typedef struct {
+  int group_size;                /* 32, 64 or 128; 0 means 128 */
+  qf_scale_layout scale_layout;  /* default ROW_MAJOR */
+  qf_scale_format scale_format;  /* default F32 */
+  float scale_min;               /* floor on every scale; 0 means 1e-10; must be finite, >= 0 */
+  const DLTensor *scale_ub;      /* optional [1] fp32 upper bound on every scale; NULL: none */
+} qf_group_quant_opts;
+
+/* Per-token-group quantization: q[m, k] = encode(x[m, k] / s[m, k / G]).
+ *  x       [M, K] bf16, fp16 or fp32, rows may be strided; K a multiple of G.
+ *  q       [M, K] e4m3fn, e4m3fnuz or int8, rows may be strided.
+ *  scales  as opts->scale_layout / scale_format describe.
+ * x, q 16-byte aligned; 64-bit offsets. */
+qf_status qf_quant_group(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales,
+                         const qf_group_quant_opts *opts);
+
+/* The gated activation before quantization, for x laid out [gate | up]:
+ *   g' = limit > 0 ? min(g, limit) : g          u' = limit > 0 ? clamp(u, -limit, limit) : u
+ *   v  = g' * (1 / (1 + exp(-alpha * g'))) * (u' + (up_plus_one ? 1 : 0))
+ * The zero value is SiLU(g) * u (alpha 0 means 1). gpt-oss: alpha 1.702, limit 7, up_plus_one.
+ * exp is qfuse's own fp32 exp (docs/NUMERICS.md), identical on CPU and GPU. */
+typedef struct {
+  float alpha;      /* 0 means 1 */
+  float limit;      /* > 0 enables the clamps; 0: none */
+  int up_plus_one;  /* nonzero: multiply by (u' + 1) */
+} qf_glu_opts;
+
+/* Fused gated activation + per-token-group quantization:
+ *  x       [M, 2H] bf16 or fp16 ([gate | up] along the last dimension), rows may be strided.
+ *  q       [M, H] e4m3fn, e4m3fnuz or int8; H a multiple of G.
+ *  scales  as in qf_quant_group with K = H.  glu: NULL for SiLU(g) * u. */
+qf_status qf_silu_mul_quant_group(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales,
+                                  const qf_glu_opts *glu, const qf_group_quant_opts *opts);
+
+typedef struct {
+  float scale_min;           /* floor on every scale; 0 means 1e-10 */
+  const DLTensor *scale_ub;  /* optional [1] fp32 upper bound on every scale (symmetric only) */
+} qf_token_quant_opts;
+
+/* Dynamic per-token quantization: one scale per row (a group of the whole row).
+ *  x       [M, K] bf16, fp16 or fp32, rows may be strided.
+ *  q       [M, K] e4m3fn, e4m3fnuz or int8.
+ *  scales  [M] or [M, 1] fp32.
+ *  azp     NULL: symmetric. Otherwise [M] int32 and q int8: asymmetric per-token INT8,
+ *          lo = min(v), hi = max(v) over the row (NaN-propagating), s = max((hi - lo) / 255,
+ *          scale_min), azp = rne(-128 - lo * (1/s)) clamped to [-128, 127] (as int32),
+ *          q = sat_int8(rne(v * (1/s)) + azp), so that v ~ s * (q - azp). scale_ub must be NULL. */
+qf_status qf_quant_token(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scales,
+                         DLTensor *azp, const qf_token_quant_opts *opts);
+
+/* Per-tensor quantization, static or dynamic.
+ *  dynamic == 0: scale is an input, as qf_quant_per_tensor (e4m3fnuz accepted as well).
+ *  dynamic != 0: scale [1] fp32 is an output: s = max(amax(x) / qmax, scale_min), then q as
+ *  above. The dynamic form takes two passes over x (the amax, then the quantization). */
+typedef struct {
+  int dynamic;
+  float scale_min; /* dynamic only; 0 means 1e-10 */
+} qf_tensor_quant_opts;
+
+qf_status qf_quant_tensor(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *scale,
+                          const qf_tensor_quant_opts *opts);
+
+/* RMSNorm followed by quantization.
+ *   y  = residual ? round_to_x_dtype(x + residual) : x      (residual then holds y)
+ *   r  = 1.0f / sqrtf((float)(sum_k y_k^2 (accumulated in fp64) / K) + eps)
+ *   v  = (y * r) * w                                          (fp32, in this order)
+ * then per-token quantization (group_size == -1: scales [M] fp32) or per-group quantization of v
+ * exactly as qf_quant_group with opts->group.
+ *  x        [M, K] bf16 or fp16, rows may be strided.  weight [K], same dtype as x.
+ *  residual NULL or [M, K] same dtype as x; read, then overwritten with y.
+ *  q, scales as in qf_quant_token (group_size -1) or qf_quant_group. */
+typedef struct {
+  float eps;                  /* 0 means 1e-6 */
+  int group_size;             /* -1: per token; 0 means 128; else 32, 64, 128 */
+  qf_group_quant_opts group;  /* layout, format, floor and bound (group_size field unused) */
+} qf_rms_norm_quant_opts;
+
+qf_status qf_rms_norm_quant(qf_ctx *ctx, const DLTensor *x, DLTensor *residual,
+                            const DLTensor *weight, DLTensor *q, DLTensor *scales,
+                            const qf_rms_norm_quant_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

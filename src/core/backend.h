@@ -22,6 +22,66 @@ typedef struct {
 qf_status qf_cpu_quant_per_tensor(qf_ctx *ctx, const qf_quant_tensor_args *a);
 qf_status qf_cuda_quant_per_tensor(qf_ctx *ctx, const qf_quant_tensor_args *a);
 
+/* Scale rule and storage shared by the dynamic ops (resolved defaults, see qfuse.h). */
+typedef struct {
+  void *data;          /* fp32 scales, or int32 words of packed UE8M0 bytes */
+  int64_t ld;          /* ROW_MAJOR: elements per row; COL_MAJOR*: elements (words) per group */
+  int64_t pad_rows;    /* COL_MAJOR_TMA: rows m in [M, M + pad_rows) to fill with 0 */
+  int layout;          /* qf_scale_layout */
+  int format;          /* qf_scale_format */
+  float scale_min;     /* > 0 */
+  const float *ub;     /* NULL or the [1] upper bound on the op's device */
+} qf_scale_out;
+
+/* qf_quant_group and qf_silu_mul_quant_group. glu: x holds [gate | up] and the quantized value
+ * of column k is qf_glu(x[m, k], x[m, K + k], ...), with K = q.cols. */
+typedef struct {
+  qf_mat x, q;
+  int group_size;
+  qf_scale_out scales;
+  int glu;             /* 0: v = x; 1: gated activation */
+  float alpha, limit;  /* alpha resolved (never 0) */
+  int up_plus_one;
+} qf_group_quant_args;
+
+qf_status qf_cpu_quant_group(qf_ctx *ctx, const qf_group_quant_args *a);
+qf_status qf_cuda_quant_group(qf_ctx *ctx, const qf_group_quant_args *a);
+
+/* qf_quant_token: scales [M] fp32; azp NULL (symmetric) or [M] int32 (asymmetric int8). */
+typedef struct {
+  qf_mat x, q;
+  float *scales;
+  int32_t *azp;
+  float scale_min;
+  const float *ub;
+} qf_token_quant_args;
+
+qf_status qf_cpu_quant_token(qf_ctx *ctx, const qf_token_quant_args *a);
+qf_status qf_cuda_quant_token(qf_ctx *ctx, const qf_token_quant_args *a);
+
+/* qf_quant_tensor with dynamic != 0: scale [1] is written. */
+typedef struct {
+  qf_mat x, q;
+  float *scale;
+  float scale_min;
+} qf_tensor_dynamic_args;
+
+qf_status qf_cpu_quant_tensor_dynamic(qf_ctx *ctx, const qf_tensor_dynamic_args *a);
+qf_status qf_cuda_quant_tensor_dynamic(qf_ctx *ctx, const qf_tensor_dynamic_args *a);
+
+/* qf_rms_norm_quant: group_size -1 quantizes per token (scales.data: [M] fp32, layout unused). */
+typedef struct {
+  qf_mat x, residual;  /* residual.data NULL when absent */
+  const void *weight;  /* [K], x's dtype */
+  qf_mat q;
+  float eps;
+  int group_size;
+  qf_scale_out scales;
+} qf_rms_norm_quant_args;
+
+qf_status qf_cpu_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a);
+qf_status qf_cuda_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,25 +7,23 @@
 #include <cuda_fp16.h>
 
 #include "cuda/ptx/cvt.cuh"
-#include "formats/formats.h"
+#include "formats/quant_math.h"
 
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(float v) { return v; }
 
-// 1/s, correctly rounded; NaN when s is not finite and positive (the shared contract: such a
-// scale poisons every output instead of producing finite garbage).
-__device__ __forceinline__ float inv_scale(float s) {
-  return (s > 0.0f && s <= 3.4028234663852886e38f) ? 1.0f / s : __int_as_float(0x7fc00000);
-}
+__device__ __forceinline__ float inv_scale(float s) { return qf_inv_scale(s); }
 
 // Output storage tags.
 struct e4m3fn_t { uint8_t bits; };
+struct e4m3fnuz_t { uint8_t bits; };  // no hardware conversion: the shared software encoder
 struct int8_out_t { int8_t bits; };
 
 __device__ __forceinline__ uint8_t encode(e4m3fn_t, float v) {
   return static_cast<uint8_t>(cvt_rn_satfinite_e4m3x2_f32(0.0f, v) & 0xff);
 }
+__device__ __forceinline__ uint8_t encode(e4m3fnuz_t, float v) { return qf_e4m3fnuz_from_f32(v); }
 __device__ __forceinline__ uint8_t encode(int8_out_t, float v) {
   int32_t i = cvt_rni_s32_f32(v);
   return static_cast<uint8_t>(max(-128, min(127, i)));
@@ -53,12 +51,23 @@ __device__ __forceinline__ void store8(e4m3fn_t *p, const float (&v)[8]) {
   out.y = cvt_rn_satfinite_e4m3x2_f32(v[5], v[4]) | (uint32_t(cvt_rn_satfinite_e4m3x2_f32(v[7], v[6])) << 16);
   *reinterpret_cast<uint2 *>(p) = out;
 }
-__device__ __forceinline__ void store8(int8_out_t *p, const float (&v)[8]) {
+template <typename Tout>
+__device__ __forceinline__ void store8(Tout *p, const float (&v)[8]) {
   uint8_t b[8];
 #pragma unroll
-  for (int i = 0; i < 8; i++) b[i] = encode(int8_out_t{}, v[i]);
+  for (int i = 0; i < 8; i++) b[i] = encode(Tout{}, v[i]);
   uint2 out;
   out.x = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
   out.y = b[4] | (b[5] << 8) | (b[6] << 16) | (uint32_t(b[7]) << 24);
   *reinterpret_cast<uint2 *>(p) = out;
+}
+
+// NaN-propagating max over groups of LANES consecutive lanes of a warp (LANES a power of two
+// <= 32); every lane of the group gets the result. Max is order-independent, so this equals the
+// CPU reference's sequential max.
+template <int LANES>
+__device__ __forceinline__ float group_max_shfl(float v) {
+#pragma unroll
+  for (int d = LANES / 2; d > 0; d /= 2) v = qf_nan_max(v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
 }

@@ -21,7 +21,11 @@ qf_status launch(qf_ctx *ctx, const qf_quant_tensor_args *a) {
 
 template <typename Tin>
 qf_status launch_out(qf_ctx *ctx, const qf_quant_tensor_args *a) {
-  return a->q.dtype == QF_E4M3FN ? launch<Tin, e4m3fn_t>(ctx, a) : launch<Tin, int8_out_t>(ctx, a);
+  switch (a->q.dtype) {
+    case QF_E4M3FN: return launch<Tin, e4m3fn_t>(ctx, a);
+    case QF_E4M3FNUZ: return launch<Tin, e4m3fnuz_t>(ctx, a);
+    default: return launch<Tin, int8_out_t>(ctx, a);
+  }
 }
 
 }  // namespace

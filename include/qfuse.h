@@ -258,6 +258,33 @@ qf_status qf_rms_norm_quant(qf_ctx *ctx, const DLTensor *x, DLTensor *residual,
                             const DLTensor *weight, DLTensor *q, DLTensor *scales,
                             const qf_rms_norm_quant_opts *opts);
 
+/* ---- GEMM: block-scaled FP8 (the DeepSeek-V3 recipe) ------------------------------------
+ *
+ * D[m, n] = C[m, n] + sum over K-blocks kb of As[m, kb] * Bs[n / 128, kb] * (A[m, kb] . B[n, kb])
+ * where A[m, kb] . B[n, kb] is the dot product over the 128 columns of block kb (the last block
+ * may be shorter when K is not a multiple of 128; it still has one scale). Each block's dot
+ * product is accumulated by the tensor cores and promoted to fp32 with its two scales, so the
+ * limited-precision FP8 accumulation never spans more than 128 products.
+ *  a         [M, K] e4m3fn, K contiguous, rows may be strided (pitch a multiple of 16 bytes).
+ *  a_scales  fp32 per 1 x 128 block: [KB, M] with strides {Mp, 1} (column-major, M padded to a
+ *            multiple of 4: what qf_quant_group writes with COL_MAJOR_TMA), or row-major [M, KB]
+ *            with opts->a_scales_row_major (read with strided loads; docs/GEMM.md gives the cost).
+ *            KB = ceil(K/128).
+ *  b         [N, K] e4m3fn, K contiguous (the weight as stored), rows may be strided.
+ *  b_scales  fp32 per 128 x 128 block: [ceil(N/128), KB], contiguous.
+ *  d         [M, N] bf16, fp16 or fp32, rows may be strided.
+ *  opts->c   optional fp32 [M, N] (rows may be strided) added to the result; may be d itself when
+ *            d is fp32.
+ * Any M >= 1; N and K multiples of 16; 64-bit offsets. */
+typedef struct {
+  const DLTensor *c;       /* NULL: D = A.B^T only */
+  int a_scales_row_major;  /* nonzero: a_scales is [M, KB] row-major instead of [KB, M] */
+} qf_gemm_blockscale_opts;
+
+qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales,
+                                 const DLTensor *b, const DLTensor *b_scales, DLTensor *d,
+                                 const qf_gemm_blockscale_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -82,6 +82,19 @@ typedef struct {
 qf_status qf_cpu_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a);
 qf_status qf_cuda_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a);
 
+/* ---- gemm ---- */
+typedef struct {
+  qf_mat a, b, d;          /* a [M, K], b [N, K] e4m3fn; d [M, N] bf16 / fp16 / fp32 */
+  const float *a_scales;   /* element (m, kb) at a_scales[m * as_m + kb * as_k] */
+  int64_t as_m, as_k;      /* column-major: as_m = 1, as_k = Mp; row-major: as_m = KB, as_k = 1 */
+  const float *b_scales;   /* [ceil(N/128), KB] contiguous */
+  qf_mat c;                /* c.data NULL when absent; fp32 [M, N] */
+  int64_t M, N, K;
+} qf_gemm_blockscale_args;
+
+qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
+qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
+
 #ifdef __cplusplus
 }
 #endif

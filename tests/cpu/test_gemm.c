@@ -1,0 +1,135 @@
+/* qf_gemm_fp8_blockscale on the CPU backend: the blockwise formula against a direct evaluation,
+ * both scale layouts, accumulation into C, and every error path. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "qfuse.h"
+#include "tensors.h"
+
+static qf_ctx *ctx;
+
+/* e4m3fn code -> value from the format's definition (no shared code with src/). */
+static double e4m3(uint8_t c) {
+  int e = (c >> 3) & 15, m = c & 7;
+  double mag = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+  return (c & 0x80) ? -mag : mag;
+}
+
+enum { M = 3, N = 144, K = 272, KB = 3, NB = 2, MP = 4 };
+typedef struct {
+  _Alignas(16) uint8_t a[M * K], b[N * K];
+  _Alignas(16) float as_col[KB * MP], as_row[M * KB], bs[NB * KB], c[M * N], d[M * N + 16];
+  tensor2d at, bt, ast, bst, dt, ct;
+  qf_gemm_blockscale_opts o;
+} gem;
+
+static void gem_init(gem *g, int row_major_scales) {
+  uint64_t seed = 42;
+  for (int i = 0; i < M * K; i++) g->a[i] = (uint8_t)(rng_next(&seed) % 0x7e) | (rng_next(&seed) & 0x80);
+  for (int i = 0; i < N * K; i++) g->b[i] = (uint8_t)(rng_next(&seed) % 0x7e) | (rng_next(&seed) & 0x80);
+  for (int m = 0; m < M; m++)
+    for (int kb = 0; kb < KB; kb++) g->as_row[m * KB + kb] = g->as_col[kb * MP + m] = expf(rng_normal(&seed) * 3.0f);
+  for (int i = 0; i < NB * KB; i++) g->bs[i] = expf(rng_normal(&seed) * 3.0f);
+  for (int i = 0; i < M * N; i++) g->c[i] = rng_normal(&seed);
+  memset(g->d, 0xff, sizeof g->d);
+  tensor2d_init(&g->at, g->a, QF_E4M3FN, M, K, K, kDLCPU);
+  tensor2d_init(&g->bt, g->b, QF_E4M3FN, N, K, K, kDLCPU);
+  if (row_major_scales) tensor2d_init(&g->ast, g->as_row, QF_F32, M, KB, KB, kDLCPU);
+  else tensor2d_init(&g->ast, g->as_col, QF_F32, KB, M, MP, kDLCPU);
+  tensor2d_init(&g->bst, g->bs, QF_F32, NB, KB, KB, kDLCPU);
+  tensor2d_init(&g->dt, g->d, QF_F32, M, N, N, kDLCPU);
+  tensor2d_init(&g->ct, g->c, QF_F32, M, N, N, kDLCPU);
+  memset(&g->o, 0, sizeof g->o);
+  g->o.a_scales_row_major = row_major_scales;
+}
+
+static qf_status run(gem *g) { return qf_gemm_fp8_blockscale(ctx, &g->at.t, &g->ast.t, &g->bt.t, &g->bst.t, &g->dt.t, &g->o); }
+
+static void test_formula(void) {
+  static gem g;
+  for (int layout = 0; layout < 2; layout++)
+    for (int with_c = 0; with_c < 2; with_c++) {
+      gem_init(&g, layout);
+      if (with_c) g.o.c = &g.ct.t;
+      CHECK(run(&g) == QF_OK, "gemm: %s", qf_ctx_last_error(ctx));
+      double worst = 0;
+      for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+          double want = with_c ? g.c[m * N + n] : 0.0;
+          for (int k = 0; k < K; k++) /* scales applied per element: the same sum, another order */
+            want += (double)g.as_row[m * KB + k / 128] * g.bs[(n / 128) * KB + k / 128] * e4m3(g.a[m * K + k]) * e4m3(g.b[n * K + k]);
+          double err = fabs(g.d[m * N + n] - want) / (fabs(want) + 1e-30);
+          if (err > worst) worst = err;
+        }
+      CHECK(worst < 1e-6, "layout %d, C %d: worst relative error %g (fp32 output)", layout, with_c, worst);
+      CHECK(((uint32_t *)g.d)[M * N] == 0xffffffffu, "nothing written past D");
+    }
+}
+
+typedef struct {
+  const char *what;
+  qf_status want;
+  const char *mentions;
+  void (*mutate)(gem *g);
+} bad;
+
+static void m_a_dtype(gem *g) { g->at.t.dtype = qf_dtype_to_dl(QF_E5M2); }
+static void m_b_k(gem *g) { g->bt.shape[1] = K - 16; }
+static void m_k16(gem *g) { g->at.shape[1] = g->bt.shape[1] = 264; }
+static void m_n16(gem *g) { g->bt.shape[0] = 136; }
+static void m_a_pitch(gem *g) { g->at.strides[0] = K + 8, g->at.shape[1] = g->bt.shape[1] = 256, g->ast.shape[0] = 2, g->bst.shape[1] = 2; }
+static void m_as_pitch(gem *g) { g->ast.strides[0] = M; }
+static void m_as_shape(gem *g) { g->ast.shape[0] = 2; }
+static void m_as_rowmajor(gem *g) { g->o.a_scales_row_major = 1, g->ast.shape[1] = 2; }
+static void m_bs_shape(gem *g) { g->bst.shape[0] = 1; }
+static void m_bs_dtype(gem *g) { g->bst.t.dtype = qf_dtype_to_dl(QF_BF16); }
+static void m_d_shape(gem *g) { g->dt.shape[1] = 128; }
+static void m_d_dtype(gem *g) { g->dt.t.dtype = qf_dtype_to_dl(QF_I32); }
+static void m_c_dtype(gem *g) { g->ct.t.dtype = qf_dtype_to_dl(QF_BF16), g->o.c = &g->ct.t; }
+static void m_c_shape(gem *g) { g->ct.shape[0] = 2, g->o.c = &g->ct.t; }
+static void m_d_misaligned(gem *g) { g->dt.t.byte_offset = 4; }
+static void m_b_device(gem *g) { g->bt.t.device.device_type = kDLCUDA; }
+
+static void test_errors(void) {
+  static const bad cases[] = {
+      {"a e5m2", QF_ERR_DTYPE, "a has dtype e5m2", m_a_dtype},
+      {"b K differs", QF_ERR_SHAPE, "b.shape[1]=256 differs from a.shape[1]=272", m_b_k},
+      {"K % 16", QF_ERR_SHAPE, "K=264 must be positive multiples of 16", m_k16},
+      {"N % 16", QF_ERR_SHAPE, "N=136 and K=272", m_n16},
+      {"a pitch", QF_ERR_LAYOUT, "a.strides[0]=280 is not a multiple of 16", m_a_pitch},
+      {"a_scales pitch", QF_ERR_LAYOUT, "a_scales.strides[0]=3 but the column-major layout needs 4", m_as_pitch},
+      {"a_scales shape", QF_ERR_SHAPE, "a_scales has shape [2, 3]; expected [3, 3]", m_as_shape},
+      {"a_scales row-major shape", QF_ERR_SHAPE, "a_scales has shape [3, 2]; expected [3, 3]", m_as_rowmajor},
+      {"b_scales shape", QF_ERR_SHAPE, "b_scales has shape [1, 3]; expected [2, 3]", m_bs_shape},
+      {"b_scales dtype", QF_ERR_DTYPE, "b_scales has dtype bf16", m_bs_dtype},
+      {"d shape", QF_ERR_SHAPE, "d has shape [3, 128]; expected [3, 144]", m_d_shape},
+      {"d int32", QF_ERR_DTYPE, "d has dtype int32", m_d_dtype},
+      {"c bf16", QF_ERR_DTYPE, "c has dtype bf16", m_c_dtype},
+      {"c shape", QF_ERR_SHAPE, "c has shape [2, 144]", m_c_shape},
+      {"d misaligned", QF_ERR_ALIGNMENT, "d data pointer", m_d_misaligned},
+      {"b on CUDA", QF_ERR_DEVICE, "b is on DLPack device", m_b_device},
+  };
+  static gem g;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    gem_init(&g, 0);
+    cases[i].mutate(&g);
+    qf_status st = run(&g);
+    const char *msg = qf_ctx_last_error(ctx);
+    CHECK(st == cases[i].want, "%s: got %s, want %s (%s)", cases[i].what, qf_status_str(st), qf_status_str(cases[i].want), msg);
+    CHECK(strstr(msg, "qf_gemm_fp8_blockscale") && strstr(msg, cases[i].mentions), "%s: message '%s' lacks '%s'", cases[i].what, msg,
+          cases[i].mentions);
+    int untouched = 1;
+    for (int j = 0; j < M * N + 16; j++) untouched &= ((uint32_t *)g.d)[j] == 0xffffffffu;
+    CHECK(untouched, "%s: d was written", cases[i].what);
+  }
+}
+
+int main(void) {
+  if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
+  test_formula();
+  test_errors();
+  qf_ctx_destroy(ctx);
+  return check_finish("test_gemm");
+}

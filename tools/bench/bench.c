@@ -245,7 +245,7 @@ double qfb_time_us(qfb *b, int (*fn)(void *arg), void *arg) {
 
 /* ---- rows ------------------------------------------------------------------------------- */
 
-#define QFB_ROW_FMT "%-24s %-18s %-24s %10s %9s %8s %7s %-18s %10s %7s\n"
+#define QFB_ROW_FMT "%-22s %-36s %-24s %10s %9s %8s %7s %-18s %10s %7s\n"
 
 void qfb_print_header(void) {
   printf(QFB_ROW_FMT, "op", "variant", "shape", "us", "GB/s", "TFLOPS", "%floor", "peer",

@@ -3,10 +3,26 @@
 #ifndef QFUSE_TOOLS_BENCH_OPS_H
 #define QFUSE_TOOLS_BENCH_OPS_H
 
+#include <string.h>
+
 #include "bench.h"
 #include "qfuse.h"
 
-/* Returns 0, or nonzero after printing why a measurement failed. */
-int bench_quant(qfb *b, qf_ctx *ctx);
+/* only: NULL for every op, else a comma-separated list of op names ("quant_group,quant_token");
+ * *rows grows by the number of rows emitted. Returns 0, or nonzero after printing why a
+ * measurement failed. */
+int bench_quant(qfb *b, qf_ctx *ctx, const char *only, int *rows);
+int bench_gemm(qfb *b, qf_ctx *ctx, const char *only, int *rows);
+
+/* Whether op is named in the comma-separated list only (NULL or "" selects every op). */
+static inline int qfb_op_selected(const char *only, const char *op) {
+  if (!only || !*only) return 1;
+  const size_t n = strlen(op);
+  for (const char *p = only; p; p = strchr(p, ',')) {
+    if (*p == ',') p++;
+    if (!strncmp(p, op, n) && (p[n] == ',' || p[n] == '\0')) return 1;
+  }
+  return 0;
+}
 
 #endif

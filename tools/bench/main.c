@@ -10,22 +10,25 @@
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: qfuse-bench [--cpu] [--jsonl FILE] [--commit ID] [--reps N]\n"
+          "usage: qfuse-bench [--cpu] [--jsonl FILE] [--commit ID] [--reps N] [--only OPS]\n"
           "  --cpu      time the CPU backend even when a GPU is present\n"
           "  --jsonl    append one JSON line per result to FILE\n"
           "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
-          "  --reps     timed runs per measurement (at least 20; default 30)\n");
+          "  --reps     timed runs per measurement (at least 20; default 30)\n"
+          "  --only     run only the ops named, comma-separated (e.g. quant_group,quant_token)\n");
 }
 
 int main(int argc, char **argv) {
   qfb_config cfg = {0};
   cfg.commit = getenv("QF_COMMIT");
+  const char *only = NULL;
   int force_cpu = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--cpu")) force_cpu = 1;
     else if (!strcmp(argv[i], "--jsonl") && i + 1 < argc) cfg.jsonl_path = argv[++i];
     else if (!strcmp(argv[i], "--commit") && i + 1 < argc) cfg.commit = argv[++i];
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) cfg.reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
       usage();
       return 2;
@@ -54,7 +57,13 @@ int main(int argc, char **argv) {
     qfb_fp8_tflops(b);
   }
   qfb_print_header();
-  int rc = bench_quant(b, ctx);
+  int rows = 0;
+  int rc = bench_quant(b, ctx, only, &rows);
+  rc |= bench_gemm(b, ctx, only, &rows);
+  if (!rows && only) {
+    fprintf(stderr, "qfuse-bench: --only %s matches no op\n", only);
+    rc = 1;
+  }
   qfb_close(b);
   qf_ctx_destroy(ctx);
   return rc;

@@ -1,0 +1,132 @@
+// Launcher of the sm_90 block-scaled FP8 GEMM: tensor maps for A and B, the heuristic's tile shape,
+// the output type, and a persistent grid of one CTA per SM (at most one per tile).
+#include <atomic>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "cuda/common.cuh"
+#include "cuda/gemm/sm90_fp8_gemm_blockscale.cuh"
+#include "cuda/gemm/sm90_fp8_gemm_heuristic.h"
+
+namespace {
+
+const char kOp[] = "qf_gemm_fp8_blockscale";
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so libqfuse does not link
+// libcuda itself. Looked up once.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // not sticky; reported by the caller
+      f = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// Tensor map of an e4m3 [rows, cols] matrix (row pitch ld bytes) read in boxes of box_rows x 128
+// bytes, 128-byte swizzled: the layout that wgmma_desc_kmajor_sw128 describes.
+qf_status make_tmap(qf_ctx *ctx, CUtensorMap *map, const char *name, const qf_mat &m, uint32_t box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_fn();
+  if (encode == nullptr)
+    return qf_fail(ctx, QF_ERR_CUDA, "%s: the driver does not provide cuTensorMapEncodeTiled", kOp);
+  // A single row's pitch is never used: any multiple of 16 bytes will do.
+  const int64_t pitch = m.rows == 1 ? (m.cols + 15) / 16 * 16 : m.ld;
+  if (reinterpret_cast<uintptr_t>(m.data) % 16 != 0 || pitch % 16 != 0)
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: %s needs a 16-byte aligned start and row pitch (ld=%lld)", kOp, name,
+                   static_cast<long long>(m.ld));
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(m.cols), static_cast<cuuint64_t>(m.rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch)};
+  const cuuint32_t box[2] = {128, box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, m.data, dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return qf_fail(ctx, QF_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed for %s [%lld, %lld] ld=%lld (CUresult %d)", kOp,
+                   name, static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(m.ld),
+                   static_cast<int>(r));
+  return QF_OK;
+}
+
+template <int kBlockM, int kBlockN, typename OutT>
+qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_blockscale_config &cfg) {
+  constexpr int kStages = sm90_gemm_blockscale_stages(kBlockM, kBlockN);
+  constexpr size_t kSmem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages>::kBytes;
+  if (kSmem > ctx->smem_optin)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile needs %zu bytes of shared memory, the device allows %zu",
+                   kOp, kBlockM, kBlockN, kSmem, ctx->smem_optin);
+
+  sm90_gemm_blockscale_params p = {};
+  p.a_scales = a->a_scales;
+  p.as_m = a->as_m;
+  p.as_k = a->as_k;
+  p.b_scales = a->b_scales;
+  p.c = static_cast<const float *>(a->c.data);
+  p.c_ld = a->c.ld;
+  p.d = a->d.data;
+  p.d_ld = a->d.ld;
+  p.M = static_cast<int>(a->M);
+  p.N = static_cast<int>(a->N);
+  p.num_kb = static_cast<int>((a->K + 127) / 128);
+  p.tiles_m = static_cast<int>((a->M + kBlockM - 1) / kBlockM);
+  p.tiles_n = static_cast<int>((a->N + kBlockN - 1) / kBlockN);
+  p.raster_group = cfg.raster_group;
+  // 2-element accesses need even pitches (one row: the pitch is unused) and aligned starts.
+  const bool d_pairs = (a->d.ld % 2 == 0 || a->M == 1) && reinterpret_cast<uintptr_t>(a->d.data) % (2 * sizeof(OutT)) == 0;
+  const bool c_pairs = p.c == nullptr || ((a->c.ld % 2 == 0 || a->M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
+  p.pairs = d_pairs && c_pairs;
+
+  // With K == 0 no copy is issued and the maps stay unused (zeros); D = C or 0.
+  CUtensorMap tmap_a = {}, tmap_b = {};
+  qf_status st;
+  if (a->K > 0) {
+    if ((st = make_tmap(ctx, &tmap_a, "a", a->a, kBlockM)) != QF_OK) return st;
+    if ((st = make_tmap(ctx, &tmap_b, "b", a->b, kBlockN)) != QF_OK) return st;
+  }
+
+  auto kernel = sm90_fp8_gemm_blockscale_kernel<kBlockM, kBlockN, kStages, OutT>;
+  // The shared-memory opt-in is per device; set once each (a repeated call costs host time that
+  // small GEMMs notice). Devices past the mask's 64 bits set it on every call.
+  static std::atomic<uint64_t> opted_in{0};
+  const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
+  if ((opted_in.load(std::memory_order_relaxed) & dev_bit) == 0 || dev_bit == 0) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
+    opted_in.fetch_or(dev_bit, std::memory_order_relaxed);
+  }
+  const int tiles = p.tiles_m * p.tiles_n;
+  const int grid = tiles < ctx->sm_count ? tiles : (ctx->sm_count > 0 ? ctx->sm_count : 1);
+  kernel<<<grid, kBlockM / 64 * 128 + 128, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, p);
+  return qf_cuda_check_launch(ctx, kOp);
+}
+
+template <typename OutT>
+qf_status dispatch_tile(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_blockscale_config &cfg) {
+#define QF_SM90_GEMM_CASE(BM, BN) \
+  if (cfg.block_m == BM && cfg.block_n == BN) return launch<BM, BN, OutT>(ctx, a, cfg);
+  QF_SM90_GEMM_BLOCKSCALE_TILES(QF_SM90_GEMM_CASE)
+#undef QF_SM90_GEMM_CASE
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", kOp, cfg.block_m, cfg.block_n);
+}
+
+}  // namespace
+
+extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
+  if (a->M == 0 || a->N == 0) return QF_OK;
+  // Coordinates and tile indices are 32-bit in the kernel (TMA coordinates are int32 anyway).
+  const int64_t lim = INT32_MAX - 255;
+  if (a->M > lim || a->N > lim || a->K > lim || ((a->M + 63) / 64) * ((a->N + 63) / 64) > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", kOp,
+                   static_cast<long long>(a->M), static_cast<long long>(a->N), static_cast<long long>(a->K));
+  const sm90_gemm_blockscale_config cfg = sm90_gemm_blockscale_pick(a->M, a->N, a->K, ctx->sm_count);
+  switch (a->d.dtype) {
+    case QF_BF16: return dispatch_tile<__nv_bfloat16>(ctx, a, cfg);
+    case QF_F16: return dispatch_tile<__half>(ctx, a, cfg);
+    default: return dispatch_tile<float>(ctx, a, cfg);
+  }
+}

@@ -1,0 +1,240 @@
+// Block-scaled FP8 GEMM for sm_90a (the DeepSeek-V3 recipe):
+//   D[m, n] = C[m, n] + sum_kb As[m, kb] * Bs[n / 128, kb] * (A[m, kb-block] . B[n, kb-block])
+// A [M, K] and B [N, K] e4m3fn with K contiguous; D bf16, fp16 or fp32; C optional fp32.
+//
+// NOTES:
+// - Warp specialization. One warp of the last warpgroup produces: lane 0 issues the TMA copies of
+//   the A and B tiles of each 128-column K-block into a ring of kStages stages, and every lane
+//   copies a share of the block's scales (BLOCK_M As, one Bs) with cp.async. Each stage has a full
+//   barrier (lane 0's expected bytes plus one cp.async arrival per lane) and an empty barrier (one
+//   arrival per consumer warp). The other warpgroups consume, each owning 64 rows of the
+//   BLOCK_M x BLOCK_N tile; setmaxnreg moves registers from the producer to them.
+// - One K-block per stage, so one As and one Bs per row per stage: 4 wgmma m64nNk32 accumulate
+//   the block's dot products, the consumer waits for them, frees the stage and promotes,
+//   total += block * (As * Bs). The tensor cores' reduced-precision accumulation never spans more
+//   than 128 products. While one consumer warpgroup promotes, the other's wgmma run.
+// - Scales travel with their stage, so their global-memory latency hides in the ring like the
+//   operands'; consumers read them from shared memory. Any As layout works (strided reads).
+// - Persistent: a CTA per SM walks tiles blockIdx.x, + gridDim.x, ... in a grouped raster order.
+//   Producer and consumers walk the same sequence and keep their ring position across tiles, so
+//   the producer fills the next tile's stages during the consumers' epilogue.
+// - Edges: TMA zero-fills rows past M or N and columns past K (zeros add nothing to the dot
+//   products, and the whole box still counts toward the barrier's bytes); stores are masked.
+#pragma once
+
+#include <cstdint>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/ptx/wgmma.cuh"
+
+struct sm90_gemm_blockscale_params {
+  const float *a_scales;  // (m, kb) at a_scales[m * as_m + kb * as_k]
+  int64_t as_m, as_k;
+  const float *b_scales;  // [ceil(N / 128), num_kb], contiguous
+  const float *c;         // NULL, or fp32 [M, N] with row pitch c_ld; may alias d
+  int64_t c_ld;
+  void *d;                // [M, N] with row pitch d_ld
+  int64_t d_ld;
+  int M, N, num_kb;
+  int tiles_m, tiles_n, raster_group;
+  int pairs;              // d and c rows allow 2-element accesses at even columns
+};
+
+// Shared memory: kStages A tiles, kStages B tiles, kStages x BLOCK_M As, kStages x 4 Bs (one used,
+// 16 bytes per stage), then the full and empty barriers.
+template <int kBlockM, int kBlockN, int kStages>
+struct sm90_gemm_blockscale_smem {
+  static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
+  static constexpr uint32_t kScalesA = kStages * (kABytes + kBBytes);
+  static constexpr uint32_t kScalesB = kScalesA + kStages * kBlockM * 4;
+  static constexpr uint32_t kBarriers = kScalesB + kStages * 16;
+  // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
+  static constexpr size_t kBytes = kBarriers + 2 * kStages * sizeof(uint64_t) + 1024;
+};
+
+// Grouped raster order: down `group` tile rows of one tile column, then the next column, so that
+// the CTAs of a wave share few A and B tiles in L2.
+__device__ __forceinline__ void sm90_gemm_tile_coords(int tile, int tiles_m, int tiles_n, int group, int &m_blk,
+                                                      int &n_blk) {
+  const int per_group = group * tiles_n;
+  const int g = tile / per_group;
+  const int rows = min(group, tiles_m - g * group);
+  const int in_group = tile - g * per_group;
+  m_blk = g * group + in_group % rows;
+  n_blk = in_group / rows;
+}
+
+__device__ __forceinline__ void store_pair(__nv_bfloat16 *p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);
+}
+__device__ __forceinline__ void store_pair(__half *p, float x, float y) {
+  *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void store_pair(float *p, float x, float y) { *reinterpret_cast<float2 *>(p) = make_float2(x, y); }
+__device__ __forceinline__ void store_one(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store_one(__half *p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void store_one(float *p, float x) { *p = x; }
+
+template <int kBlockM, int kBlockN, int kStages, typename OutT>
+__global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
+    sm90_fp8_gemm_blockscale_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                                    const sm90_gemm_blockscale_params p) {
+  constexpr int kConsumers = kBlockM / 64;
+  constexpr int kBlockK = 128;  // one scale block per stage
+  using Smem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages>;
+  static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups of 64 rows");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
+  static_assert(128 % kBlockN == 0, "a tile's columns share one B scale block");
+  static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
+                "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
+  static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (smem_u32 + 1023u) & ~1023u;
+  auto smem_a = [base](int s) { return base + s * Smem::kABytes; };
+  auto smem_b = [base](int s) { return base + kStages * Smem::kABytes + s * Smem::kBBytes; };
+  auto scales_a = [base](int s) { return base + Smem::kScalesA + s * kBlockM * 4; };
+  auto scales_b = [base](int s) { return base + Smem::kScalesB + s * 16; };
+  auto full_bar = [base](int s) { return base + Smem::kBarriers + s * 8; };
+  auto empty_bar = [base](int s) { return base + Smem::kBarriers + (kStages + s) * 8; };
+  // The consumers read the scales with ordinary loads, through generic pointers.
+  const float *sa_ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32) + Smem::kScalesA);
+  const float *sb_ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32) + Smem::kScalesB);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; s++) {
+      mbarrier_init(full_bar(s), 1 + 32);
+      mbarrier_init(empty_bar(s), kConsumers * 4);
+    }
+    fence_mbarrier_init();
+    fence_proxy_async_shared_cta();
+  }
+  __syncthreads();
+
+  const int num_tiles = p.tiles_m * p.tiles_n;
+  const int wg = threadIdx.x / 128;
+  if (wg == kConsumers) {
+    // ---- producer: one warp keeps the ring full ----
+    if constexpr (kConsumers > 1) setmaxnreg_dec<40>();
+    const int lane = threadIdx.x % 32;
+    if (threadIdx.x / 32 == kConsumers * 4 && p.num_kb > 0) {
+      if (lane == 0) {
+        prefetch_tensormap(&tmap_a);
+        prefetch_tensormap(&tmap_b);
+      }
+      int s = 0;
+      uint32_t phase = 0;
+      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        int m_blk, n_blk;
+        sm90_gemm_tile_coords(tile, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+        const float *sb = p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb;
+        for (int kb = 0; kb < p.num_kb; kb++) {
+          // A fresh barrier counts as having completed the phase before phase 0: the first lap
+          // waits on parity 1 and passes.
+          mbarrier_wait_parity(empty_bar(s), phase ^ 1);
+          if (lane == 0) {
+            mbarrier_arrive_expect_tx(full_bar(s), Smem::kABytes + Smem::kBBytes);
+            cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
+            cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);
+            cp_async_ca_shared_global_4(scales_b(s), sb + kb, 4);
+          }
+          // Rows past M get a zero scale, without a read.
+#pragma unroll
+          for (int i = 0; i < kBlockM / 32; i++) {
+            const int row = m_blk * kBlockM + 32 * i + lane;
+            const float *src = p.a_scales + static_cast<int64_t>(min(row, p.M - 1)) * p.as_m + kb * p.as_k;
+            cp_async_ca_shared_global_4(scales_a(s) + (32 * i + lane) * 4, src, row < p.M ? 4 : 0);
+          }
+          cp_async_mbarrier_arrive_noinc(full_bar(s));
+          if (++s == kStages) s = 0, phase ^= 1;
+        }
+      }
+    }
+  } else {
+    // ---- consumers: wgmma per K-block, FP32 promotion, epilogue ----
+    if constexpr (kConsumers > 1) setmaxnreg_inc<232>();
+    const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+    const int tile_row = wg * 64 + warp * 16 + lane / 4;  // and tile_row + 8 (wgmma D layout)
+    const int tile_col = 2 * (lane % 4);                   // and + 1, + 8 j
+    float acc[kBlockN / 2], total[kBlockN / 2];
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; i++) acc[i] = 0.0f;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      int m_blk, n_blk;
+      sm90_gemm_tile_coords(tile, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+      const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; i++) total[i] = 0.0f;
+
+      for (int kb = 0; kb < p.num_kb; kb++) {
+        mbarrier_wait_parity(full_bar(s), phase);
+        const float a0 = sa_ring[s * kBlockM + tile_row], a1 = sa_ring[s * kBlockM + tile_row + 8];
+        const float b = sb_ring[s * 4];
+        const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + wg * 64 * kBlockK);
+        const uint64_t desc_b = wgmma_desc_kmajor_sw128(smem_b(s));
+#pragma unroll
+        for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < kBlockK / 32; k++)  // 32 bytes of K each (+ 2 in the address field)
+          wgmma_m64k32_f32_e4m3<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, k);  // k == 0 overwrites
+        wgmma_commit_group();
+#pragma unroll
+        for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
+        wgmma_wait_group<0>();
+#pragma unroll
+        for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
+        if (lane == 0) mbarrier_arrive(empty_bar(s));  // this warp is done with the stage's tiles and scales
+        if (++s == kStages) s = 0, phase ^= 1;
+
+        const float s0 = a0 * b, s1 = a1 * b;
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; j++) {
+          total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
+          total[4 * j + 1] = fmaf(acc[4 * j + 1], s0, total[4 * j + 1]);
+          total[4 * j + 2] = fmaf(acc[4 * j + 2], s1, total[4 * j + 2]);
+          total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
+        }
+      }
+
+      // ---- epilogue: + C, convert, masked stores straight from the fragment ----
+      OutT *d = static_cast<OutT *>(p.d);
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; j++) {
+        const int col = n0 + 8 * j + tile_col;  // even; N is a multiple of 16, so col + 1 < N too
+        if (col >= p.N) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int row = r0 + 8 * h;
+          if (row >= p.M) continue;
+          float x = total[4 * j + 2 * h], y = total[4 * j + 2 * h + 1];
+          if (p.c != nullptr) {
+            const float *c = p.c + row * p.c_ld + col;
+            if (p.pairs) {
+              const float2 cv = *reinterpret_cast<const float2 *>(c);
+              x += cv.x, y += cv.y;
+            } else {
+              x += c[0], y += c[1];
+            }
+          }
+          OutT *o = d + row * p.d_ld + col;
+          if (p.pairs) {
+            store_pair(o, x, y);
+          } else {
+            store_one(o, x);
+            store_one(o + 1, y);
+          }
+        }
+      }
+    }
+  }
+}

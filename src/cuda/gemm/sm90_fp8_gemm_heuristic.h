@@ -1,0 +1,47 @@
+// Tile shape, pipeline depth and raster order of the sm_90 block-scaled FP8 GEMM, chosen from the
+// problem size and the device. Host code only: the kernels never see this file's logic, only the
+// compile-time shapes listed here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// The instantiated tile shapes (BLOCK_M, BLOCK_N). BLOCK_M is 64 per consumer warpgroup; BLOCK_N
+// divides 128 so that a tile row needs one B scale per K-block.
+#define QF_SM90_GEMM_BLOCKSCALE_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
+
+// Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB, at most
+// 8 (more hides nothing once the copy engine runs that far ahead).
+constexpr int sm90_gemm_blockscale_stages(int block_m, int block_n) {
+  return (200 * 1024) / ((block_m + block_n) * 128) < 8 ? (200 * 1024) / ((block_m + block_n) * 128) : 8;
+}
+
+struct sm90_gemm_blockscale_config {
+  int block_m, block_n;
+  int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
+};
+
+// NOTES: a persistent CTA per SM walks tiles in waves; the cost of a shape is its number of waves
+// times the time of one tile, modelled as its MMA work plus a per-row overhead (operand loads and
+// FP32 promotion) that makes thin tiles less efficient. Small M (decode) then gets 64-row tiles and,
+// when 128-column tiles leave SMs idle, 64-column ones, so that more CTAs stream the weights.
+inline sm90_gemm_blockscale_config sm90_gemm_blockscale_pick(int64_t M, int64_t N, int64_t K, int sm_count) {
+  (void)K;  // every K-block costs every shape the same; K matters only through the stage count
+  const int sms = sm_count > 0 ? sm_count : 1;
+  sm90_gemm_blockscale_config best = {128, 128, 8};
+  double best_cost = -1.0;
+#define QF_SM90_GEMM_TRY(BM, BN)                                                  \
+  {                                                                               \
+    const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);               \
+    const int64_t waves = (tiles + sms - 1) / sms;                                \
+    const double cost = static_cast<double>(waves) * (BM * BN + 64.0 * (BM + BN)); \
+    if (best_cost < 0.0 || cost < best_cost) {                                    \
+      best_cost = cost;                                                           \
+      best.block_m = BM;                                                          \
+      best.block_n = BN;                                                          \
+    }                                                                             \
+  }
+  QF_SM90_GEMM_BLOCKSCALE_TILES(QF_SM90_GEMM_TRY)
+#undef QF_SM90_GEMM_TRY
+  return best;
+}

@@ -1,0 +1,19 @@
+// cp.async (non-bulk asynchronous copies into shared memory) with mbarrier completion (sm_80+;
+// used on sm_90 for operands too small for TMA boxes). One asm statement each.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/arch.cuh"
+
+// cp.async.ca.shared.global, 4 bytes: copies src_bytes (4, or 0 to write a zero without reading
+// `src`) from global `src` to shared `dst`.
+__device__ __forceinline__ void cp_async_ca_shared_global_4(uint32_t dst, const void *src, uint32_t src_bytes) {
+  QF_ASM_SM90("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// cp.async.mbarrier.arrive.noinc: one arrival on `bar` once every cp.async this thread issued
+// before it has completed. noinc: the arrival is one of the count given to mbarrier.init.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+  QF_ASM_SM90("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}

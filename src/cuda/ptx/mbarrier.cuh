@@ -1,0 +1,58 @@
+// mbarrier: shared-memory barriers with phases and transaction counts (sm_90). One asm statement
+// each. Addresses are 32-bit shared-window addresses (__cvta_generic_to_shared).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/arch.cuh"
+
+// mbarrier.init: phase 0, `count` arrivals expected per phase.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  QF_ASM_SM90("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// fence.mbarrier_init: makes the preceding inits visible before the barriers are used by other
+// threads or the copy engine (the only form PTX has is .release.cluster; a lone CTA is a cluster
+// of one).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  QF_ASM_SM90("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// fence.proxy.async.shared::cta: orders this thread's generic-proxy shared-memory accesses with
+// later async-proxy ones (TMA, wgmma operand reads).
+__device__ __forceinline__ void fence_proxy_async_shared_cta() {
+  QF_ASM_SM90("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// mbarrier.arrive (release, CTA scope): one arrival; the state token is discarded.
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  QF_ASM_SM90("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// mbarrier.arrive.expect_tx: one arrival, and `bytes` more bytes of asynchronous transactions
+// that must complete (complete_tx) before the phase can.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  QF_ASM_SM90("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// mbarrier.try_wait.parity (acquire, CTA scope): true once the phase of parity `parity` has
+// completed, i.e. the barrier's current phase parity differs from `parity`. May return false
+// after a system-dependent time limit; callers loop.
+__device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  QF_ASM_SM90(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
+  while (!mbarrier_try_wait_parity(bar, parity)) {
+  }
+}

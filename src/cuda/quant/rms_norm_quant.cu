@@ -1,0 +1,57 @@
+// Launcher of the RMSNorm + quantization kernel: picks the instantiation from the dtypes, the
+// scale granularity and the row length.
+#include <cstdint>
+
+#include "cuda/common.cuh"
+#include "cuda/quant/rms_norm_quant.cuh"
+
+namespace {
+
+bool rows_aligned(const void *data, int64_t ld, size_t elem, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(data) % bytes == 0 && (ld * elem) % bytes == 0;
+}
+
+template <typename T, typename Tout, ScaleGranularity GRAN>
+qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
+  if (a->x.cols > kRowColsMax)
+    return qf_fail(ctx, QF_ERR_SHAPE, "qf_rms_norm_quant: rows of %lld elements are too long", (long long)a->x.cols);
+  const bool vec = a->x.cols % 8 == 0 && rows_aligned(a->x.data, a->x.ld, sizeof(T), 16) &&
+                   rows_aligned(a->weight, 0, sizeof(T), 16) &&
+                   (!a->residual.data || rows_aligned(a->residual.data, a->residual.ld, sizeof(T), 16)) &&
+                   rows_aligned(a->q.data, a->q.ld, 1, 8);
+  const RowConfig cfg = row_config(a->x.cols, sizeof(T), vec);
+  RmsNormQuantParams p;
+  p.x = a->x.data, p.residual = a->residual.data, p.weight = a->weight, p.q = a->q.data;
+  p.x_ld = a->x.ld, p.res_ld = a->residual.ld, p.q_ld = a->q.ld, p.rows = a->x.rows;
+  p.cols = static_cast<int>(a->x.cols);
+  p.eps = a->eps, p.group_size = a->group_size, p.scales = a->scales;
+  constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
+  auto kernel = cfg.access == S ? rms_norm_quant_kernel<T, Tout, GRAN, S, 1>
+                : cfg.vpt == 1  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 1>
+                : cfg.vpt == 2  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 2>
+                : cfg.vpt == 4  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 4>
+                                : rms_norm_quant_kernel<T, Tout, GRAN, V, 8>;
+  kernel<<<row_blocks(a->x.rows), cfg.threads, 0, qf_stream(ctx)>>>(p);
+  return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");
+}
+
+template <typename T, ScaleGranularity GRAN>
+qf_status launch_out(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
+  switch (a->q.dtype) {
+    case QF_E4M3FN: return launch<T, e4m3fn_t, GRAN>(ctx, a);
+    case QF_E4M3FNUZ: return launch<T, e4m3fnuz_t, GRAN>(ctx, a);
+    default: return launch<T, int8_out_t, GRAN>(ctx, a);
+  }
+}
+
+template <typename T>
+qf_status launch_granularity(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
+  return a->group_size == -1 ? launch_out<T, ScaleGranularity::kPerToken>(ctx, a)
+                             : launch_out<T, ScaleGranularity::kPerGroup>(ctx, a);
+}
+
+}  // namespace
+
+extern "C" qf_status qf_cuda_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
+  return a->x.dtype == QF_BF16 ? launch_granularity<__nv_bfloat16>(ctx, a) : launch_granularity<__half>(ctx, a);
+}

@@ -2,6 +2,7 @@
 // qf_silu_mul_quant_group): the instantiation from the dtypes, the group size and the activation,
 // the access width from the row pitches, the tile shape from the scale layout and the extents,
 // and a persistent grid sized from the SM count.
+#include <algorithm>
 #include <type_traits>
 
 #include "cuda/common.cuh"
@@ -17,6 +18,11 @@ int ceil_log2(int64_t n) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// At most 8 rows per warp tile: 8 consecutive fp32 scales fill a 32-byte sector, and a block
+// then covers at least 2 KB of each of its rows, which keeps DRAM pages open (tall tiles of short
+// row pieces ran at 60% of the copy bandwidth).
+constexpr int kMaxLogTileRows = 3;
+
 // Fills p from the validated arguments for groups of G. The tile shape (see group_quant.cuh):
 // column-major scales take as many rows per warp as the rows allow (UE8M0 words need 4 groups
 // per warp), row-major scales as many groups as the row has; warps then line up along the groups.
@@ -24,14 +30,11 @@ qf_status make_params(qf_ctx *ctx, const char *op, const qf_group_quant_args *a,
                       GroupQuantParams *p) {
   const int64_t rows = a->q.rows, groups = a->q.cols / G, scale_rows = rows + a->scales.pad_rows;
   const bool packed = a->scales.format == QF_SCALE_UE8M0_PACKED;
-  int ltr;
-  if (a->scales.layout == QF_SCALE_ROW_MAJOR)
-    ltr = log_entries - (ceil_log2(groups) < log_entries ? ceil_log2(groups) : log_entries);
-  else
-    ltr = ceil_log2(scale_rows) < log_entries - (packed ? 2 : 0) ? ceil_log2(scale_rows) : log_entries - (packed ? 2 : 0);
+  const int ltr = a->scales.layout == QF_SCALE_ROW_MAJOR
+                      ? log_entries - std::min(ceil_log2(groups), log_entries)
+                      : std::min({ceil_log2(scale_rows), log_entries - (packed ? 2 : 0), kMaxLogTileRows});
   const int64_t warp_groups = int64_t(1) << (log_entries - ltr);
-  const int lwg_need = ceil_log2(ceil_div(groups, warp_groups)), lwg_max = ceil_log2(kGroupWarps);
-  const int lwg = lwg_need < lwg_max ? lwg_need : lwg_max;
+  const int lwg = std::min(ceil_log2(ceil_div(groups, warp_groups)), ceil_log2(kGroupWarps));
   const int64_t block_rows = int64_t(kGroupWarps >> lwg) << ltr, block_groups = warp_groups << lwg;
   const int64_t row_tiles = ceil_div(scale_rows, block_rows), col_tiles = ceil_div(groups, block_groups);
   if (row_tiles * col_tiles > INT32_MAX || groups > INT32_MAX / 2)

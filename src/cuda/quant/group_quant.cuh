@@ -8,7 +8,10 @@
 //   sub + G / 16 (each chunk one 16-byte load, two for fp32, plus one for up), so each load
 //   instruction of a warp reads whole contiguous spans; G / 16 lanes own a group and reduce its
 //   amax in log2(G / 16) shuffles. A thread handles kGroupVecs such vectors per tile: 64 bytes
-//   of input, four 16-byte loads.
+//   of input (four 16-byte loads), 128 for the gated op.
+// - The gated op is bound by arithmetic, not memory: qf_glu's exact fp32 exp (a degree-7
+//   polynomial) and its correctly rounded reciprocal cost about 25 instructions per value, so it
+//   runs near 55% of the copy bandwidth where the plain op runs near 95%.
 // - Work is cut into tiles of rows x groups walked by a persistent grid. The warp tile shape is
 //   a launch-time choice (tile_rows x tile_groups = kGroupEntries): column-major scales get tall
 //   tiles (consecutive rows of one group), row-major ones wide tiles (consecutive groups of one
@@ -17,8 +20,10 @@
 //   same rows), then stack along the rows.
 // - Software pipelined by one tile: the next tile's loads are issued as soon as this tile's
 //   inputs are in registers, so they are in flight during the reduction, the scale arithmetic
-//   and the stores. Offsets within a warp tile are fixed per thread and computed once; per tile
-//   only the tile origin moves.
+//   and the stores. The gated op issues them after its activation instead: its 128 registers
+//   cannot hold two tiles of raw inputs next to the activation's temporaries, and it is bound by
+//   arithmetic anyway (measured 4-8% faster this way). Offsets within a warp tile are fixed per
+//   thread and computed once; per tile only the tile origin moves.
 // - amax runs on the integer bits of |v|: for non-negative floats (bf16, fp16 and fp32 alike) the
 //   unsigned order of the bits is the numeric order and every NaN sorts above +Inf, so an
 //   unsigned max is the NaN-propagating max, at one instruction per two bf16/fp16 values
@@ -33,7 +38,7 @@
 // - Every scale and code comes from the shared numerics (quant_math.h, vec.cuh). Two pieces are
 //   restated here for speed with the same results, both checked against the reference for every
 //   input where that is feasible: the e4m3fnuz encoder (through the hardware e4m3fn conversion)
-//   and qf_glu (the same operations with selects instead of branches, see glu_x8).
+//   and qf_glu (the same arithmetic without per-element branches, see glu_x8).
 #pragma once
 
 #include <type_traits>
@@ -50,9 +55,10 @@ enum class GroupAct { kNone, kGlu };
 // pitches are not aligned for vectors.
 enum class GroupAccess { kScalar, kVec16 };
 
-// Vectors (16 elements each) per thread per tile: 64 bytes of input either way.
+// Vectors (16 elements each) per thread per tile: 64 bytes of input, 128 for the gated op (its
+// arithmetic limits it, so the per-tile work is spread over more values).
 template <typename Tin, GroupAct ACT>
-constexpr int kGroupVecs = sizeof(Tin) == 2 && ACT == GroupAct::kNone ? 2 : 1;
+constexpr int kGroupVecs = sizeof(Tin) == 2 ? 2 : 1;
 
 // (row, group) entries of one warp tile: 32 / (G / 16) groups per vector, kGroupVecs vectors.
 template <typename Tin, GroupAct ACT, int G>
@@ -149,16 +155,38 @@ __device__ __forceinline__ uint32_t values_amax_key(const float (&v)[8]) {
 
 // ---- the gated activation -------------------------------------------------------------------
 
-// qf_expf with the same operations and selects instead of its early returns, so that eight
-// lanes' worth of values interleave. 2^n is built from t + big directly: |n| < 2^23, so n sits
-// in the low mantissa bits of t + big, and (n + 127) << 23 is that word plus (or minus) 127
-// shifted (the exponent field of +-2^23 is shifted out). Equal to qf_expf for all 2^32 inputs.
-__device__ __forceinline__ float expf_select(float x) {
-  const float t = __fmul_rn(x, 1.44269504088896341f);
-  const float big = t >= 0.0f ? 8388608.0f : -8388608.0f;
-  const float tb = __fadd_rn(t, big);
-  const float n = __fadd_rn(tb, -big);
-  const float f = __fsub_rn(t, n);
+// min.NaN.f32 / max.NaN.f32: NaN if either input is NaN. Equal to qf_nan_min / qf_nan_max up to
+// the NaN's payload whenever the two inputs are not zeros of opposite signs (the limits here are
+// nonzero).
+__device__ __forceinline__ float min_nan_f32(float a, float b) {
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float max_nan_f32(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// rcp.approx.ftz.f32: the hardware reciprocal estimate.
+__device__ __forceinline__ float rcp_approx_ftz_f32(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// 1 + qf_expf(x) for x not NaN, branch-free so that eight values interleave. qf_expf returns 0
+// below t = x log2(e) = -125 and +Inf from t = 128 on; clamping t into [-125, 128] gives
+// 1 + 2^-125 p = 1 and 2^128 p = +Inf there, the same sums, and leaves every other t alone.
+// n = rint(t) comes from t + 1.5 * 2^23 instead of t +- 2^23 (the same integer, ties to even,
+// for |t| < 2^22), whose low mantissa bits hold n, so 2^n is ((word + 127) << 23) with the
+// exponent field of the constant shifted out. Equal to 1 + qf_expf(x) for all 2^32 inputs but
+// NaN (a NaN x comes from a NaN gate, which makes the product NaN anyway).
+__device__ __forceinline__ float one_plus_expf(float x) {
+  const float t = fminf(fmaxf(__fmul_rn(x, 1.44269504088896341f), -125.0f), 128.0f);
+  const float tb = __fadd_rn(t, 12582912.0f);
+  const float f = __fsub_rn(t, __fsub_rn(tb, 12582912.0f));
   float p = 1.5252733804059840e-05f;
   p = __fmaf_rn(p, f, 1.5403530393381606e-04f);
   p = __fmaf_rn(p, f, 1.3333558146428443e-03f);
@@ -167,34 +195,34 @@ __device__ __forceinline__ float expf_select(float x) {
   p = __fmaf_rn(p, f, 2.4022650695910071e-01f);
   p = __fmaf_rn(p, f, 6.9314718055994531e-01f);
   p = __fmaf_rn(p, f, 1.0f);
-  const uint32_t field = t >= 0.0f ? __float_as_uint(tb) + 127u : 127u - __float_as_uint(tb);
-  float r = __fmul_rn(p, __uint_as_float(field << 23));
-  r = t >= 128.0f ? __uint_as_float(0x7f800000u) : r;
-  r = t <= -125.0f ? 0.0f : r;
-  return x != x ? x : r;
+  return 1.0f + __fmul_rn(p, __uint_as_float((__float_as_uint(tb) + 127u) << 23));
 }
 
-// 1 / x, correctly rounded, for x in [1, 2^125]: the approximate reciprocal and one Newton step,
-// which is the sequence the compiler emits for 1.0f / x on that range (and checked equal for
-// every x there); other x take the full division.
+// 1 / x, correctly rounded, for x in [1, 2^125]: the reciprocal estimate and one Newton step,
+// the sequence the compiler emits for 1.0f / x on that range (checked equal for every such x).
 __device__ __forceinline__ float rcp_in_range(float x) {
-  const float r = __fdividef(1.0f, x);
+  const float r = rcp_approx_ftz_f32(x);
   return __fmaf_rn(r, __fmaf_rn(-x, r, 1.0f), r);
 }
 
-// qf_glu on eight values: the same operations in the same order (NOTES), with qf_expf and the
-// division branch-free. A branch around a per-element division would serialize the eight values.
+// qf_glu on eight values, the same arithmetic with the branches taken out: the limit test is
+// uniform, the clamps are single NaN-propagating min/max instructions (limit > 0, so no signed
+// zero ties), 1 + exp is branch-free (above) and the division takes the full path only when a
+// value leaves [1, 2^125] (huge exp, or NaN). A branch per element would serialize the eight.
 __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha, float limit, int up_plus_one,
                                        float (&v)[8]) {
+  if (limit > 0.0f) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      g[j] = min_nan_f32(g[j], limit);
+      u[j] = max_nan_f32(min_nan_f32(u[j], limit), -limit);
+    }
+  }
   float x1[8], r[8];
   bool rare = false;
 #pragma unroll
   for (int j = 0; j < 8; j++) {
-    if (limit > 0.0f) {
-      g[j] = qf_nan_min(g[j], limit);
-      u[j] = qf_nan_max(qf_nan_min(u[j], limit), -limit);
-    }
-    x1[j] = 1.0f + expf_select(-__fmul_rn(alpha, g[j]));
+    x1[j] = one_plus_expf(-__fmul_rn(alpha, g[j]));
     r[j] = rcp_in_range(x1[j]);
     rare |= !(x1[j] <= 0x1p125f);
   }
@@ -203,8 +231,12 @@ __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha
     for (int j = 0; j < 8; j++)
       if (!(x1[j] <= 0x1p125f)) r[j] = 1.0f / x1[j];
   }
+  if (up_plus_one) {
 #pragma unroll
-  for (int j = 0; j < 8; j++) v[j] = __fmul_rn(__fmul_rn(g[j], r[j]), up_plus_one ? u[j] + 1.0f : u[j]);
+    for (int j = 0; j < 8; j++) u[j] = u[j] + 1.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; j++) v[j] = __fmul_rn(__fmul_rn(g[j], r[j]), u[j]);
 }
 
 // ---- outputs --------------------------------------------------------------------------------
@@ -251,6 +283,8 @@ __device__ __forceinline__ void store8_q(uint8_t *p, const float (&v)[8]) {
 
 // ---- the kernel ----------------------------------------------------------------------------
 
+// Plain: at most 80 registers, 3 blocks (24 warps) per SM, each warp with up to two tiles of
+// loads in flight. Gated: 128 registers (eight values' activation temporaries), 2 blocks.
 template <typename Tin, typename Tout, int G, GroupAct ACT, GroupAccess ACC>
 __global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kGlu ? 2 : 3)
     group_quant_kernel(const GroupQuantParams p) {
@@ -337,35 +371,45 @@ __global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kGlu ? 2 : 3)
   while (tile_r < p.row_tiles) {
     const Origin cur = next;
     bool cur_live[kVecs];
-    uint32_t key[kVecs];
-    // Plain: the raw words (widened again to quantize); gated: the activated values.
-    uint4 cur_raw[kVecs][2][kGlu ? 1 : kWords];
-    float v[kVecs][2][kGlu ? 8 : 1];
+    uint4 cur_raw[kVecs][2][kWords * (kGlu ? 2 : 1)];
 #pragma unroll
     for (int i = 0; i < kVecs; i++) {
       cur_live[i] = live[i];
+#pragma unroll
+      for (int c = 0; c < 2; c++)
+#pragma unroll
+        for (int k = 0; k < kWords * (kGlu ? 2 : 1); k++) cur_raw[i][c][k] = raw[i][c][k];
+    }
+
+    // ---- prefetch the next tile: plain, at once; gated, after the activation (NOTES)
+    auto prefetch = [&] {
+      tile_c += step_c;
+      tile_r += step_r + (tile_c >= p.col_tiles ? 1u : 0u);
+      tile_c -= tile_c >= p.col_tiles ? p.col_tiles : 0u;
+      if (tile_r < p.row_tiles) load_tile(next = origin(tile_r, tile_c));
+    };
+    if constexpr (!kGlu) prefetch();
+
+    // ---- activation (gated: kept as values; plain: widened again to quantize) and amax keys
+    uint32_t key[kVecs];
+    float v[kVecs][2][kGlu ? 8 : 1];
+#pragma unroll
+    for (int i = 0; i < kVecs; i++) {
       key[i] = 0;
 #pragma unroll
       for (int c = 0; c < 2; c++) {
         if constexpr (kGlu) {
           float g[8], u[8];
-          widen8<Tin>(raw[i][c], g);
-          widen8<Tin>(raw[i][c] + kWords, u);
+          widen8<Tin>(cur_raw[i][c], g);
+          widen8<Tin>(cur_raw[i][c] + kWords, u);
           glu_x8(g, u, p.alpha, p.limit, p.up_plus_one, v[i][c]);
           key[i] = max(key[i], values_amax_key(v[i][c]));
         } else {
-#pragma unroll
-          for (int k = 0; k < kWords; k++) cur_raw[i][c][k] = raw[i][c][k];
-          key[i] = max(key[i], chunk_amax_key<Tin>(raw[i][c]));
+          key[i] = max(key[i], chunk_amax_key<Tin>(cur_raw[i][c]));
         }
       }
     }
-
-    // ---- prefetch the next tile
-    tile_c += step_c;
-    tile_r += step_r + (tile_c >= p.col_tiles ? 1u : 0u);
-    tile_c -= tile_c >= p.col_tiles ? p.col_tiles : 0u;
-    if (tile_r < p.row_tiles) load_tile(next = origin(tile_r, tile_c));
+    if constexpr (kGlu) prefetch();
 
     // ---- the amax of each vector's group, and this lane's scale: the one of vector `own`
 #pragma unroll

@@ -43,6 +43,7 @@
 
 #include <type_traits>
 
+#include "cuda/ptx/arith.cuh"
 #include "cuda/quant/vec.cuh"
 #include "qfuse.h"
 
@@ -154,27 +155,6 @@ __device__ __forceinline__ uint32_t values_amax_key(const float (&v)[8]) {
 }
 
 // ---- the gated activation -------------------------------------------------------------------
-
-// min.NaN.f32 / max.NaN.f32: NaN if either input is NaN. Equal to qf_nan_min / qf_nan_max up to
-// the NaN's payload whenever the two inputs are not zeros of opposite signs (the limits here are
-// nonzero).
-__device__ __forceinline__ float min_nan_f32(float a, float b) {
-  float d;
-  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-__device__ __forceinline__ float max_nan_f32(float a, float b) {
-  float d;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-
-// rcp.approx.ftz.f32: the hardware reciprocal estimate.
-__device__ __forceinline__ float rcp_approx_ftz_f32(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
 
 // 1 + qf_expf(x) for x not NaN, branch-free so that eight values interleave. qf_expf returns 0
 // below t = x log2(e) = -125 and +Inf from t = 128 on; clamping t into [-125, 128] gives

@@ -19,12 +19,13 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
                    rows_aligned(a->weight, 0, sizeof(T), 16) &&
                    (!a->residual.data || rows_aligned(a->residual.data, a->residual.ld, sizeof(T), 16)) &&
                    rows_aligned(a->q.data, a->q.ld, 1, 8);
-  const RowConfig cfg = row_config(a->x.cols, sizeof(T), vec);
+  const RowConfig cfg = row_config(a->x.cols, sizeof(T), vec, a->x.rows, ctx->sm_count);
   RmsNormQuantParams p;
   p.x = a->x.data, p.residual = a->residual.data, p.weight = a->weight, p.q = a->q.data;
   p.x_ld = a->x.ld, p.res_ld = a->residual.ld, p.q_ld = a->q.ld, p.rows = a->x.rows;
   p.cols = static_cast<int>(a->x.cols);
-  p.eps = a->eps, p.group_size = a->group_size, p.scales = a->scales;
+  p.eps = a->eps, p.scales = a->scales;
+  p.group_shift = a->group_size == 32 ? 5 : a->group_size == 64 ? 6 : 7;  // per token: unused
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
   auto kernel = cfg.access == S ? rms_norm_quant_kernel<T, Tout, GRAN, S, 1>
                 : cfg.vpt == 1  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 1>

@@ -12,14 +12,14 @@
 // - The sum of squares is fp64 (the contract; any order gives the same value after the cast to
 //   fp32 except in ties at the 2^-53 level). y has at most 11 significant bits, so y * y is exact
 //   in fp64 and fma(y, y, acc) rounds like acc + y * y.
-// - Per group: a group is G / 8 consecutive chunks, held by consecutive lanes (chunk t*T + tid
-//   with T a multiple of 32), and never crosses a tile (tiles are multiples of 256 elements).
-//   The group's first lane stores its scale through qf_store_group_scale. Block 0 writes the 0
-//   scales of the padding rows of COL_MAJOR_TMA; the lane of the last group of a row writes the
-//   0 bytes that complete its last UE8M0 word.
+// - Per group: a group is G / 8 consecutive chunks, held by consecutive lanes (chunk_col), and
+//   never crosses a tile (tiles are multiples of 256 elements). The group's first lane stores
+//   its scale through qf_store_group_scale. Block 0 writes the 0 scales of the padding rows of
+//   COL_MAJOR_TMA; the lane of the last group of a row writes the 0 bytes that complete its last
+//   UE8M0 word.
 // - Per token: y stays in registers between the amax and the quantization when the row is one
-//   tile, and v is recomputed from it and w: a quarter of the registers of keeping v in fp32.
-//   Longer rows re-read y (from residual or x).
+//   tile, and v is recomputed from it and w: half the registers of keeping v in fp32. Longer
+//   rows re-read y (from residual or x).
 #pragma once
 
 #include "cuda/quant/token_quant.cuh"
@@ -34,7 +34,7 @@ struct RmsNormQuantParams {
   int64_t x_ld, res_ld, q_ld, rows;
   int cols;
   float eps;
-  int group_size;  // kPerGroup: 32, 64 or 128
+  int group_shift;  // kPerGroup: log2 of G (5, 6, 7)
   qf_scale_out scales;
 };
 
@@ -48,17 +48,13 @@ __device__ __forceinline__ __half round_to(__half, float f) {
 }
 
 // NaN-propagating max over the G / 8 lanes of a group.
-__device__ __forceinline__ float group_amax(float a, int group_size) {
-  switch (group_size) {
-    case 32: return group_max_shfl<4>(a);
-    case 64: return group_max_shfl<8>(a);
-    default: return group_max_shfl<16>(a);
-  }
+__device__ __forceinline__ float group_amax(float a, int group_shift) {
+  return group_shift == 5 ? group_max_shfl<4>(a) : group_shift == 6 ? group_max_shfl<8>(a) : group_max_shfl<16>(a);
 }
 
 // NOTES: registers decide how many rows an SM holds, hence the bytes in flight. These caps are
 // the fewest registers that compile without spills (nvcc 13, -Xptxas -v): K = 18432 (288
-// threads x 96) keeps two rows per SM instead of one, K = 7168 (128 x 96) five.
+// threads x 96) keeps two rows per SM instead of one, K = 7168 (128 threads) five.
 __host__ __device__ constexpr int rms_max_regs(int vpt) { return vpt >= 8 ? 96 : vpt >= 4 ? 72 : 64; }
 
 template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT>
@@ -75,7 +71,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
   const T *w = static_cast<const T *>(p.weight);
 
   if (kPerGroup && blockIdx.x == 0 && so.pad_rows > 0) {
-    const int64_t groups = p.cols / p.group_size;
+    const int64_t groups = p.cols >> p.group_shift;
     const int64_t n = so.format == QF_SCALE_UE8M0_PACKED ? (groups + 3) / 4 * 4 : groups;
     for (int64_t e = threadIdx.x; e < so.pad_rows * n; e += blockDim.x)
       qf_store_group_scale(so.data, so.ld, so.layout, so.format, p.rows + e / n, e % n, 0.0f);
@@ -157,11 +153,11 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
           return;
         }
         // Every lane takes part in the shuffle; past the row (K % G == 0) lie only whole groups.
-        a = group_amax(a, p.group_size);
+        a = group_amax(a, p.group_shift);
         if (c >= p.cols) return;
         const float s = qf_group_scale(a, qmax, so.ub != nullptr, ub, so.scale_min, so.format != QF_SCALE_F32);
-        if (c % p.group_size == 0) {
-          const int g = c / p.group_size, groups = p.cols / p.group_size;
+        if ((c & ((1 << p.group_shift) - 1)) == 0) {  // the group's first lane
+          const int g = c >> p.group_shift, groups = p.cols >> p.group_shift;
           qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, g, s);
           if (so.format == QF_SCALE_UE8M0_PACKED && g == groups - 1)
             for (int e = groups; e % 4; e++) qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, e, 0.0f);

@@ -14,7 +14,7 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
   const bool vec = a->x.cols % 8 == 0 && reinterpret_cast<uintptr_t>(a->x.data) % 16 == 0 &&
                    (a->x.ld * sizeof(Tin)) % 16 == 0 && reinterpret_cast<uintptr_t>(a->q.data) % 8 == 0 &&
                    a->q.ld % 8 == 0;
-  const RowConfig cfg = row_config(a->x.cols, sizeof(Tin), vec);
+  const RowConfig cfg = row_config(a->x.cols, sizeof(Tin), vec, a->x.rows, ctx->sm_count);
   TokenQuantParams p;
   p.x = a->x.data, p.q = a->q.data;
   p.x_ld = a->x.ld, p.q_ld = a->q.ld, p.rows = a->x.rows, p.cols = static_cast<int>(a->x.cols);

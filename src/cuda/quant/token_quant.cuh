@@ -109,6 +109,47 @@ __device__ __forceinline__ void store_bytes_chunk(uint8_t *row, int c, int cols,
 // prefetch.global.L1: start moving the line holding p into L1; no register is written.
 __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
+// NaN-propagating running min and max of a row's values, or of their magnitudes. For 16-bit
+// inputs the whole chunks go through pairs (__hmin2_nan / __hmax2_nan, exact on the values),
+// about one instruction per element; single values and fp32 through qf_nan_min / qf_nan_max.
+// The result equals folding qf_nan_min / qf_nan_max over the widened values up to the payload
+// of a NaN and the sign of a zero, neither of which changes a scale, zero point or code.
+template <typename T>
+struct RowRange {
+  static constexpr bool kPairs = sizeof(T) == 2;
+  using P = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+  float lo = qf_f32_from_bits(QF_F32_INF), hi = -qf_f32_from_bits(QF_F32_INF);
+  P plo, phi;
+
+  __device__ __forceinline__ RowRange() {
+    const uint32_t inf = std::is_same<T, __half>::value ? 0x7c007c00u : 0x7f807f80u;  // +Inf, +Inf
+    plo = *reinterpret_cast<const P *>(&inf);
+    const uint32_t ninf = inf | 0x80008000u;
+    phi = *reinterpret_cast<const P *>(&ninf);
+  }
+  __device__ __forceinline__ void add(float v) { lo = qf_nan_min(lo, v), hi = qf_nan_max(hi, v); }
+  template <bool kAbs>
+  __device__ __forceinline__ void add_chunk(const Chunk<T> &ch) {
+    if constexpr (kPairs) {
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const P v = kAbs ? __habs2(reinterpret_cast<const P *>(ch.raw)[k]) : reinterpret_cast<const P *>(ch.raw)[k];
+        plo = __hmin2_nan(plo, v), phi = __hmax2_nan(phi, v);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; j++) add(kAbs ? qf_absf(ch.f32(j)) : ch.f32(j));
+    }
+  }
+  // Merges the pairs into lo and hi: the range of everything this thread added.
+  __device__ __forceinline__ void finish() {
+    if constexpr (kPairs) {
+      lo = qf_nan_min(lo, qf_nan_min(to_f32(plo.x), to_f32(plo.y)));
+      hi = qf_nan_max(hi, qf_nan_max(to_f32(phi.x), to_f32(phi.y)));
+    }
+  }
+};
+
 template <typename Tout>
 __device__ __forceinline__ float qmax_of() {
   return qf_qmax(std::is_same<Tout, int8_out_t>::value, std::is_same<Tout, e4m3fnuz_t>::value);
@@ -151,14 +192,16 @@ struct RowConfig {
   RowAccess access;
 };
 
-// Vectors: the fewest chunks per thread (1, 2, 4, 8) that fit the row into kRowThreadsTarget
-// threads, up to kRowThreadsMax threads of row_vpt_max chunks, then tiles. Fewer threads per row
-// keep more rows resident per SM. The scalar path is a fallback: one chunk per thread.
-static inline RowConfig row_config(int64_t cols, int elem_bytes, bool vec) {
-  constexpr int64_t kRowThreadsTarget = 64;
+// Vectors: the fewest chunks per thread (1, 2, 4, 8) that fit the row into a target number of
+// threads, up to kRowThreadsMax threads of row_vpt_max chunks, then tiles. With rows enough to
+// fill the chip, 64 threads: fewer threads per row keep more rows resident, hence more bytes in
+// flight. With few rows (decode), 256: the row's serial work is spread over more threads. The
+// scalar path is a fallback: one chunk per thread.
+static inline RowConfig row_config(int64_t cols, int elem_bytes, bool vec, int64_t rows, int sm_count) {
+  const int64_t target = rows >= 4 * static_cast<int64_t>(sm_count) ? 64 : 256;
   const int64_t chunks = (cols + 7) / 8;
   int64_t vpt = 1;
-  while (vec && vpt < row_vpt_max(elem_bytes) && (chunks + vpt - 1) / vpt > kRowThreadsTarget) vpt *= 2;
+  while (vec && vpt < row_vpt_max(elem_bytes) && (chunks + vpt - 1) / vpt > target) vpt *= 2;
   int64_t threads = ((chunks + vpt - 1) / vpt + 31) / 32 * 32;
   if (threads > kRowThreadsMax) threads = kRowThreadsMax;
   return {static_cast<int>(threads), static_cast<int>(vpt), vec ? RowAccess::kVec16 : RowAccess::kScalar};
@@ -201,24 +244,25 @@ __global__ void __launch_bounds__(kRowThreadsMax) token_quant_kernel(TokenQuantP
     };
 
     // Pass 1: max |x| (symmetric) or min and max (asymmetric) of the row.
-    float amax = 0.0f, lo = qf_f32_from_bits(QF_F32_INF), hi = -lo;
+    RowRange<Tin> range;
     for (int t = 0; t < tiles; t++) {
       load_x(t);
 #pragma unroll
       for (int i = 0; i < VPT; i++) {
         const int c = chunk_col<VPT>(t, i);
+        if (ZP == ZeroPoint::kNone) {
+          range.template add_chunk<true>(x[i]);  // columns past the row read as 0: no effect
+        } else if (ACC == RowAccess::kVec16) {
+          if (c < p.cols) range.template add_chunk<false>(x[i]);
+        } else {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-          const float v = x[i].f32(j);
-          if (ZP == ZeroPoint::kNone) {
-            amax = qf_nan_max(amax, qf_absf(v));  // columns past the row read as 0: no effect
-          } else if (ACC == RowAccess::kVec16 ? c < p.cols : c + j < p.cols) {
-            lo = qf_nan_min(lo, v);
-            hi = qf_nan_max(hi, v);
-          }
+          for (int j = 0; j < 8; j++)
+            if (c + j < p.cols) range.add(x[i].f32(j));
         }
       }
     }
+    range.finish();
+    float amax = range.hi, lo = range.lo, hi = range.hi;
 
     // The scale (and zero point) of the row.
     float s;

@@ -143,7 +143,10 @@ qf_status qf_cpu_quant_tensor_dynamic(qf_ctx *ctx, const qf_tensor_dynamic_args 
 }
 
 /* Rounds an fp32 value to x's 16-bit dtype (the residual stream's precision). */
-static uint16_t to_half_bits(qf_dtype dt, float v) { return dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v); }
+static uint16_t to_half_bits(qf_dtype dt, float v) {
+  if (v != v) return dt == QF_BF16 ? 0x7fc0 : 0x7e00; /* one NaN: the sign of Inf - Inf differs by CPU */
+  return dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
+}
 
 qf_status qf_cpu_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   const int64_t M = a->x.rows, K = a->x.cols;

@@ -54,7 +54,7 @@ __device__ __forceinline__ float group_amax(float a, int group_shift) {
 
 // NOTES: registers decide how many rows an SM holds, hence the bytes in flight. These caps are
 // the fewest registers that compile without spills (nvcc 13, -Xptxas -v): K = 18432 (288
-// threads x 96) keeps two rows per SM instead of one, K = 7168 (128 threads) five.
+// threads x 96) keeps two rows per SM instead of one, K = 7168 (224 x 72) four.
 __host__ __device__ constexpr int rms_max_regs(int vpt) { return vpt >= 8 ? 96 : vpt >= 4 ? 72 : 64; }
 
 template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT>

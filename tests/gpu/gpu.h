@@ -7,6 +7,10 @@
 
 #include <cuda_runtime.h>
 
+#include "check.h"
+#include "qfuse.h"
+#include "tensors.h"
+
 #define CUDA_OK(call)                                                                              \
   do {                                                                                             \
     cudaError_t err_ = (call);                                                                     \
@@ -20,6 +24,56 @@ static inline void *dev_alloc(size_t bytes) {
   void *p = NULL;
   CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
   return p;
+}
+
+/* Opens the CUDA context under test and the CPU reference context; exits when there is no GPU. */
+static inline void open_contexts(qf_ctx **gpu, qf_ctx **cpu) {
+  qf_status st = qf_ctx_create(gpu, QF_DEVICE_CUDA, 0);
+  if (st != QF_OK) {
+    fprintf(stderr, "no CUDA context: %s\n", qf_status_str(st));
+    exit(1);
+  }
+  if (qf_ctx_create(cpu, QF_DEVICE_CPU, 0) != QF_OK) exit(1);
+}
+
+/* QF_TEST_QUICK (the compute-sanitizer pass): small shapes only. */
+static inline int quick_mode(void) { return getenv("QF_TEST_QUICK") != NULL; }
+
+enum { PAIR_TAIL = 64 };
+
+/* ---- host/device buffer pairs ------------------------------------------------------------ */
+
+/* The CPU backend's buffer (ref), the CUDA backend's (dev) and its copy back (got): `bytes` of
+ * data (or poison) followed by PAIR_TAIL poisoned bytes. */
+typedef struct {
+  uint8_t *ref, *got;
+  void *dev;
+  size_t bytes;
+} pair;
+
+static inline void pair_init(pair *p, size_t bytes, const void *init) {
+  p->bytes = bytes + PAIR_TAIL;
+  p->ref = malloc(p->bytes);
+  p->got = malloc(p->bytes);
+  p->dev = dev_alloc(p->bytes);
+  memset(p->ref, POISON, p->bytes);
+  if (init) memcpy(p->ref, init, bytes);
+  CUDA_OK(cudaMemcpy(p->dev, p->ref, p->bytes, cudaMemcpyHostToDevice));
+}
+
+/* Compares the device buffer with the reference, every byte including the sentinel tail. */
+static inline void pair_check(pair *p, const char *what, const char *desc) {
+  CUDA_OK(cudaMemcpy(p->got, p->dev, p->bytes, cudaMemcpyDeviceToHost));
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < p->bytes; i++)
+    if (p->got[i] != p->ref[i] && bad++ == 0) first = i;
+  CHECK(bad == 0, "%s: %s: %zu bytes differ, first at byte %zu%s (gpu 0x%02x, cpu 0x%02x)", desc, what, bad, first,
+        first >= p->bytes - PAIR_TAIL ? " (sentinel)" : "", bad ? p->got[first] : 0, bad ? p->ref[first] : 0);
+}
+
+static inline void pair_free(pair *p) {
+  free(p->ref), free(p->got);
+  CUDA_OK(cudaFree(p->dev));
 }
 
 #endif

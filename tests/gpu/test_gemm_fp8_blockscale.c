@@ -227,14 +227,8 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
 
 int main(void) {
   qf_ctx *gpu, *cpu;
-  qf_status st = qf_ctx_create(&gpu, QF_DEVICE_CUDA, 0);
-  if (st != QF_OK) {
-    fprintf(stderr, "no CUDA context: %s\n", qf_status_str(st));
-    return 1;
-  }
-  qf_ctx_create(&cpu, QF_DEVICE_CPU, 0);
-  /* QF_TEST_QUICK (the compute-sanitizer pass): small shapes only. */
-  const int quick = getenv("QF_TEST_QUICK") != NULL;
+  open_contexts(&gpu, &cpu);
+  const int quick = quick_mode();
   uint64_t seed = 0x5EED6E33;
   const int64_t Ms[] = {1, 3, 64, 77, 128, 4097}, Ns[] = {16, 48, 128, 2112}, Ks[] = {16, 128, 576, 7168 + 128};
   const qf_dtype dts[] = {QF_BF16, QF_F32, QF_F16};

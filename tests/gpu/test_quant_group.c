@@ -328,14 +328,8 @@ static void test_huge(qf_ctx *gpu, qf_ctx *cpu) {
 
 int main(void) {
   qf_ctx *gpu, *cpu;
-  qf_status st = qf_ctx_create(&gpu, QF_DEVICE_CUDA, 0);
-  if (st != QF_OK) {
-    fprintf(stderr, "no CUDA context: %s\n", qf_status_str(st));
-    return 1;
-  }
-  qf_ctx_create(&cpu, QF_DEVICE_CPU, 0);
-  /* QF_TEST_QUICK (the compute-sanitizer pass): small shapes only. */
-  const int quick = getenv("QF_TEST_QUICK") != NULL;
+  open_contexts(&gpu, &cpu);
+  const int quick = quick_mode();
   uint64_t seed = 0x6A09E667F3BCC908ull;
   sweep_plain(gpu, cpu, quick, &seed);
   sweep_glu(gpu, cpu, quick, &seed);

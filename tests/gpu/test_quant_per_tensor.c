@@ -117,14 +117,8 @@ static void test_huge(qf_ctx *gpu, qf_ctx *cpu) {
 
 int main(void) {
   qf_ctx *gpu, *cpu;
-  qf_status st = qf_ctx_create(&gpu, QF_DEVICE_CUDA, 0);
-  if (st != QF_OK) {
-    fprintf(stderr, "no CUDA context: %s\n", qf_status_str(st));
-    return 1;
-  }
-  qf_ctx_create(&cpu, QF_DEVICE_CPU, 0);
-  /* QF_TEST_QUICK (the compute-sanitizer pass): small shapes only. */
-  const int quick = getenv("QF_TEST_QUICK") != NULL;
+  open_contexts(&gpu, &cpu);
+  const int quick = quick_mode();
   uint64_t seed = 0xC0FFEE;
   const qf_dtype xts[] = {QF_BF16, QF_F16, QF_F32}, qts[] = {QF_E4M3FN, QF_I8};
   /* rows, cols, extra x pitch, extra q pitch */

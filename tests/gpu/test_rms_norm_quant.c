@@ -14,43 +14,6 @@
 #include "gpu.h"
 #include "tensors.h"
 
-enum { TAIL = 64 };
-
-/* ---- host/device buffer pairs ------------------------------------------------------------ */
-
-/* The CPU backend's buffer (ref), the CUDA backend's (dev) and its copy back (got): `bytes` of
- * data (or poison) followed by TAIL poisoned bytes. */
-typedef struct {
-  uint8_t *ref, *got;
-  void *dev;
-  size_t bytes;
-} pair;
-
-static void pair_init(pair *p, size_t bytes, const void *init) {
-  p->bytes = bytes + TAIL;
-  p->ref = malloc(p->bytes);
-  p->got = malloc(p->bytes);
-  p->dev = dev_alloc(p->bytes);
-  memset(p->ref, POISON, p->bytes);
-  if (init) memcpy(p->ref, init, bytes);
-  CUDA_OK(cudaMemcpy(p->dev, p->ref, p->bytes, cudaMemcpyHostToDevice));
-}
-
-/* Compares the device buffer with the reference, every byte including the sentinel tail. */
-static void pair_check(pair *p, const char *what, const char *desc) {
-  CUDA_OK(cudaMemcpy(p->got, p->dev, p->bytes, cudaMemcpyDeviceToHost));
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < p->bytes; i++)
-    if (p->got[i] != p->ref[i] && bad++ == 0) first = i;
-  CHECK(bad == 0, "%s: %s: %zu bytes differ, first at byte %zu%s (gpu 0x%02x, cpu 0x%02x)", desc, what, bad, first,
-        first >= p->bytes - TAIL ? " (sentinel)" : "", bad ? p->got[first] : 0, bad ? p->ref[first] : 0);
-}
-
-static void pair_free(pair *p) {
-  free(p->ref), free(p->got);
-  CUDA_OK(cudaFree(p->dev));
-}
-
 /* ---- inputs ------------------------------------------------------------------------------- */
 
 static uint16_t half_bits(qf_dtype dt, float v) { return dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v); }
@@ -163,14 +126,8 @@ static void rms_case(qf_ctx *gpu, qf_ctx *cpu, rms_variant v, int64_t M, int64_t
 
 int main(void) {
   qf_ctx *gpu, *cpu;
-  qf_status st = qf_ctx_create(&gpu, QF_DEVICE_CUDA, 0);
-  if (st != QF_OK) {
-    fprintf(stderr, "no CUDA context: %s\n", qf_status_str(st));
-    return 1;
-  }
-  qf_ctx_create(&cpu, QF_DEVICE_CPU, 0);
-  /* QF_TEST_QUICK (the compute-sanitizer pass): small shapes only. */
-  const int quick = getenv("QF_TEST_QUICK") != NULL;
+  open_contexts(&gpu, &cpu);
+  const int quick = quick_mode();
   uint64_t seed = 0x125A0;
   const qf_dtype xts[] = {QF_BF16, QF_F16}, qts[] = {QF_E4M3FN, QF_E4M3FNUZ, QF_I8};
   /* (layout, format) pairs the API accepts. */

@@ -95,6 +95,21 @@ typedef struct {
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
 qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
 
+typedef struct {
+  qf_mat a, b, d;            /* a [M, K], b [N, K] int8 or e4m3fn; d [M, N] */
+  const float *a_scale;      /* [1] or [M] */
+  int a_per_token;
+  const float *b_scale;      /* [1] or [N] */
+  int b_per_channel;
+  const void *bias;          /* NULL or [N], d's dtype */
+  const int32_t *azp_adj;    /* NULL or [N] */
+  const int32_t *azp;        /* NULL or [M] (then azp_adj is set) */
+  int64_t M, N, K;
+} qf_gemm_scaled_args;
+
+qf_status qf_cpu_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a);
+qf_status qf_cpu_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier, int32_t *adj);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,15 +48,20 @@ typedef uint32_t qf_dtype_set;
 
 /* Validates a 1-D or 2-D tensor argument named `name` of op `op` and fills *out:
  * non-NULL, on ctx's device, dtype in `accept`, last dimension contiguous, row stride >= cols
- * (row stride free when there is one row), data + byte_offset aligned to `align` bytes and, when
- * `align` > 1, the row pitch a multiple of `align` is NOT required (kernels fall back to a
- * narrower path). Returns the specific status with a message naming op, argument and values. */
+ * (free when there is one row) and data + byte_offset aligned to `align` bytes; the row pitch
+ * need not be a multiple of `align` (kernels take a narrower path then). Returns the specific
+ * status with a message naming op, argument and values. */
 qf_status qf_check_mat(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t,
                        qf_dtype_set accept, size_t align, qf_mat *out);
 
 /* Checks a tensor's exact shape (ndim and every extent). */
 qf_status qf_check_shape(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t,
                          int ndim, const int64_t *shape);
+
+/* A vector of n elements given as [n], [n, 1] or [1, n], contiguous, of dtype dt on ctx's
+ * device, 4-byte aligned; *data receives its first element. */
+qf_status qf_check_vec(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt,
+                       int64_t n, void **data);
 
 #ifdef __cplusplus
 }

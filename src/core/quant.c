@@ -131,25 +131,6 @@ static qf_status check_group_size(qf_ctx *ctx, const char *op, int G) {
   return QF_OK;
 }
 
-/* scales [M] or [M, 1] fp32, contiguous. */
-static qf_status check_token_vec(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt,
-                                 int64_t M, void **data) {
-  if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
-  int64_t shape1[1] = {M}, shape2[2] = {M, 1};
-  qf_status st = qf_check_shape(ctx, op, name, t, t->ndim == 2 ? 2 : 1, t->ndim == 2 ? shape2 : shape1);
-  if (st) return st;
-  DLTensor view = *t;
-  view.ndim = 1;
-  view.shape = shape1;
-  view.strides = t->strides && t->ndim == 1 ? t->strides : NULL;
-  if (t->strides && t->ndim == 2 && M > 1 && t->strides[0] != 1)
-    return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[0]=%" PRId64 "; expected contiguous", op, name, t->strides[0]);
-  qf_mat m;
-  if ((st = qf_check_mat(ctx, op, name, &view, QF_DT(dt), 4, &m))) return st;
-  *data = m.data;
-  return QF_OK;
-}
-
 static const qf_group_quant_opts default_group_opts;
 
 /* ---- the ops ------------------------------------------------------------------------------ */
@@ -220,14 +201,14 @@ qf_status qf_quant_token(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *
   qf_status st;
   if ((st = check_2d(ctx, op, "x", x, QF_IN_TYPES, &a.x)) || (st = check_2d(ctx, op, "q", q, QF_Q_TYPES, &a.q)) ||
       (st = check_same_shape(ctx, op, "x", x, "q", q)) ||
-      (st = check_token_vec(ctx, op, "scales", scales, QF_F32, a.x.rows, (void **)&a.scales)) ||
+      (st = qf_check_vec(ctx, op, "scales", scales, QF_F32, a.x.rows, (void **)&a.scales)) ||
       (st = check_floor(ctx, op, o->scale_min, &a.scale_min)) || (st = check_ub(ctx, op, o->scale_ub, &a.ub)))
     return st;
   if (azp) {
     if (a.q.dtype != QF_I8)
       return qf_fail(ctx, QF_ERR_DTYPE, "%s: azp (asymmetric) needs q of dtype int8, got %s", op, qf_dtype_name(a.q.dtype));
     if (a.ub) return qf_fail(ctx, QF_ERR_VALUE, "%s: scale_ub applies to symmetric quantization only (azp given)", op);
-    if ((st = check_token_vec(ctx, op, "azp", azp, QF_I32, a.x.rows, (void **)&a.azp))) return st;
+    if ((st = qf_check_vec(ctx, op, "azp", azp, QF_I32, a.x.rows, (void **)&a.azp))) return st;
   }
   if (a.x.rows * a.x.cols == 0) return QF_OK;
 #ifdef QF_WITH_CUDA
@@ -288,7 +269,7 @@ qf_status qf_rms_norm_quant(qf_ctx *ctx, const DLTensor *x, DLTensor *residual, 
     return st;
   a.weight = w.data;
   if (a.group_size == -1) {
-    if ((st = check_token_vec(ctx, op, "scales", scales, QF_F32, a.x.rows, &a.scales.data)) ||
+    if ((st = qf_check_vec(ctx, op, "scales", scales, QF_F32, a.x.rows, &a.scales.data)) ||
         (st = check_floor(ctx, op, o->group.scale_min, &a.scales.scale_min)) ||
         (st = check_ub(ctx, op, o->group.scale_ub, &a.scales.ub)))
       return st;

@@ -285,6 +285,40 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
                                  const DLTensor *b, const DLTensor *b_scales, DLTensor *d,
                                  const qf_gemm_blockscale_opts *opts);
 
+/* ---- GEMM: W8A8 scaled GEMM with dequantization epilogues -------------------------------
+ *
+ * D[m, n] = sa * sb * (acc[m, n] - zp[m, n]) + bias[n], with acc = A^ . B^T accumulated exactly
+ * in int32 for int8 operands and in fp32 for e4m3fn operands, and zp the zero-point term of
+ * asymmetric int8 activations (A = sa * (A^ - z_a), as qf_quant_token with azp produces):
+ *   ScaledEpilogue       no bias, no zero point            (opts NULL or all fields NULL)
+ *   ScaledEpilogueBias   bias                              (opts->bias)
+ *   ScaledEpilogueAzp    zp[m, n] = azp_adj[n], a per-tensor zero point folded into it
+ *                        (azp_adj = z_a * column sums of B^: qf_gemm_azp_adj with multiplier z_a)
+ *   ScaledEpilogueAzpPerToken  zp[m, n] = azp[m] * azp_adj[n] (azp_adj = column sums of B^)
+ * bias is optional with each. The float part is computed in fp32 as
+ * ((float)(acc - zp) * (sa * sb)) + bias on the GPU and in float64 on the CPU reference; int8
+ * results then agree up to the final float roundings.
+ *  a        [M, K] int8 or e4m3fn, K contiguous, rows may be strided (pitch a multiple of 16).
+ *  a_scale  fp32 [1] (per tensor) or [M] / [M, 1] (per token).
+ *  b        [N, K] same dtype as a (the weight as stored), rows may be strided.
+ *  b_scale  fp32 [1] (per tensor) or [N] / [1, N] (per output channel).
+ *  d        [M, N] bf16, fp16 or fp32, rows may be strided.
+ * Any M >= 1; N and K multiples of 16; 64-bit offsets. */
+typedef struct {
+  const DLTensor *bias;     /* NULL or [N] of d's dtype */
+  const DLTensor *azp_adj;  /* NULL or [N] int32 (int8 operands only) */
+  const DLTensor *azp;      /* NULL or [M] int32 per-token zero points; needs azp_adj */
+} qf_gemm_scaled_opts;
+
+qf_status qf_gemm_scaled(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scale,
+                         const DLTensor *b, const DLTensor *b_scale, DLTensor *d,
+                         const qf_gemm_scaled_opts *opts);
+
+/* adj[n] = multiplier * sum_k b[n, k] (int32; exact, an overflow of int32 is refused with
+ * QF_ERR_VALUE on the CPU). b [N, K] int8, rows may be strided; adj [N] int32. multiplier 1 gives
+ * azp_adj for per-token zero points; z_a gives azp_with_adj for a per-tensor zero point. */
+qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DLTensor *adj);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,8 +3,10 @@
 
 #include "core/backend.h"
 
-static qf_status check_fp8_operand(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_mat *m) {
-  qf_status st = qf_check_mat(ctx, op, name, t, QF_DT(QF_E4M3FN), 16, m);
+/* An 8-bit operand [rows, K] with K contiguous and a row pitch TMA can use. */
+static qf_status check_operand(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype_set accept,
+                               qf_mat *m) {
+  qf_status st = qf_check_mat(ctx, op, name, t, accept, 16, m);
   if (st) return st;
   if (t->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has ndim=%d; expected 2", op, name, (int)t->ndim);
   if (m->rows > 1 && m->ld % 16)
@@ -29,7 +31,8 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
   const qf_gemm_blockscale_opts *o = opts ? opts : &defaults;
   qf_gemm_blockscale_args g = {0};
   qf_status st;
-  if ((st = check_fp8_operand(ctx, op, "a", a, &g.a)) || (st = check_fp8_operand(ctx, op, "b", b, &g.b))) return st;
+  if ((st = check_operand(ctx, op, "a", a, QF_DT(QF_E4M3FN), &g.a)) || (st = check_operand(ctx, op, "b", b, QF_DT(QF_E4M3FN), &g.b)))
+    return st;
   g.M = g.a.rows, g.K = g.a.cols, g.N = g.b.rows;
   if (g.b.cols != g.K)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[1]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, g.b.cols, g.K);
@@ -67,4 +70,64 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
   if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_fp8_blockscale(ctx, &g);
 #endif
   return qf_cpu_gemm_fp8_blockscale(ctx, &g);
+}
+
+/* A scale of one value (per tensor) or n values (per token / per channel). */
+static qf_status check_scale(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, int64_t n,
+                             const float **data, int *per_row) {
+  if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
+  int64_t count = 1;
+  for (int d = 0; d < t->ndim && t->shape; d++) count *= t->shape[d];
+  if (count != 1 && count != n)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has %" PRId64 " elements; expected 1 or %" PRId64, op, name, count, n);
+  *per_row = count != 1;
+  return qf_check_vec(ctx, op, name, t, QF_F32, count, (void **)data);
+}
+
+qf_status qf_gemm_scaled(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scale, const DLTensor *b,
+                         const DLTensor *b_scale, DLTensor *d, const qf_gemm_scaled_opts *opts) {
+  static const char op[] = "qf_gemm_scaled";
+  if (!ctx) return QF_ERR_NULL;
+  static const qf_gemm_scaled_opts defaults;
+  const qf_gemm_scaled_opts *o = opts ? opts : &defaults;
+  qf_gemm_scaled_args g = {0};
+  qf_status st;
+  if ((st = check_operand(ctx, op, "a", a, QF_DT(QF_E4M3FN) | QF_DT(QF_I8), &g.a)) ||
+      (st = check_operand(ctx, op, "b", b, QF_DT(g.a.dtype), &g.b)))
+    return st;
+  g.M = g.a.rows, g.K = g.a.cols, g.N = g.b.rows;
+  if (g.b.cols != g.K)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[1]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, g.b.cols, g.K);
+  if (g.K % 16 || g.N % 16 || g.K == 0)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " and K=%" PRId64 " must be positive multiples of 16", op, g.N, g.K);
+  if ((st = check_scale(ctx, op, "a_scale", a_scale, g.M, &g.a_scale, &g.a_per_token)) ||
+      (st = check_scale(ctx, op, "b_scale", b_scale, g.N, &g.b_scale, &g.b_per_channel)) ||
+      (st = check_out(ctx, op, "d", d, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g.M, g.N, &g.d)))
+    return st;
+  if (o->bias && (st = qf_check_vec(ctx, op, "bias", o->bias, g.d.dtype, g.N, (void **)&g.bias))) return st;
+  if ((o->azp_adj || o->azp) && g.a.dtype != QF_I8)
+    return qf_fail(ctx, QF_ERR_DTYPE, "%s: zero points need int8 operands, a is %s", op, qf_dtype_name(g.a.dtype));
+  if (o->azp && !o->azp_adj)
+    return qf_fail(ctx, QF_ERR_NULL, "%s: azp (per-token zero points) needs azp_adj (column sums of b)", op);
+  if (o->azp_adj && (st = qf_check_vec(ctx, op, "azp_adj", o->azp_adj, QF_I32, g.N, (void **)&g.azp_adj))) return st;
+  if (o->azp && (st = qf_check_vec(ctx, op, "azp", o->azp, QF_I32, g.M, (void **)&g.azp))) return st;
+  if (g.M == 0 || g.N == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+  return qf_cpu_gemm_scaled(ctx, &g);
+}
+
+qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DLTensor *adj) {
+  static const char op[] = "qf_gemm_azp_adj";
+  if (!ctx) return QF_ERR_NULL;
+  qf_mat bm;
+  int32_t *out;
+  qf_status st;
+  if ((st = qf_check_mat(ctx, op, "b", b, QF_DT(QF_I8), 1, &bm))) return st;
+  if (b->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: b has ndim=%d; expected 2", op, (int)b->ndim);
+  if ((st = qf_check_vec(ctx, op, "adj", adj, QF_I32, bm.rows, (void **)&out))) return st;
+  if (bm.rows == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernel of this op is not built yet (CPU reference only)", op);
+  return qf_cpu_gemm_azp_adj(ctx, &bm, multiplier, out);
 }

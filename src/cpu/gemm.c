@@ -1,5 +1,6 @@
 /* CPU reference of the GEMM family: float64 accumulation of the documented formulas. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/backend.h"
 #include "formats/formats.h"
@@ -30,5 +31,60 @@ qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args 
       store_out(&g->d, m, n, acc);
     }
   }
+  return QF_OK;
+}
+
+static double load_out_type(const void *v, qf_dtype dt, int64_t i) {
+  if (dt == QF_F32) return ((const float *)v)[i];
+  uint16_t h = ((const uint16_t *)v)[i];
+  return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
+}
+
+qf_status qf_cpu_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *g) {
+  (void)ctx;
+  const int fp8 = g->a.dtype == QF_E4M3FN;
+  double lut[256];
+  for (int c = 0; c < 256; c++) lut[c] = fp8 ? qf_e4m3fn_to_f32((uint8_t)c) : (double)(int8_t)c;
+  for (int64_t m = 0; m < g->M; m++) {
+    const uint8_t *ar = (const uint8_t *)g->a.data + m * g->a.ld;
+    const double sa = g->a_scale[g->a_per_token ? m : 0];
+    for (int64_t n = 0; n < g->N; n++) {
+      const uint8_t *br = (const uint8_t *)g->b.data + n * g->b.ld;
+      double acc;
+      if (fp8) {
+        acc = 0.0;
+        for (int64_t k = 0; k < g->K; k++) acc += lut[ar[k]] * lut[br[k]];
+      } else { /* exact */
+        int64_t iacc = 0;
+        for (int64_t k = 0; k < g->K; k++) iacc += (int64_t)(int8_t)ar[k] * (int8_t)br[k];
+        if (g->azp_adj) iacc -= (int64_t)g->azp_adj[n] * (g->azp ? g->azp[m] : 1);
+        acc = (double)iacc;
+      }
+      double v = sa * g->b_scale[g->b_per_channel ? n : 0] * acc;
+      if (g->bias) v += load_out_type(g->bias, g->d.dtype, n);
+      store_out(&g->d, m, n, v);
+    }
+  }
+  return QF_OK;
+}
+
+qf_status qf_cpu_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier, int32_t *adj) {
+  /* computed whole first, so that an overflow leaves adj untouched */
+  int32_t *tmp = malloc((size_t)b->rows * sizeof *tmp);
+  if (!tmp) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_gemm_azp_adj: no memory for %lld sums", (long long)b->rows);
+  for (int64_t n = 0; n < b->rows; n++) {
+    const int8_t *br = (const int8_t *)b->data + n * b->ld;
+    int64_t sum = 0;
+    for (int64_t k = 0; k < b->cols; k++) sum += br[k];
+    sum *= multiplier;
+    if (sum > INT32_MAX || sum < INT32_MIN) {
+      free(tmp);
+      return qf_fail(ctx, QF_ERR_VALUE, "qf_gemm_azp_adj: row %lld: %d * %lld overflows int32", (long long)n, (int)multiplier,
+                     (long long)(sum / (multiplier ? multiplier : 1)));
+    }
+    tmp[n] = (int32_t)sum;
+  }
+  memcpy(adj, tmp, (size_t)b->rows * sizeof *tmp);
+  free(tmp);
   return QF_OK;
 }

@@ -39,6 +39,41 @@ class DLManagedTensor(ctypes.Structure):
                 ("deleter", ctypes.c_void_p)]
 
 
+# Option structs, field for field as in qfuse.h.
+class GroupQuantOpts(ctypes.Structure):
+    _fields_ = [("group_size", ctypes.c_int), ("scale_layout", ctypes.c_int), ("scale_format", ctypes.c_int),
+                ("scale_min", ctypes.c_float), ("scale_ub", ctypes.POINTER(DLTensor))]
+
+
+class GluOpts(ctypes.Structure):
+    _fields_ = [("alpha", ctypes.c_float), ("limit", ctypes.c_float), ("up_plus_one", ctypes.c_int)]
+
+
+class TokenQuantOpts(ctypes.Structure):
+    _fields_ = [("scale_min", ctypes.c_float), ("scale_ub", ctypes.POINTER(DLTensor))]
+
+
+class TensorQuantOpts(ctypes.Structure):
+    _fields_ = [("dynamic", ctypes.c_int), ("scale_min", ctypes.c_float)]
+
+
+class RmsNormQuantOpts(ctypes.Structure):
+    _fields_ = [("eps", ctypes.c_float), ("group_size", ctypes.c_int), ("group", GroupQuantOpts)]
+
+
+class GemmBlockscaleOpts(ctypes.Structure):
+    _fields_ = [("c", ctypes.POINTER(DLTensor)), ("a_scales_row_major", ctypes.c_int)]
+
+
+class GemmScaledOpts(ctypes.Structure):
+    _fields_ = [("bias", ctypes.POINTER(DLTensor)), ("azp_adj", ctypes.POINTER(DLTensor)),
+                ("azp", ctypes.POINTER(DLTensor))]
+
+
+SCALE_LAYOUTS = {"row_major": 0, "col_major": 1, "col_major_tma": 2}
+SCALE_FORMATS = {"f32": 0, "f32_pow2": 1, "ue8m0_packed": 2}
+
+
 def _load():
     path = os.environ.get("QFUSE_LIBRARY")
     if not path:
@@ -61,7 +96,17 @@ def _load():
     lib.qf_ctx_last_error.argtypes = [ctypes.c_void_p]
     lib.qf_dtype_to_dl.restype = DLDataType
     lib.qf_dtype_to_dl.argtypes = [ctypes.c_int]
-    lib.qf_quant_per_tensor.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(DLTensor)] * 3
+    T = ctypes.POINTER(DLTensor)
+    lib.qf_quant_per_tensor.argtypes = [ctypes.c_void_p, T, T, T]
+    lib.qf_quant_group.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(GroupQuantOpts)]
+    lib.qf_silu_mul_quant_group.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(GluOpts),
+                                            ctypes.POINTER(GroupQuantOpts)]
+    lib.qf_quant_token.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(TokenQuantOpts)]
+    lib.qf_quant_tensor.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(TensorQuantOpts)]
+    lib.qf_rms_norm_quant.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(RmsNormQuantOpts)]
+    lib.qf_gemm_fp8_blockscale.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(GemmBlockscaleOpts)]
+    lib.qf_gemm_scaled.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(GemmScaledOpts)]
+    lib.qf_gemm_azp_adj.argtypes = [ctypes.c_void_p, T, ctypes.c_int32, T]
     return lib
 
 
@@ -150,3 +195,66 @@ class Context:
         """q = encode(x / scale): see qf_quant_per_tensor in qfuse.h."""
         args = [_Arg(t) for t in (x, scale, q)]
         self._check(_lib.qf_quant_per_tensor(self._ctx, *(a.ptr() for a in args)))
+
+    # Every method below mirrors the C function of the same name (qfuse.h has the contracts).
+    # Tensor arguments: objects with __dlpack__ (or qfuse.view); None for an absent optional one.
+
+    @staticmethod
+    def _group_opts(group_size, scale_layout, scale_format, scale_min, scale_ub, keep):
+        ub = _Arg(scale_ub) if scale_ub is not None else None
+        keep.append(ub)
+        return GroupQuantOpts(group_size, SCALE_LAYOUTS[scale_layout], SCALE_FORMATS[scale_format], scale_min,
+                              ctypes.pointer(ub.tensor) if ub else None)
+
+    def quant_group(self, x, q, scales, group_size=128, scale_layout="row_major", scale_format="f32",
+                    scale_min=0.0, scale_ub=None):
+        keep = [_Arg(t) for t in (x, q, scales)]
+        o = self._group_opts(group_size, scale_layout, scale_format, scale_min, scale_ub, keep)
+        self._check(_lib.qf_quant_group(self._ctx, *(a.ptr() for a in keep[:3]), ctypes.byref(o)))
+
+    def silu_mul_quant_group(self, x, q, scales, alpha=0.0, limit=0.0, up_plus_one=False, group_size=128,
+                             scale_layout="row_major", scale_format="f32", scale_min=0.0, scale_ub=None):
+        keep = [_Arg(t) for t in (x, q, scales)]
+        o = self._group_opts(group_size, scale_layout, scale_format, scale_min, scale_ub, keep)
+        g = GluOpts(alpha, limit, int(up_plus_one))
+        self._check(_lib.qf_silu_mul_quant_group(self._ctx, *(a.ptr() for a in keep[:3]), ctypes.byref(g),
+                                                 ctypes.byref(o)))
+
+    def quant_token(self, x, q, scales, azp=None, scale_min=0.0, scale_ub=None):
+        keep = [_Arg(t) for t in (x, q, scales)]
+        z = _Arg(azp) if azp is not None else None
+        ub = _Arg(scale_ub) if scale_ub is not None else None
+        o = TokenQuantOpts(scale_min, ctypes.pointer(ub.tensor) if ub else None)
+        self._check(_lib.qf_quant_token(self._ctx, *(a.ptr() for a in keep), z.ptr() if z else None,
+                                        ctypes.byref(o)))
+
+    def quant_tensor(self, x, q, scale, dynamic=False, scale_min=0.0):
+        keep = [_Arg(t) for t in (x, q, scale)]
+        o = TensorQuantOpts(int(dynamic), scale_min)
+        self._check(_lib.qf_quant_tensor(self._ctx, *(a.ptr() for a in keep), ctypes.byref(o)))
+
+    def rms_norm_quant(self, x, residual, weight, q, scales, eps=0.0, group_size=128, scale_layout="row_major",
+                       scale_format="f32", scale_min=0.0, scale_ub=None):
+        """group_size=-1 quantizes per token."""
+        keep = [_Arg(t) for t in (x, weight, q, scales)]
+        r = _Arg(residual) if residual is not None else None
+        g = self._group_opts(0, scale_layout, scale_format, scale_min, scale_ub, keep)
+        o = RmsNormQuantOpts(eps, group_size, g)
+        self._check(_lib.qf_rms_norm_quant(self._ctx, keep[0].ptr(), r.ptr() if r else None, keep[1].ptr(),
+                                           keep[2].ptr(), keep[3].ptr(), ctypes.byref(o)))
+
+    def gemm_fp8_blockscale(self, a, a_scales, b, b_scales, d, c=None, a_scales_row_major=False):
+        keep = [_Arg(t) for t in (a, a_scales, b, b_scales, d)]
+        ca = _Arg(c) if c is not None else None
+        o = GemmBlockscaleOpts(ctypes.pointer(ca.tensor) if ca else None, int(a_scales_row_major))
+        self._check(_lib.qf_gemm_fp8_blockscale(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
+
+    def gemm_scaled(self, a, a_scale, b, b_scale, d, bias=None, azp_adj=None, azp=None):
+        keep = [_Arg(t) for t in (a, a_scale, b, b_scale, d)]
+        opt = [_Arg(t) if t is not None else None for t in (bias, azp_adj, azp)]
+        o = GemmScaledOpts(*(ctypes.pointer(t.tensor) if t else None for t in opt))
+        self._check(_lib.qf_gemm_scaled(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
+
+    def gemm_azp_adj(self, b, adj, multiplier=1):
+        keep = [_Arg(t) for t in (b, adj)]
+        self._check(_lib.qf_gemm_azp_adj(self._ctx, keep[0].ptr(), multiplier, keep[1].ptr()))

@@ -67,5 +67,82 @@ class TestQuantPerTensor(unittest.TestCase):
             self.ctx.quant_per_tensor(x, np.array([1.0], np.float32), qfuse.view(x, "e4m3fn"))
 
 
+class TestFamily(unittest.TestCase):
+    """Each op reachable from Python, checked against NumPy formulas on the CPU backend."""
+
+    def setUp(self):
+        self.ctx = qfuse.Context("cpu")
+        self.rng = np.random.default_rng(3)
+        self.vals = e4m3fn_values()
+
+    def test_quant_group_layouts(self):
+        x = self.rng.standard_normal((6, 256)).astype(np.float32)
+        q = np.empty((6, 256), np.uint8)
+        s_row = np.empty((6, 2), np.float32)
+        self.ctx.quant_group(x, qfuse.view(q, "e4m3fn"), s_row, group_size=128)
+        amax = np.abs(x.reshape(6, 2, 128)).max(axis=2)
+        np.testing.assert_array_equal(s_row, np.maximum(amax / np.float32(448), np.float32(1e-10)))
+        # TMA-aligned column-major scales: [KG, M] with M padded to 8, padding zero
+        s_tma = np.full((2, 8), 7.0, np.float32)
+        self.ctx.quant_group(x, qfuse.view(q, "e4m3fn"), s_tma[:, :6], group_size=128, scale_layout="col_major_tma")
+        np.testing.assert_array_equal(s_tma[:, :6], s_row.T)
+        np.testing.assert_array_equal(s_tma[:, 6:], 0)
+        deq = self.vals[q].reshape(6, 2, 128) * s_row[:, :, None]
+        self.assertLess(np.abs(deq - x.reshape(6, 2, 128)).max() / np.abs(x).max(), 0.07)
+
+    def test_silu_mul_and_token(self):
+        h = 128
+        x = self.rng.standard_normal((3, 2 * h)).astype(np.float32)
+        xb = (x.view(np.uint32) >> 16).astype(np.uint16)  # bf16 by truncation: exact test values
+        xf = (xb.astype(np.uint32) << 16).view(np.float32)
+        q = np.empty((3, h), np.uint8)
+        s = np.empty((3, 1), np.float32)
+        self.ctx.silu_mul_quant_group(qfuse.view(xb, "bf16"), qfuse.view(q, "e4m3fn"), s)
+        g, u = xf[:, :h].astype(np.float64), xf[:, h:].astype(np.float64)
+        v = g / (1 + np.exp(-g)) * u
+        np.testing.assert_allclose(s[:, 0], np.abs(v).max(axis=1) / 448, rtol=1e-5)
+        qi = np.empty((3, h), np.int8)
+        st = np.empty(3, np.float32)
+        azp = np.empty(3, np.int32)
+        self.ctx.quant_token(xf[:, :h].copy(), qi, st, azp)
+        err = np.abs(st[:, None] * (qi.astype(np.float64) - azp[:, None]) - xf[:, :h])
+        self.assertTrue((err <= 0.5001 * st[:, None]).all())
+
+    def test_rms_norm_and_tensor(self):
+        x = self.rng.standard_normal((4, 128)).astype(np.float32)
+        xb = (x.view(np.uint32) >> 16).astype(np.uint16)
+        w = np.full(128, 0x3F80, np.uint16)  # bf16 ones
+        q = np.empty((4, 128), np.uint8)
+        s = np.empty(4, np.float32)
+        self.ctx.rms_norm_quant(qfuse.view(xb, "bf16"), None, qfuse.view(w, "bf16"), qfuse.view(q, "e4m3fn"), s,
+                                group_size=-1)
+        y = (xb.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        v = y / np.sqrt((y * y).mean(axis=1, keepdims=True) + 1e-6)
+        np.testing.assert_allclose(s, np.abs(v).max(axis=1) / 448, rtol=1e-5)
+        sc = np.zeros(1, np.float32)
+        self.ctx.quant_tensor(x, qfuse.view(q, "e4m3fn"), sc, dynamic=True)
+        self.assertEqual(sc[0], np.float32(np.abs(x).max()) / np.float32(448))
+
+    def test_gemms(self):
+        m, n, k = 3, 16, 256
+        a = self.rng.integers(0, 0x70, (m, k), dtype=np.uint8)
+        b = self.rng.integers(0, 0x70, (n, k), dtype=np.uint8)
+        a_s = np.ones((2, 4), np.float32)  # [KB, Mp]: column-major, M padded to 4
+        b_s = np.full((1, 2), 0.5, np.float32)
+        d = np.empty((m, n), np.float32)
+        self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s, d)
+        np.testing.assert_allclose(d, 0.5 * self.vals[a] @ self.vals[b].T, rtol=1e-6)
+        ai = self.rng.integers(-128, 128, (m, 32), dtype=np.int8)
+        bi = self.rng.integers(-127, 128, (n, 32), dtype=np.int8)
+        adj = np.empty(n, np.int32)
+        self.ctx.gemm_azp_adj(bi, adj)
+        np.testing.assert_array_equal(adj, bi.astype(np.int64).sum(axis=1))
+        azp = np.array([1, -2, 3], np.int32)
+        d2 = np.empty((m, n), np.float32)
+        self.ctx.gemm_scaled(ai, np.float32([0.5]), bi, np.float32([0.25]), d2, azp_adj=adj, azp=azp)
+        want = 0.125 * (ai.astype(np.int64) @ bi.astype(np.int64).T - azp[:, None] * adj[None, :])
+        np.testing.assert_allclose(d2, want, rtol=1e-6)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -89,7 +89,7 @@ const char *qf_ctx_last_error(const qf_ctx *ctx);
  * codes for FP8/FP4; qfuse uses the codes of DLPack >= 1.1, which PyTorch also emits, so
  * tensors from newer frameworks are understood as they are:
  *   bf16      {kDLBfloat=4, 16}    fp16 {kDLFloat=2, 16}   fp32 {kDLFloat=2, 32}
- *   int8      {kDLInt=0, 8}        int32 {kDLInt=0, 32}
+ *   int8      {kDLInt=0, 8}        int32 {kDLInt=0, 32}     uint8 {kDLUInt=1, 8}
  *   e4m3fn    {10, 8}   e4m3fnuz {11, 8}   e5m2 {12, 8}   ue8m0 {14 (e8m0fnu), 8}
  *   e2m1x2    {17 (e2m1fn), 4}: two values per byte, element 2i in the low nibble; the shape
  *             counts values, so the last dimension must be even.
@@ -106,6 +106,7 @@ typedef enum {
   QF_E5M2 = 7,
   QF_UE8M0 = 8,
   QF_E2M1X2 = 9,
+  QF_U8 = 10, /* raw bytes: packed VQ codes */
   QF_DTYPE_COUNT /* not a type: the number of types; grows with the list */
 } qf_dtype;
 
@@ -318,6 +319,86 @@ qf_status qf_gemm_scaled(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scale
  * QF_ERR_VALUE on the CPU). b [N, K] int8, rows may be strided; adj [N] int32. multiplier 1 gives
  * azp_adj for per-token zero points; z_a gives azp_with_adj for a per-tensor zero point. */
 qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DLTensor *adj);
+
+/* ---- Vector quantization (VQ) -------------------------------------------------------------
+ *
+ * A weight W [N, K] is cut along K into vectors of vector_size elements. Each vector is replaced
+ * by `residuals` indices of index_bits bits; index i of residual r selects an entry (a vector) of
+ * codebook r, and the decoded vector is the sum over r of the selected entries, times scale[n]
+ * when row_scale is set. Rows and columns are grouped into scopes that share a codebook:
+ * scope_rows x scope_cols (0: the whole dimension), which covers one codebook per tensor (AQLM),
+ * per 256 x 256 tile (GPTVQ) and per channel group of a KV cache laid out [tokens, heads * dim]
+ * (CQ: scope_cols = the group's channels, every token shares it).
+ *
+ * Storage, for an allocation that qf_vq_sizes() describes:
+ *  codes      uint8 [R, N, row_bytes]: row n of residual r holds its K / vector_size indices as a
+ *             little-endian bit stream (index j in bits [j * index_bits, (j + 1) * index_bits));
+ *             row_bytes = ceil(K / vector_size * index_bits / 8) + 2, rounded up to a multiple of
+ *             4 (decoders read 24-bit windows).
+ *  codebooks  entry_dtype (fp16 or bf16) [R, n_books, 2^index_bits, vector_size]; the book of
+ *             element (n, k) is (n / scope_rows) * books_per_row + k / scope_cols. Entries are
+ *             ordered by how often the codes use them, most used first (the codebook cache's
+ *             register and shared-memory tiers hold the head of each book).
+ *  scales     fp32 [N] when row_scale, else absent. */
+typedef struct {
+  int vector_size;       /* elements per vector, 1 to 16 */
+  int index_bits;        /* bits per index, 1 to 16: 2^index_bits entries per codebook */
+  int residuals;         /* codebooks applied in sequence and summed, 1 to 4 */
+  int scope_rows;        /* rows sharing a codebook; 0: all */
+  int scope_cols;        /* columns sharing a codebook, a multiple of vector_size; 0: all */
+  qf_dtype entry_dtype;  /* QF_F16 or QF_BF16 */
+  int row_scale;         /* nonzero: one fp32 scale per row */
+} qf_vq_format;
+
+/* The configurations of the VQ-LLM paper, as qf_vq_format values (fp16 entries). */
+typedef enum {
+  QF_VQ_GPTVQ_2 = 0, /* VQ<4, 8, 1>, one codebook per 256 x 256 tile: 2 bits per value */
+  QF_VQ_CQ_2 = 1,    /* VQ<4, 8, 1>, one codebook per 4 channels of a KV cache: 2 bits */
+  QF_VQ_CQ_4 = 2,    /* VQ<2, 8, 1>, one codebook per 2 channels: 4 bits */
+  QF_VQ_AQLM_3 = 3,  /* VQ<8, 12, 2>, one codebook pair per tensor: 3 bits */
+} qf_vq_preset;
+
+/* QF_ERR_VALUE for an unknown preset (*out untouched). */
+qf_status qf_vq_format_preset(qf_vq_preset preset, qf_vq_format *out);
+
+typedef struct {
+  int64_t row_bytes;       /* bytes per row of codes (multiple of 4) */
+  int64_t n_books;         /* codebooks per residual */
+  int64_t books_per_row;   /* codebooks along K */
+  int64_t entries;         /* 2^index_bits */
+  double bits_per_value;   /* codes only: residuals * index_bits / vector_size */
+} qf_vq_sizes;
+
+/* Checks fmt against W's shape [N, K] and fills *out. QF_ERR_VALUE (bad format) or QF_ERR_SHAPE
+ * (K not a multiple of vector_size or scope_cols), with a message on ctx. */
+qf_status qf_vq_sizes_of(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, qf_vq_sizes *out);
+
+typedef struct {
+  int iterations;    /* Lloyd iterations per codebook; 0 means 10 */
+  uint64_t seed;     /* k-means++ seeding; 0 means a fixed default */
+} qf_vq_quantize_opts;
+
+typedef struct {
+  double rel_mse;         /* ||W - decoded||^2 / ||W||^2 */
+  int64_t entries;        /* entries over all codebooks */
+  int64_t unused_entries; /* entries no code selects */
+  int64_t hot_entries;    /* entries used more than mean + 3 sigma of their codebook's counts */
+  double hot_share;       /* fraction of all code uses that fall on hot entries */
+} qf_vq_stats;
+
+/* Offline quantizer (CPU contexts only): per scope and residual, k-means++ seeding and Lloyd
+ * iterations on the (residual) vectors, entries rounded to entry_dtype before the next residual
+ * is formed, then the entries of each codebook reordered by use, most used first.
+ *  w  [N, K] fp32, fp16 or bf16, rows may be strided.  stats may be NULL. */
+qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt,
+                         const qf_vq_quantize_opts *opts, DLTensor *codes, DLTensor *codebooks,
+                         DLTensor *scales, qf_vq_stats *stats);
+
+/* w [N, K] = decode(codes, codebooks, scales): fp32, fp16 or bf16 output (the sum of entries is
+ * formed in fp32 in residual order, times the row scale, then rounded to w's dtype). scales NULL
+ * unless fmt->row_scale. CPU today; the CUDA kernels are not built yet. */
+qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *codebooks,
+                           const DLTensor *scales, const qf_vq_format *fmt, DLTensor *w);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@ __all__ = ["Context", "QfuseError", "view", "version", "DTYPES"]
 
 # Order and values follow qf_dtype in include/qfuse.h.
 DTYPES = {"bf16": 0, "fp16": 1, "fp32": 2, "int8": 3, "int32": 4, "e4m3fn": 5, "e4m3fnuz": 6,
-          "e5m2": 7, "ue8m0": 8, "e2m1x2": 9}
+          "e5m2": 7, "ue8m0": 8, "e2m1x2": 9, "uint8": 10}
 
 
 class DLDevice(ctypes.Structure):

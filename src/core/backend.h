@@ -110,6 +110,20 @@ typedef struct {
 qf_status qf_cpu_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a);
 qf_status qf_cpu_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier, int32_t *adj);
 
+/* ---- vq ---- */
+typedef struct {
+  qf_vq_format fmt;
+  qf_vq_sizes sz;
+  int64_t N, K;
+  uint8_t *codes;  /* [R, N, row_bytes] */
+  void *books;     /* [R, n_books, entries, vector_size] of fmt.entry_dtype */
+  float *scales;   /* [N], or NULL without row scales */
+} qf_vq_tensors;
+
+qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
+                             qf_vq_stats *stats);
+qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,6 +27,7 @@ static const qf_dtype_traits traits[QF_DTYPE_COUNT] = {
     [QF_E5M2] = {"e5m2", QF_DL_FLOAT8_E5M2, 8, 1},
     [QF_UE8M0] = {"ue8m0", QF_DL_FLOAT8_E8M0FNU, 8, 1},
     [QF_E2M1X2] = {"e2m1x2", QF_DL_FLOAT4_E2M1FN, 4, 0},
+    [QF_U8] = {"uint8", kDLUInt, 8, 1},
 };
 
 _Static_assert(sizeof traits / sizeof traits[0] == QF_DTYPE_COUNT, "one traits row per qf_dtype");

@@ -35,8 +35,8 @@ static void test_dtypes(void) {
   CHECK(bf.code == kDLBfloat && bf.bits == 16, "bf16 maps to kDLBfloat 16");
   CHECK(e2.code == 17 && e2.bits == 4, "e2m1x2 maps to DLPack {17, 4}");
   qf_dtype out = QF_F32;
-  DLDataType u8 = {kDLUInt, 8, 1}, f64 = {kDLFloat, 64, 1}, vec = {kDLFloat, 32, 4};
-  CHECK(qf_dtype_from_dl(u8, &out) == QF_ERR_DTYPE && out == QF_F32, "uint8 is not a qfuse dtype");
+  DLDataType u16 = {kDLUInt, 16, 1}, f64 = {kDLFloat, 64, 1}, vec = {kDLFloat, 32, 4};
+  CHECK(qf_dtype_from_dl(u16, &out) == QF_ERR_DTYPE && out == QF_F32, "uint16 is not a qfuse dtype");
   CHECK(qf_dtype_from_dl(f64, &out) == QF_ERR_DTYPE, "fp64 is not a qfuse dtype");
   CHECK(qf_dtype_from_dl(vec, &out) == QF_ERR_DTYPE, "lanes != 1 refused");
   CHECK(strcmp(qf_dtype_name((qf_dtype)99), "invalid") == 0, "invalid dtype name");

@@ -1,0 +1,231 @@
+/* CPU reference of the vector-quantization family: the offline quantizer (k-means++ and Lloyd per
+ * codebook scope and residual, then entries reordered by use) and the dequantizer. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "formats/vq.h"
+
+static uint64_t rng(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+static double rng_unit(uint64_t *s) { return (double)(rng(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+static float load_w(const qf_mat *w, int64_t n, int64_t k) {
+  const char *row = (const char *)w->data + n * w->ld * (int64_t)qf_dtype_size(w->dtype);
+  if (w->dtype == QF_F32) return ((const float *)row)[k];
+  uint16_t h = ((const uint16_t *)row)[k];
+  return w->dtype == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
+}
+
+static uint16_t entry_bits(qf_dtype dt, float v) { return dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v); }
+static float entry_value(qf_dtype dt, uint16_t h) { return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h); }
+
+static float dist2(const float *a, const float *b, int d) {
+  float s = 0.0f;
+  for (int i = 0; i < d; i++) s += (a[i] - b[i]) * (a[i] - b[i]);
+  return s;
+}
+
+static int nearest(const float *v, const float *centers, int64_t E, int d) {
+  int best = 0;
+  float bd = dist2(v, centers, d);
+  for (int64_t e = 1; e < E; e++) {
+    float dd = dist2(v, centers + e * d, d);
+    if (dd < bd) bd = dd, best = (int)e;
+  }
+  return best;
+}
+
+/* k-means over nv vectors (pointers vec[i] to d floats) into E centers: k-means++ seeding, then
+ * Lloyd iterations until no assignment changes or `iterations` ran. */
+static int kmeans(float *const *vec, int64_t nv, int d, int64_t E, int iterations, uint64_t *seed, float *centers,
+                  int *assign) {
+  float *dmin = malloc((size_t)nv * sizeof *dmin);
+  double *sums = malloc((size_t)(E * d) * sizeof *sums);
+  int64_t *count = malloc((size_t)E * sizeof *count);
+  if (!dmin || !sums || !count) {
+    free(dmin), free(sums), free(count);
+    return 0;
+  }
+  /* k-means++: each new center drawn with probability proportional to its squared distance */
+  int64_t first = (int64_t)(rng(seed) % (uint64_t)nv);
+  memcpy(centers, vec[first], (size_t)d * sizeof *centers);
+  double total = 0.0;
+  for (int64_t i = 0; i < nv; i++) total += dmin[i] = dist2(vec[i], centers, d);
+  for (int64_t e = 1; e < E; e++) {
+    int64_t pick = (int64_t)(rng(seed) % (uint64_t)nv);
+    if (total > 0.0) {
+      double target = rng_unit(seed) * total, acc = 0.0;
+      for (pick = 0; pick < nv - 1; pick++)
+        if ((acc += dmin[pick]) > target) break;
+    }
+    memcpy(centers + e * d, vec[pick], (size_t)d * sizeof *centers);
+    total = 0.0;
+    for (int64_t i = 0; i < nv; i++) {
+      float dd = dist2(vec[i], centers + e * d, d);
+      if (dd < dmin[i]) dmin[i] = dd;
+      total += dmin[i];
+    }
+  }
+  for (int64_t i = 0; i < nv; i++) assign[i] = -1;
+  for (int it = 0; it < iterations; it++) {
+    int64_t changed = 0;
+    for (int64_t i = 0; i < nv; i++) {
+      int a = nearest(vec[i], centers, E, d);
+      changed += a != assign[i];
+      assign[i] = a;
+    }
+    if (!changed) break;
+    memset(sums, 0, (size_t)(E * d) * sizeof *sums);
+    memset(count, 0, (size_t)E * sizeof *count);
+    for (int64_t i = 0; i < nv; i++) {
+      count[assign[i]]++;
+      for (int c = 0; c < d; c++) sums[assign[i] * d + c] += vec[i][c];
+    }
+    for (int64_t e = 0; e < E; e++) /* an empty cluster keeps its center */
+      if (count[e])
+        for (int c = 0; c < d; c++) centers[e * d + c] = (float)(sums[e * d + c] / (double)count[e]);
+  }
+  free(dmin), free(sums), free(count);
+  return 1;
+}
+
+/* An entry and its use count; sorted most used first, ties in index order. */
+typedef struct {
+  int64_t uses, entry;
+} entry_use;
+
+static int by_use(const void *a, const void *b) {
+  const entry_use *x = a, *y = b;
+  if (x->uses != y->uses) return x->uses > y->uses ? -1 : 1;
+  return x->entry < y->entry ? -1 : x->entry > y->entry;
+}
+
+static void decode_row(const qf_vq_tensors *t, int64_t n, float *out) {
+  const int vs = t->fmt.vector_size, bits = t->fmt.index_bits;
+  const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : t->N, cols = t->fmt.scope_cols ? t->fmt.scope_cols : t->K;
+  const float scale = t->scales ? t->scales[n] : 1.0f;
+  for (int64_t k = 0; k < t->K; k++) out[k] = 0.0f;
+  for (int r = 0; r < t->fmt.residuals; r++) {
+    const uint8_t *row = t->codes + (r * t->N + n) * t->sz.row_bytes;
+    for (int64_t j = 0; j < t->K / vs; j++) {
+      int64_t book = (n / rows) * t->sz.books_per_row + (j * vs) / cols;
+      uint32_t idx = qf_vq_get_index(row, j, bits);
+      const uint16_t *e = (const uint16_t *)t->books + ((r * t->sz.n_books + book) * t->sz.entries + idx) * vs;
+      for (int c = 0; c < vs; c++) out[j * vs + c] += entry_value(t->fmt.entry_dtype, e[c]);
+    }
+  }
+  for (int64_t k = 0; k < t->K; k++) out[k] *= scale;
+}
+
+qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
+                             qf_vq_stats *stats) {
+  const int64_t N = t->N, K = t->K, E = t->sz.entries;
+  const int vs = t->fmt.vector_size, R = t->fmt.residuals;
+  const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : N, cols = t->fmt.scope_cols ? t->fmt.scope_cols : K;
+  const int64_t max_vec = rows * (cols / vs);
+  float *target = malloc((size_t)(N * K) * sizeof *target);
+  float **vec = malloc((size_t)max_vec * sizeof *vec);
+  int64_t *where = malloc((size_t)max_vec * 2 * sizeof *where); /* (n, j) of each vector */
+  int *assign = malloc((size_t)max_vec * sizeof *assign);
+  float *centers = malloc((size_t)(E * vs) * sizeof *centers);
+  int64_t *count = malloc((size_t)E * sizeof *count), *rank = malloc((size_t)E * sizeof *rank);
+  entry_use *order = malloc((size_t)E * sizeof *order);
+  float *decoded = malloc((size_t)K * sizeof *decoded);
+  qf_status st = QF_OK;
+  if (!target || !vec || !where || !assign || !centers || !count || !order || !rank || !decoded) {
+    st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for the k-means of a %lld x %lld tensor", (long long)N,
+                 (long long)K);
+    goto done;
+  }
+  /* rows normalized to unit RMS when the format has row scales */
+  for (int64_t n = 0; n < N; n++) {
+    double ss = 0.0;
+    for (int64_t k = 0; k < K; k++) ss += (double)load_w(w, n, k) * load_w(w, n, k);
+    float s = ss > 0.0 ? (float)sqrt(ss / (double)K) : 1.0f;
+    if (t->scales) t->scales[n] = s;
+    for (int64_t k = 0; k < K; k++) target[n * K + k] = load_w(w, n, k) / (t->scales ? s : 1.0f);
+  }
+  memset(t->codes, 0, (size_t)(R * N * t->sz.row_bytes));
+
+  int64_t hot = 0, unused = 0, uses = 0, hot_uses = 0;
+  for (int64_t book = 0; book < t->sz.n_books; book++) {
+    const int64_t r0 = (book / t->sz.books_per_row) * rows, c0 = (book % t->sz.books_per_row) * cols;
+    int64_t nv = 0;
+    for (int64_t n = r0; n < r0 + rows && n < N; n++)
+      for (int64_t j = c0 / vs; j < (c0 + cols) / vs; j++) {
+        vec[nv] = target + n * K + j * vs;
+        where[2 * nv] = n, where[2 * nv + 1] = j;
+        nv++;
+      }
+    for (int r = 0; r < R; r++) {
+      if (!kmeans(vec, nv, vs, E, iterations, &seed, centers, assign)) {
+        st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for k-means");
+        goto done;
+      }
+      /* entries as stored, then every vector assigned to its nearest stored entry */
+      for (int64_t i = 0; i < E * vs; i++) centers[i] = entry_value(t->fmt.entry_dtype, entry_bits(t->fmt.entry_dtype, centers[i]));
+      memset(count, 0, (size_t)E * sizeof *count);
+      for (int64_t i = 0; i < nv; i++) count[assign[i] = nearest(vec[i], centers, E, vs)]++;
+      /* entries reordered by use: the codebook cache keeps the head of each book close */
+      for (int64_t e = 0; e < E; e++) order[e].uses = count[e], order[e].entry = e;
+      qsort(order, (size_t)E, sizeof *order, by_use);
+      for (int64_t e = 0; e < E; e++) rank[order[e].entry] = e;
+      uint16_t *out = (uint16_t *)t->books + (r * t->sz.n_books + book) * E * vs;
+      for (int64_t e = 0; e < E; e++)
+        for (int c = 0; c < vs; c++) out[e * vs + c] = entry_bits(t->fmt.entry_dtype, centers[order[e].entry * vs + c]);
+      for (int64_t i = 0; i < nv; i++) {
+        qf_vq_set_index(t->codes + (r * N + where[2 * i]) * t->sz.row_bytes, where[2 * i + 1], t->fmt.index_bits,
+                        (uint32_t)rank[assign[i]]);
+        for (int c = 0; c < vs; c++) vec[i][c] -= centers[assign[i] * vs + c]; /* the next residual */
+      }
+      /* hot entries: used more than mean + 3 sigma of this codebook's counts */
+      double mean = (double)nv / (double)E, var = 0.0;
+      for (int64_t e = 0; e < E; e++) var += ((double)count[e] - mean) * ((double)count[e] - mean);
+      double limit = mean + 3.0 * sqrt(var / (double)E);
+      for (int64_t e = 0; e < E; e++) {
+        unused += count[e] == 0;
+        if ((double)count[e] > limit) hot++, hot_uses += count[e];
+      }
+      uses += nv;
+    }
+  }
+  if (stats) {
+    double err = 0.0, ref = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+      decode_row(t, n, decoded);
+      for (int64_t k = 0; k < K; k++) {
+        double x = load_w(w, n, k);
+        err += (decoded[k] - x) * (decoded[k] - x), ref += x * x;
+      }
+    }
+    stats->rel_mse = ref > 0.0 ? err / ref : err;
+    stats->entries = R * t->sz.n_books * E;
+    stats->unused_entries = unused;
+    stats->hot_entries = hot;
+    stats->hot_share = uses ? (double)hot_uses / (double)uses : 0.0;
+  }
+done:
+  free(target), free(vec), free(where), free(assign), free(centers), free(count), free(order), free(rank), free(decoded);
+  return st;
+}
+
+qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w) {
+  float *row = malloc((size_t)t->K * sizeof *row);
+  if (!row) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_dequantize: no memory for a row");
+  for (int64_t n = 0; n < t->N; n++) {
+    decode_row(t, n, row);
+    char *out = (char *)w->data + n * w->ld * (int64_t)qf_dtype_size(w->dtype);
+    for (int64_t k = 0; k < t->K; k++) {
+      if (w->dtype == QF_F32) ((float *)out)[k] = row[k];
+      else ((uint16_t *)out)[k] = entry_bits(w->dtype, row[k]);
+    }
+  }
+  free(row);
+  return QF_OK;
+}

@@ -1,0 +1,32 @@
+/* VQ code streams and codebook addressing (qfuse.h, "Vector quantization"), shared by the CPU
+ * reference and the kernels. */
+#ifndef QF_FORMATS_VQ_H
+#define QF_FORMATS_VQ_H
+
+#include "formats/formats.h"
+
+/* Index j of a row's little-endian bit stream of `bits`-bit indices (bits <= 16). */
+QF_HD uint32_t qf_vq_get_index(const uint8_t *row, int64_t j, int bits) {
+  int64_t bit = j * bits;
+  const uint8_t *p = row + (bit >> 3);
+  uint32_t w = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16); /* 24 bits cover 16 + 7 */
+  return (w >> (bit & 7)) & ((1u << bits) - 1u);
+}
+
+QF_HD void qf_vq_set_index(uint8_t *row, int64_t j, int bits, uint32_t index) {
+  for (int b = 0; b < bits; b++) {
+    int64_t bit = j * bits + b;
+    uint8_t mask = (uint8_t)(1u << (bit & 7));
+    if ((index >> b) & 1u) row[bit >> 3] |= mask;
+    else row[bit >> 3] &= (uint8_t)~mask;
+  }
+}
+
+/* Bytes per row of codes for `vectors` indices: rounded up to 4, plus the 2 bytes that the
+ * 24-bit read of the last index may touch, rounded up again. */
+QF_HD int64_t qf_vq_row_bytes(int64_t vectors, int bits) {
+  int64_t bytes = (vectors * bits + 7) / 8 + 2;
+  return (bytes + 3) / 4 * 4;
+}
+
+#endif

@@ -70,6 +70,28 @@ class GemmScaledOpts(ctypes.Structure):
                 ("azp", ctypes.POINTER(DLTensor))]
 
 
+class VqFormat(ctypes.Structure):
+    _fields_ = [("vector_size", ctypes.c_int), ("index_bits", ctypes.c_int), ("residuals", ctypes.c_int),
+                ("scope_rows", ctypes.c_int), ("scope_cols", ctypes.c_int), ("entry_dtype", ctypes.c_int),
+                ("row_scale", ctypes.c_int)]
+
+
+class VqSizes(ctypes.Structure):
+    _fields_ = [("row_bytes", ctypes.c_int64), ("n_books", ctypes.c_int64), ("books_per_row", ctypes.c_int64),
+                ("entries", ctypes.c_int64), ("bits_per_value", ctypes.c_double)]
+
+
+class VqQuantizeOpts(ctypes.Structure):
+    _fields_ = [("iterations", ctypes.c_int), ("seed", ctypes.c_uint64)]
+
+
+class VqStats(ctypes.Structure):
+    _fields_ = [("rel_mse", ctypes.c_double), ("entries", ctypes.c_int64), ("unused_entries", ctypes.c_int64),
+                ("hot_entries", ctypes.c_int64), ("hot_share", ctypes.c_double)]
+
+
+VQ_PRESETS = {"gptvq-2": 0, "cq-2": 1, "cq-4": 2, "aqlm-3": 3}
+
 SCALE_LAYOUTS = {"row_major": 0, "col_major": 1, "col_major_tma": 2}
 SCALE_FORMATS = {"f32": 0, "f32_pow2": 1, "ue8m0_packed": 2}
 
@@ -107,6 +129,12 @@ def _load():
     lib.qf_gemm_fp8_blockscale.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(GemmBlockscaleOpts)]
     lib.qf_gemm_scaled.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(GemmScaledOpts)]
     lib.qf_gemm_azp_adj.argtypes = [ctypes.c_void_p, T, ctypes.c_int32, T]
+    lib.qf_vq_format_preset.argtypes = [ctypes.c_int, ctypes.POINTER(VqFormat)]
+    lib.qf_vq_sizes_of.argtypes = [ctypes.c_void_p, ctypes.POINTER(VqFormat), ctypes.c_int64, ctypes.c_int64,
+                                   ctypes.POINTER(VqSizes)]
+    lib.qf_vq_quantize.argtypes = [ctypes.c_void_p, T, ctypes.POINTER(VqFormat), ctypes.POINTER(VqQuantizeOpts), T, T, T,
+                                   ctypes.POINTER(VqStats)]
+    lib.qf_vq_dequantize.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(VqFormat), T]
     return lib
 
 
@@ -254,6 +282,37 @@ class Context:
         opt = [_Arg(t) if t is not None else None for t in (bias, azp_adj, azp)]
         o = GemmScaledOpts(*(ctypes.pointer(t.tensor) if t else None for t in opt))
         self._check(_lib.qf_gemm_scaled(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
+
+    @staticmethod
+    def vq_format(preset=None, **fields):
+        """A VqFormat from a preset name ("gptvq-2", "cq-2", "cq-4", "aqlm-3") and/or fields."""
+        f = VqFormat()
+        if preset is not None and _lib.qf_vq_format_preset(VQ_PRESETS[preset], ctypes.byref(f)):
+            raise ValueError(f"unknown preset {preset!r}")
+        for k, v in fields.items():
+            setattr(f, k, DTYPES[v] if k == "entry_dtype" else v)
+        return f
+
+    def vq_sizes(self, fmt, n, k):
+        """Shapes to allocate: codes uint8 [R, n, row_bytes], codebooks [R, n_books, entries, vector_size]."""
+        sz = VqSizes()
+        self._check(_lib.qf_vq_sizes_of(self._ctx, ctypes.byref(fmt), n, k, ctypes.byref(sz)))
+        return sz
+
+    def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0):
+        keep = [_Arg(t) for t in (w, codes, codebooks)]
+        sc = _Arg(scales) if scales is not None else None
+        st = VqStats()
+        o = VqQuantizeOpts(iterations, seed)
+        self._check(_lib.qf_vq_quantize(self._ctx, keep[0].ptr(), ctypes.byref(fmt), ctypes.byref(o), keep[1].ptr(),
+                                        keep[2].ptr(), sc.ptr() if sc else None, ctypes.byref(st)))
+        return st
+
+    def vq_dequantize(self, codes, codebooks, fmt, w, scales=None):
+        keep = [_Arg(t) for t in (codes, codebooks, w)]
+        sc = _Arg(scales) if scales is not None else None
+        self._check(_lib.qf_vq_dequantize(self._ctx, keep[0].ptr(), keep[1].ptr(), sc.ptr() if sc else None,
+                                          ctypes.byref(fmt), keep[2].ptr()))
 
     def gemm_azp_adj(self, b, adj, multiplier=1):
         keep = [_Arg(t) for t in (b, adj)]

@@ -143,6 +143,24 @@ class TestFamily(unittest.TestCase):
         want = 0.125 * (ai.astype(np.int64) @ bi.astype(np.int64).T - azp[:, None] * adj[None, :])
         np.testing.assert_allclose(d2, want, rtol=1e-6)
 
+    def test_vq_round_trip(self):
+        fmt = self.ctx.vq_format("gptvq-2")
+        w = self.rng.standard_normal((256, 256)).astype(np.float32)
+        sz = self.ctx.vq_sizes(fmt, 256, 256)
+        self.assertEqual(sz.bits_per_value, 2.0)
+        codes = np.zeros((1, 256, sz.row_bytes), np.uint8)
+        books = np.zeros((1, sz.n_books, sz.entries, 4), np.float16)
+        st = self.ctx.vq_quantize(w, fmt, codes, books, iterations=4)
+        back = np.empty_like(w)
+        self.ctx.vq_dequantize(codes, books, fmt, back)
+        rel = float(((back - w) ** 2).sum() / (w ** 2).sum())
+        self.assertAlmostEqual(rel, st.rel_mse, places=6)
+        self.assertLess(rel, 0.15)
+        # one codebook (a single 256 x 256 tile), its entries stored most used first
+        idx = codes[0, :, :64].astype(np.int64)  # 64 vectors of 4 per row, 8-bit indices: one byte each
+        counts = np.bincount(idx.ravel(), minlength=256)
+        self.assertTrue((np.diff(counts) <= 0).all())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -111,25 +111,31 @@ qf_status qf_check_shape(qf_ctx *ctx, const char *op, const char *name, const DL
   return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has shape [%s]; expected [%s]", op, name, got, want);
 }
 
-qf_status qf_check_vec(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt, int64_t n,
-                       void **data) {
-  if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
-  int64_t want2[2] = {n, 1};
-  int along = 0; /* the dimension that holds the n elements */
-  if (t->ndim == 2 && t->shape && t->shape[0] == 1 && t->shape[1] == n && n != 1) along = 1;
-  qf_status st = t->ndim == 2 && along == 0 ? qf_check_shape(ctx, op, name, t, 2, want2)
-                 : t->ndim == 2             ? QF_OK
-                                            : qf_check_shape(ctx, op, name, t, 1, &n);
+qf_status qf_check_dense(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt, int ndim,
+                         const int64_t *shape, size_t align, void **data) {
+  qf_status st = qf_check_shape(ctx, op, name, t, ndim, shape);
   if (st) return st;
-  if (t->strides && n > 1 && t->strides[along] != 1)
-    return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[%d]=%" PRId64 "; expected contiguous", op, name, along,
-                   t->strides[along]);
-  DLTensor view = *t;
+  int64_t n = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    if (t->strides && shape[d] > 1 && t->strides[d] != n)
+      return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[%d]=%" PRId64 "; expected %" PRId64 " (compact row-major)", op, name, d,
+                     t->strides[d], n);
+    n *= shape[d];
+  }
+  DLTensor view = *t; /* device, dtype and alignment, checked on the flat view */
   view.ndim = 1;
   view.shape = &n;
   view.strides = NULL;
   qf_mat m;
-  if ((st = qf_check_mat(ctx, op, name, &view, QF_DT(dt), 4, &m))) return st;
+  if ((st = qf_check_mat(ctx, op, name, &view, QF_DT(dt), align, &m))) return st;
   *data = m.data;
   return QF_OK;
+}
+
+qf_status qf_check_vec(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt, int64_t n,
+                       void **data) {
+  if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
+  int64_t shape[2] = {n, 1};
+  if (t->ndim == 2 && t->shape && t->shape[0] == 1 && n != 1) shape[0] = 1, shape[1] = n;
+  return qf_check_dense(ctx, op, name, t, dt, t->ndim == 2 ? 2 : 1, shape, 4, data);
 }

@@ -23,6 +23,21 @@ static qf_status check_out(qf_ctx *ctx, const char *op, const char *name, const 
   return qf_check_shape(ctx, op, name, t, 2, want);
 }
 
+/* A [M, K] and B [N, K] of one 8-bit dtype from `accept` (B must match A), N and K positive
+ * multiples of 16. */
+static qf_status check_ab(qf_ctx *ctx, const char *op, const DLTensor *a, const DLTensor *b, qf_dtype_set accept,
+                          qf_mat *am, qf_mat *bm) {
+  qf_status st;
+  if ((st = check_operand(ctx, op, "a", a, accept, am)) || (st = check_operand(ctx, op, "b", b, QF_DT(am->dtype), bm)))
+    return st;
+  if (bm->cols != am->cols)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[1]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, bm->cols, am->cols);
+  if (am->cols % 16 || bm->rows % 16 || am->cols == 0)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " and K=%" PRId64 " must be positive multiples of 16", op, bm->rows,
+                   am->cols);
+  return QF_OK;
+}
+
 qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
                                  const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts) {
   static const char op[] = "qf_gemm_fp8_blockscale";
@@ -31,13 +46,8 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
   const qf_gemm_blockscale_opts *o = opts ? opts : &defaults;
   qf_gemm_blockscale_args g = {0};
   qf_status st;
-  if ((st = check_operand(ctx, op, "a", a, QF_DT(QF_E4M3FN), &g.a)) || (st = check_operand(ctx, op, "b", b, QF_DT(QF_E4M3FN), &g.b)))
-    return st;
+  if ((st = check_ab(ctx, op, a, b, QF_DT(QF_E4M3FN), &g.a, &g.b))) return st;
   g.M = g.a.rows, g.K = g.a.cols, g.N = g.b.rows;
-  if (g.b.cols != g.K)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[1]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, g.b.cols, g.K);
-  if (g.K % 16 || g.N % 16 || g.K == 0)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " and K=%" PRId64 " must be positive multiples of 16", op, g.N, g.K);
   const int64_t KB = (g.K + 127) / 128, NB = (g.N + 127) / 128, Mp = (g.M + 3) / 4 * 4;
 
   qf_mat s;
@@ -92,14 +102,8 @@ qf_status qf_gemm_scaled(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scale
   const qf_gemm_scaled_opts *o = opts ? opts : &defaults;
   qf_gemm_scaled_args g = {0};
   qf_status st;
-  if ((st = check_operand(ctx, op, "a", a, QF_DT(QF_E4M3FN) | QF_DT(QF_I8), &g.a)) ||
-      (st = check_operand(ctx, op, "b", b, QF_DT(g.a.dtype), &g.b)))
-    return st;
+  if ((st = check_ab(ctx, op, a, b, QF_DT(QF_E4M3FN) | QF_DT(QF_I8), &g.a, &g.b))) return st;
   g.M = g.a.rows, g.K = g.a.cols, g.N = g.b.rows;
-  if (g.b.cols != g.K)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[1]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, g.b.cols, g.K);
-  if (g.K % 16 || g.N % 16 || g.K == 0)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " and K=%" PRId64 " must be positive multiples of 16", op, g.N, g.K);
   if ((st = check_scale(ctx, op, "a_scale", a_scale, g.M, &g.a_scale, &g.a_per_token)) ||
       (st = check_scale(ctx, op, "b_scale", b_scale, g.N, &g.b_scale, &g.b_per_channel)) ||
       (st = check_out(ctx, op, "d", d, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g.M, g.N, &g.d)))

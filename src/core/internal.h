@@ -58,6 +58,11 @@ qf_status qf_check_mat(qf_ctx *ctx, const char *op, const char *name, const DLTe
 qf_status qf_check_shape(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t,
                          int ndim, const int64_t *shape);
 
+/* A compact row-major tensor of exactly `shape`, of dtype dt on ctx's device, aligned to
+ * `align` bytes; *data receives its first element. */
+qf_status qf_check_dense(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt, int ndim,
+                         const int64_t *shape, size_t align, void **data);
+
 /* A vector of n elements given as [n], [n, 1] or [1, n], contiguous, of dtype dt on ctx's
  * device, 4-byte aligned; *data receives its first element. */
 qf_status qf_check_vec(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt,

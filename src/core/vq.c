@@ -1,6 +1,5 @@
 /* Front end of the vector-quantization family: formats, sizes, validation, dispatch. */
 #include <inttypes.h>
-#include <stdio.h>
 
 #include "core/backend.h"
 #include "formats/vq.h"
@@ -46,29 +45,6 @@ qf_status qf_vq_sizes_of(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_
   return sizes(ctx, "qf_vq_sizes_of", fmt, N, K, out);
 }
 
-/* A dense (compact row-major) tensor of exactly this shape and dtype on ctx's device. */
-static qf_status check_dense(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype dt, int ndim,
-                             const int64_t *shape, void **data) {
-  qf_status st = qf_check_shape(ctx, op, name, t, ndim, shape);
-  if (st) return st;
-  int64_t n = 1, stride = 1;
-  for (int d = ndim - 1; d >= 0; d--) {
-    if (t->strides && shape[d] > 1 && t->strides[d] != stride)
-      return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[%d]=%" PRId64 "; expected %" PRId64 " (compact row-major)", op, name, d,
-                     t->strides[d], stride);
-    stride *= shape[d];
-    n *= shape[d];
-  }
-  DLTensor view = *t;
-  view.ndim = 1;
-  view.shape = &n;
-  view.strides = NULL;
-  qf_mat m;
-  if ((st = qf_check_mat(ctx, op, name, &view, QF_DT(dt), 16, &m))) return st;
-  *data = m.data;
-  return QF_OK;
-}
-
 /* The quantized tensors of a [N, K] weight in format fmt. */
 static qf_status check_quantized(qf_ctx *ctx, const char *op, const qf_vq_format *fmt, int64_t N, int64_t K,
                                  const DLTensor *codes, const DLTensor *books, const DLTensor *scales, qf_vq_tensors *t) {
@@ -78,12 +54,12 @@ static qf_status check_quantized(qf_ctx *ctx, const char *op, const qf_vq_format
   const int64_t R = fmt->residuals;
   const int64_t code_shape[3] = {R, N, t->sz.row_bytes};
   const int64_t book_shape[4] = {R, t->sz.n_books, t->sz.entries, fmt->vector_size};
-  if ((st = check_dense(ctx, op, "codes", codes, QF_U8, 3, code_shape, (void **)&t->codes)) ||
-      (st = check_dense(ctx, op, "codebooks", books, fmt->entry_dtype, 4, book_shape, &t->books)))
+  if ((st = qf_check_dense(ctx, op, "codes", codes, QF_U8, 3, code_shape, 16, (void **)&t->codes)) ||
+      (st = qf_check_dense(ctx, op, "codebooks", books, fmt->entry_dtype, 4, book_shape, 16, &t->books)))
     return st;
   t->scales = NULL;
   if (fmt->row_scale) {
-    if ((st = check_dense(ctx, op, "scales", scales, QF_F32, 1, &N, (void **)&t->scales))) return st;
+    if ((st = qf_check_dense(ctx, op, "scales", scales, QF_F32, 1, &N, 16, (void **)&t->scales))) return st;
   } else if (scales) {
     return qf_fail(ctx, QF_ERR_VALUE, "%s: scales given but fmt->row_scale is 0", op);
   }

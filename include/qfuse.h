@@ -394,6 +394,40 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
                          const qf_vq_quantize_opts *opts, DLTensor *codes, DLTensor *codebooks,
                          DLTensor *scales, qf_vq_stats *stats);
 
+/* Quantize-on-append: encodes new rows x [T, K] (fp32, fp16 or bf16) with existing codebooks,
+ * as rows row0 .. row0 + T - 1 of the matrix the codebooks belong to (row0 picks the codebooks
+ * when scope_rows > 0). Each residual takes the stored entry nearest (squared distance, lowest
+ * index on ties) to what the previous ones left, exactly as the quantizer's final assignment, so
+ * encoding the quantized matrix again reproduces its codes. codes [R, T, row_bytes]; scales [T]
+ * when fmt->row_scale (each new row's RMS), else NULL. */
+qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTensor *codebooks,
+                       const qf_vq_format *fmt, DLTensor *codes, DLTensor *scales);
+
+/* y[M, N] = x[M, K] . W^T with W [N, K] VQ-quantized: VQ-GeMV (M of 1 to 16) and VQ-GeMM.
+ * x fp32, fp16 or bf16; y fp32, fp16 or bf16 [M, N]. The reference decodes W as
+ * qf_vq_dequantize does (fp32) and accumulates in float64. CPU today. */
+qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
+                     const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
+
+/* Decode attention over a VQ-quantized KV cache (CQ): for each batch b and query head h,
+ *   o[b, h] = softmax(sm_scale * q[b, h] . K[b, t, g]) . V[b, t, g],  t < seq_len, g = h / (Hq / Hkv)
+ *   lse[b, h] = log(sum_t exp(sm_scale * q[b, h] . K[b, t, g]))   (natural log)
+ * K and V are the matrices [B * seq_len, Hkv * D] (row b * seq_len + t) quantized in fmt, with
+ * their own codes and codebooks. q [B, Hq * D], o [B, Hq * D] fp32, fp16 or bf16, lse [B, Hq]
+ * fp32. head_dim D and Hkv come from the options; Hq = q.shape[1] / D must be a multiple of Hkv.
+ * The reference decodes K and V (fp32) and computes in float64. CPU today. */
+typedef struct {
+  int head_dim;      /* D */
+  int kv_heads;      /* Hkv */
+  int64_t seq_len;   /* tokens per batch entry in the cache */
+  float sm_scale;    /* 0 means 1 / sqrt(D) */
+} qf_vq_attention_opts;
+
+qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_codes,
+                                 const DLTensor *k_codebooks, const DLTensor *v_codes,
+                                 const DLTensor *v_codebooks, const qf_vq_format *fmt,
+                                 const qf_vq_attention_opts *opts, DLTensor *o, DLTensor *lse);
+
 /* w [N, K] = decode(codes, codebooks, scales): fp32, fp16 or bf16 output (the sum of entries is
  * formed in fp32 in residual order, times the row scale, then rounded to w's dtype). scales NULL
  * unless fmt->row_scale. CPU today; the CUDA kernels are not built yet. */

@@ -90,6 +90,11 @@ class VqStats(ctypes.Structure):
                 ("hot_entries", ctypes.c_int64), ("hot_share", ctypes.c_double)]
 
 
+class VqAttentionOpts(ctypes.Structure):
+    _fields_ = [("head_dim", ctypes.c_int), ("kv_heads", ctypes.c_int), ("seq_len", ctypes.c_int64),
+                ("sm_scale", ctypes.c_float)]
+
+
 VQ_PRESETS = {"gptvq-2": 0, "cq-2": 1, "cq-4": 2, "aqlm-3": 3}
 
 SCALE_LAYOUTS = {"row_major": 0, "col_major": 1, "col_major_tma": 2}
@@ -135,6 +140,10 @@ def _load():
     lib.qf_vq_quantize.argtypes = [ctypes.c_void_p, T, ctypes.POINTER(VqFormat), ctypes.POINTER(VqQuantizeOpts), T, T, T,
                                    ctypes.POINTER(VqStats)]
     lib.qf_vq_dequantize.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(VqFormat), T]
+    lib.qf_vq_encode.argtypes = [ctypes.c_void_p, T, ctypes.c_int64, T, ctypes.POINTER(VqFormat), T, T]
+    lib.qf_vq_gemm.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(VqFormat), T]
+    lib.qf_vq_attention_decode.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat),
+                                           ctypes.POINTER(VqAttentionOpts), T, T]
     return lib
 
 
@@ -313,6 +322,25 @@ class Context:
         sc = _Arg(scales) if scales is not None else None
         self._check(_lib.qf_vq_dequantize(self._ctx, keep[0].ptr(), keep[1].ptr(), sc.ptr() if sc else None,
                                           ctypes.byref(fmt), keep[2].ptr()))
+
+    def vq_encode(self, x, row0, codebooks, fmt, codes, scales=None):
+        keep = [_Arg(t) for t in (x, codebooks, codes)]
+        sc = _Arg(scales) if scales is not None else None
+        self._check(_lib.qf_vq_encode(self._ctx, keep[0].ptr(), row0, keep[1].ptr(), ctypes.byref(fmt), keep[2].ptr(),
+                                      sc.ptr() if sc else None))
+
+    def vq_gemm(self, x, codes, codebooks, fmt, y, scales=None):
+        keep = [_Arg(t) for t in (x, codes, codebooks, y)]
+        sc = _Arg(scales) if scales is not None else None
+        self._check(_lib.qf_vq_gemm(self._ctx, keep[0].ptr(), keep[1].ptr(), keep[2].ptr(), sc.ptr() if sc else None,
+                                    ctypes.byref(fmt), keep[3].ptr()))
+
+    def vq_attention_decode(self, q, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse, head_dim, kv_heads,
+                            seq_len, sm_scale=0.0):
+        keep = [_Arg(t) for t in (q, k_codes, k_codebooks, v_codes, v_codebooks, o, lse)]
+        opt = VqAttentionOpts(head_dim, kv_heads, seq_len, sm_scale)
+        self._check(_lib.qf_vq_attention_decode(self._ctx, *(a.ptr() for a in keep[:5]), ctypes.byref(fmt),
+                                                ctypes.byref(opt), keep[5].ptr(), keep[6].ptr()))
 
     def gemm_azp_adj(self, b, adj, multiplier=1):
         keep = [_Arg(t) for t in (b, adj)]

@@ -123,6 +123,16 @@ typedef struct {
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
                              qf_vq_stats *stats);
 qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
+qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
+qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
+typedef struct {
+  qf_mat q, o;          /* [B, Hq * D] */
+  float *lse;           /* [B, Hq] */
+  qf_vq_tensors k, v;   /* [B * seq_len, Hkv * D] each */
+  int64_t B, Hq, Hkv, D, seq_len;
+  double sm_scale;
+} qf_vq_attention_args;
+qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a);
 
 #ifdef __cplusplus
 }

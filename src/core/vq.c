@@ -1,5 +1,6 @@
 /* Front end of the vector-quantization family: formats, sizes, validation, dispatch. */
 #include <inttypes.h>
+#include <math.h>
 
 #include "core/backend.h"
 #include "formats/vq.h"
@@ -98,4 +99,99 @@ qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *c
   if (ctx->device == QF_DEVICE_CUDA)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernel of this op is not built yet (CPU reference only)", op);
   return qf_cpu_vq_dequantize(ctx, &t, &wm);
+}
+
+qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTensor *codebooks, const qf_vq_format *fmt,
+                       DLTensor *codes, DLTensor *scales) {
+  static const char op[] = "qf_vq_encode";
+  if (!ctx) return QF_ERR_NULL;
+  qf_mat xm;
+  qf_vq_tensors t;
+  qf_status st;
+  if ((st = qf_check_mat(ctx, op, "x", x, QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16), 1, &xm))) return st;
+  if (x->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: x has ndim=%d; expected 2", op, (int)x->ndim);
+  if (row0 < 0) return qf_fail(ctx, QF_ERR_VALUE, "%s: row0=%" PRId64 " is negative", op, row0);
+  if ((st = sizes(ctx, op, fmt, xm.rows, xm.cols, &t.sz))) return st;
+  /* the codebooks belong to a matrix of at least row0 + T rows */
+  const int64_t rows = fmt->scope_rows ? fmt->scope_rows : INT64_MAX;
+  if (!codebooks || codebooks->ndim != 4 || !codebooks->shape)
+    return qf_fail(ctx, codebooks ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codebooks must be a 4-D tensor [R, n_books, entries, vector_size]", op);
+  const int64_t need = xm.rows ? ((row0 + xm.rows - 1) / rows + 1) * t.sz.books_per_row : 0;
+  t.sz.n_books = codebooks->shape[1];
+  if (t.sz.n_books % t.sz.books_per_row || t.sz.n_books < need || (!fmt->scope_rows && t.sz.n_books != t.sz.books_per_row))
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: codebooks.shape[1]=%" PRId64 " books do not cover rows %" PRId64 "..%" PRId64
+                   " (%" PRId64 " books per row block)", op, t.sz.n_books, row0, row0 + xm.rows - 1, t.sz.books_per_row);
+  t.fmt = *fmt, t.N = xm.rows, t.K = xm.cols;
+  const int64_t code_shape[3] = {fmt->residuals, xm.rows, t.sz.row_bytes};
+  const int64_t book_shape[4] = {fmt->residuals, t.sz.n_books, t.sz.entries, fmt->vector_size};
+  if ((st = qf_check_dense(ctx, op, "codebooks", codebooks, fmt->entry_dtype, 4, book_shape, 16, &t.books)) ||
+      (st = qf_check_dense(ctx, op, "codes", codes, QF_U8, 3, code_shape, 16, (void **)&t.codes)))
+    return st;
+  t.scales = NULL;
+  if (fmt->row_scale) {
+    if ((st = qf_check_dense(ctx, op, "scales", scales, QF_F32, 1, &xm.rows, 16, (void **)&t.scales))) return st;
+  } else if (scales) {
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: scales given but fmt->row_scale is 0", op);
+  }
+  if (xm.rows * xm.cols == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernel of this op is not built yet (CPU reference only)", op);
+  return qf_cpu_vq_encode(ctx, &xm, row0, &t);
+}
+
+qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
+                     const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y) {
+  static const char op[] = "qf_vq_gemm";
+  if (!ctx) return QF_ERR_NULL;
+  const qf_dtype_set fl = QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16);
+  qf_mat xm, ym;
+  qf_vq_tensors w;
+  qf_status st;
+  if ((st = qf_check_mat(ctx, op, "x", x, fl, 1, &xm)) || (st = qf_check_mat(ctx, op, "y", y, fl, 1, &ym))) return st;
+  if (x->ndim != 2 || y->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: x and y must be 2-D", op);
+  if (!codes || codes->ndim != 3 || !codes->shape)
+    return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codes must be a 3-D tensor [R, N, row_bytes]", op);
+  const int64_t N = codes->shape[1];
+  if (ym.rows != xm.rows || ym.cols != N)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: y has shape [%" PRId64 ", %" PRId64 "]; expected [%" PRId64 ", %" PRId64 "]", op, ym.rows,
+                   ym.cols, xm.rows, N);
+  if ((st = check_quantized(ctx, op, fmt, N, xm.cols, codes, codebooks, scales, &w))) return st;
+  if (ym.rows * ym.cols == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+  return qf_cpu_vq_gemm(ctx, &xm, &w, &ym);
+}
+
+qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_codes, const DLTensor *k_codebooks,
+                                 const DLTensor *v_codes, const DLTensor *v_codebooks, const qf_vq_format *fmt,
+                                 const qf_vq_attention_opts *opts, DLTensor *o, DLTensor *lse) {
+  static const char op[] = "qf_vq_attention_decode";
+  if (!ctx) return QF_ERR_NULL;
+  if (!opts) return qf_fail(ctx, QF_ERR_NULL, "%s: opts is NULL (head_dim, kv_heads and seq_len are needed)", op);
+  const qf_dtype_set fl = QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16);
+  qf_vq_attention_args a;
+  qf_status st;
+  if ((st = qf_check_mat(ctx, op, "q", q, fl, 1, &a.q)) || (st = qf_check_mat(ctx, op, "o", o, fl, 1, &a.o))) return st;
+  if (q->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: q has ndim=%d; expected 2 ([B, Hq * D])", op, (int)q->ndim);
+  a.D = opts->head_dim, a.Hkv = opts->kv_heads, a.seq_len = opts->seq_len, a.B = a.q.rows;
+  if (a.D <= 0 || a.Hkv <= 0 || a.seq_len <= 0 || a.q.cols % a.D || (a.q.cols / a.D) % a.Hkv)
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: head_dim=%d, kv_heads=%d, seq_len=%" PRId64 " do not fit q.shape[1]=%" PRId64
+                   " (Hq * D with Hq a multiple of kv_heads)", op, opts->head_dim, opts->kv_heads, opts->seq_len, a.q.cols);
+  a.Hq = a.q.cols / a.D;
+  if (!(opts->sm_scale >= 0.0f && opts->sm_scale <= 3.4e38f))
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: sm_scale=%g must be finite and >= 0", op, (double)opts->sm_scale);
+  a.sm_scale = opts->sm_scale > 0.0f ? opts->sm_scale : 1.0 / sqrt((double)a.D);
+  int64_t want_o[2] = {a.B, a.Hq * a.D}, want_lse[2] = {a.B, a.Hq};
+  if ((st = qf_check_shape(ctx, op, "o", o, 2, want_o)) ||
+      (st = qf_check_dense(ctx, op, "lse", lse, QF_F32, 2, want_lse, 4, (void **)&a.lse)))
+    return st;
+  if (fmt && fmt->row_scale) return qf_fail(ctx, QF_ERR_VALUE, "%s: row scales are not part of the CQ cache format", op);
+  const int64_t rows = a.B * a.seq_len, cols = a.Hkv * a.D;
+  if ((st = check_quantized(ctx, op, fmt, rows, cols, k_codes, k_codebooks, NULL, &a.k)) ||
+      (st = check_quantized(ctx, op, fmt, rows, cols, v_codes, v_codebooks, NULL, &a.v)))
+    return st;
+  if (a.B == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+  return qf_cpu_vq_attention_decode(ctx, &a);
 }

@@ -106,21 +106,38 @@ static int by_use(const void *a, const void *b) {
   return x->entry < y->entry ? -1 : x->entry > y->entry;
 }
 
+/* The codebook of row `row` (of the whole matrix) and vector j. */
+static int64_t book_of(const qf_vq_tensors *t, int64_t row, int64_t j) {
+  const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : INT64_MAX, cols = t->fmt.scope_cols ? t->fmt.scope_cols : t->K;
+  return (row / rows) * t->sz.books_per_row + (j * t->fmt.vector_size) / cols;
+}
+
+static const uint16_t *entry_of(const qf_vq_tensors *t, int r, int64_t book, uint32_t idx) {
+  return (const uint16_t *)t->books + ((r * t->sz.n_books + book) * t->sz.entries + idx) * t->fmt.vector_size;
+}
+
+/* Row n decoded in fp32: the sum of its entries in residual order, times its scale. */
 static void decode_row(const qf_vq_tensors *t, int64_t n, float *out) {
   const int vs = t->fmt.vector_size, bits = t->fmt.index_bits;
-  const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : t->N, cols = t->fmt.scope_cols ? t->fmt.scope_cols : t->K;
   const float scale = t->scales ? t->scales[n] : 1.0f;
   for (int64_t k = 0; k < t->K; k++) out[k] = 0.0f;
   for (int r = 0; r < t->fmt.residuals; r++) {
     const uint8_t *row = t->codes + (r * t->N + n) * t->sz.row_bytes;
     for (int64_t j = 0; j < t->K / vs; j++) {
-      int64_t book = (n / rows) * t->sz.books_per_row + (j * vs) / cols;
-      uint32_t idx = qf_vq_get_index(row, j, bits);
-      const uint16_t *e = (const uint16_t *)t->books + ((r * t->sz.n_books + book) * t->sz.entries + idx) * vs;
+      const uint16_t *e = entry_of(t, r, book_of(t, n, j), qf_vq_get_index(row, j, bits));
       for (int c = 0; c < vs; c++) out[j * vs + c] += entry_value(t->fmt.entry_dtype, e[c]);
     }
   }
   for (int64_t k = 0; k < t->K; k++) out[k] *= scale;
+}
+
+/* Row n of w as the quantizer sees it: divided by its RMS when the format has row scales. */
+static float row_target(const qf_mat *w, int64_t n, int row_scale, float *out) {
+  double ss = 0.0;
+  for (int64_t k = 0; k < w->cols; k++) ss += (double)load_w(w, n, k) * load_w(w, n, k);
+  float s = ss > 0.0 ? (float)sqrt(ss / (double)w->cols) : 1.0f;
+  for (int64_t k = 0; k < w->cols; k++) out[k] = load_w(w, n, k) / (row_scale ? s : 1.0f);
+  return s;
 }
 
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
@@ -143,13 +160,9 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
                  (long long)K);
     goto done;
   }
-  /* rows normalized to unit RMS when the format has row scales */
   for (int64_t n = 0; n < N; n++) {
-    double ss = 0.0;
-    for (int64_t k = 0; k < K; k++) ss += (double)load_w(w, n, k) * load_w(w, n, k);
-    float s = ss > 0.0 ? (float)sqrt(ss / (double)K) : 1.0f;
+    float s = row_target(w, n, t->scales != NULL, target + n * K);
     if (t->scales) t->scales[n] = s;
-    for (int64_t k = 0; k < K; k++) target[n * K + k] = load_w(w, n, k) / (t->scales ? s : 1.0f);
   }
   memset(t->codes, 0, (size_t)(R * N * t->sz.row_bytes));
 
@@ -227,5 +240,86 @@ qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat
     }
   }
   free(row);
+  return QF_OK;
+}
+
+qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t) {
+  const int vs = t->fmt.vector_size, bits = t->fmt.index_bits;
+  const int64_t E = t->sz.entries, nb = t->fmt.residuals * t->sz.n_books * E * vs;
+  float *v = malloc((size_t)t->K * sizeof *v), *books = malloc((size_t)nb * sizeof *books);
+  if (!v || !books) {
+    free(v), free(books);
+    return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_encode: no memory for the codebooks in fp32");
+  }
+  for (int64_t i = 0; i < nb; i++) books[i] = entry_value(t->fmt.entry_dtype, ((const uint16_t *)t->books)[i]);
+  memset(t->codes, 0, (size_t)(t->fmt.residuals * t->N * t->sz.row_bytes));
+  for (int64_t i = 0; i < t->N; i++) {
+    float s = row_target(x, i, t->scales != NULL, v);
+    if (t->scales) t->scales[i] = s;
+    for (int r = 0; r < t->fmt.residuals; r++) {
+      uint8_t *row = t->codes + (r * t->N + i) * t->sz.row_bytes;
+      for (int64_t j = 0; j < t->K / vs; j++) {
+        const float *book = books + (r * t->sz.n_books + book_of(t, row0 + i, j)) * E * vs;
+        int e = nearest(v + j * vs, book, E, vs);
+        qf_vq_set_index(row, j, bits, (uint32_t)e);
+        for (int c = 0; c < vs; c++) v[j * vs + c] -= book[e * vs + c];
+      }
+    }
+  }
+  free(v), free(books);
+  return QF_OK;
+}
+
+static void store_f(const qf_mat *m, int64_t r, int64_t c, double v) {
+  char *row = (char *)m->data + r * m->ld * (int64_t)qf_dtype_size(m->dtype);
+  if (m->dtype == QF_F32) ((float *)row)[c] = (float)v;
+  else ((uint16_t *)row)[c] = entry_bits(m->dtype, (float)v);
+}
+
+qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
+  float *row = malloc((size_t)w->K * sizeof *row);
+  if (!row) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_gemm: no memory for a row");
+  for (int64_t n = 0; n < w->N; n++) {
+    decode_row(w, n, row);
+    for (int64_t m = 0; m < x->rows; m++) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < w->K; k++) acc += (double)load_w(x, m, k) * row[k];
+      store_f(y, m, n, acc);
+    }
+  }
+  free(row);
+  return QF_OK;
+}
+
+qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a) {
+  const int64_t T = a->seq_len, C = a->Hkv * a->D, group = a->Hq / a->Hkv;
+  float *k = malloc((size_t)(T * C) * sizeof *k), *v = malloc((size_t)(T * C) * sizeof *v);
+  double *score = malloc((size_t)T * sizeof *score), *acc = malloc((size_t)a->D * sizeof *acc);
+  if (!k || !v || !score || !acc) {
+    free(k), free(v), free(score), free(acc);
+    return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_attention_decode: no memory for %lld decoded tokens", (long long)T);
+  }
+  for (int64_t b = 0; b < a->B; b++) {
+    for (int64_t t = 0; t < T; t++) decode_row(&a->k, b * T + t, k + t * C), decode_row(&a->v, b * T + t, v + t * C);
+    for (int64_t h = 0; h < a->Hq; h++) {
+      const int64_t g = h / group;
+      double mx = -INFINITY, l = 0.0;
+      for (int64_t t = 0; t < T; t++) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < a->D; d++) dot += (double)load_w(&a->q, b, h * a->D + d) * k[t * C + g * a->D + d];
+        score[t] = a->sm_scale * dot;
+        if (score[t] > mx) mx = score[t];
+      }
+      for (int64_t d = 0; d < a->D; d++) acc[d] = 0.0;
+      for (int64_t t = 0; t < T; t++) {
+        double p = exp(score[t] - mx);
+        l += p;
+        for (int64_t d = 0; d < a->D; d++) acc[d] += p * v[t * C + g * a->D + d];
+      }
+      for (int64_t d = 0; d < a->D; d++) store_f(&a->o, b, h * a->D + d, acc[d] / l);
+      a->lse[b * a->Hq + h] = (float)(mx + log(l));
+    }
+  }
+  free(k), free(v), free(score), free(acc);
   return QF_OK;
 }

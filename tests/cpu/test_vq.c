@@ -278,6 +278,120 @@ static void test_errors(void) {
   vq_free(&b);
 }
 
+/* Encoding the quantized matrix again with its codebooks reproduces its codes (row scales and
+ * tile scopes included); appended rows get an error like the quantized ones. */
+static void test_encode(void) {
+  enum { N = 512, K = 256, T = 256 };
+  float *w = malloc(N * K * sizeof *w);
+  uint64_t s = 77;
+  for (int i = 0; i < N * K; i++) w[i] = rng_normal(&s) * (1.0f + (float)(i / K % 5));
+  const qf_vq_format fmts[] = {{4, 8, 1, 256, 256, QF_F16, 0}, {4, 6, 2, 0, 0, QF_BF16, 1}};
+  for (int fi = 0; fi < 2; fi++) {
+    vq_buf b, e;
+    vq_alloc(&b, &fmts[fi], N, K);
+    CHECK(quantize(&b, w, N, K, 5, NULL) == QF_OK, "quantize: %s", qf_ctx_last_error(ctx));
+    vq_alloc(&e, &fmts[fi], T, K); /* codes and scales of the last T rows */
+    e.bshape[1] = b.sz.n_books;
+    tensor2d xt;
+    tensor2d_init(&xt, w + (N - T) * K, QF_F32, T, K, K, kDLCPU);
+    CHECK(qf_vq_encode(ctx, &xt.t, N - T, &b.bt, &fmts[fi], &e.ct, fmts[fi].row_scale ? &e.st : NULL) == QF_OK,
+          "encode: %s", qf_ctx_last_error(ctx));
+    int same = 1;
+    for (int r = 0; r < fmts[fi].residuals; r++)
+      same &= !memcmp(e.codes + (int64_t)r * T * e.sz.row_bytes, b.codes + ((int64_t)r * N + N - T) * b.sz.row_bytes,
+                      (size_t)(T * e.sz.row_bytes));
+    CHECK(same, "format %d: encoding the quantized rows reproduces their codes", fi);
+    if (fmts[fi].row_scale) CHECK(!memcmp(e.scales, b.scales + (N - T), T * sizeof(float)), "row scales reproduced");
+    /* codebooks that do not reach row0 are refused */
+    if (fmts[fi].scope_rows) {
+      e.bshape[1] = 1;
+      b.bt.shape = e.bshape;
+      CHECK(qf_vq_encode(ctx, &xt.t, N - T, &b.bt, &fmts[fi], &e.ct, NULL) == QF_ERR_SHAPE, "codebooks not covering row0");
+      b.bt.shape = b.bshape;
+    }
+    vq_free(&b), vq_free(&e);
+  }
+  free(w);
+}
+
+static void test_gemm_reference(void) {
+  enum { M = 3, N = 48, K = 128 };
+  static float w[N * K], wd[N * K], x[M * K], y[M * N + 4];
+  uint64_t s = 8;
+  for (int i = 0; i < N * K; i++) w[i] = rng_normal(&s);
+  for (int i = 0; i < M * K; i++) x[i] = rng_normal(&s);
+  qf_vq_format f = {8, 8, 2, 16, 64, QF_F16, 1};
+  vq_buf b;
+  vq_alloc(&b, &f, N, K);
+  CHECK(quantize(&b, w, N, K, 5, NULL) == QF_OK && dequantize(&b, wd, QF_F32, N, K) == QF_OK, "quantize + dequantize");
+  tensor2d xt, yt;
+  tensor2d_init(&xt, x, QF_F32, M, K, K, kDLCPU);
+  tensor2d_init(&yt, y, QF_F32, M, N, N, kDLCPU);
+  y[M * N] = -7.0f;
+  CHECK(qf_vq_gemm(ctx, &xt.t, &b.ct, &b.bt, &b.st, &f, &yt.t) == QF_OK, "vq_gemm: %s", qf_ctx_last_error(ctx));
+  double worst = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      double want = 0;
+      for (int k = 0; k < K; k++) want += (double)x[m * K + k] * wd[n * K + k];
+      worst = fmax(worst, fabs(y[m * N + n] - want) / (fabs(want) + 1e-3));
+    }
+  CHECK(worst < 1e-6 && y[M * N] == -7.0f, "vq_gemm equals the product with the dequantized weight (%g)", worst);
+  yt.shape[1] = N - 16;
+  CHECK(qf_vq_gemm(ctx, &xt.t, &b.ct, &b.bt, &b.st, &f, &yt.t) == QF_ERR_SHAPE && strstr(qf_ctx_last_error(ctx), "expected [3, 48]"),
+        "vq_gemm: wrong y shape refused (%s)", qf_ctx_last_error(ctx));
+  vq_free(&b);
+}
+
+/* Decode attention over a CQ-2 cache against float64 attention over the dequantized cache. */
+static void test_attention_reference(void) {
+  enum { B = 2, HQ = 4, HKV = 2, D = 16, T = 40, C = HKV * D };
+  static float kf[B * T * C], vf[B * T * C], kd[B * T * C], vd[B * T * C], q[B * HQ * D], o[B * HQ * D], lse[B * HQ];
+  uint64_t s = 31;
+  for (int i = 0; i < B * T * C; i++) kf[i] = rng_normal(&s), vf[i] = rng_normal(&s);
+  for (int i = 0; i < B * HQ * D; i++) q[i] = rng_normal(&s);
+  qf_vq_format f;
+  qf_vq_format_preset(QF_VQ_CQ_2, &f);
+  vq_buf kb, vb;
+  vq_alloc(&kb, &f, B * T, C);
+  vq_alloc(&vb, &f, B * T, C);
+  CHECK(quantize(&kb, kf, B * T, C, 5, NULL) == QF_OK && quantize(&vb, vf, B * T, C, 5, NULL) == QF_OK, "quantize the cache");
+  CHECK(dequantize(&kb, kd, QF_F32, B * T, C) == QF_OK && dequantize(&vb, vd, QF_F32, B * T, C) == QF_OK, "dequantize");
+  tensor2d qt, ot;
+  tensor2d_init(&qt, q, QF_F32, B, HQ * D, HQ * D, kDLCPU);
+  tensor2d_init(&ot, o, QF_F32, B, HQ * D, HQ * D, kDLCPU);
+  int64_t lshape[2] = {B, HQ};
+  DLTensor lt = dense(lse, QF_F32, 2, lshape);
+  qf_vq_attention_opts opt = {.head_dim = D, .kv_heads = HKV, .seq_len = T};
+  CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_OK, "attention: %s",
+        qf_ctx_last_error(ctx));
+  double worst_o = 0, worst_l = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < HQ; h++) {
+      int g = h / (HQ / HKV);
+      double sc[T], mx = -INFINITY, l = 0;
+      for (int t = 0; t < T; t++) {
+        double dot = 0;
+        for (int d = 0; d < D; d++) dot += (double)q[(b * HQ + h) * D + d] * kd[(b * T + t) * C + g * D + d];
+        sc[t] = dot / 4.0; /* 1 / sqrt(16) */
+        mx = fmax(mx, sc[t]);
+      }
+      for (int t = 0; t < T; t++) l += exp(sc[t] - mx);
+      worst_l = fmax(worst_l, fabs(lse[b * HQ + h] - (mx + log(l))));
+      for (int d = 0; d < D; d++) {
+        double acc = 0;
+        for (int t = 0; t < T; t++) acc += exp(sc[t] - mx) / l * vd[(b * T + t) * C + g * D + d];
+        worst_o = fmax(worst_o, fabs(o[(b * HQ + h) * D + d] - acc));
+      }
+    }
+  CHECK(worst_o < 1e-6 && worst_l < 1e-5, "attention vs float64: o %g, lse %g", worst_o, worst_l);
+  opt.kv_heads = 3;
+  CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_ERR_VALUE &&
+            strstr(qf_ctx_last_error(ctx), "kv_heads=3"),
+        "Hq not a multiple of kv_heads refused");
+  vq_free(&kb), vq_free(&vb);
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   test_sizes();
@@ -286,6 +400,9 @@ int main(void) {
   test_hot_entries();
   test_presets_gaussian();
   test_errors();
+  test_encode();
+  test_gemm_reference();
+  test_attention_reference();
   qf_ctx_destroy(ctx);
   return check_finish("test_vq");
 }

@@ -160,6 +160,14 @@ class TestFamily(unittest.TestCase):
         idx = codes[0, :, :64].astype(np.int64)  # 64 vectors of 4 per row, 8-bit indices: one byte each
         counts = np.bincount(idx.ravel(), minlength=256)
         self.assertTrue((np.diff(counts) <= 0).all())
+        # VQ-GeMV against the dequantized weight; re-encoding reproduces the codes
+        x = self.rng.standard_normal((2, 256)).astype(np.float32)
+        y = np.empty((2, 256), np.float32)
+        self.ctx.vq_gemm(x, codes, books, fmt, y)
+        np.testing.assert_allclose(y, x.astype(np.float64) @ back.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+        again = np.zeros_like(codes)
+        self.ctx.vq_encode(w, 0, books, fmt, again)
+        np.testing.assert_array_equal(again, codes)
 
 
 if __name__ == "__main__":

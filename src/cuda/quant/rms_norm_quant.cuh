@@ -22,6 +22,7 @@
 //   rows re-read y (from residual or x).
 #pragma once
 
+#include "cuda/ptx/prefetch.cuh"
 #include "cuda/quant/token_quant.cuh"
 
 enum class ScaleGranularity { kPerToken, kPerGroup };
@@ -103,7 +104,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
 #pragma unroll
       for (int i = 0; i < VPT; i++) {
         const int c = chunk_col<VPT>(0, i);
-        if (c < p.cols) prefetch_l1(w + c);
+        if (c < p.cols) prefetch_global_l1(w + c);
       }
     }
 

@@ -107,8 +107,6 @@ __device__ __forceinline__ void store_bytes_chunk(uint8_t *row, int c, int cols,
   }
 }
 
-// prefetch.global.L1: start moving the line holding p into L1; no register is written.
-__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
 // NaN-propagating running min and max of a row's values, or of their magnitudes. For 16-bit
 // inputs the whole chunks go through pairs (__hmin2_nan / __hmax2_nan, exact on the values),

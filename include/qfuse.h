@@ -186,7 +186,7 @@ typedef struct {
   const DLTensor *scale_ub;      /* optional [1] fp32 upper bound on every scale; NULL: none */
 } qf_group_quant_opts;
 
-/* Per-token-group quantization: q[m, k] = encode(x[m, k] / s[m, k / G]).
+/* Per-token-group quantization: q[m, k] = encode(x[m, k] * (1 / s[m, k / G])), s by the rule above.
  *  x       [M, K] bf16, fp16 or fp32, rows may be strided; K a multiple of G.
  *  q       [M, K] e4m3fn, e4m3fnuz or int8, rows may be strided.
  *  scales  as opts->scale_layout / scale_format describe.
@@ -241,7 +241,8 @@ qf_status qf_quant_tensor(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor 
                           const qf_tensor_quant_opts *opts);
 
 /* RMSNorm followed by quantization.
- *   y  = residual ? round_to_x_dtype(x + residual) : x      (residual then holds y)
+ *   y  = residual ? round_to_x_dtype(x + residual) : x      (residual then holds y; a NaN sum
+ *                                                            is stored as the positive NaN)
  *   r  = 1.0f / sqrtf((float)(sum_k y_k^2 (accumulated in fp64) / K) + eps)
  *   v  = (y * r) * w                                          (fp32, in this order)
  * then per-token quantization (group_size == -1: scales [M] fp32) or per-group quantization of v

@@ -30,5 +30,70 @@ class TestTorchGpu(unittest.TestCase):
             self.assertTrue(torch.equal(ref.view(torch.uint8), q[1:].view(torch.uint8)), f"{dtype}: differs from torch")
 
 
+class TestTorchFamily(unittest.TestCase):
+    """Every CUDA op of the binding on torch tensors, against the same op on the CPU."""
+
+    def setUp(self):
+        self.gpu, self.cpu = qfuse.Context("cuda:0"), qfuse.Context("cpu")
+        self.gpu.set_stream(torch.cuda.current_stream().cuda_stream)
+        torch.manual_seed(1)
+
+    def both(self, fn, *tensors):
+        """Runs fn(ctx, *tensors) on CUDA and on CPU copies; returns both sets of tensors."""
+        g = [t.clone() for t in tensors]
+        c = [t.cpu().clone() for t in tensors]
+        fn(self.gpu, *g)
+        torch.cuda.synchronize()
+        fn(self.cpu, *c)
+        return g, c
+
+    def assert_same(self, g, c, what):
+        for i, (a, b) in enumerate(zip(g, c)):
+            a, b = a.cpu(), b
+            same = torch.equal(a.view(torch.uint8), b.view(torch.uint8)) if a.element_size() == 1 else torch.equal(
+                a.view(torch.int32 if a.element_size() == 4 else torch.int16), b.view(torch.int32 if b.element_size() == 4 else torch.int16))
+            self.assertTrue(same, f"{what}: tensor {i} differs between CUDA and CPU")
+
+    def test_quant_family(self):
+        x = torch.randn(37, 1024, device="cuda").to(torch.bfloat16) * 3
+        q = torch.empty(37, 1024, dtype=torch.float8_e4m3fn, device="cuda")
+        s = torch.empty(8, 40, device="cuda")  # COL_MAJOR_TMA: [KG, Mp], viewed as [KG, M]
+        g, c = self.both(lambda ctx, x, q, s: ctx.quant_group(x, q, s[:, :37], scale_layout="col_major_tma"), x, q, s)
+        self.assert_same(g[1:], c[1:], "quant_group")
+        xg = torch.randn(5, 512, device="cuda").to(torch.bfloat16)
+        q2 = torch.empty(5, 256, dtype=torch.int8, device="cuda")
+        s2 = torch.empty(5, 4, device="cuda")
+        g, c = self.both(lambda ctx, x, q, s: ctx.silu_mul_quant_group(x, q, s, alpha=1.702, limit=7.0, up_plus_one=True,
+                                                                     group_size=64), xg, q2, s2)
+        self.assert_same(g[1:], c[1:], "silu_mul_quant_group")
+        q3 = torch.empty(37, 1024, dtype=torch.int8, device="cuda")
+        s3 = torch.empty(37, device="cuda")
+        z3 = torch.empty(37, dtype=torch.int32, device="cuda")
+        g, c = self.both(lambda ctx, x, q, s, z: ctx.quant_token(x, q, s, z), x, q3, s3, z3)
+        self.assert_same(g[1:], c[1:], "quant_token")
+        res = torch.randn(37, 1024, device="cuda").to(torch.bfloat16)
+        w = torch.rand(1024, device="cuda").to(torch.bfloat16) + 0.5
+        s4 = torch.empty(37, 8, device="cuda")
+        g, c = self.both(lambda ctx, x, r, w, q, s: ctx.rms_norm_quant(x, r, w, q, s), x, res, w, q, s4)
+        self.assert_same(g[1:2] + g[3:], c[1:2] + c[3:], "rms_norm_quant")
+        s5 = torch.empty(1, device="cuda")
+        g, c = self.both(lambda ctx, x, q, s: ctx.quant_tensor(x, q, s, dynamic=True), x, q, s5)
+        self.assert_same(g[1:], c[1:], "quant_tensor dynamic")
+
+    def test_gemm_fp8_blockscale(self):
+        m, n, k = 77, 256, 512
+        a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        a_s = torch.rand(4, 80, device="cuda") + 0.5  # [KB, Mp]
+        b_s = torch.rand(2, 4, device="cuda") + 0.5
+        d = torch.empty(m, n, device="cuda")
+        self.gpu.gemm_fp8_blockscale(a, a_s[:, :m], b, b_s, d)
+        ref = torch.empty(m, n)
+        self.cpu.gemm_fp8_blockscale(a.cpu(), a_s.cpu()[:, :m], b.cpu(), b_s.cpu(), ref)
+        torch.cuda.synchronize()
+        err = ((d.cpu() - ref).norm() / ref.norm()).item()
+        self.assertLess(err, 1e-3)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -111,8 +111,8 @@ done:
 }
 #endif
 
-int bench_gemm(qfb *b, qf_ctx *ctx, const char *only, int *rows) {
-  if (!qfb_op_selected(only, "gemm_fp8_blockscale") || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
+  if (!qfb_op_selected(sel->ops, "gemm_fp8_blockscale") || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -121,6 +121,7 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const char *only, int *rows) {
   int rc = 0;
   for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+      if (sel->m && ms[i] != sel->m) continue;
       rc |= one_shape(b, ctx, lt, ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }

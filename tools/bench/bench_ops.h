@@ -8,11 +8,17 @@
 #include "bench.h"
 #include "qfuse.h"
 
-/* only: NULL for every op, else a comma-separated list of op names ("quant_group,quant_token");
- * *rows grows by the number of rows emitted. Returns 0, or nonzero after printing why a
+/* Which rows to run: ops NULL for every op, else a comma-separated list of op names
+ * ("quant_group,quant_token"); m 0 for every M, else only the shapes with this M. */
+typedef struct {
+  const char *ops;
+  int64_t m;
+} qfb_select;
+
+/* *rows grows by the number of rows emitted. Returns 0, or nonzero after printing why a
  * measurement failed. */
-int bench_quant(qfb *b, qf_ctx *ctx, const char *only, int *rows);
-int bench_gemm(qfb *b, qf_ctx *ctx, const char *only, int *rows);
+int bench_quant(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
+int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 
 /* Whether op is named in the comma-separated list only (NULL or "" selects every op). */
 static inline int qfb_op_selected(const char *only, const char *op) {

@@ -206,7 +206,7 @@ static void release(void *p, int gpu) {
   free(p);
 }
 
-int bench_quant(qfb *b, qf_ctx *ctx, const char *only, int *rows) {
+int bench_quant(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int gpu = qfb_uses_gpu(b);
   /* Decode sizes (M = 1..128) and prefill sizes that fill the chip; the CPU runs a small default
    * with the first variant of each op. */
@@ -218,7 +218,7 @@ int bench_quant(qfb *b, qf_ctx *ctx, const char *only, int *rows) {
   const DLDeviceType dev = gpu ? kDLCUDA : kDLCPU;
 
   int any = 0;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) any |= qfb_op_selected(only, cases[i].op);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) any |= qfb_op_selected(sel->ops, cases[i].op);
   if (!any) return 0;
 
   uint16_t *chunk = malloc(CHUNK_ELEMS * 2);
@@ -249,9 +249,10 @@ int bench_quant(qfb *b, qf_ctx *ctx, const char *only, int *rows) {
 
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0] && ready; ci++) {
     const quant_case *c = &cases[ci];
-    if (!qfb_op_selected(only, c->op) || (!gpu && ci > 0 && !strcmp(cases[ci - 1].op, c->op))) continue;
+    if (!qfb_op_selected(sel->ops, c->op) || (!gpu && ci > 0 && !strcmp(cases[ci - 1].op, c->op))) continue;
     int failed = 0; /* a failing variant skips its remaining shapes; the others still run */
     for (int i = c->largest_m_only ? nm - 1 : 0; i < nm && !failed; i++) {
+      if (sel->m && ms[i] != sel->m) continue;
       for (int j = 0; j < nk && !failed; j++) {
         quant_call call;
         setup_call(&call, c, ctx, &bf, ms[i], ks[j], dev);

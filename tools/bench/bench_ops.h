@@ -1,5 +1,5 @@
 /* The op benchmarks qfuse-bench runs, one function per family. Each times qfuse on the
- * session's device against the peers the issue names, and emits one row per shape. */
+ * session's device against its peers, and emits one row per shape. */
 #ifndef QFUSE_TOOLS_BENCH_OPS_H
 #define QFUSE_TOOLS_BENCH_OPS_H
 

@@ -54,6 +54,13 @@ static void quantize_row_groups(const float *v, int64_t K, int G, int64_t m, voi
   }
 }
 
+/* Quantizes a whole row v[0, K) with one scale (per token) and returns the scale. */
+static float quantize_row_token(const float *v, int64_t K, void *qrow, qf_dtype qt, const float *ub, float floor) {
+  float s = qf_group_scale(span_amax(v, K), qmax_of(qt), ub != NULL, ub ? *ub : 0.0f, floor, 0);
+  quantize_span(qrow, qt, 0, v, K, s);
+  return s;
+}
+
 /* Zero scales for the padding rows [M, M + pad_rows) of the TMA-aligned layouts. */
 static void zero_pad_rows(const qf_scale_out *so, int64_t M, int64_t groups) {
   for (int64_t m = M; m < M + so->pad_rows; m++)
@@ -65,13 +72,10 @@ static void zero_pad_rows(const qf_scale_out *so, int64_t M, int64_t groups) {
 
 qf_status qf_cpu_quant_per_tensor(qf_ctx *ctx, const qf_quant_tensor_args *a) {
   (void)ctx;
-  float scale = a->scale[0];
-  /* 1/scale correctly rounded; a scale that is not finite and positive poisons every output. */
-  float inv = (scale > 0.0f && scale <= 3.4028234663852886e38f) ? 1.0f / scale : qf_f32_from_bits(0x7fc00000u);
-  size_t xsz = qf_dtype_size(a->x.dtype), qsz = qf_dtype_size(a->q.dtype);
+  const float inv = qf_inv_scale(a->scale[0]); /* NaN for a bad scale: every output poisoned */
   for (int64_t r = 0; r < a->x.rows; r++) {
-    const char *xr = (const char *)a->x.data + r * a->x.ld * (int64_t)xsz;
-    char *qr = (char *)a->q.data + r * a->q.ld * (int64_t)qsz;
+    const void *xr = row_of(&a->x, r);
+    void *qr = row_of_mut(&a->q, r);
     for (int64_t c = 0; c < a->x.cols; c++) store_q(qr, a->q.dtype, c, load_f32(xr, a->x.dtype, c) * inv);
   }
   return QF_OK;
@@ -102,9 +106,7 @@ qf_status qf_cpu_quant_token(qf_ctx *ctx, const qf_token_quant_args *a) {
     void *qr = row_of_mut(&a->q, m);
     for (int64_t k = 0; k < K; k++) v[k] = load_f32(xr, a->x.dtype, k);
     if (!a->azp) {
-      float s = qf_group_scale(span_amax(v, K), qmax_of(a->q.dtype), a->ub != NULL, a->ub ? *a->ub : 0.0f, a->scale_min, 0);
-      a->scales[m] = s;
-      quantize_span(qr, a->q.dtype, 0, v, K, s);
+      a->scales[m] = quantize_row_token(v, K, qr, a->q.dtype, a->ub, a->scale_min);
       continue;
     }
     float lo = v[0], hi = v[0];
@@ -171,10 +173,7 @@ qf_status qf_cpu_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
     for (int64_t k = 0; k < K; k++) v[k] = QF_MUL_RN(QF_MUL_RN(v[k], r), load_f32(a->weight, dt, k));
     void *qr = row_of_mut(&a->q, m);
     if (a->group_size == -1) {
-      const qf_scale_out *so = &a->scales;
-      float s = qf_group_scale(span_amax(v, K), qmax_of(a->q.dtype), so->ub != NULL, so->ub ? *so->ub : 0.0f, so->scale_min, 0);
-      ((float *)so->data)[m] = s;
-      quantize_span(qr, a->q.dtype, 0, v, K, s);
+      ((float *)a->scales.data)[m] = quantize_row_token(v, K, qr, a->q.dtype, a->scales.ub, a->scales.scale_min);
     } else {
       quantize_row_groups(v, K, a->group_size, m, qr, a->q.dtype, &a->scales);
     }

@@ -5,6 +5,20 @@
 #include "core/backend.h"
 #include "formats/vq.h"
 
+#define QF_FLOATS (QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16))
+
+/* A 2-D fp32, fp16 or bf16 matrix, rows may be strided. */
+static qf_status check_float_2d(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_mat *m) {
+  qf_status st = qf_check_mat(ctx, op, name, t, QF_FLOATS, 1, m);
+  if (st == QF_OK && t->ndim != 2)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has ndim=%d; expected 2", op, name, (int)t->ndim);
+  return st;
+}
+
+static qf_status no_cuda_kernel(qf_ctx *ctx, const char *op) {
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+}
+
 qf_status qf_vq_format_preset(qf_vq_preset preset, qf_vq_format *out) {
   static const qf_vq_format presets[] = {
       [QF_VQ_GPTVQ_2] = {4, 8, 1, 256, 256, QF_F16, 0},
@@ -76,8 +90,7 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
   qf_mat wm;
   qf_vq_tensors t;
   qf_status st;
-  if ((st = qf_check_mat(ctx, op, "w", w, QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16), 1, &wm))) return st;
-  if (w->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: w has ndim=%d; expected 2", op, (int)w->ndim);
+  if ((st = check_float_2d(ctx, op, "w", w, &wm))) return st;
   if ((st = check_quantized(ctx, op, fmt, wm.rows, wm.cols, codes, codebooks, scales, &t))) return st;
   const int iterations = opts && opts->iterations > 0 ? opts->iterations : 10;
   const uint64_t seed = opts && opts->seed ? opts->seed : 0x9E3779B97F4A7C15ull;
@@ -92,12 +105,11 @@ qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *c
   qf_mat wm;
   qf_vq_tensors t;
   qf_status st;
-  if ((st = qf_check_mat(ctx, op, "w", w, QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16), 1, &wm))) return st;
-  if (w->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: w has ndim=%d; expected 2", op, (int)w->ndim);
+  if ((st = check_float_2d(ctx, op, "w", w, &wm))) return st;
   if ((st = check_quantized(ctx, op, fmt, wm.rows, wm.cols, codes, codebooks, scales, &t))) return st;
   if (wm.rows * wm.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernel of this op is not built yet (CPU reference only)", op);
+    return no_cuda_kernel(ctx, op);
   return qf_cpu_vq_dequantize(ctx, &t, &wm);
 }
 
@@ -108,8 +120,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   qf_mat xm;
   qf_vq_tensors t;
   qf_status st;
-  if ((st = qf_check_mat(ctx, op, "x", x, QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16), 1, &xm))) return st;
-  if (x->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: x has ndim=%d; expected 2", op, (int)x->ndim);
+  if ((st = check_float_2d(ctx, op, "x", x, &xm))) return st;
   if (row0 < 0) return qf_fail(ctx, QF_ERR_VALUE, "%s: row0=%" PRId64 " is negative", op, row0);
   if ((st = sizes(ctx, op, fmt, xm.rows, xm.cols, &t.sz))) return st;
   /* the codebooks belong to a matrix of at least row0 + T rows */
@@ -135,7 +146,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   }
   if (xm.rows * xm.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernel of this op is not built yet (CPU reference only)", op);
+    return no_cuda_kernel(ctx, op);
   return qf_cpu_vq_encode(ctx, &xm, row0, &t);
 }
 
@@ -143,12 +154,10 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y) {
   static const char op[] = "qf_vq_gemm";
   if (!ctx) return QF_ERR_NULL;
-  const qf_dtype_set fl = QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16);
   qf_mat xm, ym;
   qf_vq_tensors w;
   qf_status st;
-  if ((st = qf_check_mat(ctx, op, "x", x, fl, 1, &xm)) || (st = qf_check_mat(ctx, op, "y", y, fl, 1, &ym))) return st;
-  if (x->ndim != 2 || y->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: x and y must be 2-D", op);
+  if ((st = check_float_2d(ctx, op, "x", x, &xm)) || (st = check_float_2d(ctx, op, "y", y, &ym))) return st;
   if (!codes || codes->ndim != 3 || !codes->shape)
     return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codes must be a 3-D tensor [R, N, row_bytes]", op);
   const int64_t N = codes->shape[1];
@@ -158,7 +167,7 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
   if ((st = check_quantized(ctx, op, fmt, N, xm.cols, codes, codebooks, scales, &w))) return st;
   if (ym.rows * ym.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+    return no_cuda_kernel(ctx, op);
   return qf_cpu_vq_gemm(ctx, &xm, &w, &ym);
 }
 
@@ -168,11 +177,9 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
   static const char op[] = "qf_vq_attention_decode";
   if (!ctx) return QF_ERR_NULL;
   if (!opts) return qf_fail(ctx, QF_ERR_NULL, "%s: opts is NULL (head_dim, kv_heads and seq_len are needed)", op);
-  const qf_dtype_set fl = QF_DT(QF_F32) | QF_DT(QF_F16) | QF_DT(QF_BF16);
   qf_vq_attention_args a;
   qf_status st;
-  if ((st = qf_check_mat(ctx, op, "q", q, fl, 1, &a.q)) || (st = qf_check_mat(ctx, op, "o", o, fl, 1, &a.o))) return st;
-  if (q->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: q has ndim=%d; expected 2 ([B, Hq * D])", op, (int)q->ndim);
+  if ((st = check_float_2d(ctx, op, "q", q, &a.q)) || (st = check_float_2d(ctx, op, "o", o, &a.o))) return st;
   a.D = opts->head_dim, a.Hkv = opts->kv_heads, a.seq_len = opts->seq_len, a.B = a.q.rows;
   if (a.D <= 0 || a.Hkv <= 0 || a.seq_len <= 0 || a.q.cols % a.D || (a.q.cols / a.D) % a.Hkv)
     return qf_fail(ctx, QF_ERR_VALUE, "%s: head_dim=%d, kv_heads=%d, seq_len=%" PRId64 " do not fit q.shape[1]=%" PRId64
@@ -192,6 +199,6 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
     return st;
   if (a.B == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+    return no_cuda_kernel(ctx, op);
   return qf_cpu_vq_attention_decode(ctx, &a);
 }

@@ -316,9 +316,11 @@ qf_status qf_gemm_scaled(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scale
                          const DLTensor *b, const DLTensor *b_scale, DLTensor *d,
                          const qf_gemm_scaled_opts *opts);
 
-/* adj[n] = multiplier * sum_k b[n, k] (int32; exact, an overflow of int32 is refused with
- * QF_ERR_VALUE on the CPU). b [N, K] int8, rows may be strided; adj [N] int32. multiplier 1 gives
- * azp_adj for per-token zero points; z_a gives azp_with_adj for a per-tensor zero point. */
+/* adj[n] = multiplier * sum_k b[n, k] (int32, exact). b [N, K] int8, rows may be strided;
+ * adj [N] int32. multiplier 1 gives azp_adj for per-token zero points; z_a gives azp_with_adj
+ * for a per-tensor zero point. A result that would leave int32 is refused with QF_ERR_VALUE: the
+ * CPU refuses an actual overflow, CUDA (which cannot look at the data first) any multiplier with
+ * |multiplier| * 128 * K > 2^31 - 1. */
 qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DLTensor *adj);
 
 /* ---- Vector quantization (VQ) -------------------------------------------------------------

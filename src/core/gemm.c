@@ -131,7 +131,8 @@ qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DL
   if (b->ndim != 2) return qf_fail(ctx, QF_ERR_SHAPE, "%s: b has ndim=%d; expected 2", op, (int)b->ndim);
   if ((st = qf_check_vec(ctx, op, "adj", adj, QF_I32, bm.rows, (void **)&out))) return st;
   if (bm.rows == 0) return QF_OK;
-  if (ctx->device == QF_DEVICE_CUDA)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernel of this op is not built yet (CPU reference only)", op);
+#ifdef QF_WITH_CUDA
+  if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_azp_adj(ctx, &bm, multiplier, out);
+#endif
   return qf_cpu_gemm_azp_adj(ctx, &bm, multiplier, out);
 }

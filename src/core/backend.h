@@ -124,8 +124,11 @@ typedef struct {
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
                              qf_vq_stats *stats);
 qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
+qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
 qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
 qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
+/* M of 1 to 16 (VQ-GeMV); QF_ERR_UNSUPPORTED for larger M. */
+qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
 typedef struct {
   qf_mat q, o;          /* [B, Hq * D] */
   float *lse;           /* [B, Hq] */

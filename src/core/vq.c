@@ -109,7 +109,11 @@ qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *c
   if ((st = check_quantized(ctx, op, fmt, wm.rows, wm.cols, codes, codebooks, scales, &t))) return st;
   if (wm.rows * wm.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_dequantize(ctx, &t, &wm);
+#else
     return no_cuda_kernel(ctx, op);
+#endif
   return qf_cpu_vq_dequantize(ctx, &t, &wm);
 }
 
@@ -167,7 +171,11 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
   if ((st = check_quantized(ctx, op, fmt, N, xm.cols, codes, codebooks, scales, &w))) return st;
   if (ym.rows * ym.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_gemm(ctx, &xm, &w, &ym);
+#else
     return no_cuda_kernel(ctx, op);
+#endif
   return qf_cpu_vq_gemm(ctx, &xm, &w, &ym);
 }
 

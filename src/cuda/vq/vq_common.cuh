@@ -1,0 +1,58 @@
+// Device pieces shared by the VQ kernels: codebook entries widened to fp32, indices read from the
+// packed code rows in 32-bit words, outputs rounded to their dtype.
+#pragma once
+
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+// Entry dtypes, as tags: entries travel as raw 16-bit words and are widened on use.
+struct vq_f16 {};
+struct vq_bf16 {};
+
+__device__ __forceinline__ float vq_widen_lo(vq_f16, uint32_t w) { return __half2float(__ushort_as_half(static_cast<unsigned short>(w))); }
+__device__ __forceinline__ float vq_widen_hi(vq_f16, uint32_t w) { return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16))); }
+__device__ __forceinline__ float vq_widen_lo(vq_bf16, uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float vq_widen_hi(vq_bf16, uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// N consecutive entry elements at p (aligned to 2 * N bytes for N = 2, 4, 8) widened to fp32, in
+// one load. kGlobal: through the read-only path.
+template <int N, bool kGlobal, typename E>
+__device__ __forceinline__ void vq_load_entry(E tag, const uint16_t *p, float (&v)[N]) {
+  if constexpr (N == 8) {
+    const uint4 r = kGlobal ? __ldg(reinterpret_cast<const uint4 *>(p)) : *reinterpret_cast<const uint4 *>(p);
+    v[0] = vq_widen_lo(tag, r.x), v[1] = vq_widen_hi(tag, r.x), v[2] = vq_widen_lo(tag, r.y), v[3] = vq_widen_hi(tag, r.y);
+    v[4] = vq_widen_lo(tag, r.z), v[5] = vq_widen_hi(tag, r.z), v[6] = vq_widen_lo(tag, r.w), v[7] = vq_widen_hi(tag, r.w);
+  } else if constexpr (N == 4) {
+    const uint2 r = kGlobal ? __ldg(reinterpret_cast<const uint2 *>(p)) : *reinterpret_cast<const uint2 *>(p);
+    v[0] = vq_widen_lo(tag, r.x), v[1] = vq_widen_hi(tag, r.x), v[2] = vq_widen_lo(tag, r.y), v[3] = vq_widen_hi(tag, r.y);
+  } else if constexpr (N == 2) {
+    const uint32_t r = kGlobal ? __ldg(reinterpret_cast<const unsigned int *>(p)) : *reinterpret_cast<const uint32_t *>(p);
+    v[0] = vq_widen_lo(tag, r), v[1] = vq_widen_hi(tag, r);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; i++) v[i] = vq_widen_lo(tag, kGlobal ? __ldg(reinterpret_cast<const unsigned short *>(p + i)) : p[i]);
+  }
+}
+
+// The 32 bits of a code row that start at bit `bit`; bits past the row's `words` words read as 0
+// (an index never needs them: its bits lie inside the row). Rows are 4-byte aligned.
+__device__ __forceinline__ uint32_t vq_code_window(const uint32_t *row, uint32_t bit, uint32_t words) {
+  const uint32_t q = bit >> 5, sh = bit & 31u;
+  const uint32_t lo = __ldg(row + q);
+  const uint32_t hi = sh != 0u && q + 1u < words ? __ldg(row + q + 1u) : 0u;
+  return __funnelshift_r(lo, hi, sh);
+}
+
+// Index j of a row of `bits`-bit indices: equal to qf_vq_get_index (formats/vq.h), word-based.
+__device__ __forceinline__ uint32_t vq_index(const uint32_t *row, uint32_t j, int bits, uint32_t words) {
+  return vq_code_window(row, j * static_cast<uint32_t>(bits), words) & ((1u << bits) - 1u);
+}
+
+__device__ __forceinline__ void vq_store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void vq_store(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void vq_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float vq_to_f32(float v) { return v; }
+__device__ __forceinline__ float vq_to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float vq_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }

@@ -408,7 +408,9 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
 
 /* y[M, N] = x[M, K] . W^T with W [N, K] VQ-quantized: VQ-GeMV (M of 1 to 16) and VQ-GeMM.
  * x fp32, fp16 or bf16; y fp32, fp16 or bf16 [M, N]. The reference decodes W as
- * qf_vq_dequantize does (fp32) and accumulates in float64. CPU today. */
+ * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA accumulates in fp32 and runs
+ * M <= 16 (VQ-GeMV; QF_ERR_UNSUPPORTED above). On CUDA x and y must be aligned to their element
+ * size. */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
 
@@ -433,7 +435,7 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
 
 /* w [N, K] = decode(codes, codebooks, scales): fp32, fp16 or bf16 output (the sum of entries is
  * formed in fp32 in residual order, times the row scale, then rounded to w's dtype). scales NULL
- * unless fmt->row_scale. CPU today; the CUDA kernels are not built yet. */
+ * unless fmt->row_scale. CPU and CUDA (the same bits). */
 qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *codebooks,
                            const DLTensor *scales, const qf_vq_format *fmt, DLTensor *w);
 

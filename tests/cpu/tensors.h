@@ -34,6 +34,18 @@ static inline void tensor2d_init(tensor2d *m, void *data, qf_dtype dt, int64_t r
   m->t.strides = m->strides;
 }
 
+/* A compact tensor (NULL strides) of ndim dimensions over data. */
+static inline DLTensor dl_tensor(void *data, qf_dtype dt, int ndim, int64_t *shape, DLDeviceType dev) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = dev;
+  t.ndim = ndim;
+  t.dtype = qf_dtype_to_dl(dt);
+  t.shape = shape;
+  return t;
+}
+
 /* xorshift64*: reproducible per test, never all zeros. */
 static inline uint64_t rng_next(uint64_t *s) {
   *s ^= *s >> 12;

@@ -22,11 +22,6 @@ typedef struct {
   qf_gemm_scaled_opts o;
 } fx;
 
-static DLTensor vec(void *data, qf_dtype dt, int64_t *n) {
-  DLTensor t = {.data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(dt), .shape = n};
-  return t;
-}
-
 static void fx_init(fx *f) {
   uint64_t s = 17;
   for (int i = 0; i < M * K; i++) f->a[i] = (int8_t)(rng_next(&s) % 256 - 128);
@@ -38,11 +33,11 @@ static void fx_init(fx *f) {
   tensor2d_init(&f->bt, f->b, QF_I8, N, K, K, kDLCPU);
   tensor2d_init(&f->dt, f->d, QF_F32, M, N, N, kDLCPU);
   f->sa_n = M, f->sb_n = N, f->n_n = N, f->m_n = M;
-  f->sat = vec(f->sa, QF_F32, &f->sa_n);
-  f->sbt = vec(f->sb, QF_F32, &f->sb_n);
-  f->biast = vec(f->bias, QF_F32, &f->n_n);
-  f->adjt = vec(f->adj, QF_I32, &f->n_n);
-  f->azpt = vec(f->azp, QF_I32, &f->m_n);
+  f->sat = dl_tensor(f->sa, QF_F32, 1, &f->sa_n, kDLCPU);
+  f->sbt = dl_tensor(f->sb, QF_F32, 1, &f->sb_n, kDLCPU);
+  f->biast = dl_tensor(f->bias, QF_F32, 1, &f->n_n, kDLCPU);
+  f->adjt = dl_tensor(f->adj, QF_I32, 1, &f->n_n, kDLCPU);
+  f->azpt = dl_tensor(f->azp, QF_I32, 1, &f->m_n, kDLCPU);
   memset(&f->o, 0, sizeof f->o);
   CHECK(qf_gemm_azp_adj(ctx, &f->bt.t, 1, &f->adjt) == QF_OK, "azp_adj: %s", qf_ctx_last_error(ctx));
 }
@@ -102,7 +97,7 @@ static void test_with_quant_token(void) {
   tensor2d_init(&qwt, qw, QF_I8, O, C, C, kDLCPU);
   tensor2d_init(&ot, out, QF_F32, R, O, O, kDLCPU);
   int64_t r = R, o = O;
-  DLTensor sxt = vec(sx, QF_F32, &r), zxt = vec(zx, QF_I32, &r), swt = vec(sw, QF_F32, &o), adjt = vec(adj, QF_I32, &o);
+  DLTensor sxt = dl_tensor(sx, QF_F32, 1, &r, kDLCPU), zxt = dl_tensor(zx, QF_I32, 1, &r, kDLCPU), swt = dl_tensor(sw, QF_F32, 1, &o, kDLCPU), adjt = dl_tensor(adj, QF_I32, 1, &o, kDLCPU);
   CHECK(qf_quant_token(ctx, &xt.t, &qxt.t, &sxt, &zxt, NULL) == QF_OK, "quant_token: %s", qf_ctx_last_error(ctx));
   CHECK(qf_gemm_azp_adj(ctx, &qwt.t, 1, &adjt) == QF_OK, "azp_adj");
   qf_gemm_scaled_opts opt = {.azp_adj = &adjt, .azp = &zxt};
@@ -132,7 +127,7 @@ static void test_fp8(void) {
   tensor2d_init(&bt, b, QF_E4M3FN, O, C, C, kDLCPU);
   tensor2d_init(&dt, outh, QF_BF16, R, O, O, kDLCPU);
   int64_t one = 1, o = O;
-  DLTensor sat = vec(sa, QF_F32, &one), sbt = vec(sb, QF_F32, &one), bt2 = vec(bias, QF_BF16, &o);
+  DLTensor sat = dl_tensor(sa, QF_F32, 1, &one, kDLCPU), sbt = dl_tensor(sb, QF_F32, 1, &one, kDLCPU), bt2 = dl_tensor(bias, QF_BF16, 1, &o, kDLCPU);
   qf_gemm_scaled_opts opt = {.bias = &bt2};
   CHECK(qf_gemm_scaled(ctx, &at.t, &sat, &bt.t, &sbt, &dt.t, &opt) == QF_OK, "fp8: %s", qf_ctx_last_error(ctx));
   double worst = 0;

@@ -13,11 +13,6 @@
 
 static qf_ctx *ctx;
 
-static DLTensor vec1(void *data, qf_dtype dt, int64_t *shape) {
-  DLTensor t = {.data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(dt), .shape = shape};
-  return t;
-}
-
 /* ---- error paths ---------------------------------------------------------------------------- */
 
 enum { M = 5, K = 256, G = 128, KG = K / G, MP = 8 };
@@ -46,9 +41,9 @@ static void fam_init(fam *f) {
   tensor2d_init(&f->qt, f->q, QF_E4M3FN, M, K, K, kDLCPU);
   tensor2d_init(&f->st, f->sc, QF_F32, KG, M, MP, kDLCPU); /* COL_MAJOR_TMA: [KG, M], pitch Mp */
   f->wshape = K;
-  f->wt = vec1(f->w, QF_BF16, &f->wshape);
+  f->wt = dl_tensor(f->w, QF_BF16, 1, &f->wshape, kDLCPU);
   f->ubshape = 1;
-  f->ubt = vec1(f->ub, QF_F32, &f->ubshape);
+  f->ubt = dl_tensor(f->ub, QF_F32, 1, &f->ubshape, kDLCPU);
   memset(&f->go, 0, sizeof f->go);
   f->go.group_size = G;
   f->go.scale_layout = QF_SCALE_COL_MAJOR_TMA;
@@ -317,7 +312,7 @@ static void test_token_and_tensor(void) {
   tensor2d_init(&xt, x, QF_F32, R, C, C, kDLCPU);
   tensor2d_init(&qt, qt_, QF_E4M3FN, R, C, C, kDLCPU);
   int64_t rs = R;
-  DLTensor sct = vec1(st_, QF_F32, &rs), sat = vec1(sa, QF_F32, &rs), azt = vec1(azp, QF_I32, &rs);
+  DLTensor sct = dl_tensor(st_, QF_F32, 1, &rs, kDLCPU), sat = dl_tensor(sa, QF_F32, 1, &rs, kDLCPU), azt = dl_tensor(azp, QF_I32, 1, &rs, kDLCPU);
   CHECK(qf_quant_token(ctx, &xt.t, &qt.t, &sct, NULL, NULL) == QF_OK, "token: %s", qf_ctx_last_error(ctx));
   CHECK(!memcmp(qg, qt_, sizeof qg), "per-token == one group of the whole row");
   for (int r = 0; r < R; r++) CHECK(same_float(sg[r], st_[r]), "token scale %d", r);
@@ -340,7 +335,7 @@ static void test_token_and_tensor(void) {
   }
 
   int64_t one = 1;
-  DLTensor s1 = vec1(s_t, QF_F32, &one), s2 = vec1(s_static, QF_F32, &one);
+  DLTensor s1 = dl_tensor(s_t, QF_F32, 1, &one, kDLCPU), s2 = dl_tensor(s_static, QF_F32, 1, &one, kDLCPU);
   tensor2d qdt, qst;
   tensor2d_init(&qdt, qd, QF_E4M3FN, R - 1, C, C, kDLCPU); /* rows without the NaN */
   tensor2d_init(&qst, qs, QF_E4M3FN, R - 1, C, C, kDLCPU);
@@ -385,7 +380,7 @@ static void test_rms(void) {
   tensor2d_init(&qt, qa, QF_E4M3FN, R, C, C, kDLCPU);
   tensor2d_init(&sct, sa, QF_F32, R, 2, 2, kDLCPU);
   int64_t cs = C, rs = R;
-  DLTensor wt = vec1(w, QF_BF16, &cs), tokt = vec1(st, QF_F32, &rs);
+  DLTensor wt = dl_tensor(w, QF_BF16, 1, &cs, kDLCPU), tokt = dl_tensor(st, QF_F32, 1, &rs, kDLCPU);
   qf_rms_norm_quant_opts o = {.group_size = 128, .eps = 1e-6f};
   CHECK(qf_rms_norm_quant(ctx, &xt.t, &rt.t, &wt, &qt.t, &sct.t, &o) == QF_OK, "rms: %s", qf_ctx_last_error(ctx));
   int res_ok = 1;

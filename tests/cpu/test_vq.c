@@ -24,11 +24,6 @@ typedef struct {
   DLTensor ct, bt, st;
 } vq_buf;
 
-static DLTensor dense(void *data, qf_dtype dt, int ndim, int64_t *shape) {
-  DLTensor t = {.data = data, .device = {kDLCPU, 0}, .ndim = ndim, .dtype = qf_dtype_to_dl(dt), .shape = shape};
-  return t;
-}
-
 static void vq_alloc(vq_buf *b, const qf_vq_format *f, int64_t N, int64_t K) {
   memset(b, 0, sizeof *b);
   b->f = *f;
@@ -40,9 +35,9 @@ static void vq_alloc(vq_buf *b, const qf_vq_format *f, int64_t N, int64_t K) {
   size_t nb = (size_t)(f->residuals * b->sz.n_books * b->sz.entries * f->vector_size);
   b->books = aligned_alloc(16, (nb * 2 + 15) / 16 * 16);
   b->scales = aligned_alloc(16, (size_t)((N * 4 + 15) / 16 * 16));
-  b->ct = dense(b->codes, QF_U8, 3, b->cshape);
-  b->bt = dense(b->books, f->entry_dtype, 4, b->bshape);
-  b->st = dense(b->scales, QF_F32, 1, b->sshape);
+  b->ct = dl_tensor(b->codes, QF_U8, 3, b->cshape, kDLCPU);
+  b->bt = dl_tensor(b->books, f->entry_dtype, 4, b->bshape, kDLCPU);
+  b->st = dl_tensor(b->scales, QF_F32, 1, b->sshape, kDLCPU);
 }
 
 static void vq_free(vq_buf *b) { free(b->codes), free(b->books), free(b->scales); }
@@ -361,7 +356,7 @@ static void test_attention_reference(void) {
   tensor2d_init(&qt, q, QF_F32, B, HQ * D, HQ * D, kDLCPU);
   tensor2d_init(&ot, o, QF_F32, B, HQ * D, HQ * D, kDLCPU);
   int64_t lshape[2] = {B, HQ};
-  DLTensor lt = dense(lse, QF_F32, 2, lshape);
+  DLTensor lt = dl_tensor(lse, QF_F32, 2, lshape, kDLCPU);
   qf_vq_attention_opts opt = {.head_dim = D, .kv_heads = HKV, .seq_len = T};
   CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_OK, "attention: %s",
         qf_ctx_last_error(ctx));

@@ -315,13 +315,8 @@ static void test_huge(qf_ctx *gpu, qf_ctx *cpu) {
     CHECK(memcmp(got, ref, (size_t)cols) == 0 && memcmp(got_s, ref_s, (size_t)KG * 4) == 0,
           "huge tensor: row %" PRId64 " differs from the reference", probe[p]);
   }
-  uint8_t tail[TAIL];
-  CUDA_OK(cudaMemcpy(tail, dq + n, TAIL, cudaMemcpyDeviceToHost));
-  int clean = 1;
-  for (int i = 0; i < TAIL; i++) clean &= tail[i] == POISON;
-  CUDA_OK(cudaMemcpy(tail, (uint8_t *)ds + (size_t)(rows * KG) * 4, TAIL, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < TAIL; i++) clean &= tail[i] == POISON;
-  CHECK(clean, "huge tensor: sentinel past the end overwritten");
+  CHECK(dev_poisoned(dq + n, TAIL) && dev_poisoned((uint8_t *)ds + (size_t)(rows * KG) * 4, TAIL),
+        "huge tensor: sentinel past the end overwritten");
   cudaFree(dx), cudaFree(dq), cudaFree(ds);
   free(hrow), free(got), free(ref);
 }

@@ -106,11 +106,7 @@ static void test_huge(qf_ctx *gpu, qf_ctx *cpu) {
     CHECK(qf_quant_per_tensor(cpu, &cx.t, &cs, &cq.t) == QF_OK, "huge cpu row");
     CHECK(memcmp(got, ref, (size_t)cols) == 0, "huge tensor: row %" PRId64 " differs from the reference", probe[p]);
   }
-  uint8_t tail[TAIL];
-  CUDA_OK(cudaMemcpy(tail, dq + n, TAIL, cudaMemcpyDeviceToHost));
-  int clean = 1;
-  for (int i = 0; i < TAIL; i++) clean &= tail[i] == POISON;
-  CHECK(clean, "huge tensor: sentinel past the end overwritten");
+  CHECK(dev_poisoned(dq + n, TAIL), "huge tensor: sentinel past the end overwritten");
   cudaFree(dx), cudaFree(dq), cudaFree(ds);
   free(hrow), free(got), free(ref);
 }

@@ -16,15 +16,6 @@
 
 static size_t esz(qf_dtype t) { return t == QF_F32 || t == QF_I32 ? 4 : t == QF_BF16 || t == QF_F16 ? 2 : 1; }
 
-static void tensor1d(DLTensor *t, int64_t *shape, void *data, qf_dtype dt, DLDeviceType dev) {
-  memset(t, 0, sizeof *t);
-  t->data = data;
-  t->device.device_type = dev;
-  t->ndim = 1;
-  t->dtype = qf_dtype_to_dl(dt);
-  t->shape = shape;
-}
-
 /* ---- inputs ------------------------------------------------------------------------------- */
 
 /* Row r of an M-row input: row 1 zeros, every 7th from 3 NaN/Inf, every 11th from 5 tiny values,
@@ -81,12 +72,12 @@ static void token_case(qf_ctx *gpu, qf_ctx *cpu, token_variant v, int64_t M, int
   tensor2d_init(&gq, Q.dev, v.qt, M, K, qld, kDLCUDA);
   int64_t m_shape = M, one = 1;
   DLTensor cs, gs, cz, gz, cu, gu;
-  tensor1d(&cs, &m_shape, S.ref, QF_F32, kDLCPU);
-  tensor1d(&gs, &m_shape, S.dev, QF_F32, kDLCUDA);
-  tensor1d(&cz, &m_shape, Z.ref, QF_I32, kDLCPU);
-  tensor1d(&gz, &m_shape, Z.dev, QF_I32, kDLCUDA);
-  tensor1d(&cu, &one, U.ref, QF_F32, kDLCPU);
-  tensor1d(&gu, &one, U.dev, QF_F32, kDLCUDA);
+  cs = dl_tensor(S.ref, QF_F32, 1, &m_shape, kDLCPU);
+  gs = dl_tensor(S.dev, QF_F32, 1, &m_shape, kDLCUDA);
+  cz = dl_tensor(Z.ref, QF_I32, 1, &m_shape, kDLCPU);
+  gz = dl_tensor(Z.dev, QF_I32, 1, &m_shape, kDLCUDA);
+  cu = dl_tensor(U.ref, QF_F32, 1, &one, kDLCPU);
+  gu = dl_tensor(U.dev, QF_F32, 1, &one, kDLCUDA);
   qf_token_quant_opts co = {v.scale_min, v.ub ? &cu : NULL}, go = {v.scale_min, v.ub ? &gu : NULL};
 
   qf_status st = qf_quant_token(cpu, &cx.t, &cq.t, &cs, v.asym ? &cz : NULL, &co);
@@ -133,8 +124,8 @@ static void tensor_case(qf_ctx *gpu, qf_ctx *cpu, qf_dtype xt, qf_dtype qt, int6
   }
   int64_t one = 1;
   DLTensor cs, gs;
-  tensor1d(&cs, &one, S.ref, QF_F32, kDLCPU);
-  tensor1d(&gs, &one, S.dev, QF_F32, kDLCUDA);
+  cs = dl_tensor(S.ref, QF_F32, 1, &one, kDLCPU);
+  gs = dl_tensor(S.dev, QF_F32, 1, &one, kDLCUDA);
   qf_tensor_quant_opts o = {1, scale_min};
 
   qf_status st = qf_quant_tensor(cpu, &cx.t, &cq.t, &cs, &o);

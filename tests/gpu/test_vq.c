@@ -26,11 +26,6 @@
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
 
-static DLTensor dense(void *data, qf_dtype dt, int ndim, int64_t *shape, DLDeviceType dev) {
-  DLTensor t = {.data = data, .device = {dev, 0}, .ndim = ndim, .dtype = qf_dtype_to_dl(dt), .shape = shape};
-  return t;
-}
-
 static float get(const void *buf, qf_dtype dt, size_t i) {
   if (dt == QF_F32) return ((const float *)buf)[i];
   uint16_t h = ((const uint16_t *)buf)[i];
@@ -54,13 +49,13 @@ typedef struct {
 } vq_weight;
 
 static DLTensor w_codes(vq_weight *w, int gpu) {
-  return dense(gpu ? w->d_codes : w->h_codes, QF_U8, 3, w->cshape, gpu ? kDLCUDA : kDLCPU);
+  return dl_tensor(gpu ? w->d_codes : w->h_codes, QF_U8, 3, w->cshape, gpu ? kDLCUDA : kDLCPU);
 }
 static DLTensor w_books(vq_weight *w, int gpu) {
-  return dense(gpu ? w->d_books : w->h_books, w->f.entry_dtype, 4, w->bshape, gpu ? kDLCUDA : kDLCPU);
+  return dl_tensor(gpu ? w->d_books : w->h_books, w->f.entry_dtype, 4, w->bshape, gpu ? kDLCUDA : kDLCPU);
 }
 static DLTensor w_scales(vq_weight *w, int gpu) {
-  return dense(gpu ? w->d_scales : w->h_scales, QF_F32, 1, w->sshape, gpu ? kDLCUDA : kDLCPU);
+  return dl_tensor(gpu ? w->d_scales : w->h_scales, QF_F32, 1, w->sshape, gpu ? kDLCUDA : kDLCPU);
 }
 
 static int make_weight(qf_ctx *cpu, vq_weight *w, const char *name, qf_vq_format f, int64_t N, int64_t K, uint64_t *seed) {

@@ -198,11 +198,19 @@ qf_status qf_quant_group(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *
  *   g' = limit > 0 ? min(g, limit) : g          u' = limit > 0 ? clamp(u, -limit, limit) : u
  *   v  = g' * (1 / (1 + exp(-alpha * g'))) * (u' + (up_plus_one ? 1 : 0))
  * The zero value is SiLU(g) * u (alpha 0 means 1). gpt-oss: alpha 1.702, limit 7, up_plus_one.
- * exp is qfuse's own fp32 exp (docs/NUMERICS.md), identical on CPU and GPU. */
+ * exp is qfuse's own fp32 exp (docs/NUMERICS.md), identical on CPU and GPU, so by default the
+ * CUDA output equals the CPU reference bit for bit.
+ * fast_exp nonzero lets CUDA compute 1 / (1 + exp(-alpha g')) with the hardware approximations
+ * (ex2.approx and rcp.approx, each within 2 ulp; about a third of the instructions, which is what
+ * makes the op memory-bound): v then differs from the exact v by a few ulp, which moves a code by
+ * one step where v * (1/s) lies that close to a rounding boundary, and an fp32 scale by a few ulp
+ * when the group's absmax moves. NaN, Inf and zero inputs give the same results as the exact path.
+ * The CPU backend always computes exactly. */
 typedef struct {
   float alpha;      /* 0 means 1 */
   float limit;      /* > 0 enables the clamps; 0: none */
   int up_plus_one;  /* nonzero: multiply by (u' + 1) */
+  int fast_exp;     /* nonzero: CUDA may use the hardware exp2 / reciprocal (see above) */
 } qf_glu_opts;
 
 /* Fused gated activation + per-token-group quantization:

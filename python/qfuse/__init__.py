@@ -46,7 +46,7 @@ class GroupQuantOpts(ctypes.Structure):
 
 
 class GluOpts(ctypes.Structure):
-    _fields_ = [("alpha", ctypes.c_float), ("limit", ctypes.c_float), ("up_plus_one", ctypes.c_int)]
+    _fields_ = [("alpha", ctypes.c_float), ("limit", ctypes.c_float), ("up_plus_one", ctypes.c_int), ("fast_exp", ctypes.c_int)]
 
 
 class TokenQuantOpts(ctypes.Structure):
@@ -250,10 +250,11 @@ class Context:
         self._check(_lib.qf_quant_group(self._ctx, *(a.ptr() for a in keep[:3]), ctypes.byref(o)))
 
     def silu_mul_quant_group(self, x, q, scales, alpha=0.0, limit=0.0, up_plus_one=False, group_size=128,
-                             scale_layout="row_major", scale_format="f32", scale_min=0.0, scale_ub=None):
+                             scale_layout="row_major", scale_format="f32", scale_min=0.0, scale_ub=None,
+                             fast_exp=False):
         keep = [_Arg(t) for t in (x, q, scales)]
         o = self._group_opts(group_size, scale_layout, scale_format, scale_min, scale_ub, keep)
-        g = GluOpts(alpha, limit, int(up_plus_one))
+        g = GluOpts(alpha, limit, int(up_plus_one), int(fast_exp))
         self._check(_lib.qf_silu_mul_quant_group(self._ctx, *(a.ptr() for a in keep[:3]), ctypes.byref(g),
                                                  ctypes.byref(o)))
 

@@ -42,6 +42,7 @@ typedef struct {
   int glu;             /* 0: v = x; 1: gated activation */
   float alpha, limit;  /* alpha resolved (never 0) */
   int up_plus_one;
+  int fast_exp;        /* glu: CUDA may use the hardware exp2 and reciprocal */
 } qf_group_quant_args;
 
 qf_status qf_cpu_quant_group(qf_ctx *ctx, const qf_group_quant_args *a);

@@ -171,6 +171,7 @@ qf_status qf_silu_mul_quant_group(qf_ctx *ctx, const DLTensor *x, DLTensor *q, D
     a.alpha = glu->alpha != 0.0f ? glu->alpha : 1.0f;
     a.limit = glu->limit;
     a.up_plus_one = glu->up_plus_one != 0;
+    a.fast_exp = glu->fast_exp != 0;
   }
   qf_status st;
   if ((st = check_group_size(ctx, op, a.group_size)) || (st = check_2d(ctx, op, "x", x, QF_HALF_TYPES, &a.x)) ||

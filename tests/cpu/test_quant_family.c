@@ -272,7 +272,7 @@ static void test_silu(void) {
   static uint8_t q1[R * H], q2[R * H];
   uint64_t seed = 11;
   for (int i = 0; i < R * 2 * H; i++) x[i] = qf_bf16_from_f32(rng_activation(&seed, 4.0f, 0));
-  const qf_glu_opts variants[] = {{0, 0, 0}, {1.702f, 7.0f, 1}, {1.0f, 3.0f, 0}};
+  const qf_glu_opts variants[] = {{0, 0, 0, 0}, {1.702f, 7.0f, 1, 0}, {1.0f, 3.0f, 0, 0}};
   for (int vi = 0; vi < 3; vi++) {
     const qf_glu_opts *o = &variants[vi];
     float alpha = o->alpha ? o->alpha : 1.0f;

@@ -23,6 +23,7 @@ typedef struct {
   qf_scale_layout layout; /* grouped scales only; default ROW_MAJOR */
   qf_scale_format format; /* default F32 */
   int azp;                /* quant_token: asymmetric int8 */
+  int fast_exp;           /* silu_mul_quant_group: qf_glu_opts::fast_exp */
   int largest_m_only;     /* GPU: only at the largest M */
 } quant_case;
 
@@ -35,7 +36,11 @@ static const quant_case cases[] = {
      .layout = QF_SCALE_COL_MAJOR_TMA, .format = QF_SCALE_UE8M0_PACKED, .largest_m_only = 1},
     {OP_SILU_MUL, "silu_mul_quant_group", "bf16->e4m3fn,g128,col_major_tma", .qdt = QF_E4M3FN, .group = 128,
      .layout = QF_SCALE_COL_MAJOR_TMA},
+    {OP_SILU_MUL, "silu_mul_quant_group", "bf16->e4m3fn,g128,col_major_tma,fast_exp", .qdt = QF_E4M3FN, .group = 128,
+     .layout = QF_SCALE_COL_MAJOR_TMA, .fast_exp = 1},
     {OP_SILU_MUL, "silu_mul_quant_group", "bf16->int8,g64,row_major", .qdt = QF_I8, .group = 64, .largest_m_only = 1},
+    {OP_SILU_MUL, "silu_mul_quant_group", "bf16->int8,g64,row_major,fast_exp", .qdt = QF_I8, .group = 64,
+     .fast_exp = 1, .largest_m_only = 1},
     {OP_RMS_NORM, "rms_norm_quant", "bf16+res->e4m3fn,g128,col_major_tma", .qdt = QF_E4M3FN, .group = 128,
      .layout = QF_SCALE_COL_MAJOR_TMA},
     {OP_RMS_NORM, "rms_norm_quant", "bf16+res->e4m3fn,token", .qdt = QF_E4M3FN, .group = -1},
@@ -138,7 +143,11 @@ static int run_case(void *arg) {
   switch (c->kind) {
   case OP_PER_TENSOR: st = qf_quant_per_tensor(a->ctx, &a->x, &a->scale, &a->q); break;
   case OP_GROUP: st = qf_quant_group(a->ctx, &a->x, &a->q, &a->scales, &a->go); break;
-  case OP_SILU_MUL: st = qf_silu_mul_quant_group(a->ctx, &a->x, &a->q, &a->scales, NULL, &a->go); break;
+  case OP_SILU_MUL: {
+    qf_glu_opts g = {.fast_exp = c->fast_exp};
+    st = qf_silu_mul_quant_group(a->ctx, &a->x, &a->q, &a->scales, &g, &a->go);
+    break;
+  }
   case OP_RMS_NORM: {
     qf_rms_norm_quant_opts o = {.group_size = c->group, .group = a->go};
     st = qf_rms_norm_quant(a->ctx, &a->x, &a->residual, &a->weight, &a->q, &a->scales, &o);

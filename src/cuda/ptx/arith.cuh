@@ -21,3 +21,10 @@ __device__ __forceinline__ float rcp_approx_ftz_f32(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
+
+// ex2.approx.ftz.f32: the hardware 2^x estimate (at most 2 ulp off; -Inf gives 0, +Inf +Inf).
+__device__ __forceinline__ float ex2_approx_ftz_f32(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}

@@ -17,3 +17,12 @@ __device__ __forceinline__ int32_t cvt_rni_s32_f32(float x) {
   asm("cvt.rni.s32.f32 %0, %1;" : "=r"(d) : "f"(x));
   return d;
 }
+
+// cvt.pack.sat.s8.s32.b32 twice: four int32 values saturated to int8, `a` in the lowest byte.
+// (The instruction puts its first operand above its second and shifts its third in above both.)
+__device__ __forceinline__ uint32_t cvt_pack_sat_s8x4(int32_t a, int32_t b, int32_t c, int32_t d) {
+  uint32_t hi, w;
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(hi) : "r"(d), "r"(c));
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(w) : "r"(b), "r"(a), "r"(hi));
+  return w;
+}

@@ -23,6 +23,18 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // row pieces ran at 60% of the copy bandwidth).
 constexpr int kMaxLogTileRows = 3;
 
+// log2 of the warps a block lines up along the groups, for rows of wtiles warp tiles: the most
+// (wider row pieces keep DRAM pages open) that leave at most 1/8 of the warps of the last column
+// of blocks idle (rows of 288 groups of 64 in warp tiles of 16: 8 warps along the row idle 6 of
+// 24, 4 idle 2 of 20). One warp along the groups idles none.
+int warps_along_groups(int64_t wtiles) {
+  for (int l = std::min(ceil_log2(wtiles), ceil_log2(kGroupWarps)); l > 0; l--) {
+    const int64_t slots = ceil_div(wtiles, int64_t(1) << l) << l;
+    if (8 * (slots - wtiles) <= slots) return l;
+  }
+  return 0;
+}
+
 // Fills p from the validated arguments for groups of G. The tile shape (see group_quant.cuh):
 // column-major scales take as many rows per warp as the rows allow (UE8M0 words need 4 groups
 // per warp), row-major scales as many groups as the row has; warps then line up along the groups.
@@ -34,7 +46,7 @@ qf_status make_params(qf_ctx *ctx, const char *op, const qf_group_quant_args *a,
                       ? log_entries - std::min(ceil_log2(groups), log_entries)
                       : std::min({ceil_log2(scale_rows), log_entries - (packed ? 2 : 0), kMaxLogTileRows});
   const int64_t warp_groups = int64_t(1) << (log_entries - ltr);
-  const int lwg = std::min(ceil_log2(ceil_div(groups, warp_groups)), ceil_log2(kGroupWarps));
+  const int lwg = warps_along_groups(ceil_div(groups, warp_groups));
   const int64_t block_rows = int64_t(kGroupWarps >> lwg) << ltr, block_groups = warp_groups << lwg;
   const int64_t row_tiles = ceil_div(scale_rows, block_rows), col_tiles = ceil_div(groups, block_groups);
   if (row_tiles * col_tiles > INT32_MAX || groups > INT32_MAX / 2)
@@ -137,7 +149,8 @@ extern "C" qf_status qf_cuda_quant_group(qf_ctx *ctx, const qf_group_quant_args 
         using Tout = decltype(out);
         constexpr int G = decltype(g)::value;
         if (!a->glu) return run<Tin, Tout, G, GroupAct::kNone>(ctx, op, a);
-        if constexpr (sizeof(Tin) == 2) return run<Tin, Tout, G, GroupAct::kGlu>(ctx, op, a);
+        if constexpr (sizeof(Tin) == 2)
+          return a->fast_exp ? run<Tin, Tout, G, GroupAct::kGluFast>(ctx, op, a) : run<Tin, Tout, G, GroupAct::kGlu>(ctx, op, a);
         return qf_fail(ctx, QF_ERR_DTYPE, "%s: the gated activation takes bf16 or fp16 input", op);
       });
     });

@@ -50,8 +50,9 @@
 constexpr int kGroupWarps = 8;  // warps per block
 constexpr int kGroupThreads = kGroupWarps * 32;
 
-// What the kernel quantizes: x itself, or the gated activation of x = [gate | up].
-enum class GroupAct { kNone, kGlu };
+// What the kernel quantizes: x itself, or the gated activation of x = [gate | up], exact or with
+// the hardware exp2 and reciprocal (qf_glu_opts::fast_exp).
+enum class GroupAct { kNone, kGlu, kGluFast };
 // How a thread reaches its elements: 16-byte vectors, or one element at a time when the row
 // pitches are not aligned for vectors.
 enum class GroupAccess { kScalar, kVec16 };
@@ -219,6 +220,27 @@ __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha
   for (int j = 0; j < 8; j++) v[j] = __fmul_rn(__fmul_rn(g[j], r[j]), u[j]);
 }
 
+// glu_x8 with 1 / (1 + exp(-alpha g)) from the hardware estimates: 2^(-alpha log2(e) g) and the
+// reciprocal, one MUFU instruction each. The special values agree with the exact path: a NaN g
+// stays NaN, g = +Inf gives 1 / 1, and 1 + 2^t = +Inf (g very negative, or -Inf) gives 0.
+__device__ __forceinline__ void glu_x8_fast(float (&g)[8], float (&u)[8], float alpha, float limit, int up_plus_one,
+                                            float (&v)[8]) {
+  if (limit > 0.0f) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      g[j] = min_nan_f32(g[j], limit);
+      u[j] = max_nan_f32(min_nan_f32(u[j], limit), -limit);
+    }
+  }
+  if (up_plus_one) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) u[j] = u[j] + 1.0f;
+  }
+  const float k = -alpha * 1.44269504088896341f;
+#pragma unroll
+  for (int j = 0; j < 8; j++) v[j] = g[j] * rcp_approx_ftz_f32(1.0f + ex2_approx_ftz_f32(k * g[j])) * u[j];
+}
+
 // ---- outputs --------------------------------------------------------------------------------
 
 // e4m3fnuz through the hardware e4m3fn conversion. Every e4m3fnuz code is the e4m3fn code of
@@ -266,11 +288,11 @@ __device__ __forceinline__ void store8_q(uint8_t *p, const float (&v)[8]) {
 // Plain: at most 80 registers, 3 blocks (24 warps) per SM, each warp with up to two tiles of
 // loads in flight. Gated: 128 registers (eight values' activation temporaries), 2 blocks.
 template <typename Tin, typename Tout, int G, GroupAct ACT, GroupAccess ACC>
-__global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kGlu ? 2 : 3)
+__global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kNone ? 3 : 2)
     group_quant_kernel(const GroupQuantParams p) {
   constexpr int kLanes = G / 16, kSlots = 32 / kLanes, kVecs = kGroupVecs<Tin, ACT>;
   constexpr int kEntries = kGroupEntries<Tin, ACT, G>;
-  constexpr bool kGlu = ACT == GroupAct::kGlu;
+  constexpr bool kGlu = ACT != GroupAct::kNone;
   constexpr int kWords = int(sizeof(Tin)) / 2;  // 16-byte words per chunk of 8 inputs
   constexpr int kChunkStep = kLanes * 8;        // elements between a thread's two chunks
   static_assert(G == 32 || G == 64 || G == 128, "groups of 32, 64 or 128");
@@ -382,7 +404,10 @@ __global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kGlu ? 2 : 3)
           float g[8], u[8];
           widen8<Tin>(cur_raw[i][c], g);
           widen8<Tin>(cur_raw[i][c] + kWords, u);
-          glu_x8(g, u, p.alpha, p.limit, p.up_plus_one, v[i][c]);
+          if constexpr (ACT == GroupAct::kGluFast)
+            glu_x8_fast(g, u, p.alpha, p.limit, p.up_plus_one, v[i][c]);
+          else
+            glu_x8(g, u, p.alpha, p.limit, p.up_plus_one, v[i][c]);
           key[i] = max(key[i], values_amax_key(v[i][c]));
         } else {
           key[i] = max(key[i], chunk_amax_key<Tin>(cur_raw[i][c]));

@@ -51,6 +51,15 @@ __device__ __forceinline__ void store8(e4m3fn_t *p, const float (&v)[8]) {
   out.y = cvt_rn_satfinite_e4m3x2_f32(v[5], v[4]) | (uint32_t(cvt_rn_satfinite_e4m3x2_f32(v[7], v[6])) << 16);
   *reinterpret_cast<uint2 *>(p) = out;
 }
+// int8: the rounding of encode() (NaN to 0, saturation to [-128, 127]) with the packing
+// instruction doing the clamp, one conversion per value.
+__device__ __forceinline__ void store8(int8_out_t *p, const float (&v)[8]) {
+  int32_t i[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) i[k] = cvt_rni_s32_f32(v[k]);
+  *reinterpret_cast<uint2 *>(p) =
+      make_uint2(cvt_pack_sat_s8x4(i[0], i[1], i[2], i[3]), cvt_pack_sat_s8x4(i[4], i[5], i[6], i[7]));
+}
 template <typename Tout>
 __device__ __forceinline__ void store8(Tout *p, const float (&v)[8]) {
   uint8_t b[8];

@@ -285,7 +285,12 @@ qf_status qf_rms_norm_quant(qf_ctx *ctx, const DLTensor *x, DLTensor *residual,
  *  d         [M, N] bf16, fp16 or fp32, rows may be strided.
  *  opts->c   optional fp32 [M, N] (rows may be strided) added to the result; may be d itself when
  *            d is fp32.
- * Any M >= 1; N and K multiples of 16; 64-bit offsets. */
+ * Any M >= 1; N and K multiples of 16; 64-bit offsets.
+ * CUDA: where the output tiles leave SMs idle (decode, small M), K is split across CTAs whose
+ * fp32 partial tiles are added in a fixed order (the result does not vary from run to run)
+ * through a device scratch buffer that the context allocates at the first such call and keeps
+ * (a few MB; freed by qf_ctx_destroy). Allocation synchronizes the device and is not allowed
+ * during CUDA graph capture: make one call of each decode shape before capturing. */
 typedef struct {
   const DLTensor *c;       /* NULL: D = A.B^T only */
   int a_scales_row_major;  /* nonzero: a_scales is [M, KB] row-major instead of [KB, M] */

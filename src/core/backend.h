@@ -11,6 +11,7 @@ extern "C" {
 
 /* ---- device (src/cuda/device.cu) ---- */
 qf_status qf_cuda_ctx_init(qf_ctx *ctx, int device_id);
+void qf_cuda_ctx_release(qf_ctx *ctx);
 
 /* ---- quant ---- */
 typedef struct {

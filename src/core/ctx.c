@@ -58,7 +58,12 @@ qf_status qf_ctx_create(qf_ctx **out, qf_device device, int device_id) {
   return QF_OK;
 }
 
-void qf_ctx_destroy(qf_ctx *ctx) { free(ctx); }
+void qf_ctx_destroy(qf_ctx *ctx) {
+#ifdef QF_WITH_CUDA
+  if (ctx && ctx->device == QF_DEVICE_CUDA) qf_cuda_ctx_release(ctx);
+#endif
+  free(ctx);
+}
 
 qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream) {
   if (!ctx) return QF_ERR_NULL;

@@ -18,3 +18,11 @@ static inline qf_status qf_cuda_check_launch(qf_ctx *ctx, const char *op) {
 }
 
 static inline cudaStream_t qf_stream(const qf_ctx *ctx) { return static_cast<cudaStream_t>(ctx->stream); }
+
+// The context's device scratch, at least `bytes`, zero-filled when it is (re)allocated. It starts
+// with kQfWorkspaceCounters int counters that every kernel leaves at zero when it finishes (a
+// fixed place: the rest of the buffer holds whatever the last call left). Growing it allocates
+// (and synchronizes the device): not allowed while a CUDA graph is being captured, so the first
+// call at the largest size belongs before the capture.
+constexpr int kQfWorkspaceCounters = 1024;
+qf_status qf_cuda_workspace(qf_ctx *ctx, const char *op, size_t bytes, void **out);

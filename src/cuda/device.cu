@@ -1,4 +1,5 @@
-// CUDA context setup: select the device and read the facts the heuristics need.
+// CUDA context setup: select the device and read the facts the heuristics need; the context's
+// device scratch.
 #include "cuda/common.cuh"
 
 extern "C" qf_status qf_cuda_ctx_init(qf_ctx *ctx, int device_id) {
@@ -19,5 +20,31 @@ extern "C" qf_status qf_cuda_ctx_init(qf_ctx *ctx, int device_id) {
   ctx->cc_minor = p.minor;
   ctx->l2_bytes = static_cast<size_t>(p.l2CacheSize);
   ctx->smem_optin = p.sharedMemPerBlockOptin;
+  return QF_OK;
+}
+
+extern "C" void qf_cuda_ctx_release(qf_ctx *ctx) {
+  if (ctx->workspace != nullptr) cudaFree(ctx->workspace);
+  ctx->workspace = nullptr;
+  ctx->workspace_bytes = 0;
+}
+
+qf_status qf_cuda_workspace(qf_ctx *ctx, const char *op, size_t bytes, void **out) {
+  if (bytes > ctx->workspace_bytes) {
+    // cudaFree waits for the device, so no kernel still uses the old buffer.
+    qf_cuda_ctx_release(ctx);
+    const size_t size = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
+    cudaError_t err = cudaMalloc(&ctx->workspace, size);
+    if (err != cudaSuccess) {
+      ctx->workspace = nullptr;
+      return qf_cuda_fail(ctx, op, "cudaMalloc of the workspace", err);
+    }
+    if ((err = cudaMemsetAsync(ctx->workspace, 0, size, qf_stream(ctx))) != cudaSuccess) {
+      qf_cuda_ctx_release(ctx);
+      return qf_cuda_fail(ctx, op, "cudaMemsetAsync of the workspace", err);
+    }
+    ctx->workspace_bytes = size;
+  }
+  *out = ctx->workspace;
   return QF_OK;
 }

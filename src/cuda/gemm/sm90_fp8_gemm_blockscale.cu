@@ -1,5 +1,6 @@
-// Launcher of the sm_90 block-scaled FP8 GEMM: tensor maps for A and B, the heuristic's tile shape,
-// the output type, and a persistent grid of one CTA per SM (at most one per tile).
+// Launcher of the sm_90 block-scaled FP8 GEMM: tensor maps for A and B, the heuristic's tile shape
+// and split, the output type, the split-K workspace, and a persistent grid of one CTA per SM (at
+// most one per work unit).
 #include <atomic>
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -81,6 +82,22 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
   const bool c_pairs = p.c == nullptr || ((a->c.ld % 2 == 0 || a->M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
 
+  p.splits = cfg.splits;
+  if (p.splits > 1) {
+    // The counters sit at a fixed place, the workspace's counter area (zero between calls);
+    // the heuristic splits only when there are fewer tiles than SMs, far fewer than it holds.
+    const size_t tiles = size_t(p.tiles_m) * p.tiles_n;
+    if (tiles > kQfWorkspaceCounters)
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %zu split tiles exceed the %d workspace counters", kOp, tiles,
+                     kQfWorkspaceCounters);
+    void *ws = nullptr;
+    const size_t partial_bytes = tiles * p.splits * kBlockM * kBlockN * sizeof(float);
+    qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws);
+    if (st != QF_OK) return st;
+    p.counters = static_cast<int *>(ws);
+    p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
+  }
+
   // With K == 0 no copy is issued and the maps stay unused (zeros); D = C or 0.
   CUtensorMap tmap_a = {}, tmap_b = {};
   qf_status st;
@@ -99,8 +116,8 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
     if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
     opted_in.fetch_or(dev_bit, std::memory_order_relaxed);
   }
-  const int tiles = p.tiles_m * p.tiles_n;
-  const int grid = tiles < ctx->sm_count ? tiles : (ctx->sm_count > 0 ? ctx->sm_count : 1);
+  const int units = p.tiles_m * p.tiles_n * p.splits;
+  const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
   kernel<<<grid, kBlockM / 64 * 128 + 128, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, p);
   return qf_cuda_check_launch(ctx, kOp);
 }

@@ -20,6 +20,12 @@
 //   the producer fills the next tile's stages during the consumers' epilogue.
 // - Edges: TMA zero-fills rows past M or N and columns past K (zeros add nothing to the dot
 //   products, and the whole box still counts toward the barrier's bytes); stores are masked.
+// - Split-K (decode shapes, whose tiles leave SMs idle): a work unit is a tile and one of
+//   `splits` consecutive K-block ranges. Each unit leaves its FP32 partial tile in the workspace,
+//   in the consumers' register order (thread-major float4s, so both the write and the read are
+//   coalesced), and counts itself on the tile's counter; the unit that counts last adds the
+//   partials in split order (deterministic: the same sums for every run), runs the epilogue and
+//   puts the counter back to zero for the next call.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +50,17 @@ struct sm90_gemm_blockscale_params {
   int M, N, num_kb;
   int tiles_m, tiles_n, raster_group;
   int pairs;              // d and c rows allow 2-element accesses at even columns
+  int splits;             // K-block ranges per tile (1: no split)
+  float *partials;        // splits > 1: [tiles * splits][kBlockM * kBlockN] fp32
+  int *counters;          // splits > 1: [tiles], zero between calls
 };
+
+// The K-blocks [begin, end) of range `split` of `splits` over num_kb, as even as they come.
+__device__ __forceinline__ void sm90_gemm_split_range(int num_kb, int splits, int split, int &begin, int &end) {
+  const int base = num_kb / splits, extra = num_kb % splits;
+  begin = split * base + min(split, extra);
+  end = begin + base + (split < extra ? 1 : 0);
+}
 
 // Shared memory: kStages A tiles, kStages B tiles, kStages x BLOCK_M As, kStages x 4 Bs (one used,
 // 16 bytes per stage), then the full and empty barriers.
@@ -118,7 +134,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   }
   __syncthreads();
 
-  const int num_tiles = p.tiles_m * p.tiles_n;
+  const int num_units = p.tiles_m * p.tiles_n * p.splits;
   const int wg = threadIdx.x / 128;
   if (wg == kConsumers) {
     // ---- producer: one warp keeps the ring full ----
@@ -131,11 +147,12 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       }
       int s = 0;
       uint32_t phase = 0;
-      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        int m_blk, n_blk;
-        sm90_gemm_tile_coords(tile, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+      for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+        int m_blk, n_blk, kb_begin, kb_end;
+        sm90_gemm_tile_coords(unit / p.splits, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+        sm90_gemm_split_range(p.num_kb, p.splits, unit % p.splits, kb_begin, kb_end);
         const float *sb = p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb;
-        for (int kb = 0; kb < p.num_kb; kb++) {
+        for (int kb = kb_begin; kb < kb_end; kb++) {
           // A fresh barrier counts as having completed the phase before phase 0: the first lap
           // waits on parity 1 and passes.
           mbarrier_wait_parity(empty_bar(s), phase ^ 1);
@@ -164,18 +181,21 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     const int tile_row = wg * 64 + warp * 16 + lane / 4;  // and tile_row + 8 (wgmma D layout)
     const int tile_col = 2 * (lane % 4);                   // and + 1, + 8 j
     float acc[kBlockN / 2], total[kBlockN / 2];
+    __shared__ int last_unit;  // split-K: this unit counted last on its tile
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; i++) acc[i] = 0.0f;
     int s = 0;
     uint32_t phase = 0;
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-      int m_blk, n_blk;
+    for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+      const int tile = unit / p.splits, split = unit % p.splits;
+      int m_blk, n_blk, kb_begin, kb_end;
       sm90_gemm_tile_coords(tile, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+      sm90_gemm_split_range(p.num_kb, p.splits, split, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) total[i] = 0.0f;
 
-      for (int kb = 0; kb < p.num_kb; kb++) {
+      for (int kb = kb_begin; kb < kb_end; kb++) {
         mbarrier_wait_parity(full_bar(s), phase);
         const float a0 = sa_ring[s * kBlockM + tile_row], a1 = sa_ring[s * kBlockM + tile_row + 8];
         const float b = sb_ring[s * 4];
@@ -204,6 +224,34 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           total[4 * j + 2] = fmaf(acc[4 * j + 2], s1, total[4 * j + 2]);
           total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
         }
+      }
+
+      // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
+      if (p.splits > 1) {
+        constexpr int kThreads = kConsumers * 128;
+        const int t = threadIdx.x;  // consumers are threads [0, kThreads)
+        float4 *part = reinterpret_cast<float4 *>(p.partials) + int64_t(tile) * p.splits * (kThreads * kBlockN / 8);
+#pragma unroll
+        for (int i = 0; i < kBlockN / 8; i++)
+          __stcg(part + int64_t(split) * (kThreads * kBlockN / 8) + i * kThreads + t,
+                 make_float4(total[4 * i], total[4 * i + 1], total[4 * i + 2], total[4 * i + 3]));
+        __threadfence();
+        named_barrier_sync(1, kThreads);
+        if (t == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+        named_barrier_sync(1, kThreads);
+        if (!last_unit) continue;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < kBlockN / 2; i++) acc[i] = total[i], total[i] = 0.0f;  // acc: this unit's partial
+        for (int other = 0; other < p.splits; other++) {
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; i++) {
+            const float4 v = other == split ? make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
+                                            : __ldcg(part + int64_t(other) * (kThreads * kBlockN / 8) + i * kThreads + t);
+            total[4 * i] += v.x, total[4 * i + 1] += v.y, total[4 * i + 2] += v.z, total[4 * i + 3] += v.w;
+          }
+        }
+        if (t == 0) p.counters[tile] = 0;
       }
 
       // ---- epilogue: + C, convert, masked stores straight from the fragment ----

@@ -19,16 +19,19 @@ constexpr int sm90_gemm_blockscale_stages(int block_m, int block_n) {
 struct sm90_gemm_blockscale_config {
   int block_m, block_n;
   int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
+  int splits;        // K-block ranges per tile (split-K); 1: none
 };
 
 // NOTES: a persistent CTA per SM walks tiles in waves; the cost of a shape is its number of waves
 // times the time of one tile, modelled as its MMA work plus a per-row overhead (operand loads and
 // FP32 promotion) that makes thin tiles less efficient. Small M (decode) then gets 64-row tiles and,
 // when 128-column tiles leave SMs idle, 64-column ones, so that more CTAs stream the weights.
+// Where the tiles still leave SMs idle, K is split so that tiles x splits fill them (at least two
+// K-blocks per range, at most 16 ranges): a decode GEMM is a stream of B, and every SM must pull
+// its share.
 inline sm90_gemm_blockscale_config sm90_gemm_blockscale_pick(int64_t M, int64_t N, int64_t K, int sm_count) {
-  (void)K;  // every K-block costs every shape the same; K matters only through the stage count
   const int sms = sm_count > 0 ? sm_count : 1;
-  sm90_gemm_blockscale_config best = {128, 128, 8};
+  sm90_gemm_blockscale_config best = {128, 128, 8, 1};
   double best_cost = -1.0;
 #define QF_SM90_GEMM_TRY(BM, BN)                                                  \
   {                                                                               \
@@ -43,5 +46,11 @@ inline sm90_gemm_blockscale_config sm90_gemm_blockscale_pick(int64_t M, int64_t 
   }
   QF_SM90_GEMM_BLOCKSCALE_TILES(QF_SM90_GEMM_TRY)
 #undef QF_SM90_GEMM_TRY
+  const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
+  const int64_t num_kb = (K + 127) / 128;
+  if (tiles < sms && num_kb >= 4) {
+    const int64_t fill = sms / tiles, most = num_kb / 2 < 16 ? num_kb / 2 : 16;
+    best.splits = static_cast<int>(fill < most ? fill : most);
+  }
   return best;
 }

@@ -56,3 +56,9 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t pari
   while (!mbarrier_try_wait_parity(bar, parity)) {
   }
 }
+
+// bar.sync id, count: a named barrier over `count` threads (a multiple of 32), the warps of a
+// subset of the block (barrier 0 is __syncthreads').
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}

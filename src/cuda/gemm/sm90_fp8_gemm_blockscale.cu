@@ -29,22 +29,27 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
   return fn;
 }
 
-// Tensor map of an e4m3 [rows, cols] matrix (row pitch ld bytes) read in boxes of box_rows x 128
-// bytes, 128-byte swizzled: the layout that wgmma_desc_kmajor_sw128 describes.
+// Tensor map of a [rows, cols] matrix (row pitch ld elements) moved in boxes of box_rows x 128
+// bytes, 128-byte swizzled: for e4m3 operands the layout that wgmma_desc_kmajor_sw128 describes,
+// for 16-bit D the staging tile's.
 qf_status make_tmap(qf_ctx *ctx, CUtensorMap *map, const char *name, const qf_mat &m, uint32_t box_rows) {
+  const int esize = m.dtype == QF_E4M3FN ? 1 : 2;
+  const CUtensorMapDataType type = m.dtype == QF_E4M3FN ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : m.dtype == QF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_fn();
   if (encode == nullptr)
     return qf_fail(ctx, QF_ERR_CUDA, "%s: the driver does not provide cuTensorMapEncodeTiled", kOp);
   // A single row's pitch is never used: any multiple of 16 bytes will do.
-  const int64_t pitch = m.rows == 1 ? (m.cols + 15) / 16 * 16 : m.ld;
+  const int64_t pitch = m.rows == 1 ? (m.cols * esize + 15) / 16 * 16 : m.ld * esize;
   if (reinterpret_cast<uintptr_t>(m.data) % 16 != 0 || pitch % 16 != 0)
     return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: %s needs a 16-byte aligned start and row pitch (ld=%lld)", kOp, name,
                    static_cast<long long>(m.ld));
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(m.cols), static_cast<cuuint64_t>(m.rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch)};
-  const cuuint32_t box[2] = {128, box_rows};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / esize), box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, m.data, dims, strides, box, elem_strides,
+  const CUresult r = encode(map, type, 2, m.data, dims, strides, box, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
@@ -56,8 +61,8 @@ qf_status make_tmap(qf_ctx *ctx, CUtensorMap *map, const char *name, const qf_ma
 
 template <int kBlockM, int kBlockN, typename OutT>
 qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_blockscale_config &cfg) {
-  constexpr int kStages = sm90_gemm_blockscale_stages(kBlockM, kBlockN);
-  constexpr size_t kSmem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages>::kBytes;
+  constexpr int kStages = sm90_gemm_blockscale_stages(kBlockM, kBlockN, int(sizeof(OutT)));
+  constexpr size_t kSmem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>::kBytes;
   if (kSmem > ctx->smem_optin)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile needs %zu bytes of shared memory, the device allows %zu",
                    kOp, kBlockM, kBlockN, kSmem, ctx->smem_optin);
@@ -99,12 +104,17 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
   }
 
   // With K == 0 no copy is issued and the maps stay unused (zeros); D = C or 0.
-  CUtensorMap tmap_a = {}, tmap_b = {};
+  CUtensorMap tmap_a = {}, tmap_b = {}, tmap_d = {};
   qf_status st;
   if (a->K > 0) {
     if ((st = make_tmap(ctx, &tmap_a, "a", a->a, kBlockM)) != QF_OK) return st;
     if ((st = make_tmap(ctx, &tmap_b, "b", a->b, kBlockN)) != QF_OK) return st;
   }
+  // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
+  // copy) when its start and pitch are 16-byte aligned.
+  p.tma_store = sizeof(OutT) == 2 && p.c == nullptr && reinterpret_cast<uintptr_t>(a->d.data) % 16 == 0 &&
+                (a->M == 1 || (a->d.ld * 2) % 16 == 0);
+  if (p.tma_store && (st = make_tmap(ctx, &tmap_d, "d", a->d, 64)) != QF_OK) return st;
 
   auto kernel = sm90_fp8_gemm_blockscale_kernel<kBlockM, kBlockN, kStages, OutT>;
   // The shared-memory opt-in is per device; set once each (a repeated call costs host time that
@@ -118,7 +128,7 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
   }
   const int units = p.tiles_m * p.tiles_n * p.splits;
   const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
-  kernel<<<grid, kBlockM / 64 * 128 + 128, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, p);
+  kernel<<<grid, kBlockM / 64 * 128 + 128, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
   return qf_cuda_check_launch(ctx, kOp);
 }
 

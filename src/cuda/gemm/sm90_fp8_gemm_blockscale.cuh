@@ -26,6 +26,11 @@
 //   coalesced), and counts itself on the tile's counter; the unit that counts last adds the
 //   partials in split order (deterministic: the same sums for every run), runs the epilogue and
 //   puts the counter back to zero for the next call.
+// - Epilogue of 16-bit D without C (the common case): each consumer warpgroup writes its 64 x
+//   BLOCK_N fragment into a staging tile in shared memory, in the 128-byte swizzled layout (a
+//   warp's 32 stores hit 32 different banks), and one thread stores it with TMA; the warpgroup goes
+//   on with the next tile at once and waits for the copy only before it reuses the staging tile.
+//   Otherwise (fp32 D, C, pitches TMA cannot take) the fragment is stored directly, masked.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +58,7 @@ struct sm90_gemm_blockscale_params {
   int splits;             // K-block ranges per tile (1: no split)
   float *partials;        // splits > 1: [tiles * splits][kBlockM * kBlockN] fp32
   int *counters;          // splits > 1: [tiles], zero between calls
+  int tma_store;          // D through the staging tile and TMA (16-bit D, no C, aligned)
 };
 
 // The K-blocks [begin, end) of range `split` of `splits` over num_kb, as even as they come.
@@ -62,12 +68,14 @@ __device__ __forceinline__ void sm90_gemm_split_range(int num_kb, int splits, in
   end = begin + base + (split < extra ? 1 : 0);
 }
 
-// Shared memory: kStages A tiles, kStages B tiles, kStages x BLOCK_M As, kStages x 4 Bs (one used,
-// 16 bytes per stage), then the full and empty barriers.
-template <int kBlockM, int kBlockN, int kStages>
+// Shared memory: kStages A tiles, kStages B tiles, the D staging tile (16-bit D: BLOCK_M x BLOCK_N),
+// kStages x BLOCK_M As, kStages x 4 Bs (one used, 16 bytes per stage), then the full and empty
+// barriers.
+template <int kBlockM, int kBlockN, int kStages, int kOutBytes>
 struct sm90_gemm_blockscale_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
-  static constexpr uint32_t kScalesA = kStages * (kABytes + kBBytes);
+  static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
+  static constexpr uint32_t kScalesA = kStaging + (kOutBytes == 2 ? kBlockM * kBlockN * 2 : 0);
   static constexpr uint32_t kScalesB = kScalesA + kStages * kBlockM * 4;
   static constexpr uint32_t kBarriers = kScalesB + kStages * 16;
   // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
@@ -96,14 +104,24 @@ __device__ __forceinline__ void store_pair(float *p, float x, float y) { *reinte
 __device__ __forceinline__ void store_one(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store_one(__half *p, float x) { *p = __float2half_rn(x); }
 __device__ __forceinline__ void store_one(float *p, float x) { *p = x; }
+__device__ __forceinline__ uint32_t pack_pair(__nv_bfloat16, float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t *>(&v);
+}
+__device__ __forceinline__ uint32_t pack_pair(__half, float x, float y) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t *>(&v);
+}
+__device__ __forceinline__ uint32_t pack_pair(float, float, float) { return 0; }  // never staged
 
 template <int kBlockM, int kBlockN, int kStages, typename OutT>
 __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     sm90_fp8_gemm_blockscale_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                                    const sm90_gemm_blockscale_params p) {
+                                    const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_blockscale_params p) {
   constexpr int kConsumers = kBlockM / 64;
   constexpr int kBlockK = 128;  // one scale block per stage
-  using Smem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages>;
+  using Smem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>;
+  static_assert(sizeof(OutT) == 4 || kBlockN % 64 == 0, "the staging tile is made of 64-column (128-byte) boxes");
   static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
   static_assert(128 % kBlockN == 0, "a tile's columns share one B scale block");
@@ -254,6 +272,37 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         if (t == 0) p.counters[tile] = 0;
       }
 
+      // ---- epilogue through the staging tile and TMA (16-bit D, no C) ----
+      if constexpr (sizeof(OutT) == 2) {
+        if (p.tma_store) {
+          // This warpgroup's 64 rows: kBlockN / 64 boxes of 64 rows x 128 bytes, 16-byte chunk c
+          // of row r at chunk c ^ (r % 8) (the 128-byte swizzle).
+          const uint32_t stage = base + Smem::kStaging + wg * 64 * kBlockN * 2;
+          uint8_t *stage_ptr = smem_raw + (stage - smem_u32);
+          const bool leader = threadIdx.x % 128 == 0;
+          if (leader) cp_async_bulk_wait_group_read<0>();  // the previous tile's copy has read it
+          named_barrier_sync(2 + wg, 128);
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              const int r = warp * 16 + lane / 4 + 8 * h;
+              const uint32_t off = (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
+              *reinterpret_cast<uint32_t *>(stage_ptr + off) =
+                  pack_pair(OutT{}, total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
+            }
+          fence_proxy_async_shared_cta();
+          named_barrier_sync(2 + wg, 128);
+          if (leader) {
+#pragma unroll
+            for (int b = 0; b < kBlockN / 64; b++)
+              cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, m_blk * kBlockM + wg * 64);
+            cp_async_bulk_commit_group();
+          }
+          continue;
+        }
+      }
+
       // ---- epilogue: + C, convert, masked stores straight from the fragment ----
       OutT *d = static_cast<OutT *>(p.d);
 #pragma unroll
@@ -284,5 +333,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         }
       }
     }
+    // The staging tile must stay until the last copy has read it.
+    if (p.tma_store && threadIdx.x % 128 == 0) cp_async_bulk_wait_group<0>();
   }
 }

@@ -10,10 +10,13 @@
 // divides 128 so that a tile row needs one B scale per K-block.
 #define QF_SM90_GEMM_BLOCKSCALE_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
 
-// Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB, at most
-// 8 (more hides nothing once the copy engine runs that far ahead).
-constexpr int sm90_gemm_blockscale_stages(int block_m, int block_n) {
-  return (200 * 1024) / ((block_m + block_n) * 128) < 8 ? (200 * 1024) / ((block_m + block_n) * 128) : 8;
+// Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
+// the D staging tile (16-bit D), at most 8 (more hides nothing once the copy engine runs that far
+// ahead).
+constexpr int sm90_gemm_blockscale_stages(int block_m, int block_n, int out_bytes) {
+  return (200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0)) / ((block_m + block_n) * 128) < 8
+             ? (200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0)) / ((block_m + block_n) * 128)
+             : 8;
 }
 
 struct sm90_gemm_blockscale_config {

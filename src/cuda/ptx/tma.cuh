@@ -21,3 +21,29 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s(uint32_t dst, const 
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
+
+// cp.async.bulk.tensor.2d.global.shared::cta.bulk_group: copies the box at `src` in shared memory
+// to the tensor at element coordinates (c0 innermost, c1); elements out of the tensor's bounds
+// are not written. Tracked by the issuing thread's bulk async-groups.
+__device__ __forceinline__ void cp_async_bulk_tensor_2d_s2g(const void *tmap, uint32_t src, int32_t c0, int32_t c1) {
+  QF_ASM_SM90("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                  reinterpret_cast<uint64_t>(tmap)),
+              "r"(c0), "r"(c1), "r"(src)
+              : "memory");
+}
+
+// cp.async.bulk.commit_group: closes this thread's group of bulk copies issued so far.
+__device__ __forceinline__ void cp_async_bulk_commit_group() { QF_ASM_SM90("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// cp.async.bulk.wait_group.read N: waits until at most N of this thread's bulk groups still read
+// their shared-memory source (the source may then be overwritten).
+template <int N>
+__device__ __forceinline__ void cp_async_bulk_wait_group_read() {
+  QF_ASM_SM90("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// cp.async.bulk.wait_group N: waits until at most N of this thread's bulk groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_bulk_wait_group() {
+  QF_ASM_SM90("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}

@@ -59,7 +59,7 @@ qf_status make_tmap(qf_ctx *ctx, CUtensorMap *map, const char *name, const qf_ma
   return QF_OK;
 }
 
-template <int kBlockM, int kBlockN, typename OutT>
+template <int kBlockM, int kBlockN, int kCluster, typename OutT>
 qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_blockscale_config &cfg) {
   constexpr int kStages = sm90_gemm_blockscale_stages(kBlockM, kBlockN, int(sizeof(OutT)));
   constexpr size_t kSmem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>::kBytes;
@@ -108,7 +108,7 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
   qf_status st;
   if (a->K > 0) {
     if ((st = make_tmap(ctx, &tmap_a, "a", a->a, kBlockM)) != QF_OK) return st;
-    if ((st = make_tmap(ctx, &tmap_b, "b", a->b, kBlockN)) != QF_OK) return st;
+    if ((st = make_tmap(ctx, &tmap_b, "b", a->b, kBlockN / kCluster)) != QF_OK) return st;  // a CTA's share
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
   // copy) when its start and pitch are 16-byte aligned.
@@ -116,7 +116,7 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
                 (a->M == 1 || (a->d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = make_tmap(ctx, &tmap_d, "d", a->d, 64)) != QF_OK) return st;
 
-  auto kernel = sm90_fp8_gemm_blockscale_kernel<kBlockM, kBlockN, kStages, OutT>;
+  auto kernel = sm90_fp8_gemm_blockscale_kernel<kBlockM, kBlockN, kStages, kCluster, OutT>;
   // The shared-memory opt-in is per device; set once each (a repeated call costs host time that
   // small GEMMs notice). Devices past the mask's 64 bits set it on every call.
   static std::atomic<uint64_t> opted_in{0};
@@ -126,16 +126,48 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
     if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
     opted_in.fetch_or(dev_bit, std::memory_order_relaxed);
   }
-  const int units = p.tiles_m * p.tiles_n * p.splits;
-  const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
-  kernel<<<grid, kBlockM / 64 * 128 + 128, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
-  return qf_cuda_check_launch(ctx, kOp);
+  const int threads = kBlockM / 64 * 128 + 128;
+  if constexpr (kCluster == 1) {
+    const int units = p.tiles_m * p.tiles_n * p.splits;
+    const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
+    kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
+    return qf_cuda_check_launch(ctx, kOp);
+  } else {
+    // As many clusters as can be resident at once (a GPC's odd SM stays idle), asked of the
+    // runtime at the first launch (the process's devices are taken to be alike).
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    lc.blockDim = dim3(threads);
+    lc.dynamicSmemBytes = kSmem;
+    lc.stream = qf_stream(ctx);
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    lc.gridDim = dim3(kCluster * 64);  // any multiple of the cluster size, for the query
+    static int max_clusters = 0;
+    if (max_clusters == 0) {
+      int n = 0;
+      cudaError_t err = cudaOccupancyMaxActiveClusters(&n, kernel, &lc);
+      if (err != cudaSuccess || n <= 0) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveClusters", err);
+      max_clusters = n;
+    }
+    const int units = (p.tiles_m + kCluster - 1) / kCluster * p.tiles_n;
+    lc.gridDim = dim3(kCluster * (units < max_clusters ? units : max_clusters));
+    cudaError_t err = cudaLaunchKernelEx(&lc, kernel, tmap_a, tmap_b, tmap_d, p);
+    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaLaunchKernelEx", err);
+    return qf_cuda_check_launch(ctx, kOp);
+  }
 }
 
 template <typename OutT>
 qf_status dispatch_tile(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_blockscale_config &cfg) {
-#define QF_SM90_GEMM_CASE(BM, BN) \
-  if (cfg.block_m == BM && cfg.block_n == BN) return launch<BM, BN, OutT>(ctx, a, cfg);
+#define QF_SM90_GEMM_CASE(BM, BN)                                                           \
+  if (cfg.block_m == BM && cfg.block_n == BN) {                                             \
+    if constexpr (BM == 128)                                                                \
+      if (cfg.cluster == 2) return launch<BM, BN, 2, OutT>(ctx, a, cfg);                    \
+    return launch<BM, BN, 1, OutT>(ctx, a, cfg);                                            \
+  }
   QF_SM90_GEMM_BLOCKSCALE_TILES(QF_SM90_GEMM_CASE)
 #undef QF_SM90_GEMM_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", kOp, cfg.block_m, cfg.block_n);

@@ -26,6 +26,13 @@
 //   coalesced), and counts itself on the tile's counter; the unit that counts last adds the
 //   partials in split order (deterministic: the same sums for every run), runs the epilogue and
 //   puts the counter back to zero for the next call.
+// - Clusters of 2 CTAs along M (large M): the two CTAs compute the two tiles of one tile column
+//   that share their B tile, in lockstep (the same walk, by cluster). Each loads its own A tile
+//   and one half of B with TMA multicast into both CTAs' rings, so a K-block costs 24 KB of L2
+//   reads per CTA instead of 32 (the 128 x 128 mainloop was bound by L2 bandwidth, not MMA).
+//   A stage is refilled only when the consumers of both CTAs have freed it: each consumer warp
+//   arrives on the empty barrier of both CTAs. The CTAs sync as a cluster after the barriers are
+//   initialized and before they exit (a peer may still signal this CTA's barriers).
 // - Epilogue of 16-bit D without C (the common case): each consumer warpgroup writes its 64 x
 //   BLOCK_N fragment into a staging tile in shared memory, in the 128-byte swizzled layout (a
 //   warp's 32 stores hit 32 different banks), and one thread stores it with TMA; the warpgroup goes
@@ -38,6 +45,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
@@ -83,7 +91,7 @@ struct sm90_gemm_blockscale_smem {
 };
 
 // Grouped raster order: down `group` tile rows of one tile column, then the next column, so that
-// the CTAs of a wave share few A and B tiles in L2.
+// the CTAs of a wave share few A and B tiles in L2. With clusters, "tile rows" are cluster rows.
 __device__ __forceinline__ void sm90_gemm_tile_coords(int tile, int tiles_m, int tiles_n, int group, int &m_blk,
                                                       int &n_blk) {
   const int per_group = group * tiles_n;
@@ -114,7 +122,7 @@ __device__ __forceinline__ uint32_t pack_pair(__half, float x, float y) {
 }
 __device__ __forceinline__ uint32_t pack_pair(float, float, float) { return 0; }  // never staged
 
-template <int kBlockM, int kBlockN, int kStages, typename OutT>
+template <int kBlockM, int kBlockN, int kStages, int kCluster, typename OutT>
 __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     sm90_fp8_gemm_blockscale_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                                     const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_blockscale_params p) {
@@ -128,6 +136,8 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs along M");
+  static_assert((Smem::kBBytes / kCluster) % 1024 == 0, "each CTA's share of B starts on a swizzle period");
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -145,14 +155,26 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; s++) {
       mbarrier_init(full_bar(s), 1 + 32);
-      mbarrier_init(empty_bar(s), kConsumers * 4);
+      mbarrier_init(empty_bar(s), kConsumers * 4 * kCluster);
     }
     fence_mbarrier_init();
     fence_proxy_async_shared_cta();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1)
+    cluster_sync();  // the peer's barriers exist before anything signals them
+  else
+    __syncthreads();
 
-  const int num_units = p.tiles_m * p.tiles_n * p.splits;
+  // The walk: unit u is cluster tile u / splits (kCluster tiles of one column) and K range
+  // u % splits; this CTA takes row `rank` of the cluster tile.
+  const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
+  const int tiles_mc = (p.tiles_m + kCluster - 1) / kCluster;
+  const int num_units = tiles_mc * p.tiles_n * p.splits;
+  const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
+  auto unit_tile = [&](int unit, int &m_blk, int &n_blk) {
+    sm90_gemm_tile_coords(unit / p.splits, tiles_mc, p.tiles_n, p.raster_group, m_blk, n_blk);
+    m_blk = m_blk * kCluster + static_cast<int>(rank);
+  };
   const int wg = threadIdx.x / 128;
   if (wg == kConsumers) {
     // ---- producer: one warp keeps the ring full ----
@@ -165,9 +187,9 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       }
       int s = 0;
       uint32_t phase = 0;
-      for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
+      for (int unit = first_unit; unit < num_units; unit += unit_step) {
         int m_blk, n_blk, kb_begin, kb_end;
-        sm90_gemm_tile_coords(unit / p.splits, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+        unit_tile(unit, m_blk, n_blk);
         sm90_gemm_split_range(p.num_kb, p.splits, unit % p.splits, kb_begin, kb_end);
         const float *sb = p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb;
         for (int kb = kb_begin; kb < kb_end; kb++) {
@@ -177,7 +199,14 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           if (lane == 0) {
             mbarrier_arrive_expect_tx(full_bar(s), Smem::kABytes + Smem::kBBytes);
             cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
-            cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);
+            if constexpr (kCluster == 1) {
+              cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);
+            } else {  // this CTA's half of B, into both CTAs
+              constexpr int kRows = kBlockN / kCluster;
+              cp_async_bulk_tensor_2d_g2s_multicast(smem_b(s) + rank * kRows * 128, &tmap_b, full_bar(s), kb * kBlockK,
+                                                    n_blk * kBlockN + static_cast<int>(rank) * kRows,
+                                                    static_cast<uint16_t>((1u << kCluster) - 1));
+            }
             cp_async_ca_shared_global_4(scales_b(s), sb + kb, 4);
           }
           // Rows past M get a zero scale, without a read.
@@ -204,10 +233,10 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     for (int i = 0; i < kBlockN / 2; i++) acc[i] = 0.0f;
     int s = 0;
     uint32_t phase = 0;
-    for (int unit = blockIdx.x; unit < num_units; unit += gridDim.x) {
-      const int tile = unit / p.splits, split = unit % p.splits;
+    for (int unit = first_unit; unit < num_units; unit += unit_step) {
+      const int tile = unit / p.splits, split = unit % p.splits;  // split-K runs without clusters
       int m_blk, n_blk, kb_begin, kb_end;
-      sm90_gemm_tile_coords(tile, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+      unit_tile(unit, m_blk, n_blk);
       sm90_gemm_split_range(p.num_kb, p.splits, split, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
 #pragma unroll
@@ -231,7 +260,14 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         wgmma_wait_group<0>();
 #pragma unroll
         for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
-        if (lane == 0) mbarrier_arrive(empty_bar(s));  // this warp is done with the stage's tiles and scales
+        if (lane == 0) {  // this warp is done with the stage's tiles and scales (in every CTA of the cluster)
+          if constexpr (kCluster == 1) {
+            mbarrier_arrive(empty_bar(s));
+          } else {
+#pragma unroll
+            for (int r = 0; r < kCluster; r++) mbarrier_arrive_cluster(mapa_shared_cluster(empty_bar(s), r));
+          }
+        }
         if (++s == kStages) s = 0, phase ^= 1;
 
         const float s0 = a0 * b, s1 = a1 * b;
@@ -293,7 +329,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             }
           fence_proxy_async_shared_cta();
           named_barrier_sync(2 + wg, 128);
-          if (leader) {
+          if (leader && m_blk * kBlockM + wg * 64 < p.M) {  // (a cluster's spare tile past M stores nothing)
 #pragma unroll
             for (int b = 0; b < kBlockN / 64; b++)
               cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, m_blk * kBlockM + wg * 64);
@@ -336,4 +372,5 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     // The staging tile must stay until the last copy has read it.
     if (p.tma_store && threadIdx.x % 128 == 0) cp_async_bulk_wait_group<0>();
   }
+  if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still signal it
 }

@@ -318,7 +318,11 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
  *  b        [N, K] same dtype as a (the weight as stored), rows may be strided.
  *  b_scale  fp32 [1] (per tensor) or [N] / [1, N] (per output channel).
  *  d        [M, N] bf16, fp16 or fp32, rows may be strided.
- * Any M >= 1; N and K multiples of 16; 64-bit offsets. */
+ * Any M >= 1; N and K multiples of 16; 64-bit offsets.
+ * CUDA: e4m3fn products are accumulated by the tensor cores 128 K at a time and promoted to fp32
+ * (as in qf_gemm_fp8_blockscale), int8 ones in int32 over the whole K, which bounds int8 K to
+ * 65535 (QF_ERR_SHAPE beyond). Decode shapes split K as qf_gemm_fp8_blockscale does (same
+ * workspace, same fixed summation order). */
 typedef struct {
   const DLTensor *bias;     /* NULL or [N] of d's dtype */
   const DLTensor *azp_adj;  /* NULL or [N] int32 (int8 operands only) */

@@ -110,6 +110,7 @@ typedef struct {
 } qf_gemm_scaled_args;
 
 qf_status qf_cpu_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a);
+qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a);
 qf_status qf_cpu_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier, int32_t *adj);
 qf_status qf_cuda_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier, int32_t *adj);
 

@@ -116,8 +116,9 @@ qf_status qf_gemm_scaled(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scale
   if (o->azp_adj && (st = qf_check_vec(ctx, op, "azp_adj", o->azp_adj, QF_I32, g.N, (void **)&g.azp_adj))) return st;
   if (o->azp && (st = qf_check_vec(ctx, op, "azp", o->azp, QF_I32, g.M, (void **)&g.azp))) return st;
   if (g.M == 0 || g.N == 0) return QF_OK;
-  if (ctx->device == QF_DEVICE_CUDA)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+#ifdef QF_WITH_CUDA
+  if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_scaled(ctx, &g);
+#endif
   return qf_cpu_gemm_scaled(ctx, &g);
 }
 

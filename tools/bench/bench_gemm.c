@@ -1,5 +1,9 @@
-/* GEMM benchmarks: qf_gemm_fp8_blockscale against cuBLASLt's block-scaled FP8 GEMM (A scales
- * VEC128_32F, B scales BLK128x128_32F, bf16 D) on the same shapes, with L2 flushed. */
+/* GEMM benchmarks, with L2 flushed, each against a cuBLASLt peer run on the same inputs:
+ *  gemm_fp8_blockscale: qf_gemm_fp8_blockscale against cuBLASLt's block-scaled FP8 GEMM (A scales
+ *    VEC128_32F, B scales BLK128x128_32F, bf16 D) on the DeepSeek-V3 shapes.
+ *  gemm_scaled: qf_gemm_scaled with per-token a_scale [M], per-channel b_scale [N] and bf16 D on
+ *    Llama-style shapes; e4m3 against cuBLASLt's FP8 GEMM with OUTER_VEC scales (bf16 D), int8
+ *    against cuBLASLt's INT8 GEMM with int32 D and no scaling (the fastest INT8 GEMM it has). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,20 +45,26 @@ static DLTensor dev_tensor(void *data, qf_dtype dt, int64_t *shape, int64_t *str
   return t;
 }
 
-/* Random e4m3 bytes without the NaN codes, and scales around 1. */
-static void fill_fp8(uint8_t *h, size_t n, uint64_t *s) {
+/* Random operand bytes: e4m3 without the NaN codes (fp8), or any int8. */
+static void fill_operand(uint8_t *h, size_t n, int fp8, uint64_t *s) {
   for (size_t i = 0; i < n; i++) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
     uint8_t v = (uint8_t)(*s >> 24);
-    h[i] = (v & 0x7f) == 0x7f ? 0x3f : v;
+    h[i] = fp8 && (v & 0x7f) == 0x7f ? 0x3f : v;
   }
+}
+
+/* Scales around 1. */
+static void fill_scales(float *h, int64_t n) {
+  for (int64_t i = 0; i < n; i++) h[i] = 0.5f + (float)(i % 7) * 0.125f;
 }
 
 static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
   const size_t a_bytes = (size_t)(Mp * K), b_bytes = (size_t)(N * K);
   uint8_t *h = malloc(a_bytes > b_bytes ? a_bytes : b_bytes);
-  float *hs = malloc(sizeof(float) * (size_t)((KB * Mp > NB * ((KB + 3) / 4 * 4) ? KB * Mp : NB * ((KB + 3) / 4 * 4))));
+  const int64_t hs_n = KB * Mp > NB * ((KB + 3) / 4 * 4) ? KB * Mp : NB * ((KB + 3) / 4 * 4);
+  float *hs = malloc(sizeof(float) * (size_t)hs_n);
   void *a = NULL, *bm = NULL, *d = NULL, *dl = NULL;
   float *as = NULL, *bs = NULL, *bs_lt = NULL;
   uint64_t seed = 0x51ED2701ull ^ (uint64_t)(M * 131 + N * 7 + K);
@@ -64,11 +74,11 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t M, int64_t N, int6
       cudaMalloc((void **)&bs, sizeof(float) * (size_t)(NB * KB)) ||
       cudaMalloc((void **)&bs_lt, sizeof(float) * (size_t)(NB * ((KB + 3) / 4 * 4))))
     goto done;
-  fill_fp8(h, a_bytes, &seed);
+  fill_operand(h, a_bytes, 1, &seed);
   if (cudaMemcpy(a, h, a_bytes, cudaMemcpyHostToDevice)) goto done;
-  fill_fp8(h, b_bytes, &seed);
+  fill_operand(h, b_bytes, 1, &seed);
   if (cudaMemcpy(bm, h, b_bytes, cudaMemcpyHostToDevice)) goto done;
-  for (int64_t i = 0; i < KB * Mp; i++) hs[i] = 0.5f + (float)(i % 7) * 0.125f;
+  fill_scales(hs, hs_n); /* all of it: the weight scales can outnumber the activation scales */
   if (cudaMemcpy(as, hs, sizeof(float) * (size_t)(KB * Mp), cudaMemcpyHostToDevice) ||
       cudaMemcpy(bs, hs, sizeof(float) * (size_t)(NB * KB), cudaMemcpyHostToDevice) ||
       cudaMemcpy(bs_lt, hs, sizeof(float) * (size_t)(NB * ((KB + 3) / 4 * 4)), cudaMemcpyHostToDevice))
@@ -109,22 +119,167 @@ done:
   free(h), free(hs);
   return rc;
 }
+
+/* ---- gemm_scaled ---- */
+
+typedef struct {
+  qf_ctx *ctx;
+  DLTensor a, as, b, bs, d;
+  int64_t ashape[2], asshape[2], bshape[2], bsshape[2], dshape[2];
+} scaled_call;
+
+static int run_scaled(void *arg) {
+  scaled_call *c = arg;
+  qf_status st = qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+  if (st != QF_OK) fprintf(stderr, "qf_gemm_scaled: %s\n", qf_ctx_last_error(c->ctx));
+  return st != QF_OK;
+}
+
+typedef struct {
+  qfb_lt_gemm *g;
+  const void *a, *b;
+  int32_t *d;
+} lt_i8_call;
+
+static int run_lt_i8(void *arg) {
+  lt_i8_call *c = arg;
+  return qfb_lt_gemm_run_i8(c->g, c->a, c->b, c->d, 0);
+}
+
+static qfb_lt_gemm *plan_scaled_peer(qfb_lt *lt, int fp8, int64_t M, int64_t N, int64_t K) {
+  return fp8 ? qfb_lt_gemm_plan(lt, M, N, K, QFB_LT_SCALE_OUTER_VEC) : qfb_lt_gemm_plan_i8(lt, M, N, K);
+}
+
+/* One row: M tokens against the weight bm [N, K] with its scales bs [N], both on the device. The
+ * activations, their scales and the peer's D hold Mp rows, for a peer that needs them. */
+static int scaled_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, int64_t M, int64_t N, int64_t K, void *bm,
+                        float *bs) {
+  const int64_t Mp = (M + 3) / 4 * 4;
+  const size_t a_bytes = (size_t)(Mp * K);
+  uint8_t *h = malloc(a_bytes);
+  float *hs = malloc(sizeof(float) * (size_t)Mp);
+  void *a = NULL, *d = NULL, *dl = NULL;
+  float *as = NULL;
+  uint64_t seed = 0x5CA1EDull ^ (uint64_t)(M * 131 + N * 7 + K);
+  int rc = 1;
+  if (!h || !hs || cudaMalloc(&a, a_bytes) || cudaMalloc((void **)&as, sizeof(float) * (size_t)Mp) ||
+      cudaMalloc(&d, (size_t)(M * N) * 2) || cudaMalloc(&dl, (size_t)(Mp * N) * (fp8 ? 2 : 4)))
+    goto done;
+  fill_operand(h, a_bytes, fp8, &seed);
+  fill_scales(hs, Mp);
+  if (cudaMemcpy(a, h, a_bytes, cudaMemcpyHostToDevice) ||
+      cudaMemcpy(as, hs, sizeof(float) * (size_t)Mp, cudaMemcpyHostToDevice))
+    goto done;
+
+  /* Scales as [M, 1] and [1, N]: the 2-D forms of per token and per channel. */
+  const qf_dtype ab = fp8 ? QF_E4M3FN : QF_I8;
+  scaled_call q = {.ctx = ctx};
+  q.ashape[0] = M, q.ashape[1] = K;
+  q.asshape[0] = M, q.asshape[1] = 1;
+  q.bshape[0] = N, q.bshape[1] = K;
+  q.bsshape[0] = 1, q.bsshape[1] = N;
+  q.dshape[0] = M, q.dshape[1] = N;
+  q.a = dev_tensor(a, ab, q.ashape, NULL);
+  q.as = dev_tensor(as, QF_F32, q.asshape, NULL);
+  q.b = dev_tensor(bm, ab, q.bshape, NULL);
+  q.bs = dev_tensor(bs, QF_F32, q.bsshape, NULL);
+  q.d = dev_tensor(d, QF_BF16, q.dshape, NULL);
+
+  char shape[64];
+  snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
+  const double flops = 2.0 * (double)M * (double)N * (double)K;
+  const double bytes = (double)(M * K + N * K) + 4.0 * (double)(M + N) + 2.0 * (double)(M * N);
+  qfb_row row = {.op = "gemm_scaled", .variant = fp8 ? "e4m3->bf16,token x channel" : "int8->bf16,token x channel",
+                 .shape = shape, .bytes = bytes, .flops = flops};
+  row.us = qfb_time_us(b, run_scaled, &q);
+  /* Hopper's dense INT8 and FP8 tensor rates are equal: the FP8 ceiling serves both. */
+  row.floor_us = qfb_floor_us(b, bytes, flops, 0);
+  /* Neither OUTER_VEC nor IMMA documents a condition on our M (cuBLAS n); should cuBLASLt still
+   * find no algorithm for an M that is not a multiple of 4, the peer computes Mp rows. */
+  int64_t peer_m = M;
+  qfb_lt_gemm *g = plan_scaled_peer(lt, fp8, M, N, K);
+  if (!g && Mp != M) {
+    fprintf(stderr, "bench_gemm: planning the peer again with M padded to %lld\n", (long long)Mp);
+    g = plan_scaled_peer(lt, fp8, peer_m = Mp, N, K);
+  }
+  if (g && fp8) {
+    lt_call c = {g, a, bm, as, bs, dl};
+    row.peer = peer_m == M ? "cublaslt_outer_vec" : "cublaslt_outer_vec(M padded to 4)";
+    row.peer_us = qfb_time_us(b, run_lt, &c);
+  } else if (g) {
+    lt_i8_call c = {g, a, bm, dl};
+    row.peer = peer_m == M ? "cublaslt_int8_i32out" : "cublaslt_int8_i32out(M padded to 4)";
+    row.peer_us = qfb_time_us(b, run_lt_i8, &c);
+  }
+  qfb_lt_gemm_free(g);
+  qfb_emit(b, &row);
+  rc = row.us > 0 ? 0 : 1;
+done:
+  if (rc)
+    fprintf(stderr, "bench_gemm: gemm_scaled %s M=%lld N=%lld K=%lld failed\n", fp8 ? "e4m3" : "int8", (long long)M,
+            (long long)N, (long long)K);
+  cudaFree(a), cudaFree(as), cudaFree(d), cudaFree(dl);
+  free(h), free(hs);
+  return rc;
+}
+
+/* The rows of one weight [N, K] (random, per-channel scales around 1), made once for every M. */
+static int scaled_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, const int64_t *ms, size_t n_ms, int64_t N, int64_t K,
+                       const qfb_select *sel, int *rows) {
+  size_t selected = 0;
+  for (size_t i = 0; i < n_ms; i++) selected += !sel->m || ms[i] == sel->m;
+  if (!selected) return 0;
+  const size_t b_bytes = (size_t)(N * K);
+  uint8_t *h = malloc(b_bytes);
+  float *hs = malloc(sizeof(float) * (size_t)N);
+  void *bm = NULL;
+  float *bs = NULL;
+  uint64_t seed = 0xB0B5ull ^ (uint64_t)(N * 7 + K);
+  int ok = h && hs && !cudaMalloc(&bm, b_bytes) && !cudaMalloc((void **)&bs, sizeof(float) * (size_t)N);
+  if (ok) {
+    fill_operand(h, b_bytes, fp8, &seed);
+    fill_scales(hs, N);
+    ok = !cudaMemcpy(bm, h, b_bytes, cudaMemcpyHostToDevice) &&
+         !cudaMemcpy(bs, hs, sizeof(float) * (size_t)N, cudaMemcpyHostToDevice);
+  }
+  if (!ok)
+    fprintf(stderr, "bench_gemm: gemm_scaled N=%lld K=%lld: could not set up the weight\n", (long long)N, (long long)K);
+  int rc = !ok;
+  for (size_t i = 0; i < n_ms && ok; i++) {
+    if (sel->m && ms[i] != sel->m) continue;
+    rc |= scaled_shape(b, ctx, lt, fp8, ms[i], N, K, bm, bs);
+    ++*rows;
+  }
+  cudaFree(bm), cudaFree(bs);
+  free(h), free(hs);
+  return rc;
+}
 #endif
 
 int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
-  if (!qfb_op_selected(sel->ops, "gemm_fp8_blockscale") || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  const int blockscale = qfb_op_selected(sel->ops, "gemm_fp8_blockscale");
+  const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
+  if (!(blockscale || scaled) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
+  /* gemm_scaled: Llama-3 8B's qkv, gate+up and down projections, 70B's o, gate+up and down */
+  static const int64_t scaled_ms[] = {1, 16, 64, 128, 512, 4096, 8192};
+  static const int64_t scaled_nk[][2] = {{6144, 4096}, {28672, 4096}, {4096, 14336},
+                                         {8192, 8192}, {57344, 8192}, {8192, 28672}};
   qfb_lt *lt = qfb_lt_open();
   if (!lt) return 1;
   int rc = 0;
-  for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && blockscale; j++)
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
       if (sel->m && ms[i] != sel->m) continue;
       rc |= one_shape(b, ctx, lt, ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
+  for (int fp8 = 1; fp8 >= 0 && scaled; fp8--)
+    for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0]; j++)
+      rc |= scaled_rows(b, ctx, lt, fp8, scaled_ms, sizeof scaled_ms / sizeof scaled_ms[0], scaled_nk[j][0],
+                        scaled_nk[j][1], sel, rows);
   qfb_lt_close(lt);
   return rc;
 #else

@@ -1,4 +1,4 @@
-/* cuBLASLt FP8 GEMM peer for qfuse-bench.
+/* cuBLASLt FP8 and INT8 GEMM peers for qfuse-bench.
  *
  * NOTES: cuBLASLt is column-major, and FP8 on Hopper needs the "TN" form (op(A) = A^T,
  * op(B) = B, both K-contiguous). A row-major X[r][c] is a column-major c x r matrix with ld = c,
@@ -14,7 +14,12 @@
  *   column stride a multiple of 4; cuBLAS B (our activations) is VEC128_32F, "N-major" with
  *   shape n x L, i.e. the token index is contiguous. The pair BLK128x128 (A) x VEC128 (B) is
  *   listed as supported; BLK128x128 on both is not. cuBLAS also requires m and n (our N and M)
- *   to be multiples of 4 and 16-byte aligned scale pointers in these modes. */
+ *   to be multiples of 4 and 16-byte aligned scale pointers in this mode. The manual sets no
+ *   such condition for OUTER_VEC (vectors of m and n floats).
+ * INT8 uses the same TN form and operand swap, with CUBLAS_COMPUTE_32I, int32 alpha / beta and an
+ * int32 D. Its IMMA kernels (regular ordering, cuBLAS manual under cublasLtMatmul) need TN, m and
+ * k (our N and K) and the leading dimensions (K, K, N) multiples of 4, and 4-byte aligned
+ * pointers (16 for full speed); n (our M) is free. */
 #include "cublaslt.h"
 
 #include <stdio.h>
@@ -31,7 +36,8 @@ struct qfb_lt {
 struct qfb_lt_gemm {
   qfb_lt *lt;
   int64_t M, N, K;
-  qfb_lt_scale mode;
+  qfb_lt_scale mode;          /* FP8 plans */
+  int int8;                   /* an INT8 plan (qfb_lt_gemm_plan_i8) */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a_layout, b_layout, d_layout; /* cuBLAS A (our B), B (our A), D */
   cublasLtMatmulAlgo_t algo;
@@ -137,16 +143,91 @@ void qfb_lt_gemm_free(qfb_lt_gemm *g) {
   free(g);
 }
 
-qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode) {
+static int plan_args_ok(const qfb_lt *lt, int64_t M, int64_t N, int64_t K, const char *fn) {
   if (!lt) {
-    fprintf(stderr, "qfb_lt_gemm_plan: no cuBLASLt handle\n");
-    return NULL;
+    fprintf(stderr, "%s: no cuBLASLt handle\n", fn);
+    return 0;
   }
   if (M <= 0 || N <= 0 || K <= 0) {
-    fprintf(stderr, "qfb_lt_gemm_plan: invalid shape M=%lld N=%lld K=%lld\n", (long long)M,
-            (long long)N, (long long)K);
+    fprintf(stderr, "%s: invalid shape M=%lld N=%lld K=%lld\n", fn, (long long)M, (long long)N,
+            (long long)K);
+    return 0;
+  }
+  return 1;
+}
+
+/* A plan with its matmul descriptor in the TN form (see NOTES). NULL after printing why. */
+static qfb_lt_gemm *plan_create(qfb_lt *lt, int64_t M, int64_t N, int64_t K,
+                                cublasComputeType_t compute, cudaDataType_t scale_type) {
+  qfb_lt_gemm *g = calloc(1, sizeof *g);
+  if (!g) {
+    fprintf(stderr, "qfb_lt_gemm_plan: out of host memory\n");
     return NULL;
   }
+  g->lt = lt;
+  g->M = M;
+  g->N = N;
+  g->K = K;
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  if (!LT_CHECK(cublasLtMatmulDescCreate(&g->desc, compute, scale_type)) ||
+      !LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                               sizeof trans_a)) ||
+      !LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                               sizeof trans_b))) {
+    qfb_lt_gemm_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* The layouts of the TN form for operands of type `in` and D of type `out`, and the heuristic's
+ * first algorithm for the descriptor as it stands. Frees g and returns NULL after printing why
+ * (`what` names the GEMM in the message). */
+static qfb_lt_gemm *plan_finish(qfb_lt_gemm *g, cudaDataType_t in, cudaDataType_t out,
+                                const char *what) {
+  qfb_lt *lt = g->lt;
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t heur = {0};
+  int found = 0;
+  cublasStatus_t st;
+  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->a_layout, in, (uint64_t)g->K, (uint64_t)g->N,
+                                           g->K)))
+    goto fail;
+  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->b_layout, in, (uint64_t)g->K, (uint64_t)g->M,
+                                           g->K)))
+    goto fail;
+  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->d_layout, out, (uint64_t)g->N, (uint64_t)g->M,
+                                           g->N)))
+    goto fail;
+
+  if (!LT_CHECK(cublasLtMatmulPreferenceCreate(&pref))) goto fail;
+  if (!LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &lt->workspace_bytes,
+                                                     sizeof lt->workspace_bytes)))
+    goto fail;
+
+  st = cublasLtMatmulAlgoGetHeuristic(lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout,
+                                      g->d_layout, pref, 1, &heur, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0 || heur.state != CUBLAS_STATUS_SUCCESS) {
+    fprintf(stderr,
+            "qfb_lt_gemm_plan: cuBLASLt %zu has no algorithm for %s M=%lld N=%lld K=%lld "
+            "(cublasLtMatmulAlgoGetHeuristic: %s, %d found)\n",
+            qfb_lt_version(), what, (long long)g->M, (long long)g->N, (long long)g->K,
+            cublasLtGetStatusName(st), found);
+    goto fail;
+  }
+  g->algo = heur.algo;
+  LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  return g;
+
+fail:
+  if (pref) LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  qfb_lt_gemm_free(g);
+  return NULL;
+}
+
+qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode) {
+  if (!plan_args_ok(lt, M, N, K, "qfb_lt_gemm_plan")) return NULL;
   int32_t a_mode, b_mode; /* cuBLAS A (our B), cuBLAS B (our A) */
   switch (mode) {
   case QFB_LT_SCALE_TENSOR:
@@ -171,72 +252,37 @@ qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_l
     return NULL;
   }
 
-  qfb_lt_gemm *g = calloc(1, sizeof *g);
-  if (!g) {
-    fprintf(stderr, "qfb_lt_gemm_plan: out of host memory\n");
+  qfb_lt_gemm *g = plan_create(lt, M, N, K, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (!g) return NULL;
+  g->mode = mode;
+  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
+                                               sizeof a_mode)) ||
+      !LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
+                                               sizeof b_mode)) ||
+      /* NOTES: the heuristic sees the descriptor as it will run, scale pointers included; the
+       * real pointers arrive with each run, so the query uses the (aligned, never read)
+       * workspace. */
+      !set_scale_pointers(g, (const float *)lt->workspace, (const float *)lt->workspace)) {
+    qfb_lt_gemm_free(g);
     return NULL;
   }
-  g->lt = lt;
-  g->M = M;
-  g->N = N;
-  g->K = K;
-  g->mode = mode;
+  char what[48];
+  snprintf(what, sizeof what, "e4m3 scale=%s -> bf16", qfb_lt_scale_name(mode));
+  return plan_finish(g, CUDA_R_8F_E4M3, CUDA_R_16BF, what);
+}
 
-  cublasLtMatmulPreference_t pref = NULL;
-  cublasLtMatmulHeuristicResult_t heur = {0};
-  int found = 0;
-  cublasStatus_t st;
-  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  if (!LT_CHECK(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) goto fail;
-  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
-                                               sizeof trans_a)))
-    goto fail;
-  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
-                                               sizeof trans_b)))
-    goto fail;
-  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode,
-                                               sizeof a_mode)))
-    goto fail;
-  if (!LT_CHECK(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode,
-                                               sizeof b_mode)))
-    goto fail;
-  /* NOTES: the heuristic sees the descriptor as it will run, scale pointers included; the real
-   * pointers arrive with each run, so the query uses the (aligned, never read) workspace. */
-  if (!set_scale_pointers(g, (const float *)lt->workspace, (const float *)lt->workspace)) goto fail;
-
-  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->a_layout, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N,
-                                           K)))
-    goto fail;
-  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->b_layout, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)M,
-                                           K)))
-    goto fail;
-  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->d_layout, CUDA_R_16BF, (uint64_t)N, (uint64_t)M, N)))
-    goto fail;
-
-  if (!LT_CHECK(cublasLtMatmulPreferenceCreate(&pref))) goto fail;
-  if (!LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &lt->workspace_bytes,
-                                                     sizeof lt->workspace_bytes)))
-    goto fail;
-
-  st = cublasLtMatmulAlgoGetHeuristic(lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout,
-                                      g->d_layout, pref, 1, &heur, &found);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0 || heur.state != CUBLAS_STATUS_SUCCESS) {
+qfb_lt_gemm *qfb_lt_gemm_plan_i8(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
+  if (!plan_args_ok(lt, M, N, K, "qfb_lt_gemm_plan_i8")) return NULL;
+  if (N % 4 != 0 || K % 4 != 0) {
     fprintf(stderr,
-            "qfb_lt_gemm_plan: cuBLASLt %zu has no algorithm for e4m3 M=%lld N=%lld K=%lld "
-            "scale=%s -> bf16 (cublasLtMatmulAlgoGetHeuristic: %s, %d found)\n",
-            qfb_lt_version(), (long long)M, (long long)N, (long long)K, qfb_lt_scale_name(mode),
-            cublasLtGetStatusName(st), found);
-    goto fail;
+            "qfb_lt_gemm_plan_i8: IMMA needs N and K to be multiples of 4 (N=%lld K=%lld)\n",
+            (long long)N, (long long)K);
+    return NULL;
   }
-  g->algo = heur.algo;
-  LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  return g;
-
-fail:
-  if (pref) LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  qfb_lt_gemm_free(g);
-  return NULL;
+  qfb_lt_gemm *g = plan_create(lt, M, N, K, CUBLAS_COMPUTE_32I, CUDA_R_32I);
+  if (!g) return NULL;
+  g->int8 = 1;
+  return plan_finish(g, CUDA_R_8I, CUDA_R_32I, "int8 -> int32");
 }
 
 int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a_scale,
@@ -245,11 +291,33 @@ int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a
     fprintf(stderr, "qfb_lt_gemm_run: null argument\n");
     return 1;
   }
+  if (g->int8) {
+    fprintf(stderr, "qfb_lt_gemm_run: an INT8 plan (use qfb_lt_gemm_run_i8)\n");
+    return 1;
+  }
   if ((a_scale != g->bound_a_scale || b_scale != g->bound_b_scale) &&
       !set_scale_pointers(g, a_scale, b_scale))
     return 1;
   const float alpha = 1.0f, beta = 0.0f;
   /* cuBLAS A is our B, cuBLAS B is our A; C is unused (beta = 0) and aliases D. */
+  if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
+                               &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
+                               g->lt->workspace_bytes, s)))
+    return 1;
+  return 0;
+}
+
+int qfb_lt_gemm_run_i8(qfb_lt_gemm *g, const void *A, const void *B, int32_t *D, cudaStream_t s) {
+  if (!g || !A || !B || !D) {
+    fprintf(stderr, "qfb_lt_gemm_run_i8: null argument\n");
+    return 1;
+  }
+  if (!g->int8) {
+    fprintf(stderr, "qfb_lt_gemm_run_i8: an FP8 plan (use qfb_lt_gemm_run)\n");
+    return 1;
+  }
+  /* CUBLAS_COMPUTE_32I takes int32 alpha and beta. */
+  const int32_t alpha = 1, beta = 0;
   if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
                                &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
                                g->lt->workspace_bytes, s)))

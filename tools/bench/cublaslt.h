@@ -1,9 +1,11 @@
-/* cuBLASLt FP8 GEMM peer for qfuse-bench (built only with CUDA).
+/* cuBLASLt GEMM peers for qfuse-bench (built only with CUDA).
  *
- * D[M,N] (bf16, row-major, ldd = N) = A[M,K] (e4m3, row-major) x B[N,K]^T (e4m3, row-major),
+ * FP8: D[M,N] (bf16, row-major, ldd = N) = A[M,K] (e4m3, row-major) x B[N,K]^T (e4m3, row-major),
  * fp32 accumulation, with one of three scale modes. All pointers are device pointers; scales are
  * multiplicative (value = fp8 * scale). The exact scale tensor layouts are documented at
- * qfb_lt_scale below. */
+ * qfb_lt_scale below.
+ * INT8: D[M,N] (int32, row-major, ldd = N) = A[M,K] (int8) x B[N,K]^T (int8), int32
+ * accumulation, no scaling: see qfb_lt_gemm_plan_i8. */
 #ifndef QFUSE_TOOLS_BENCH_CUBLASLT_H
 #define QFUSE_TOOLS_BENCH_CUBLASLT_H
 
@@ -65,6 +67,16 @@ qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_l
 int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a_scale,
                     const float *b_scale, void *D, cudaStream_t s);
 void qfb_lt_gemm_free(qfb_lt_gemm *g);
+
+/* INT8: D = A x B^T with int32 accumulation and int32 output, alpha 1 and beta 0: the fastest
+ * INT8 GEMM cuBLASLt offers (no scaling, no conversion of D), the peer of scaled INT8 GEMMs.
+ * cuBLASLt's IMMA kernels (regular ordering) need the TN form, cuBLAS m and k (our N and K) and the
+ * leading dimensions (K, K, N) multiples of 4, and 4-byte aligned pointers (16 for full speed);
+ * plan refuses N or K not a multiple of 4. M (cuBLAS n) is free. Plan, free with
+ * qfb_lt_gemm_free; NULL + message on stderr as qfb_lt_gemm_plan. */
+qfb_lt_gemm *qfb_lt_gemm_plan_i8(qfb_lt *lt, int64_t M, int64_t N, int64_t K);
+/* Enqueues an INT8 plan on stream s. Returns 0, or nonzero after printing the failing call. */
+int qfb_lt_gemm_run_i8(qfb_lt_gemm *g, const void *A, const void *B, int32_t *D, cudaStream_t s);
 
 #ifdef __cplusplus
 }

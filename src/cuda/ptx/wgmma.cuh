@@ -27,6 +27,7 @@ __device__ __forceinline__ void wgmma_wait_group() {
 // accumulator register is moved across a wgmma fence, issue or wait (the hardware writes the
 // accumulators asynchronously, which the asm operand lists cannot express).
 __device__ __forceinline__ void wgmma_fence_operand(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_fence_operand(int32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
 
 // Shared-memory matrix descriptor of a K-major tile laid out by TMA with 128-byte swizzling: rows
 // of 128 bytes, groups of 8 rows 1024 bytes apart (stride byte offset). Fields: bits 0-13 start
@@ -111,3 +112,47 @@ __device__ __forceinline__ void wgmma_m64k32_f32_e4m3(float (&d)[N / 2], uint64_
   }
 QF_WGMMA_E4M3_SHAPES(QF_WGMMA_E4M3_DEFINE)
 #undef QF_WGMMA_E4M3_DEFINE
+
+// ---- wgmma.mma_async.sync.aligned.m64nNk32.s32.s8.s8 ----------------------------------------
+// The int8 form: the same operands, shapes and accumulator layout, int32 accumulators (exact; the
+// integer forms take no operand scale immediates).
+#define QF_WGMMA_IOPS8(k)                                                                                  \
+  "+r"(d[8 * (k) + 0]), "+r"(d[8 * (k) + 1]), "+r"(d[8 * (k) + 2]), "+r"(d[8 * (k) + 3]), "+r"(d[8 * (k) + 4]), \
+      "+r"(d[8 * (k) + 5]), "+r"(d[8 * (k) + 6]), "+r"(d[8 * (k) + 7])
+#define QF_WGMMA_IOPS_1 QF_WGMMA_IOPS8(0)
+#define QF_WGMMA_IOPS_2 QF_WGMMA_IOPS_1, QF_WGMMA_IOPS8(1)
+#define QF_WGMMA_IOPS_3 QF_WGMMA_IOPS_2, QF_WGMMA_IOPS8(2)
+#define QF_WGMMA_IOPS_4 QF_WGMMA_IOPS_3, QF_WGMMA_IOPS8(3)
+#define QF_WGMMA_IOPS_5 QF_WGMMA_IOPS_4, QF_WGMMA_IOPS8(4)
+#define QF_WGMMA_IOPS_6 QF_WGMMA_IOPS_5, QF_WGMMA_IOPS8(5)
+#define QF_WGMMA_IOPS_7 QF_WGMMA_IOPS_6, QF_WGMMA_IOPS8(6)
+#define QF_WGMMA_IOPS_8 QF_WGMMA_IOPS_7, QF_WGMMA_IOPS8(7)
+#define QF_WGMMA_IOPS_9 QF_WGMMA_IOPS_8, QF_WGMMA_IOPS8(8)
+#define QF_WGMMA_IOPS_10 QF_WGMMA_IOPS_9, QF_WGMMA_IOPS8(9)
+#define QF_WGMMA_IOPS_11 QF_WGMMA_IOPS_10, QF_WGMMA_IOPS8(10)
+#define QF_WGMMA_IOPS_12 QF_WGMMA_IOPS_11, QF_WGMMA_IOPS8(11)
+#define QF_WGMMA_IOPS_13 QF_WGMMA_IOPS_12, QF_WGMMA_IOPS8(12)
+#define QF_WGMMA_IOPS_14 QF_WGMMA_IOPS_13, QF_WGMMA_IOPS8(13)
+#define QF_WGMMA_IOPS_15 QF_WGMMA_IOPS_14, QF_WGMMA_IOPS8(14)
+#define QF_WGMMA_IOPS_16 QF_WGMMA_IOPS_15, QF_WGMMA_IOPS8(15)
+
+template <int N>
+__device__ __forceinline__ void wgmma_m64k32_s32_s8(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
+
+#define QF_WGMMA_S8_DEFINE(N, CHUNKS, DA, DB, SD)                                                                \
+  template <>                                                                                                    \
+  __device__ __forceinline__ void wgmma_m64k32_s32_s8<N>(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,   \
+                                                         int scale_d) {                                          \
+    static_assert(N / 16 == CHUNKS && N / 2 == DA && DB == DA + 1 && SD == DA + 2, "operand numbering");         \
+    QF_ASM_SM90A(                                                                                                \
+        "{\n"                                                                                                    \
+        ".reg .pred p;\n"                                                                                        \
+        "setp.ne.b32 p, %" #SD ", 0;\n"                                                                          \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32.s8.s8 {" QF_WGMMA_REGS_##CHUNKS "}, %" #DA ", %" #DB      \
+        ", p;\n"                                                                                                 \
+        "}\n"                                                                                                    \
+        : QF_WGMMA_IOPS_##CHUNKS                                                                                 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                               \
+  }
+QF_WGMMA_E4M3_SHAPES(QF_WGMMA_S8_DEFINE)
+#undef QF_WGMMA_S8_DEFINE

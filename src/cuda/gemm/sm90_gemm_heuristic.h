@@ -1,6 +1,6 @@
-// Tile shape, pipeline depth and raster order of the sm_90 block-scaled FP8 GEMM, chosen from the
-// problem size and the device. Host code only: the kernels never see this file's logic, only the
-// compile-time shapes listed here.
+// Tile shape, pipeline depth, raster order, split and cluster of the sm_90 GEMM engine, chosen from
+// the problem size and the device (the same for every recipe). Host code only: the kernels never
+// see this file's logic, only the compile-time shapes listed here.
 #pragma once
 
 #include <cstddef>
@@ -8,18 +8,18 @@
 
 // The instantiated tile shapes (BLOCK_M, BLOCK_N). BLOCK_M is 64 per consumer warpgroup; BLOCK_N
 // divides 128 so that a tile row needs one B scale per K-block.
-#define QF_SM90_GEMM_BLOCKSCALE_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
+#define QF_SM90_GEMM_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 8 (more hides nothing once the copy engine runs that far
 // ahead).
-constexpr int sm90_gemm_blockscale_stages(int block_m, int block_n, int out_bytes) {
+constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   return (200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0)) / ((block_m + block_n) * 128) < 8
              ? (200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0)) / ((block_m + block_n) * 128)
              : 8;
 }
 
-struct sm90_gemm_blockscale_config {
+struct sm90_gemm_config {
   int block_m, block_n;
   int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
   int splits;        // K-block ranges per tile (split-K); 1: none
@@ -33,9 +33,9 @@ struct sm90_gemm_blockscale_config {
 // Where the tiles still leave SMs idle, K is split so that tiles x splits fill them (at least two
 // K-blocks per range, at most 16 ranges): a decode GEMM is a stream of B, and every SM must pull
 // its share.
-inline sm90_gemm_blockscale_config sm90_gemm_blockscale_pick(int64_t M, int64_t N, int64_t K, int sm_count) {
+inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count) {
   const int sms = sm_count > 0 ? sm_count : 1;
-  sm90_gemm_blockscale_config best = {128, 128, 8, 1, 1};
+  sm90_gemm_config best = {128, 128, 8, 1, 1};
   double best_cost = -1.0;
 #define QF_SM90_GEMM_TRY(BM, BN)                                                  \
   {                                                                               \
@@ -48,7 +48,7 @@ inline sm90_gemm_blockscale_config sm90_gemm_blockscale_pick(int64_t M, int64_t 
       best.block_n = BN;                                                          \
     }                                                                             \
   }
-  QF_SM90_GEMM_BLOCKSCALE_TILES(QF_SM90_GEMM_TRY)
+  QF_SM90_GEMM_TILES(QF_SM90_GEMM_TRY)
 #undef QF_SM90_GEMM_TRY
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   const int64_t num_kb = (K + 127) / 128;

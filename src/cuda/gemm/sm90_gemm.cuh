@@ -1,6 +1,11 @@
-// Block-scaled FP8 GEMM for sm_90a (the DeepSeek-V3 recipe):
-//   D[m, n] = C[m, n] + sum_kb As[m, kb] * Bs[n / 128, kb] * (A[m, kb-block] . B[n, kb-block])
-// A [M, K] and B [N, K] e4m3fn with K contiguous; D bf16, fp16 or fp32; C optional fp32.
+// The Hopper GEMM engine (sm_90a): one kernel, D[M, N] from A [M, K] and B [N, K] (K contiguous,
+// 8-bit), in three recipes that differ only where they must:
+//   kBlockScaledFp8  e4m3, D = C + sum_kb As[m, kb] * Bs[n / 128, kb] * (A[m, kb] . B[n, kb])
+//                    (the DeepSeek-V3 recipe: per-K-block scales, fp32 promotion every 128 K)
+//   kScaledFp8       e4m3, D = sa * sb * (A . B^T) + bias, promoted to fp32 every 128 K
+//   kScaledInt8      int8, D = sa * sb * (A . B^T - zp) + bias, exact int32 accumulation
+// (sa per tensor or per row, sb per tensor or per column, zp a per-tensor or per-token zero-point
+// term; qfuse.h gives the contracts). D bf16, fp16 or fp32.
 //
 // NOTES:
 // - Warp specialization. One warp of the last warpgroup produces: lane 0 issues the TMA copies of
@@ -11,10 +16,14 @@
 //   BLOCK_M x BLOCK_N tile; setmaxnreg moves registers from the producer to them.
 // - One K-block per stage, so one As and one Bs per row per stage: 4 wgmma m64nNk32 accumulate
 //   the block's dot products, the consumer waits for them, frees the stage and promotes,
-//   total += block * (As * Bs). The tensor cores' reduced-precision accumulation never spans more
-//   than 128 products. While one consumer warpgroup promotes, the other's wgmma run.
-// - Scales travel with their stage, so their global-memory latency hides in the ring like the
-//   operands'; consumers read them from shared memory. Any As layout works (strided reads).
+//   total += block * (As * Bs) (kScaledFp8: total += block). The tensor cores' reduced-precision
+//   FP8 accumulation never spans more than 128 products. While one consumer warpgroup promotes,
+//   the other's wgmma run. kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate
+//   over the whole K range, and a stage is freed one K-block late (wait_group 1), so the tensor
+//   cores always have the next K-block's wgmma queued.
+// - Block scales travel with their stage, so their global-memory latency hides in the ring like
+//   the operands'; consumers read them from shared memory. Any As layout works (strided reads).
+//   The scaled recipes' sa, sb, bias and zero points are read once per tile, in the epilogue.
 // - Persistent: a CTA per SM walks tiles blockIdx.x, + gridDim.x, ... in a grouped raster order.
 //   Producer and consumers walk the same sequence and keep their ring position across tiles, so
 //   the producer fills the next tile's stages during the consumers' epilogue.
@@ -22,10 +31,10 @@
 //   products, and the whole box still counts toward the barrier's bytes); stores are masked.
 // - Split-K (decode shapes, whose tiles leave SMs idle): a work unit is a tile and one of
 //   `splits` consecutive K-block ranges. Each unit leaves its FP32 partial tile in the workspace,
-//   in the consumers' register order (thread-major float4s, so both the write and the read are
-//   coalesced), and counts itself on the tile's counter; the unit that counts last adds the
-//   partials in split order (deterministic: the same sums for every run), runs the epilogue and
-//   puts the counter back to zero for the next call.
+//   in the consumers' register order (thread-major 16-byte words, so both the write and the read
+//   are coalesced; int32 for kScaledInt8, whose sum stays exact), and counts itself on the tile's
+//   counter; the unit that counts last adds the partials in split order (deterministic: the same
+//   sums for every run), runs the epilogue and puts the counter back to zero for the next call.
 // - Clusters of 2 CTAs along M (large M): the two CTAs compute the two tiles of one tile column
 //   that share their B tile, in lockstep (the same walk, by cluster). Each loads its own A tile
 //   and one half of B with TMA multicast into both CTAs' rings, so a K-block costs 24 KB of L2
@@ -41,6 +50,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -52,7 +62,10 @@
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
-struct sm90_gemm_blockscale_params {
+enum class Sm90Recipe { kBlockScaledFp8, kScaledFp8, kScaledInt8 };
+
+struct sm90_gemm_params {
+  // kBlockScaledFp8
   const float *a_scales;  // (m, kb) at a_scales[m * as_m + kb * as_k]
   int64_t as_m, as_k;
   const float *b_scales;  // [ceil(N / 128), num_kb], contiguous
@@ -67,6 +80,12 @@ struct sm90_gemm_blockscale_params {
   float *partials;        // splits > 1: [tiles * splits][kBlockM * kBlockN] fp32
   int *counters;          // splits > 1: [tiles], zero between calls
   int tma_store;          // D through the staging tile and TMA (16-bit D, no C, aligned)
+  // kScaledFp8 / kScaledInt8
+  const float *sa, *sb;   // [1] or [M]; [1] or [N]
+  int sa_per_row, sb_per_col;
+  const void *bias;       // NULL or [N] of D's type
+  const int32_t *azp_adj; // NULL or [N]: zp = azp_adj[n] (per tensor) or azp[m] * azp_adj[n]
+  const int32_t *azp;     // NULL or [M]
 };
 
 // The K-blocks [begin, end) of range `split` of `splits` over num_kb, as even as they come.
@@ -80,7 +99,7 @@ __device__ __forceinline__ void sm90_gemm_split_range(int num_kb, int splits, in
 // kStages x BLOCK_M As, kStages x 4 Bs (one used, 16 bytes per stage), then the full and empty
 // barriers.
 template <int kBlockM, int kBlockN, int kStages, int kOutBytes>
-struct sm90_gemm_blockscale_smem {
+struct sm90_gemm_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
   static constexpr uint32_t kScalesA = kStaging + (kOutBytes == 2 ? kBlockM * kBlockN * 2 : 0);
@@ -121,14 +140,26 @@ __device__ __forceinline__ uint32_t pack_pair(__half, float x, float y) {
   return *reinterpret_cast<const uint32_t *>(&v);
 }
 __device__ __forceinline__ uint32_t pack_pair(float, float, float) { return 0; }  // never staged
+__device__ __forceinline__ float bias_at(const __nv_bfloat16 *b, int n) { return __bfloat162float(b[n]); }
+__device__ __forceinline__ float bias_at(const __half *b, int n) { return __half2float(b[n]); }
+__device__ __forceinline__ float bias_at(const float *b, int n) { return b[n]; }
 
-template <int kBlockM, int kBlockN, int kStages, int kCluster, typename OutT>
+// 32-bit words of the split-K partials.
+__device__ __forceinline__ uint32_t word_of(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t word_of(int32_t v) { return static_cast<uint32_t>(v); }
+__device__ __forceinline__ void add_word(float &v, uint32_t w) { v += __uint_as_float(w); }
+__device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_cast<int32_t>(w); }
+
+template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, int kCluster, typename OutT>
 __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
-    sm90_fp8_gemm_blockscale_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                                    const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_blockscale_params p) {
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                     const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
+  constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
+  constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
+  using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = kBlockM / 64;
   constexpr int kBlockK = 128;  // one scale block per stage
-  using Smem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>;
+  using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>;
   static_assert(sizeof(OutT) == 4 || kBlockN % 64 == 0, "the staging tile is made of 64-column (128-byte) boxes");
   static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
@@ -154,7 +185,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; s++) {
-      mbarrier_init(full_bar(s), 1 + 32);
+      mbarrier_init(full_bar(s), kBlockScales ? 1 + 32 : 1);  // + one cp.async arrival per producer lane
       mbarrier_init(empty_bar(s), kConsumers * 4 * kCluster);
     }
     fence_mbarrier_init();
@@ -191,7 +222,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         int m_blk, n_blk, kb_begin, kb_end;
         unit_tile(unit, m_blk, n_blk);
         sm90_gemm_split_range(p.num_kb, p.splits, unit % p.splits, kb_begin, kb_end);
-        const float *sb = p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb;
+        const float *sb = kBlockScales ? p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb : nullptr;
         for (int kb = kb_begin; kb < kb_end; kb++) {
           // A fresh barrier counts as having completed the phase before phase 0: the first lap
           // waits on parity 1 and passes.
@@ -207,32 +238,52 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
                                                     n_blk * kBlockN + static_cast<int>(rank) * kRows,
                                                     static_cast<uint16_t>((1u << kCluster) - 1));
             }
-            cp_async_ca_shared_global_4(scales_b(s), sb + kb, 4);
+            if constexpr (kBlockScales) cp_async_ca_shared_global_4(scales_b(s), sb + kb, 4);
           }
-          // Rows past M get a zero scale, without a read.
+          if constexpr (kBlockScales) {
+            // Rows past M get a zero scale, without a read.
 #pragma unroll
-          for (int i = 0; i < kBlockM / 32; i++) {
-            const int row = m_blk * kBlockM + 32 * i + lane;
-            const float *src = p.a_scales + static_cast<int64_t>(min(row, p.M - 1)) * p.as_m + kb * p.as_k;
-            cp_async_ca_shared_global_4(scales_a(s) + (32 * i + lane) * 4, src, row < p.M ? 4 : 0);
+            for (int i = 0; i < kBlockM / 32; i++) {
+              const int row = m_blk * kBlockM + 32 * i + lane;
+              const float *src = p.a_scales + static_cast<int64_t>(min(row, p.M - 1)) * p.as_m + kb * p.as_k;
+              cp_async_ca_shared_global_4(scales_a(s) + (32 * i + lane) * 4, src, row < p.M ? 4 : 0);
+            }
+            cp_async_mbarrier_arrive_noinc(full_bar(s));
           }
-          cp_async_mbarrier_arrive_noinc(full_bar(s));
           if (++s == kStages) s = 0, phase ^= 1;
         }
       }
     }
   } else {
-    // ---- consumers: wgmma per K-block, FP32 promotion, epilogue ----
+    // ---- consumers: wgmma per K-block, FP32 promotion (or int32 accumulation), epilogue ----
     if constexpr (kConsumers > 1) setmaxnreg_inc<232>();
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int tile_row = wg * 64 + warp * 16 + lane / 4;  // and tile_row + 8 (wgmma D layout)
     const int tile_col = 2 * (lane % 4);                   // and + 1, + 8 j
-    float acc[kBlockN / 2], total[kBlockN / 2];
+    // acc: the wgmma accumulators. total: the fp32 sum of the promoted K-blocks (FP8), then the
+    // finished values of the tile for the epilogue (every recipe).
+    Acc acc[kBlockN / 2];
+    float total[kBlockN / 2];
     __shared__ int last_unit;  // split-K: this unit counted last on its tile
 #pragma unroll
-    for (int i = 0; i < kBlockN / 2; i++) acc[i] = 0.0f;
+    for (int i = 0; i < kBlockN / 2; i++) acc[i] = Acc(0);
     int s = 0;
     uint32_t phase = 0;
+    // This warp is done with a stage's tiles and scales: free it (in every CTA of the cluster).
+    auto release = [&](int stage) {
+      if (lane == 0) {
+        if constexpr (kCluster == 1) {
+          mbarrier_arrive(empty_bar(stage));
+        } else {
+#pragma unroll
+          for (int r = 0; r < kCluster; r++) mbarrier_arrive_cluster(mapa_shared_cluster(empty_bar(stage), r));
+        }
+      }
+    };
+    auto fence_acc = [&] {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
+    };
     for (int unit = first_unit; unit < num_units; unit += unit_step) {
       const int tile = unit / p.splits, split = unit % p.splits;  // split-K runs without clusters
       int m_blk, n_blk, kb_begin, kb_end;
@@ -242,53 +293,73 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) total[i] = 0.0f;
 
+      int prev = -1;  // kScaledInt8: the stage whose wgmma may still run
       for (int kb = kb_begin; kb < kb_end; kb++) {
         mbarrier_wait_parity(full_bar(s), phase);
-        const float a0 = sa_ring[s * kBlockM + tile_row], a1 = sa_ring[s * kBlockM + tile_row + 8];
-        const float b = sb_ring[s * 4];
         const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + wg * 64 * kBlockK);
         const uint64_t desc_b = wgmma_desc_kmajor_sw128(smem_b(s));
-#pragma unroll
-        for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
+        fence_acc();
         wgmma_fence();
+        if constexpr (kInt8) {
+          // One int32 sum over the unit's K range: only its first wgmma overwrites.
 #pragma unroll
-        for (int k = 0; k < kBlockK / 32; k++)  // 32 bytes of K each (+ 2 in the address field)
-          wgmma_m64k32_f32_e4m3<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, k);  // k == 0 overwrites
-        wgmma_commit_group();
+          for (int k = 0; k < kBlockK / 32; k++)
+            wgmma_m64k32_s32_s8<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, kb != kb_begin || k != 0);
+          wgmma_commit_group();
+          fence_acc();
+          wgmma_wait_group<1>();  // the previous K-block's wgmma are done: free their stage
+          fence_acc();
+          if (prev >= 0) release(prev);
+          prev = s;
+          if (++s == kStages) s = 0, phase ^= 1;
+        } else {
 #pragma unroll
-        for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
-        wgmma_wait_group<0>();
+          for (int k = 0; k < kBlockK / 32; k++)  // 32 bytes of K each (+ 2 in the address field)
+            wgmma_m64k32_f32_e4m3<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, k);  // k == 0 overwrites
+          wgmma_commit_group();
+          fence_acc();
+          wgmma_wait_group<0>();
+          fence_acc();
+          float s0 = 1.0f, s1 = 1.0f;
+          if constexpr (kBlockScales) {
+            const float b = sb_ring[s * 4];
+            s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
+          }
+          release(s);
+          if (++s == kStages) s = 0, phase ^= 1;
 #pragma unroll
-        for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
-        if (lane == 0) {  // this warp is done with the stage's tiles and scales (in every CTA of the cluster)
-          if constexpr (kCluster == 1) {
-            mbarrier_arrive(empty_bar(s));
-          } else {
-#pragma unroll
-            for (int r = 0; r < kCluster; r++) mbarrier_arrive_cluster(mapa_shared_cluster(empty_bar(s), r));
+          for (int j = 0; j < kBlockN / 8; j++) {
+            total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
+            total[4 * j + 1] = fmaf(acc[4 * j + 1], s0, total[4 * j + 1]);
+            total[4 * j + 2] = fmaf(acc[4 * j + 2], s1, total[4 * j + 2]);
+            total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
           }
         }
-        if (++s == kStages) s = 0, phase ^= 1;
-
-        const float s0 = a0 * b, s1 = a1 * b;
+      }
+      if constexpr (kInt8) {
+        wgmma_wait_group<0>();
+        fence_acc();
+        if (prev >= 0) release(prev);
+        if (kb_begin == kb_end) {  // K = 0: no wgmma wrote the accumulators
 #pragma unroll
-        for (int j = 0; j < kBlockN / 8; j++) {
-          total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
-          total[4 * j + 1] = fmaf(acc[4 * j + 1], s0, total[4 * j + 1]);
-          total[4 * j + 2] = fmaf(acc[4 * j + 2], s1, total[4 * j + 2]);
-          total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
+          for (int i = 0; i < kBlockN / 2; i++) acc[i] = 0;
         }
       }
 
       // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
+      // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
       if (p.splits > 1) {
         constexpr int kThreads = kConsumers * 128;
         const int t = threadIdx.x;  // consumers are threads [0, kThreads)
-        float4 *part = reinterpret_cast<float4 *>(p.partials) + int64_t(tile) * p.splits * (kThreads * kBlockN / 8);
+        uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(tile) * p.splits * (kThreads * kBlockN / 8);
+        auto result = [&](int i) -> auto & {
+          if constexpr (kInt8) return acc[i]; else return total[i];
+        };
 #pragma unroll
         for (int i = 0; i < kBlockN / 8; i++)
           __stcg(part + int64_t(split) * (kThreads * kBlockN / 8) + i * kThreads + t,
-                 make_float4(total[4 * i], total[4 * i + 1], total[4 * i + 2], total[4 * i + 3]));
+                 make_uint4(word_of(result(4 * i)), word_of(result(4 * i + 1)), word_of(result(4 * i + 2)),
+                            word_of(result(4 * i + 3))));
         __threadfence();
         named_barrier_sync(1, kThreads);
         if (t == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
@@ -296,16 +367,46 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         if (!last_unit) continue;
         __threadfence();
 #pragma unroll
-        for (int i = 0; i < kBlockN / 2; i++) acc[i] = total[i], total[i] = 0.0f;  // acc: this unit's partial
+        for (int i = 0; i < kBlockN / 2; i++) result(i) = 0;
         for (int other = 0; other < p.splits; other++) {
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; i++) {
-            const float4 v = other == split ? make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3])
-                                            : __ldcg(part + int64_t(other) * (kThreads * kBlockN / 8) + i * kThreads + t);
-            total[4 * i] += v.x, total[4 * i + 1] += v.y, total[4 * i + 2] += v.z, total[4 * i + 3] += v.w;
+            const uint4 w = __ldcg(part + int64_t(other) * (kThreads * kBlockN / 8) + i * kThreads + t);
+            add_word(result(4 * i), w.x), add_word(result(4 * i + 1), w.y);
+            add_word(result(4 * i + 2), w.z), add_word(result(4 * i + 3), w.w);
           }
         }
         if (t == 0) p.counters[tile] = 0;
+      }
+
+      // ---- the scaled recipes' dequantization: total = sa * sb * (acc - zp) + bias ----
+      if constexpr (!kBlockScales) {
+        float sa[2];
+        int32_t zr[2];  // per-token zero point of the two rows (1 when the term is per tensor)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int row = min(r0 + 8 * h, p.M - 1);  // rows past M compute garbage nobody stores
+          sa[h] = p.sa[p.sa_per_row ? row : 0];
+          zr[h] = p.azp != nullptr ? p.azp[row] : 1;
+        }
+#pragma unroll
+        for (int j = 0; j < kBlockN / 8; j++) {
+#pragma unroll
+          for (int c = 0; c < 2; c++) {
+            const int col = min(n0 + 8 * j + tile_col + c, p.N - 1);
+            const float sb = p.sb[p.sb_per_col ? col : 0];
+            const float bias = p.bias != nullptr ? bias_at(static_cast<const OutT *>(p.bias), col) : 0.0f;
+            const int32_t adj = p.azp_adj != nullptr ? p.azp_adj[col] : 0;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              const int i = 4 * j + 2 * h + c;
+              if constexpr (kInt8)
+                total[i] = __fadd_rn(__fmul_rn(static_cast<float>(acc[i] - zr[h] * adj), __fmul_rn(sa[h], sb)), bias);
+              else
+                total[i] = __fadd_rn(__fmul_rn(total[i], __fmul_rn(sa[h], sb)), bias);
+            }
+          }
+        }
       }
 
       // ---- epilogue through the staging tile and TMA (16-bit D, no C) ----

@@ -1,17 +1,16 @@
-// Launcher of the sm_90 block-scaled FP8 GEMM: tensor maps for A and B, the heuristic's tile shape
-// and split, the output type, the split-K workspace, and a persistent grid of one CTA per SM (at
-// most one per work unit).
+// Launchers of the sm_90 GEMM engine (sm90_gemm.cuh) for qf_gemm_fp8_blockscale and
+// qf_gemm_scaled: the recipe's parameters, tensor maps for A, B and D, the heuristic's tile shape,
+// split and cluster, the output type, the split-K workspace, and a persistent grid of one CTA per
+// SM (at most one per work unit).
 #include <atomic>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include "cuda/common.cuh"
-#include "cuda/gemm/sm90_fp8_gemm_blockscale.cuh"
-#include "cuda/gemm/sm90_fp8_gemm_heuristic.h"
+#include "cuda/gemm/sm90_gemm.cuh"
+#include "cuda/gemm/sm90_gemm_heuristic.h"
 
 namespace {
-
-const char kOp[] = "qf_gemm_fp8_blockscale";
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so libqfuse does not link
 // libcuda itself. Looked up once.
@@ -30,11 +29,13 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
 }
 
 // Tensor map of a [rows, cols] matrix (row pitch ld elements) moved in boxes of box_rows x 128
-// bytes, 128-byte swizzled: for e4m3 operands the layout that wgmma_desc_kmajor_sw128 describes,
+// bytes, 128-byte swizzled: for 8-bit operands the layout that wgmma_desc_kmajor_sw128 describes,
 // for 16-bit D the staging tile's.
-qf_status make_tmap(qf_ctx *ctx, CUtensorMap *map, const char *name, const qf_mat &m, uint32_t box_rows) {
-  const int esize = m.dtype == QF_E4M3FN ? 1 : 2;
-  const CUtensorMapDataType type = m.dtype == QF_E4M3FN ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+qf_status make_tmap(qf_ctx *ctx, const char *kOp, CUtensorMap *map, const char *name, const qf_mat &m,
+                    uint32_t box_rows) {
+  const bool bytes = m.dtype == QF_E4M3FN || m.dtype == QF_I8;
+  const int esize = bytes ? 1 : 2;
+  const CUtensorMapDataType type = bytes ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : m.dtype == QF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_fn();
@@ -59,34 +60,34 @@ qf_status make_tmap(qf_ctx *ctx, CUtensorMap *map, const char *name, const qf_ma
   return QF_OK;
 }
 
-template <int kBlockM, int kBlockN, int kCluster, typename OutT>
-qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_blockscale_config &cfg) {
-  constexpr int kStages = sm90_gemm_blockscale_stages(kBlockM, kBlockN, int(sizeof(OutT)));
-  constexpr size_t kSmem = sm90_gemm_blockscale_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>::kBytes;
+// What the launcher needs besides the recipe's own parameters (already in p).
+struct Problem {
+  const char *op;
+  qf_mat a, b, d;
+  int64_t M, N, K;
+};
+
+template <Sm90Recipe R, int kBlockM, int kBlockN, int kCluster, typename OutT>
+qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
+  const char *kOp = pr.op;
+  constexpr int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT)));
+  constexpr size_t kSmem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>::kBytes;
   if (kSmem > ctx->smem_optin)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile needs %zu bytes of shared memory, the device allows %zu",
                    kOp, kBlockM, kBlockN, kSmem, ctx->smem_optin);
 
-  sm90_gemm_blockscale_params p = {};
-  p.a_scales = a->a_scales;
-  p.as_m = a->as_m;
-  p.as_k = a->as_k;
-  p.b_scales = a->b_scales;
-  p.c = static_cast<const float *>(a->c.data);
-  p.c_ld = a->c.ld;
-  p.d = a->d.data;
-  p.d_ld = a->d.ld;
-  p.M = static_cast<int>(a->M);
-  p.N = static_cast<int>(a->N);
-  p.num_kb = static_cast<int>((a->K + 127) / 128);
-  p.tiles_m = static_cast<int>((a->M + kBlockM - 1) / kBlockM);
-  p.tiles_n = static_cast<int>((a->N + kBlockN - 1) / kBlockN);
+  p.d = pr.d.data;
+  p.d_ld = pr.d.ld;
+  p.M = static_cast<int>(pr.M);
+  p.N = static_cast<int>(pr.N);
+  p.num_kb = static_cast<int>((pr.K + 127) / 128);
+  p.tiles_m = static_cast<int>((pr.M + kBlockM - 1) / kBlockM);
+  p.tiles_n = static_cast<int>((pr.N + kBlockN - 1) / kBlockN);
   p.raster_group = cfg.raster_group;
   // 2-element accesses need even pitches (one row: the pitch is unused) and aligned starts.
-  const bool d_pairs = (a->d.ld % 2 == 0 || a->M == 1) && reinterpret_cast<uintptr_t>(a->d.data) % (2 * sizeof(OutT)) == 0;
-  const bool c_pairs = p.c == nullptr || ((a->c.ld % 2 == 0 || a->M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
+  const bool d_pairs = (pr.d.ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(pr.d.data) % (2 * sizeof(OutT)) == 0;
+  const bool c_pairs = p.c == nullptr || ((p.c_ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
-
   p.splits = cfg.splits;
   if (p.splits > 1) {
     // The counters sit at a fixed place, the workspace's counter area (zero between calls);
@@ -103,20 +104,20 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
     p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
   }
 
-  // With K == 0 no copy is issued and the maps stay unused (zeros); D = C or 0.
+  // With K == 0 no copy is issued and the maps stay unused (zeros); D = C or 0 (+ bias).
   CUtensorMap tmap_a = {}, tmap_b = {}, tmap_d = {};
   qf_status st;
-  if (a->K > 0) {
-    if ((st = make_tmap(ctx, &tmap_a, "a", a->a, kBlockM)) != QF_OK) return st;
-    if ((st = make_tmap(ctx, &tmap_b, "b", a->b, kBlockN / kCluster)) != QF_OK) return st;  // a CTA's share
+  if (pr.K > 0) {
+    if ((st = make_tmap(ctx, kOp, &tmap_a, "a", pr.a, kBlockM)) != QF_OK) return st;
+    if ((st = make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN / kCluster)) != QF_OK) return st;  // a CTA's share
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
   // copy) when its start and pitch are 16-byte aligned.
-  p.tma_store = sizeof(OutT) == 2 && p.c == nullptr && reinterpret_cast<uintptr_t>(a->d.data) % 16 == 0 &&
-                (a->M == 1 || (a->d.ld * 2) % 16 == 0);
-  if (p.tma_store && (st = make_tmap(ctx, &tmap_d, "d", a->d, 64)) != QF_OK) return st;
+  p.tma_store = sizeof(OutT) == 2 && p.c == nullptr && reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 &&
+                (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
+  if (p.tma_store && (st = make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
-  auto kernel = sm90_fp8_gemm_blockscale_kernel<kBlockM, kBlockN, kStages, kCluster, OutT>;
+  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, kCluster, OutT>;
   // The shared-memory opt-in is per device; set once each (a repeated call costs host time that
   // small GEMMs notice). Devices past the mask's 64 bits set it on every call.
   static std::atomic<uint64_t> opted_in{0};
@@ -160,32 +161,64 @@ qf_status launch(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_
   }
 }
 
-template <typename OutT>
-qf_status dispatch_tile(qf_ctx *ctx, const qf_gemm_blockscale_args *a, const sm90_gemm_blockscale_config &cfg) {
+template <Sm90Recipe R, typename OutT>
+qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p, const sm90_gemm_config &cfg) {
 #define QF_SM90_GEMM_CASE(BM, BN)                                                           \
   if (cfg.block_m == BM && cfg.block_n == BN) {                                             \
     if constexpr (BM == 128)                                                                \
-      if (cfg.cluster == 2) return launch<BM, BN, 2, OutT>(ctx, a, cfg);                    \
-    return launch<BM, BN, 1, OutT>(ctx, a, cfg);                                            \
+      if (cfg.cluster == 2) return launch<R, BM, BN, 2, OutT>(ctx, pr, p, cfg);             \
+    return launch<R, BM, BN, 1, OutT>(ctx, pr, p, cfg);                                     \
   }
-  QF_SM90_GEMM_BLOCKSCALE_TILES(QF_SM90_GEMM_CASE)
+  QF_SM90_GEMM_TILES(QF_SM90_GEMM_CASE)
 #undef QF_SM90_GEMM_CASE
-  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", kOp, cfg.block_m, cfg.block_n);
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", pr.op, cfg.block_m, cfg.block_n);
+}
+
+template <Sm90Recipe R>
+qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
+  // Coordinates and tile indices are 32-bit in the kernel (TMA coordinates are int32 anyway).
+  const int64_t lim = INT32_MAX - 255;
+  if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", pr.op,
+                   static_cast<long long>(pr.M), static_cast<long long>(pr.N), static_cast<long long>(pr.K));
+  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count);
+  switch (pr.d.dtype) {
+    case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
+    case QF_F16: return dispatch_tile<R, __half>(ctx, pr, p, cfg);
+    default: return dispatch_tile<R, float>(ctx, pr, p, cfg);
+  }
 }
 
 }  // namespace
 
 extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  // Coordinates and tile indices are 32-bit in the kernel (TMA coordinates are int32 anyway).
-  const int64_t lim = INT32_MAX - 255;
-  if (a->M > lim || a->N > lim || a->K > lim || ((a->M + 63) / 64) * ((a->N + 63) / 64) > INT32_MAX)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", kOp,
-                   static_cast<long long>(a->M), static_cast<long long>(a->N), static_cast<long long>(a->K));
-  const sm90_gemm_blockscale_config cfg = sm90_gemm_blockscale_pick(a->M, a->N, a->K, ctx->sm_count);
-  switch (a->d.dtype) {
-    case QF_BF16: return dispatch_tile<__nv_bfloat16>(ctx, a, cfg);
-    case QF_F16: return dispatch_tile<__half>(ctx, a, cfg);
-    default: return dispatch_tile<float>(ctx, a, cfg);
-  }
+  const Problem pr = {"qf_gemm_fp8_blockscale", a->a, a->b, a->d, a->M, a->N, a->K};
+  sm90_gemm_params p = {};
+  p.a_scales = a->a_scales;
+  p.as_m = a->as_m;
+  p.as_k = a->as_k;
+  p.b_scales = a->b_scales;
+  p.c = static_cast<const float *>(a->c.data);
+  p.c_ld = a->c.ld;
+  return dispatch<Sm90Recipe::kBlockScaledFp8>(ctx, pr, p);
+}
+
+extern "C" qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a) {
+  if (a->M == 0 || a->N == 0) return QF_OK;
+  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K};
+  // int8: |acc| <= 2^14 K and |zp| <= 2^14 K must leave acc - zp inside int32.
+  if (a->a.dtype == QF_I8 && a->K > 65535)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: int8 K=%lld exceeds 65535 (the int32 accumulator's range)", pr.op,
+                   static_cast<long long>(a->K));
+  sm90_gemm_params p = {};
+  p.sa = a->a_scale;
+  p.sa_per_row = a->a_per_token;
+  p.sb = a->b_scale;
+  p.sb_per_col = a->b_per_channel;
+  p.bias = a->bias;
+  p.azp_adj = a->azp_adj;
+  p.azp = a->azp;
+  return a->a.dtype == QF_I8 ? dispatch<Sm90Recipe::kScaledInt8>(ctx, pr, p)
+                             : dispatch<Sm90Recipe::kScaledFp8>(ctx, pr, p);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bench_ops.h"
+#include "formats/formats.h"
 
 #ifdef QF_WITH_CUDA
 #include <cuda_runtime.h>
@@ -126,11 +127,12 @@ typedef struct {
   qf_ctx *ctx;
   DLTensor a, as, b, bs, d;
   int64_t ashape[2], asshape[2], bshape[2], bsshape[2], dshape[2];
+  const qf_gemm_scaled_opts *opts; /* NULL: the plain ScaledEpilogue */
 } scaled_call;
 
 static int run_scaled(void *arg) {
   scaled_call *c = arg;
-  qf_status st = qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+  qf_status st = qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, c->opts);
   if (st != QF_OK) fprintf(stderr, "qf_gemm_scaled: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
@@ -148,6 +150,57 @@ static int run_lt_i8(void *arg) {
 
 static qfb_lt_gemm *plan_scaled_peer(qfb_lt *lt, int fp8, int64_t M, int64_t N, int64_t K) {
   return fp8 ? qfb_lt_gemm_plan(lt, M, N, K, QFB_LT_SCALE_OUTER_VEC) : qfb_lt_gemm_plan_i8(lt, M, N, K);
+}
+
+/* The epilogue variants of one large-M row, each timed against the plain row's time (as its
+ * peer, so that ratio = plain / variant): the W8A8 goal bounds their cost at 3%. Bias [N] bf16,
+ * zero-point terms [N] and [M] int32 (int8 only), small random values. */
+static int scaled_variants(qfb *b, scaled_call *q, int fp8, int64_t M, int64_t N, const char *shape, double bytes,
+                           double flops, double plain_us) {
+  uint16_t *hb = malloc(sizeof(uint16_t) * (size_t)N);
+  int32_t *hi = malloc(sizeof(int32_t) * (size_t)(M > N ? M : N));
+  void *bias = NULL, *adj = NULL, *azp = NULL;
+  int rc = 1;
+  if (!hb || !hi || cudaMalloc(&bias, sizeof(uint16_t) * (size_t)N) || cudaMalloc(&adj, sizeof(int32_t) * (size_t)N) ||
+      cudaMalloc(&azp, sizeof(int32_t) * (size_t)M))
+    goto done;
+  for (int64_t i = 0; i < N; i++) hb[i] = qf_bf16_from_f32((float)(i % 13) * 0.25f - 1.5f);
+  for (int64_t i = 0; i < (M > N ? M : N); i++) hi[i] = (int32_t)(i % 255) - 127;
+  if (cudaMemcpy(bias, hb, sizeof(uint16_t) * (size_t)N, cudaMemcpyHostToDevice) ||
+      cudaMemcpy(adj, hi, sizeof(int32_t) * (size_t)N, cudaMemcpyHostToDevice) ||
+      cudaMemcpy(azp, hi, sizeof(int32_t) * (size_t)M, cudaMemcpyHostToDevice))
+    goto done;
+  int64_t nshape = N, mshape = M;
+  const DLTensor tb = {.data = bias, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_BF16), .shape = &nshape};
+  const DLTensor ta = {.data = adj, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = &nshape};
+  const DLTensor tz = {.data = azp, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = &mshape};
+  const struct {
+    const char *name;
+    qf_gemm_scaled_opts o;
+    double extra_bytes;
+  } variants[] = {
+      {"+bias", {.bias = &tb}, 2.0 * (double)N},
+      {"+azp", {.azp_adj = &ta}, 4.0 * (double)N},
+      {"+azp per token,+bias", {.bias = &tb, .azp_adj = &ta, .azp = &tz}, 6.0 * (double)N + 4.0 * (double)M},
+  };
+  rc = 0;
+  for (size_t v = 0; v < (fp8 ? 1 : sizeof variants / sizeof variants[0]); v++) {
+    char name[96];
+    snprintf(name, sizeof name, "%s,token x channel%s", fp8 ? "e4m3->bf16" : "int8->bf16", variants[v].name);
+    scaled_call c = *q;
+    c.opts = &variants[v].o;
+    qfb_row row = {.op = "gemm_scaled", .variant = name, .shape = shape, .bytes = bytes + variants[v].extra_bytes,
+                   .flops = flops, .peer = "gemm_scaled plain (same run)", .peer_us = plain_us};
+    row.us = qfb_time_us(b, run_scaled, &c);
+    row.floor_us = qfb_floor_us(b, row.bytes, flops, 0);
+    qfb_emit(b, &row);
+    rc |= row.us > 0 ? 0 : 1;
+  }
+done:
+  if (rc) fprintf(stderr, "bench_gemm: gemm_scaled epilogue variants at %s failed\n", shape);
+  cudaFree(bias), cudaFree(adj), cudaFree(azp);
+  free(hb), free(hi);
+  return rc;
 }
 
 /* One row: M tokens against the weight bm [N, K] with its scales bs [N], both on the device. The
@@ -214,6 +267,7 @@ static int scaled_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, int64_t M, int
   qfb_lt_gemm_free(g);
   qfb_emit(b, &row);
   rc = row.us > 0 ? 0 : 1;
+  if (rc == 0 && M >= 4096) rc = scaled_variants(b, &q, fp8, M, N, shape, bytes, flops, row.us);
 done:
   if (rc)
     fprintf(stderr, "bench_gemm: gemm_scaled %s M=%lld N=%lld K=%lld failed\n", fp8 ? "e4m3" : "int8", (long long)M,

@@ -296,6 +296,14 @@ static void test_silu(void) {
     CHECK(qf_silu_mul_quant_group(ctx, &xt.t, &qt.t, &st.t, vi ? o : NULL, &go) == QF_OK, "silu: %s", qf_ctx_last_error(ctx));
     CHECK(group(v, R, H, 128, QF_SCALE_ROW_MAJOR, QF_SCALE_F32, q2, s2) == QF_OK, "group on v");
     CHECK(!memcmp(q1, q2, sizeof q1) && !memcmp(s1, s2, sizeof s1), "glu variant %d: fused != activation then quant_group", vi);
+    /* fast_exp is a permission for CUDA only: the CPU computes exactly with or without it. */
+    qf_glu_opts fast = *o;
+    fast.fast_exp = 1;
+    memset(q2, 0, sizeof q2), memset(s2, 0, sizeof s2);
+    tensor2d_init(&qt, q2, QF_E4M3FN, R, H, H, kDLCPU);
+    tensor2d_init(&st, s2, QF_F32, R, 2, 2, kDLCPU);
+    CHECK(qf_silu_mul_quant_group(ctx, &xt.t, &qt.t, &st.t, &fast, &go) == QF_OK, "silu fast_exp: %s", qf_ctx_last_error(ctx));
+    CHECK(!memcmp(q1, q2, sizeof q1) && !memcmp(s1, s2, sizeof s1), "glu variant %d: the CPU's fast_exp result differs", vi);
   }
 }
 

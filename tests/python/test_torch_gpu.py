@@ -66,6 +66,11 @@ class TestTorchFamily(unittest.TestCase):
         g, c = self.both(lambda ctx, x, q, s: ctx.silu_mul_quant_group(x, q, s, alpha=1.702, limit=7.0, up_plus_one=True,
                                                                      group_size=64), xg, q2, s2)
         self.assert_same(g[1:], c[1:], "silu_mul_quant_group")
+        # fast_exp: int8 codes within one step of the exact CPU result, scales within 1e-6.
+        g, c = self.both(lambda ctx, x, q, s: ctx.silu_mul_quant_group(x, q, s, group_size=64, fast_exp=True), xg, q2, s2)
+        step = (g[1].cpu().to(torch.int32) - c[1].to(torch.int32)).abs().max().item()
+        self.assertLessEqual(step, 1, "silu_mul_quant_group fast_exp: a code more than one step off")
+        self.assertTrue(torch.allclose(g[2].cpu(), c[2], rtol=1e-6, atol=0), "silu_mul_quant_group fast_exp: scales")
         q3 = torch.empty(37, 1024, dtype=torch.int8, device="cuda")
         s3 = torch.empty(37, device="cuda")
         z3 = torch.empty(37, dtype=torch.int32, device="cuda")
@@ -93,6 +98,25 @@ class TestTorchFamily(unittest.TestCase):
         torch.cuda.synchronize()
         err = ((d.cpu() - ref).norm() / ref.norm()).item()
         self.assertLess(err, 1e-3)
+
+    def test_gemm_scaled_int8_azp(self):
+        # Per-token int8 activations with zero points, per-channel weight scales, bias: the
+        # AzpPerToken epilogue, equal to the exact CPU reference up to the final fp32 roundings.
+        m, n, k = 33, 64, 256
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda")
+        b = torch.randint(-128, 128, (n, k), dtype=torch.int8, device="cuda")
+        sa = torch.rand(m, device="cuda") * 1e-2 + 1e-3
+        sb = torch.rand(n, device="cuda") * 1e-2 + 1e-3
+        bias = torch.randn(n, device="cuda")
+        azp = torch.randint(-128, 128, (m,), dtype=torch.int32, device="cuda")
+        adj = torch.empty(n, dtype=torch.int32, device="cuda")
+        self.gpu.gemm_azp_adj(b, adj, multiplier=1)
+        d = torch.empty(m, n, device="cuda")
+        self.gpu.gemm_scaled(a, sa, b, sb, d, bias=bias, azp_adj=adj, azp=azp)
+        ref = torch.empty(m, n)
+        self.cpu.gemm_scaled(a.cpu(), sa.cpu(), b.cpu(), sb.cpu(), ref, bias=bias.cpu(), azp_adj=adj.cpu(), azp=azp.cpu())
+        torch.cuda.synchronize()
+        self.assertTrue(torch.allclose(d.cpu(), ref, rtol=1e-5, atol=1e-5), "gemm_scaled int8 azp: CUDA != CPU")
 
 
 if __name__ == "__main__":

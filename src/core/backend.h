@@ -140,6 +140,7 @@ typedef struct {
   double sm_scale;
 } qf_vq_attention_args;
 qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a);
+qf_status qf_cuda_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a);
 
 #ifdef __cplusplus
 }

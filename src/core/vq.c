@@ -207,6 +207,10 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
     return st;
   if (a.B == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_attention_decode(ctx, &a);
+#else
     return no_cuda_kernel(ctx, op);
+#endif
   return qf_cpu_vq_attention_decode(ctx, &a);
 }

@@ -62,6 +62,7 @@ int main(int argc, char **argv) {
   int rows = 0;
   int rc = bench_quant(b, ctx, &sel, &rows);
   rc |= bench_gemm(b, ctx, &sel, &rows);
+  rc |= bench_vq(b, ctx, &sel, &rows);
   if (!rows && (sel.ops || sel.m)) {
     fprintf(stderr, "qfuse-bench: --only %s --m %lld matches no row\n", sel.ops ? sel.ops : "(all)", (long long)sel.m);
     rc = 1;

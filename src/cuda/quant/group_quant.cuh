@@ -12,7 +12,7 @@
 // - The exact gated op is bound by arithmetic, not memory: qf_glu's exact fp32 exp (a degree-7
 //   polynomial) and its correctly rounded reciprocal cost about 25 instructions per value, so it
 //   runs at 73-85% of the copy bandwidth (M = 16384) where the plain op runs near 95-100%. With
-//   fast_exp (glu_x8_fast: ex2.approx and rcp.approx) it reaches the copy bandwidth.
+//   fast_exp (glu_x8<true>: ex2.approx and rcp.approx) it reaches the copy bandwidth.
 // - Work is cut into tiles of rows x groups walked by a persistent grid. The warp tile shape is
 //   a launch-time choice (tile_rows x tile_groups = kGroupEntries): column-major scales get tall
 //   tiles (consecutive rows of one group), row-major ones wide tiles (consecutive groups of one
@@ -191,6 +191,11 @@ __device__ __forceinline__ float rcp_in_range(float x) {
 // uniform, the clamps are single NaN-propagating min/max instructions (limit > 0, so no signed
 // zero ties), 1 + exp is branch-free (above) and the division takes the full path only when a
 // value leaves [1, 2^125] (huge exp, or NaN). A branch per element would serialize the eight.
+// kFast (qf_glu_opts::fast_exp): 1 / (1 + exp(-alpha g)) from the hardware estimates instead,
+// 2^(-alpha log2(e) g) and the reciprocal, one MUFU instruction each. Its special values agree
+// with the exact path: a NaN g stays NaN, g = +Inf gives 1 / 1, and 1 + 2^t = +Inf (g very
+// negative, or -Inf) gives 0.
+template <bool kFast>
 __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha, float limit, int up_plus_one,
                                        float (&v)[8]) {
   if (limit > 0.0f) {
@@ -200,18 +205,25 @@ __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha
       u[j] = max_nan_f32(min_nan_f32(u[j], limit), -limit);
     }
   }
-  float x1[8], r[8];
-  bool rare = false;
+  float r[8];
+  if constexpr (kFast) {
+    const float k = -alpha * 1.44269504088896341f;
 #pragma unroll
-  for (int j = 0; j < 8; j++) {
-    x1[j] = one_plus_expf(-__fmul_rn(alpha, g[j]));
-    r[j] = rcp_in_range(x1[j]);
-    rare |= !(x1[j] <= 0x1p125f);
-  }
-  if (rare) {
+    for (int j = 0; j < 8; j++) r[j] = rcp_approx_ftz_f32(1.0f + ex2_approx_ftz_f32(k * g[j]));
+  } else {
+    float x1[8];
+    bool rare = false;
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-      if (!(x1[j] <= 0x1p125f)) r[j] = 1.0f / x1[j];
+    for (int j = 0; j < 8; j++) {
+      x1[j] = one_plus_expf(-__fmul_rn(alpha, g[j]));
+      r[j] = rcp_in_range(x1[j]);
+      rare |= !(x1[j] <= 0x1p125f);
+    }
+    if (rare) {
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        if (!(x1[j] <= 0x1p125f)) r[j] = 1.0f / x1[j];
+    }
   }
   if (up_plus_one) {
 #pragma unroll
@@ -219,27 +231,6 @@ __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha
   }
 #pragma unroll
   for (int j = 0; j < 8; j++) v[j] = __fmul_rn(__fmul_rn(g[j], r[j]), u[j]);
-}
-
-// glu_x8 with 1 / (1 + exp(-alpha g)) from the hardware estimates: 2^(-alpha log2(e) g) and the
-// reciprocal, one MUFU instruction each. The special values agree with the exact path: a NaN g
-// stays NaN, g = +Inf gives 1 / 1, and 1 + 2^t = +Inf (g very negative, or -Inf) gives 0.
-__device__ __forceinline__ void glu_x8_fast(float (&g)[8], float (&u)[8], float alpha, float limit, int up_plus_one,
-                                            float (&v)[8]) {
-  if (limit > 0.0f) {
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-      g[j] = min_nan_f32(g[j], limit);
-      u[j] = max_nan_f32(min_nan_f32(u[j], limit), -limit);
-    }
-  }
-  if (up_plus_one) {
-#pragma unroll
-    for (int j = 0; j < 8; j++) u[j] = u[j] + 1.0f;
-  }
-  const float k = -alpha * 1.44269504088896341f;
-#pragma unroll
-  for (int j = 0; j < 8; j++) v[j] = g[j] * rcp_approx_ftz_f32(1.0f + ex2_approx_ftz_f32(k * g[j])) * u[j];
 }
 
 // ---- outputs --------------------------------------------------------------------------------
@@ -405,10 +396,7 @@ __global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kNone ? 3 : 2)
           float g[8], u[8];
           widen8<Tin>(cur_raw[i][c], g);
           widen8<Tin>(cur_raw[i][c] + kWords, u);
-          if constexpr (ACT == GroupAct::kGluFast)
-            glu_x8_fast(g, u, p.alpha, p.limit, p.up_plus_one, v[i][c]);
-          else
-            glu_x8(g, u, p.alpha, p.limit, p.up_plus_one, v[i][c]);
+          glu_x8<ACT == GroupAct::kGluFast>(g, u, p.alpha, p.limit, p.up_plus_one, v[i][c]);
           key[i] = max(key[i], values_amax_key(v[i][c]));
         } else {
           key[i] = max(key[i], chunk_amax_key<Tin>(cur_raw[i][c]));

@@ -14,9 +14,9 @@
 // the D staging tile (16-bit D), at most 8 (more hides nothing once the copy engine runs that far
 // ahead).
 constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
-  return (200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0)) / ((block_m + block_n) * 128) < 8
-             ? (200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0)) / ((block_m + block_n) * 128)
-             : 8;
+  const int budget = 200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0);
+  const int fit = budget / ((block_m + block_n) * 128);
+  return fit < 8 ? fit : 8;
 }
 
 struct sm90_gemm_config {

@@ -425,8 +425,14 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
 
 /* y[M, N] = x[M, K] . W^T with W [N, K] VQ-quantized: VQ-GeMV (M of 1 to 16) and VQ-GeMM.
  * x fp32, fp16 or bf16; y fp32, fp16 or bf16 [M, N]. The reference decodes W as
- * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA accumulates in fp32 and runs
- * M <= 16 (VQ-GeMV; QF_ERR_UNSUPPORTED above). On CUDA x and y must be aligned to their element
+ * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA forms every product exactly and
+ * accumulates in fp32: M <= 16 runs VQ-GeMV (fp32 FMAs of x and the entries summed over residuals
+ * in fp32, as the reference decodes them), larger M runs VQ-GeMM on the tensor cores, which take x
+ * and the entries as 16-bit parts that sum to them exactly (fp32 x as three bf16 parts, an fp16
+ * value as two bf16 parts when the other operand is bf16; docs/VQ.md gives the limits) and
+ * multiply each residual's entries separately. Both apply the row scale to the finished sum. The
+ * environment variable QF_VQ_BOOKS (auto, global, shared) forces the codebook placement of the
+ * CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be aligned to their element
  * size. */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
@@ -437,7 +443,12 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * K and V are the matrices [B * seq_len, Hkv * D] (row b * seq_len + t) quantized in fmt, with
  * their own codes and codebooks. q [B, Hq * D], o [B, Hq * D] fp32, fp16 or bf16, lse [B, Hq]
  * fp32. head_dim D and Hkv come from the options; Hq = q.shape[1] / D must be a multiple of Hkv.
- * The reference decodes K and V (fp32) and computes in float64. CPU today. */
+ * The reference decodes K and V (fp32) and computes in float64. CUDA (vector_size 2, 4 or 8, D a
+ * multiple of it up to 256, codebooks shared by all tokens, q and o aligned to their elements)
+ * decodes each K and V vector once for all query heads of its kv head, computes in fp32 and splits
+ * the sequence into chunks merged with the LSE rule through the context's workspace (allocated at
+ * the first call of a shape, as for the GEMMs' split-K; QF_VQ_BOOKS forces the codebook placement,
+ * docs/VQ.md). */
 typedef struct {
   int head_dim;      /* D */
   int kv_heads;      /* Hkv */

@@ -1,24 +1,38 @@
-/* qf_vq_dequantize and qf_vq_gemm (VQ-GeMV, M of 1 to 16) on CUDA against the CPU reference
- * through the public API. Gaussian weights are quantized on the CPU (qf_vq_quantize, 3 Lloyd
- * iterations) in every paper configuration plus two custom formats (5-bit indices with two bf16
- * residuals and both scopes set; vector_size 3 with 7-bit indices and three residuals, the
- * generic path), then the same codes, codebooks and scales are copied to the GPU.
+/* qf_vq_dequantize and qf_vq_gemm (VQ-GeMV for M of 1 to 16, VQ-GeMM on the tensor cores above) on
+ * CUDA against the CPU reference through the public API. Gaussian weights are quantized on the CPU
+ * (qf_vq_quantize, 3 Lloyd iterations) in every paper configuration plus two custom formats
+ * (5-bit indices with two bf16 residuals and both scopes set; vector_size 3 with 7-bit indices
+ * and three residuals, the generic path) and two shapes with odd N (and K, where the format
+ * allows: AQLM-3 needs K a multiple of 8 only), then the same codes, codebooks and scales are
+ * copied to the GPU.
  *  - dequantize: fp32, fp16 and bf16 outputs byte for byte (the sum of entries in residual order
  *    is the same fp32 computation on both sides), with strided rows; outputs poisoned before the
  *    call, gaps and a sentinel after w compared too.
- *  - gemm: M in {1, 2, 3, 8, 16}, every pairing of fp32 / fp16 / bf16 x and y, strided rows (x's
- *    gaps hold NaN, so a kernel reading them poisons y), relative Frobenius error against the
- *    CPU's float64 accumulation below 1e-5 for fp32 y and 5e-3 for 16-bit y, y's gaps and
- *    sentinel untouched. Each through the public call (the heuristic's placement) and with each
- *    codebook placement forced (qf_cuda_vq_gemm_with), so both kernel policies run everywhere
- *    they can; a long-K shape makes x go through shared memory in chunks.
- *  - M = 17 is refused with QF_ERR_UNSUPPORTED and leaves y untouched. */
+ *  - gemm: M in {1, 2, 3, 8, 16} (GeMV) and {17, 33, 128, 1000} (GeMM), fp32 / fp16 / bf16 x and
+ *    y (every pairing for the small M, the same dtype on both sides for the large ones), strided
+ *    rows (x's gaps hold NaN, so a kernel reading them poisons y), y poisoned with a sentinel
+ *    tail; relative Frobenius error against the CPU's float64 accumulation below 1e-5 for fp32 y
+ *    and 5e-3 for 16-bit y, y's gaps and sentinel untouched. Each through the public call (the
+ *    router and the heuristic's placement) and with each codebook placement forced
+ *    (qf_cuda_vq_gemm_with for the GeMV, qf_cuda_vq_gemm_mma_with for the GeMM, which also runs a
+ *    few small M), so both kernel policies run everywhere they can; a long-K shape makes the GeMV
+ *    stage x in chunks.
+ *    Tolerances: the GeMV multiplies in fp32. The GeMM's tensor cores get x and the entries as
+ *    16-bit parts that sum to them exactly (vq_gemm.cuh), so every product is exact and only the
+ *    fp32 accumulation differs from the reference: the tensor core's sum inside a 64-column stage
+ *    (4 x parts MMAs into a zeroed fragment), then one round-to-nearest add per stage; for the
+ *    K <= 4096 here that is ~1e-6 relative at most, well inside 1e-5. 16-bit y adds its own
+ *    rounding (bf16: 2^-9 relative at worst, ~1e-3 rms), inside 5e-3.
+ *  - QF_VQ_BOOKS (the public call's placement switch): global and shared give the same results,
+ *    an unknown value is QF_ERR_VALUE with y untouched. */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
 #include "check.h"
 #include "core/backend.h"
+#include "cuda/vq/vq_gemm_heuristic.h"
 #include "cuda/vq/vq_heuristic.h"
 #include "formats/formats.h"
 #include "gpu.h"
@@ -124,6 +138,8 @@ static void dequantize_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, qf_dtype dt,
 
 /* Coverage of the launch shapes the forced calls produced. */
 static int ran_shared, ran_global, ran_chunked, ran_split_k;
+/* ... and of the GeMM's: placements, tile heights, parts of x (index 1-3) and of the entries. */
+static int mm_shared, mm_global, mm_bn32, mm_bn64, mm_x_parts[4], mm_entry_parts2, mm_mma_f16;
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
  * outside the M x N elements (row gaps, the sentinel) must still equal the reference's poison. */
@@ -186,44 +202,99 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   for (int i = 0; forced && i < 2; i++) {
     char d2[240];
     snprintf(d2, sizeof d2, "%s, books in %s", desc, placements[i] == QF_VQ_BOOKS_IN_SHARED ? "shared" : "global");
-    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
-    qf_vq_gemv_config used;
-    st = qf_cuda_vq_gemm_with(gpu, &xm, &t, &ym, placements[i], &used);
-    if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) continue; /* books too large */
-    if (!CHECK(st == QF_OK, "%s: gpu: %s", d2, qf_ctx_last_error(gpu))) continue;
-    CUDA_OK(cudaDeviceSynchronize());
-    CHECK(used.placement == placements[i], "%s: ran placement %d", d2, used.placement);
-    ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
-    ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
-    ran_chunked += used.k_chunk < K;
-    ran_split_k += used.warps_k > 1;
-    err = y_error(&Y, yt, M, N, yld, d2);
-    CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e; warps %d, warps_k %d, tile_rows %d, k_chunk %"
-          PRId64 ")", d2, err, tol, used.warps, used.warps_k, used.tile_rows, used.k_chunk);
+    /* v 0: the GeMV, for its M; v 1 and 2: the GeMM with tiles of 32 and 64 rows of W, for M above
+     * the GeMV's and for small M too when `forced` asks for it (2) */
+    for (int v = M > QF_VQ_GEMV_MAX_M; v <= (M > QF_VQ_GEMV_MAX_M || forced == 2 ? 2 : 0); v++) {
+      const int mm = v > 0, bn = v == 1 ? 32 : 64;
+      char d3[280];
+      if (mm)
+        snprintf(d3, sizeof d3, "%s (VQ-GeMM, tiles of %d rows)", d2, bn);
+      else
+        snprintf(d3, sizeof d3, "%s (VQ-GeMV)", d2);
+      CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+      qf_vq_gemv_config used;
+      qf_vq_gemm_config used_mm;
+      st = mm ? qf_cuda_vq_gemm_mma_with(gpu, &xm, &t, &ym, placements[i], bn, &used_mm)
+              : qf_cuda_vq_gemm_with(gpu, &xm, &t, &ym, placements[i], &used);
+      if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) continue; /* books too large */
+      if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
+      CUDA_OK(cudaDeviceSynchronize());
+      err = y_error(&Y, yt, M, N, yld, d3);
+      if (mm) {
+        CHECK(used_mm.placement == placements[i] && used_mm.bn == bn, "%s: ran placement %d, bn %d", d3,
+              used_mm.placement, used_mm.bn);
+        mm_shared += used_mm.placement == QF_VQ_BOOKS_IN_SHARED;
+        mm_global += used_mm.placement == QF_VQ_BOOKS_IN_GLOBAL;
+        mm_bn32 += used_mm.bn == 32;
+        mm_bn64 += used_mm.bn == 64;
+        mm_x_parts[used_mm.x_parts & 3]++;
+        mm_entry_parts2 += used_mm.entry_parts == 2;
+        mm_mma_f16 += !used_mm.mma_bf16;
+        CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e; bn %d, %s operands, x parts %d, entry "
+              "parts %d, smem %zu)", d3, err, tol, used_mm.bn, used_mm.mma_bf16 ? "bf16" : "fp16", used_mm.x_parts,
+              used_mm.entry_parts, used_mm.smem_bytes);
+      } else {
+        CHECK(used.placement == placements[i], "%s: ran placement %d", d3, used.placement);
+        ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
+        ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
+        ran_chunked += used.k_chunk < K;
+        ran_split_k += used.warps_k > 1;
+        CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e; warps %d, warps_k %d, tile_rows %d, k_chunk %"
+              PRId64 ")", d3, err, tol, used.warps, used.warps_k, used.tile_rows, used.k_chunk);
+      }
+    }
   }
   pair_check(&X, "x (input)", desc);
   pair_free(&X), pair_free(&Y);
   free(hx);
 }
 
-/* M = 17: QF_ERR_UNSUPPORTED, a message, y untouched. */
-static void gemm_m17(qf_ctx *gpu, vq_weight *w) {
-  const int64_t M = 17, N = w->N, K = w->K;
-  pair X, Y;
+/* QF_VQ_BOOKS through the public call at M (GeMV or GeMM): global and shared (where the format
+ * allows it) match the reference, an unknown value is QF_ERR_VALUE naming the variable, y
+ * untouched. Unset again afterwards. */
+static void gemm_env(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, uint64_t *seed) {
+  const int64_t N = w->N, K = w->K;
+  char desc[160];
+  snprintf(desc, sizeof desc, "%s: QF_VQ_BOOKS, M=%" PRId64, w->name, M);
   float *hx = malloc((size_t)(M * K) * sizeof *hx);
-  for (int64_t i = 0; i < M * K; i++) hx[i] = 1.0f;
+  for (int64_t i = 0; i < M * K; i++) hx[i] = rng_normal(seed);
+  pair X, Y;
   pair_init(&X, (size_t)(M * K) * 4, hx);
   pair_init(&Y, (size_t)(M * N) * 4, NULL);
-  tensor2d gx, gy;
+  tensor2d cx, gx, cy, gy;
+  tensor2d_init(&cx, X.ref, QF_F32, M, K, K, kDLCPU);
   tensor2d_init(&gx, X.dev, QF_F32, M, K, K, kDLCUDA);
+  tensor2d_init(&cy, Y.ref, QF_F32, M, N, N, kDLCPU);
   tensor2d_init(&gy, Y.dev, QF_F32, M, N, N, kDLCUDA);
+  DLTensor cc = w_codes(w, 0), cb = w_books(w, 0), cs = w_scales(w, 0);
   DLTensor gc = w_codes(w, 1), gb = w_books(w, 1), gs = w_scales(w, 1);
-  qf_status st = qf_vq_gemm(gpu, &gx.t, &gc, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy.t);
-  CHECK(st == QF_ERR_UNSUPPORTED, "%s: gemm M=17 returned %s, expected QF_ERR_UNSUPPORTED", w->name, qf_status_str(st));
-  CHECK(strstr(qf_ctx_last_error(gpu), "not built yet") != NULL, "%s: gemm M=17 message: %s", w->name,
-        qf_ctx_last_error(gpu));
+  qf_status st = qf_vq_gemm(cpu, &cx.t, &cc, &cb, w->f.row_scale ? &cs : NULL, &w->f, &cy.t);
+  CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu));
+
+  setenv("QF_VQ_BOOKS", "no-such-place", 1);
+  st = qf_vq_gemm(gpu, &gx.t, &gc, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy.t);
+  CHECK(st == QF_ERR_VALUE && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL,
+        "%s: an unknown value gave %s: %s", desc, qf_status_str(st), qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
-  pair_check(&Y, "y (untouched)", "gemm M=17");
+  CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", desc);
+
+  const char *values[] = {"global", "shared", "auto"};
+  for (int i = 0; i < 3; i++) {
+    char d2[200];
+    snprintf(d2, sizeof d2, "%s=%s", desc, values[i]);
+    setenv("QF_VQ_BOOKS", values[i], 1);
+    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+    st = qf_vq_gemm(gpu, &gx.t, &gc, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy.t);
+    if (st == QF_ERR_UNSUPPORTED && i == 1) { /* shared impossible here: the message says why */
+      CHECK(strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS=shared") != NULL, "%s: message: %s", d2, qf_ctx_last_error(gpu));
+      continue;
+    }
+    if (!CHECK(st == QF_OK, "%s: gpu: %s", d2, qf_ctx_last_error(gpu))) continue;
+    CUDA_OK(cudaDeviceSynchronize());
+    const double err = y_error(&Y, QF_F32, M, N, N, d2);
+    CHECK(err < 1e-5, "%s: relative Frobenius error %.3g", d2, err);
+  }
+  unsetenv("QF_VQ_BOOKS");
   pair_free(&X), pair_free(&Y);
   free(hx);
 }
@@ -254,8 +325,11 @@ int main(void) {
       {"VQ<8,5,2> bf16, 64 x 128 scopes", odd_bits, 192, 384, 64, 256},
       {"VQ<3,7,3>, 96-column scopes", generic, 160, 288, 32, 192},
       {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048},
+      {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256},
+      {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 16};
+  const int64_t Ms_mm[] = {17, 33, 128, 1000}; /* VQ-GeMM */
   const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
 
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -269,16 +343,33 @@ int main(void) {
       for (int a = 0; a < 3; a++)
         for (int b = 0; b < 3; b++) {
           if (quick && a != b) continue;
-          /* the forced placements on a rotating third of the dtype pairs (all of them when quick) */
-          const int forced = quick || (a + b + (int)mi) % 3 == 0;
+          /* the forced placements on a rotating third of the dtype pairs (all of them when quick);
+           * on a third of those the GeMM kernel runs this small M too */
+          const int forced = quick || (a + b + (int)mi) % 3 == 0 ? 1 + ((a + 2 * b + (int)mi) % 3 == 0) : 0;
           gemm_case(gpu, cpu, &w, Ms[mi], dts[a], dts[b], forced, &seed);
         }
-    if (c == 0) gemm_m17(gpu, &w);
+    for (size_t mi = 0; mi < sizeof Ms_mm / sizeof Ms_mm[0]; mi++)
+      for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++) {
+          /* every pairing at M = 17 and 33, the same dtype on both sides at 128, and at 1000 (the
+           * CPU reference's cost) fp16 -> fp16 and fp32 -> fp32 (quick: fp16 only) */
+          const int64_t M = Ms_mm[mi];
+          if ((M >= 128 || quick) && a != b) continue;
+          if (M == 1000 && (quick ? a != 1 : a == 2)) continue;
+          gemm_case(gpu, cpu, &w, M, dts[a], dts[b], 1, &seed);
+        }
+    if (c == 0) gemm_env(gpu, cpu, &w, 1, &seed), gemm_env(gpu, cpu, &w, 40, &seed);
     free_weight(&w);
   }
   CHECK(ran_shared > 0 && ran_global > 0, "both codebook placements ran (shared %d, global %d)", ran_shared, ran_global);
   CHECK(ran_chunked > 0, "x was staged in chunks of K at least once");
   CHECK(ran_split_k > 0, "K was split across warps at least once");
+  CHECK(mm_shared > 0 && mm_global > 0, "VQ-GeMM ran both codebook placements (shared %d, global %d)", mm_shared,
+        mm_global);
+  CHECK(mm_bn32 > 0 && mm_bn64 > 0, "VQ-GeMM ran both tile heights (32: %d, 64: %d)", mm_bn32, mm_bn64);
+  CHECK(mm_x_parts[1] > 0 && mm_x_parts[2] > 0 && mm_x_parts[3] > 0 && mm_entry_parts2 > 0 && mm_mma_f16 > 0,
+        "VQ-GeMM ran fp16 operands (%d), x in 1, 2 and 3 parts (%d, %d, %d) and entries in 2 parts (%d)", mm_mma_f16,
+        mm_x_parts[1], mm_x_parts[2], mm_x_parts[3], mm_entry_parts2);
 
   qf_ctx_destroy(gpu);
   qf_ctx_destroy(cpu);

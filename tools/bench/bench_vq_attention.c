@@ -1,7 +1,302 @@
-/* qfuse-bench rows of the VQ attention kernels: not written yet. */
+/* VQ attention decode rows (op vq_attention_decode): qf_vq_attention_decode over a CQ-2 and a CQ-4
+ * KV cache against an fp16 split-KV decode attention over the same cache uncompressed
+ * (fp16_decode.cu), on the same device in the same run.
+ *  - Shapes: Llama-7B attention (Hq = Hkv = 32, D = 128, fp16 q and o) at seq_len 1024 and 4096,
+ *    batch 1 and 8 (--m selects a batch size).
+ *  - Rows: "cq2,fp16,auto=SC" (or =GC) is the public call, the heuristic's codebook placement
+ *    named (QF_VQ_BOOKS set in the environment changes what it runs; a note says so); "cq2,fp16,GC"
+ *    and "cq2,fp16,SC" force each placement through qf_cuda_vq_attention_decode_with (the paper's
+ *    baselines; a placement the kernel cannot use prints "skipped: ..." and gives no row); the
+ *    same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes. The qfuse
+ *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
+ *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
+ *    (8x).
+ *  - The cache is built on the host from random codes and random fp16 codebook entries (N(0, 1)):
+ *    k-means over 8 x 4096 tokens x 4096 channels would take far too long, and the kernel's time
+ *    does not depend on the values. One cache per format, of 8 x 4096 tokens; smaller shapes use
+ *    its first B * seq_len rows. The peer's K and V are that cache decoded on the GPU
+ *    (qf_vq_dequantize, exact in fp16), so both compute the same attention: their o and lse are
+ *    compared after timing (relative Frobenius error of o below 1e-2, lse within 1e-2), and a
+ *    mismatch fails the bench.
+ *  - Bytes for the floor: qfuse reads the K and V codes and codebooks and q, writes o and lse; the
+ *    peer reads fp16 K and V and q, writes o and lse. Flops (4 B Hq seq_len D) are reported, not
+ *    used for the floor (CUDA-core fp32 work, not the tensor-core peak). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "bench_ops.h"
 
+#ifdef QF_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/backend.h"
+#include "cuda/vq/vq_attention_heuristic.h"
+#include "fp16_decode.h"
+#include "formats/formats.h"
+
+enum { HEADS = 32, HEAD_DIM = 128, MAX_B = 8, MAX_SEQ = 4096 };
+
+/* One format's cache on the device, sized for MAX_B x MAX_SEQ tokens. */
+typedef struct {
+  qf_vq_format f;
+  qf_vq_sizes sz;
+  void *codes[2], *books[2]; /* K, V */
+  void *dense[2];            /* the same K and V decoded to fp16 [rows, HEADS * HEAD_DIM] */
+  size_t code_bytes, book_bytes;
+} cache;
+
+static uint64_t next(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
+static float normal(uint64_t *s) {
+  const double u = ((double)(next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0), v = (double)(next(s) >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+static void free_cache(cache *c) {
+  for (int m = 0; m < 2; m++) cudaFree(c->codes[m]), cudaFree(c->books[m]), cudaFree(c->dense[m]);
+}
+
+static int make_cache(qf_ctx *ctx, cache *c, qf_vq_preset preset, uint64_t *seed) {
+  memset(c, 0, sizeof *c);
+  qf_vq_format_preset(preset, &c->f);
+  const int64_t rows = (int64_t)MAX_B * MAX_SEQ, cols = (int64_t)HEADS * HEAD_DIM;
+  if (qf_vq_sizes_of(ctx, &c->f, rows, cols, &c->sz) != QF_OK) {
+    fprintf(stderr, "bench_vq_attention: sizes: %s\n", qf_ctx_last_error(ctx));
+    return 1;
+  }
+  c->code_bytes = (size_t)(c->f.residuals * rows * c->sz.row_bytes);
+  c->book_bytes = (size_t)(c->f.residuals * c->sz.n_books * c->sz.entries * c->f.vector_size) * 2;
+  uint8_t *h = malloc(c->code_bytes > c->book_bytes ? c->code_bytes : c->book_bytes);
+  int rc = 1;
+  if (!h) goto done;
+  int64_t cshape[3] = {c->f.residuals, rows, c->sz.row_bytes};
+  int64_t bshape[4] = {c->f.residuals, c->sz.n_books, c->sz.entries, c->f.vector_size};
+  int64_t wshape[2] = {rows, cols};
+  for (int m = 0; m < 2; m++) {
+    if (cudaMalloc(&c->codes[m], c->code_bytes) || cudaMalloc(&c->books[m], c->book_bytes) ||
+        cudaMalloc(&c->dense[m], (size_t)(rows * cols) * 2))
+      goto done;
+    for (size_t i = 0; i < c->code_bytes; i += 8) {
+      const uint64_t r = next(seed);
+      memcpy(h + i, &r, c->code_bytes - i < 8 ? c->code_bytes - i : 8);
+    }
+    if (cudaMemcpy(c->codes[m], h, c->code_bytes, cudaMemcpyHostToDevice)) goto done;
+    uint16_t *e = (uint16_t *)h;
+    for (size_t i = 0; i < c->book_bytes / 2; i++) e[i] = qf_f16_from_f32(normal(seed));
+    if (cudaMemcpy(c->books[m], h, c->book_bytes, cudaMemcpyHostToDevice)) goto done;
+    DLTensor ct = {.data = c->codes[m], .device = {kDLCUDA, 0}, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = cshape};
+    DLTensor bt = {.data = c->books[m], .device = {kDLCUDA, 0}, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = bshape};
+    DLTensor wt = {.data = c->dense[m], .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = wshape};
+    if (qf_vq_dequantize(ctx, &ct, &bt, NULL, &c->f, &wt) != QF_OK) {
+      fprintf(stderr, "bench_vq_attention: dequantize: %s\n", qf_ctx_last_error(ctx));
+      goto done;
+    }
+  }
+  rc = cudaDeviceSynchronize() != cudaSuccess;
+done:
+  free(h);
+  if (rc) {
+    fprintf(stderr, "bench_vq_attention: building the %s cache failed\n", preset == QF_VQ_CQ_2 ? "cq2" : "cq4");
+    free_cache(c);
+  }
+  return rc;
+}
+
+/* One shape's call, over the first B * seq_len rows of the cache. */
+typedef struct {
+  qf_ctx *ctx;
+  cache *c;
+  int64_t B, seq_len;
+  void *q, *o, *o_peer, *ws;
+  float *lse, *lse_peer;
+  size_t ws_bytes;
+  int placement; /* for run_forced */
+  int64_t qshape[2], lshape[2], cshape[3], bshape[4];
+  DLTensor tq, to, tl, kc, kb, vc, vb;
+  qf_vq_attention_opts opts;
+  qf_vq_attention_args args;
+} att_call;
+
+static int run_api(void *arg) {
+  att_call *a = arg;
+  qf_status st = qf_vq_attention_decode(a->ctx, &a->tq, &a->kc, &a->kb, &a->vc, &a->vb, &a->c->f, &a->opts, &a->to, &a->tl);
+  if (st != QF_OK) fprintf(stderr, "qf_vq_attention_decode: %s\n", qf_ctx_last_error(a->ctx));
+  return st != QF_OK;
+}
+
+static int run_forced(void *arg) {
+  att_call *a = arg;
+  qf_status st = qf_cuda_vq_attention_decode_with(a->ctx, &a->args, a->placement, NULL);
+  if (st != QF_OK) fprintf(stderr, "qf_vq_attention_decode (placement %d): %s\n", a->placement, qf_ctx_last_error(a->ctx));
+  return st != QF_OK;
+}
+
+static int run_peer(void *arg) {
+  att_call *a = arg;
+  return qfb_fp16_decode(a->q, a->c->dense[0], a->c->dense[1], a->o_peer, a->lse_peer, a->B, HEADS, HEADS, HEAD_DIM,
+                         a->seq_len, 1.0f / sqrtf((float)HEAD_DIM), a->ws, a->ws_bytes, 0);
+}
+
+static void setup_call(att_call *a, qf_ctx *ctx, cache *c, int64_t B, int64_t seq_len) {
+  const int64_t rows = B * seq_len, W = (int64_t)HEADS * HEAD_DIM;
+  a->ctx = ctx, a->c = c, a->B = B, a->seq_len = seq_len;
+  a->qshape[0] = B, a->qshape[1] = W;
+  a->lshape[0] = B, a->lshape[1] = HEADS;
+  a->cshape[0] = c->f.residuals, a->cshape[1] = rows, a->cshape[2] = c->sz.row_bytes;
+  a->bshape[0] = c->f.residuals, a->bshape[1] = c->sz.n_books, a->bshape[2] = c->sz.entries, a->bshape[3] = c->f.vector_size;
+  const DLDevice dev = {kDLCUDA, 0};
+  a->tq = (DLTensor){.data = a->q, .device = dev, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = a->qshape};
+  a->to = (DLTensor){.data = a->o, .device = dev, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = a->qshape};
+  a->tl = (DLTensor){.data = a->lse, .device = dev, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F32), .shape = a->lshape};
+  a->kc = (DLTensor){.data = c->codes[0], .device = dev, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = a->cshape};
+  a->vc = (DLTensor){.data = c->codes[1], .device = dev, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = a->cshape};
+  a->kb = (DLTensor){.data = c->books[0], .device = dev, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = a->bshape};
+  a->vb = (DLTensor){.data = c->books[1], .device = dev, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = a->bshape};
+  a->opts = (qf_vq_attention_opts){.head_dim = HEAD_DIM, .kv_heads = HEADS, .seq_len = seq_len};
+  /* the same call for qf_cuda_vq_attention_decode_with: the sizes of B * seq_len rows (the books
+   * do not depend on the rows: one row block) */
+  qf_vq_sizes sz = c->sz;
+  memset(&a->args, 0, sizeof a->args);
+  a->args.q = (qf_mat){a->q, QF_F16, B, W, W};
+  a->args.o = (qf_mat){a->o, QF_F16, B, W, W};
+  a->args.lse = a->lse;
+  a->args.k = (qf_vq_tensors){c->f, sz, rows, W, c->codes[0], c->books[0], NULL};
+  a->args.v = (qf_vq_tensors){c->f, sz, rows, W, c->codes[1], c->books[1], NULL};
+  a->args.B = B, a->args.Hq = HEADS, a->args.Hkv = HEADS, a->args.D = HEAD_DIM, a->args.seq_len = seq_len;
+  a->args.sm_scale = 1.0 / sqrt((double)HEAD_DIM);
+}
+
+/* qfuse's o and lse against the peer's (both fp16 o over the same decoded cache). */
+static int outputs_agree(att_call *a, const char *shape, const char *name) {
+  const size_t n = (size_t)(a->B * HEADS * HEAD_DIM), nl = (size_t)(a->B * HEADS);
+  uint16_t *o = malloc(n * 2), *op = malloc(n * 2);
+  float *l = malloc(nl * 4), *lp = malloc(nl * 4);
+  int ok = 0;
+  if (o && op && l && lp && !cudaMemcpy(o, a->o, n * 2, cudaMemcpyDeviceToHost) &&
+      !cudaMemcpy(op, a->o_peer, n * 2, cudaMemcpyDeviceToHost) && !cudaMemcpy(l, a->lse, nl * 4, cudaMemcpyDeviceToHost) &&
+      !cudaMemcpy(lp, a->lse_peer, nl * 4, cudaMemcpyDeviceToHost)) {
+    double num = 0.0, den = 0.0, dl = 0.0;
+    for (size_t i = 0; i < n; i++) {
+      const double x = qf_f16_to_f32(o[i]), y = qf_f16_to_f32(op[i]);
+      num += (x - y) * (x - y), den += y * y;
+    }
+    for (size_t i = 0; i < nl; i++) dl = fmax(dl, fabs((double)l[i] - (double)lp[i]));
+    const double rel = den > 0.0 ? sqrt(num / den) : INFINITY;
+    ok = rel < 1e-2 && dl < 1e-2; /* false for NaN */
+    if (!ok)
+      fprintf(stderr, "bench_vq_attention: %s %s: qfuse and the fp16 peer disagree (o relative error %.3g, lse max difference %.3g)\n",
+              name, shape, rel, dl);
+  }
+  free(o), free(op), free(l), free(lp);
+  return ok;
+}
+
+static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B, int64_t seq_len, int *rows) {
+  const int64_t W = (int64_t)HEADS * HEAD_DIM;
+  att_call a;
+  memset(&a, 0, sizeof a);
+  a.ws_bytes = qfb_fp16_decode_workspace(B, HEADS, HEAD_DIM, seq_len);
+  int rc = 1;
+  void *hq = malloc((size_t)(B * W) * 2);
+  if (!hq || cudaMalloc(&a.q, (size_t)(B * W) * 2) || cudaMalloc(&a.o, (size_t)(B * W) * 2) ||
+      cudaMalloc(&a.o_peer, (size_t)(B * W) * 2) || cudaMalloc((void **)&a.lse, (size_t)(B * HEADS) * 4) ||
+      cudaMalloc((void **)&a.lse_peer, (size_t)(B * HEADS) * 4) || cudaMalloc(&a.ws, a.ws_bytes))
+    goto done;
+  uint64_t seed = 0xDEC0DEull ^ (uint64_t)(B * 131 + seq_len);
+  for (int64_t i = 0; i < B * W; i++) ((uint16_t *)hq)[i] = qf_f16_from_f32(normal(&seed));
+  if (cudaMemcpy(a.q, hq, (size_t)(B * W) * 2, cudaMemcpyHostToDevice)) goto done;
+  setup_call(&a, ctx, c, B, seq_len);
+
+  char shape[96], variant[96];
+  snprintf(shape, sizeof shape, "B=%lld,Hq=%d,Hkv=%d,D=%d,seq=%lld", (long long)B, HEADS, HEADS, HEAD_DIM, (long long)seq_len);
+  const double io = (double)(B * W) * 2.0 * 2.0 + (double)(B * HEADS) * 4.0; /* q, o, lse */
+  const double vq_bytes = 2.0 * ((double)(c->f.residuals * B * seq_len * c->sz.row_bytes) + (double)c->book_bytes) + io;
+  const double fp16_bytes = 2.0 * (double)(B * seq_len * W) * 2.0 + io;
+  const double flops = 4.0 * (double)B * HEADS * (double)seq_len * HEAD_DIM;
+
+  qfb_row peer = {.op = "vq_attention_decode", .variant = "fp16_splitkv_decode (peer)", .shape = shape, .bytes = fp16_bytes,
+                  .flops = flops};
+  peer.us = qfb_time_us(b, run_peer, &a);
+  peer.floor_us = qfb_floor_us(b, fp16_bytes, 0.0, 0.0);
+
+  /* the heuristic's placement, named in the public call's row */
+  qf_vq_attention_config cfg;
+  if (qf_cuda_vq_attention_decode_with(ctx, &a.args, QF_VQ_BOOKS_AUTO, &cfg) != QF_OK) {
+    fprintf(stderr, "bench_vq_attention: %s %s: %s\n", name, shape, qf_ctx_last_error(ctx));
+    rc = 1;
+    goto done;
+  }
+  const struct {
+    const char *suffix;
+    int forced, placement;
+  } runs[] = {{cfg.placement == QF_VQ_BOOKS_IN_SHARED ? ",auto=SC" : ",auto=GC", 0, QF_VQ_BOOKS_AUTO},
+              {",GC", 1, QF_VQ_BOOKS_IN_GLOBAL},
+              {",SC", 1, QF_VQ_BOOKS_IN_SHARED}};
+  rc = peer.us > 0 ? 0 : 1;
+  for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    snprintf(variant, sizeof variant, "%s,fp16%s", name, runs[i].suffix);
+    if (runs[i].forced && qf_cuda_vq_attention_decode_with(ctx, &a.args, runs[i].placement, NULL) == QF_ERR_UNSUPPORTED) {
+      printf("skipped: vq_attention_decode %s %s: %s\n", variant, shape, qf_ctx_last_error(ctx));
+      continue;
+    }
+    qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = vq_bytes, .flops = flops,
+                   .peer = peer.us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer.us > 0 ? peer.us : 0.0};
+    a.placement = runs[i].placement;
+    row.us = qfb_time_us(b, runs[i].forced ? run_forced : run_api, &a);
+    row.floor_us = qfb_floor_us(b, vq_bytes, 0.0, 0.0);
+    qfb_emit(b, &row);
+    (*rows)++;
+    rc |= row.us > 0 ? 0 : 1;
+    /* self-check: this row's outputs (its last run) against the peer's */
+    if (row.us > 0 && peer.us > 0 && !outputs_agree(&a, shape, variant)) rc = 1;
+  }
+  qfb_emit(b, &peer);
+  (*rows)++;
+done:
+  if (rc) fprintf(stderr, "bench_vq_attention: %s at B=%lld seq_len=%lld failed\n", name, (long long)B, (long long)seq_len);
+  cudaFree(a.q), cudaFree(a.o), cudaFree(a.o_peer), cudaFree(a.lse), cudaFree(a.lse_peer), cudaFree(a.ws);
+  free(hq);
+  return rc;
+}
+#endif
+
 int bench_vq_attention(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
-  (void)b, (void)ctx, (void)sel, (void)rows;
+  if (!qfb_op_selected(sel->ops, "vq_attention_decode") || !qfb_uses_gpu(b)) return 0; /* the CPU reference: not timed */
+#ifdef QF_WITH_CUDA
+  static const int64_t batches[] = {1, MAX_B}, seqs[] = {1024, MAX_SEQ};
+  static const struct {
+    qf_vq_preset preset;
+    const char *name;
+  } formats[] = {{QF_VQ_CQ_2, "cq2"}, {QF_VQ_CQ_4, "cq4"}};
+  const char *forced = getenv("QF_VQ_BOOKS");
+  if (forced && *forced && strcmp(forced, "auto") != 0)
+    printf("note: QF_VQ_BOOKS=%s: the vq_attention_decode auto rows run that placement, not the one they name\n", forced);
+  uint64_t seed = 0xCAC4Eull;
+  int rc = 0;
+  for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+    int wanted = 0;
+    for (size_t i = 0; i < 2; i++) wanted |= !sel->m || sel->m == batches[i];
+    if (!wanted) continue;
+    cache c;
+    if (make_cache(ctx, &c, formats[f].preset, &seed)) {
+      rc = 1;
+      continue;
+    }
+    for (size_t i = 0; i < 2; i++)
+      for (size_t j = 0; j < 2; j++) {
+        if (sel->m && sel->m != batches[i]) continue;
+        rc |= one_shape(b, ctx, &c, formats[f].name, batches[i], seqs[j], rows);
+      }
+    free_cache(&c);
+  }
+  return rc;
+#else
+  (void)ctx, (void)rows;
   return 0;
+#endif
 }

@@ -1,7 +1,299 @@
-/* qfuse-bench rows of the VQ gemm kernels: not written yet. */
+/* qfuse-bench rows of VQ-GeMV (M <= 16) and VQ-GeMM (M > 16): qf_vq_gemm against cuBLASLt's fp16
+ * GEMM on the uncompressed fp16 weight, timed in the same run.
+ *
+ * Shapes: the linear layers of Llama-7B (N, K) in {(4096, 4096), (11008, 4096), (4096, 11008)} and
+ * Llama-65B {(8192, 8192), (22016, 8192), (8192, 22016)}, M in {1, 16, 64, 256}; formats GPTVQ-2
+ * and AQLM-3 (with fp32 row scales, as AQLM stores them); fp16 x and y. CQ-2 / CQ-4 are KV-cache
+ * formats (a codebook per 2 or 4 channels shared by every token: as weights their books would
+ * outweigh the codes) and get no rows here.
+ * The quantized weights are random codes and random fp16 codebooks made on the host: the kernels'
+ * time does not depend on the values, and k-means on a 22016 x 8192 matrix (qf_vq_quantize, CPU)
+ * would take hours. The peer's fp16 weight is a constant pattern (0x2C2C, about 0.065 per element).
+ *
+ * Rows, op "vq_gemm", per (format, shape):
+ *  - "<fmt>,fp16,auto=GC|SC": the public qf_vq_gemm (the heuristic's codebook placement, named);
+ *  - "<fmt>,fp16,GC" and "<fmt>,fp16,SC": the placement forced (the paper's baselines: codebooks
+ *    read through L1/L2, codebooks staged in shared memory), through qf_cuda_vq_gemm_with (M <= 16)
+ *    or qf_cuda_vq_gemm_mma_with (M > 16). A placement the kernel cannot use for the shape is
+ *    skipped with a line saying why (no row).
+ * Bytes (the floor's and GB/s): codes + codebooks + scales + x + y, the bytes the kernel must move;
+ * flops 2 M N K with the fp16 tensor peak taken as half the measured FP8 ceiling. The issue's goal:
+ * VQ-GeMV at M = 1 at >= 75% of the copy bandwidth on those bytes (pct_floor >= 75). The peer
+ * "cublaslt_f16" reads the fp16 weight (2 N K bytes) + x + y. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "bench_ops.h"
+#include "formats/formats.h"
+
+#ifdef QF_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/backend.h"
+#include "cublaslt.h"
+#include "cuda/vq/vq_gemm_heuristic.h"
+#include "cuda/vq/vq_heuristic.h"
+
+#define VQB_MAX_M 256
+
+static uint64_t vqb_rand(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
+static int vqb_cuda(cudaError_t err, const char *what) {
+  if (err == cudaSuccess) return 1;
+  fprintf(stderr, "bench_vq_gemm: %s: %s\n", what, cudaGetErrorString(err));
+  return 0;
+}
+
+/* A random quantized weight on the device. */
+typedef struct {
+  const char *name;
+  qf_vq_format f;
+  qf_vq_sizes sz;
+  int64_t N, K;
+  int64_t cshape[3], bshape[4], sshape[1];
+  void *codes, *books;
+  float *scales;
+  size_t code_bytes, book_bytes, scale_bytes;
+} vqb_weight;
+
+static int vqb_weight_make(qf_ctx *ctx, vqb_weight *w, const char *name, qf_vq_format f, int64_t N, int64_t K) {
+  memset(w, 0, sizeof *w);
+  w->name = name, w->f = f, w->N = N, w->K = K;
+  if (qf_vq_sizes_of(ctx, &f, N, K, &w->sz) != QF_OK) {
+    fprintf(stderr, "bench_vq_gemm: %s: %s\n", name, qf_ctx_last_error(ctx));
+    return 0;
+  }
+  w->cshape[0] = f.residuals, w->cshape[1] = N, w->cshape[2] = w->sz.row_bytes;
+  w->bshape[0] = f.residuals, w->bshape[1] = w->sz.n_books, w->bshape[2] = w->sz.entries, w->bshape[3] = f.vector_size;
+  w->sshape[0] = N;
+  w->code_bytes = (size_t)(f.residuals * N * w->sz.row_bytes);
+  w->book_bytes = (size_t)(f.residuals * w->sz.n_books * w->sz.entries * f.vector_size) * 2;
+  w->scale_bytes = f.row_scale ? (size_t)N * 4 : 0;
+  const size_t host_bytes = w->code_bytes > w->book_bytes ? w->code_bytes : w->book_bytes;
+  uint8_t *h = malloc((host_bytes + 7) / 8 * 8 + (size_t)N * 4);
+  uint64_t seed = 0x9E3779B97F4A7C15ull ^ (uint64_t)(N * 31 + K) ^ (uint64_t)f.index_bits << 40;
+  int ok = h != NULL && vqb_cuda(cudaMalloc(&w->codes, w->code_bytes), "cudaMalloc codes") &&
+           vqb_cuda(cudaMalloc(&w->books, w->book_bytes), "cudaMalloc codebooks") &&
+           (!f.row_scale || vqb_cuda(cudaMalloc((void **)&w->scales, w->scale_bytes), "cudaMalloc scales"));
+  if (ok) {
+    /* codes: random bytes (every index of every entry equally likely) */
+    for (size_t i = 0; i < w->code_bytes; i += 8) {
+      const uint64_t r = vqb_rand(&seed);
+      memcpy(h + i, &r, w->code_bytes - i < 8 ? w->code_bytes - i : 8);
+    }
+    ok = vqb_cuda(cudaMemcpy(w->codes, h, w->code_bytes, cudaMemcpyHostToDevice), "codes to the device");
+  }
+  if (ok) {
+    /* entries: uniform in [-0.05, 0.05) as fp16 */
+    uint16_t *e = (uint16_t *)h;
+    for (size_t i = 0; i < w->book_bytes / 2; i++)
+      e[i] = qf_f16_from_f32((float)((double)(vqb_rand(&seed) >> 11) * (1.0 / 9007199254740992.0) * 0.1 - 0.05));
+    ok = vqb_cuda(cudaMemcpy(w->books, h, w->book_bytes, cudaMemcpyHostToDevice), "codebooks to the device");
+  }
+  if (ok && f.row_scale) {
+    float *sc = (float *)h;
+    for (int64_t i = 0; i < N; i++) sc[i] = 0.5f + (float)(i % 7) * 0.125f;
+    ok = vqb_cuda(cudaMemcpy(w->scales, h, w->scale_bytes, cudaMemcpyHostToDevice), "scales to the device");
+  }
+  free(h);
+  if (!ok) fprintf(stderr, "bench_vq_gemm: %s N=%lld K=%lld: could not set up the weight\n", name, (long long)N, (long long)K);
+  return ok;
+}
+
+static void vqb_weight_free(vqb_weight *w) {
+  cudaFree(w->codes), cudaFree(w->books), cudaFree(w->scales);
+  memset(w, 0, sizeof *w);
+}
+
+/* One qf_vq_gemm call: the public one (placement < 0) or a forced placement. */
+typedef struct {
+  qf_ctx *ctx;
+  vqb_weight *w;
+  DLTensor x, y, codes, books, scales;
+  int64_t xshape[2], yshape[2];
+  qf_mat xm, ym;
+  qf_vq_tensors t;
+  int placement;
+} vqb_call;
+
+static int vqb_run(void *arg) {
+  vqb_call *c = arg;
+  qf_status st;
+  if (c->placement < 0)
+    st = qf_vq_gemm(c->ctx, &c->x, &c->codes, &c->books, c->w->f.row_scale ? &c->scales : NULL, &c->w->f, &c->y);
+  else if (c->xm.rows <= QF_VQ_GEMV_MAX_M)
+    st = qf_cuda_vq_gemm_with(c->ctx, &c->xm, &c->t, &c->ym, c->placement, NULL);
+  else
+    st = qf_cuda_vq_gemm_mma_with(c->ctx, &c->xm, &c->t, &c->ym, c->placement, 0, NULL);
+  if (st != QF_OK) fprintf(stderr, "qf_vq_gemm: %s\n", qf_ctx_last_error(c->ctx));
+  return st != QF_OK;
+}
+
+/* The placement a call of this shape runs (QF_VQ_BOOKS_AUTO: the heuristic's choice), by one
+ * untimed call; 0 (and the message in *why) when the kernel refuses it. */
+static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_size) {
+  qf_status st;
+  int used = 0;
+  if (c->xm.rows <= QF_VQ_GEMV_MAX_M) {
+    qf_vq_gemv_config cfg;
+    st = qf_cuda_vq_gemm_with(c->ctx, &c->xm, &c->t, &c->ym, placement, &cfg);
+    if (st == QF_OK) used = cfg.placement;
+  } else {
+    qf_vq_gemm_config cfg;
+    st = qf_cuda_vq_gemm_mma_with(c->ctx, &c->xm, &c->t, &c->ym, placement, 0, &cfg);
+    if (st == QF_OK) used = cfg.placement;
+  }
+  if (st != QF_OK) snprintf(why, why_size, "%s", qf_ctx_last_error(c->ctx));
+  return used;
+}
+
+typedef struct {
+  qfb_lt_gemm *g;
+  const void *x, *w;
+  void *d;
+} vqb_lt_call;
+
+static int vqb_run_lt(void *arg) {
+  vqb_lt_call *c = arg;
+  return qfb_lt_gemm_run_f16(c->g, c->x, c->w, c->d, 0);
+}
+
+static const char *placement_name(int p) { return p == QF_VQ_BOOKS_IN_SHARED ? "SC" : "GC"; }
+
+/* The rows of one weight at every selected M. x, y: device fp16 buffers of VQB_MAX_M rows. */
+static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const double *peer_us, size_t n_ms,
+                    const qfb_select *sel, void *x, void *y, int *rows) {
+  int rc = 0;
+  const double fp8 = qfb_fp8_tflops(b);
+  for (size_t i = 0; i < n_ms; i++) {
+    const int64_t M = ms[i], N = w->N, K = w->K;
+    if (sel->m && M != sel->m) continue;
+    vqb_call c;
+    memset(&c, 0, sizeof c);
+    c.ctx = ctx, c.w = w;
+    c.xshape[0] = M, c.xshape[1] = K, c.yshape[0] = M, c.yshape[1] = N;
+    c.x = (DLTensor){.data = x, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = c.xshape};
+    c.y = (DLTensor){.data = y, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = c.yshape};
+    c.codes = (DLTensor){.data = w->codes, .device = {kDLCUDA, 0}, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = w->cshape};
+    c.books = (DLTensor){.data = w->books, .device = {kDLCUDA, 0}, .ndim = 4, .dtype = qf_dtype_to_dl(w->f.entry_dtype),
+                         .shape = w->bshape};
+    c.scales = (DLTensor){.data = w->scales, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_F32), .shape = w->sshape};
+    c.xm = (qf_mat){x, QF_F16, M, K, K};
+    c.ym = (qf_mat){y, QF_F16, M, N, N};
+    c.t = (qf_vq_tensors){w->f, w->sz, N, K, (uint8_t *)w->codes, w->books, w->scales};
+
+    char shape[64], variant[64], why[512] = "";
+    snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
+    const double flops = 2.0 * (double)M * (double)N * (double)K;
+    const double bytes = (double)(w->code_bytes + w->book_bytes + w->scale_bytes) + 2.0 * (double)(M * K + M * N);
+    const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, why, sizeof why);
+    const int variants[3] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED};
+    for (int v = 0; v < 3; v++) {
+      if (v == 0)
+        snprintf(variant, sizeof variant, "%s,fp16,auto=%s", w->name, auto_used ? placement_name(auto_used) : "?");
+      else
+        snprintf(variant, sizeof variant, "%s,fp16,%s", w->name, placement_name(variants[v]));
+      if (v > 0 && !vqb_placement_used(&c, variants[v], why, sizeof why)) {
+        printf("skipped: vq_gemm %s %s: %s\n", variant, shape, why);
+        continue;
+      }
+      c.placement = variants[v];
+      qfb_row row = {.op = "vq_gemm", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
+      row.us = qfb_time_us(b, vqb_run, &c);
+      row.floor_us = qfb_floor_us(b, bytes, flops, fp8 > 0.0 ? fp8 / 2.0 : 0.0);
+      if (peer_us[i] > 0.0) {
+        row.peer = "cublaslt_f16";
+        row.peer_us = peer_us[i];
+      }
+      qfb_emit(b, &row);
+      ++*rows;
+      rc |= row.us > 0 ? 0 : 1;
+    }
+  }
+  return rc;
+}
+
+/* Every row of one shape: the peer once per M, then each format's rows against it. */
+static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, const int64_t *ms, size_t n_ms,
+                     const qfb_select *sel, int *rows) {
+  size_t selected = 0;
+  for (size_t i = 0; i < n_ms; i++) selected += !sel->m || ms[i] == sel->m;
+  if (!selected) return 0;
+  void *wf16 = NULL, *x = NULL, *y = NULL, *d = NULL;
+  uint16_t *hx = malloc(sizeof(uint16_t) * (size_t)(VQB_MAX_M * K));
+  int rc = 1;
+  if (!hx || !vqb_cuda(cudaMalloc(&wf16, (size_t)(N * K) * 2), "cudaMalloc fp16 weight") ||
+      !vqb_cuda(cudaMalloc(&x, (size_t)(VQB_MAX_M * K) * 2), "cudaMalloc x") ||
+      !vqb_cuda(cudaMalloc(&y, (size_t)(VQB_MAX_M * N) * 2), "cudaMalloc y") ||
+      !vqb_cuda(cudaMalloc(&d, (size_t)(VQB_MAX_M * N) * 2), "cudaMalloc peer D") ||
+      !vqb_cuda(cudaMemset(wf16, 0x2C, (size_t)(N * K) * 2), "cudaMemset fp16 weight"))
+    goto done;
+  uint64_t seed = 0xA11CEull ^ (uint64_t)(N * 7 + K);
+  for (int64_t i = 0; i < VQB_MAX_M * K; i++)
+    hx[i] = qf_f16_from_f32((float)((double)(vqb_rand(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0));
+  if (!vqb_cuda(cudaMemcpy(x, hx, sizeof(uint16_t) * (size_t)(VQB_MAX_M * K), cudaMemcpyHostToDevice), "x to the device"))
+    goto done;
+
+  double peer_us[8] = {0};
+  for (size_t i = 0; i < n_ms && i < 8; i++) {
+    if (sel->m && ms[i] != sel->m) continue;
+    qfb_lt_gemm *g = qfb_lt_gemm_plan_f16(lt, ms[i], N, K);
+    if (!g) continue; /* the rows go without a peer */
+    vqb_lt_call c = {g, x, wf16, d};
+    peer_us[i] = qfb_time_us(b, vqb_run_lt, &c);
+    qfb_lt_gemm_free(g);
+  }
+  cudaFree(wf16), wf16 = NULL; /* the VQ weights below may need the room */
+
+  qf_vq_format gptvq, aqlm;
+  qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
+  qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
+  aqlm.row_scale = 1;
+  const struct {
+    const char *name;
+    qf_vq_format f;
+  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}};
+  rc = 0;
+  for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
+    vqb_weight w;
+    if (!vqb_weight_make(ctx, &w, formats[fi].name, formats[fi].f, N, K)) {
+      vqb_weight_free(&w);
+      rc = 1;
+      continue;
+    }
+    rc |= vqb_rows(b, ctx, &w, ms, peer_us, n_ms < 8 ? n_ms : 8, sel, x, y, rows);
+    vqb_weight_free(&w);
+  }
+done:
+  if (rc) fprintf(stderr, "bench_vq_gemm: N=%lld K=%lld failed\n", (long long)N, (long long)K);
+  cudaFree(wf16), cudaFree(x), cudaFree(y), cudaFree(d);
+  free(hx);
+  return rc;
+}
+#endif
 
 int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
-  (void)b, (void)ctx, (void)sel, (void)rows;
+  if (!qfb_op_selected(sel->ops, "vq_gemm") || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+#ifdef QF_WITH_CUDA
+  static const int64_t ms[] = {1, 16, 64, 256};
+  /* Llama-7B's q/k/v/o, gate/up and down projections, then Llama-65B's */
+  static const int64_t nk[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008},
+                                  {8192, 8192}, {22016, 8192}, {8192, 22016}};
+  if (getenv("QF_VQ_BOOKS"))
+    printf("note: QF_VQ_BOOKS=%s is set: the vq_gemm auto rows run that placement\n", getenv("QF_VQ_BOOKS"));
+  qfb_lt *lt = qfb_lt_open();
+  if (!lt) return 1;
+  int rc = 0;
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
+    rc |= vqb_shape(b, ctx, lt, nk[j][0], nk[j][1], ms, sizeof ms / sizeof ms[0], sel, rows);
+  qfb_lt_close(lt);
+  return rc;
+#else
+  (void)ctx, (void)rows;
   return 0;
+#endif
 }

@@ -19,7 +19,9 @@
  * INT8 uses the same TN form and operand swap, with CUBLAS_COMPUTE_32I, int32 alpha / beta and an
  * int32 D. Its IMMA kernels (regular ordering, cuBLAS manual under cublasLtMatmul) need TN, m and
  * k (our N and K) and the leading dimensions (K, K, N) multiples of 4, and 4-byte aligned
- * pointers (16 for full speed); n (our M) is free. */
+ * pointers (16 for full speed); n (our M) is free.
+ * FP16 uses the same TN form and operand swap too (our B, the weight [N, K], is cuBLAS A), with
+ * CUBLAS_COMPUTE_32F, fp32 alpha / beta and an fp16 D; no scales. */
 #include "cublaslt.h"
 
 #include <stdio.h>
@@ -38,6 +40,7 @@ struct qfb_lt_gemm {
   int64_t M, N, K;
   qfb_lt_scale mode;          /* FP8 plans */
   int int8;                   /* an INT8 plan (qfb_lt_gemm_plan_i8) */
+  int f16;                    /* an FP16 plan (qfb_lt_gemm_plan_f16) */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a_layout, b_layout, d_layout; /* cuBLAS A (our B), B (our A), D */
   cublasLtMatmulAlgo_t algo;
@@ -285,14 +288,23 @@ qfb_lt_gemm *qfb_lt_gemm_plan_i8(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
   return plan_finish(g, CUDA_R_8I, CUDA_R_32I, "int8 -> int32");
 }
 
+qfb_lt_gemm *qfb_lt_gemm_plan_f16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
+  if (!plan_args_ok(lt, M, N, K, "qfb_lt_gemm_plan_f16")) return NULL;
+  qfb_lt_gemm *g = plan_create(lt, M, N, K, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (!g) return NULL;
+  g->f16 = 1;
+  return plan_finish(g, CUDA_R_16F, CUDA_R_16F, "fp16 -> fp16");
+}
+
 int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a_scale,
                     const float *b_scale, void *D, cudaStream_t s) {
   if (!g || !A || !B || !a_scale || !b_scale || !D) {
     fprintf(stderr, "qfb_lt_gemm_run: null argument\n");
     return 1;
   }
-  if (g->int8) {
-    fprintf(stderr, "qfb_lt_gemm_run: an INT8 plan (use qfb_lt_gemm_run_i8)\n");
+  if (g->int8 || g->f16) {
+    fprintf(stderr, "qfb_lt_gemm_run: an %s plan (use qfb_lt_gemm_run_%s)\n", g->int8 ? "INT8" : "FP16",
+            g->int8 ? "i8" : "f16");
     return 1;
   }
   if ((a_scale != g->bound_a_scale || b_scale != g->bound_b_scale) &&
@@ -313,11 +325,29 @@ int qfb_lt_gemm_run_i8(qfb_lt_gemm *g, const void *A, const void *B, int32_t *D,
     return 1;
   }
   if (!g->int8) {
-    fprintf(stderr, "qfb_lt_gemm_run_i8: an FP8 plan (use qfb_lt_gemm_run)\n");
+    fprintf(stderr, "qfb_lt_gemm_run_i8: not an INT8 plan\n");
     return 1;
   }
   /* CUBLAS_COMPUTE_32I takes int32 alpha and beta. */
   const int32_t alpha = 1, beta = 0;
+  if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
+                               &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
+                               g->lt->workspace_bytes, s)))
+    return 1;
+  return 0;
+}
+
+int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, cudaStream_t s) {
+  if (!g || !A || !B || !D) {
+    fprintf(stderr, "qfb_lt_gemm_run_f16: null argument\n");
+    return 1;
+  }
+  if (!g->f16) {
+    fprintf(stderr, "qfb_lt_gemm_run_f16: not an FP16 plan\n");
+    return 1;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  /* cuBLAS A is our B (the weight), cuBLAS B is our A; C is unused (beta = 0) and aliases D. */
   if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
                                &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
                                g->lt->workspace_bytes, s)))

@@ -5,7 +5,9 @@
  * multiplicative (value = fp8 * scale). The exact scale tensor layouts are documented at
  * qfb_lt_scale below.
  * INT8: D[M,N] (int32, row-major, ldd = N) = A[M,K] (int8) x B[N,K]^T (int8), int32
- * accumulation, no scaling: see qfb_lt_gemm_plan_i8. */
+ * accumulation, no scaling: see qfb_lt_gemm_plan_i8.
+ * FP16: D[M,N] (fp16, row-major, ldd = N) = A[M,K] (fp16) x B[N,K]^T (fp16), fp32 accumulation,
+ * no scaling: see qfb_lt_gemm_plan_f16. */
 #ifndef QFUSE_TOOLS_BENCH_CUBLASLT_H
 #define QFUSE_TOOLS_BENCH_CUBLASLT_H
 
@@ -77,6 +79,15 @@ void qfb_lt_gemm_free(qfb_lt_gemm *g);
 qfb_lt_gemm *qfb_lt_gemm_plan_i8(qfb_lt *lt, int64_t M, int64_t N, int64_t K);
 /* Enqueues an INT8 plan on stream s. Returns 0, or nonzero after printing the failing call. */
 int qfb_lt_gemm_run_i8(qfb_lt_gemm *g, const void *A, const void *B, int32_t *D, cudaStream_t s);
+
+/* FP16: D = A x B^T with fp16 operands (A [M, K] the activations, B [N, K] the weight, both K
+ * contiguous), fp32 accumulation (CUBLAS_COMPUTE_32F, alpha 1, beta 0) and an fp16 D [M, N]: the
+ * uncompressed peer of the VQ kernels. Pointers 16-byte aligned and K a multiple of 8 for the
+ * tensor-core kernels. Plan, free with qfb_lt_gemm_free; NULL + message on stderr as
+ * qfb_lt_gemm_plan. */
+qfb_lt_gemm *qfb_lt_gemm_plan_f16(qfb_lt *lt, int64_t M, int64_t N, int64_t K);
+/* Enqueues an FP16 plan on stream s. Returns 0, or nonzero after printing the failing call. */
+int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,214 @@
-// VQ attention decode over a CQ-quantized KV cache: not built yet.
+// Entry points of VQ attention decode on CUDA: the limits of the kernels, the launch plan
+// (vq_attention_heuristic.h), the workspace for the chunks' partials, the two launches (chunk
+// kernel, then merge kernel) on the context's stream, and the QF_VQ_BOOKS switch of the public call.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/common.cuh"
+#include "cuda/vq/vq_books_env.h"
+#include "cuda/vq/vq_attention.cuh"
+
+namespace {
+
+const char kOp[] = "qf_vq_attention_decode";
+
+using chunk_kernel_t = void (*)(vq_attention_params);
+
+// The instantiations, from one list each: vector sizes, head buckets, entry dtypes, placements.
+#define QF_VQ_ATTN_VECTOR_SIZES(X) X(2) X(4) X(8)
+#define QF_VQ_ATTN_HEAD_BUCKETS(X) X(1) X(4) X(8)
+#define QF_VQ_ATTN_COUNT(x) +1
+constexpr int kVectorSizes = 0 QF_VQ_ATTN_VECTOR_SIZES(QF_VQ_ATTN_COUNT);
+constexpr int kHeadBuckets = 0 QF_VQ_ATTN_HEAD_BUCKETS(QF_VQ_ATTN_COUNT);
+constexpr int kKernels = kVectorSizes * kHeadBuckets * 2 * 2;
+#undef QF_VQ_ATTN_COUNT
+
+// Each level picks its template argument and adds its index to `slot` (the kernel's place among
+// kKernels, for the per-kernel shared-memory opt-in); nullptr for a size without a kernel.
+template <class Placement, typename E, int kHeads>
+chunk_kernel_t pick_vs(int vs, int &slot) {
+  slot *= kVectorSizes;
+#define QF_VQ_ATTN_VS_CASE(VS)                                                  \
+  if (vs == VS) return vq_attention_chunk_kernel<VS, E, kHeads, Placement>; \
+  slot++;
+  QF_VQ_ATTN_VECTOR_SIZES(QF_VQ_ATTN_VS_CASE)
+#undef QF_VQ_ATTN_VS_CASE
+  return nullptr;
+}
+
+template <class Placement, typename E>
+chunk_kernel_t pick_heads(int heads, int vs, int &slot) {
+  slot *= kHeadBuckets;
+#define QF_VQ_ATTN_HEADS_CASE(H)                              \
+  if (heads == H) return pick_vs<Placement, E, H>(vs, slot); \
+  slot++;
+  QF_VQ_ATTN_HEAD_BUCKETS(QF_VQ_ATTN_HEADS_CASE)
+#undef QF_VQ_ATTN_HEADS_CASE
+  return nullptr;
+}
+
+chunk_kernel_t pick(bool shared, bool bf16, int heads, int vs, int &slot) {
+  slot = (shared ? 2 : 0) + (bf16 ? 1 : 0);
+  if (shared)
+    return bf16 ? pick_heads<VqAttnBooksInShared, vq_bf16>(heads, vs, slot) : pick_heads<VqAttnBooksInShared, vq_f16>(heads, vs, slot);
+  return bf16 ? pick_heads<VqAttnBooksInGlobal, vq_bf16>(heads, vs, slot) : pick_heads<VqAttnBooksInGlobal, vq_f16>(heads, vs, slot);
+}
+
+bool element_aligned(const qf_mat *m) { return reinterpret_cast<uintptr_t>(m->data) % qf_dtype_size(m->dtype) == 0; }
+
+template <typename Out>
+qf_status launch_merge(qf_ctx *ctx, const vq_attention_merge_params &mp, int64_t blocks) {
+  vq_attention_merge_kernel<Out><<<static_cast<unsigned>(blocks), 128, 0, qf_stream(ctx)>>>(mp);
+  return qf_cuda_check_launch(ctx, kOp);
+}
+
+}  // namespace
+
+extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_attention_args *a, int placement,
+                                                      qf_vq_attention_config *used) {
+  const qf_vq_format &f = a->k.fmt;
+  const int vs = f.vector_size;
+  // ---- what the kernels do not cover ----
+  if (vs != 2 && vs != 4 && vs != 8)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: vector_size=%d: the CUDA kernel is built for vector sizes 2, 4 and 8", kOp, vs);
+  if (a->D % vs != 0 || a->D > QF_VQ_ATTN_MAX_D)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: head_dim=%lld: the CUDA kernel needs a multiple of vector_size=%d (a vector inside one head) "
+                   "of at most %d",
+                   kOp, static_cast<long long>(a->D), vs, QF_VQ_ATTN_MAX_D);
+  if (a->k.sz.n_books != a->k.sz.books_per_row)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: scope_rows=%d gives codebooks that change along the %lld cached tokens; the CUDA kernel "
+                   "takes codebooks shared by all tokens (scope_rows 0, as CQ)",
+                   kOp, f.scope_rows, static_cast<long long>(a->B * a->seq_len));
+  // Bit offsets inside a code row, vector indices, heads and units are 32-bit in the kernels.
+  if (a->k.sz.row_bytes > (INT64_C(1) << 28) || a->B * a->Hq > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: B=%lld, Hq=%lld, row of %lld code bytes exceed the kernels' 32-bit offsets", kOp,
+                   static_cast<long long>(a->B), static_cast<long long>(a->Hq), static_cast<long long>(a->k.sz.row_bytes));
+  if (!element_aligned(&a->q) || !element_aligned(&a->o))
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: q (%p) and o (%p) must be aligned to their elements", kOp, a->q.data, a->o.data);
+
+  const int64_t V = a->D / vs, row_vectors = a->Hkv * V;
+  const qf_vq_attention_problem pb = {a->B, a->Hq, a->Hkv, a->D, a->seq_len, vs, f.index_bits, f.residuals,
+                                      a->k.sz.entries, f.scope_cols ? f.scope_cols / vs : row_vectors};
+  qf_vq_attention_config cfg;
+  if (!qf_vq_attention_layout(&pb, ctx->sm_count, ctx->smem_optin, placement, &cfg))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: %s does not fit the %zu bytes of shared memory of a block (vector_size %d, %d-bit indices, "
+                   "%d residuals, head_dim %lld)",
+                   kOp, placement == QF_VQ_BOOKS_IN_SHARED ? "the head's K and V codebooks plus a code tile" : "a code tile",
+                   ctx->smem_optin, vs, f.index_bits, f.residuals, static_cast<long long>(a->D));
+  if (a->Hkv * cfg.head_tiles > 65535)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,
+                   static_cast<long long>(a->Hkv), cfg.head_tiles);
+
+  int slot = 0;
+  const chunk_kernel_t kernel = pick(cfg.placement == QF_VQ_BOOKS_IN_SHARED, f.entry_dtype == QF_BF16, cfg.heads, vs, slot);
+  if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
+
+  // Dynamic shared memory past 48 KB needs an opt-in, per kernel and device; raised once to the
+  // device's limit.
+  static std::atomic<uint64_t> opted_in[kKernels];
+  const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
+  cudaError_t err;
+  if ((opted_in[slot].load(std::memory_order_relaxed) & dev_bit) == 0 || dev_bit == 0) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ctx->smem_optin));
+    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
+    opted_in[slot].fetch_or(dev_bit, std::memory_order_relaxed);
+  }
+  int per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kVqAttnThreads, cfg.smem_bytes);
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+  if (per_sm < 1)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: a block of %d threads with %zu bytes of shared memory does not fit an SM", kOp,
+                   kVqAttnThreads, cfg.smem_bytes);
+  const size_t counters = kQfWorkspaceCounters * sizeof(int);
+  qf_vq_attention_split(&pb, ctx->sm_count, per_sm, counters, &cfg);
+  if (cfg.units > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld (batch entry, chunk) units exceed the kernel's 32-bit counts", kOp,
+                   static_cast<long long>(cfg.units));
+  if (used) *used = cfg;
+
+  void *ws = nullptr;
+  qf_status st = qf_cuda_workspace(ctx, kOp, cfg.scratch_bytes, &ws);
+  if (st != QF_OK) return st;
+  float *part_o = reinterpret_cast<float *>(static_cast<char *>(ws) + counters);  // the counters stay untouched
+  float *part_ml = reinterpret_cast<float *>(reinterpret_cast<char *>(part_o) +
+                                             qf_vq_attn_part_o_bytes(a->B, a->Hq, cfg.n_chunks, a->D));
+
+  vq_attention_params p = {};
+  p.codes[0] = reinterpret_cast<const uint32_t *>(a->k.codes);
+  p.codes[1] = reinterpret_cast<const uint32_t *>(a->v.codes);
+  p.books[0] = static_cast<const uint16_t *>(a->k.books);
+  p.books[1] = static_cast<const uint16_t *>(a->v.books);
+  p.q = a->q.data;
+  p.part_o = part_o;
+  p.part_ml = part_ml;
+  p.q_ld = a->q.ld;
+  p.N = a->B * a->seq_len;
+  p.seq_len = a->seq_len;
+  p.chunk_len = cfg.chunk_len;
+  p.n_books = a->k.sz.n_books;
+  p.q_scale = static_cast<float>(a->sm_scale * 1.4426950408889634074);  // log2(e): scores in log2 units
+  p.q_dtype = a->q.dtype;
+  p.Hq = static_cast<int>(a->Hq);
+  p.group = static_cast<int>(a->Hq / a->Hkv);
+  p.D = static_cast<int>(a->D);
+  p.head_tiles = cfg.head_tiles;
+  p.n_chunks = static_cast<int>(cfg.n_chunks);
+  p.units = static_cast<int>(cfg.units);
+  p.vectors = static_cast<int>(V);
+  p.bits = f.index_bits;
+  p.residuals = f.residuals;
+  p.entries = static_cast<int>(a->k.sz.entries);
+  p.row_words = static_cast<uint32_t>(a->k.sz.row_bytes / 4);
+  p.vectors_per_book = static_cast<int>(pb.vectors_per_book);
+  p.book_shift = -1;
+  if ((pb.vectors_per_book & (pb.vectors_per_book - 1)) == 0)
+    for (p.book_shift = 0; (INT64_C(1) << p.book_shift) < pb.vectors_per_book; p.book_shift++) {
+    }
+  p.books_per_head = cfg.books_per_head;
+  p.code_words = cfg.code_words;
+  p.stages = cfg.stages;
+  for (p.lane_shift = 0; (1 << p.lane_shift) < cfg.lanes_per_token; p.lane_shift++) {
+  }
+  p.vectors_per_lane = cfg.vectors_per_lane;
+  p.books_bytes = static_cast<uint32_t>(cfg.books_bytes);
+  p.codes_bytes = static_cast<uint32_t>(cfg.codes_bytes);
+
+  const dim3 grid(static_cast<unsigned>(cfg.blocks), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
+  kernel<<<grid, kVqAttnThreads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
+  if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK) return st;
+
+  vq_attention_merge_params mp = {};
+  mp.part_o = part_o;
+  mp.part_ml = part_ml;
+  mp.o = a->o.data;
+  mp.lse = a->lse;
+  mp.o_ld = a->o.ld;
+  mp.Hq = static_cast<int>(a->Hq);
+  mp.D = static_cast<int>(a->D);
+  mp.n_chunks = static_cast<int>(cfg.n_chunks);
+  const int64_t blocks = a->B * a->Hq;
+  switch (a->o.dtype) {
+    case QF_BF16: return launch_merge<__nv_bfloat16>(ctx, mp, blocks);
+    case QF_F16: return launch_merge<__half>(ctx, mp, blocks);
+    default: return launch_merge<float>(ctx, mp, blocks);
+  }
+}
 
 extern "C" qf_status qf_cuda_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a) {
-  (void)a;
-  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "qf_vq_attention_decode: the CUDA kernel is not built yet");
+  int placement;
+  const char *forced;
+  qf_status st = qf_vq_books_from_env(ctx, kOp, &placement, &forced);
+  if (st != QF_OK) return st;
+  st = qf_cuda_vq_attention_decode_with(ctx, a, placement, nullptr);
+  if (st == QF_ERR_UNSUPPORTED && placement != QF_VQ_BOOKS_AUTO) {  // say where the placement came from
+    char why[sizeof ctx->error];
+    std::strncpy(why, ctx->error, sizeof why - 1);
+    why[sizeof why - 1] = '\0';
+    return qf_fail(ctx, st, "%.400s (placement forced by QF_VQ_BOOKS=%s)", why, forced);
+  }
+  return st;
 }

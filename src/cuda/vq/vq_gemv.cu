@@ -1,4 +1,4 @@
-// Entry points of VQ-GeMV (qf_vq_gemm on CUDA for M of 1 to 16): limits, the heuristic's launch
+// Entry point of VQ-GeMV (qf_vq_gemm on CUDA for M of 1 to 16): limits, the heuristic's launch
 // shape, the kernel parameters, and the launcher of the chosen codebook placement.
 #include "cuda/common.cuh"
 #include "cuda/vq/vq_gemv.cuh"
@@ -17,8 +17,8 @@ extern "C" qf_status qf_cuda_vq_gemm_with(qf_ctx *ctx, const qf_mat *x, const qf
   const qf_vq_format &f = w->fmt;
   const int64_t M = x->rows, N = w->N, K = w->K;
   if (M > QF_VQ_GEMV_MAX_M)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: M=%lld: VQ-GeMM for M > %d is not built yet (VQ-GeMV covers M of 1 to %d)",
-                   kOp, static_cast<long long>(M), QF_VQ_GEMV_MAX_M, QF_VQ_GEMV_MAX_M);
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: M=%lld: VQ-GeMV covers M of 1 to %d (larger M runs VQ-GeMM)", kOp,
+                   static_cast<long long>(M), QF_VQ_GEMV_MAX_M);
   // Rows, columns, vector indices and bit offsets inside a code row are 32-bit in the kernel.
   if (N > INT32_MAX / 2 || K > INT32_MAX / 2 || w->sz.row_bytes > (INT64_C(1) << 28))
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%lld, K=%lld exceed the kernel's 32-bit row, column and bit offsets", kOp,
@@ -86,6 +86,4 @@ extern "C" qf_status qf_cuda_vq_gemm_with(qf_ctx *ctx, const qf_mat *x, const qf
                                                 : qf_cuda_vq_gemv_run_global(ctx, p, cfg, bf16);
 }
 
-extern "C" qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
-  return qf_cuda_vq_gemm_with(ctx, x, w, y, QF_VQ_BOOKS_AUTO, nullptr);
-}
+// qf_cuda_vq_gemm (the router between this GeMV and the GeMM) is in vq_gemm.cu.

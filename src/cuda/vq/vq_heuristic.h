@@ -150,9 +150,10 @@ static inline int qf_vq_gemv_pick(const qf_vq_gemv_problem *pb, int sm_count, si
   return 1;
 }
 
-/* qf_cuda_vq_gemm with the codebook placement forced (QF_VQ_BOOKS_AUTO: the heuristic's), for
- * the ablation and the tests. QF_ERR_UNSUPPORTED when the forced placement cannot be used. When
- * `used` is not NULL it receives the launch shape. */
+/* qf_cuda_vq_gemm's VQ-GeMV (M of 1 to QF_VQ_GEMV_MAX_M; larger M is refused: VQ-GeMM is
+ * qf_cuda_vq_gemm_mma_with, vq_gemm_heuristic.h) with the codebook placement forced
+ * (QF_VQ_BOOKS_AUTO: the heuristic's), for the ablation and the tests. QF_ERR_UNSUPPORTED when
+ * the forced placement cannot be used. When `used` is not NULL it receives the launch shape. */
 qf_status qf_cuda_vq_gemm_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int placement,
                                qf_vq_gemv_config *used);
 

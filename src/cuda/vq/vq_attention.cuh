@@ -1,0 +1,459 @@
+// VQ decode attention over a CQ-quantized KV cache (qfuse.h, qf_vq_attention_decode):
+//   o[b, h] = softmax(sm_scale q[b, h] . K[b, t, g]) . V[b, t, g],   lse[b, h] = log sum_t exp(...)
+// with g the kv head of query head h (GQA), in two kernels: vq_attention_chunk_kernel leaves, for
+// every (b, h) and chunk of the sequence, the partial (m, l, o~) of that chunk in the workspace;
+// vq_attention_merge_kernel combines a (b, h)'s chunks with the LSE rule and writes o and lse.
+//
+// NOTES:
+// - A block serves one head tile (a kv head g and up to kHeads of its query heads) and a contiguous
+//   run of units (batch entry b, chunk c) of it (vq_attention_heuristic.h sizes both). The K and V
+//   vectors of a token are decoded once per block and used for every query head of the tile.
+// - A unit is walked in tiles of kTile = 256 tokens. The code words that hold head g's indices in
+//   each token's row (K and V, every residual) are copied into shared memory with cp.async, 4
+//   bytes at a time (a head's bits need not start on a 16-byte boundary), double-buffered: the next
+//   tile is in flight while this one is computed. Staged rows are an odd number of words apart, so
+//   a warp reading one word of 32 rows touches 32 banks.
+// - Scores: one thread per token decodes the token's D / vs K vectors (entries summed over the
+//   residuals in fp32) and dots them with the kHeads query heads, staged once per unit as fp32 in
+//   shared memory and multiplied by sm_scale * log2(e). The scores are therefore in log2 units and
+//   exp2f gives the exponentials (2 ulp); the scale costs nothing per token.
+// - Softmax, online per tile, one warp per head: the tile's max, the new running max m, the
+//   probabilities p = exp2(s - m) in place of the scores, l = l * exp2(m_old - m) + sum p.
+// - Values: lanes_per_token lanes share a token, each decoding vectors_per_lane consecutive V
+//   vectors (up to 8 channels) of it; the lane groups and warps take the tile's tokens in turn.
+//   Each lane keeps kHeads x 8 fp32 accumulators, rescaled by exp2(m_old - m) at every tile. At the
+//   end of a unit, shuffles add the lane groups of a warp and shared memory the warps, in a fixed
+//   order (no atomics): a run repeats bit for bit for the same launch plan.
+// - NaN and Inf behave as in the CPU reference: max ignores NaN scores (fmaxf, the CPU's `>`); a
+//   NaN score makes p, l and then o and lse NaN; an Inf score gives exp2(inf - inf) = NaN. A unit
+//   whose scores are all -Inf or NaN keeps m = -Inf and computes p against 0, so it adds 0 (or NaN)
+//   to the merge, and a (b, h) without any finite score gets NaN from exp2(-inf - -inf), as the
+//   CPU's exp(-inf - -inf). One difference: an Inf value in V meets a probability that underflows
+//   to 0 in fp32 sooner than in float64 (0 * Inf = NaN where the CPU may still have Inf).
+// - Codebook placement is a compile-time policy, for the ablation: VqAttnBooksInShared (the paper's
+//   SC) copies the head's K and V books into shared memory once per block; VqAttnBooksInGlobal
+//   (GC) reads every entry through the read-only path (L1, then L2).
+#pragma once
+
+#include <cuda_pipeline_primitives.h>
+
+#include "cuda/vq/vq_attention_heuristic.h"
+#include "cuda/vq/vq_common.cuh"
+
+struct VqAttnBooksInGlobal {
+  static constexpr bool kShared = false;
+};
+struct VqAttnBooksInShared {
+  static constexpr bool kShared = true;
+};
+
+constexpr int kVqAttnThreads = QF_VQ_ATTN_THREADS;
+constexpr int kVqAttnWarps = QF_VQ_ATTN_WARPS;
+constexpr int kVqAttnTile = QF_VQ_ATTN_TILE;
+constexpr int kVqAttnMaxResiduals = 4;
+static_assert(kVqAttnTile == kVqAttnThreads, "scoring gives each thread one token of a tile");
+static_assert(kVqAttnThreads % 32 == 0, "blocks are whole warps");
+
+struct vq_attention_params {
+  const uint32_t *codes[2];  // K, V: [R, N, row_words], N = B * seq_len
+  const uint16_t *books[2];  // K, V: [R, n_books, entries, vs], fp16 or bf16 bits
+  const void *q;             // [B, Hq * D], row pitch q_ld elements
+  float *part_o;             // [B, Hq, n_chunks, D]: sum_t p_t V_t of each chunk
+  float *part_ml;            // [B, Hq, n_chunks, 2]: the chunk's max score (log2 units) and sum of p
+  int64_t q_ld, N, seq_len, chunk_len, n_books;
+  float q_scale;             // sm_scale * log2(e)
+  int q_dtype;               // qf_dtype
+  int Hq, group, D, head_tiles;
+  int n_chunks, units;
+  int vectors;               // per head and token: D / vs
+  int bits, residuals, entries;
+  uint32_t row_words;
+  int vectors_per_book, book_shift;  // a row's vector J is in book J / vectors_per_book (J >> book_shift if >= 0)
+  int books_per_head, code_words, stages;
+  int lane_shift, vectors_per_lane;  // values phase: log2(lanes_per_token)
+  uint32_t books_bytes, codes_bytes; // shared-memory carve-out
+};
+
+struct vq_attention_merge_params {
+  const float *part_o, *part_ml;
+  void *o;                   // [B, Hq * D], row pitch o_ld elements
+  float *lse;                // [B, Hq]
+  int64_t o_ld;
+  int Hq, D, n_chunks;
+};
+
+__device__ __forceinline__ int vq_attn_book(const vq_attention_params &p, int vector) {
+  return p.book_shift >= 0 ? vector >> p.book_shift : vector / p.vectors_per_book;
+}
+
+__device__ __forceinline__ float vq_attn_load_q(const vq_attention_params &p, int64_t i) {
+  switch (p.q_dtype) {
+    case QF_BF16: return vq_to_f32(static_cast<const __nv_bfloat16 *>(p.q)[i]);
+    case QF_F16: return vq_to_f32(static_cast<const __half *>(p.q)[i]);
+    default: return static_cast<const float *>(p.q)[i];
+  }
+}
+
+// N consecutive fp32 values of shared memory (16-byte aligned for N = 4, 8; 8-byte for N = 2).
+template <int N>
+__device__ __forceinline__ void vq_attn_load_f32(const float *p, float (&v)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; i++) {
+      const float4 f = reinterpret_cast<const float4 *>(p)[i];
+      v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
+    }
+  } else {
+    static_assert(N == 2, "2, 4 or 8 values");
+    const float2 f = *reinterpret_cast<const float2 *>(p);
+    v[0] = f.x, v[1] = f.y;
+  }
+}
+
+// Consecutive `bits`-bit indices of the staged code rows of every residual, from bit `bit` on: the
+// 32-bit window of each row is held in two registers and moves one word when it is used up. A
+// staged row holds `words` words; the window never reads past them.
+struct vq_attn_reader {
+  uint32_t lo[kVqAttnMaxResiduals], hi[kVqAttnMaxResiduals];
+  uint32_t word, shift;
+
+  __device__ __forceinline__ void start(const uint32_t *const (&rows)[kVqAttnMaxResiduals], int residuals,
+                                        uint32_t bit, uint32_t words) {
+    word = bit >> 5, shift = bit & 31u;
+#pragma unroll
+    for (int r = 0; r < kVqAttnMaxResiduals; r++) {
+      lo[r] = r < residuals ? rows[r][word] : 0u;
+      hi[r] = r < residuals && word + 1u < words ? rows[r][word + 1u] : 0u;
+    }
+  }
+  __device__ __forceinline__ uint32_t index(int r, uint32_t mask) const {
+    return __funnelshift_r(lo[r], hi[r], shift) & mask;
+  }
+  __device__ __forceinline__ void advance(const uint32_t *const (&rows)[kVqAttnMaxResiduals], int residuals, int bits,
+                                          uint32_t words) {
+    shift += static_cast<uint32_t>(bits);
+    if (shift >= 32u) {  // bits <= 16: at most one word per index
+      shift -= 32u, word++;
+#pragma unroll
+      for (int r = 0; r < kVqAttnMaxResiduals; r++) {
+        lo[r] = hi[r];
+        hi[r] = r < residuals && word + 1u < words ? rows[r][word + 1u] : 0u;
+      }
+    }
+  }
+};
+
+// The decoded vector (entries of every residual summed in fp32 from 0, in residual order, as the
+// CPU's decode) under the reader's current indices; `base` is book 0 of the head, residual 0.
+template <int kVS, bool kGlobal, typename E>
+__device__ __forceinline__ void vq_attn_decode(const uint16_t *base, int64_t res_stride, int64_t book_off,
+                                               const vq_attn_reader &rd, int residuals, uint32_t mask,
+                                               float (&v)[kVS]) {
+#pragma unroll
+  for (int c = 0; c < kVS; c++) v[c] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kVqAttnMaxResiduals; r++) {
+    if (r < residuals) {
+      float e[kVS];
+      vq_load_entry<kVS, kGlobal>(E{}, base + r * res_stride + book_off + static_cast<int64_t>(rd.index(r, mask)) * kVS, e);
+#pragma unroll
+      for (int c = 0; c < kVS; c++) v[c] += e[c];
+    }
+  }
+}
+
+// Where one tile of a block's run lies: unit (b, chunk), its first token and its token count.
+struct vq_attn_tile {
+  int unit;
+  int64_t b, chunk, t0;
+  int count;
+  bool first, last;  // the unit's first and last tile
+};
+
+__device__ __forceinline__ vq_attn_tile vq_attn_tile_at(const vq_attention_params &p, int unit, int64_t t0) {
+  vq_attn_tile t;
+  t.unit = unit;
+  t.b = unit / p.n_chunks;
+  t.chunk = unit - t.b * p.n_chunks;
+  const int64_t begin = t.chunk * p.chunk_len, end = begin + p.chunk_len < p.seq_len ? begin + p.chunk_len : p.seq_len;
+  t.t0 = t0 < 0 ? begin : t0;  // t0 < 0: the unit's first tile
+  t.count = static_cast<int>(end - t.t0 < kVqAttnTile ? end - t.t0 : kVqAttnTile);
+  t.first = t.t0 == begin;
+  t.last = t.t0 + t.count == end;
+  return t;
+}
+
+__device__ __forceinline__ vq_attn_tile vq_attn_next(const vq_attention_params &p, const vq_attn_tile &t) {
+  return t.last ? vq_attn_tile_at(p, t.unit + 1, -1) : vq_attn_tile_at(p, t.unit, t.t0 + kVqAttnTile);
+}
+
+// Starts the copies of tile t's code words (K and V, every residual) into code buffer `stage`,
+// laid out [stage][K, V][R][kTile][code_words]: thread i copies the `words` words of token t0 + i's
+// rows from word w0 on (the first copy of a row brings its sectors into L1 for the others).
+__device__ __forceinline__ void vq_attn_stage_codes(const vq_attention_params &p, const vq_attn_tile &t, int stage,
+                                                    uint32_t *codes_s, uint32_t w0, int words) {
+  if (static_cast<int>(threadIdx.x) < t.count) {
+    const int64_t n = t.b * p.seq_len + t.t0 + threadIdx.x;  // the token's row of the [B * seq_len, Hkv * D] matrices
+    for (int kv = 0; kv < 2; kv++)
+      for (int r = 0; r < p.residuals; r++) {
+        const uint32_t *src = p.codes[kv] + (r * p.N + n) * p.row_words + w0;
+        uint32_t *dst = codes_s + ((static_cast<int64_t>(stage * 2 + kv) * p.residuals + r) * kVqAttnTile + threadIdx.x) * p.code_words;
+        for (int w = 0; w < words; w++) __pipeline_memcpy_async(dst + w, src + w, 4);
+      }
+  }
+  __pipeline_commit();
+}
+
+template <int kVS, typename E, int kHeads, class Placement>
+__global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(const __grid_constant__ vq_attention_params p) {
+  constexpr bool kShared = Placement::kShared;
+  constexpr int kVPL = 8 / kVS;  // vectors per lane in the values phase, at most (D <= 256)
+  static_assert(kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4 and 8");
+  static_assert(kHeads == 1 || kHeads == 4 || kHeads == 8, "head buckets 1, 4 and 8");
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint16_t *books_s = reinterpret_cast<uint16_t *>(smem);                            // [K, V][R][books_per_head][entries][vs]
+  uint32_t *codes_s = reinterpret_cast<uint32_t *>(smem + p.books_bytes);            // [stages][K, V][R][kTile][code_words]
+  float *q_s = reinterpret_cast<float *>(smem + p.books_bytes + p.codes_bytes);      // [kHeads][D]
+  float *s_s = q_s + kHeads * p.D;                                                   // [kHeads][kTile]: scores, then p
+  float *m_s = s_s + kHeads * kVqAttnTile;                                           // [kHeads] running max
+  float *l_s = m_s + kHeads;                                                         // [kHeads] running sum
+  float *c_s = l_s + kHeads;                                                         // [kHeads] this tile's rescale
+  float *red_s = c_s + kHeads;                                                       // [warps][D]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int D = p.D, V = p.vectors, R = p.residuals, bits = p.bits;
+  const uint32_t mask = (1u << bits) - 1u;
+  const int g = blockIdx.y / p.head_tiles, head_tile = blockIdx.y - g * p.head_tiles;
+  const int hq0 = g * p.group + head_tile * kHeads, nh = min(kHeads, p.group - head_tile * kHeads);
+
+  // Head g's indices in a code row: bits [head_bit, head_bit + V * bits), words w0 .. w0 + words - 1.
+  const uint32_t head_bit = static_cast<uint32_t>(g) * static_cast<uint32_t>(V) * static_cast<uint32_t>(bits);
+  const uint32_t w0 = head_bit >> 5, b_off = head_bit & 31u;
+  const int words = static_cast<int>(((head_bit + static_cast<uint32_t>(V * bits) + 31u) >> 5) - w0);
+  const int first_book = vq_attn_book(p, g * V);
+
+  // ---- codebooks: the head's books of both matrices (SC), or pointers into global memory (GC) ----
+  const int64_t book_elems = static_cast<int64_t>(p.entries) * kVS;
+  const uint16_t *kbooks, *vbooks;
+  int64_t res_stride;
+  if constexpr (kShared) {
+    res_stride = p.books_per_head * book_elems;
+    kbooks = books_s;
+    vbooks = books_s + R * res_stride;
+    const int64_t n = (vq_attn_book(p, g * V + V - 1) - first_book + 1) * book_elems;  // this head's books
+    for (int kv = 0; kv < 2; kv++)
+      for (int r = 0; r < R; r++) {
+        const uint16_t *src = p.books[kv] + (r * p.n_books + first_book) * book_elems;
+        uint16_t *dst = books_s + (kv * R + r) * res_stride;
+        if (book_elems % 8 == 0) {  // whole books of 16-byte multiples: 16-byte copies
+          for (int64_t i = tid; i < n / 8; i += kVqAttnThreads)
+            reinterpret_cast<uint4 *>(dst)[i] = __ldg(reinterpret_cast<const uint4 *>(src) + i);
+        } else {
+          for (int64_t i = tid; i < n; i += kVqAttnThreads) dst[i] = src[i];
+        }
+      }
+    // visible after the first tile's barriers
+  } else {
+    res_stride = p.n_books * book_elems;
+    kbooks = p.books[0] + first_book * book_elems;
+    vbooks = p.books[1] + first_book * book_elems;
+  }
+
+  // ---- this block's run of units ----
+  const int u_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * p.units / gridDim.x);
+  const int u_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * p.units / gridDim.x);
+  if (u_begin >= u_end) return;
+
+  // Values phase: this lane's token slot and vectors.
+  const int lanes_per_token = 1 << p.lane_shift, slot = lane >> p.lane_shift, lit = lane & (lanes_per_token - 1);
+  const int slots = kVqAttnWarps * (32 >> p.lane_shift);  // tokens in flight per step of the block
+  const int vpl = p.vectors_per_lane, j0 = lit * vpl;
+
+  float acc[kHeads][kVPL][kVS];
+#pragma unroll
+  for (int h = 0; h < kHeads; h++)
+#pragma unroll
+    for (int i = 0; i < kVPL; i++)
+#pragma unroll
+      for (int c = 0; c < kVS; c++) acc[h][i][c] = 0.0f;
+
+  vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
+  if (p.stages == 2) vq_attn_stage_codes(p, t, 0, codes_s, w0, words);
+  for (int it = 0; t.unit < u_end; it++, t = vq_attn_next(p, t)) {
+    const int stage = p.stages == 2 ? (it & 1) : 0;
+    __syncthreads();  // every thread is done with the previous tile (its code buffer, scores, q)
+    if (p.stages == 2) {
+      const vq_attn_tile next = vq_attn_next(p, t);
+      if (next.unit < u_end) vq_attn_stage_codes(p, next, stage ^ 1, codes_s, w0, words);
+      else __pipeline_commit();  // an empty group keeps the count: this tile's group is the one before last
+      __pipeline_wait_prior(1);
+    } else {
+      vq_attn_stage_codes(p, t, 0, codes_s, w0, words);
+      __pipeline_wait_prior(0);
+    }
+    if (t.first) {  // a new unit: its query heads, scaled; empty running statistics
+      const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(hq0) * D;
+      for (int i = tid; i < kHeads * D; i += kVqAttnThreads)
+        q_s[i] = i < nh * D ? vq_attn_load_q(p, qrow + i) * p.q_scale : 0.0f;
+      if (tid < kHeads) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
+    }
+    __syncthreads();  // codes landed (every thread's copies), q staged
+
+    // ---- scores: thread tid decodes token t0 + tid's K vectors and dots them with every head ----
+    if (tid < t.count) {
+      const uint32_t *rows[kVqAttnMaxResiduals];
+#pragma unroll
+      for (int r = 0; r < kVqAttnMaxResiduals; r++)
+        rows[r] = codes_s + ((static_cast<int64_t>(stage * 2) * R + (r < R ? r : 0)) * kVqAttnTile + tid) * p.code_words;
+      vq_attn_reader rd;
+      rd.start(rows, R, b_off, static_cast<uint32_t>(words));
+      float dot[kHeads];
+#pragma unroll
+      for (int h = 0; h < kHeads; h++) dot[h] = 0.0f;
+#pragma unroll 4  // independent entry loads in flight: one block per SM in shared placement
+      for (int j = 0; j < V; j++) {
+        float kv[kVS];
+        const int64_t book_off = static_cast<int64_t>(vq_attn_book(p, g * V + j) - first_book) * book_elems;
+        vq_attn_decode<kVS, !kShared, E>(kbooks, res_stride, book_off, rd, R, mask, kv);
+        rd.advance(rows, R, bits, static_cast<uint32_t>(words));
+#pragma unroll
+        for (int h = 0; h < kHeads; h++) {
+          if (h < nh) {
+            float qv[kVS];
+            vq_attn_load_f32<kVS>(q_s + h * D + j * kVS, qv);
+#pragma unroll
+            for (int c = 0; c < kVS; c++) dot[h] = fmaf(qv[c], kv[c], dot[h]);
+          }
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kHeads; h++)
+        if (h < nh) s_s[h * kVqAttnTile + tid] = dot[h];
+    }
+    __syncthreads();
+
+    // ---- online softmax, one warp per head ----
+    for (int h = warp; h < nh; h += kVqAttnWarps) {
+      float *s = s_s + h * kVqAttnTile;
+      float mx = -INFINITY;
+      for (int i = lane; i < t.count; i += 32) mx = fmaxf(mx, s[i]);
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+      const float m_old = m_s[h], m_new = fmaxf(m_old, mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no finite score yet: p = exp2(s) is 0 or NaN
+      float sum = 0.0f;
+      for (int i = lane; i < t.count; i += 32) {
+        const float pr = exp2f(s[i] - m_use);
+        s[i] = pr;
+        sum += pr;
+      }
+#pragma unroll
+      for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+      if (lane == 0) {  // lane 0's sum: the same order every run
+        const float corr = exp2f(m_old - m_use);
+        l_s[h] = l_s[h] * corr + sum;
+        c_s[h] = corr;
+        m_s[h] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // ---- values: acc = acc * corr + sum_t p_t V_t over this lane's tokens and vectors ----
+#pragma unroll
+    for (int h = 0; h < kHeads; h++) {
+      const float corr = h < nh ? c_s[h] : 1.0f;
+#pragma unroll
+      for (int i = 0; i < kVPL; i++)
+#pragma unroll
+        for (int c = 0; c < kVS; c++) acc[h][i][c] *= corr;
+    }
+    if (j0 < V) {
+      const uint32_t bit = b_off + static_cast<uint32_t>(j0 * bits);
+#pragma unroll 2
+      for (int tok = warp * (32 >> p.lane_shift) + slot; tok < t.count; tok += slots) {
+        const uint32_t *rows[kVqAttnMaxResiduals];
+#pragma unroll
+        for (int r = 0; r < kVqAttnMaxResiduals; r++)
+          rows[r] = codes_s + ((static_cast<int64_t>(stage * 2 + 1) * R + (r < R ? r : 0)) * kVqAttnTile + tok) * p.code_words;
+        vq_attn_reader rd;
+        rd.start(rows, R, bit, static_cast<uint32_t>(words));
+        float pw[kHeads];
+#pragma unroll
+        for (int h = 0; h < kHeads; h++) pw[h] = h < nh ? s_s[h * kVqAttnTile + tok] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVPL; i++) {
+          if (i < vpl && j0 + i < V) {
+            float vv[kVS];
+            const int64_t book_off = static_cast<int64_t>(vq_attn_book(p, g * V + j0 + i) - first_book) * book_elems;
+            vq_attn_decode<kVS, !kShared, E>(vbooks, res_stride, book_off, rd, R, mask, vv);
+            rd.advance(rows, R, bits, static_cast<uint32_t>(words));
+#pragma unroll
+            for (int h = 0; h < kHeads; h++)
+#pragma unroll
+              for (int c = 0; c < kVS; c++) acc[h][i][c] = fmaf(pw[h], vv[c], acc[h][i][c]);
+          }
+        }
+      }
+    }
+
+    // ---- end of a unit: add the lanes and warps that hold the same channels, write the partials ----
+    if (t.last) {
+#pragma unroll
+      for (int h = 0; h < kHeads; h++)
+#pragma unroll
+        for (int i = 0; i < kVPL; i++)
+#pragma unroll
+          for (int c = 0; c < kVS; c++)
+            for (int d = lanes_per_token; d < 32; d <<= 1) acc[h][i][c] += __shfl_xor_sync(0xffffffffu, acc[h][i][c], d);
+      const int64_t part0 = (t.b * p.Hq + hq0) * p.n_chunks + t.chunk;  // head hq0's partial of this unit
+#pragma unroll
+      for (int h = 0; h < kHeads; h++) {
+        if (h >= nh) break;
+        if (slot == 0) {
+#pragma unroll
+          for (int i = 0; i < kVPL; i++)
+            if (i < vpl && j0 + i < V)
+#pragma unroll
+              for (int c = 0; c < kVS; c++) red_s[warp * D + (j0 + i) * kVS + c] = acc[h][i][c];
+        }
+        __syncthreads();
+        const int64_t part = part0 + static_cast<int64_t>(h) * p.n_chunks;
+        for (int d = tid; d < D; d += kVqAttnThreads) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kVqAttnWarps; w++) sum += red_s[w * D + d];
+          p.part_o[part * D + d] = sum;
+        }
+        if (tid == 0) p.part_ml[part * 2] = m_s[h], p.part_ml[part * 2 + 1] = l_s[h];
+        __syncthreads();  // red_s is free again
+      }
+#pragma unroll
+      for (int h = 0; h < kHeads; h++)
+#pragma unroll
+        for (int i = 0; i < kVPL; i++)
+#pragma unroll
+          for (int c = 0; c < kVS; c++) acc[h][i][c] = 0.0f;
+    }
+  }
+}
+
+// o[b, h] = sum_c w_c o~_c / sum_c w_c l_c and lse[b, h] = ln 2 * (M + log2(sum_c w_c l_c)), with
+// M = max_c m_c and w_c = exp2(m_c - M), each (b, h) by one block in a fixed order.
+template <typename Out>
+__global__ void __launch_bounds__(128) vq_attention_merge_kernel(const __grid_constant__ vq_attention_merge_params p) {
+  const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh - b * p.Hq;
+  const float *ml = p.part_ml + bh * p.n_chunks * 2;
+  const float *po = p.part_o + bh * p.n_chunks * p.D;
+  float M = -INFINITY;
+  for (int c = 0; c < p.n_chunks; c++) M = fmaxf(M, ml[2 * c]);
+  float L = 0.0f;
+  for (int c = 0; c < p.n_chunks; c++) L = fmaf(exp2f(ml[2 * c] - M), ml[2 * c + 1], L);
+  Out *o = static_cast<Out *>(p.o) + b * p.o_ld + h * p.D;
+  for (int d = threadIdx.x; d < p.D; d += blockDim.x) {
+    float a = 0.0f;
+    for (int c = 0; c < p.n_chunks; c++) a = fmaf(exp2f(ml[2 * c] - M), po[static_cast<int64_t>(c) * p.D + d], a);
+    vq_store(o + d, a / L);
+  }
+  if (threadIdx.x == 0) p.lse[bh] = (M + log2f(L)) * 0.693147180559945309f;
+}

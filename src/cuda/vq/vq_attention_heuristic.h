@@ -1,0 +1,173 @@
+/* Launch plan of the VQ attention decode kernels (vq_attention.cuh): where the codebooks live, how
+ * many query heads a block serves, the shared-memory layout, and how the sequence is cut into
+ * chunks. Host code only, C and C++: the kernels see the result through their parameters.
+ *
+ * NOTES:
+ * - The unit of work is (batch entry, chunk of tokens) for one kv head; a block owns a contiguous
+ *   run of units of one head tile, so what it stages once (the head's codebooks in shared
+ *   placement) serves every unit of the run. CQ codebooks belong to channels and are shared by all
+ *   tokens, so a run may cross batch entries.
+ * - Chunks: as few as give every head tile enough blocks to fill the device (blocks per SM from
+ *   the occupancy calculator), never shorter than a tile of QF_VQ_ATTN_TILE tokens. Fewer chunks
+ *   means less partial (m, l, o) traffic through the workspace and a cheaper merge.
+ * - Shared placement (the paper's SC) copies 2 x residuals x books_per_head x entries x
+ *   vector_size entries (K and V) into every block: 128 KB for CQ-2 and CQ-4 at D = 128. It pays
+ *   when a block looks entries up several times per copied entry; global placement (GC) reads
+ *   each lookup through L1 / L2 instead, and is what remains when the books do not fit (D = 256
+ *   with CQ-2 or CQ-4: 256 KB). The threshold of 4 lookups per copied entry is a first guess, to
+ *   be tuned with the bench's GC and SC rows.
+ * - Code tiles are double-buffered (2 stages) when they fit, else single-buffered; a format whose
+ *   single code tile does not fit next to the rest is refused. */
+#ifndef QF_CUDA_VQ_ATTENTION_HEURISTIC_H
+#define QF_CUDA_VQ_ATTENTION_HEURISTIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+#include "cuda/vq/vq_heuristic.h" /* qf_vq_books_placement */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QF_VQ_ATTN_THREADS 256 /* per block: 8 warps */
+#define QF_VQ_ATTN_WARPS (QF_VQ_ATTN_THREADS / 32)
+#define QF_VQ_ATTN_TILE 256    /* tokens per tile: one per thread while scoring */
+#define QF_VQ_ATTN_MAX_D 256
+/* Query heads per block, a compile-time bucket of the group size Hq / Hkv (larger groups take
+ * several blocks per kv head, each decoding the head's K and V again). */
+#define QF_VQ_ATTN_HEADS_BUCKET(group) ((group) <= 1 ? 1 : (group) <= 4 ? 4 : 8)
+#define QF_VQ_ATTN_SC_MIN_USES 4.0
+
+typedef struct {
+  int64_t B, Hq, Hkv, D, seq_len;
+  int vector_size, index_bits, residuals;
+  int64_t entries;          /* 2^index_bits */
+  int64_t vectors_per_book; /* vectors along a row that share a codebook: scope_cols / vector_size, or the row */
+} qf_vq_attention_problem;
+
+typedef struct {
+  int placement;        /* QF_VQ_BOOKS_IN_GLOBAL or QF_VQ_BOOKS_IN_SHARED */
+  int heads;            /* query heads per block: the kernel's bucket, 1, 4 or 8 */
+  int head_tiles;       /* blocks along one kv head's query heads: ceil(group / heads) */
+  int stages;           /* code tiles in shared memory: 2 (the next one in flight) or 1 */
+  int books_per_head;   /* books a kv head's D channels touch, the most over the heads */
+  int code_words;       /* 32-bit words per staged code row (odd: conflict-free columns) */
+  int lanes_per_token;  /* values phase: lanes sharing a token (a power of two, <= 32) */
+  int vectors_per_lane; /* values phase: vectors each of them decodes (<= 8 / vector_size) */
+  int64_t chunk_len;    /* tokens per chunk, a multiple of QF_VQ_ATTN_TILE */
+  int64_t n_chunks;     /* chunks per sequence */
+  int64_t units;        /* B * n_chunks */
+  int64_t blocks;       /* blocks per head tile (grid.x), each a contiguous run of units */
+  size_t books_bytes;   /* shared memory: codebooks (0 in global placement) */
+  size_t codes_bytes;   /* shared memory: code tiles */
+  size_t smem_bytes;    /* dynamic shared memory per block */
+  size_t scratch_bytes; /* workspace: counters, partial o, partial (m, l) */
+} qf_vq_attention_config;
+
+static inline int64_t qf_vq_attn_book_of(const qf_vq_attention_problem *pb, int64_t vector) {
+  return vector / pb->vectors_per_book;
+}
+
+/* Shared memory besides books and codes: q [heads][D], scores [heads][TILE], (m, l, correction)
+ * [3][heads], the warps' partial sums [WARPS][D]; fp32, a multiple of 16 bytes. */
+static inline size_t qf_vq_attn_fixed_smem(int heads, int64_t D) {
+  const size_t floats = (size_t)heads * (size_t)D + (size_t)heads * QF_VQ_ATTN_TILE + 3u * (size_t)heads +
+                        (size_t)QF_VQ_ATTN_WARPS * (size_t)D;
+  return (floats * 4u + 15u) / 16u * 16u;
+}
+
+/* Everything but the split: placement, head tiling, shared-memory layout. placement
+ * QF_VQ_BOOKS_AUTO lets the heuristic choose. Returns 0 when the forced shared placement cannot
+ * be honoured or when not even a single-buffered code tile fits (global placement); 1 otherwise.
+ * The problem must already satisfy the kernel's limits (vector_size 2, 4 or 8, D a multiple of
+ * it and at most QF_VQ_ATTN_MAX_D). */
+static inline int qf_vq_attention_layout(const qf_vq_attention_problem *pb, int sm_count, size_t smem_optin,
+                                         int placement, qf_vq_attention_config *cfg) {
+  const int64_t V = pb->D / pb->vector_size, group = pb->Hq / pb->Hkv;
+  const int heads = QF_VQ_ATTN_HEADS_BUCKET(group);
+  int64_t bph = 1, words = 1;
+  for (int64_t g = 0; g < pb->Hkv; g++) {
+    const int64_t nb = qf_vq_attn_book_of(pb, g * V + V - 1) - qf_vq_attn_book_of(pb, g * V) + 1;
+    const int64_t bit0 = g * V * pb->index_bits, bit1 = bit0 + V * pb->index_bits;
+    const int64_t nw = (bit1 + 31) / 32 - bit0 / 32;
+    if (nb > bph) bph = nb;
+    if (nw > words) words = nw;
+  }
+  words |= 1;
+  const size_t fixed = qf_vq_attn_fixed_smem(heads, pb->D);
+  const size_t tile_codes = 2u * (size_t)pb->residuals * QF_VQ_ATTN_TILE * (size_t)words * 4u; /* K and V */
+  const size_t books = (2u * (size_t)pb->residuals * (size_t)bph * (size_t)pb->entries * (size_t)pb->vector_size * 2u +
+                        15u) / 16u * 16u;
+  const int shared_fits = books + tile_codes + fixed <= smem_optin;
+
+  if (placement == QF_VQ_BOOKS_AUTO) {
+    /* Lookups per copied entry, were each block on its own SM: the tokens of a block (the
+     * head tile's share of B * seq_len) times the head's vectors, over the books' entries. */
+    const int64_t sms = sm_count > 0 ? sm_count : 1, tiles = pb->Hkv * ((group + heads - 1) / heads);
+    const int64_t per_tile = sms / tiles > 1 ? sms / tiles : 1;
+    const double uses = (double)(pb->B * pb->seq_len) / (double)per_tile * (double)V / ((double)bph * (double)pb->entries);
+    placement = shared_fits && uses >= QF_VQ_ATTN_SC_MIN_USES ? QF_VQ_BOOKS_IN_SHARED : QF_VQ_BOOKS_IN_GLOBAL;
+  }
+  if (placement == QF_VQ_BOOKS_IN_SHARED && !shared_fits) return 0;
+  if (placement != QF_VQ_BOOKS_IN_SHARED) placement = QF_VQ_BOOKS_IN_GLOBAL;
+  const size_t books_used = placement == QF_VQ_BOOKS_IN_SHARED ? books : 0;
+  if (books_used + tile_codes + fixed > smem_optin) return 0;
+  const int stages = books_used + 2u * tile_codes + fixed <= smem_optin ? 2 : 1;
+
+  const int64_t vpl = (V + 31) / 32, active = (V + vpl - 1) / vpl;
+  int lpt = 1;
+  while (lpt < active) lpt *= 2;
+
+  cfg->placement = placement;
+  cfg->heads = heads;
+  cfg->head_tiles = (int)((group + heads - 1) / heads);
+  cfg->stages = stages;
+  cfg->books_per_head = (int)bph;
+  cfg->code_words = (int)words;
+  cfg->lanes_per_token = lpt;
+  cfg->vectors_per_lane = (int)vpl;
+  cfg->books_bytes = books_used;
+  cfg->codes_bytes = (size_t)stages * tile_codes;
+  cfg->smem_bytes = books_used + cfg->codes_bytes + fixed;
+  cfg->chunk_len = cfg->n_chunks = cfg->units = cfg->blocks = 0;
+  cfg->scratch_bytes = 0;
+  return 1;
+}
+
+/* Bytes of the partial outputs in the workspace, after its counters. */
+static inline size_t qf_vq_attn_part_o_bytes(int64_t B, int64_t Hq, int64_t n_chunks, int64_t D) {
+  return ((size_t)(B * Hq * n_chunks * D) * 4u + 255u) / 256u * 256u;
+}
+
+/* The split, once the occupancy of the chosen kernel is known (blocks_per_sm >= 1): chunks,
+ * units, blocks per head tile and workspace bytes (counters_bytes first, left untouched). */
+static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int sm_count, int blocks_per_sm,
+                                         size_t counters_bytes, qf_vq_attention_config *cfg) {
+  const int64_t sms = sm_count > 0 ? sm_count : 1, per_sm = blocks_per_sm > 0 ? blocks_per_sm : 1;
+  const int64_t tiles = pb->Hkv * cfg->head_tiles;
+  const int64_t want = sms * per_sm / tiles > 1 ? sms * per_sm / tiles : 1; /* blocks per head tile */
+  const int64_t seq_tiles = (pb->seq_len + QF_VQ_ATTN_TILE - 1) / QF_VQ_ATTN_TILE;
+  int64_t n_chunks = (want + pb->B - 1) / pb->B;
+  if (n_chunks > seq_tiles) n_chunks = seq_tiles;
+  if (n_chunks < 1) n_chunks = 1;
+  cfg->chunk_len = (seq_tiles + n_chunks - 1) / n_chunks * QF_VQ_ATTN_TILE;
+  cfg->n_chunks = (pb->seq_len + cfg->chunk_len - 1) / cfg->chunk_len; /* no empty chunk */
+  cfg->units = pb->B * cfg->n_chunks;
+  cfg->blocks = cfg->units < want ? cfg->units : want;
+  cfg->scratch_bytes = counters_bytes + qf_vq_attn_part_o_bytes(pb->B, pb->Hq, cfg->n_chunks, pb->D) +
+                       (size_t)(pb->B * pb->Hq * cfg->n_chunks) * 2u * 4u;
+}
+
+/* qf_cuda_vq_attention_decode with the codebook placement forced (QF_VQ_BOOKS_AUTO: the
+ * heuristic's), for the ablation and the tests. QF_ERR_UNSUPPORTED when the forced placement
+ * cannot be used. When `used` is not NULL it receives the launch plan. */
+qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_attention_args *a, int placement,
+                                           qf_vq_attention_config *used);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

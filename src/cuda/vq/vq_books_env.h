@@ -1,0 +1,26 @@
+// QF_VQ_BOOKS, the codebook-placement switch of the VQ kernels (host code), read at every public
+// call of qf_vq_gemm and qf_vq_attention_decode: "auto", unset or empty lets the heuristics choose;
+// "global" and "shared" force the paper's GC and SC placements, for the ablation.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/internal.h"
+#include "cuda/vq/vq_heuristic.h"
+
+inline qf_status qf_vq_books_from_env(qf_ctx *ctx, const char *op, int *placement, const char **text) {
+  const char *v = std::getenv("QF_VQ_BOOKS");
+  *text = v;
+  *placement = QF_VQ_BOOKS_AUTO;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return QF_OK;
+  if (std::strcmp(v, "global") == 0) {
+    *placement = QF_VQ_BOOKS_IN_GLOBAL;
+    return QF_OK;
+  }
+  if (std::strcmp(v, "shared") == 0) {
+    *placement = QF_VQ_BOOKS_IN_SHARED;
+    return QF_OK;
+  }
+  return qf_fail(ctx, QF_ERR_VALUE, "%s: QF_VQ_BOOKS=\"%.64s\": expected auto, global or shared", op, v);
+}

@@ -1,0 +1,623 @@
+/* qf_vq_attention_decode on CUDA against the CPU reference (float64 over the decoded cache),
+ * through the public API (the heuristic's codebook placement) and with each placement forced
+ * (qf_cuda_vq_attention_decode_with: global, the paper's GC, and shared, SC).
+ *  - Caches: random codes and Gaussian codebook entries written directly. Any codes and entries
+ *    make a valid cache, which the kernel must decode as the CPU does; k-means would only make the
+ *    test slow. One cache is quantized from Gaussian K and V with qf_vq_quantize instead.
+ *  - Shapes: CQ-2 and CQ-4 x head_dim 64 and 128 x Hq / Hkv in {1, 4, 8} (Hkv = 2) x B in {1, 3} x
+ *    seq_len in {1, 7, 128, 1000, 4096}; two runs per cache rotate q / o dtypes over fp32, fp16 and
+ *    bf16 (equal and mixed), sm_scale default and 0.3, compact and strided rows (q's gaps hold NaN,
+ *    so a kernel reading them poisons o). Then generic formats: 6- and 5-bit indices that straddle
+ *    words, 2 and 3 residuals, bf16 entries, one book per row, scopes that do not divide a head
+ *    (96 columns), head_dim 80, 96 and 256 (books too large for shared memory), a 65536-entry book
+ *    whose code tile fits only single-buffered, groups of 3 and 12 (two head tiles).
+ *  - Each run: o and lse poisoned with 0xFF (NaN) before; every element compared; the row gaps
+ *    and a sentinel tail past o and lse unchanged; the public call run twice and compared byte for
+ *    byte (the kernels have a fixed summation order).
+ *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
+ *    give NaN (or a dropped token) exactly where the CPU has them.
+ *  - Refusals leave o and lse untouched: vector_size 3, head_dim 512, codebooks that change along
+ *    the tokens (QF_ERR_UNSUPPORTED), a misaligned fp16 q (QF_ERR_ALIGNMENT).
+ *  - QF_VQ_BOOKS (the public call's placement switch): global and shared give the bytes of the
+ *    forced calls, shared where the books do not fit and an unknown value are refused. The test
+ *    clears the variable for everything else.
+ * QF_TEST_QUICK=1 (the compute-sanitizer pass): the main matrix at seq_len 1, 7 and 300 with B = 3
+ * and groups 1 and 8, the other shapes at 600 tokens at most.
+ *
+ * Tolerances, per (b, h), from the data (u = 2^-24, S = sm_scale * max_t sum_d |q_d K_td|, vmax =
+ * max |V| of the kv head, D the head dim):
+ *  - a score is an fp32 dot of D products with the scale folded into q: error <= (D + 2) u S = ds;
+ *    each exp2f adds 2 ulp. A weight p_t = exp(s_t - m) is then off by at most 2 ds (relative), so
+ *    o = sum p v / sum p is off by at most 4 ds vmax;
+ *  - the fp32 sums of p v and p have at most ~70 roundings in a row (32 tokens per lane and tile,
+ *    16 tiles per chunk at 4096 tokens, 5 shuffles, 8 warps, the chunks): 70 u < 1e-5 relative to
+ *    sum p |v| / l <= vmax;
+ *  - 16-bit outputs may differ by one ulp (the CPU rounds float64 -> fp32 -> 16 bits, the GPU fp32
+ *    -> 16 bits): 2^-10 (fp16) or 2^-7 (bf16) of |o|; fp32 outputs by one fp32 ulp;
+ *  - lse = ln sum exp(s): off by ds plus the sum's rounding (1e-5) and its own (1 ulp).
+ * So |o - ref| <= vmax (4 ds + 1e-5) + ulp |ref| and |lse - ref| <= 2 ds + 1e-5 + 2^-22 |ref|. At
+ * the default scale a token dropped from 4096 moves lse by ~2.4e-4, above that bound. */
+#define _POSIX_C_SOURCE 200112L /* setenv, unsetenv */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/backend.h"
+#include "cuda/vq/vq_attention_heuristic.h"
+#include "formats/formats.h"
+#include "formats/vq.h"
+#include "gpu.h"
+#include "tensors.h"
+
+#define OUT_POISON 0xFFu /* o and lse: NaN in fp32, fp16 and bf16 */
+enum { TAIL = 64 };
+
+static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
+
+static float get(const void *buf, qf_dtype dt, size_t i) {
+  if (dt == QF_F32) return ((const float *)buf)[i];
+  uint16_t h = ((const uint16_t *)buf)[i];
+  return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
+}
+
+static void put(void *buf, qf_dtype dt, size_t i, float v) {
+  if (dt == QF_F32) ((float *)buf)[i] = v;
+  else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
+}
+
+/* ---- a quantized KV cache: K and V [B * T, Hkv * D], host and device ------------------------ */
+
+typedef struct {
+  char name[96];
+  qf_vq_format f;
+  qf_vq_sizes sz;
+  int64_t B, T, Hkv, D, N, C;
+  int64_t cshape[3], bshape[4];
+  size_t code_bytes, book_bytes;
+  uint8_t *h_codes[2];
+  uint16_t *h_books[2];
+  void *d_codes[2], *d_books[2];
+  float *dec[2]; /* K and V decoded by the CPU (fp32 [N, C]), for the tolerances */
+} kv_cache;
+
+static DLTensor cache_codes(kv_cache *c, int m, int gpu) {
+  return dl_tensor(gpu ? c->d_codes[m] : c->h_codes[m], QF_U8, 3, c->cshape, gpu ? kDLCUDA : kDLCPU);
+}
+static DLTensor cache_books(kv_cache *c, int m, int gpu) {
+  return dl_tensor(gpu ? c->d_books[m] : c->h_books[m], c->f.entry_dtype, 4, c->bshape, gpu ? kDLCUDA : kDLCPU);
+}
+
+/* Copies the host tensors to the device and decodes them on the CPU (after any host edit). */
+static int cache_upload(qf_ctx *cpu, kv_cache *c) {
+  for (int m = 0; m < 2; m++) {
+    CUDA_OK(cudaMemcpy(c->d_codes[m], c->h_codes[m], c->code_bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(c->d_books[m], c->h_books[m], c->book_bytes, cudaMemcpyHostToDevice));
+    tensor2d w;
+    tensor2d_init(&w, c->dec[m], QF_F32, c->N, c->C, c->C, kDLCPU);
+    DLTensor ct = cache_codes(c, m, 0), bt = cache_books(c, m, 0);
+    if (!CHECK(qf_vq_dequantize(cpu, &ct, &bt, NULL, &c->f, &w.t) == QF_OK, "%s: decode: %s", c->name,
+               qf_ctx_last_error(cpu)))
+      return 0;
+  }
+  return 1;
+}
+
+static int make_cache(qf_ctx *cpu, kv_cache *c, const char *name, qf_vq_format f, int64_t B, int64_t T, int64_t Hkv,
+                      int64_t D, int quantize, uint64_t *seed) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->name, sizeof c->name, "%s D=%" PRId64 " Hkv=%" PRId64 " B=%" PRId64 " T=%" PRId64, name, D, Hkv, B, T);
+  c->f = f, c->B = B, c->T = T, c->Hkv = Hkv, c->D = D, c->N = B * T, c->C = Hkv * D;
+  if (!CHECK(qf_vq_sizes_of(cpu, &f, c->N, c->C, &c->sz) == QF_OK, "%s: sizes: %s", c->name, qf_ctx_last_error(cpu)))
+    return 0;
+  c->cshape[0] = f.residuals, c->cshape[1] = c->N, c->cshape[2] = c->sz.row_bytes;
+  c->bshape[0] = f.residuals, c->bshape[1] = c->sz.n_books, c->bshape[2] = c->sz.entries, c->bshape[3] = f.vector_size;
+  c->code_bytes = (size_t)(f.residuals * c->N * c->sz.row_bytes);
+  c->book_bytes = (size_t)(f.residuals * c->sz.n_books * c->sz.entries * f.vector_size) * 2;
+  for (int m = 0; m < 2; m++) {
+    c->h_codes[m] = aligned_alloc(16, (c->code_bytes + 15) / 16 * 16);
+    c->h_books[m] = aligned_alloc(16, (c->book_bytes + 15) / 16 * 16);
+    c->dec[m] = malloc((size_t)(c->N * c->C) * sizeof(float));
+    c->d_codes[m] = dev_alloc(c->code_bytes);
+    c->d_books[m] = dev_alloc(c->book_bytes);
+    if (quantize) {
+      float *x = malloc((size_t)(c->N * c->C) * sizeof *x);
+      for (int64_t i = 0; i < c->N * c->C; i++) x[i] = rng_normal(seed);
+      tensor2d xt;
+      tensor2d_init(&xt, x, QF_F32, c->N, c->C, c->C, kDLCPU);
+      DLTensor ct = cache_codes(c, m, 0), bt = cache_books(c, m, 0);
+      qf_vq_quantize_opts o = {.iterations = 2, .seed = 91 + (uint64_t)m};
+      qf_status st = qf_vq_quantize(cpu, &xt.t, &f, &o, &ct, &bt, NULL, NULL);
+      free(x);
+      if (!CHECK(st == QF_OK, "%s: quantize: %s", c->name, qf_ctx_last_error(cpu))) return 0;
+    } else {
+      for (size_t i = 0; i < c->code_bytes; i++) c->h_codes[m][i] = (uint8_t)(rng_next(seed) >> 56);
+      const size_t n = c->book_bytes / 2;
+      for (size_t i = 0; i < n; i++) put(c->h_books[m], f.entry_dtype, i, rng_normal(seed));
+    }
+  }
+  return cache_upload(cpu, c);
+}
+
+static void free_cache(kv_cache *c) {
+  for (int m = 0; m < 2; m++) {
+    free(c->h_codes[m]), free(c->h_books[m]), free(c->dec[m]);
+    CUDA_OK(cudaFree(c->d_codes[m]));
+    CUDA_OK(cudaFree(c->d_books[m]));
+  }
+}
+
+/* ---- one call: q, the reference, the bounds, the GPU runs --------------------------------- */
+
+typedef struct {
+  qf_dtype qt, ot;
+  float sm_scale; /* 0: the default 1 / sqrt(D) */
+  int strided;
+} variant;
+
+/* Coverage of the launch plans the forced calls produced. */
+static int ran_shared, ran_global, ran_chunks, ran_multi_unit, ran_multi_tile, ran_head_tiles, ran_single_stage;
+static double worst_o, worst_lse; /* the largest error / tolerance seen */
+
+typedef struct {
+  kv_cache *c;
+  int64_t Hq, q_ld, o_ld;
+  variant va;
+  double scale;
+  size_t o_bytes, lse_bytes; /* with the tail */
+  uint8_t *hq, *o_ref, *lse_ref, *o_got, *lse_got, *o_first, *lse_first;
+  double *ds, *vmax; /* per (b, h) */
+  void *dq, *d_o, *d_lse;
+} call;
+
+static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, uint64_t *seed) {
+  memset(k, 0, sizeof *k);
+  k->c = c, k->Hq = Hq, k->va = va;
+  const int64_t B = c->B, D = c->D, W = Hq * D;
+  k->q_ld = W + (va.strided ? 3 : 0);
+  k->o_ld = W + (va.strided ? 5 : 0);
+  k->scale = va.sm_scale > 0.0f ? (double)va.sm_scale : 1.0 / sqrt((double)D);
+  const size_t q_bytes = (size_t)(B * k->q_ld) * esz(va.qt);
+  k->o_bytes = (size_t)(B * k->o_ld) * esz(va.ot) + TAIL;
+  k->lse_bytes = (size_t)(B * Hq) * 4 + TAIL;
+  k->hq = malloc(q_bytes);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < k->q_ld; i++) put(k->hq, va.qt, (size_t)(b * k->q_ld + i), i < W ? rng_normal(seed) : NAN);
+  if (nan_q) put(k->hq, va.qt, (size_t)(1 * D + 5), NAN); /* b 0, head 1, dim 5 */
+  k->dq = dev_alloc(q_bytes);
+  CUDA_OK(cudaMemcpy(k->dq, k->hq, q_bytes, cudaMemcpyHostToDevice));
+  k->o_ref = malloc(k->o_bytes), k->o_got = malloc(k->o_bytes), k->o_first = malloc(k->o_bytes);
+  k->lse_ref = malloc(k->lse_bytes), k->lse_got = malloc(k->lse_bytes), k->lse_first = malloc(k->lse_bytes);
+  memset(k->o_ref, OUT_POISON, k->o_bytes);
+  memset(k->lse_ref, OUT_POISON, k->lse_bytes);
+  k->d_o = dev_alloc(k->o_bytes);
+  k->d_lse = dev_alloc(k->lse_bytes);
+
+  /* the bounds of the header comment */
+  k->ds = malloc((size_t)(B * Hq) * sizeof *k->ds);
+  k->vmax = malloc((size_t)(B * Hq) * sizeof *k->vmax);
+  const int64_t group = Hq / c->Hkv;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < Hq; h++) {
+      const int64_t g = h / group;
+      double S = 0.0, vm = 0.0;
+      for (int64_t t = 0; t < c->T; t++) {
+        const float *kr = c->dec[0] + (b * c->T + t) * c->C + g * D, *vr = c->dec[1] + (b * c->T + t) * c->C + g * D;
+        double s = 0.0;
+        for (int64_t d = 0; d < D; d++) {
+          s += fabs((double)get(k->hq, va.qt, (size_t)(b * k->q_ld + h * D + d)) * kr[d]);
+          vm = fmax(vm, fabs((double)vr[d]));
+        }
+        S = fmax(S, s);
+      }
+      k->ds[b * Hq + h] = (double)(D + 2) * 0x1p-24 * k->scale * S;
+      k->vmax[b * Hq + h] = vm;
+    }
+}
+
+static void call_free(call *k) {
+  free(k->hq), free(k->o_ref), free(k->o_got), free(k->o_first), free(k->lse_ref), free(k->lse_got), free(k->lse_first);
+  free(k->ds), free(k->vmax);
+  CUDA_OK(cudaFree(k->dq));
+  CUDA_OK(cudaFree(k->d_o));
+  CUDA_OK(cudaFree(k->d_lse));
+}
+
+typedef struct {
+  tensor2d q, o;
+  DLTensor kc, kb, vc, vb, lse;
+  int64_t lshape[2];
+  qf_vq_attention_opts opts;
+} api_tensors;
+
+/* The public call's tensors, on the device (gpu) or over the reference's host buffers. */
+static void api_init(api_tensors *t, call *k, int gpu) {
+  kv_cache *c = k->c;
+  const DLDeviceType dev = gpu ? kDLCUDA : kDLCPU;
+  tensor2d_init(&t->q, gpu ? k->dq : (void *)k->hq, k->va.qt, c->B, k->Hq * c->D, k->q_ld, dev);
+  tensor2d_init(&t->o, gpu ? k->d_o : (void *)k->o_ref, k->va.ot, c->B, k->Hq * c->D, k->o_ld, dev);
+  t->kc = cache_codes(c, 0, gpu), t->kb = cache_books(c, 0, gpu);
+  t->vc = cache_codes(c, 1, gpu), t->vb = cache_books(c, 1, gpu);
+  t->lshape[0] = c->B, t->lshape[1] = k->Hq;
+  t->lse = dl_tensor(gpu ? k->d_lse : (void *)k->lse_ref, QF_F32, 2, t->lshape, dev);
+  t->opts = (qf_vq_attention_opts){.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T, .sm_scale = k->va.sm_scale};
+}
+
+static qf_status api_call(qf_ctx *ctx, call *k, int gpu) {
+  api_tensors t;
+  api_init(&t, k, gpu);
+  return qf_vq_attention_decode(ctx, &t.q.t, &t.kc, &t.kb, &t.vc, &t.vb, &k->c->f, &t.opts, &t.o.t, &t.lse);
+}
+
+static qf_status forced_call(qf_ctx *gpu, call *k, int placement, qf_vq_attention_config *used) {
+  kv_cache *c = k->c;
+  qf_vq_attention_args a;
+  memset(&a, 0, sizeof a);
+  a.q = (qf_mat){k->dq, k->va.qt, c->B, k->Hq * c->D, k->q_ld};
+  a.o = (qf_mat){k->d_o, k->va.ot, c->B, k->Hq * c->D, k->o_ld};
+  a.lse = k->d_lse;
+  a.k = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[0], c->d_books[0], NULL};
+  a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL};
+  a.B = c->B, a.Hq = k->Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = c->T, a.sm_scale = k->scale;
+  return qf_cuda_vq_attention_decode_with(gpu, &a, placement, used);
+}
+
+/* Whether the n device bytes at dev still hold OUT_POISON. */
+static int still_poisoned(const void *dev, size_t n) {
+  uint8_t *h = malloc(n);
+  CUDA_OK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
+  int clean = 1;
+  for (size_t i = 0; i < n; i++) clean &= h[i] == OUT_POISON;
+  free(h);
+  return clean;
+}
+
+static void poison_device(call *k) {
+  CUDA_OK(cudaMemset(k->d_o, OUT_POISON, k->o_bytes));
+  CUDA_OK(cudaMemset(k->d_lse, OUT_POISON, k->lse_bytes));
+}
+
+static void fetch(call *k) {
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaMemcpy(k->o_got, k->d_o, k->o_bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(k->lse_got, k->d_lse, k->lse_bytes, cudaMemcpyDeviceToHost));
+}
+
+/* o and lse just fetched against the reference, within the bounds; every byte outside the
+ * elements (gaps, tails) still poisoned. */
+static void compare(call *k, const char *desc) {
+  kv_cache *c = k->c;
+  const int64_t B = c->B, Hq = k->Hq, D = c->D;
+  const size_t e = esz(k->va.ot);
+  const double ulp = k->va.ot == QF_F32 ? 0x1p-23 : k->va.ot == QF_F16 ? 0x1p-10 : 0x1p-7;
+  const double floor_abs = k->va.ot == QF_F16 ? 0x1p-24 : 0.0; /* fp16 subnormals */
+  size_t outside = 0, bad_o = 0, bad_l = 0;
+  char first_o[200] = "", first_l[200] = "";
+  for (size_t i = 0; i < k->o_bytes; i++) {
+    const size_t el = i / e;
+    const int inside = i < k->o_bytes - TAIL && (int64_t)(el % (size_t)k->o_ld) < Hq * D;
+    if (!inside) outside += k->o_got[i] != OUT_POISON;
+  }
+  for (size_t i = (size_t)(B * Hq) * 4; i < k->lse_bytes; i++) outside += k->lse_got[i] != OUT_POISON;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < Hq; h++) {
+      const double ds = k->ds[b * Hq + h], vm = k->vmax[b * Hq + h];
+      for (int64_t d = 0; d < D; d++) {
+        const size_t i = (size_t)(b * k->o_ld + h * D + d);
+        const double r = get(k->o_ref, k->va.ot, i), g = get(k->o_got, k->va.ot, i);
+        const double tol = vm * (4.0 * ds + 1e-5) + ulp * fabs(r) + floor_abs;
+        int ok;
+        if (isnan(r)) ok = isnan(g);
+        else {
+          ok = fabs(g - r) <= tol;  /* false for NaN g */
+          if (ok && tol > 0.0) worst_o = fmax(worst_o, fabs(g - r) / tol);
+        }
+        if (!ok && bad_o++ == 0)
+          snprintf(first_o, sizeof first_o, "o[%" PRId64 ", %" PRId64 ", %" PRId64 "] = %.8g, cpu %.8g (tolerance %.3g)", b, h,
+                   d, g, r, tol);
+      }
+      const double r = ((const float *)k->lse_ref)[b * Hq + h], g = ((const float *)k->lse_got)[b * Hq + h];
+      const double tol = 2.0 * ds + 1e-5 + 0x1p-22 * fabs(r);
+      int ok;
+      if (isnan(r)) ok = isnan(g);
+      else {
+        ok = fabs(g - r) <= tol;
+        if (ok) worst_lse = fmax(worst_lse, fabs(g - r) / tol);
+      }
+      if (!ok && bad_l++ == 0)
+        snprintf(first_l, sizeof first_l, "lse[%" PRId64 ", %" PRId64 "] = %.8g, cpu %.8g (tolerance %.3g)", b, h, g, r, tol);
+    }
+  CHECK(bad_o == 0, "%s: %zu o elements off, first %s", desc, bad_o, first_o);
+  CHECK(bad_l == 0, "%s: %zu lse elements off, first %s", desc, bad_l, first_l);
+  CHECK(outside == 0, "%s: %zu bytes outside o's and lse's elements changed (gaps or sentinel)", desc, outside);
+}
+
+/* The reference, then the public call twice (byte-identical) and each placement forced. */
+static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
+  kv_cache *c = k->c;
+  char desc[320];
+  snprintf(desc, sizeof desc, "%s Hq=%" PRId64 " q %s o %s scale %s%s%s", c->name, k->Hq, qf_dtype_name(k->va.qt),
+           qf_dtype_name(k->va.ot), k->va.sm_scale > 0.0f ? "0.3" : "default", k->va.strided ? " strided" : "", what);
+  qf_status st = api_call(cpu, k, 0);
+  if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) return;
+
+  poison_device(k);
+  st = api_call(gpu, k, 1);
+  if (!CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu))) return;
+  fetch(k);
+  compare(k, desc);
+  memcpy(k->o_first, k->o_got, k->o_bytes);
+  memcpy(k->lse_first, k->lse_got, k->lse_bytes);
+  poison_device(k);
+  st = api_call(gpu, k, 1);
+  if (CHECK(st == QF_OK, "%s: gpu (second run): %s", desc, qf_ctx_last_error(gpu))) {
+    fetch(k);
+    CHECK(!memcmp(k->o_first, k->o_got, k->o_bytes) && !memcmp(k->lse_first, k->lse_got, k->lse_bytes),
+          "%s: a second run differs (not deterministic)", desc);
+  }
+
+  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED};
+  for (int i = 0; i < 2; i++) {
+    char d2[360];
+    snprintf(d2, sizeof d2, "%s, books in %s", desc, placements[i] == QF_VQ_BOOKS_IN_SHARED ? "shared" : "global");
+    poison_device(k);
+    qf_vq_attention_config used;
+    st = forced_call(gpu, k, placements[i], &used);
+    if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) { /* books too large: nothing written */
+      CHECK(strstr(qf_ctx_last_error(gpu), "shared memory") != NULL, "%s: message: %s", d2, qf_ctx_last_error(gpu));
+      CUDA_OK(cudaDeviceSynchronize());
+      CHECK(still_poisoned(k->d_o, k->o_bytes) && still_poisoned(k->d_lse, k->lse_bytes), "%s: refused, yet o or lse written", d2);
+      continue;
+    }
+    if (!CHECK(st == QF_OK, "%s: gpu: %s", d2, qf_ctx_last_error(gpu))) continue;
+    fetch(k);
+    CHECK(used.placement == placements[i], "%s: ran placement %d", d2, used.placement);
+    ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
+    ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
+    ran_chunks += used.n_chunks > 1;
+    ran_multi_unit += used.units > used.blocks;
+    ran_multi_tile += used.chunk_len > QF_VQ_ATTN_TILE && c->T > QF_VQ_ATTN_TILE;
+    ran_head_tiles += used.head_tiles > 1;
+    ran_single_stage += used.stages == 1;
+    char d3[480];
+    snprintf(d3, sizeof d3, "%s (chunks %" PRId64 " of %" PRId64 ", blocks %" PRId64 " x %" PRId64 ", heads %d, stages %d)", d2,
+             used.n_chunks, used.chunk_len, used.blocks, c->Hkv * used.head_tiles, used.heads, used.stages);
+    compare(k, d3);
+  }
+}
+
+static void attention_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, variant va, uint64_t *seed) {
+  call k;
+  call_init(&k, c, Hq, va, 0, seed);
+  run_call(gpu, cpu, &k, "");
+  call_free(&k);
+}
+
+/* ---- NaN and Inf ---------------------------------------------------------------------------- */
+
+static void nan_inf_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
+  qf_vq_format f;
+  qf_vq_format_preset(QF_VQ_CQ_2, &f);
+  kv_cache c;
+  const int64_t B = 2, T = 300, Hkv = 2, D = 64, V = D / 4, Hq = 8;
+  if (!make_cache(cpu, &c, "CQ-2 NaN/Inf", f, B, T, Hkv, D, 0, seed)) return;
+  const int64_t rb = c.sz.row_bytes, E = c.sz.entries;
+  /* V: entry 0 of book 3 (kv head 0, channels 12..15) has a NaN in channel 13; token 5 of each
+   * batch entry selects it. */
+  c.h_books[1][(3 * E + 0) * 4 + 1] = 0x7E00;
+  for (int64_t b = 0; b < B; b++) qf_vq_set_index(c.h_codes[1] + (b * T + 5) * rb, 3, 8, 0);
+  /* K: entry 255 of book V + 2 (kv head 1, channels 8..11) is +Inf; only token 7 of batch entry 1
+   * selects it, so its scores are +-Inf or NaN (mixed signs) and the other tokens stay finite. */
+  for (int c4 = 0; c4 < 4; c4++) c.h_books[0][((V + 2) * E + 255) * 4 + c4] = 0x7C00;
+  for (int64_t n = 0; n < B * T; n++) {
+    uint8_t *row = c.h_codes[0] + n * rb;
+    const uint32_t want = n == T + 7 ? 255u : qf_vq_get_index(row, V + 2, 8) == 255u ? 254u : qf_vq_get_index(row, V + 2, 8);
+    qf_vq_set_index(row, V + 2, 8, want);
+  }
+  if (!cache_upload(cpu, &c)) return;
+  const variant vas[] = {{QF_F32, QF_F32, 0.0f, 0}, {QF_BF16, QF_F16, 0.3f, 1}};
+  for (int i = 0; i < 2; i++) {
+    call k;
+    call_init(&k, &c, Hq, vas[i], 1, seed);
+    run_call(gpu, cpu, &k, " (NaN in q and V, Inf in K)");
+    /* the reference has what the case is about: NaN rows and columns, finite values elsewhere */
+    size_t nan_o = 0, nan_l = 0, fin_o = 0;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t h = 0; h < Hq; h++) {
+        nan_l += isnan(((const float *)k.lse_ref)[b * Hq + h]);
+        for (int64_t d = 0; d < D; d++) {
+          const float r = get(k.o_ref, vas[i].ot, (size_t)(b * k.o_ld + h * D + d));
+          nan_o += isnan(r), fin_o += isfinite(r);
+        }
+      }
+    CHECK(isnan(get(k.o_ref, vas[i].ot, (size_t)(1 * D + 0))) && isnan(((const float *)k.lse_ref)[1]) &&
+              isnan(get(k.o_ref, vas[i].ot, (size_t)(2 * D + 13))) && nan_l >= 1 && fin_o > nan_o,
+          "NaN/Inf case: the reference has NaN in o[0, 1, :], lse[0, 1] and o[., 2, 13] (%zu NaN, %zu finite)", nan_o, fin_o);
+    call_free(&k);
+  }
+  free_cache(&c);
+}
+
+/* ---- refusals ------------------------------------------------------------------------------- */
+
+static void refused(qf_ctx *gpu, qf_ctx *cpu, const char *name, qf_vq_format f, int64_t D, int misalign, qf_status want,
+                    const char *text, uint64_t *seed) {
+  kv_cache c;
+  if (!make_cache(cpu, &c, name, f, 1, 8, 1, D, 0, seed)) return;
+  call k;
+  const variant va = {QF_F16, QF_F16, 0.0f, 0};
+  call_init(&k, &c, 2, va, 0, seed);
+  poison_device(&k);
+  api_tensors t;
+  api_init(&t, &k, 1);
+  if (misalign) t.q.t.data = (char *)k.dq + 1;
+  qf_status st = qf_vq_attention_decode(gpu, &t.q.t, &t.kc, &t.kb, &t.vc, &t.vb, &c.f, &t.opts, &t.o.t, &t.lse);
+  CHECK(st == want && strstr(qf_ctx_last_error(gpu), text) != NULL, "%s: returned %s (%s), expected %s mentioning '%s'",
+        c.name, qf_status_str(st), qf_ctx_last_error(gpu), qf_status_str(want), text);
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes),
+        "%s: o or lse written by a refused call", c.name);
+  call_free(&k);
+  free_cache(&c);
+}
+
+/* ---- QF_VQ_BOOKS ------------------------------------------------------------------------------ */
+
+static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
+  qf_vq_format cq2;
+  qf_vq_format_preset(QF_VQ_CQ_2, &cq2);
+  const variant va = {QF_F16, QF_F16, 0.0f, 0};
+  kv_cache c;
+  if (!make_cache(cpu, &c, "CQ-2 QF_VQ_BOOKS", cq2, 2, 300, 2, 64, 0, seed)) return;
+  call k;
+  call_init(&k, &c, 8, va, 0, seed);
+  qf_status st = api_call(cpu, &k, 0);
+  CHECK(st == QF_OK, "QF_VQ_BOOKS: cpu: %s", qf_ctx_last_error(cpu));
+  const struct {
+    const char *value;
+    int placement;
+  } cases[] = {{"global", QF_VQ_BOOKS_IN_GLOBAL}, {"shared", QF_VQ_BOOKS_IN_SHARED}};
+  for (int i = 0; i < 2; i++) {
+    char desc[160];
+    snprintf(desc, sizeof desc, "%s: QF_VQ_BOOKS=%s", c.name, cases[i].value);
+    setenv("QF_VQ_BOOKS", cases[i].value, 1);
+    poison_device(&k);
+    st = api_call(gpu, &k, 1);
+    unsetenv("QF_VQ_BOOKS");
+    if (!CHECK(st == QF_OK, "%s: %s", desc, qf_ctx_last_error(gpu))) continue;
+    fetch(&k);
+    compare(&k, desc);
+    memcpy(k.o_first, k.o_got, k.o_bytes);
+    memcpy(k.lse_first, k.lse_got, k.lse_bytes);
+    poison_device(&k);
+    st = forced_call(gpu, &k, cases[i].placement, NULL);
+    if (!CHECK(st == QF_OK, "%s: forced: %s", desc, qf_ctx_last_error(gpu))) continue;
+    fetch(&k);
+    CHECK(!memcmp(k.o_first, k.o_got, k.o_bytes) && !memcmp(k.lse_first, k.lse_got, k.lse_bytes),
+          "%s: differs from the forced call", desc);
+  }
+  setenv("QF_VQ_BOOKS", "registers", 1);
+  poison_device(&k);
+  st = api_call(gpu, &k, 1);
+  unsetenv("QF_VQ_BOOKS");
+  CHECK(st == QF_ERR_VALUE && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL, "QF_VQ_BOOKS=registers: %s (%s)",
+        qf_status_str(st), qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes), "QF_VQ_BOOKS=registers: o or lse written");
+  call_free(&k);
+  free_cache(&c);
+
+  /* shared where the books do not fit (D = 256: 256 KB of CQ-2 books) */
+  if (!make_cache(cpu, &c, "CQ-2 QF_VQ_BOOKS", cq2, 1, 8, 1, 256, 0, seed)) return;
+  call_init(&k, &c, 1, va, 0, seed);
+  setenv("QF_VQ_BOOKS", "shared", 1);
+  poison_device(&k);
+  st = api_call(gpu, &k, 1);
+  unsetenv("QF_VQ_BOOKS");
+  CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS=shared") != NULL,
+        "QF_VQ_BOOKS=shared at D=256: %s (%s)", qf_status_str(st), qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes), "QF_VQ_BOOKS=shared at D=256: o or lse written");
+  call_free(&k);
+  free_cache(&c);
+}
+
+int main(void) {
+  if (getenv("QF_VQ_BOOKS")) {
+    printf("QF_VQ_BOOKS=%s cleared: the public calls here run the heuristic's placement\n", getenv("QF_VQ_BOOKS"));
+    unsetenv("QF_VQ_BOOKS");
+  }
+  qf_ctx *gpu, *cpu;
+  open_contexts(&gpu, &cpu);
+  const int quick = quick_mode();
+  uint64_t seed = 0xA77E;
+
+  qf_vq_format cq2, cq4;
+  qf_vq_format_preset(QF_VQ_CQ_2, &cq2);
+  qf_vq_format_preset(QF_VQ_CQ_4, &cq4);
+  const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
+
+  /* the main matrix: CQ-2 / CQ-4 x D x group x B x seq_len, two calls per cache */
+  const struct {
+    const char *name;
+    qf_vq_format f;
+  } presets[] = {{"CQ-2", cq2}, {"CQ-4", cq4}};
+  const int64_t Ds[] = {64, 128}, groups[] = {1, 4, 8}, Bs[] = {1, 3};
+  const int64_t Ts[] = {1, 7, 128, 1000, 4096}, quick_Ts[] = {1, 7, 300};
+  int n = 0;
+  for (size_t fi = 0; fi < 2; fi++)
+    for (size_t di = 0; di < 2; di++)
+      for (size_t gi = 0; gi < 3; gi++)
+        for (size_t bi = 0; bi < 2; bi++)
+          for (size_t ti = 0; ti < (quick ? 3u : 5u); ti++) {
+            if (quick && (groups[gi] == 4 || Bs[bi] == 1)) continue;
+            kv_cache c;
+            const int64_t T = quick ? quick_Ts[ti] : Ts[ti];
+            if (!make_cache(cpu, &c, presets[fi].name, presets[fi].f, Bs[bi], T, 2, Ds[di], 0, &seed)) continue;
+            const variant plain = {dts[n % 3], dts[n % 3], 0.0f, 0};
+            const variant mixed = {dts[(n + 1) % 3], dts[(n + 2) % 3], 0.3f, 1};
+            attention_case(gpu, cpu, &c, 2 * groups[gi], plain, &seed);
+            attention_case(gpu, cpu, &c, 2 * groups[gi], mixed, &seed);
+            free_cache(&c);
+            n++;
+          }
+
+  /* generic formats and shapes */
+  const qf_vq_format bits6 = {8, 6, 2, 0, 32, QF_BF16, 0};  /* 6-bit indices, 2 residuals, bf16, 4 vectors per book */
+  const qf_vq_format per_row = {4, 8, 1, 0, 0, QF_F16, 0};  /* one book for the whole row */
+  const qf_vq_format bits5 = {4, 5, 3, 0, 96, QF_F16, 0};   /* 96-column books: heads straddle books */
+  const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0};     /* one 65536-entry book: single-buffered codes */
+  const struct {
+    const char *name;
+    qf_vq_format f;
+    int64_t B, T, quick_T, Hkv, D, group;
+    int quantize;
+  } generic[] = {
+      {"CQ-4 quantized", cq4, 2, 300, 300, 2, 128, 4, 1},
+      {"VQ<8,6,2> bf16 32-col books", bits6, 2, 300, 300, 2, 64, 4, 0},
+      {"VQ<4,8,1> one book per row", per_row, 2, 300, 300, 4, 64, 1, 0},
+      {"VQ<4,5,3> 96-col books", bits5, 2, 300, 300, 3, 64, 4, 0},
+      {"CQ-2", cq2, 2, 300, 300, 2, 96, 1, 0},
+      {"CQ-4", cq4, 2, 300, 300, 2, 80, 4, 0},
+      {"CQ-2 (books too large for SC)", cq2, 2, 300, 300, 2, 256, 1, 0},
+      {"VQ<2,16,1> one 65536-entry book", big, 1, 300, 300, 1, 256, 1, 0},
+      {"CQ-2 group 3", cq2, 3, 300, 300, 2, 64, 3, 0},
+      {"CQ-4 group 12 (two head tiles)", cq4, 2, 600, 600, 1, 128, 12, 0},
+      /* many heads: few blocks per head, so units of several tiles and blocks of several units */
+      {"CQ-2 32 heads", cq2, 3, 1000, 600, 32, 128, 1, 0},
+      {"CQ-4 64 heads", cq4, 1, 4096, 600, 64, 128, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++) {
+    kv_cache c;
+    if (!make_cache(cpu, &c, generic[i].name, generic[i].f, generic[i].B, quick ? generic[i].quick_T : generic[i].T,
+                    generic[i].Hkv, generic[i].D, generic[i].quantize, &seed))
+      continue;
+    const variant plain = {dts[i % 3], dts[i % 3], 0.0f, 0};
+    const variant mixed = {dts[(i + 1) % 3], dts[(i + 2) % 3], 0.3f, 1};
+    attention_case(gpu, cpu, &c, generic[i].Hkv * generic[i].group, plain, &seed);
+    attention_case(gpu, cpu, &c, generic[i].Hkv * generic[i].group, mixed, &seed);
+    free_cache(&c);
+  }
+
+  nan_inf_case(gpu, cpu, &seed);
+  env_switch_case(gpu, cpu, &seed);
+
+  const qf_vq_format vs3 = {3, 8, 1, 0, 3, QF_F16, 0}, rows4 = {4, 8, 1, 4, 4, QF_F16, 0};
+  refused(gpu, cpu, "vector_size 3", vs3, 48, 0, QF_ERR_UNSUPPORTED, "vector_size=3", &seed);
+  refused(gpu, cpu, "CQ-2 head_dim 512", cq2, 512, 0, QF_ERR_UNSUPPORTED, "head_dim=512", &seed);
+  refused(gpu, cpu, "codebooks per 4 tokens", rows4, 64, 0, QF_ERR_UNSUPPORTED, "scope_rows=4", &seed);
+  refused(gpu, cpu, "CQ-2 misaligned fp16 q", cq2, 64, 1, QF_ERR_ALIGNMENT, "aligned", &seed);
+
+  CHECK(ran_shared > 0 && ran_global > 0, "both codebook placements ran (shared %d, global %d)", ran_shared, ran_global);
+  CHECK(ran_chunks > 0 && ran_multi_unit > 0 && ran_multi_tile > 0,
+        "split sequences, blocks with several units and units of several tiles ran (%d, %d, %d)", ran_chunks, ran_multi_unit,
+        ran_multi_tile);
+  CHECK(ran_head_tiles > 0 && ran_single_stage > 0, "two head tiles per kv head and single-buffered codes ran (%d, %d)",
+        ran_head_tiles, ran_single_stage);
+  printf("worst error / tolerance: o %.3f, lse %.3f\n", worst_o, worst_lse);
+
+  qf_ctx_destroy(gpu);
+  qf_ctx_destroy(cpu);
+  return check_finish("gpu_vq_attention");
+}

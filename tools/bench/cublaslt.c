@@ -296,6 +296,16 @@ qfb_lt_gemm *qfb_lt_gemm_plan_f16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
   return plan_finish(g, CUDA_R_16F, CUDA_R_16F, "fp16 -> fp16");
 }
 
+/* The planned matmul with our operands: cuBLAS A is our B (the weight), cuBLAS B is our A; C is
+ * unused (beta = 0) and aliases D. alpha and beta have the plan's scale type. */
+static int matmul(qfb_lt_gemm *g, const void *alpha, const void *beta, const void *A, const void *B, void *D,
+                  cudaStream_t s) {
+  return LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, alpha, B, g->a_layout, A, g->b_layout, beta, D, g->d_layout, D,
+                                 g->d_layout, &g->algo, g->lt->workspace, g->lt->workspace_bytes, s))
+             ? 0
+             : 1;
+}
+
 int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a_scale,
                     const float *b_scale, void *D, cudaStream_t s) {
   if (!g || !A || !B || !a_scale || !b_scale || !D) {
@@ -311,12 +321,7 @@ int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a
       !set_scale_pointers(g, a_scale, b_scale))
     return 1;
   const float alpha = 1.0f, beta = 0.0f;
-  /* cuBLAS A is our B, cuBLAS B is our A; C is unused (beta = 0) and aliases D. */
-  if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
-                               &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
-                               g->lt->workspace_bytes, s)))
-    return 1;
-  return 0;
+  return matmul(g, &alpha, &beta, A, B, D, s);
 }
 
 int qfb_lt_gemm_run_i8(qfb_lt_gemm *g, const void *A, const void *B, int32_t *D, cudaStream_t s) {
@@ -330,11 +335,7 @@ int qfb_lt_gemm_run_i8(qfb_lt_gemm *g, const void *A, const void *B, int32_t *D,
   }
   /* CUBLAS_COMPUTE_32I takes int32 alpha and beta. */
   const int32_t alpha = 1, beta = 0;
-  if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
-                               &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
-                               g->lt->workspace_bytes, s)))
-    return 1;
-  return 0;
+  return matmul(g, &alpha, &beta, A, B, D, s);
 }
 
 int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, cudaStream_t s) {
@@ -347,10 +348,5 @@ int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, c
     return 1;
   }
   const float alpha = 1.0f, beta = 0.0f;
-  /* cuBLAS A is our B (the weight), cuBLAS B is our A; C is unused (beta = 0) and aliases D. */
-  if (!LT_CHECK(cublasLtMatmul(g->lt->handle, g->desc, &alpha, B, g->a_layout, A, g->b_layout,
-                               &beta, D, g->d_layout, D, g->d_layout, &g->algo, g->lt->workspace,
-                               g->lt->workspace_bytes, s)))
-    return 1;
-  return 0;
+  return matmul(g, &alpha, &beta, A, B, D, s);
 }

@@ -1,6 +1,9 @@
 // Host-side helpers shared by every CUDA launcher: error mapping and launch checks.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+
 #include <cuda_runtime.h>
 
 #include "core/backend.h"
@@ -18,6 +21,20 @@ static inline qf_status qf_cuda_check_launch(qf_ctx *ctx, const char *op) {
 }
 
 static inline cudaStream_t qf_stream(const qf_ctx *ctx) { return static_cast<cudaStream_t>(ctx->stream); }
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` (past 48 KB it needs this opt-in, per
+// kernel and device). Done once per device and kernel: `done` is that kernel's own flag word, one
+// bit per device (a repeated cudaFuncSetAttribute costs host time small launches notice; devices
+// past the 64 bits set it on every call).
+template <typename Kernel>
+qf_status qf_cuda_smem_opt_in(qf_ctx *ctx, const char *op, Kernel kernel, size_t bytes, std::atomic<uint64_t> &done) {
+  const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
+  if ((done.load(std::memory_order_relaxed) & dev_bit) != 0 && dev_bit != 0) return QF_OK;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaFuncSetAttribute", err);
+  done.fetch_or(dev_bit, std::memory_order_relaxed);
+  return QF_OK;
+}
 
 // The context's device scratch, at least `bytes`, zero-filled when it is (re)allocated. It starts
 // with kQfWorkspaceCounters int counters that every kernel leaves at zero when it finishes (a

@@ -7,9 +7,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/formats.h"
 #include "qfuse.h"
 
 #define POISON 0xA5u
+
+/* Element i of an fp32, fp16 or bf16 buffer as fp32, and the store back (rounded to nearest
+ * even by the library's own codecs). */
+static inline float float_get(const void *buf, qf_dtype dt, size_t i) {
+  if (dt == QF_F32) return ((const float *)buf)[i];
+  const uint16_t h = ((const uint16_t *)buf)[i];
+  return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
+}
+
+static inline void float_put(void *buf, qf_dtype dt, size_t i, float v) {
+  if (dt == QF_F32) ((float *)buf)[i] = v;
+  else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
+}
 
 /* A 2-D row-major tensor description: shape, strides and the DLTensor pointing at them. */
 typedef struct {

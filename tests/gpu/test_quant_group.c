@@ -39,11 +39,6 @@ static const char *format_name[] = {"f32", "f32_pow2", "ue8m0_packed"};
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : t == QF_BF16 || t == QF_F16 ? 2 : 1; }
 
-static void put(void *buf, qf_dtype dt, size_t i, float v) {
-  if (dt == QF_F32) ((float *)buf)[i] = v;
-  else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
-}
-
 static void describe(char *buf, size_t n, const gq_case *c) {
   char ub[32] = "none";
   if (c->has_ub) snprintf(ub, sizeof ub, "%g", (double)c->ub);
@@ -148,14 +143,14 @@ static void run_case(qf_ctx *gpu, qf_ctx *cpu, const gq_case *c, uint64_t *seed)
 
   void *hx = malloc(xbytes);
   uint8_t *ref_q = malloc(qbytes), *got_q = malloc(qbytes), *ref_s = malloc(sbytes), *got_s = malloc(sbytes);
-  for (size_t i = 0; i < (size_t)(M * xld); i++) put(hx, c->xt, i, rng_activation(seed, 1.5f, c->specials));
+  for (size_t i = 0; i < (size_t)(M * xld); i++) float_put(hx, c->xt, i, rng_activation(seed, 1.5f, c->specials));
   /* One all-zero group (gate and up) in row 0 and one NaN in the last group of the last row. */
   const int64_t zg = KG > 1 ? 1 : 0;
   for (int64_t k = 0; k < G; k++) {
-    put(hx, c->xt, (size_t)(zg * G + k), 0.0f);
-    if (c->glu) put(hx, c->xt, (size_t)(K + zg * G + k), 0.0f);
+    float_put(hx, c->xt, (size_t)(zg * G + k), 0.0f);
+    if (c->glu) float_put(hx, c->xt, (size_t)(K + zg * G + k), 0.0f);
   }
-  if (M > 1 || KG > 1) put(hx, c->xt, (size_t)((M - 1) * xld + (KG - 1) * G + G / 2 + 3), NAN);
+  if (M > 1 || KG > 1) float_put(hx, c->xt, (size_t)((M - 1) * xld + (KG - 1) * G + G / 2 + 3), NAN);
   memset(ref_q, POISON, qbytes);
   memset(ref_s, POISON, sbytes);
 
@@ -346,7 +341,7 @@ static void test_huge(qf_ctx *gpu, qf_ctx *cpu) {
   uint64_t seed = 99;
   uint16_t *hrow = malloc((size_t)cols * 2);
   for (size_t p = 0; p < NPROBE; p++) {
-    for (int64_t k = 0; k < cols; k++) put(hrow, QF_BF16, (size_t)k, rng_activation(&seed, 1.5f, 1));
+    for (int64_t k = 0; k < cols; k++) float_put(hrow, QF_BF16, (size_t)k, rng_activation(&seed, 1.5f, 1));
     CUDA_OK(cudaMemcpy(dx + probe[p] * cols, hrow, (size_t)cols * 2, cudaMemcpyHostToDevice));
   }
   tensor2d gx, gq, gs;

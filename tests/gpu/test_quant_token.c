@@ -28,17 +28,12 @@ static float sample(uint64_t *seed, int64_t r, qf_dtype dt) {
   return v;
 }
 
-static void put(void *buf, qf_dtype dt, size_t i, float v) {
-  if (dt == QF_F32) ((float *)buf)[i] = v;
-  else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
-}
-
 /* rows x ld elements of dt; columns in [cols, ld) hold values no kernel may read: huge, NaN. */
 static void *make_input(qf_dtype dt, int64_t rows, int64_t cols, int64_t ld, uint64_t *seed) {
   void *buf = malloc((size_t)(rows * ld) * esz(dt) + 16);
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < ld; c++)
-      put(buf, dt, (size_t)(r * ld + c), c < cols ? sample(seed, r, dt) : (c % 2 ? NAN : 3e4f));
+      float_put(buf, dt, (size_t)(r * ld + c), c < cols ? sample(seed, r, dt) : (c % 2 ? NAN : 3e4f));
   return buf;
 }
 
@@ -105,8 +100,8 @@ static void tensor_case(qf_ctx *gpu, qf_ctx *cpu, qf_dtype xt, qf_dtype qt, int6
            " kind=%d ndim=%d", qf_dtype_name(xt), qf_dtype_name(qt), M, K, xld, qld, kind, ndim);
   void *hx = make_input(xt, M, K, xld, seed); /* for the gaps */
   for (int64_t r = 0; r < M; r++)
-    for (int64_t c = 0; c < K; c++) put(hx, xt, (size_t)(r * xld + c), kind == 3 ? 0.0f : rng_activation(seed, 1.5f, 0));
-  if (kind == 1 || kind == 2) put(hx, xt, (size_t)((M - 1) * xld + K / 2), kind == 1 ? NAN : -INFINITY);
+    for (int64_t c = 0; c < K; c++) float_put(hx, xt, (size_t)(r * xld + c), kind == 3 ? 0.0f : rng_activation(seed, 1.5f, 0));
+  if (kind == 1 || kind == 2) float_put(hx, xt, (size_t)((M - 1) * xld + K / 2), kind == 1 ? NAN : -INFINITY);
 
   pair X, Q, S;
   pair_init(&X, (size_t)(M * xld) * esz(xt), hx);

@@ -40,17 +40,6 @@
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
 
-static float get(const void *buf, qf_dtype dt, size_t i) {
-  if (dt == QF_F32) return ((const float *)buf)[i];
-  uint16_t h = ((const uint16_t *)buf)[i];
-  return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
-}
-
-static void put(void *buf, qf_dtype dt, size_t i, float v) {
-  if (dt == QF_F32) ((float *)buf)[i] = v;
-  else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
-}
-
 /* A quantized weight, on the host (the CPU reference's) and on the device. */
 typedef struct {
   const char *name;
@@ -154,7 +143,7 @@ static double y_error(pair *Y, qf_dtype dt, int64_t M, int64_t N, int64_t ld, co
     if (!inside) {
       outside_bad += Y->got[b] != Y->ref[b];
     } else if (b % e == 0) {
-      const double g = get(Y->got, dt, i), r = get(Y->ref, dt, i);
+      const double g = float_get(Y->got, dt, i), r = float_get(Y->ref, dt, i);
       num += (g - r) * (g - r), den += r * r;
     }
   }
@@ -172,7 +161,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   /* x: Gaussian activations; the gaps of its strided rows hold NaN */
   void *hx = malloc((size_t)(M * xld) * esz(xt));
   for (int64_t m = 0; m < M; m++)
-    for (int64_t k = 0; k < xld; k++) put(hx, xt, (size_t)(m * xld + k), k < K ? rng_normal(seed) : NAN);
+    for (int64_t k = 0; k < xld; k++) float_put(hx, xt, (size_t)(m * xld + k), k < K ? rng_normal(seed) : NAN);
   pair X, Y;
   pair_init(&X, (size_t)(M * xld) * esz(xt), hx);
   pair_init(&Y, (size_t)(M * yld) * esz(yt), NULL);

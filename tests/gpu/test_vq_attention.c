@@ -56,17 +56,6 @@ enum { TAIL = 64 };
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
 
-static float get(const void *buf, qf_dtype dt, size_t i) {
-  if (dt == QF_F32) return ((const float *)buf)[i];
-  uint16_t h = ((const uint16_t *)buf)[i];
-  return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
-}
-
-static void put(void *buf, qf_dtype dt, size_t i, float v) {
-  if (dt == QF_F32) ((float *)buf)[i] = v;
-  else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
-}
-
 /* ---- a quantized KV cache: K and V [B * T, Hkv * D], host and device ------------------------ */
 
 typedef struct {
@@ -134,7 +123,7 @@ static int make_cache(qf_ctx *cpu, kv_cache *c, const char *name, qf_vq_format f
     } else {
       for (size_t i = 0; i < c->code_bytes; i++) c->h_codes[m][i] = (uint8_t)(rng_next(seed) >> 56);
       const size_t n = c->book_bytes / 2;
-      for (size_t i = 0; i < n; i++) put(c->h_books[m], f.entry_dtype, i, rng_normal(seed));
+      for (size_t i = 0; i < n; i++) float_put(c->h_books[m], f.entry_dtype, i, rng_normal(seed));
     }
   }
   return cache_upload(cpu, c);
@@ -183,8 +172,8 @@ static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, u
   k->lse_bytes = (size_t)(B * Hq) * 4 + TAIL;
   k->hq = malloc(q_bytes);
   for (int64_t b = 0; b < B; b++)
-    for (int64_t i = 0; i < k->q_ld; i++) put(k->hq, va.qt, (size_t)(b * k->q_ld + i), i < W ? rng_normal(seed) : NAN);
-  if (nan_q) put(k->hq, va.qt, (size_t)(1 * D + 5), NAN); /* b 0, head 1, dim 5 */
+    for (int64_t i = 0; i < k->q_ld; i++) float_put(k->hq, va.qt, (size_t)(b * k->q_ld + i), i < W ? rng_normal(seed) : NAN);
+  if (nan_q) float_put(k->hq, va.qt, (size_t)(1 * D + 5), NAN); /* b 0, head 1, dim 5 */
   k->dq = dev_alloc(q_bytes);
   CUDA_OK(cudaMemcpy(k->dq, k->hq, q_bytes, cudaMemcpyHostToDevice));
   k->o_ref = malloc(k->o_bytes), k->o_got = malloc(k->o_bytes), k->o_first = malloc(k->o_bytes);
@@ -206,7 +195,7 @@ static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, u
         const float *kr = c->dec[0] + (b * c->T + t) * c->C + g * D, *vr = c->dec[1] + (b * c->T + t) * c->C + g * D;
         double s = 0.0;
         for (int64_t d = 0; d < D; d++) {
-          s += fabs((double)get(k->hq, va.qt, (size_t)(b * k->q_ld + h * D + d)) * kr[d]);
+          s += fabs((double)float_get(k->hq, va.qt, (size_t)(b * k->q_ld + h * D + d)) * kr[d]);
           vm = fmax(vm, fabs((double)vr[d]));
         }
         S = fmax(S, s);
@@ -305,7 +294,7 @@ static void compare(call *k, const char *desc) {
       const double ds = k->ds[b * Hq + h], vm = k->vmax[b * Hq + h];
       for (int64_t d = 0; d < D; d++) {
         const size_t i = (size_t)(b * k->o_ld + h * D + d);
-        const double r = get(k->o_ref, k->va.ot, i), g = get(k->o_got, k->va.ot, i);
+        const double r = float_get(k->o_ref, k->va.ot, i), g = float_get(k->o_got, k->va.ot, i);
         const double tol = vm * (4.0 * ds + 1e-5) + ulp * fabs(r) + floor_abs;
         int ok;
         if (isnan(r)) ok = isnan(g);
@@ -427,12 +416,12 @@ static void nan_inf_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
       for (int64_t h = 0; h < Hq; h++) {
         nan_l += isnan(((const float *)k.lse_ref)[b * Hq + h]);
         for (int64_t d = 0; d < D; d++) {
-          const float r = get(k.o_ref, vas[i].ot, (size_t)(b * k.o_ld + h * D + d));
+          const float r = float_get(k.o_ref, vas[i].ot, (size_t)(b * k.o_ld + h * D + d));
           nan_o += isnan(r), fin_o += isfinite(r);
         }
       }
-    CHECK(isnan(get(k.o_ref, vas[i].ot, (size_t)(1 * D + 0))) && isnan(((const float *)k.lse_ref)[1]) &&
-              isnan(get(k.o_ref, vas[i].ot, (size_t)(2 * D + 13))) && nan_l >= 1 && fin_o > nan_o,
+    CHECK(isnan(float_get(k.o_ref, vas[i].ot, (size_t)(1 * D + 0))) && isnan(((const float *)k.lse_ref)[1]) &&
+              isnan(float_get(k.o_ref, vas[i].ot, (size_t)(2 * D + 13))) && nan_l >= 1 && fin_o > nan_o,
           "NaN/Inf case: the reference has NaN in o[0, 1, :], lse[0, 1] and o[., 2, 13] (%zu NaN, %zu finite)", nan_o, fin_o);
     call_free(&k);
   }

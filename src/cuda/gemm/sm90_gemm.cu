@@ -118,15 +118,8 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   if (p.tma_store && (st = make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
   auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, kCluster, OutT>;
-  // The shared-memory opt-in is per device; set once each (a repeated call costs host time that
-  // small GEMMs notice). Devices past the mask's 64 bits set it on every call.
   static std::atomic<uint64_t> opted_in{0};
-  const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
-  if ((opted_in.load(std::memory_order_relaxed) & dev_bit) == 0 || dev_bit == 0) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
-    opted_in.fetch_or(dev_bit, std::memory_order_relaxed);
-  }
+  if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = kBlockM / 64 * 128 + 128;
   if constexpr (kCluster == 1) {
     const int units = p.tiles_m * p.tiles_n * p.splits;

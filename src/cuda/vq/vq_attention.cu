@@ -107,16 +107,10 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const chunk_kernel_t kernel = pick(cfg.placement == QF_VQ_BOOKS_IN_SHARED, f.entry_dtype == QF_BF16, cfg.heads, vs, slot);
   if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
 
-  // Dynamic shared memory past 48 KB needs an opt-in, per kernel and device; raised once to the
-  // device's limit.
+  // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
   static std::atomic<uint64_t> opted_in[kKernels];
-  const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
   cudaError_t err;
-  if ((opted_in[slot].load(std::memory_order_relaxed) & dev_bit) == 0 || dev_bit == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ctx->smem_optin));
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
-    opted_in[slot].fetch_or(dev_bit, std::memory_order_relaxed);
-  }
   int per_sm = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kVqAttnThreads, cfg.smem_bytes);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);

@@ -523,16 +523,10 @@ qf_status vq_gemm_launch(qf_ctx *ctx, const vq_gemm_params &p, const qf_vq_gemm_
   const kernel_t kernel = cfg.bn == 64 ? pick_types<Placement, 64>(bf16_entries, cfg.mma_bf16 != 0, vs, slot)
                                        : pick_types<Placement, 32>(bf16_entries, cfg.mma_bf16 != 0, vs, slot);
 
-  // Dynamic shared memory past 48 KB needs an opt-in, per kernel and device; raised once to the
-  // device's limit.
+  // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
   static std::atomic<uint64_t> opted_in[kKernels];
-  const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, op, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
   cudaError_t err;
-  if ((opted_in[slot].load(std::memory_order_relaxed) & dev_bit) == 0 || dev_bit == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ctx->smem_optin));
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaFuncSetAttribute", err);
-    opted_in[slot].fetch_or(dev_bit, std::memory_order_relaxed);
-  }
   int per_sm = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, QF_VQ_GEMM_THREADS, cfg.smem_bytes);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);

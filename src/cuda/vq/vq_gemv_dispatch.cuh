@@ -74,16 +74,10 @@ qf_status vq_gemv_launch(qf_ctx *ctx, const vq_gemv_params &p, const qf_vq_gemv_
   if (kernel == nullptr)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for M bucket %d and %d residuals", op, cfg.m_bucket, p.residuals);
 
-  // Dynamic shared memory past 48 KB needs an opt-in, per kernel and device; raised once to the
-  // device's limit.
+  // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
   static std::atomic<uint64_t> opted_in[kKernels];
-  const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, op, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
   cudaError_t err;
-  if ((opted_in[slot].load(std::memory_order_relaxed) & dev_bit) == 0 || dev_bit == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(ctx->smem_optin));
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaFuncSetAttribute", err);
-    opted_in[slot].fetch_or(dev_bit, std::memory_order_relaxed);
-  }
 
   const int threads = cfg.warps * 32;
   int per_sm = 0;

@@ -39,12 +39,7 @@ __device__ __forceinline__ uint64_t wgmma_desc_kmajor_sw128(uint32_t smem_addr) 
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
-// ---- wgmma.mma_async.sync.aligned.m64nNk32.f32.e4m3.e4m3 --------------------------------------
-// D[64, N] (+)= A[64, 32] * B[N, 32]^T, both operands K-major in shared memory (e4m3 has no
-// transposed form), fp32 accumulators: N / 2 registers per thread. Thread t of the warpgroup
-// holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and, for j < N / 8, columns 8 j + 2 (t % 4) (+ 1):
-// d[4 j + 0, 1] on the first row, d[4 j + 2, 3] on the row 8 below. scale_d == 0 overwrites D.
-//
+// ---- wgmma.mma_async.sync.aligned.m64nNk32 with 8-bit operands (e4m3 and s8) -----------------
 // The asm strings need the register numbers as literals: they are listed once, 8 at a time.
 #define QF_WGMMA_REGS8(a, b, c, d, e, f, g, h) \
   "%" #a ", %" #b ", %" #c ", %" #d ", %" #e ", %" #f ", %" #g ", %" #h
@@ -65,94 +60,67 @@ __device__ __forceinline__ uint64_t wgmma_desc_kmajor_sw128(uint32_t smem_addr) 
 #define QF_WGMMA_REGS_15 QF_WGMMA_REGS_14 ", " QF_WGMMA_REGS8(112, 113, 114, 115, 116, 117, 118, 119)
 #define QF_WGMMA_REGS_16 QF_WGMMA_REGS_15 ", " QF_WGMMA_REGS8(120, 121, 122, 123, 124, 125, 126, 127)
 
-#define QF_WGMMA_OPS8(k)                                                                                  \
-  "+f"(d[8 * (k) + 0]), "+f"(d[8 * (k) + 1]), "+f"(d[8 * (k) + 2]), "+f"(d[8 * (k) + 3]), "+f"(d[8 * (k) + 4]), \
-      "+f"(d[8 * (k) + 5]), "+f"(d[8 * (k) + 6]), "+f"(d[8 * (k) + 7])
-#define QF_WGMMA_OPS_1 QF_WGMMA_OPS8(0)
-#define QF_WGMMA_OPS_2 QF_WGMMA_OPS_1, QF_WGMMA_OPS8(1)
-#define QF_WGMMA_OPS_3 QF_WGMMA_OPS_2, QF_WGMMA_OPS8(2)
-#define QF_WGMMA_OPS_4 QF_WGMMA_OPS_3, QF_WGMMA_OPS8(3)
-#define QF_WGMMA_OPS_5 QF_WGMMA_OPS_4, QF_WGMMA_OPS8(4)
-#define QF_WGMMA_OPS_6 QF_WGMMA_OPS_5, QF_WGMMA_OPS8(5)
-#define QF_WGMMA_OPS_7 QF_WGMMA_OPS_6, QF_WGMMA_OPS8(6)
-#define QF_WGMMA_OPS_8 QF_WGMMA_OPS_7, QF_WGMMA_OPS8(7)
-#define QF_WGMMA_OPS_9 QF_WGMMA_OPS_8, QF_WGMMA_OPS8(8)
-#define QF_WGMMA_OPS_10 QF_WGMMA_OPS_9, QF_WGMMA_OPS8(9)
-#define QF_WGMMA_OPS_11 QF_WGMMA_OPS_10, QF_WGMMA_OPS8(10)
-#define QF_WGMMA_OPS_12 QF_WGMMA_OPS_11, QF_WGMMA_OPS8(11)
-#define QF_WGMMA_OPS_13 QF_WGMMA_OPS_12, QF_WGMMA_OPS8(12)
-#define QF_WGMMA_OPS_14 QF_WGMMA_OPS_13, QF_WGMMA_OPS8(13)
-#define QF_WGMMA_OPS_15 QF_WGMMA_OPS_14, QF_WGMMA_OPS8(14)
-#define QF_WGMMA_OPS_16 QF_WGMMA_OPS_15, QF_WGMMA_OPS8(15)
+// The accumulator operands, 8 at a time, with constraint C ("+f" for fp32, "+r" for int32).
+#define QF_WGMMA_OPS8(C, k)                                                                              \
+  C(d[8 * (k) + 0]), C(d[8 * (k) + 1]), C(d[8 * (k) + 2]), C(d[8 * (k) + 3]), C(d[8 * (k) + 4]),          \
+      C(d[8 * (k) + 5]), C(d[8 * (k) + 6]), C(d[8 * (k) + 7])
+#define QF_WGMMA_OPS_1(C) QF_WGMMA_OPS8(C, 0)
+#define QF_WGMMA_OPS_2(C) QF_WGMMA_OPS_1(C), QF_WGMMA_OPS8(C, 1)
+#define QF_WGMMA_OPS_3(C) QF_WGMMA_OPS_2(C), QF_WGMMA_OPS8(C, 2)
+#define QF_WGMMA_OPS_4(C) QF_WGMMA_OPS_3(C), QF_WGMMA_OPS8(C, 3)
+#define QF_WGMMA_OPS_5(C) QF_WGMMA_OPS_4(C), QF_WGMMA_OPS8(C, 4)
+#define QF_WGMMA_OPS_6(C) QF_WGMMA_OPS_5(C), QF_WGMMA_OPS8(C, 5)
+#define QF_WGMMA_OPS_7(C) QF_WGMMA_OPS_6(C), QF_WGMMA_OPS8(C, 6)
+#define QF_WGMMA_OPS_8(C) QF_WGMMA_OPS_7(C), QF_WGMMA_OPS8(C, 7)
+#define QF_WGMMA_OPS_9(C) QF_WGMMA_OPS_8(C), QF_WGMMA_OPS8(C, 8)
+#define QF_WGMMA_OPS_10(C) QF_WGMMA_OPS_9(C), QF_WGMMA_OPS8(C, 9)
+#define QF_WGMMA_OPS_11(C) QF_WGMMA_OPS_10(C), QF_WGMMA_OPS8(C, 10)
+#define QF_WGMMA_OPS_12(C) QF_WGMMA_OPS_11(C), QF_WGMMA_OPS8(C, 11)
+#define QF_WGMMA_OPS_13(C) QF_WGMMA_OPS_12(C), QF_WGMMA_OPS8(C, 12)
+#define QF_WGMMA_OPS_14(C) QF_WGMMA_OPS_13(C), QF_WGMMA_OPS8(C, 13)
+#define QF_WGMMA_OPS_15(C) QF_WGMMA_OPS_14(C), QF_WGMMA_OPS8(C, 14)
+#define QF_WGMMA_OPS_16(C) QF_WGMMA_OPS_15(C), QF_WGMMA_OPS8(C, 15)
 
+// D[64, N] (+)= A[64, 32] * B[N, 32]^T, both operands K-major in shared memory (8-bit types have no
+// transposed form), N / 2 accumulator registers per thread. Thread t of the warpgroup holds rows
+// 16 * (t / 32) + (t % 32) / 4 (+ 8) and, for j < N / 8, columns 8 j + 2 (t % 4) (+ 1): d[4 j + 0,
+// 1] on the first row, d[4 j + 2, 3] on the row 8 below. scale_d == 0 overwrites D.
+//   wgmma_m64k32_f32_e4m3  e4m3 operands, fp32 accumulators
+//   wgmma_m64k32_s32_s8    int8 operands, int32 accumulators (exact; integer forms take no operand
+//                          scale immediates)
 template <int N>
 __device__ __forceinline__ void wgmma_m64k32_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <int N>
+__device__ __forceinline__ void wgmma_m64k32_s32_s8(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
 
 // X(N, N / 16, then the operand numbers of desc_a, desc_b and scale_d: N / 2, N / 2 + 1, N / 2 + 2)
-#define QF_WGMMA_E4M3_SHAPES(X)                                                                               \
+#define QF_WGMMA_SHAPES(X)                                                                                    \
   X(16, 1, 8, 9, 10) X(32, 2, 16, 17, 18) X(48, 3, 24, 25, 26) X(64, 4, 32, 33, 34) X(80, 5, 40, 41, 42)     \
   X(96, 6, 48, 49, 50) X(112, 7, 56, 57, 58) X(128, 8, 64, 65, 66) X(144, 9, 72, 73, 74)                     \
   X(160, 10, 80, 81, 82) X(176, 11, 88, 89, 90) X(192, 12, 96, 97, 98) X(208, 13, 104, 105, 106)             \
   X(224, 14, 112, 113, 114) X(240, 15, 120, 121, 122) X(256, 16, 128, 129, 130)
 
-#define QF_WGMMA_E4M3_DEFINE(N, CHUNKS, DA, DB, SD)                                                              \
-  template <>                                                                                                    \
-  __device__ __forceinline__ void wgmma_m64k32_f32_e4m3<N>(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, \
-                                                           int scale_d) {                                        \
-    static_assert(N / 16 == CHUNKS && N / 2 == DA && DB == DA + 1 && SD == DA + 2, "operand numbering");         \
-    QF_ASM_SM90A(                                                                                                \
-        "{\n"                                                                                                    \
-        ".reg .pred p;\n"                                                                                        \
-        "setp.ne.b32 p, %" #SD ", 0;\n"                                                                          \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" QF_WGMMA_REGS_##CHUNKS "}, %" #DA          \
-        ", %" #DB ", p, 1, 1;\n"                                                                                 \
-        "}\n"                                                                                                    \
-        : QF_WGMMA_OPS_##CHUNKS                                                                                  \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                               \
+// One specialization: FN<N> with accumulators of type T (constraint C), the PTX type suffix TYPES
+// and what follows the scale-d predicate (TAIL).
+#define QF_WGMMA_DEFINE(FN, T, C, TYPES, TAIL, N, CHUNKS, DA, DB, SD)                                      \
+  template <>                                                                                            \
+  __device__ __forceinline__ void FN<N>(T (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {  \
+    static_assert(N / 16 == CHUNKS && N / 2 == DA && DB == DA + 1 && SD == DA + 2, "operand numbering"); \
+    QF_ASM_SM90A(                                                                                        \
+        "{\n"                                                                                            \
+        ".reg .pred p;\n"                                                                                \
+        "setp.ne.b32 p, %" #SD ", 0;\n"                                                                  \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k32." TYPES " {" QF_WGMMA_REGS_##CHUNKS "}, %" #DA       \
+        ", %" #DB ", p" TAIL ";\n"                                                                       \
+        "}\n"                                                                                            \
+        : QF_WGMMA_OPS_##CHUNKS(C)                                                                       \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                       \
   }
-QF_WGMMA_E4M3_SHAPES(QF_WGMMA_E4M3_DEFINE)
+#define QF_WGMMA_E4M3_DEFINE(N, CHUNKS, DA, DB, SD) \
+  QF_WGMMA_DEFINE(wgmma_m64k32_f32_e4m3, float, "+f", "f32.e4m3.e4m3", ", 1, 1", N, CHUNKS, DA, DB, SD)
+#define QF_WGMMA_S8_DEFINE(N, CHUNKS, DA, DB, SD) \
+  QF_WGMMA_DEFINE(wgmma_m64k32_s32_s8, int32_t, "+r", "s32.s8.s8", "", N, CHUNKS, DA, DB, SD)
+QF_WGMMA_SHAPES(QF_WGMMA_E4M3_DEFINE)
+QF_WGMMA_SHAPES(QF_WGMMA_S8_DEFINE)
 #undef QF_WGMMA_E4M3_DEFINE
-
-// ---- wgmma.mma_async.sync.aligned.m64nNk32.s32.s8.s8 ----------------------------------------
-// The int8 form: the same operands, shapes and accumulator layout, int32 accumulators (exact; the
-// integer forms take no operand scale immediates).
-#define QF_WGMMA_IOPS8(k)                                                                                  \
-  "+r"(d[8 * (k) + 0]), "+r"(d[8 * (k) + 1]), "+r"(d[8 * (k) + 2]), "+r"(d[8 * (k) + 3]), "+r"(d[8 * (k) + 4]), \
-      "+r"(d[8 * (k) + 5]), "+r"(d[8 * (k) + 6]), "+r"(d[8 * (k) + 7])
-#define QF_WGMMA_IOPS_1 QF_WGMMA_IOPS8(0)
-#define QF_WGMMA_IOPS_2 QF_WGMMA_IOPS_1, QF_WGMMA_IOPS8(1)
-#define QF_WGMMA_IOPS_3 QF_WGMMA_IOPS_2, QF_WGMMA_IOPS8(2)
-#define QF_WGMMA_IOPS_4 QF_WGMMA_IOPS_3, QF_WGMMA_IOPS8(3)
-#define QF_WGMMA_IOPS_5 QF_WGMMA_IOPS_4, QF_WGMMA_IOPS8(4)
-#define QF_WGMMA_IOPS_6 QF_WGMMA_IOPS_5, QF_WGMMA_IOPS8(5)
-#define QF_WGMMA_IOPS_7 QF_WGMMA_IOPS_6, QF_WGMMA_IOPS8(6)
-#define QF_WGMMA_IOPS_8 QF_WGMMA_IOPS_7, QF_WGMMA_IOPS8(7)
-#define QF_WGMMA_IOPS_9 QF_WGMMA_IOPS_8, QF_WGMMA_IOPS8(8)
-#define QF_WGMMA_IOPS_10 QF_WGMMA_IOPS_9, QF_WGMMA_IOPS8(9)
-#define QF_WGMMA_IOPS_11 QF_WGMMA_IOPS_10, QF_WGMMA_IOPS8(10)
-#define QF_WGMMA_IOPS_12 QF_WGMMA_IOPS_11, QF_WGMMA_IOPS8(11)
-#define QF_WGMMA_IOPS_13 QF_WGMMA_IOPS_12, QF_WGMMA_IOPS8(12)
-#define QF_WGMMA_IOPS_14 QF_WGMMA_IOPS_13, QF_WGMMA_IOPS8(13)
-#define QF_WGMMA_IOPS_15 QF_WGMMA_IOPS_14, QF_WGMMA_IOPS8(14)
-#define QF_WGMMA_IOPS_16 QF_WGMMA_IOPS_15, QF_WGMMA_IOPS8(15)
-
-template <int N>
-__device__ __forceinline__ void wgmma_m64k32_s32_s8(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
-
-#define QF_WGMMA_S8_DEFINE(N, CHUNKS, DA, DB, SD)                                                                \
-  template <>                                                                                                    \
-  __device__ __forceinline__ void wgmma_m64k32_s32_s8<N>(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,   \
-                                                         int scale_d) {                                          \
-    static_assert(N / 16 == CHUNKS && N / 2 == DA && DB == DA + 1 && SD == DA + 2, "operand numbering");         \
-    QF_ASM_SM90A(                                                                                                \
-        "{\n"                                                                                                    \
-        ".reg .pred p;\n"                                                                                        \
-        "setp.ne.b32 p, %" #SD ", 0;\n"                                                                          \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k32.s32.s8.s8 {" QF_WGMMA_REGS_##CHUNKS "}, %" #DA ", %" #DB      \
-        ", p;\n"                                                                                                 \
-        "}\n"                                                                                                    \
-        : QF_WGMMA_IOPS_##CHUNKS                                                                                 \
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                               \
-  }
-QF_WGMMA_E4M3_SHAPES(QF_WGMMA_S8_DEFINE)
 #undef QF_WGMMA_S8_DEFINE

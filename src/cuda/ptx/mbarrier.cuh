@@ -63,6 +63,12 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t count) 
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// bar.arrive id, count: this warp's arrival on named barrier `id` without waiting; the barrier
+// completes when `count` threads have arrived or synced (a producer / consumer handoff).
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // mbarrier.arrive.shared::cluster: one arrival on a barrier of any CTA of the cluster (`bar` from
 // mapa_shared_cluster), with the default release semantics at CTA scope: enough when the arrival
 // only says "this stage's operands have been read" (wgmma has completed), and much cheaper than a

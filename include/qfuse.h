@@ -419,7 +419,9 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
  * when scope_rows > 0). Each residual takes the stored entry nearest (squared distance, lowest
  * index on ties) to what the previous ones left, exactly as the quantizer's final assignment, so
  * encoding the quantized matrix again reproduces its codes. codes [R, T, row_bytes]; scales [T]
- * when fmt->row_scale (each new row's RMS), else NULL. */
+ * when fmt->row_scale (each new row's RMS), else NULL. CUDA gives the CPU's codes and scales
+ * byte for byte (the same fp32 distances; the fp64 sum of squares of a row scale is summed in
+ * another order, which can move the fp32 scale only on a rounding tie). */
 qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTensor *codebooks,
                        const qf_vq_format *fmt, DLTensor *codes, DLTensor *scales);
 

@@ -129,6 +129,7 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
 qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
 qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
 qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
+qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
 qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
 /* VQ-GeMV for M of 1 to 16, the tensor-core VQ-GeMM above. */
 qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);

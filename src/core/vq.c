@@ -15,9 +15,11 @@ static qf_status check_float_2d(qf_ctx *ctx, const char *op, const char *name, c
   return st;
 }
 
+#ifndef QF_WITH_CUDA
 static qf_status no_cuda_kernel(qf_ctx *ctx, const char *op) {
-  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA kernels of this op are not built yet (CPU reference only)", op);
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: this build has no CUDA backend", op);
 }
+#endif
 
 qf_status qf_vq_format_preset(qf_vq_preset preset, qf_vq_format *out) {
   static const qf_vq_format presets[] = {
@@ -150,7 +152,11 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   }
   if (xm.rows * xm.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_encode(ctx, &xm, row0, &t);
+#else
     return no_cuda_kernel(ctx, op);
+#endif
   return qf_cpu_vq_encode(ctx, &xm, row0, &t);
 }
 

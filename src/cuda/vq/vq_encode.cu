@@ -1,0 +1,176 @@
+// Quantize-on-append (qf_vq_encode on CUDA): new rows x [T, K] encoded with existing codebooks,
+// equal to the CPU reference (src/cpu/vq.c, qf_cpu_vq_encode) byte for byte.
+//
+// NOTES:
+// - One thread per vector: it holds the vector (at most 16 values) in registers, and for each
+//   residual scans the scope's codebook for the nearest entry (squared distance, lowest index on
+//   ties) and subtracts it. The distances and the subtraction are the CPU's fp32 operations in
+//   the same order, with explicit round-to-nearest intrinsics so that no contraction into FMAs
+//   changes a bit; the argmin over the same sequence of floats then picks the same entry.
+// - A block takes 256 consecutive vectors of one row. Their indices go to shared memory, and
+//   the block packs them into the code rows a 32-bit word at a time: 256 indices of `bits` bits
+//   are 8 x bits whole words, so no two blocks write the same word. The launcher zeroes the code
+//   rows first (their padding bytes stay zero, as the CPU leaves them).
+// - Row scales (fmt->row_scale): each block of a row computes the row's sum of squares in fp64
+//   with the same fixed reduction tree, so every block of the row divides by the same scale. The
+//   CPU sums left to right; the products are exact in fp64, so the two sums differ only in how
+//   the additions round (2^-53 relative), which changes the fp32 scale only when its rounding
+//   falls on a tie.
+// - Speed is not the point: appending a decode step's K and V rows is a few thousand vectors,
+//   and a codebook of 256 entries is read from L1. A scope of 4096 entries (AQLM-3) makes each
+//   vector a 4096-entry scan.
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/common.cuh"
+#include "cuda/vq/vq_common.cuh"
+
+namespace {
+
+const char kOp[] = "qf_vq_encode";
+constexpr int kThreads = 256;  // vectors per block
+constexpr int kMaxVs = 16;     // the format's largest vector size
+constexpr int kMaxR = 4;       // and residual count
+
+struct vq_encode_params {
+  const void *x;          // [T, K], row pitch x_ld
+  const uint16_t *books;  // [R, n_books, entries, vs]
+  uint32_t *codes;        // [R, T, row_words]
+  float *scales;          // [T] or NULL
+  int64_t x_ld, row0, rows, n_books;
+  int x_dtype, entry_bf16;
+  int K, vectors, vs, bits, residuals, entries;
+  int scope_rows, books_per_row, vectors_per_book;
+  uint32_t row_words;
+};
+
+__device__ __forceinline__ float x_at(const vq_encode_params &p, const void *row, int k) {
+  switch (p.x_dtype) {
+    case QF_BF16: return vq_to_f32(static_cast<const __nv_bfloat16 *>(row)[k]);
+    case QF_F16: return vq_to_f32(static_cast<const __half *>(row)[k]);
+    default: return static_cast<const float *>(row)[k];
+  }
+}
+
+__device__ __forceinline__ float entry_at(const vq_encode_params &p, const uint16_t *e, int c) {
+  const uint16_t h = e[c];
+  return p.entry_bf16 ? __uint_as_float(static_cast<uint32_t>(h) << 16) : __half2float(__ushort_as_half(h));
+}
+
+// The row's scale as the CPU computes it: sqrt(sum x^2 / K) in fp64, to fp32 (1 for a zero row).
+__device__ float row_scale(const vq_encode_params &p, const void *row, double *red) {
+  double ss = 0.0;
+  for (int k = threadIdx.x; k < p.K; k += kThreads) {
+    const double v = x_at(p, row, k);
+    ss = __fma_rn(v, v, ss);  // v * v is exact in fp64
+  }
+  for (int d = 16; d > 0; d >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, d);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < kThreads / 32; w++) total += red[w];
+  return total > 0.0 ? __double2float_rn(__dsqrt_rn(total / static_cast<double>(p.K))) : 1.0f;
+}
+
+__global__ void __launch_bounds__(kThreads) vq_encode_kernel(const vq_encode_params p) {
+  __shared__ uint32_t idx_s[kMaxR][kThreads];
+  __shared__ double red[kThreads / 32];
+  const int j0 = blockIdx.x * kThreads, j = j0 + static_cast<int>(threadIdx.x);
+  const int words = 8 * p.bits;  // per block and residual: 256 indices of `bits` bits
+
+  for (int64_t i = blockIdx.y; i < p.rows; i += gridDim.y) {
+    const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * (p.x_dtype == QF_F32 ? 4 : 2);
+    const float s = p.scales ? row_scale(p, xrow, red) : 1.0f;
+    if (p.scales && blockIdx.x == 0 && threadIdx.x == 0) p.scales[i] = s;
+
+    if (j < p.vectors) {
+      float v[kMaxVs];
+#pragma unroll
+      for (int c = 0; c < kMaxVs; c++) v[c] = c < p.vs ? __fdiv_rn(x_at(p, xrow, j * p.vs + c), s) : 0.0f;
+      const int64_t scope = p.scope_rows ? (p.row0 + i) / p.scope_rows : 0;
+      const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
+      for (int r = 0; r < p.residuals; r++) {
+        const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * p.vs;
+        int best = 0;
+        float best_d = 0.0f;
+        for (int e = 0; e < p.entries; e++) {
+          const uint16_t *ent = b + static_cast<int64_t>(e) * p.vs;
+          float d = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kMaxVs; c++) {
+            if (c < p.vs) {
+              const float diff = __fsub_rn(v[c], entry_at(p, ent, c));
+              d = __fadd_rn(d, __fmul_rn(diff, diff));
+            }
+          }
+          if (e == 0 || d < best_d) best_d = d, best = e;
+        }
+        idx_s[r][threadIdx.x] = static_cast<uint32_t>(best);
+        const uint16_t *ent = b + static_cast<int64_t>(best) * p.vs;
+#pragma unroll
+        for (int c = 0; c < kMaxVs; c++)
+          if (c < p.vs) v[c] = __fsub_rn(v[c], entry_at(p, ent, c));
+      }
+    } else {
+      for (int r = 0; r < p.residuals; r++) idx_s[r][threadIdx.x] = 0u;  // past the row: zero bits
+    }
+    __syncthreads();
+
+    // Pack: word w of the block holds bits [32 w, 32 w + 32) of its 256 indices.
+    for (int t = threadIdx.x; t < p.residuals * words; t += kThreads) {
+      const int r = t / words, w = t - r * words;
+      const int first = (32 * w) / p.bits, last = min((32 * w + 31) / p.bits, kThreads - 1);
+      uint32_t word = 0u;
+      for (int jl = first; jl <= last; jl++) {
+        const int pos = jl * p.bits - 32 * w;  // may be negative for the index that starts in the word before
+        const uint32_t idx = idx_s[r][jl];
+        word |= pos >= 0 ? idx << pos : idx >> -pos;
+      }
+      const uint32_t gw = static_cast<uint32_t>(j0 / kThreads) * static_cast<uint32_t>(words) + static_cast<uint32_t>(w);
+      if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.rows + i) * p.row_words + gw] = word;
+    }
+    __syncthreads();  // idx_s and red are reused by the next row
+  }
+}
+
+}  // namespace
+
+extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t) {
+  const qf_vq_format &f = t->fmt;
+  if (t->sz.row_bytes > (INT64_C(1) << 28) || t->K > INT32_MAX / 2)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: rows of K=%lld are too long for 32-bit code offsets", kOp,
+                   static_cast<long long>(t->K));
+  if (reinterpret_cast<uintptr_t>(x->data) % qf_dtype_size(x->dtype) != 0)
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: x data pointer %p is not aligned to its %zu-byte elements", kOp, x->data,
+                   qf_dtype_size(x->dtype));
+  vq_encode_params p = {};
+  p.x = x->data;
+  p.books = static_cast<const uint16_t *>(t->books);
+  p.codes = reinterpret_cast<uint32_t *>(t->codes);
+  p.scales = t->scales;
+  p.x_ld = x->ld;
+  p.row0 = row0;
+  p.rows = t->N;
+  p.n_books = t->sz.n_books;
+  p.x_dtype = x->dtype;
+  p.entry_bf16 = f.entry_dtype == QF_BF16;
+  p.K = static_cast<int>(t->K);
+  p.vectors = static_cast<int>(t->K / f.vector_size);
+  p.vs = f.vector_size;
+  p.bits = f.index_bits;
+  p.residuals = f.residuals;
+  p.entries = static_cast<int>(t->sz.entries);
+  p.scope_rows = f.scope_rows;
+  p.books_per_row = static_cast<int>(t->sz.books_per_row);
+  p.vectors_per_book = f.scope_cols ? f.scope_cols / f.vector_size : p.vectors;
+  p.row_words = static_cast<uint32_t>(t->sz.row_bytes / 4);
+
+  const size_t code_bytes = static_cast<size_t>(f.residuals) * static_cast<size_t>(t->N) * static_cast<size_t>(t->sz.row_bytes);
+  cudaError_t err = cudaMemsetAsync(t->codes, 0, code_bytes, qf_stream(ctx));
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaMemsetAsync", err);
+  const dim3 grid(static_cast<unsigned>((p.vectors + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(t->N < 65535 ? t->N : 65535));
+  vq_encode_kernel<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
+  return qf_cuda_check_launch(ctx, kOp);
+}

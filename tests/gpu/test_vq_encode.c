@@ -1,0 +1,189 @@
+/* qf_vq_encode (quantize-on-append) on CUDA against the CPU reference through the public API.
+ * Gaussian matrices are quantized on the CPU (qf_vq_quantize, 3 Lloyd iterations) in every paper
+ * configuration plus formats with indices that straddle words (5 and 12 bits), three residuals,
+ * bf16 entries and a vector size without a kernel bucket (3); then new rows are encoded as the
+ * rows row0 .. row0 + T - 1 of that matrix on both backends:
+ *  - fresh Gaussian rows, with outliers, zeros, a NaN and an Inf, in fp32, fp16 and bf16 with
+ *    strided rows: codes (every byte, the padding included, plus a poisoned sentinel tail) and
+ *    row scales equal to the CPU's;
+ *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
+ *    scales) on both backends;
+ *  - T above the grid's 65535 rows (a long append, quick mode skips it) and row0 inside a later
+ *    row scope (GPTVQ's 256-row tiles pick their codebooks from row0);
+ *  - bad input (x misaligned to its elements) gets an error and leaves the codes untouched. */
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpu.h"
+#include "tensors.h"
+
+typedef struct {
+  qf_vq_format f;
+  qf_vq_sizes sz;
+  int64_t N, K;
+  int64_t bshape[4];
+  void *h_books, *d_books, *h_codes;
+  float *h_w; /* the quantized matrix [N, K] */
+  size_t book_bytes, code_bytes;
+} book_set;
+
+static int make_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64_t K, uint64_t *seed) {
+  memset(b, 0, sizeof *b);
+  b->f = f, b->N = N, b->K = K;
+  if (!CHECK(qf_vq_sizes_of(cpu, &f, N, K, &b->sz) == QF_OK, "sizes: %s", qf_ctx_last_error(cpu))) return 0;
+  b->bshape[0] = f.residuals, b->bshape[1] = b->sz.n_books, b->bshape[2] = b->sz.entries, b->bshape[3] = f.vector_size;
+  b->book_bytes = (size_t)(f.residuals * b->sz.n_books * b->sz.entries * f.vector_size) * 2;
+  b->code_bytes = (size_t)(f.residuals * N * b->sz.row_bytes);
+  b->h_books = aligned_alloc(16, (b->book_bytes + 15) / 16 * 16);
+  b->h_codes = aligned_alloc(16, (b->code_bytes + 15) / 16 * 16);
+  float *w = b->h_w = malloc((size_t)(N * K) * sizeof *w), *sc = aligned_alloc(16, (size_t)(N * 4 + 15) / 16 * 16);
+  for (int64_t i = 0; i < N * K; i++) w[i] = rng_normal(seed);
+  tensor2d wt;
+  tensor2d_init(&wt, w, QF_F32, N, K, K, kDLCPU);
+  int64_t cshape[3] = {f.residuals, N, b->sz.row_bytes}, sshape[1] = {N};
+  DLTensor ct = dl_tensor(b->h_codes, QF_U8, 3, cshape, kDLCPU), bt = dl_tensor(b->h_books, f.entry_dtype, 4, b->bshape, kDLCPU);
+  DLTensor st = dl_tensor(sc, QF_F32, 1, sshape, kDLCPU);
+  qf_vq_quantize_opts o = {.iterations = 3, .seed = 5};
+  qf_status s = qf_vq_quantize(cpu, &wt.t, &f, &o, &ct, &bt, f.row_scale ? &st : NULL, NULL);
+  free(sc);
+  if (!CHECK(s == QF_OK, "quantize: %s", qf_ctx_last_error(cpu))) return 0;
+  b->d_books = dev_alloc(b->book_bytes);
+  CUDA_OK(cudaMemcpy(b->d_books, b->h_books, b->book_bytes, cudaMemcpyHostToDevice));
+  return 1;
+}
+
+static void free_books(book_set *b) {
+  free(b->h_books), free(b->h_codes), free(b->h_w);
+  CUDA_OK(cudaFree(b->d_books));
+}
+
+/* Encodes x (T rows, on the host in dt with pitch ld) as rows row0.. on both backends and
+ * compares codes and scales byte for byte, and the codes with expect_codes when not NULL. */
+static void encode_case(qf_ctx *gpu, qf_ctx *cpu, book_set *b, const char *name, const void *hx, qf_dtype dt,
+                        int64_t T, int64_t ld, int64_t row0, const void *expect_codes) {
+  char desc[200];
+  snprintf(desc, sizeof desc, "%s: encode T=%" PRId64 " %s ld=%" PRId64 " row0=%" PRId64, name, T, qf_dtype_name(dt), ld,
+           row0);
+  const size_t esz = dt == QF_F32 ? 4 : 2, xbytes = (size_t)(T * ld) * esz;
+  void *dx = dev_alloc(xbytes);
+  CUDA_OK(cudaMemcpy(dx, hx, xbytes, cudaMemcpyHostToDevice));
+  const size_t code_bytes = (size_t)(b->f.residuals * T * b->sz.row_bytes);
+  pair C, S;
+  pair_init(&C, code_bytes, NULL);
+  pair_init(&S, (size_t)T * 4, NULL);
+  tensor2d cx, gx;
+  tensor2d_init(&cx, (void *)hx, dt, T, b->K, ld, kDLCPU);
+  tensor2d_init(&gx, dx, dt, T, b->K, ld, kDLCUDA);
+  int64_t cshape[3] = {b->f.residuals, T, b->sz.row_bytes}, sshape[1] = {T};
+  DLTensor cb = dl_tensor(b->h_books, b->f.entry_dtype, 4, b->bshape, kDLCPU);
+  DLTensor gb = dl_tensor(b->d_books, b->f.entry_dtype, 4, b->bshape, kDLCUDA);
+  DLTensor cc = dl_tensor(C.ref, QF_U8, 3, cshape, kDLCPU), gc = dl_tensor(C.dev, QF_U8, 3, cshape, kDLCUDA);
+  DLTensor cs = dl_tensor(S.ref, QF_F32, 1, sshape, kDLCPU), gs = dl_tensor(S.dev, QF_F32, 1, sshape, kDLCUDA);
+  qf_status st = qf_vq_encode(cpu, &cx.t, row0, &cb, &b->f, &cc, b->f.row_scale ? &cs : NULL);
+  CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu));
+  st = qf_vq_encode(gpu, &gx.t, row0, &gb, &b->f, &gc, b->f.row_scale ? &gs : NULL);
+  CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  pair_check(&C, "codes", desc);
+  pair_check(&S, "scales", desc);
+  if (expect_codes)
+    CHECK(memcmp(C.ref, expect_codes, code_bytes) == 0, "%s: encoding the quantized matrix changed its codes", desc);
+  pair_free(&C), pair_free(&S);
+  CUDA_OK(cudaFree(dx));
+}
+
+/* T fresh rows in dt with pitch ld: Gaussian, a few outliers, a zero row, NaN and Inf (when
+ * specials), and NaN in the gaps between rows (a kernel reading them would show). */
+static void *fresh_rows(qf_dtype dt, int64_t T, int64_t K, int64_t ld, int specials, uint64_t *seed) {
+  void *x = malloc((size_t)(T * ld) * (dt == QF_F32 ? 4 : 2));
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t k = 0; k < ld; k++) {
+      float v = k >= K ? NAN : rng_normal(seed) * (rng_uniform(seed) < 0.01f ? 30.0f : 1.0f);
+      if (k < K && i == 1 % T) v = 0.0f;
+      if (k < K && specials && i == 2 % T && k == 5) v = NAN;
+      if (k < K && specials && i == 3 % T && k == 7) v = INFINITY;
+      float_put(x, dt, (size_t)(i * ld + k), v);
+    }
+  return x;
+}
+
+int main(void) {
+  qf_ctx *gpu, *cpu;
+  open_contexts(&gpu, &cpu);
+  const int quick = quick_mode();
+  uint64_t seed = 0xE4C0DE;
+
+  qf_vq_format gptvq, cq2, cq4, aqlm;
+  qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
+  qf_vq_format_preset(QF_VQ_CQ_2, &cq2);
+  qf_vq_format_preset(QF_VQ_CQ_4, &cq4);
+  qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
+  qf_vq_format aqlm_scaled = aqlm;
+  aqlm_scaled.row_scale = 1;
+  const struct {
+    const char *name;
+    qf_vq_format f;
+    int64_t N, K;
+  } cases[] = {
+      {"GPTVQ-2", gptvq, 512, 512},
+      {"CQ-2", cq2, 512, 256},
+      {"CQ-4", cq4, 512, 256},
+      {"AQLM-3", aqlm, 128, 256},
+      {"AQLM-3 (row scales)", aqlm_scaled, 128, 264},
+      {"VQ<8,5,2> bf16, row scales, 64 x 128 scopes", {8, 5, 2, 64, 128, QF_BF16, 1}, 192, 384},
+      {"VQ<3,7,3>, 96-column scopes", {3, 7, 3, 0, 96, QF_F16, 0}, 96, 2112},
+  };
+  const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
+
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    book_set b;
+    if (!make_books(cpu, &b, cases[c].f, cases[c].N, cases[c].K, &seed)) continue;
+    const int64_t K = b.K;
+
+    /* Fresh rows: every input dtype, strided, appended as the last rows of the matrix (a later
+     * row scope where the format has one). */
+    const int64_t T = quick ? 5 : 37;
+    for (int d = 0; d < 3; d++) {
+      const int64_t ld = K + (d == 0 ? 0 : 3);
+      void *x = fresh_rows(dts[d], T, K, ld, 1, &seed);
+      encode_case(gpu, cpu, &b, cases[c].name, x, dts[d], T, ld, b.N - T, NULL);
+      free(x);
+    }
+
+    /* The quantized matrix encodes back to the quantizer's codes. */
+    encode_case(gpu, cpu, &b, cases[c].name, b.h_w, QF_F32, b.N, K, 0, b.h_codes);
+    free_books(&b);
+  }
+
+  /* More rows than the grid's 65535 (CQ-2, one row scope) and a misaligned x. */
+  {
+    book_set b;
+    if (make_books(cpu, &b, cq2, 256, 64, &seed)) {
+      const int64_t T = quick ? 300 : 70000;
+      void *x = fresh_rows(QF_F16, T, 64, 64, 0, &seed);
+      encode_case(gpu, cpu, &b, "CQ-2 long append", x, QF_F16, T, 64, 0, NULL);
+      free(x);
+
+      const int64_t t = 4, row_bytes = b.sz.row_bytes;
+      uint8_t *dx = dev_alloc((size_t)(t * 64 * 2 + 2));
+      int64_t cshape[3] = {1, t, row_bytes};
+      pair C;
+      pair_init(&C, (size_t)(t * row_bytes), NULL);
+      tensor2d gx;
+      tensor2d_init(&gx, dx + 1, QF_F16, t, 64, 64, kDLCUDA);
+      DLTensor gb = dl_tensor(b.d_books, QF_F16, 4, b.bshape, kDLCUDA), gc = dl_tensor(C.dev, QF_U8, 3, cshape, kDLCUDA);
+      const qf_status st = qf_vq_encode(gpu, &gx.t, 0, &gb, &cq2, &gc, NULL);
+      CHECK(st == QF_ERR_ALIGNMENT, "misaligned x: got %s (%s)", qf_status_str(st), qf_ctx_last_error(gpu));
+      pair_check(&C, "codes after a refused call", "misaligned x");
+      pair_free(&C);
+      CUDA_OK(cudaFree(dx));
+      free_books(&b);
+    }
+  }
+
+  qf_ctx_destroy(gpu);
+  qf_ctx_destroy(cpu);
+  return check_finish("gpu_vq_encode");
+}

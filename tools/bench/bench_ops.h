@@ -22,6 +22,7 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_vq(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_vq_attention(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
+int bench_vq_encode(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 
 /* Whether op is named in the comma-separated list only (NULL or "" selects every op). */
 static inline int qfb_op_selected(const char *only, const char *op) {

@@ -1,0 +1,97 @@
+/* qfuse-bench rows of qf_vq_encode on CUDA (quantize-on-append): the new K (or V) rows of one
+ * attention layer encoded into a CQ cache, as a decode step (B = 1 and 8 new tokens) and a
+ * prefill chunk (512) append them. Rows are [T, Hkv * D] = [T, 32 x 128] fp16 (Llama-7B), the
+ * codebooks random fp16 (the scan's cost does not depend on the values). Op "vq_encode",
+ * variant "<format>,fp16", shape "T=...,K=4096"; bytes: x read + codes written; peer: copy16 of
+ * x's bytes (what the same data costs to move at all), so ratio = copy / encode. The scan is
+ * arithmetic (entries x vector size x 3 fp32 operations per vector and residual), so the floor
+ * column reports bytes only. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench_ops.h"
+
+#ifdef QF_WITH_CUDA
+#include <cuda_runtime.h>
+
+typedef struct {
+  qf_ctx *ctx;
+  DLTensor x, books, codes;
+  const qf_vq_format *f;
+} encode_call;
+
+static int run_encode(void *arg) {
+  encode_call *c = arg;
+  qf_status st = qf_vq_encode(c->ctx, &c->x, 0, &c->books, c->f, &c->codes, NULL);
+  if (st != QF_OK) fprintf(stderr, "qf_vq_encode: %s\n", qf_ctx_last_error(c->ctx));
+  return st != QF_OK;
+}
+
+typedef struct {
+  const void *src;
+  void *dst;
+  size_t bytes;
+} encode_copy_call;
+
+static int run_encode_copy(void *arg) {
+  encode_copy_call *c = arg;
+  return qfb_copy16(c->src, c->dst, c->bytes, 0);
+}
+
+static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset preset, int64_t T, int *rows) {
+  const int64_t K = 32 * 128;
+  qf_vq_format f;
+  qf_vq_sizes sz;
+  if (qf_vq_format_preset(preset, &f) != QF_OK || qf_vq_sizes_of(ctx, &f, T, K, &sz) != QF_OK) return 1;
+  const size_t xb = (size_t)(T * K) * 2, bb = (size_t)(f.residuals * sz.n_books * sz.entries * f.vector_size) * 2,
+               cb = (size_t)(f.residuals * T * sz.row_bytes);
+  uint16_t *h = malloc(bb > xb ? bb : xb);
+  void *x = NULL, *books = NULL, *codes = NULL, *dst = NULL;
+  int rc = 1;
+  if (!h || cudaMalloc(&x, xb) || cudaMalloc(&books, bb) || cudaMalloc(&codes, cb) || cudaMalloc(&dst, xb)) goto done;
+  uint64_t s = 0x0E4C0DEull;
+  for (size_t i = 0; i < (bb > xb ? bb : xb) / 2; i++) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    h[i] = (uint16_t)(0x3000u + (s % 0x1000u)) | (uint16_t)((s >> 20) & 0x8000u); /* |v| in [0.125, 0.25) */
+  }
+  if (cudaMemcpy(x, h, xb, cudaMemcpyHostToDevice) || cudaMemcpy(books, h, bb, cudaMemcpyHostToDevice)) goto done;
+  int64_t xshape[2] = {T, K}, bshape[4] = {f.residuals, sz.n_books, sz.entries, f.vector_size},
+          cshape[3] = {f.residuals, T, sz.row_bytes};
+  encode_call c = {.ctx = ctx, .f = &f};
+  c.x = (DLTensor){.data = x, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = xshape};
+  c.books = (DLTensor){.data = books, .device = {kDLCUDA, 0}, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = bshape};
+  c.codes = (DLTensor){.data = codes, .device = {kDLCUDA, 0}, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = cshape};
+  char variant[48], shape[48];
+  snprintf(variant, sizeof variant, "%s,fp16", name);
+  snprintf(shape, sizeof shape, "T=%lld,K=%lld", (long long)T, (long long)K);
+  qfb_row row = {.op = "vq_encode", .variant = variant, .shape = shape, .bytes = (double)(xb + cb), .peer = "copy16"};
+  row.us = qfb_time_us(b, run_encode, &c);
+  row.floor_us = qfb_floor_us(b, row.bytes, 0, 0);
+  encode_copy_call cc = {x, dst, xb & ~(size_t)15};
+  row.peer_us = qfb_time_us(b, run_encode_copy, &cc);
+  qfb_emit(b, &row);
+  (*rows)++;
+  rc = row.us > 0 ? 0 : 1;
+done:
+  if (rc) fprintf(stderr, "bench_vq_encode: %s T=%lld failed\n", name, (long long)T);
+  free(h);
+  cudaFree(x), cudaFree(books), cudaFree(codes), cudaFree(dst);
+  return rc;
+}
+#endif
+
+int bench_vq_encode(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
+  if (!qfb_op_selected(sel->ops, "vq_encode") || !qfb_uses_gpu(b)) return 0; /* the CPU reference: not timed */
+  int rc = 0;
+#ifdef QF_WITH_CUDA
+  const int64_t Ts[] = {1, 8, 512};
+  for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+    if (sel->m && sel->m != Ts[i]) continue;
+    rc |= encode_shape(b, ctx, "cq2", QF_VQ_CQ_2, Ts[i], rows);
+    rc |= encode_shape(b, ctx, "cq4", QF_VQ_CQ_4, Ts[i], rows);
+  }
+#else
+  (void)ctx, (void)rows;
+#endif
+  return rc;
+}

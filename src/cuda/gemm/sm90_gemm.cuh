@@ -39,6 +39,7 @@
 //   are coalesced; int32 for kScaledInt8, whose sum stays exact), and counts itself on the tile's
 //   counter; the unit that counts last adds the partials in split order (deterministic: the same
 //   sums for every run), runs the epilogue and puts the counter back to zero for the next call.
+//   Only threads holding rows below M write and read partials (M = 1: 4 threads of 128).
 // - Clusters of 2 CTAs along M (large M): the two CTAs compute the two tiles of one tile column
 //   that share their B tile, in lockstep (the same walk, by cluster). Each loads its own A tile
 //   and one half of B with TMA multicast into both CTAs' rings, so a K-block costs 24 KB of L2
@@ -365,11 +366,13 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         auto result = [&](int i) -> auto & {
           if constexpr (kInt8) return acc[i]; else return total[i];
         };
+        const bool live = r0 < p.M;  // this thread's rows r0 and r0 + 8: partials of rows past M are never read
 #pragma unroll
         for (int i = 0; i < kBlockN / 8; i++)
-          __stcg(part + int64_t(split) * (kThreads * kBlockN / 8) + i * kThreads + t,
-                 make_uint4(word_of(result(4 * i)), word_of(result(4 * i + 1)), word_of(result(4 * i + 2)),
-                            word_of(result(4 * i + 3))));
+          if (live)
+            __stcg(part + int64_t(split) * (kThreads * kBlockN / 8) + i * kThreads + t,
+                   make_uint4(word_of(result(4 * i)), word_of(result(4 * i + 1)), word_of(result(4 * i + 2)),
+                              word_of(result(4 * i + 3))));
         __threadfence();
         named_barrier_sync(1, kThreads);
         if (t == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
@@ -378,7 +381,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         __threadfence();
 #pragma unroll
         for (int i = 0; i < kBlockN / 2; i++) result(i) = 0;
-        for (int other = 0; other < p.splits; other++) {
+        for (int other = 0; live && other < p.splits; other++) {
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; i++) {
             const uint4 w = __ldcg(part + int64_t(other) * (kThreads * kBlockN / 8) + i * kThreads + t);

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The README's result tables from one scripts/device-check run.
+
+Usage: bench/report.py BENCH.jsonl [VS_TORCH.jsonl]
+BENCH.jsonl is qfuse-bench's output (device-check's bench.jsonl), VS_TORCH.jsonl merge.py's
+pairing with torch.compile (device-check's peers.jsonl). Prints markdown: the ceilings, the
+activation-quantization family as percent of copy16, the GEMMs as ratios to cuBLASLt, and every
+VQ row pivoted by variant. Every figure is a row of the files given; nothing is averaged across
+runs.
+"""
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def dims(shape):
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", shape)}
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def span(xs, spec=".2f"):
+    xs = [x for x in xs if x is not None]
+    return f"{min(xs):{spec}}-{max(xs):{spec}}" if xs else "-"
+
+
+def quant(rows, torch):
+    ops = ["quant_per_tensor", "quant_group", "silu_mul_quant_group", "rms_norm_quant", "quant_token",
+           "quant_tensor_dynamic"]
+    tc = {(r["op"], r["variant"], r["shape"]): r["ratio"] for r in torch if r["peer"] == "torch.compile"}
+    cell = {}
+    for r in rows:
+        if r["op"] in ops:
+            d = dims(r["shape"])
+            cell[(r["op"], r["variant"], d.get("M"), d.get("K", d.get("H")))] = r
+    print("| op | variant | M = 4096: % of copy16 at K = 2048 / 7168 / 18432 | M = 16384 | vs torch.compile (M = 16384) |")
+    print("|---|---|---|---|---|")
+    for op in ops:
+        for v in sorted({k[1] for k in cell if k[0] == op}):
+            parts = []
+            for m in (4096, 16384):
+                got = [cell.get((op, v, m, k)) for k in (2048, 7168, 18432)]
+                parts.append(" / ".join(f"{g['pct_floor']:.0f}" if g and g["pct_floor"] else "-" for g in got) + " %")
+            shapes = [g["shape"] for g in (cell.get((op, v, 16384, k)) for k in (2048, 7168, 18432)) if g]
+            ratios = [tc.get((op, v, s)) for s in shapes]
+            rt = " / ".join(f"{x:.2f}" for x in ratios if x) or "-"
+            print(f"| {op} | {v} | {parts[0]} | {parts[1]} | {rt}x |")
+    print()
+
+
+def blockscale(rows):
+    rs = [r for r in rows if r["op"] == "gemm_fp8_blockscale" and r.get("ratio")]
+    if not rs:
+        return
+    nk = sorted({(dims(r["shape"])["N"], dims(r["shape"])["K"]) for r in rs}, key=lambda x: -x[0] * x[1])
+    ms = sorted({dims(r["shape"])["M"] for r in rs})
+    by = {(dims(r["shape"])["M"], dims(r["shape"])["N"], dims(r["shape"])["K"]): r for r in rs}
+    goal = [r["ratio"] for (m, n, k), r in by.items() if m in (64, 128, 4096)]
+    print(f"Block-scaled FP8 vs cuBLASLt block-scaled: geomean {geomean(goal):.2f}x over the {len(goal)} shapes "
+          f"with M in (64, 128, 4096), {geomean([r['ratio'] for r in rs]):.2f}x over all {len(rs)} rows.\n")
+    print("| (N, K) | " + " | ".join(f"M = {m}" for m in ms) + " |")
+    print("|---|" + "---|" * len(ms))
+    for n, k in nk:
+        cells = []
+        for m in ms:
+            r = by.get((m, n, k))
+            if not r:
+                cells.append("-")
+            elif m >= 512:
+                cells.append(f"{r['ratio']:.2f}x ({r['tflops']:.0f} TFLOPS)")
+            else:
+                cells.append(f"{r['ratio']:.2f}x ({r['pct_floor']:.0f}% floor)")
+        print(f"| ({n}, {k}) | " + " | ".join(cells) + " |")
+    print()
+
+
+def scaled(rows):
+    for dt, name in (("e4m3", "FP8"), ("int8", "INT8")):
+        base = [r for r in rows if r["op"] == "gemm_scaled" and r["variant"] == f"{dt}->bf16,token x channel" and r.get("ratio")]
+        if not base:
+            continue
+        small = [r for r in base if dims(r["shape"])["M"] <= 128]
+        large = [r for r in base if dims(r["shape"])["M"] >= 512]
+        huge = [r for r in base if dims(r["shape"])["M"] >= 4096]
+        heavy = [r for r in small if dims(r["shape"])["N"] * dims(r["shape"])["K"] >= 100e6]
+        var = [r for r in rows if r["op"] == "gemm_scaled" and r["variant"].startswith(f"{dt}->bf16,token x channel+")]
+        print(f"- {name}: M <= 128 geomean {geomean([r['ratio'] for r in small]):.2f}x ({span([r['ratio'] for r in small])}x); "
+              f"M >= 512 geomean {geomean([r['ratio'] for r in large]):.2f}x ({span([r['ratio'] for r in large])}x); "
+              f"M >= 4096 {span([r['tflops'] for r in huge], '.0f')} TFLOPS; weight >= 100 MB at M <= 128: "
+              f"{span([r['pct_floor'] for r in heavy], '.0f')}% of the memory floor; epilogue variants / plain: "
+              f"{span([r['ratio'] for r in var])}x")
+    print()
+
+
+def vq(rows):
+    for op in ("vq_gemm", "vq_attention_decode", "vq_encode"):
+        rs = [r for r in rows if r["op"] == op]
+        if not rs:
+            continue
+        table = defaultdict(dict)
+        cols = []
+        for r in rs:
+            fmt, _, var = r["variant"].partition(",fp16")
+            var = var.lstrip(",") or "-"
+            if "(peer)" in r["variant"]:
+                continue  # its time is in the ratios
+            pick = ""
+            if var.startswith("auto="):  # the public call: one column, the heuristic's pick named
+                var, pick = "auto", var[5:] + ": "
+            if var not in cols:
+                cols.append(var)
+            txt = pick + f"{r['us']:.1f}"
+            if r.get("pct_floor") is not None and op != "vq_attention_decode":
+                txt += f", {r['pct_floor']:.0f}%"
+            if r.get("ratio"):
+                txt += f", {r['ratio']:.2f}x"
+            table[(fmt, r["shape"])][var] = txt
+        print(f"{op}: us, % of floor, ratio to the peer (peer us / qfuse us)\n")
+        print("| format | shape | " + " | ".join(cols) + " |")
+        print("|---|---|" + "---|" * len(cols))
+        for (fmt, shape), cells in table.items():
+            print(f"| {fmt} | {shape} | " + " | ".join(cells.get(c, "") for c in cols) + " |")
+        print()
+
+
+def main():
+    rows = load(sys.argv[1])
+    torch = load(sys.argv[2]) if len(sys.argv) > 2 else []
+    for r in rows:
+        if r["op"].startswith("ceiling"):
+            val = f"{r['gbps']:.0f} GB/s" if r["gbps"] else f"{r['tflops']:.0f} TFLOPS"
+            print(f"- {r['device']}, commit {r['commit']}: {r['op']} ({r['variant']}, {r['shape']}): {val}")
+    print()
+    quant(rows, torch)
+    blockscale(rows)
+    scaled(rows)
+    vq(rows)
+
+
+if __name__ == "__main__":
+    main()

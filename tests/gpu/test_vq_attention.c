@@ -1,6 +1,7 @@
 /* qf_vq_attention_decode on CUDA against the CPU reference (float64 over the decoded cache),
- * through the public API (the heuristic's codebook placement) and with each placement forced
- * (qf_cuda_vq_attention_decode_with: global, the paper's GC, and shared, SC).
+ * through the public API (the heuristic's choices) and with each codebook placement (global, the
+ * paper's GC, and shared, SC) and each score technique (decoded K vectors, and the lookup table of
+ * q . entry products) forced through qf_cuda_vq_attention_decode_with.
  *  - Caches: random codes and Gaussian codebook entries written directly. Any codes and entries
  *    make a valid cache, which the kernel must decode as the CPU does; k-means would only make the
  *    test slow. One cache is quantized from Gaussian K and V with qf_vq_quantize instead.
@@ -19,15 +20,23 @@
  *  - Refusals leave o and lse untouched: vector_size 3, head_dim 512, codebooks that change along
  *    the tokens (QF_ERR_UNSUPPORTED), a misaligned fp16 q (QF_ERR_ALIGNMENT).
  *  - QF_VQ_BOOKS (the public call's placement switch): global and shared give the bytes of the
- *    forced calls, shared where the books do not fit and an unknown value are refused. The test
- *    clears the variable for everything else.
+ *    forced calls (same score technique), shared where the books do not fit and an unknown value
+ *    are refused. The test clears the variable for everything else.
+ *  - Forced choices that cannot be used (shared books or score tables that do not fit) are refused
+ *    with a message about shared memory and write nothing; the LUT runs with 1, 4 and 8 query
+ *    heads per block (CQ-4 at D = 128 holds one head's tables only), blocks whose units cross batch
+ *    entries (the tables rebuilt) and both placements.
  * QF_TEST_QUICK=1 (the compute-sanitizer pass): the main matrix at seq_len 1, 7 and 300 with B = 3
  * and groups 1 and 8, the other shapes at 600 tokens at most.
  *
  * Tolerances, per (b, h), from the data (u = 2^-24, S = sm_scale * max_t sum_d |q_d K_td|, vmax =
  * max |V| of the kv head, D the head dim):
  *  - a score is an fp32 dot of D products with the scale folded into q: error <= (D + 2) u S = ds;
- *    each exp2f adds 2 ulp. A weight p_t = exp(s_t - m) is then off by at most 2 ds (relative), so
+ *    through the lookup table it is a sum of D / vs table values per residual, each an fp32 dot of
+ *    vs products: error <= (vs + R D / vs + 1) u S' with S' = sm_scale * max_t sum_d |q_d| sum_r
+ *    |e_rtd| (the residuals' entries taken apart). ds is the larger of the two; with one residual
+ *    (the presets) S' = S and the first is the larger, so the bound is unchanged there. Each exp2f
+ *    adds 2 ulp. A weight p_t = exp(s_t - m) is then off by at most 2 ds (relative), so
  *    o = sum p v / sum p is off by at most 4 ds vmax;
  *  - the fp32 sums of p v and p have at most ~70 roundings in a row (32 tokens per lane and tile,
  *    16 tiles per chunk at 4096 tokens, 5 shuffles, 8 warps, the chunks): 70 u < 1e-5 relative to
@@ -147,6 +156,7 @@ typedef struct {
 
 /* Coverage of the launch plans the forced calls produced. */
 static int ran_shared, ran_global, ran_chunks, ran_multi_unit, ran_multi_tile, ran_head_tiles, ran_single_stage;
+static int ran_lut[9], ran_lut_shared, ran_lut_batches, ran_lut_refused; /* ran_lut[heads per block] */
 static double worst_o, worst_lse; /* the largest error / tolerance seen */
 
 typedef struct {
@@ -186,21 +196,30 @@ static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, u
   /* the bounds of the header comment */
   k->ds = malloc((size_t)(B * Hq) * sizeof *k->ds);
   k->vmax = malloc((size_t)(B * Hq) * sizeof *k->vmax);
-  const int64_t group = Hq / c->Hkv;
+  const int64_t group = Hq / c->Hkv, vs = c->f.vector_size, R = c->f.residuals, E = c->sz.entries;
+  const int64_t per_book = c->f.scope_cols ? c->f.scope_cols / vs : c->C / vs; /* vectors along a row per book */
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < Hq; h++) {
       const int64_t g = h / group;
-      double S = 0.0, vm = 0.0;
+      double S = 0.0, S_parts = 0.0, vm = 0.0;
       for (int64_t t = 0; t < c->T; t++) {
-        const float *kr = c->dec[0] + (b * c->T + t) * c->C + g * D, *vr = c->dec[1] + (b * c->T + t) * c->C + g * D;
-        double s = 0.0;
+        const int64_t n = b * c->T + t;
+        const float *kr = c->dec[0] + n * c->C + g * D, *vr = c->dec[1] + n * c->C + g * D;
+        double s = 0.0, s_parts = 0.0;
         for (int64_t d = 0; d < D; d++) {
-          s += fabs((double)float_get(k->hq, va.qt, (size_t)(b * k->q_ld + h * D + d)) * kr[d]);
+          const double qd = fabs((double)float_get(k->hq, va.qt, (size_t)(b * k->q_ld + h * D + d)));
+          s += qd * fabs((double)kr[d]);
           vm = fmax(vm, fabs((double)vr[d]));
+          const int64_t J = (g * D + d) / vs; /* the vector of the row */
+          for (int64_t r = 0; r < R; r++) {
+            const uint32_t idx = qf_vq_get_index(c->h_codes[0] + (r * c->N + n) * c->sz.row_bytes, J, c->f.index_bits);
+            const int64_t book = r * c->sz.n_books + J / per_book;
+            s_parts += qd * fabs((double)float_get(c->h_books[0], c->f.entry_dtype, (size_t)((book * E + idx) * vs + d % vs)));
+          }
         }
-        S = fmax(S, s);
+        S = fmax(S, s), S_parts = fmax(S_parts, s_parts);
       }
-      k->ds[b * Hq + h] = (double)(D + 2) * 0x1p-24 * k->scale * S;
+      k->ds[b * Hq + h] = fmax((double)(D + 2) * S, (double)(vs + R * (D / vs) + 1) * S_parts) * 0x1p-24 * k->scale;
       k->vmax[b * Hq + h] = vm;
     }
 }
@@ -239,7 +258,7 @@ static qf_status api_call(qf_ctx *ctx, call *k, int gpu) {
   return qf_vq_attention_decode(ctx, &t.q.t, &t.kc, &t.kb, &t.vc, &t.vb, &k->c->f, &t.opts, &t.o.t, &t.lse);
 }
 
-static qf_status forced_call(qf_ctx *gpu, call *k, int placement, qf_vq_attention_config *used) {
+static qf_status forced_call(qf_ctx *gpu, call *k, int placement, int scores, qf_vq_attention_config *used) {
   kv_cache *c = k->c;
   qf_vq_attention_args a;
   memset(&a, 0, sizeof a);
@@ -249,7 +268,7 @@ static qf_status forced_call(qf_ctx *gpu, call *k, int placement, qf_vq_attentio
   a.k = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[0], c->d_books[0], NULL};
   a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL};
   a.B = c->B, a.Hq = k->Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = c->T, a.sm_scale = k->scale;
-  return qf_cuda_vq_attention_decode_with(gpu, &a, placement, used);
+  return qf_cuda_vq_attention_decode_with(gpu, &a, placement, scores, used);
 }
 
 /* Whether the n device bytes at dev still hold OUT_POISON. */
@@ -347,21 +366,32 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
   }
 
   const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED};
-  for (int i = 0; i < 2; i++) {
+  const int techniques[] = {QF_VQ_ATTN_SCORES_DECODE, QF_VQ_ATTN_SCORES_LUT};
+  for (int i = 0; i < 4; i++) {
+    const int placement = placements[i % 2], scores = techniques[i / 2];
     char d2[360];
-    snprintf(d2, sizeof d2, "%s, books in %s", desc, placements[i] == QF_VQ_BOOKS_IN_SHARED ? "shared" : "global");
+    snprintf(d2, sizeof d2, "%s, books in %s, scores by %s", desc, placement == QF_VQ_BOOKS_IN_SHARED ? "shared" : "global",
+             scores == QF_VQ_ATTN_SCORES_LUT ? "LUT" : "decode");
     poison_device(k);
     qf_vq_attention_config used;
-    st = forced_call(gpu, k, placements[i], &used);
-    if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) { /* books too large: nothing written */
+    st = forced_call(gpu, k, placement, scores, &used);
+    /* shared books or score tables too large: nothing written (global decode always fits here) */
+    if (st == QF_ERR_UNSUPPORTED && (placement == QF_VQ_BOOKS_IN_SHARED || scores == QF_VQ_ATTN_SCORES_LUT)) {
       CHECK(strstr(qf_ctx_last_error(gpu), "shared memory") != NULL, "%s: message: %s", d2, qf_ctx_last_error(gpu));
       CUDA_OK(cudaDeviceSynchronize());
       CHECK(still_poisoned(k->d_o, k->o_bytes) && still_poisoned(k->d_lse, k->lse_bytes), "%s: refused, yet o or lse written", d2);
+      ran_lut_refused += scores == QF_VQ_ATTN_SCORES_LUT;
       continue;
     }
     if (!CHECK(st == QF_OK, "%s: gpu: %s", d2, qf_ctx_last_error(gpu))) continue;
     fetch(k);
-    CHECK(used.placement == placements[i], "%s: ran placement %d", d2, used.placement);
+    CHECK(used.placement == placement && used.scores == scores, "%s: ran placement %d, scores %d", d2, used.placement,
+          used.scores);
+    if (used.scores == QF_VQ_ATTN_SCORES_LUT) {
+      ran_lut[used.heads]++;
+      ran_lut_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
+      ran_lut_batches += used.units > used.blocks && c->B > 1;
+    }
     ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
     ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
     ran_chunks += used.n_chunks > 1;
@@ -467,9 +497,14 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
     const char *value;
     int placement;
   } cases[] = {{"global", QF_VQ_BOOKS_IN_GLOBAL}, {"shared", QF_VQ_BOOKS_IN_SHARED}};
+  /* the score technique the public call's heuristic picks with each placement */
+  qf_vq_attention_config auto_cfg[2];
   for (int i = 0; i < 2; i++) {
     char desc[160];
     snprintf(desc, sizeof desc, "%s: QF_VQ_BOOKS=%s", c.name, cases[i].value);
+    if (!CHECK(forced_call(gpu, &k, cases[i].placement, QF_VQ_ATTN_SCORES_AUTO, &auto_cfg[i]) == QF_OK, "%s: plan: %s", desc,
+               qf_ctx_last_error(gpu)))
+      continue;
     setenv("QF_VQ_BOOKS", cases[i].value, 1);
     poison_device(&k);
     st = api_call(gpu, &k, 1);
@@ -480,7 +515,7 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
     memcpy(k.o_first, k.o_got, k.o_bytes);
     memcpy(k.lse_first, k.lse_got, k.lse_bytes);
     poison_device(&k);
-    st = forced_call(gpu, &k, cases[i].placement, NULL);
+    st = forced_call(gpu, &k, cases[i].placement, auto_cfg[i].scores, NULL);
     if (!CHECK(st == QF_OK, "%s: forced: %s", desc, qf_ctx_last_error(gpu))) continue;
     fetch(&k);
     CHECK(!memcmp(k.o_first, k.o_got, k.o_bytes) && !memcmp(k.lse_first, k.lse_got, k.lse_bytes),
@@ -497,17 +532,19 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
   call_free(&k);
   free_cache(&c);
 
-  /* shared where the books do not fit (D = 256: 256 KB of CQ-2 books) */
-  if (!make_cache(cpu, &c, "CQ-2 QF_VQ_BOOKS", cq2, 1, 8, 1, 256, 0, seed)) return;
+  /* shared where the books do not fit, with either score technique: one 65536-entry book of 256 KB */
+  const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0};
+  if (!make_cache(cpu, &c, "VQ<2,16,1> QF_VQ_BOOKS", big, 1, 8, 1, 64, 0, seed)) return;
   call_init(&k, &c, 1, va, 0, seed);
   setenv("QF_VQ_BOOKS", "shared", 1);
   poison_device(&k);
   st = api_call(gpu, &k, 1);
   unsetenv("QF_VQ_BOOKS");
   CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS=shared") != NULL,
-        "QF_VQ_BOOKS=shared at D=256: %s (%s)", qf_status_str(st), qf_ctx_last_error(gpu));
+        "QF_VQ_BOOKS=shared with a 65536-entry book: %s (%s)", qf_status_str(st), qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
-  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes), "QF_VQ_BOOKS=shared at D=256: o or lse written");
+  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes),
+        "QF_VQ_BOOKS=shared with a 65536-entry book: o or lse written");
   call_free(&k);
   free_cache(&c);
 }
@@ -576,6 +613,8 @@ int main(void) {
       /* many heads: few blocks per head, so units of several tiles and blocks of several units */
       {"CQ-2 32 heads", cq2, 3, 1000, 600, 32, 128, 1, 0},
       {"CQ-4 64 heads", cq4, 1, 4096, 600, 64, 128, 1, 0},
+      /* more batch entries than blocks per head: runs that cross batch entries (the LUT rebuilt) */
+      {"CQ-2 64 heads 5 batch entries", cq2, 5, 300, 300, 64, 128, 1, 0},
   };
   for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++) {
     kv_cache c;
@@ -604,6 +643,10 @@ int main(void) {
         ran_multi_tile);
   CHECK(ran_head_tiles > 0 && ran_single_stage > 0, "two head tiles per kv head and single-buffered codes ran (%d, %d)",
         ran_head_tiles, ran_single_stage);
+  CHECK(ran_lut[1] > 0 && ran_lut[4] > 0 && ran_lut[8] > 0 && ran_lut_shared > 0 && ran_lut_batches > 0 && ran_lut_refused > 0,
+        "the LUT ran with 1, 4 and 8 heads per block (%d, %d, %d), with shared books (%d), with units of several batch "
+        "entries per block (%d), and was refused where its tables do not fit (%d)",
+        ran_lut[1], ran_lut[4], ran_lut[8], ran_lut_shared, ran_lut_batches, ran_lut_refused);
   printf("worst error / tolerance: o %.3f, lse %.3f\n", worst_o, worst_lse);
 
   qf_ctx_destroy(gpu);

@@ -3,11 +3,12 @@
  * (fp16_decode.cu), on the same device in the same run.
  *  - Shapes: Llama-7B attention (Hq = Hkv = 32, D = 128, fp16 q and o) at seq_len 1024 and 4096,
  *    batch 1 and 8 (--m selects a batch size).
- *  - Rows: "cq2,fp16,auto=SC" (or =GC) is the public call, the heuristic's codebook placement
- *    named (QF_VQ_BOOKS set in the environment changes what it runs; a note says so); "cq2,fp16,GC"
- *    and "cq2,fp16,SC" force each placement through qf_cuda_vq_attention_decode_with (the paper's
- *    baselines; a placement the kernel cannot use prints "skipped: ..." and gives no row); the
- *    same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes. The qfuse
+ *  - Rows: "cq2,fp16,auto=SC+LUT" (or =GC, =SC, =GC+LUT) is the public call, the heuristic's
+ *    codebook placement and score technique named (QF_VQ_BOOKS set in the environment changes the
+ *    placement it runs; a note says so); "cq2,fp16,GC" and "cq2,fp16,SC" force each placement with
+ *    decoded K vectors through qf_cuda_vq_attention_decode_with (the paper's baselines),
+ *    "cq2,fp16,GC+LUT" and "cq2,fp16,SC+LUT" with the scores through the q . entry lookup table (a
+ *    choice the kernel cannot use prints "skipped: ..." and gives no row); the same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes. The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -115,7 +116,7 @@ typedef struct {
   void *q, *o, *o_peer, *ws;
   float *lse, *lse_peer;
   size_t ws_bytes;
-  int placement; /* for run_forced */
+  int placement, scores; /* for run_forced */
   int64_t qshape[2], lshape[2], cshape[3], bshape[4];
   DLTensor tq, to, tl, kc, kb, vc, vb;
   qf_vq_attention_opts opts;
@@ -131,8 +132,9 @@ static int run_api(void *arg) {
 
 static int run_forced(void *arg) {
   att_call *a = arg;
-  qf_status st = qf_cuda_vq_attention_decode_with(a->ctx, &a->args, a->placement, NULL);
-  if (st != QF_OK) fprintf(stderr, "qf_vq_attention_decode (placement %d): %s\n", a->placement, qf_ctx_last_error(a->ctx));
+  qf_status st = qf_cuda_vq_attention_decode_with(a->ctx, &a->args, a->placement, a->scores, NULL);
+  if (st != QF_OK)
+    fprintf(stderr, "qf_vq_attention_decode (placement %d, scores %d): %s\n", a->placement, a->scores, qf_ctx_last_error(a->ctx));
   return st != QF_OK;
 }
 
@@ -224,29 +226,35 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
   peer.us = qfb_time_us(b, run_peer, &a);
   peer.floor_us = qfb_floor_us(b, fp16_bytes, 0.0, 0.0);
 
-  /* the heuristic's placement, named in the public call's row */
+  /* the heuristic's choices, named in the public call's row */
   qf_vq_attention_config cfg;
-  if (qf_cuda_vq_attention_decode_with(ctx, &a.args, QF_VQ_BOOKS_AUTO, &cfg) != QF_OK) {
+  if (qf_cuda_vq_attention_decode_with(ctx, &a.args, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO, &cfg) != QF_OK) {
     fprintf(stderr, "bench_vq_attention: %s %s: %s\n", name, shape, qf_ctx_last_error(ctx));
     rc = 1;
     goto done;
   }
+  char auto_suffix[32];
+  snprintf(auto_suffix, sizeof auto_suffix, ",auto=%s%s", cfg.placement == QF_VQ_BOOKS_IN_SHARED ? "SC" : "GC",
+           cfg.scores == QF_VQ_ATTN_SCORES_LUT ? "+LUT" : "");
   const struct {
     const char *suffix;
-    int forced, placement;
-  } runs[] = {{cfg.placement == QF_VQ_BOOKS_IN_SHARED ? ",auto=SC" : ",auto=GC", 0, QF_VQ_BOOKS_AUTO},
-              {",GC", 1, QF_VQ_BOOKS_IN_GLOBAL},
-              {",SC", 1, QF_VQ_BOOKS_IN_SHARED}};
+    int forced, placement, scores;
+  } runs[] = {{auto_suffix, 0, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO},
+              {",GC", 1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_ATTN_SCORES_DECODE},
+              {",SC", 1, QF_VQ_BOOKS_IN_SHARED, QF_VQ_ATTN_SCORES_DECODE},
+              {",GC+LUT", 1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_ATTN_SCORES_LUT},
+              {",SC+LUT", 1, QF_VQ_BOOKS_IN_SHARED, QF_VQ_ATTN_SCORES_LUT}};
   rc = peer.us > 0 ? 0 : 1;
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
     snprintf(variant, sizeof variant, "%s,fp16%s", name, runs[i].suffix);
-    if (runs[i].forced && qf_cuda_vq_attention_decode_with(ctx, &a.args, runs[i].placement, NULL) == QF_ERR_UNSUPPORTED) {
+    if (runs[i].forced &&
+        qf_cuda_vq_attention_decode_with(ctx, &a.args, runs[i].placement, runs[i].scores, NULL) == QF_ERR_UNSUPPORTED) {
       printf("skipped: vq_attention_decode %s %s: %s\n", variant, shape, qf_ctx_last_error(ctx));
       continue;
     }
     qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = vq_bytes, .flops = flops,
                    .peer = peer.us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer.us > 0 ? peer.us : 0.0};
-    a.placement = runs[i].placement;
+    a.placement = runs[i].placement, a.scores = runs[i].scores;
     row.us = qfb_time_us(b, runs[i].forced ? run_forced : run_api, &a);
     row.floor_us = qfb_floor_us(b, vq_bytes, 0.0, 0.0);
     qfb_emit(b, &row);

@@ -1,6 +1,7 @@
 // Entry points of VQ attention decode on CUDA: the limits of the kernels, the launch plan
-// (vq_attention_heuristic.h), the workspace for the chunks' partials, the two launches (chunk
-// kernel, then merge kernel) on the context's stream, and the QF_VQ_BOOKS switch of the public call.
+// (vq_attention_heuristic.h: score technique, codebook placement, split), the workspace for the
+// chunks' partials, the two launches (chunk kernel, then merge kernel) on the context's stream, and
+// the QF_VQ_BOOKS switch of the public call (the score technique is the heuristic's there).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -15,44 +16,53 @@ const char kOp[] = "qf_vq_attention_decode";
 
 using chunk_kernel_t = void (*)(vq_attention_params);
 
-// The instantiations, from one list each: vector sizes, head buckets, entry dtypes, placements.
+// The instantiations, from one list each: vector sizes, head buckets, entry dtypes, placements,
+// score techniques.
 #define QF_VQ_ATTN_VECTOR_SIZES(X) X(2) X(4) X(8)
 #define QF_VQ_ATTN_HEAD_BUCKETS(X) X(1) X(4) X(8)
 #define QF_VQ_ATTN_COUNT(x) +1
 constexpr int kVectorSizes = 0 QF_VQ_ATTN_VECTOR_SIZES(QF_VQ_ATTN_COUNT);
 constexpr int kHeadBuckets = 0 QF_VQ_ATTN_HEAD_BUCKETS(QF_VQ_ATTN_COUNT);
-constexpr int kKernels = kVectorSizes * kHeadBuckets * 2 * 2;
+constexpr int kKernels = kVectorSizes * kHeadBuckets * 2 * 2 * 2;
 #undef QF_VQ_ATTN_COUNT
 
 // Each level picks its template argument and adds its index to `slot` (the kernel's place among
 // kKernels, for the per-kernel shared-memory opt-in); nullptr for a size without a kernel.
-template <class Placement, typename E, int kHeads>
+template <class Scores, class Placement, typename E, int kHeads>
 chunk_kernel_t pick_vs(int vs, int &slot) {
   slot *= kVectorSizes;
-#define QF_VQ_ATTN_VS_CASE(VS)                                                  \
-  if (vs == VS) return vq_attention_chunk_kernel<VS, E, kHeads, Placement>; \
+#define QF_VQ_ATTN_VS_CASE(VS)                                                          \
+  if (vs == VS) return vq_attention_chunk_kernel<VS, E, kHeads, Placement, Scores>; \
   slot++;
   QF_VQ_ATTN_VECTOR_SIZES(QF_VQ_ATTN_VS_CASE)
 #undef QF_VQ_ATTN_VS_CASE
   return nullptr;
 }
 
-template <class Placement, typename E>
+template <class Scores, class Placement, typename E>
 chunk_kernel_t pick_heads(int heads, int vs, int &slot) {
   slot *= kHeadBuckets;
-#define QF_VQ_ATTN_HEADS_CASE(H)                              \
-  if (heads == H) return pick_vs<Placement, E, H>(vs, slot); \
+#define QF_VQ_ATTN_HEADS_CASE(H)                                      \
+  if (heads == H) return pick_vs<Scores, Placement, E, H>(vs, slot); \
   slot++;
   QF_VQ_ATTN_HEAD_BUCKETS(QF_VQ_ATTN_HEADS_CASE)
 #undef QF_VQ_ATTN_HEADS_CASE
   return nullptr;
 }
 
-chunk_kernel_t pick(bool shared, bool bf16, int heads, int vs, int &slot) {
-  slot = (shared ? 2 : 0) + (bf16 ? 1 : 0);
+template <class Scores>
+chunk_kernel_t pick_books(bool shared, bool bf16, int heads, int vs, int &slot) {
   if (shared)
-    return bf16 ? pick_heads<VqAttnBooksInShared, vq_bf16>(heads, vs, slot) : pick_heads<VqAttnBooksInShared, vq_f16>(heads, vs, slot);
-  return bf16 ? pick_heads<VqAttnBooksInGlobal, vq_bf16>(heads, vs, slot) : pick_heads<VqAttnBooksInGlobal, vq_f16>(heads, vs, slot);
+    return bf16 ? pick_heads<Scores, VqAttnBooksInShared, vq_bf16>(heads, vs, slot)
+                : pick_heads<Scores, VqAttnBooksInShared, vq_f16>(heads, vs, slot);
+  return bf16 ? pick_heads<Scores, VqAttnBooksInGlobal, vq_bf16>(heads, vs, slot)
+              : pick_heads<Scores, VqAttnBooksInGlobal, vq_f16>(heads, vs, slot);
+}
+
+chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &slot) {
+  slot = (lut ? 4 : 0) + (shared ? 2 : 0) + (bf16 ? 1 : 0);
+  return lut ? pick_books<VqAttnScoresByLut>(shared, bf16, heads, vs, slot)
+             : pick_books<VqAttnScoresByDecode>(shared, bf16, heads, vs, slot);
 }
 
 bool element_aligned(const qf_mat *m) { return reinterpret_cast<uintptr_t>(m->data) % qf_dtype_size(m->dtype) == 0; }
@@ -65,7 +75,7 @@ qf_status launch_merge(qf_ctx *ctx, const vq_attention_merge_params &mp, int64_t
 
 }  // namespace
 
-extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_attention_args *a, int placement,
+extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_attention_args *a, int placement, int scores,
                                                       qf_vq_attention_config *used) {
   const qf_vq_format &f = a->k.fmt;
   const int vs = f.vector_size;
@@ -93,18 +103,23 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const qf_vq_attention_problem pb = {a->B, a->Hq, a->Hkv, a->D, a->seq_len, vs, f.index_bits, f.residuals,
                                       a->k.sz.entries, f.scope_cols ? f.scope_cols / vs : row_vectors};
   qf_vq_attention_config cfg;
-  if (!qf_vq_attention_layout(&pb, ctx->sm_count, ctx->smem_optin, placement, &cfg))
+  if (!qf_vq_attention_layout(&pb, ctx->sm_count, ctx->smem_optin, placement, scores, &cfg)) {
+    const char *what = scores == QF_VQ_ATTN_SCORES_LUT
+                           ? (placement == QF_VQ_BOOKS_IN_SHARED ? "the score tables of a query head, the head's V codebooks and a code tile"
+                                                                 : "the score tables of a query head and a code tile")
+                           : (placement == QF_VQ_BOOKS_IN_SHARED ? "the head's K and V codebooks plus a code tile" : "a code tile");
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
                    "%s: %s does not fit the %zu bytes of shared memory of a block (vector_size %d, %d-bit indices, "
                    "%d residuals, head_dim %lld)",
-                   kOp, placement == QF_VQ_BOOKS_IN_SHARED ? "the head's K and V codebooks plus a code tile" : "a code tile",
-                   ctx->smem_optin, vs, f.index_bits, f.residuals, static_cast<long long>(a->D));
+                   kOp, what, ctx->smem_optin, vs, f.index_bits, f.residuals, static_cast<long long>(a->D));
+  }
   if (a->Hkv * cfg.head_tiles > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,
                    static_cast<long long>(a->Hkv), cfg.head_tiles);
 
   int slot = 0;
-  const chunk_kernel_t kernel = pick(cfg.placement == QF_VQ_BOOKS_IN_SHARED, f.entry_dtype == QF_BF16, cfg.heads, vs, slot);
+  const chunk_kernel_t kernel =
+      pick(cfg.scores == QF_VQ_ATTN_SCORES_LUT, cfg.placement == QF_VQ_BOOKS_IN_SHARED, f.entry_dtype == QF_BF16, cfg.heads, vs, slot);
   if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
 
   // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
@@ -169,6 +184,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   }
   p.vectors_per_lane = cfg.vectors_per_lane;
   p.books_bytes = static_cast<uint32_t>(cfg.books_bytes);
+  p.lut_bytes = static_cast<uint32_t>(cfg.lut_bytes);
   p.codes_bytes = static_cast<uint32_t>(cfg.codes_bytes);
 
   const dim3 grid(static_cast<unsigned>(cfg.blocks), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
@@ -198,7 +214,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode(qf_ctx *ctx, const qf_vq_attent
   qf_status st = qf_vq_books_from_env(ctx, kOp, &placement, &forced);
   if (st != QF_OK) return st;
   if ((st = qf_vq_unverified(ctx, kOp, "VQ attention decode")) != QF_OK) return st;
-  st = qf_cuda_vq_attention_decode_with(ctx, a, placement, nullptr);
+  st = qf_cuda_vq_attention_decode_with(ctx, a, placement, QF_VQ_ATTN_SCORES_AUTO, nullptr);
   if (st == QF_ERR_UNSUPPORTED && placement != QF_VQ_BOOKS_AUTO) {  // say where the placement came from
     char why[sizeof ctx->error];
     std::strncpy(why, ctx->error, sizeof why - 1);

@@ -13,14 +13,24 @@
 //   bytes at a time (a head's bits need not start on a 16-byte boundary), double-buffered: the next
 //   tile is in flight while this one is computed. Staged rows are an odd number of words apart, so
 //   a warp reading one word of 32 rows touches 32 banks.
-// - Scores: one thread per token decodes the token's D / vs K vectors (entries summed over the
-//   residuals in fp32) and dots them with the kHeads query heads, staged once per unit as fp32 in
-//   shared memory and multiplied by sm_scale * log2(e). The scores are therefore in log2 units and
-//   exp2f gives the exponentials (2 ulp); the scale costs nothing per token.
+// - q is staged once per unit as fp32 in shared memory, multiplied by sm_scale * log2(e): the
+//   scores are in log2 units and exp2f gives the exponentials (2 ulp); the scale costs nothing per
+//   token. Scores are a compile-time policy, for the ablation; one thread per token either way:
+//   VqAttnScoresByDecode decodes the token's D / vs K vectors (entries summed over the residuals in
+//   fp32) and dots them with the kHeads query heads; VqAttnScoresByLut (the paper's lookup table)
+//   first builds, whenever the batch entry changes, lut[h][r][j][e] = q_h[vector j] . entry e of
+//   vector j's residual-r K book (fp32, an fma chain over the vs elements) in shared memory, and a
+//   score is then sum_j sum_r lut[h][r][j][index]: one 4-byte shared load and one add per index
+//   instead of an entry load, vs conversions and vs fmas. The K books stay in global memory (read
+//   once per build). The rounding differs from the decode (vs + V R roundings of products of single
+//   entries instead of D of the summed entry), within the same bound for one residual.
 // - Softmax, online per tile, one warp per head: the tile's max, the new running max m, the
 //   probabilities p = exp2(s - m) in place of the scores, l = l * exp2(m_old - m) + sum p.
 // - Values: lanes_per_token lanes share a token, each decoding vectors_per_lane consecutive V
-//   vectors (up to 8 channels) of it; the lane groups and warps take the tile's tokens in turn.
+//   vectors (up to 8 channels) of it; the lane groups and warps take the tile's tokens in turn. A
+//   lane's vectors sit at the same bits of every token's row, so their word offsets, shifts and
+//   book offsets are computed once per block; a token costs the lane its code words (one shared
+//   word, broadcast to the lanes that share it), an entry load and vs fmas per vector and head.
 //   Each lane keeps kHeads x 8 fp32 accumulators, rescaled by exp2(m_old - m) at every tile. At the
 //   end of a unit, shuffles add the lane groups of a warp and shared memory the warps, in a fixed
 //   order (no atomics): a run repeats bit for bit for the same launch plan.
@@ -31,8 +41,9 @@
 //   CPU's exp(-inf - -inf). One difference: an Inf value in V meets a probability that underflows
 //   to 0 in fp32 sooner than in float64 (0 * Inf = NaN where the CPU may still have Inf).
 // - Codebook placement is a compile-time policy, for the ablation: VqAttnBooksInShared (the paper's
-//   SC) copies the head's K and V books into shared memory once per block; VqAttnBooksInGlobal
-//   (GC) reads every entry through the read-only path (L1, then L2).
+//   SC) copies the head's books into shared memory once per block (K and V with decoded scores, V
+//   only with the LUT); VqAttnBooksInGlobal (GC) reads every entry through the read-only path (L1,
+//   then L2).
 #pragma once
 
 #include <cuda_pipeline_primitives.h>
@@ -45,6 +56,12 @@ struct VqAttnBooksInGlobal {
 };
 struct VqAttnBooksInShared {
   static constexpr bool kShared = true;
+};
+struct VqAttnScoresByDecode {
+  static constexpr bool kLut = false;
+};
+struct VqAttnScoresByLut {
+  static constexpr bool kLut = true;
 };
 
 constexpr int kVqAttnThreads = QF_VQ_ATTN_THREADS;
@@ -71,7 +88,7 @@ struct vq_attention_params {
   int vectors_per_book, book_shift;  // a row's vector J is in book J / vectors_per_book (J >> book_shift if >= 0)
   int books_per_head, code_words, stages;
   int lane_shift, vectors_per_lane;  // values phase: log2(lanes_per_token)
-  uint32_t books_bytes, codes_bytes; // shared-memory carve-out
+  uint32_t books_bytes, lut_bytes, codes_bytes;  // shared-memory carve-out
 };
 
 struct vq_attention_merge_params {
@@ -204,17 +221,46 @@ __device__ __forceinline__ void vq_attn_stage_codes(const vq_attention_params &p
   __pipeline_commit();
 }
 
-template <int kVS, typename E, int kHeads, class Placement>
-__global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(const __grid_constant__ vq_attention_params p) {
-  constexpr bool kShared = Placement::kShared;
+// Fills the score tables of the head tile's nh query heads (layout [kHeads][R][V][entries], the
+// staged q) from the head's K books in global memory: thread i computes the entries i, i + threads,
+// ... of every head, reading each entry once.
+template <int kVS, typename E, int kHeads>
+__device__ __forceinline__ void vq_attn_build_lut(const vq_attention_params &p, const float *q_s, float *lut_s, int g, int nh) {
+  const int V = p.vectors, bits = p.bits;
+  const int per_res = V << bits, per_head = p.residuals * per_res;
+  const int64_t book_elems = static_cast<int64_t>(p.entries) * kVS;
+  for (int i = threadIdx.x; i < per_head; i += kVqAttnThreads) {
+    const int r = i / per_res, j = (i - r * per_res) >> bits, e = i & (p.entries - 1);
+    const int64_t book = r * p.n_books + vq_attn_book(p, g * V + j);
+    float ent[kVS];
+    vq_load_entry<kVS, true>(E{}, p.books[0] + book * book_elems + static_cast<int64_t>(e) * kVS, ent);
+#pragma unroll
+    for (int h = 0; h < kHeads; h++) {
+      if (h < nh) {
+        float qv[kVS];
+        vq_attn_load_f32<kVS>(q_s + h * p.D + j * kVS, qv);
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kVS; c++) dot = fmaf(qv[c], ent[c], dot);
+        lut_s[h * per_head + i] = dot;
+      }
+    }
+  }
+}
+
+template <int kVS, typename E, int kHeads, class Placement, class Scores>
+__global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
+    vq_attention_chunk_kernel(const __grid_constant__ vq_attention_params p) {
+  constexpr bool kShared = Placement::kShared, kLut = Scores::kLut;
   constexpr int kVPL = 8 / kVS;  // vectors per lane in the values phase, at most (D <= 256)
   static_assert(kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4 and 8");
   static_assert(kHeads == 1 || kHeads == 4 || kHeads == 8, "head buckets 1, 4 and 8");
 
   extern __shared__ __align__(16) uint8_t smem[];
-  uint16_t *books_s = reinterpret_cast<uint16_t *>(smem);                            // [K, V][R][books_per_head][entries][vs]
-  uint32_t *codes_s = reinterpret_cast<uint32_t *>(smem + p.books_bytes);            // [stages][K, V][R][kTile][code_words]
-  float *q_s = reinterpret_cast<float *>(smem + p.books_bytes + p.codes_bytes);      // [kHeads][D]
+  uint16_t *books_s = reinterpret_cast<uint16_t *>(smem);                            // [K (decode only), V][R][books_per_head][entries][vs]
+  float *lut_s = reinterpret_cast<float *>(smem + p.books_bytes);                    // [kHeads][R][V][entries] (LUT only)
+  uint32_t *codes_s = reinterpret_cast<uint32_t *>(smem + p.books_bytes + p.lut_bytes);        // [stages][K, V][R][kTile][code_words]
+  float *q_s = reinterpret_cast<float *>(smem + p.books_bytes + p.lut_bytes + p.codes_bytes);  // [kHeads][D]
   float *s_s = q_s + kHeads * p.D;                                                   // [kHeads][kTile]: scores, then p
   float *m_s = s_s + kHeads * kVqAttnTile;                                           // [kHeads] running max
   float *l_s = m_s + kHeads;                                                         // [kHeads] running sum
@@ -233,19 +279,20 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(c
   const int words = static_cast<int>(((head_bit + static_cast<uint32_t>(V * bits) + 31u) >> 5) - w0);
   const int first_book = vq_attn_book(p, g * V);
 
-  // ---- codebooks: the head's books of both matrices (SC), or pointers into global memory (GC) ----
+  // ---- codebooks: the head's books (SC: K and V, or V only with the LUT), or pointers into global memory (GC) ----
   const int64_t book_elems = static_cast<int64_t>(p.entries) * kVS;
   const uint16_t *kbooks, *vbooks;
   int64_t res_stride;
   if constexpr (kShared) {
+    constexpr int kFirst = kLut ? 1 : 0;  // the LUT reads no K entry in the scoring loop
     res_stride = p.books_per_head * book_elems;
     kbooks = books_s;
-    vbooks = books_s + R * res_stride;
+    vbooks = books_s + (1 - kFirst) * R * res_stride;
     const int64_t n = (vq_attn_book(p, g * V + V - 1) - first_book + 1) * book_elems;  // this head's books
-    for (int kv = 0; kv < 2; kv++)
+    for (int kv = kFirst; kv < 2; kv++)
       for (int r = 0; r < R; r++) {
         const uint16_t *src = p.books[kv] + (r * p.n_books + first_book) * book_elems;
-        uint16_t *dst = books_s + (kv * R + r) * res_stride;
+        uint16_t *dst = books_s + ((kv - kFirst) * R + r) * res_stride;
         if (book_elems % 8 == 0) {  // whole books of 16-byte multiples: 16-byte copies
           for (int64_t i = tid; i < n / 8; i += kVqAttnThreads)
             reinterpret_cast<uint4 *>(dst)[i] = __ldg(reinterpret_cast<const uint4 *>(src) + i);
@@ -265,10 +312,21 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(c
   const int u_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * p.units / gridDim.x);
   if (u_begin >= u_end) return;
 
-  // Values phase: this lane's token slot and vectors.
+  // Values phase: this lane's token slot and vectors j0 + i, their code words, shifts and books.
   const int lanes_per_token = 1 << p.lane_shift, slot = lane >> p.lane_shift, lit = lane & (lanes_per_token - 1);
   const int slots = kVqAttnWarps * (32 >> p.lane_shift);  // tokens in flight per step of the block
   const int vpl = p.vectors_per_lane, j0 = lit * vpl;
+  int v_word[kVPL], v_book[kVPL];
+  uint32_t v_shift[kVPL];
+  bool v_hi[kVPL], v_on[kVPL];
+#pragma unroll
+  for (int i = 0; i < kVPL; i++) {
+    const uint32_t bit = b_off + static_cast<uint32_t>((j0 + i) * bits);
+    v_on[i] = i < vpl && j0 + i < V;
+    v_word[i] = static_cast<int>(bit >> 5), v_shift[i] = bit & 31u;
+    v_hi[i] = v_shift[i] + static_cast<uint32_t>(bits) > 32u;  // the index straddles two words, both in the row
+    v_book[i] = v_on[i] ? static_cast<int>((vq_attn_book(p, g * V + j0 + i) - first_book) * book_elems) : 0;
+  }
 
   float acc[kHeads][kVPL][kVS];
 #pragma unroll
@@ -278,11 +336,12 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(c
 #pragma unroll
       for (int c = 0; c < kVS; c++) acc[h][i][c] = 0.0f;
 
+  int64_t lut_b = -1;  // the batch entry the score tables were built for
   vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
   if (p.stages == 2) vq_attn_stage_codes(p, t, 0, codes_s, w0, words);
   for (int it = 0; t.unit < u_end; it++, t = vq_attn_next(p, t)) {
     const int stage = p.stages == 2 ? (it & 1) : 0;
-    __syncthreads();  // every thread is done with the previous tile (its code buffer, scores, q)
+    __syncthreads();  // every thread is done with the previous tile (its code buffer, scores, q, tables)
     if (p.stages == 2) {
       const vq_attn_tile next = vq_attn_next(p, t);
       if (next.unit < u_end) vq_attn_stage_codes(p, next, stage ^ 1, codes_s, w0, words);
@@ -299,8 +358,15 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(c
       if (tid < kHeads) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
     }
     __syncthreads();  // codes landed (every thread's copies), q staged
+    if constexpr (kLut) {
+      if (t.b != lut_b) {  // the same for every thread: a new batch entry's query heads
+        vq_attn_build_lut<kVS, E, kHeads>(p, q_s, lut_s, g, nh);
+        lut_b = t.b;
+        __syncthreads();
+      }
+    }
 
-    // ---- scores: thread tid decodes token t0 + tid's K vectors and dots them with every head ----
+    // ---- scores: thread tid scores token t0 + tid against every head ----
     if (tid < t.count) {
       const uint32_t *rows[kVqAttnMaxResiduals];
 #pragma unroll
@@ -311,19 +377,37 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(c
       float dot[kHeads];
 #pragma unroll
       for (int h = 0; h < kHeads; h++) dot[h] = 0.0f;
-#pragma unroll 4  // independent entry loads in flight: one block per SM in shared placement
-      for (int j = 0; j < V; j++) {
-        float kv[kVS];
-        const int64_t book_off = static_cast<int64_t>(vq_attn_book(p, g * V + j) - first_book) * book_elems;
-        vq_attn_decode<kVS, !kShared, E>(kbooks, res_stride, book_off, rd, R, mask, kv);
-        rd.advance(rows, R, bits, static_cast<uint32_t>(words));
+      if constexpr (kLut) {
+        const int per_res = V << bits, per_head = R * per_res;
+#pragma unroll 4  // independent table loads in flight
+        for (int j = 0; j < V; j++) {
+          const float *lut_j = lut_s + (j << bits);
 #pragma unroll
-        for (int h = 0; h < kHeads; h++) {
-          if (h < nh) {
-            float qv[kVS];
-            vq_attn_load_f32<kVS>(q_s + h * D + j * kVS, qv);
+          for (int r = 0; r < kVqAttnMaxResiduals; r++) {
+            if (r < R) {
+              const float *lut_jr = lut_j + r * per_res + rd.index(r, mask);
 #pragma unroll
-            for (int c = 0; c < kVS; c++) dot[h] = fmaf(qv[c], kv[c], dot[h]);
+              for (int h = 0; h < kHeads; h++)
+                if (h < nh) dot[h] += lut_jr[h * per_head];
+            }
+          }
+          rd.advance(rows, R, bits, static_cast<uint32_t>(words));
+        }
+      } else {
+#pragma unroll 4  // independent entry loads in flight
+        for (int j = 0; j < V; j++) {
+          float kv[kVS];
+          const int64_t book_off = static_cast<int64_t>(vq_attn_book(p, g * V + j) - first_book) * book_elems;
+          vq_attn_decode<kVS, !kShared, E>(kbooks, res_stride, book_off, rd, R, mask, kv);
+          rd.advance(rows, R, bits, static_cast<uint32_t>(words));
+#pragma unroll
+          for (int h = 0; h < kHeads; h++) {
+            if (h < nh) {
+              float qv[kVS];
+              vq_attn_load_f32<kVS>(q_s + h * D + j * kVS, qv);
+#pragma unroll
+              for (int c = 0; c < kVS; c++) dot[h] = fmaf(qv[c], kv[c], dot[h]);
+            }
           }
         }
       }
@@ -369,25 +453,31 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1) vq_attention_chunk_kernel(c
         for (int c = 0; c < kVS; c++) acc[h][i][c] *= corr;
     }
     if (j0 < V) {
-      const uint32_t bit = b_off + static_cast<uint32_t>(j0 * bits);
+      const uint32_t *vrows = codes_s + static_cast<int64_t>(stage * 2 + 1) * R * kVqAttnTile * p.code_words;
+      const int res_words = kVqAttnTile * p.code_words;  // from one residual's rows to the next
 #pragma unroll 2
       for (int tok = warp * (32 >> p.lane_shift) + slot; tok < t.count; tok += slots) {
-        const uint32_t *rows[kVqAttnMaxResiduals];
-#pragma unroll
-        for (int r = 0; r < kVqAttnMaxResiduals; r++)
-          rows[r] = codes_s + ((static_cast<int64_t>(stage * 2 + 1) * R + (r < R ? r : 0)) * kVqAttnTile + tok) * p.code_words;
-        vq_attn_reader rd;
-        rd.start(rows, R, bit, static_cast<uint32_t>(words));
+        const uint32_t *row = vrows + tok * p.code_words;
         float pw[kHeads];
 #pragma unroll
         for (int h = 0; h < kHeads; h++) pw[h] = h < nh ? s_s[h * kVqAttnTile + tok] : 0.0f;
 #pragma unroll
         for (int i = 0; i < kVPL; i++) {
-          if (i < vpl && j0 + i < V) {
+          if (v_on[i]) {
             float vv[kVS];
-            const int64_t book_off = static_cast<int64_t>(vq_attn_book(p, g * V + j0 + i) - first_book) * book_elems;
-            vq_attn_decode<kVS, !kShared, E>(vbooks, res_stride, book_off, rd, R, mask, vv);
-            rd.advance(rows, R, bits, static_cast<uint32_t>(words));
+#pragma unroll
+            for (int c = 0; c < kVS; c++) vv[c] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < kVqAttnMaxResiduals; r++) {  // entries summed in residual order, as the CPU's decode
+              if (r < R) {
+                const uint32_t *rr = row + r * res_words;
+                const uint32_t idx = __funnelshift_r(rr[v_word[i]], v_hi[i] ? rr[v_word[i] + 1] : 0u, v_shift[i]) & mask;
+                float e[kVS];
+                vq_load_entry<kVS, !kShared>(E{}, vbooks + r * res_stride + v_book[i] + static_cast<int64_t>(idx) * kVS, e);
+#pragma unroll
+                for (int c = 0; c < kVS; c++) vv[c] += e[c];
+              }
+            }
 #pragma unroll
             for (int h = 0; h < kHeads; h++)
 #pragma unroll

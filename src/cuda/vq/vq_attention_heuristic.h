@@ -1,21 +1,37 @@
-/* Launch plan of the VQ attention decode kernels (vq_attention.cuh): where the codebooks live, how
- * many query heads a block serves, the shared-memory layout, and how the sequence is cut into
- * chunks. Host code only, C and C++: the kernels see the result through their parameters.
+/* Launch plan of the VQ attention decode kernels (vq_attention.cuh): how scores are formed, where
+ * the codebooks live, how many query heads a block serves, the shared-memory layout, and how the
+ * sequence is cut into chunks. Host code only, C and C++: the kernels see the result through their
+ * parameters.
  *
  * NOTES:
  * - The unit of work is (batch entry, chunk of tokens) for one kv head; a block owns a contiguous
  *   run of units of one head tile, so what it stages once (the head's codebooks in shared
  *   placement) serves every unit of the run. CQ codebooks belong to channels and are shared by all
  *   tokens, so a run may cross batch entries.
- * - Chunks: as few as give every head tile enough blocks to fill the device (blocks per SM from
- *   the occupancy calculator), never shorter than a tile of QF_VQ_ATTN_TILE tokens. Fewer chunks
- *   means less partial (m, l, o) traffic through the workspace and a cheaper merge.
- * - Shared placement (the paper's SC) copies 2 x residuals x books_per_head x entries x
- *   vector_size entries (K and V) into every block: 128 KB for CQ-2 and CQ-4 at D = 128. It pays
- *   when a block looks entries up several times per copied entry; global placement (GC) reads
- *   each lookup through L1 / L2 instead, and is what remains when the books do not fit (D = 256
- *   with CQ-2 or CQ-4: 256 KB). The threshold of 4 lookups per copied entry is a first guess, to
- *   be tuned with the bench's GC and SC rows.
+ * - Scores, a technique switch for the ablation: QF_VQ_ATTN_SCORES_DECODE decodes each K vector
+ *   and dots it with q; QF_VQ_ATTN_SCORES_LUT builds, per query head and batch entry, the table of
+ *   q-part . entry for every (vector, entry) of the head's K books (heads x residuals x D / vs x
+ *   entries fp32 in shared memory: 32 KB per head for CQ-2 at D = 128, 64 KB for CQ-4) and sums
+ *   one table value per K index. The K books then never enter shared memory: the table is built
+ *   from global memory. The LUT takes fewer query heads per block when the table of the whole
+ *   bucket does not fit.
+ * - Chunks: as few as give every head tile enough blocks to fill the device QF_VQ_ATTN_WAVES times
+ *   (blocks per SM from the occupancy calculator), never shorter than a tile of QF_VQ_ATTN_TILE
+ *   tokens. Fewer chunks
+ *   means less partial (m, l, o) traffic through the workspace, a cheaper merge and, with the LUT,
+ *   fewer table builds.
+ * - Shared placement (the paper's SC) copies the head's books into every block: K and V with the
+ *   decoded scores (2 x residuals x books_per_head x entries x vector_size entries, 128 KB for
+ *   CQ-2 and CQ-4 at D = 128), V only with the LUT (64 KB); global placement (GC) reads each
+ *   lookup through L1 / L2 instead, and is what remains when the books do not fit.
+ * - Auto, from the bench's GC / SC / GC+LUT / SC+LUT rows (H200, Llama-7B heads, CQ-2 and CQ-4,
+ *   seq_len 1024 / 4096, batch 1 / 8): a block is busy when it looks each entry of a book up at
+ *   least QF_VQ_ATTN_BUSY_USES times (its tokens over the entries). Busy blocks want occupancy:
+ *   GC (SC's 64-128 KB of books leave one block per SM and lost by 10-20%), and the LUT when
+ *   vectors have 4 or more elements (CQ-2 at batch 8: GC+LUT 116 / 350 us against 131 / 446 for
+ *   GC; with 2-element vectors, CQ-4, the 64 KB table per head cost more than it saved). Blocks
+ *   that are not busy (batch 1, 1024 tokens) are few, and SC's one copy of the books serves them
+ *   best (CQ-2: 26.5 us against 43 for GC and 41.7 for GC+LUT).
  * - Code tiles are double-buffered (2 stages) when they fit, else single-buffered; a format whose
  *   single code tile does not fit next to the rest is refused. */
 #ifndef QF_CUDA_VQ_ATTENTION_HEURISTIC_H
@@ -38,7 +54,15 @@ extern "C" {
 /* Query heads per block, a compile-time bucket of the group size Hq / Hkv (larger groups take
  * several blocks per kv head, each decoding the head's K and V again). */
 #define QF_VQ_ATTN_HEADS_BUCKET(group) ((group) <= 1 ? 1 : (group) <= 4 ? 4 : 8)
-#define QF_VQ_ATTN_SC_MIN_USES 4.0
+#define QF_VQ_ATTN_BUSY_USES 4.0 /* lookups per entry of a book above which a block is "busy" (NOTES) */
+#define QF_VQ_ATTN_WAVES 2 /* blocks per SM slot the split aims for */
+
+/* How the kernels form the scores (see NOTES). */
+typedef enum {
+  QF_VQ_ATTN_SCORES_AUTO = 0,
+  QF_VQ_ATTN_SCORES_DECODE = 1,
+  QF_VQ_ATTN_SCORES_LUT = 2,
+} qf_vq_attn_scores;
 
 typedef struct {
   int64_t B, Hq, Hkv, D, seq_len;
@@ -49,6 +73,7 @@ typedef struct {
 
 typedef struct {
   int placement;        /* QF_VQ_BOOKS_IN_GLOBAL or QF_VQ_BOOKS_IN_SHARED */
+  int scores;           /* QF_VQ_ATTN_SCORES_DECODE or QF_VQ_ATTN_SCORES_LUT */
   int heads;            /* query heads per block: the kernel's bucket, 1, 4 or 8 */
   int head_tiles;       /* blocks along one kv head's query heads: ceil(group / heads) */
   int stages;           /* code tiles in shared memory: 2 (the next one in flight) or 1 */
@@ -61,6 +86,7 @@ typedef struct {
   int64_t units;        /* B * n_chunks */
   int64_t blocks;       /* blocks per head tile (grid.x), each a contiguous run of units */
   size_t books_bytes;   /* shared memory: codebooks (0 in global placement) */
+  size_t lut_bytes;     /* shared memory: the score tables (0 with decoded scores) */
   size_t codes_bytes;   /* shared memory: code tiles */
   size_t smem_bytes;    /* dynamic shared memory per block */
   size_t scratch_bytes; /* workspace: counters, partial o, partial (m, l) */
@@ -78,15 +104,24 @@ static inline size_t qf_vq_attn_fixed_smem(int heads, int64_t D) {
   return (floats * 4u + 15u) / 16u * 16u;
 }
 
-/* Everything but the split: placement, head tiling, shared-memory layout. placement
- * QF_VQ_BOOKS_AUTO lets the heuristic choose. Returns 0 when the forced shared placement cannot
- * be honoured or when not even a single-buffered code tile fits (global placement); 1 otherwise.
- * The problem must already satisfy the kernel's limits (vector_size 2, 4 or 8, D a multiple of
- * it and at most QF_VQ_ATTN_MAX_D). */
+/* Shared memory of one layout: codebooks, score tables, one code tile, the rest. */
+typedef struct {
+  size_t books, lut, tile_codes, fixed;
+} qf_vq_attn_smem;
+
+static inline int qf_vq_attn_fits(const qf_vq_attn_smem *m, int shared_books, size_t smem_optin) {
+  return (shared_books ? m->books : 0u) + m->lut + m->tile_codes + m->fixed <= smem_optin;
+}
+
+/* Everything but the split: scores, placement, head tiling, shared-memory layout. placement
+ * QF_VQ_BOOKS_AUTO and scores QF_VQ_ATTN_SCORES_AUTO let the heuristic choose. Returns 0 when a
+ * forced placement or score technique cannot be honoured or when not even a single-buffered code
+ * tile fits (global placement); 1 otherwise. The problem must already satisfy the kernel's limits
+ * (vector_size 2, 4 or 8, D a multiple of it and at most QF_VQ_ATTN_MAX_D). */
 static inline int qf_vq_attention_layout(const qf_vq_attention_problem *pb, int sm_count, size_t smem_optin,
-                                         int placement, qf_vq_attention_config *cfg) {
+                                         int placement, int scores, qf_vq_attention_config *cfg) {
   const int64_t V = pb->D / pb->vector_size, group = pb->Hq / pb->Hkv;
-  const int heads = QF_VQ_ATTN_HEADS_BUCKET(group);
+  const int bucket = QF_VQ_ATTN_HEADS_BUCKET(group);
   int64_t bph = 1, words = 1;
   for (int64_t g = 0; g < pb->Hkv; g++) {
     const int64_t nb = qf_vq_attn_book_of(pb, g * V + V - 1) - qf_vq_attn_book_of(pb, g * V) + 1;
@@ -96,31 +131,58 @@ static inline int qf_vq_attention_layout(const qf_vq_attention_problem *pb, int 
     if (nw > words) words = nw;
   }
   words |= 1;
-  const size_t fixed = qf_vq_attn_fixed_smem(heads, pb->D);
-  const size_t tile_codes = 2u * (size_t)pb->residuals * QF_VQ_ATTN_TILE * (size_t)words * 4u; /* K and V */
-  const size_t books = (2u * (size_t)pb->residuals * (size_t)bph * (size_t)pb->entries * (size_t)pb->vector_size * 2u +
-                        15u) / 16u * 16u;
-  const int shared_fits = books + tile_codes + fixed <= smem_optin;
+  const size_t one_book = (size_t)pb->residuals * (size_t)bph * (size_t)pb->entries * (size_t)pb->vector_size * 2u;
+  const size_t lut_head = (size_t)pb->residuals * (size_t)V * (size_t)pb->entries * 4u;
+  qf_vq_attn_smem m;
+  m.tile_codes = 2u * (size_t)pb->residuals * QF_VQ_ATTN_TILE * (size_t)words * 4u; /* K and V */
+
+  /* The LUT: the largest head bucket up to the group's whose tables fit next to a code tile (books
+   * in global memory; a shared placement is checked below). */
+  int lut_heads = 0;
+  for (int h = bucket; h >= 1 && !lut_heads; h = h == 8 ? 4 : h == 4 ? 1 : 0) {
+    const qf_vq_attn_smem t = {0u, (size_t)h * lut_head, m.tile_codes, qf_vq_attn_fixed_smem(h, pb->D)};
+    if (qf_vq_attn_fits(&t, 0, smem_optin)) lut_heads = h;
+  }
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  const int auto_scores = scores == QF_VQ_ATTN_SCORES_AUTO;
+  if (auto_scores) {
+    /* Tokens scored per block, were each LUT head tile's blocks spread over the SMs. */
+    const int64_t tiles = lut_heads ? pb->Hkv * ((group + lut_heads - 1) / lut_heads) : 1;
+    const int64_t per_tile = sms / tiles > 1 ? sms / tiles : 1;
+    scores = lut_heads && pb->vector_size >= 4 &&
+                     (double)(pb->B * pb->seq_len / per_tile) >= QF_VQ_ATTN_BUSY_USES * (double)pb->entries
+                 ? QF_VQ_ATTN_SCORES_LUT
+                 : QF_VQ_ATTN_SCORES_DECODE;
+  }
+  if (scores == QF_VQ_ATTN_SCORES_LUT && !lut_heads) return 0;
+  if (scores != QF_VQ_ATTN_SCORES_LUT) scores = QF_VQ_ATTN_SCORES_DECODE;
+  const int lut = scores == QF_VQ_ATTN_SCORES_LUT, heads = lut ? lut_heads : bucket;
+  m.books = ((lut ? 1u : 2u) * one_book + 15u) / 16u * 16u; /* V only with the LUT */
+  m.lut = lut ? ((size_t)heads * lut_head + 15u) / 16u * 16u : 0u; /* q, after the codes, is read as float4 */
+  m.fixed = qf_vq_attn_fixed_smem(heads, pb->D);
+  const int shared_fits = qf_vq_attn_fits(&m, 1, smem_optin);
 
   if (placement == QF_VQ_BOOKS_AUTO) {
     /* Lookups per copied entry, were each block on its own SM: the tokens of a block (the
      * head tile's share of B * seq_len) times the head's vectors, over the books' entries. */
-    const int64_t sms = sm_count > 0 ? sm_count : 1, tiles = pb->Hkv * ((group + heads - 1) / heads);
+    const int64_t tiles = pb->Hkv * ((group + heads - 1) / heads);
     const int64_t per_tile = sms / tiles > 1 ? sms / tiles : 1;
     const double uses = (double)(pb->B * pb->seq_len) / (double)per_tile * (double)V / ((double)bph * (double)pb->entries);
-    placement = shared_fits && uses >= QF_VQ_ATTN_SC_MIN_USES ? QF_VQ_BOOKS_IN_SHARED : QF_VQ_BOOKS_IN_GLOBAL;
+    placement = shared_fits && uses < QF_VQ_ATTN_BUSY_USES ? QF_VQ_BOOKS_IN_SHARED : QF_VQ_BOOKS_IN_GLOBAL;
   }
-  if (placement == QF_VQ_BOOKS_IN_SHARED && !shared_fits) return 0;
   if (placement != QF_VQ_BOOKS_IN_SHARED) placement = QF_VQ_BOOKS_IN_GLOBAL;
-  const size_t books_used = placement == QF_VQ_BOOKS_IN_SHARED ? books : 0;
-  if (books_used + tile_codes + fixed > smem_optin) return 0;
-  const int stages = books_used + 2u * tile_codes + fixed <= smem_optin ? 2 : 1;
+  const int shared = placement == QF_VQ_BOOKS_IN_SHARED;
+  if (!qf_vq_attn_fits(&m, shared, smem_optin)) /* a forced shared placement: the decode may still take it */
+    return auto_scores && lut ? qf_vq_attention_layout(pb, sm_count, smem_optin, placement, QF_VQ_ATTN_SCORES_DECODE, cfg) : 0;
+  const size_t books_used = shared ? m.books : 0u;
+  const int stages = books_used + m.lut + 2u * m.tile_codes + m.fixed <= smem_optin ? 2 : 1;
 
   const int64_t vpl = (V + 31) / 32, active = (V + vpl - 1) / vpl;
   int lpt = 1;
   while (lpt < active) lpt *= 2;
 
   cfg->placement = placement;
+  cfg->scores = scores;
   cfg->heads = heads;
   cfg->head_tiles = (int)((group + heads - 1) / heads);
   cfg->stages = stages;
@@ -129,8 +191,9 @@ static inline int qf_vq_attention_layout(const qf_vq_attention_problem *pb, int 
   cfg->lanes_per_token = lpt;
   cfg->vectors_per_lane = (int)vpl;
   cfg->books_bytes = books_used;
-  cfg->codes_bytes = (size_t)stages * tile_codes;
-  cfg->smem_bytes = books_used + cfg->codes_bytes + fixed;
+  cfg->lut_bytes = m.lut;
+  cfg->codes_bytes = (size_t)stages * m.tile_codes;
+  cfg->smem_bytes = books_used + m.lut + cfg->codes_bytes + m.fixed;
   cfg->chunk_len = cfg->n_chunks = cfg->units = cfg->blocks = 0;
   cfg->scratch_bytes = 0;
   return 1;
@@ -147,7 +210,8 @@ static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int 
                                          size_t counters_bytes, qf_vq_attention_config *cfg) {
   const int64_t sms = sm_count > 0 ? sm_count : 1, per_sm = blocks_per_sm > 0 ? blocks_per_sm : 1;
   const int64_t tiles = pb->Hkv * cfg->head_tiles;
-  const int64_t want = sms * per_sm / tiles > 1 ? sms * per_sm / tiles : 1; /* blocks per head tile */
+  /* blocks per head tile: two waves, so that a block's run is short next to the whole */
+  const int64_t want = QF_VQ_ATTN_WAVES * sms * per_sm / tiles > 1 ? QF_VQ_ATTN_WAVES * sms * per_sm / tiles : 1;
   const int64_t seq_tiles = (pb->seq_len + QF_VQ_ATTN_TILE - 1) / QF_VQ_ATTN_TILE;
   int64_t n_chunks = (want + pb->B - 1) / pb->B;
   if (n_chunks > seq_tiles) n_chunks = seq_tiles;
@@ -160,10 +224,11 @@ static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int 
                        (size_t)(pb->B * pb->Hq * cfg->n_chunks) * 2u * 4u;
 }
 
-/* qf_cuda_vq_attention_decode with the codebook placement forced (QF_VQ_BOOKS_AUTO: the
- * heuristic's), for the ablation and the tests. QF_ERR_UNSUPPORTED when the forced placement
- * cannot be used. When `used` is not NULL it receives the launch plan. */
-qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_attention_args *a, int placement,
+/* qf_cuda_vq_attention_decode with the codebook placement (QF_VQ_BOOKS_AUTO: the heuristic's) and
+ * the score technique (QF_VQ_ATTN_SCORES_AUTO: the heuristic's) forced, for the ablation and the
+ * tests. QF_ERR_UNSUPPORTED when a forced choice cannot be used. When `used` is not NULL it
+ * receives the launch plan. */
+qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_attention_args *a, int placement, int scores,
                                            qf_vq_attention_config *used);
 
 #ifdef __cplusplus

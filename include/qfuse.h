@@ -448,10 +448,10 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * fp32. head_dim D and Hkv come from the options; Hq = q.shape[1] / D must be a multiple of Hkv.
  * The reference decodes K and V (fp32) and computes in float64. CUDA (vector_size 2, 4 or 8, D a
  * multiple of it up to 256, codebooks shared by all tokens, q and o aligned to their elements)
- * decodes each K and V vector once for all query heads of its kv head, computes in fp32 and splits
- * the sequence into chunks merged with the LSE rule through the context's workspace (allocated at
- * the first call of a shape, as for the GEMMs' split-K; QF_VQ_BOOKS forces the codebook placement,
- * docs/VQ.md). Not verified on a GPU yet: QF_ERR_UNSUPPORTED unless QF_UNVERIFIED_KERNELS=1. */
+ * forms the scores by decoding each K vector once for all query heads of its kv head or through a
+ * table of q . entry products (chosen per shape), computes in fp32 and splits the sequence into
+ * chunks merged with the LSE rule through the context's workspace (allocated at the first call of
+ * a shape, as for the GEMMs' split-K; QF_VQ_BOOKS forces the codebook placement, docs/VQ.md). */
 typedef struct {
   int head_dim;      /* D */
   int kv_heads;      /* Hkv */

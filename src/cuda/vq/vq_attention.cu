@@ -213,7 +213,6 @@ extern "C" qf_status qf_cuda_vq_attention_decode(qf_ctx *ctx, const qf_vq_attent
   const char *forced;
   qf_status st = qf_vq_books_from_env(ctx, kOp, &placement, &forced);
   if (st != QF_OK) return st;
-  if ((st = qf_vq_unverified(ctx, kOp, "VQ attention decode")) != QF_OK) return st;
   st = qf_cuda_vq_attention_decode_with(ctx, a, placement, QF_VQ_ATTN_SCORES_AUTO, nullptr);
   if (st == QF_ERR_UNSUPPORTED && placement != QF_VQ_BOOKS_AUTO) {  // say where the placement came from
     char why[sizeof ctx->error];

@@ -435,8 +435,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * multiply each residual's entries separately. Both apply the row scale to the finished sum. The
  * environment variable QF_VQ_BOOKS (auto, global, shared) forces the codebook placement of the
  * CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be aligned to their element
- * size. The CUDA VQ-GeMM (M > 16) has not been verified on a GPU yet: it returns
- * QF_ERR_UNSUPPORTED unless the environment sets QF_UNVERIFIED_KERNELS=1. */
+ * size. */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
 

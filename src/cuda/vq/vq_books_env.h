@@ -9,16 +9,6 @@
 #include "core/internal.h"
 #include "cuda/vq/vq_heuristic.h"
 
-// Kernels written without a GPU run only where QF_UNVERIFIED_KERNELS=1 (scripts/device-check sets
-// it): until their GPU test has passed once, a caller gets a clear refusal, never an unchecked
-// result. Remove the call once the kernel is verified.
-inline qf_status qf_vq_unverified(qf_ctx *ctx, const char *op, const char *what) {
-  const char *v = std::getenv("QF_UNVERIFIED_KERNELS");
-  if (v != nullptr && std::strcmp(v, "1") == 0) return QF_OK;
-  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the CUDA %s has not been verified on a GPU yet (QF_UNVERIFIED_KERNELS=1 runs it)",
-                 op, what);
-}
-
 inline qf_status qf_vq_books_from_env(qf_ctx *ctx, const char *op, int *placement, const char **text) {
   const char *v = std::getenv("QF_VQ_BOOKS");
   *text = v;

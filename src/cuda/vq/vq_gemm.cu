@@ -98,7 +98,6 @@ extern "C" qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_t
   const char *forced;
   qf_status st = qf_vq_books_from_env(ctx, kOp, &placement, &forced);
   if (st != QF_OK) return st;
-  if (x->rows > QF_VQ_GEMV_MAX_M && (st = qf_vq_unverified(ctx, kOp, "VQ-GeMM (M > 16)")) != QF_OK) return st;
   st = x->rows <= QF_VQ_GEMV_MAX_M ? qf_cuda_vq_gemm_with(ctx, x, w, y, placement, nullptr)
                                    : qf_cuda_vq_gemm_mma_with(ctx, x, w, y, placement, 0, nullptr);
   if (st == QF_ERR_UNSUPPORTED && placement != QF_VQ_BOOKS_AUTO) {  // say where the placement came from

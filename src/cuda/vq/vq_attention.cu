@@ -4,7 +4,6 @@
 // the QF_VQ_BOOKS switch of the public call (the score technique is the heuristic's there).
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 
 #include "cuda/common.cuh"
 #include "cuda/vq/vq_books_env.h"
@@ -214,11 +213,5 @@ extern "C" qf_status qf_cuda_vq_attention_decode(qf_ctx *ctx, const qf_vq_attent
   qf_status st = qf_vq_books_from_env(ctx, kOp, &placement, &forced);
   if (st != QF_OK) return st;
   st = qf_cuda_vq_attention_decode_with(ctx, a, placement, QF_VQ_ATTN_SCORES_AUTO, nullptr);
-  if (st == QF_ERR_UNSUPPORTED && placement != QF_VQ_BOOKS_AUTO) {  // say where the placement came from
-    char why[sizeof ctx->error];
-    std::strncpy(why, ctx->error, sizeof why - 1);
-    why[sizeof why - 1] = '\0';
-    return qf_fail(ctx, st, "%.400s (placement forced by QF_VQ_BOOKS=%s)", why, forced);
-  }
-  return st;
+  return qf_vq_books_blame(ctx, st, placement, forced);
 }

@@ -24,3 +24,13 @@ inline qf_status qf_vq_books_from_env(qf_ctx *ctx, const char *op, int *placemen
   }
   return qf_fail(ctx, QF_ERR_VALUE, "%s: QF_VQ_BOOKS=\"%.64s\": expected auto, global or shared", op, v);
 }
+
+// A refusal (QF_ERR_UNSUPPORTED) of a placement that QF_VQ_BOOKS forced gets the variable named
+// in its message; any other status passes through.
+inline qf_status qf_vq_books_blame(qf_ctx *ctx, qf_status st, int placement, const char *forced) {
+  if (st != QF_ERR_UNSUPPORTED || placement == QF_VQ_BOOKS_AUTO) return st;
+  char why[sizeof ctx->error];
+  std::strncpy(why, ctx->error, sizeof why - 1);
+  why[sizeof why - 1] = '\0';
+  return qf_fail(ctx, st, "%.400s (placement forced by QF_VQ_BOOKS=%s)", why, forced);
+}

@@ -2,7 +2,6 @@
 // cores above), the QF_VQ_BOOKS switch of the public call, and VQ-GeMM's limits, launch shape and
 // kernel parameters.
 #include <cstdlib>
-#include <cstring>
 
 #include "cuda/common.cuh"
 #include "cuda/vq/vq_books_env.h"
@@ -100,11 +99,5 @@ extern "C" qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_t
   if (st != QF_OK) return st;
   st = x->rows <= QF_VQ_GEMV_MAX_M ? qf_cuda_vq_gemm_with(ctx, x, w, y, placement, nullptr)
                                    : qf_cuda_vq_gemm_mma_with(ctx, x, w, y, placement, 0, nullptr);
-  if (st == QF_ERR_UNSUPPORTED && placement != QF_VQ_BOOKS_AUTO) {  // say where the placement came from
-    char why[sizeof ctx->error];
-    std::strncpy(why, ctx->error, sizeof why - 1);
-    why[sizeof why - 1] = '\0';
-    return qf_fail(ctx, st, "%.400s (placement forced by QF_VQ_BOOKS=%s)", why, forced);
-  }
-  return st;
+  return qf_vq_books_blame(ctx, st, placement, forced);
 }

@@ -39,15 +39,18 @@ static inline void open_contexts(qf_ctx **gpu, qf_ctx **cpu) {
 /* QF_TEST_QUICK (the compute-sanitizer pass): small shapes only. */
 static inline int quick_mode(void) { return getenv("QF_TEST_QUICK") != NULL; }
 
-/* Whether the n device bytes at dev still hold the poison byte (a sentinel left untouched). */
-static inline int dev_poisoned(const void *dev, size_t n) {
+/* Whether every one of the n device bytes at dev equals `byte`. */
+static inline int dev_holds(const void *dev, size_t n, uint8_t byte) {
   uint8_t *h = malloc(n);
   CUDA_OK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
   int clean = 1;
-  for (size_t i = 0; i < n; i++) clean &= h[i] == POISON;
+  for (size_t i = 0; i < n; i++) clean &= h[i] == byte;
   free(h);
   return clean;
 }
+
+/* Whether the n device bytes at dev still hold the poison byte (a sentinel left untouched). */
+static inline int dev_poisoned(const void *dev, size_t n) { return dev_holds(dev, n, POISON); }
 
 enum { PAIR_TAIL = 64 };
 

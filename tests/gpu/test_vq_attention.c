@@ -271,16 +271,6 @@ static qf_status forced_call(qf_ctx *gpu, call *k, int placement, int scores, qf
   return qf_cuda_vq_attention_decode_with(gpu, &a, placement, scores, used);
 }
 
-/* Whether the n device bytes at dev still hold OUT_POISON. */
-static int still_poisoned(const void *dev, size_t n) {
-  uint8_t *h = malloc(n);
-  CUDA_OK(cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost));
-  int clean = 1;
-  for (size_t i = 0; i < n; i++) clean &= h[i] == OUT_POISON;
-  free(h);
-  return clean;
-}
-
 static void poison_device(call *k) {
   CUDA_OK(cudaMemset(k->d_o, OUT_POISON, k->o_bytes));
   CUDA_OK(cudaMemset(k->d_lse, OUT_POISON, k->lse_bytes));
@@ -379,7 +369,7 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
     if (st == QF_ERR_UNSUPPORTED && (placement == QF_VQ_BOOKS_IN_SHARED || scores == QF_VQ_ATTN_SCORES_LUT)) {
       CHECK(strstr(qf_ctx_last_error(gpu), "shared memory") != NULL, "%s: message: %s", d2, qf_ctx_last_error(gpu));
       CUDA_OK(cudaDeviceSynchronize());
-      CHECK(still_poisoned(k->d_o, k->o_bytes) && still_poisoned(k->d_lse, k->lse_bytes), "%s: refused, yet o or lse written", d2);
+      CHECK(dev_holds(k->d_o, k->o_bytes, OUT_POISON) && dev_holds(k->d_lse, k->lse_bytes, OUT_POISON), "%s: refused, yet o or lse written", d2);
       ran_lut_refused += scores == QF_VQ_ATTN_SCORES_LUT;
       continue;
     }
@@ -475,7 +465,7 @@ static void refused(qf_ctx *gpu, qf_ctx *cpu, const char *name, qf_vq_format f, 
   CHECK(st == want && strstr(qf_ctx_last_error(gpu), text) != NULL, "%s: returned %s (%s), expected %s mentioning '%s'",
         c.name, qf_status_str(st), qf_ctx_last_error(gpu), qf_status_str(want), text);
   CUDA_OK(cudaDeviceSynchronize());
-  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes),
+  CHECK(dev_holds(k.d_o, k.o_bytes, OUT_POISON) && dev_holds(k.d_lse, k.lse_bytes, OUT_POISON),
         "%s: o or lse written by a refused call", c.name);
   call_free(&k);
   free_cache(&c);
@@ -528,7 +518,7 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
   CHECK(st == QF_ERR_VALUE && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL, "QF_VQ_BOOKS=registers: %s (%s)",
         qf_status_str(st), qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
-  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes), "QF_VQ_BOOKS=registers: o or lse written");
+  CHECK(dev_holds(k.d_o, k.o_bytes, OUT_POISON) && dev_holds(k.d_lse, k.lse_bytes, OUT_POISON), "QF_VQ_BOOKS=registers: o or lse written");
   call_free(&k);
   free_cache(&c);
 
@@ -543,7 +533,7 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
   CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS=shared") != NULL,
         "QF_VQ_BOOKS=shared with a 65536-entry book: %s (%s)", qf_status_str(st), qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
-  CHECK(still_poisoned(k.d_o, k.o_bytes) && still_poisoned(k.d_lse, k.lse_bytes),
+  CHECK(dev_holds(k.d_o, k.o_bytes, OUT_POISON) && dev_holds(k.d_lse, k.lse_bytes, OUT_POISON),
         "QF_VQ_BOOKS=shared with a 65536-entry book: o or lse written");
   call_free(&k);
   free_cache(&c);

@@ -1,28 +1,35 @@
 /* qf_vq_dequantize and qf_vq_gemm (VQ-GeMV for M of 1 to 16, VQ-GeMM on the tensor cores above) on
  * CUDA against the CPU reference through the public API. Gaussian weights are quantized on the CPU
- * (qf_vq_quantize, 3 Lloyd iterations) in every paper configuration plus two custom formats
- * (5-bit indices with two bf16 residuals and both scopes set; vector_size 3 with 7-bit indices
- * and three residuals, the generic path) and two shapes with odd N (and K, where the format
- * allows: AQLM-3 needs K a multiple of 8 only), then the same codes, codebooks and scales are
- * copied to the GPU.
+ * (qf_vq_quantize, 3 Lloyd iterations) in every paper configuration plus custom formats (5-bit
+ * indices with two bf16 residuals and both scopes set; vector_size 3 with 7-bit indices and three
+ * residuals, the element-wise path; vector size 2 with 6-bit and with 8-bit indices; vector size 4
+ * with 10-bit indices and K = 4 past a whole chunk; GPTVQ-2 with bf16 entries) and two shapes with
+ * odd N (and K, where the format allows: AQLM-3 needs K a multiple of 8 only), then the same
+ * codes, codebooks and scales are copied to the GPU.
  *  - dequantize: fp32, fp16 and bf16 outputs byte for byte (the sum of entries in residual order
  *    is the same fp32 computation on both sides), with strided rows; outputs poisoned before the
  *    call, gaps and a sentinel after w compared too.
- *  - gemm: M in {1, 2, 3, 8, 16} (GeMV) and {17, 33, 128, 1000} (GeMM), fp32 / fp16 / bf16 x and
- *    y (every pairing for the small M, the same dtype on both sides for the large ones), strided
- *    rows (x's gaps hold NaN, so a kernel reading them poisons y), y poisoned with a sentinel
- *    tail; relative Frobenius error against the CPU's float64 accumulation below 1e-5 for fp32 y
- *    and 5e-3 for 16-bit y, y's gaps and sentinel untouched. Each through the public call (the
- *    router and the heuristic's placement) and with each codebook placement forced
- *    (qf_cuda_vq_gemm_with for the GeMV, qf_cuda_vq_gemm_mma_with for the GeMM, which also runs a
- *    few small M), so both kernel policies run everywhere they can; a long-K shape makes the GeMV
- *    stage x in chunks.
- *    Tolerances: the GeMV multiplies in fp32. The GeMM's tensor cores get x and the entries as
- *    16-bit parts that sum to them exactly (vq_gemm.cuh), so every product is exact and only the
- *    fp32 accumulation differs from the reference: the tensor core's sum inside a 64-column stage
- *    (4 x parts MMAs into a zeroed fragment), then one round-to-nearest add per stage; for the
- *    K <= 4096 here that is ~1e-6 relative at most, well inside 1e-5. 16-bit y adds its own
- *    rounding (bf16: 2^-9 relative at worst, ~1e-3 rms), inside 5e-3.
+ *  - gemm: M in {1, 2, 3, 8, 16} (GeMV: x tiles of 8 and 16 rows) and {17, 33, 128, 1000}
+ *    (GeMM: 32 rows), fp32 / fp16 / bf16 x and y (every pairing for the small M, the same dtype on
+ *    both sides for the large ones), x rows strided for even M (the gaps hold NaN, so a kernel
+ *    reading them poisons y) and contiguous for odd M (so x of the MMA's type takes the direct B
+ *    loads), y strided and poisoned with a sentinel tail; relative Frobenius error against the
+ *    CPU's float64 accumulation below 1e-5 for fp32 y and 5e-3 for 16-bit y, y's gaps and
+ *    sentinel untouched. Each through the public call (the router and the heuristic's placement)
+ *    and with each codebook placement forced (qf_cuda_vq_gemm_with for the GeMV,
+ *    qf_cuda_vq_gemm_mma_with for the GeMM, which also runs a few small M), so both kernel
+ *    policies run everywhere they can. The shapes cover: K a multiple of the kernel's 256-column
+ *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
+ *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
+ *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
+ *    size 3 (element-wise), bf16 entries; the coverage counts at the end check that each kernel
+ *    path ran.
+ *    Tolerances: the tensor cores get x and the entries as 16-bit parts that sum to them exactly
+ *    (vq_gemm.cuh), so every product is exact and only the fp32 accumulation differs from the
+ *    reference: the tensor core's sum inside a 64-column sub-chunk (4 x parts x entry parts MMAs
+ *    into a zeroed fragment), then one round-to-nearest add per sub-chunk and the 8 warps' sums;
+ *    for the K <= 4096 here that is ~1e-6 relative at most, well inside 1e-5. 16-bit y adds its
+ *    own rounding (bf16: 2^-9 relative at worst, ~1e-3 rms), inside 5e-3.
  *  - QF_VQ_BOOKS (the public call's placement switch): global and shared give the same results,
  *    an unknown value is QF_ERR_VALUE with y untouched. */
 #define _POSIX_C_SOURCE 200112L /* setenv */
@@ -125,10 +132,11 @@ static void dequantize_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, qf_dtype dt,
 
 /* ---- qf_vq_gemm -------------------------------------------------------------------------------- */
 
-/* Coverage of the launch shapes the forced calls produced. */
-static int ran_shared, ran_global, ran_chunked, ran_split_k;
-/* ... and of the GeMM's: placements, tile heights, parts of x (index 1-3) and of the entries. */
-static int mm_shared, mm_global, mm_bn32, mm_bn64, mm_x_parts[4], mm_entry_parts2, mm_mma_f16;
+/* Coverage of the launch shapes the forced calls produced: placements, x tiles of 8, 16 and 32
+ * rows (index m_tiles8), direct and element-wise B, parts of x (index 1-3) and of the entries. */
+static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
+    ran_entry_parts2, ran_mma_f16, refused_shared;
+static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
  * outside the M x N elements (row gaps, the sentinel) must still equal the reference's poison. */
@@ -154,7 +162,7 @@ static double y_error(pair *Y, qf_dtype dt, int64_t M, int64_t N, int64_t ld, co
 
 static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtype xt, qf_dtype yt, int forced,
                       uint64_t *seed) {
-  const int64_t N = w->N, K = w->K, xld = K + 3, yld = N + 5;
+  const int64_t N = w->N, K = w->K, xld = M % 2 ? K : K + 3, yld = N + 5;
   char desc[200];
   snprintf(desc, sizeof desc, "%s: gemm M=%" PRId64 " x %s y %s", w->name, M, qf_dtype_name(xt), qf_dtype_name(yt));
 
@@ -191,47 +199,48 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   for (int i = 0; forced && i < 2; i++) {
     char d2[240];
     snprintf(d2, sizeof d2, "%s, books in %s", desc, placements[i] == QF_VQ_BOOKS_IN_SHARED ? "shared" : "global");
-    /* v 0: the GeMV, for its M; v 1 and 2: the GeMM with tiles of 32 and 64 rows of W, for M above
-     * the GeMV's and for small M too when `forced` asks for it (2) */
-    for (int v = M > QF_VQ_GEMV_MAX_M; v <= (M > QF_VQ_GEMV_MAX_M || forced == 2 ? 2 : 0); v++) {
-      const int mm = v > 0, bn = v == 1 ? 32 : 64;
-      char d3[280];
-      if (mm)
-        snprintf(d3, sizeof d3, "%s (VQ-GeMM, tiles of %d rows)", d2, bn);
-      else
-        snprintf(d3, sizeof d3, "%s (VQ-GeMV)", d2);
-      CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
-      qf_vq_gemv_config used;
-      qf_vq_gemm_config used_mm;
-      st = mm ? qf_cuda_vq_gemm_mma_with(gpu, &xm, &t, &ym, placements[i], bn, &used_mm)
-              : qf_cuda_vq_gemm_with(gpu, &xm, &t, &ym, placements[i], &used);
-      if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) continue; /* books too large */
-      if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
-      CUDA_OK(cudaDeviceSynchronize());
-      err = y_error(&Y, yt, M, N, yld, d3);
-      if (mm) {
-        CHECK(used_mm.placement == placements[i] && used_mm.bn == bn, "%s: ran placement %d, bn %d", d3,
-              used_mm.placement, used_mm.bn);
-        mm_shared += used_mm.placement == QF_VQ_BOOKS_IN_SHARED;
-        mm_global += used_mm.placement == QF_VQ_BOOKS_IN_GLOBAL;
-        mm_bn32 += used_mm.bn == 32;
-        mm_bn64 += used_mm.bn == 64;
-        mm_x_parts[used_mm.x_parts & 3]++;
-        mm_entry_parts2 += used_mm.entry_parts == 2;
-        mm_mma_f16 += !used_mm.mma_bf16;
-        CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e; bn %d, %s operands, x parts %d, entry "
-              "parts %d, smem %zu)", d3, err, tol, used_mm.bn, used_mm.mma_bf16 ? "bf16" : "fp16", used_mm.x_parts,
-              used_mm.entry_parts, used_mm.smem_bytes);
-      } else {
-        CHECK(used.placement == placements[i], "%s: ran placement %d", d3, used.placement);
+    /* v 0: the GeMV, for its M; v 1: the GeMM, for M above the GeMV's and for small M too when
+     * `forced` asks for it (2). Each with the heuristic's tile height (f 0) and a forced one of
+     * 16, 32, 64 and 128 rows of W in turn (f 1: 8, 4, 2 or 1 row groups splitting K). */
+    for (int v = M > QF_VQ_GEMV_MAX_M; v <= (M > QF_VQ_GEMV_MAX_M || forced == 2 ? 1 : 0); v++)
+      for (int f = 0; f < 2; f++) {
+        const int mm = v > 0, bn = f ? 16 << (bn_turn++ % 4) : 0;
+        char d3[280];
+        snprintf(d3, sizeof d3, "%s (%s, tile height %d)", d2, mm ? "VQ-GeMM" : "VQ-GeMV", bn);
+        CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+        qf_vq_mma_config used;
+        if (f)
+          st = qf_cuda_vq_mma_with(gpu, &xm, &t, &ym, placements[i], mm ? QF_VQ_GEMM_M_TILES8 : 0, bn, &used);
+        else
+          st = mm ? qf_cuda_vq_gemm_mma_with(gpu, &xm, &t, &ym, placements[i], 0, &used)
+                  : qf_cuda_vq_gemm_with(gpu, &xm, &t, &ym, placements[i], &used);
+        if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) {
+          /* books too large (counted) or a forced tile that straddles row scopes; y untouched */
+          const int straddles = bn && w->f.scope_rows && w->f.scope_rows % bn;
+          if (!straddles) refused_shared++;
+          CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
+          continue;
+        }
+        if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
+        CUDA_OK(cudaDeviceSynchronize());
+        err = y_error(&Y, yt, M, N, yld, d3);
+        const int want_tiles8 = mm ? QF_VQ_GEMM_M_TILES8 : M <= 8 ? 1 : 2;
+        CHECK(used.placement == placements[i] && used.m_tiles8 == want_tiles8 && (!bn || used.tile_n == bn),
+              "%s: ran placement %d, tiles of %d x %d rows", d3, used.placement, used.tile_n, used.tile_m);
         ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
         ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
-        ran_chunked += used.k_chunk < K;
-        ran_split_k += used.warps_k > 1;
-        CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e; warps %d, warps_k %d, tile_rows %d, k_chunk %"
-              PRId64 ")", d3, err, tol, used.warps, used.warps_k, used.tile_rows, used.k_chunk);
+        ran_tiles8[used.m_tiles8 >= 1 && used.m_tiles8 <= 4 ? used.m_tiles8 : 0]++;
+        ran_warps_k[used.warps_k >= 1 && used.warps_k <= 8 ? used.warps_k : 0]++;
+        ran_direct += used.x_direct != 0;
+        ran_elementwise += used.x_direct == 0;
+        ran_x_parts[used.x_parts & 3]++;
+        ran_entry_parts2 += used.entry_parts == 2;
+        ran_mma_f16 += !used.mma_bf16;
+        CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e; tiles of %d x %d rows, warps_k %d, %s "
+              "operands, x parts %d, entry parts %d, %s B, smem %zu)", d3, err, tol, used.tile_n, used.tile_m,
+              used.warps_k, used.mma_bf16 ? "bf16" : "fp16", used.x_parts, used.entry_parts,
+              used.x_direct ? "direct" : "element-wise", used.smem_bytes);
       }
-    }
   }
   pair_check(&X, "x (input)", desc);
   pair_free(&X), pair_free(&Y);
@@ -302,6 +311,10 @@ int main(void) {
   aqlm.row_scale = 1;
   const qf_vq_format odd_bits = {8, 5, 2, 64, 128, QF_BF16, 1};  /* 5-bit indices straddle words */
   const qf_vq_format generic = {3, 7, 3, 0, 96, QF_F16, 0};      /* no vector-size kernel of its own */
+  const qf_vq_format pairs = {2, 6, 2, 32, 64, QF_F16, 1};         /* vector size 2, 6-bit indices */
+  const qf_vq_format quads10 = {4, 10, 1, 0, 0, QF_BF16, 0};       /* vector size 4, 10-bit indices */
+  const qf_vq_format gptvq_bf16 = {4, 8, 1, 256, 256, QF_BF16, 1}; /* 8-bit codes, bf16 entries */
+  const qf_vq_format pairs8 = {2, 8, 1, 0, 128, QF_F16, 0};        /* vector size 2, 8-bit indices */
   const struct {
     const char *name;
     qf_vq_format f;
@@ -316,6 +329,10 @@ int main(void) {
       {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048},
       {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256},
       {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136},
+      {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192},
+      {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516},
+      {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512},
+      {"VQ<2,8,1> fp16, 128-column books", pairs8, 112, 640, 48, 384},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 16};
   const int64_t Ms_mm[] = {17, 33, 128, 1000}; /* VQ-GeMM */
@@ -351,14 +368,17 @@ int main(void) {
     free_weight(&w);
   }
   CHECK(ran_shared > 0 && ran_global > 0, "both codebook placements ran (shared %d, global %d)", ran_shared, ran_global);
-  CHECK(ran_chunked > 0, "x was staged in chunks of K at least once");
-  CHECK(ran_split_k > 0, "K was split across warps at least once");
-  CHECK(mm_shared > 0 && mm_global > 0, "VQ-GeMM ran both codebook placements (shared %d, global %d)", mm_shared,
-        mm_global);
-  CHECK(mm_bn32 > 0 && mm_bn64 > 0, "VQ-GeMM ran both tile heights (32: %d, 64: %d)", mm_bn32, mm_bn64);
-  CHECK(mm_x_parts[1] > 0 && mm_x_parts[2] > 0 && mm_x_parts[3] > 0 && mm_entry_parts2 > 0 && mm_mma_f16 > 0,
-        "VQ-GeMM ran fp16 operands (%d), x in 1, 2 and 3 parts (%d, %d, %d) and entries in 2 parts (%d)", mm_mma_f16,
-        mm_x_parts[1], mm_x_parts[2], mm_x_parts[3], mm_entry_parts2);
+  CHECK(ran_tiles8[1] > 0 && ran_tiles8[2] > 0 && ran_tiles8[4] > 0, "x tiles of 8, 16 and 32 rows ran (%d, %d, %d)",
+        ran_tiles8[1], ran_tiles8[2], ran_tiles8[4]);
+  CHECK(ran_warps_k[1] > 0 && ran_warps_k[2] > 0 && ran_warps_k[4] > 0 && ran_warps_k[8] > 0,
+        "row groups splitting K by 1, 2, 4 and 8 warps ran (%d, %d, %d, %d)", ran_warps_k[1], ran_warps_k[2],
+        ran_warps_k[4], ran_warps_k[8]);
+  printf("forced shared placements refused for books too large: %d\n", refused_shared);
+  CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
+        ran_elementwise);
+  CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,
+        "fp16 operands (%d), x in 1, 2 and 3 parts (%d, %d, %d) and entries in 2 parts (%d) ran", ran_mma_f16,
+        ran_x_parts[1], ran_x_parts[2], ran_x_parts[3], ran_entry_parts2);
 
   qf_ctx_destroy(gpu);
   qf_ctx_destroy(cpu);

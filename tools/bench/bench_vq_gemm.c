@@ -134,21 +134,25 @@ static int vqb_run(void *arg) {
 }
 
 /* The placement a call of this shape runs (QF_VQ_BOOKS_AUTO: the heuristic's choice), by one
- * untimed call; 0 (and the message in *why) when the kernel refuses it. */
+ * untimed call; 0 (and the message in *why) when the kernel refuses it. The launch shape goes to
+ * stdout as a note, for reading the rows. */
 static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_size) {
   qf_status st;
-  int used = 0;
-  if (c->xm.rows <= QF_VQ_GEMV_MAX_M) {
-    qf_vq_gemv_config cfg;
+  qf_vq_mma_config cfg;
+  if (c->xm.rows <= QF_VQ_GEMV_MAX_M)
     st = qf_cuda_vq_gemm_with(c->ctx, &c->xm, &c->t, &c->ym, placement, &cfg);
-    if (st == QF_OK) used = cfg.placement;
-  } else {
-    qf_vq_gemm_config cfg;
+  else
     st = qf_cuda_vq_gemm_mma_with(c->ctx, &c->xm, &c->t, &c->ym, placement, 0, &cfg);
-    if (st == QF_OK) used = cfg.placement;
+  if (st != QF_OK) {
+    snprintf(why, why_size, "%s", qf_ctx_last_error(c->ctx));
+    return 0;
   }
-  if (st != QF_OK) snprintf(why, why_size, "%s", qf_ctx_last_error(c->ctx));
-  return used;
+  printf("note: vq_gemm %s M=%lld,N=%lld,K=%lld placement %s: tiles of %d x %d rows (W x x), %d warps per row "
+         "group on K, %lld tiles, %s B, %zu bytes of shared memory\n",
+         c->w->name, (long long)c->xm.rows, (long long)c->w->N, (long long)c->w->K,
+         cfg.placement == QF_VQ_BOOKS_IN_SHARED ? "SC" : "GC", cfg.tile_n, cfg.tile_m, cfg.warps_k,
+         (long long)cfg.tiles, cfg.x_direct ? "direct" : "element-wise", cfg.smem_bytes);
+  return cfg.placement;
 }
 
 typedef struct {

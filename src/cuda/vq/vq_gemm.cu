@@ -1,7 +1,7 @@
-// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16, VQ-GeMM on the tensor
-// cores above), the QF_VQ_BOOKS switch of the public call, and VQ-GeMM's limits, launch shape and
-// kernel parameters.
-#include <cstdlib>
+// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16, VQ-GeMM above: one
+// kernel, vq_gemm.cuh, with x tiles of 8, 16 or 32 rows), the QF_VQ_BOOKS switch of the public
+// call, and the limits, launch shape and kernel parameters they share.
+#include <cstring>
 
 #include "cuda/common.cuh"
 #include "cuda/vq/vq_books_env.h"
@@ -17,11 +17,16 @@ bool element_aligned(const qf_mat *m) { return reinterpret_cast<uintptr_t>(m->da
 
 }  // namespace
 
-extern "C" qf_status qf_cuda_vq_gemm_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
-                                              int placement, int bn, qf_vq_gemm_config *used) {
+extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
+                                         int placement, int m_tiles8, int bn, qf_vq_mma_config *used) {
   const qf_vq_format &f = w->fmt;
   const int64_t M = x->rows, N = w->N, K = w->K;
-  // Rows, columns, vector indices and bit offsets inside a code row are 32-bit in the kernel.
+  if (m_tiles8 == 0) m_tiles8 = M <= 8 ? 1 : M <= QF_VQ_GEMV_MAX_M ? 2 : QF_VQ_GEMM_M_TILES8;
+  if (m_tiles8 != 1 && m_tiles8 != 2 && m_tiles8 != QF_VQ_GEMM_M_TILES8)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for x tiles of %d rows (8, 16 or 32)", kOp, 8 * m_tiles8);
+  if (bn != 0 && !qf_vq_mma_tile_ok(bn))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no tile of %d rows of W (16, 32, 64 or 128)", kOp, bn);
+  // Rows, columns, vector indices, bit offsets inside a code row and tiles are 32-bit in the kernel.
   if (M > INT32_MAX / 2 || N > INT32_MAX / 2 || K > INT32_MAX / 2 || w->sz.row_bytes > (INT64_C(1) << 28))
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the kernel's 32-bit row, column and bit offsets",
                    kOp, static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
@@ -35,27 +40,21 @@ extern "C" qf_status qf_cuda_vq_gemm_mma_with(qf_ctx *ctx, const qf_mat *x, cons
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
 
-  const qf_vq_gemm_problem pb = {M, N, K, f.vector_size, f.index_bits, f.residuals, f.scope_rows, f.scope_cols,
-                                 w->sz.books_per_row, w->sz.entries, static_cast<int>(x->dtype),
-                                 static_cast<int>(f.entry_dtype)};
-  qf_vq_gemm_config cfg;
-  if (!qf_vq_gemm_pick(&pb, ctx->sm_count, ctx->smem_optin, placement, bn, &cfg)) {
-    if (bn != 0 && bn != 32 && bn != 64)
-      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: VQ-GeMM has no tile of %d rows of W (32 or 64)", kOp, bn);
-    if (placement == QF_VQ_BOOKS_IN_SHARED)
-      return qf_fail(ctx, QF_ERR_UNSUPPORTED,
-                     "%s: VQ-GeMM: codebooks in shared memory are not possible here (%d residuals of %lld-entry books "
-                     "of vector_size %d, scope %d x %d, %zu bytes of shared memory per block)",
-                     kOp, f.residuals, static_cast<long long>(w->sz.entries), f.vector_size, f.scope_rows, f.scope_cols,
-                     ctx->smem_optin);
+  const qf_vq_mma_problem pb = {M, N, K, f.vector_size, f.index_bits, f.residuals, f.scope_rows, f.scope_cols,
+                                w->sz.books_per_row, w->sz.entries, static_cast<int>(x->dtype),
+                                static_cast<int>(f.entry_dtype)};
+  qf_vq_mma_config cfg;
+  if (!qf_vq_mma_pick(&pb, ctx->sm_count, ctx->smem_optin, placement, m_tiles8, bn, &cfg))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
-                   "%s: VQ-GeMM: the stages of format {vector_size %d, index_bits %d, residuals %d} with %s x do not "
-                   "fit in %zu bytes of shared memory per block",
-                   kOp, f.vector_size, f.index_bits, f.residuals, qf_dtype_name(x->dtype), ctx->smem_optin);
-  }
-  if (used) *used = cfg;
+                   "%s: codebooks in shared memory are not possible here (%d residuals of %lld books of %lld entries "
+                   "of vector_size %d per row scope, scope %d x %d, tile height %d, %zu bytes of shared memory per "
+                   "block)",
+                   kOp, f.residuals, static_cast<long long>(w->sz.books_per_row), static_cast<long long>(w->sz.entries),
+                   f.vector_size, f.scope_rows, f.scope_cols, bn, ctx->smem_optin);
+  if (cfg.tiles > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld output tiles exceed the grid", kOp, static_cast<long long>(cfg.tiles));
 
-  vq_gemm_params p = {};
+  vq_mma_params p = {};
   p.codes = reinterpret_cast<const uint32_t *>(w->codes);
   p.books = static_cast<const uint16_t *>(w->books);
   p.scales = w->scales;
@@ -64,32 +63,54 @@ extern "C" qf_status qf_cuda_vq_gemm_mma_with(qf_ctx *ctx, const qf_mat *x, cons
   p.x_ld = x->ld;
   p.y_ld = y->ld;
   p.n_books = w->sz.n_books;
-  p.tiles_m = cfg.tiles_m;
   p.x_dtype = x->dtype;
   p.y_dtype = y->dtype;
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);
   p.vectors = static_cast<int>(K / f.vector_size);
+  p.quads = static_cast<int>((K + 3) / 4);
   p.vs = f.vector_size;
   p.bits = f.index_bits;
   p.residuals = f.residuals;
   p.entries = static_cast<int>(w->sz.entries);
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.vectors_per_book = f.scope_cols ? f.scope_cols / f.vector_size : p.vectors;
+  p.book_shift = -1;
+  if (f.scope_cols == 0) {
+    p.book_shift = 31;  // one book along K: every vector index is below 2^31
+  } else if ((p.vectors_per_book & (p.vectors_per_book - 1)) == 0) {
+    for (p.book_shift = 0; (1 << p.book_shift) < p.vectors_per_book; p.book_shift++) {
+    }
+  }
+  // A lane's vectors of a sub-chunk (16 columns) start at a multiple of 16 / vs: one book when
+  // that count divides the vectors of a book.
+  const int lane_vectors = QF_VQ_MMA_VS_BUCKET(f.vector_size) ? 16 / f.vector_size : 1;
+  p.books_per_vector = f.scope_cols != 0 && p.vectors_per_book % lane_vectors != 0;
   p.scope_rows = f.scope_rows;
   p.books_per_row = static_cast<int>(w->sz.books_per_row);
   p.x_parts = cfg.x_parts;
-  p.planes = cfg.planes;
-  p.code_words = cfg.code_words;
-  p.stage_books = cfg.stage_books;
+  const qf_dtype mma_type = cfg.mma_bf16 ? QF_BF16 : QF_F16;
+  p.x_direct = x->dtype == mma_type && reinterpret_cast<uintptr_t>(x->data) % 8 == 0 && (M == 1 || x->ld % 4 == 0) &&
+               K % 4 == 0;
+  cfg.x_direct = p.x_direct;
+  if (used) *used = cfg;
+  p.chunks = (p.quads + QF_VQ_MMA_CHUNK / 4 - 1) / (QF_VQ_MMA_CHUNK / 4);
+  p.warps_k = cfg.warps_k;
+  p.tile_rows = cfg.tile_n;
+  p.tiles_n = static_cast<int>(cfg.tiles_n);
+  p.tiles = static_cast<int>(cfg.tiles);
   p.books_smem_bytes = static_cast<uint32_t>(cfg.books_bytes);
-  p.codes_smem_bytes = static_cast<uint32_t>(cfg.codes_bytes);
-  p.stage_smem_bytes = static_cast<uint32_t>(cfg.stage_bytes);
 
-  const bool bf16 = f.entry_dtype == QF_BF16;
-  return cfg.placement == QF_VQ_BOOKS_IN_SHARED ? qf_cuda_vq_gemm_mma_run_shared(ctx, p, cfg, bf16)
-                                                : qf_cuda_vq_gemm_mma_run_global(ctx, p, cfg, bf16);
+  const bool bf16 = f.entry_dtype == QF_BF16, shared = cfg.placement == QF_VQ_BOOKS_IN_SHARED;
+  if (m_tiles8 == QF_VQ_GEMM_M_TILES8)
+    return shared ? qf_cuda_vq_gemm_mma_run_shared(ctx, p, cfg, bf16) : qf_cuda_vq_gemm_mma_run_global(ctx, p, cfg, bf16);
+  return shared ? qf_cuda_vq_gemv_run_shared(ctx, p, cfg, bf16) : qf_cuda_vq_gemv_run_global(ctx, p, cfg, bf16);
+}
+
+extern "C" qf_status qf_cuda_vq_gemm_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
+                                              int placement, int bn, qf_vq_gemm_config *used) {
+  return qf_cuda_vq_mma_with(ctx, x, w, y, placement, QF_VQ_GEMM_M_TILES8, bn, used);
 }
 
 extern "C" qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
@@ -99,5 +120,11 @@ extern "C" qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_t
   if (st != QF_OK) return st;
   st = x->rows <= QF_VQ_GEMV_MAX_M ? qf_cuda_vq_gemm_with(ctx, x, w, y, placement, nullptr)
                                    : qf_cuda_vq_gemm_mma_with(ctx, x, w, y, placement, 0, nullptr);
-  return qf_vq_books_blame(ctx, st, placement, forced);
+  if (st == QF_ERR_UNSUPPORTED && placement != QF_VQ_BOOKS_AUTO) {  // say where the placement came from
+    char why[sizeof ctx->error];
+    std::strncpy(why, ctx->error, sizeof why - 1);
+    why[sizeof why - 1] = '\0';
+    return qf_fail(ctx, st, "%.400s (placement forced by QF_VQ_BOOKS=%s)", why, forced);
+  }
+  return st;
 }

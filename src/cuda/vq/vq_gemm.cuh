@@ -1,34 +1,51 @@
-// VQ-GeMM: y[m, n] = sum_k x[m, k] * W[n, k] on the tensor cores (mma.sync m16n8k16, fp32
-// accumulators), W [N, K] vector-quantized and decoded tile by tile into shared memory inside the
-// mainloop: W[n, j * vs + c] = scale[n] * sum_r entry_r(book(n, j), index_r(n, j))[c].
+// VQ-GeMV and VQ-GeMM: y[m, n] = sum_k x[m, k] * W[n, k] on the tensor cores (mma.sync m16n8k16,
+// fp32 accumulators), W [N, K] vector-quantized (qfuse.h, "Vector quantization") and decoded
+// straight into the MMA's A fragments (the VQ-LLM paper's register-level fusion):
+// W[n, j * vs + c] = scale[n] * sum_r entry_r(book(n, j), index_r(n, j))[c].
 //
 // NOTES:
-// - One block computes a 64 x kBN tile of y (kBN = 64 or 32) with 4 warps of 32 x kBN/2 outputs,
-//   walking K in stages of 64 columns. Per stage, shared memory holds x and W as 16-bit planes
-//   [rows][64 + 8] (the pad of 16 bytes puts the 8 rows an ldmatrix phase reads in 8 different
-//   bank groups), double-buffered, and one buffer of the stage's code words.
-// - Exact operands: the MMA type T is fp16 when x and the entries are fp16, bf16 otherwise. Each
-//   x value is split into x_parts values of T that sum to it exactly (fp32 into three bf16: 8 + 8
-//   + 8 significand bits; fp16 into two bf16: 8 + 3), and each entry likewise (an fp16 entry under
-//   bf16: two parts). Each residual gets its own W planes, so the planes hold the entries
-//   themselves, never their rounded sum: the tensor cores multiply every pair of parts (products
-//   of 16-bit values are exact in fp32) and their sum over parts and residuals is exactly
-//   x[m, k] * (sum_r entry_r). Only the accumulation rounds: the tensor core's own fp32 sum within
-//   a stage (into a zeroed fragment), then one round-to-nearest fp32 add per stage into the
-//   accumulators. The row scale multiplies the finished sum (as in the GeMV).
-// - Pipeline, per stage s (buffer s & 1): (A) cp.async the code words of stage s + 1 (and, in
-//   shared placement, the books of its columns when they are not staged yet) and load its x
-//   values into registers; (B) the tensor cores on stage s; (C) wait for the copies, then decode
-//   stage s + 1 into the other buffer: each thread takes one (residual, row, vector) at a time,
-//   extracts the index from the staged words, loads the entry (shared or global, per the
-//   placement policy), splits it and stores it; x is split and stored the same way. One barrier
-//   after the copies land, one at the end of the stage.
-// - Edges: rows of x past M, rows of W past N and columns past K are stored as zeros (never
-//   read from global memory); outputs outside [M, N] are not written. x and y rows may be strided
-//   and need only be aligned to their elements (x is read element by element).
-// - Codebook placement is a compile-time policy, as in the GeMV (vq_gemv.cuh): CodebookInShared
-//   stages the books of the tile's row scope and of the stage's columns (the tile lies in one row
-//   scope, vq_gemm_heuristic.h); CodebookInGlobal reads each row's own books through L1/L2.
+// - Roles: A (16 x 16) is 16 rows of W by 16 columns of K, B (16 x 8) those columns of 8 rows
+//   of x, C (16 x 8) = y^T. A warp owns 16 rows of W by 8 kMT rows of x (kMT = 1, 2: the GeMV;
+//   4: the GeMM). A block's 8 warps form 8 / warps_k row groups of warps_k warps that split K by
+//   chunks of 256 columns (warp wk of a group: chunks wk, wk + warps_k, ...): warps_k = 8 gives
+//   small N work for every SM, warps_k = 1 lets 8 row groups share each x fragment through L1
+//   (the heuristic takes the fewest that still fill the SMs). At the end each warp leaves its C
+//   fragments in shared memory and the block adds a group's in K order, scales the rows and
+//   writes y. No atomics: a call repeats bit for bit.
+// - Permuted K. A dot product may visit K in any order if A and B follow the same permutation.
+//   In the m16n8k16 layout lane (g = lane / 4, t = lane % 4) holds A's k columns {2t, 2t + 1,
+//   2t + 8, 2t + 9} of rows g and g + 8, and B's same k rows of column g. We map those 4 logical
+//   columns to 4 consecutive physical columns, a "quad" (a0 a1 | a4 a5 = elements 0 1 | 2 3): so
+//   one 8-byte entry (vs = 4) is exactly a lane's A registers of a row, one 16-byte entry
+//   (vs = 8) those of two consecutive k-steps, two 4-byte entries (vs = 2) those of one, and B
+//   is 4 consecutive x values of row g, one 8-byte load. In a chunk (64 quads), k-step s of
+//   sub-chunk q (both 0..3) gives lane t quad 16q + 4t + s: a lane's 16 columns of a sub-chunk
+//   are consecutive, so its 8-bit codes there are one 32-bit word of the code row (two for
+//   vs = 2), while the 4 lanes of a row read x at 32-byte strides (one 128-byte line per row).
+// - Per lookup, the fast path (8-bit indices, vs 2, 4, 8) spends a byte extract, an address, one
+//   entry load (shared or global per the placement policy) and its share of one MMA. In the GeMV
+//   the code words of the warp's next (chunk, residual) load while this one computes. Other
+//   index widths read each index from the code row through L1 (vq_index); other vector sizes
+//   decode element by element (kVS = 0). The chunk that crosses K, and books narrower than a
+//   lane's 16 columns (the CQ formats), run a careful variant: per-vector books and masks, and
+//   indices read through L1 as for other widths.
+// - B: when x has the MMA's 16-bit type, rows aligned to 8 bytes and K % 4 == 0, a lane loads its
+//   quad of x straight from global memory (L1 serves the block's row groups); otherwise, and in
+//   the careful variant, it loads the elements one by one and splits them into parts. Lanes of
+//   rows past M load zeros.
+// - Exact operands (docs/VQ.md): the MMA type T is fp16 when x and the entries are fp16, bf16
+//   otherwise; x enters as x_parts values of T that sum to it exactly (fp32: three bf16, fp16 under
+//   bf16: two), an fp16 entry under bf16 as two bf16 parts, each residual as its own A operand.
+//   Every product is exact; what rounds is the fp32 accumulation: the tensor core's sum over a
+//   sub-chunk (64 columns, one residual) into a zeroed fragment, one round-to-nearest add per
+//   sub-chunk into the warp's accumulators, then the sums of a row group's warps in order. The row scale
+//   multiplies the finished sum.
+// - Codebook placement is a compile-time policy for the ablation: CodebookInShared (the paper's
+//   SC) copies the books of the tile's row scope into shared memory when a block's run of tiles
+//   enters a new scope (persistent grid; the tile height divides scope_rows); CodebookInGlobal (GC) reads each
+//   row's own entries through L1/L2 (one block per tile).
+// - Edges: rows of W past N read row N - 1 and rows of x past M read zeros (never stored);
+//   vectors past K are masked to zero in A and B. x and y rows may be strided.
 #pragma once
 
 #include <type_traits>
@@ -36,55 +53,44 @@
 #include "cuda/ptx/arch.cuh"
 #include "cuda/vq/vq_common.cuh"
 #include "cuda/vq/vq_gemm_heuristic.h"
-#include "cuda/vq/vq_gemv.cuh"  // CodebookInGlobal, CodebookInShared
 
-struct vq_gemm_params {
+struct CodebookInGlobal {
+  static constexpr bool kShared = false;
+};
+struct CodebookInShared {
+  static constexpr bool kShared = true;
+};
+
+struct vq_mma_params {
   const uint32_t *codes;      // [R, N, row_words]
   const uint16_t *books;      // [R, n_books, entries, vs], fp16 or bf16 bits
   const float *scales;        // [N] or NULL
   const void *x;              // [M, K], row pitch x_ld elements
   void *y;                    // [M, N], row pitch y_ld elements
-  int64_t x_ld, y_ld, n_books, tiles_m;
+  int64_t x_ld, y_ld, n_books;
   int x_dtype, y_dtype;       // qf_dtype
-  int M, N, K, vectors;       // vectors = K / vs
+  int M, N, K, vectors, quads;  // vectors = K / vs, quads = ceil(K / 4)
   int vs, bits, residuals, entries;
   uint32_t row_words;         // words per code row
-  int vectors_per_book;       // along K: scope_cols / vs, or K / vs for one book per row
+  int vectors_per_book;       // along K: scope_cols / vs, or all vectors
+  int book_shift;             // log2(vectors_per_book) for a power of two (31: one book per row), else -1
+  int books_per_vector;       // 1: a lane's vectors of a sub-chunk may lie in two books (careful path)
   int scope_rows;             // 0: one row scope
   int books_per_row;
-  int x_parts, planes, code_words, stage_books;
-  uint32_t books_smem_bytes, codes_smem_bytes, stage_smem_bytes;
+  int x_parts;
+  int x_direct;               // B straight from x (the MMA's 16-bit type, 8-byte aligned rows, K % 4 == 0)
+  int chunks;                 // ceil(quads / 64)
+  int warps_k;                // warps sharing a row group, splitting K (1, 2, 4, 8)
+  int tile_rows;              // rows of W per block tile: 16 * 8 / warps_k
+  int tiles_n, tiles;
+  uint32_t books_smem_bytes;  // 0 in global placement
 };
 
-namespace vq_gemm_detail {
+namespace vq_mma_detail {
 
-constexpr int kBM = QF_VQ_GEMM_BM, kBK = QF_VQ_GEMM_BK, kPitch = QF_VQ_GEMM_PITCH, kThreads = QF_VQ_GEMM_THREADS;
-static_assert(kBM == 64 && kThreads == 128, "the warp layout is 2 x 2 warps of 32 rows of x");
-static_assert(kBK == 64 && kPitch % 8 == 0, "stages of 64 columns; staged rows a multiple of 16 bytes");
-
-// ---- PTX: cp.async, ldmatrix, mma.sync (sm_80+; this library builds for sm_90a) ----
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 4 bytes, or zeros without reading `src` when src_bytes is 0.
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, uint32_t src_bytes) {
-  QF_ASM_SM90("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src) {
-  QF_ASM_SM90("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-// Waits for every cp.async this thread issued (the barrier that follows publishes them).
-__device__ __forceinline__ void cp_async_wait_all() { QF_ASM_SM90("cp.async.wait_all;\n" ::: "memory"); }
-
-// Four 8 x 8 matrices of 16-bit elements; lanes 8i .. 8i + 7 give the row addresses of matrix i,
-// r[i] receives its fragment (lane t: row t / 4, elements 2 (t % 4) and 2 (t % 4) + 1).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  r[0] = r[1] = r[2] = r[3] = 0u;
-  QF_ASM_SM90("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-              : "+r"(r[0]), "+r"(r[1]), "+r"(r[2]), "+r"(r[3])
-              : "r"(addr));
-}
+constexpr int kWarps = QF_VQ_MMA_WARPS, kThreads = kWarps * 32;
+constexpr int kChunkQuads = QF_VQ_MMA_CHUNK / 4;
+static_assert(QF_VQ_MMA_CHUNK == 256 && QF_VQ_MMA_TILE_N == 16, "chunks of 4 sub-chunks of 4 k16 steps; one m16 of W");
 
 // d[16 x 8] += a[16 x 16] . b[16 x 8] with fp32 accumulators (a row-major, b column-major, the
 // fragments of the PTX manual's m16n8k16 layouts).
@@ -103,10 +109,10 @@ __device__ __forceinline__ void mma_16816(__nv_bfloat16, float (&d)[4], const ui
 
 // ---- exact splits into 16-bit parts ----
 
-__device__ __forceinline__ uint16_t to_bits(__half, float v) { return __half_as_ushort(__float2half_rn(v)); }
-__device__ __forceinline__ uint16_t to_bits(__nv_bfloat16, float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
-__device__ __forceinline__ float from_bits(__half, uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float from_bits(__nv_bfloat16, uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ uint32_t to_bits(__half, float v) { return __half_as_ushort(__float2half_rn(v)); }
+__device__ __forceinline__ uint32_t to_bits(__nv_bfloat16, float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float from_bits(__half, uint32_t h) { return __half2float(__ushort_as_half(static_cast<unsigned short>(h))); }
+__device__ __forceinline__ float from_bits(__nv_bfloat16, uint32_t h) { return __uint_as_float(h << 16); }
 
 // v = sum of the P parts, exactly, where v's significand fits in the parts (fp32 in three bf16,
 // fp16 in two bf16, any fp16 / bf16 value in one of its own type): each part is the remainder
@@ -115,7 +121,7 @@ __device__ __forceinline__ float from_bits(__nv_bfloat16, uint16_t h) { return _
 // Below 2^-110 in magnitude an fp32 value's last part can fall under bf16's subnormals; the error
 // is then below 2^-133.
 template <typename T, int P>
-__device__ __forceinline__ void split(float v, uint16_t (&parts)[P]) {
+__device__ __forceinline__ void split(float v, uint32_t (&parts)[P]) {
 #pragma unroll
   for (int p = 0; p < P; p++) {
     parts[p] = to_bits(T{}, v);
@@ -124,418 +130,423 @@ __device__ __forceinline__ void split(float v, uint16_t (&parts)[P]) {
   }
 }
 
-__device__ __forceinline__ float entry_value(vq_f16, uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float entry_value(vq_bf16, uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
-
-// kN consecutive 16-bit entry elements at p (aligned to 2 kN bytes for kN = 2, 4, 8), raw.
-template <int kN, bool kGlobal>
-__device__ __forceinline__ void load_raw(const uint16_t *p, uint16_t (&v)[kN]) {
-  uint32_t w[kN / 2];
-  if constexpr (kN == 8) {
-    const uint4 r = kGlobal ? __ldg(reinterpret_cast<const uint4 *>(p)) : *reinterpret_cast<const uint4 *>(p);
-    w[0] = r.x, w[1] = r.y, w[2] = r.z, w[3] = r.w;
-  } else if constexpr (kN == 4) {
-    const uint2 r = kGlobal ? __ldg(reinterpret_cast<const uint2 *>(p)) : *reinterpret_cast<const uint2 *>(p);
-    w[0] = r.x, w[1] = r.y;
+// The 32-bit word w of two 16-bit entry elements as kEP words of T parts (kEP 2: fp16 under bf16).
+template <typename E, typename T, int kEP>
+__device__ __forceinline__ void entry_parts(uint32_t w, uint32_t (&out)[kEP]) {
+  if constexpr (kEP == 1) {
+    out[0] = w;
   } else {
-    static_assert(kN == 2, "entries are loaded 2, 4 or 8 elements at a time");
-    w[0] = kGlobal ? __ldg(reinterpret_cast<const unsigned int *>(p)) : *reinterpret_cast<const uint32_t *>(p);
-  }
+    uint32_t lo[kEP], hi[kEP];
+    split<T, kEP>(vq_widen_lo(E{}, w), lo);
+    split<T, kEP>(vq_widen_hi(E{}, w), hi);
 #pragma unroll
-  for (int i = 0; i < kN / 2; i++) {
-    v[2 * i] = static_cast<uint16_t>(w[i] & 0xffffu);
-    v[2 * i + 1] = static_cast<uint16_t>(w[i] >> 16);
+    for (int q = 0; q < kEP; q++) out[q] = lo[q] | (hi[q] << 16);
   }
 }
 
-// kN 16-bit values to shared memory at p (aligned to 2 kN bytes), in one store.
-template <int kN>
-__device__ __forceinline__ void store_raw(uint16_t *p, const uint16_t (&v)[kN]) {
-  uint32_t w[kN / 2];
-#pragma unroll
-  for (int i = 0; i < kN / 2; i++) w[i] = static_cast<uint32_t>(v[2 * i]) | (static_cast<uint32_t>(v[2 * i + 1]) << 16);
-  if constexpr (kN == 8)
-    *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-  else if constexpr (kN == 4)
-    *reinterpret_cast<uint2 *>(p) = make_uint2(w[0], w[1]);
-  else
-    *reinterpret_cast<uint32_t *>(p) = w[0];
+// Byte b of w (an 8-bit index).
+__device__ __forceinline__ uint32_t byte_of(uint32_t w, uint32_t b) { return __byte_perm(w, 0u, 0x4440u + b); }
+
+template <bool kGlobal>
+__device__ __forceinline__ uint32_t ld32(const uint16_t *p) {
+  return kGlobal ? __ldg(reinterpret_cast<const unsigned int *>(p)) : *reinterpret_cast<const uint32_t *>(p);
+}
+template <bool kGlobal>
+__device__ __forceinline__ uint2 ld64(const uint16_t *p) {
+  return kGlobal ? __ldg(reinterpret_cast<const uint2 *>(p)) : *reinterpret_cast<const uint2 *>(p);
+}
+template <bool kGlobal>
+__device__ __forceinline__ uint4 ld128(const uint16_t *p) {
+  return kGlobal ? __ldg(reinterpret_cast<const uint4 *>(p)) : *reinterpret_cast<const uint4 *>(p);
+}
+template <bool kGlobal>
+__device__ __forceinline__ uint32_t ld16(const uint16_t *p) {
+  return kGlobal ? __ldg(reinterpret_cast<const unsigned short *>(p)) : *p;
 }
 
-// Index at bit `bit` of a staged code row (the bits lie inside the staged words).
-__device__ __forceinline__ uint32_t staged_index(const uint32_t *words, uint32_t bit, int bits) {
-  const uint32_t q = bit >> 5, sh = bit & 31u;
-  const uint32_t lo = words[q];
-  const uint32_t hi = sh + static_cast<uint32_t>(bits) > 32u ? words[q + 1] : 0u;
-  return __funnelshift_r(lo, hi, sh) & ((1u << bits) - 1u);
-}
-
-// Values of x per thread and stage, as pairs of adjacent columns.
-constexpr int kXPairs = kBM * kBK / 2 / kThreads;
-
-template <typename X>
-__device__ __forceinline__ void load_x_as(const vq_gemm_params &p, int m0, int k0, float (&xr)[kXPairs][2]) {
-  const X *x = static_cast<const X *>(p.x);
-#pragma unroll
-  for (int i = 0; i < kXPairs; i++) {
-    const int e = static_cast<int>(threadIdx.x) + i * kThreads;
-    const int m = m0 + e / (kBK / 2), k = k0 + (e % (kBK / 2)) * 2;
-    const X *row = x + static_cast<int64_t>(m) * p.x_ld;
-    xr[i][0] = m < p.M && k < p.K ? vq_to_f32(row[k]) : 0.0f;
-    xr[i][1] = m < p.M && k + 1 < p.K ? vq_to_f32(row[k + 1]) : 0.0f;
-  }
-}
-
-__device__ __forceinline__ void load_x(const vq_gemm_params &p, int m0, int k0, float (&xr)[kXPairs][2]) {
+__device__ __forceinline__ float x_value(const vq_mma_params &p, const uint8_t *row, int k) {
   switch (p.x_dtype) {
-    case QF_BF16: load_x_as<__nv_bfloat16>(p, m0, k0, xr); break;
-    case QF_F16: load_x_as<__half>(p, m0, k0, xr); break;
-    default: load_x_as<float>(p, m0, k0, xr); break;
+    case QF_BF16: return vq_to_f32(reinterpret_cast<const __nv_bfloat16 *>(row)[k]);
+    case QF_F16: return vq_to_f32(reinterpret_cast<const __half *>(row)[k]);
+    default: return reinterpret_cast<const float *>(row)[k];
   }
 }
 
-}  // namespace vq_gemm_detail
+__device__ __forceinline__ int book_of(const vq_mma_params &p, int j) {
+  return p.book_shift >= 0 ? j >> p.book_shift : j / p.vectors_per_book;
+}
 
-template <int kBN, int kVS, typename E, typename T, class Placement>
-__global__ void __launch_bounds__(QF_VQ_GEMM_THREADS) vq_gemm_kernel(const __grid_constant__ vq_gemm_params p) {
-  using namespace vq_gemm_detail;
-  constexpr bool kShared = Placement::kShared;
+// The books of row scope `scope` (all residuals) into books_s: [R, books_per_row, entries, vs].
+__device__ __forceinline__ void stage_books(const vq_mma_params &p, int scope, uint16_t *books_s) {
+  const int64_t book_elems = static_cast<int64_t>(p.entries) * p.vs, per_res = p.books_per_row * book_elems;
+  for (int r = 0; r < p.residuals; r++) {
+    const uint16_t *src = p.books + (r * p.n_books + static_cast<int64_t>(scope) * p.books_per_row) * book_elems;
+    uint16_t *dst = books_s + r * per_res;
+    if (book_elems % 8 == 0) {  // every scope's books start 16-byte aligned
+#pragma unroll 4
+      for (int64_t i = threadIdx.x; i < per_res / 8; i += kThreads)
+        reinterpret_cast<uint4 *>(dst)[i] = __ldg(reinterpret_cast<const uint4 *>(src) + i);
+    } else {
+      for (int64_t i = threadIdx.x; i < per_res; i += kThreads) dst[i] = src[i];
+    }
+  }
+}
+
+__device__ __forceinline__ void store_y(const vq_mma_params &p, int m, int n, float v) {
+  const int64_t i = m * p.y_ld + n;
+  switch (p.y_dtype) {
+    case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + i, v); break;
+    case QF_F16: vq_store(static_cast<__half *>(p.y) + i, v); break;
+    default: vq_store(static_cast<float *>(p.y) + i, v); break;
+  }
+}
+
+}  // namespace vq_mma_detail
+
+template <int kMT, int kVS, bool kByteCodes, typename E, typename T, class Placement>
+__global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
+    vq_mma_kernel(const __grid_constant__ vq_mma_params p) {
+  using namespace vq_mma_detail;
+  constexpr bool kShared = Placement::kShared, kGlobal = !kShared;
   constexpr int kEP = std::is_same<E, vq_f16>::value && std::is_same<T, __nv_bfloat16>::value ? 2 : 1;  // entry parts
   constexpr int kXP = std::is_same<T, __half>::value ? 1 : 3;  // the most x parts
-  constexpr int kWN = kBN / 2, kNT = kWN / 8;  // a warp's columns of y, its n8 tiles
-  static_assert(kBN == 32 || kBN == 64, "tiles of 32 or 64 rows of W");
+  constexpr int kV = kVS ? 16 / kVS : 1;                         // a lane's vectors per sub-chunk
+  constexpr int kWQ = kByteCodes ? (kV + 3) / 4 : 0;             // its code words per sub-chunk and row
+  static_assert(kMT == 1 || kMT == 2 || kMT == 4, "x tiles of 8, 16 or 32 rows");
   static_assert(kVS == 0 || kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4, 8, or 0 for any other");
+  static_assert(!kByteCodes || kVS != 0, "8-bit codes have their own path for vector sizes 2, 4 and 8");
   static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<E, vq_f16>::value,
                 "fp16 tensor-core operands only with fp16 entries");
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t *books_s = reinterpret_cast<uint16_t *>(smem);
-  uint32_t *codes_s = reinterpret_cast<uint32_t *>(smem + p.books_smem_bytes);
-  uint8_t *stages = smem + p.books_smem_bytes + p.codes_smem_bytes;
-  // Stage b: x planes [x_parts][kBM][kPitch], then W planes [planes][kBN][kPitch].
-  auto x_plane = [&](int b, int part) {
-    return reinterpret_cast<uint16_t *>(stages + b * p.stage_smem_bytes) + part * (kBM * kPitch);
-  };
-  auto w_plane = [&](int b, int plane) {
-    return reinterpret_cast<uint16_t *>(stages + b * p.stage_smem_bytes) + p.x_parts * (kBM * kPitch) +
-           plane * (kBN * kPitch);
-  };
+  float *red = reinterpret_cast<float *>(smem + p.books_smem_bytes);  // [warp][kMT][lane][4]
 
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int wm = warp & 1, wn = warp >> 1;
-  const int64_t tile = blockIdx.x;
-  const int m0 = static_cast<int>(tile % p.tiles_m) * kBM, n0 = static_cast<int>(tile / p.tiles_m) * kBN;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wk = warp % p.warps_k, wn = warp / p.warps_k;  // the warp's slice of K and 16 rows of the tile
   const int vs = kVS ? kVS : p.vs;
-  const int bits = p.bits, residuals = p.residuals, cw = p.code_words;
   const int book_elems = p.entries * vs;
-  const int stages_k = (p.K + kBK - 1) / kBK;
-  [[maybe_unused]] int staged_b0 = 0, staged_b1 = -1;  // books in the buffer (shared placement)
-  // fp16 operands are only built for fp16 x (the launcher's choice): anything else is a bug.
-  if (std::is_same<T, __half>::value && p.x_dtype != QF_F16) __trap();
+  const int64_t code_res = static_cast<int64_t>(p.N) * p.row_words;
+  const int64_t book_res = (kShared ? static_cast<int64_t>(p.books_per_row) : p.n_books) * book_elems;
+  const int x_size = p.x_dtype == QF_F32 ? 4 : 2;
+  const bool ragged = p.K % QF_VQ_MMA_CHUNK != 0;  // the last chunk crosses K
 
-  // The vectors stage s touches, [j_begin, j_end), and the first code word staged for them.
-  auto stage_vectors = [&](int s, int &j_begin, int &j_end, uint32_t &q0) {
-    const int k0 = s * kBK;
-    j_begin = k0 / vs;
-    j_end = min(p.vectors, (k0 + kBK + vs - 1) / vs);
-    q0 = (static_cast<uint32_t>(j_begin) * static_cast<uint32_t>(bits)) >> 5;
-  };
+  const int t_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * p.tiles / gridDim.x);
+  const int t_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * p.tiles / gridDim.x);
+  [[maybe_unused]] int staged_scope = -1;
 
-  // (A) Asynchronous copies for stage s: its code words, and the books of its columns.
-  auto issue_copies = [&](int s) {
-    int jb, je;
-    uint32_t q0;
-    stage_vectors(s, jb, je, q0);
-    const uint32_t q1 = (static_cast<uint32_t>(je) * static_cast<uint32_t>(bits) + 31u) >> 5;
-    const int words = static_cast<int>(q1 - q0);
-    const int total = residuals * kBN * cw;
-    for (int t = tid; t < total; t += kThreads) {
-      const int r = t / (kBN * cw), rem = t - r * (kBN * cw), n = rem / cw, w = rem - n * cw;
-      const bool live = n0 + n < p.N && w < words;
-      const uint32_t *src = live ? p.codes + (static_cast<int64_t>(r) * p.N + n0 + n) * p.row_words + q0 + w : p.codes;
-      cp_async4(smem_addr(codes_s + t), src, live ? 4u : 0u);
-    }
-    if constexpr (kShared) {
-      const int b0 = jb / p.vectors_per_book, b1 = (je - 1) / p.vectors_per_book;
-      if (b0 < staged_b0 || b1 > staged_b1) {  // uniform across the block
-        staged_b0 = b0, staged_b1 = b1;
-        const int64_t scope = p.scope_rows ? n0 / p.scope_rows : 0;  // the tile lies in one row scope
-        const int elems = (b1 - b0 + 1) * book_elems;  // per residual, <= stage_books books
-        const bool wide = book_elems % 8 == 0;         // every book starts 16-byte aligned
-        const int chunk = wide ? 8 : 2, per_res = elems / chunk;
-        for (int t = tid; t < residuals * per_res; t += kThreads) {
-          const int r = t / per_res, i = t - r * per_res;
-          const uint16_t *src = p.books +
-                                ((static_cast<int64_t>(r) * p.n_books + scope * p.books_per_row + b0) *
-                                     book_elems + static_cast<int64_t>(i) * chunk);
-          uint16_t *dst = books_s + static_cast<int64_t>(r) * p.stage_books * book_elems + i * chunk;
-          if (wide)
-            cp_async16(smem_addr(dst), src);
-          else
-            cp_async4(smem_addr(dst), src, 4u);
-        }
+  for (int tile = t_begin; tile < t_end; tile++) {
+    const int mt = tile / p.tiles_n, tn0 = (tile - mt * p.tiles_n) * p.tile_rows, m0 = mt * 8 * kMT;
+    const int n0 = tn0 + wn * QF_VQ_MMA_TILE_N;
+    if constexpr (kShared) {  // the previous tile ended with a barrier: nobody reads books_s now
+      const int scope = p.scope_rows ? tn0 / p.scope_rows : 0;  // the tile lies in one row scope
+      if (scope != staged_scope) {
+        stage_books(p, scope, books_s);
+        staged_scope = scope;
+        __syncthreads();
       }
     }
-  };
 
-  // Where row n's (tile-relative) entry `idx` of book `book`, residual r, starts.
-  auto entry_ptr = [&](int r, int n, int book, uint32_t idx) -> const uint16_t * {
-    if constexpr (kShared) {
-      return books_s + (static_cast<int64_t>(r) * p.stage_books + (book - staged_b0)) * book_elems +
-             static_cast<int64_t>(idx) * vs;
-    } else {
-      const int64_t sc = p.scope_rows ? (n0 + n) / p.scope_rows : 0;
-      return p.books + ((static_cast<int64_t>(r) * p.n_books + sc * p.books_per_row + book) * book_elems +
-                        static_cast<int64_t>(idx) * vs);
+    // ---- this lane's rows of W (g, g + 8) and of x (g of each n8 tile) ----
+    const uint32_t *crow[2];
+    const uint16_t *brow[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int n = min(n0 + g + 8 * h, p.N - 1);
+      crow[h] = p.codes + static_cast<int64_t>(n) * p.row_words;
+      if constexpr (kShared)
+        brow[h] = books_s;
+      else
+        brow[h] = p.books + static_cast<int64_t>(p.scope_rows ? n / p.scope_rows : 0) * p.books_per_row * book_elems;
     }
-  };
+    const uint8_t *xrow[kMT];
+#pragma unroll
+    for (int j = 0; j < kMT; j++) {
+      const int m = m0 + 8 * j + g;
+      xrow[j] = m < p.M ? static_cast<const uint8_t *>(p.x) + static_cast<int64_t>(m) * p.x_ld * x_size : nullptr;
+    }
 
-  // (C) Stage s into buffer b: the copies landed, W decoded and x split into their planes.
-  auto decode = [&](int s, int b, const float (&xr)[kXPairs][2]) {
-    cp_async_wait_all();
-    __syncthreads();
-    int jb, je;
-    uint32_t q0;
-    stage_vectors(s, jb, je, q0);
-    if constexpr (kVS != 0) {
-      constexpr int kVP = kBK / kVS;  // vectors per staged row (stages start on vector boundaries)
-      for (int t = tid; t < residuals * kBN * kVP; t += kThreads) {
-        const int r = t / (kBN * kVP), rem = t % (kBN * kVP), n = rem / kVP, jl = rem % kVP;
-        const int j = jb + jl;
-        uint16_t out[kEP][kVS];
-        if (n0 + n < p.N && j < p.vectors) {
-          const uint32_t bit = static_cast<uint32_t>(j) * static_cast<uint32_t>(bits) - q0 * 32u;
-          const uint32_t idx = staged_index(codes_s + (r * kBN + n) * cw, bit, bits);
-          uint16_t e[kVS];
-          load_raw<kVS, !kShared>(entry_ptr(r, n, j / p.vectors_per_book, idx), e);
+    float acc[kMT][4];
 #pragma unroll
-          for (int c = 0; c < kVS; c++) {
-            if constexpr (kEP == 1) {
-              out[0][c] = e[c];
-            } else {
-              uint16_t parts[kEP];
-              split<T, kEP>(entry_value(E{}, e[c]), parts);
+    for (int j = 0; j < kMT; j++)
 #pragma unroll
-              for (int q = 0; q < kEP; q++) out[q][c] = parts[q];
+      for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+
+    // B of quad u for n8 tile j as kXP pairs of T words: kDirect, one 8-byte load of the raw x
+    // (x_parts 1); else element by element, split into parts (zeros past M and K).
+    auto load_b = [&](auto direct, int j, int u, auto &b) {
+      if constexpr (decltype(direct)::value) {
+        const uint2 v = xrow[j] != nullptr ? __ldg(reinterpret_cast<const uint2 *>(xrow[j]) + u) : make_uint2(0u, 0u);
+        b[0][0] = v.x, b[0][1] = v.y;
+      } else {
+        uint32_t parts[4][kXP];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int k = 4 * u + e;
+          split<T, kXP>(xrow[j] != nullptr && k < p.K ? x_value(p, xrow[j], k) : 0.0f, parts[e]);
+        }
+#pragma unroll
+        for (int q = 0; q < kXP; q++) b[q][0] = parts[0][q] | (parts[1][q] << 16), b[q][1] = parts[2][q] | (parts[3][q] << 16);
+      }
+    };
+
+    // One k16 step: A (the lane's words of rows g and g + 8: elements 0 1 and 2 3 of its quad, as
+    // raw entry bits) times B of every n8 tile, into part.
+    auto mma_step = [&](auto direct, int u, const auto &w01, const auto &w23, auto &part) {
+      constexpr int kXParts = decltype(direct)::value ? 1 : kXP;
+      uint32_t a[kEP][4];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        uint32_t lo[kEP], hi[kEP];
+        entry_parts<E, T, kEP>(w01[h], lo);
+        entry_parts<E, T, kEP>(w23[h], hi);
+#pragma unroll
+        for (int q = 0; q < kEP; q++) a[q][h] = lo[q], a[q][2 + h] = hi[q];
+      }
+#pragma unroll
+      for (int j = 0; j < kMT; j++) {
+        uint32_t b[kXParts][2];
+        load_b(direct, j, u, b);
+#pragma unroll
+        for (int px = 0; px < kXParts; px++)
+          if (px == 0 || px < p.x_parts)
+#pragma unroll
+            for (int pe = 0; pe < kEP; pe++) mma_16816(T{}, part[j], a[pe], b[px]);
+      }
+    };
+
+    // One sub-chunk (16 quads, 4 k16 steps) of residual r: the lane's quads are 16 q + 4 t + s.
+    // cw: its code words of the sub-chunk (8-bit codes). Adds the sub-chunk's sum into acc.
+    auto sub_chunk = [&](auto careful, auto direct, int c, int q, int r, const auto &cw) {
+      [[maybe_unused]] constexpr bool kCareful = decltype(careful)::value;
+      float part[kMT][4];
+#pragma unroll
+      for (int j = 0; j < kMT; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[j][i] = 0.0f;
+      const int u0 = c * kChunkQuads + q * 16 + t * 4;  // the lane's first quad
+      [[maybe_unused]] const uint32_t *code_r[2] = {crow[0] + r * code_res, crow[1] + r * code_res};
+      if constexpr (kVS != 0) {
+        const int j0 = u0 * 4 / kVS;  // its first vector
+        // Where vector j's entry idx starts, per row (kCareful: j's own book): the book's entries
+        // as an array of kVS-element vectors, so a lookup is one scaled index.
+        using entry_t = std::conditional_t<kVS == 8, uint4, std::conditional_t<kVS == 4, uint2, uint32_t>>;
+        const entry_t *bq[2];
+        const int64_t b0 = kCareful ? 0 : static_cast<int64_t>(book_of(p, j0)) * book_elems;
+#pragma unroll
+        for (int h = 0; h < 2; h++) bq[h] = reinterpret_cast<const entry_t *>(brow[h] + r * book_res + b0);
+        auto entry = [&](int h, int v) -> const uint16_t * {
+          const int j = j0 + v;
+          uint32_t idx;
+          if constexpr (kByteCodes && !kCareful)
+            idx = byte_of(cw[h][v >> 2], static_cast<uint32_t>((j0 & 3) + (v & 3)));
+          else
+            idx = vq_index(code_r[h], static_cast<uint32_t>(j), p.bits, p.row_words);
+          if constexpr (kCareful)
+            return reinterpret_cast<const uint16_t *>(bq[h] + idx + static_cast<int64_t>(book_of(p, j)) * p.entries);
+          return reinterpret_cast<const uint16_t *>(bq[h] + idx);
+        };
+        auto live = [&](int v) { return !kCareful || j0 + v < p.vectors; };
+        [[maybe_unused]] uint4 e8[2];
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+          uint32_t w01[2], w23[2];
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            if constexpr (kVS == 4) {
+              const uint2 e = live(s) ? ld64<kGlobal>(entry(h, s)) : make_uint2(0u, 0u);
+              w01[h] = e.x, w23[h] = e.y;
+            } else if constexpr (kVS == 8) {  // one 16-byte entry: steps s and s + 1
+              if (s % 2 == 0) e8[h] = live(s / 2) ? ld128<kGlobal>(entry(h, s / 2)) : make_uint4(0u, 0u, 0u, 0u);
+              w01[h] = s % 2 ? e8[h].z : e8[h].x;
+              w23[h] = s % 2 ? e8[h].w : e8[h].y;
+            } else {  // two 4-byte entries per step
+              w01[h] = live(2 * s) ? ld32<kGlobal>(entry(h, 2 * s)) : 0u;
+              w23[h] = live(2 * s + 1) ? ld32<kGlobal>(entry(h, 2 * s + 1)) : 0u;
             }
           }
-        } else {
-#pragma unroll
-          for (int q = 0; q < kEP; q++)
-#pragma unroll
-            for (int c = 0; c < kVS; c++) out[q][c] = 0;
+          mma_step(direct, u0 + s, w01, w23, part);
         }
+      } else {
+        // Any vector size: element by element (vectors may straddle quads and chunks).
+#pragma unroll 1
+        for (int s = 0; s < 4; s++) {
+          uint32_t w01[2], w23[2];
 #pragma unroll
-        for (int q = 0; q < kEP; q++) store_raw<kVS>(w_plane(b, r * kEP + q) + n * kPitch + jl * kVS, out[q]);
-      }
-    } else {
-      // Any vector size: element by element (vectors may straddle stages).
-      const int k0 = s * kBK;
-      for (int t = tid; t < kBN * kBK; t += kThreads) {
-        const int n = t / kBK, kl = t % kBK, k = k0 + kl;
-        const bool live = n0 + n < p.N && k < p.K;
-        const int j = live ? k / vs : jb, c = k - j * vs;
-        const uint32_t bit = static_cast<uint32_t>(j) * static_cast<uint32_t>(bits) - q0 * 32u;
-        for (int r = 0; r < residuals; r++) {
-          uint16_t parts[kEP];
-          if (live) {
-            const uint32_t idx = staged_index(codes_s + (r * kBN + n) * cw, bit, bits);
-            const uint16_t *ep = entry_ptr(r, n, j / p.vectors_per_book, idx) + c;
-            const uint16_t e = kShared ? *ep : __ldg(reinterpret_cast<const unsigned short *>(ep));
-            if constexpr (kEP == 1)
-              parts[0] = e;
-            else
-              split<T, kEP>(entry_value(E{}, e), parts);
-          } else {
+          for (int h = 0; h < 2; h++) {
+            uint32_t e[4];
 #pragma unroll
-            for (int q = 0; q < kEP; q++) parts[q] = 0;
+            for (int i = 0; i < 4; i++) {
+              const int k = 4 * (u0 + s) + i;
+              e[i] = 0u;
+              if (k < p.K) {
+                const int j = k / vs, cc = k - j * vs;
+                const uint32_t idx = vq_index(code_r[h], static_cast<uint32_t>(j), p.bits, p.row_words);
+                e[i] = ld16<kGlobal>(brow[h] + r * book_res + static_cast<int64_t>(book_of(p, j)) * book_elems + idx * vs + cc);
+              }
+            }
+            w01[h] = e[0] | (e[1] << 16), w23[h] = e[2] | (e[3] << 16);
           }
-#pragma unroll
-          for (int q = 0; q < kEP; q++) w_plane(b, r * kEP + q)[n * kPitch + kl] = parts[q];
+          mma_step(direct, u0 + s, w01, w23, part);
         }
       }
-    }
-    // x: each pair of columns split into x_parts planes.
 #pragma unroll
-    for (int i = 0; i < kXPairs; i++) {
-      const int e = tid + i * kThreads, m = e / (kBK / 2), kl = (e % (kBK / 2)) * 2;
-      uint16_t lo[kXP], hi[kXP];
-      split<T, kXP>(xr[i][0], lo);
-      split<T, kXP>(xr[i][1], hi);
+      for (int j = 0; j < kMT; j++)
 #pragma unroll
-      for (int q = 0; q < kXP; q++)
-        if (q < p.x_parts)
-          *reinterpret_cast<uint32_t *>(x_plane(b, q) + m * kPitch + kl) =
-              static_cast<uint32_t>(lo[q]) | (static_cast<uint32_t>(hi[q]) << 16);
-    }
-  };
+        for (int i = 0; i < 4; i++) acc[j][i] = __fadd_rn(acc[j][i], part[j][i]);
+    };
 
-  // (B) The tensor cores on buffer b: acc += this stage's products, summed per stage in `part`.
-  float acc[2][kNT][4];
+    // ---- the warp's (chunk, residual) items; in the GeMV the next item's 8-bit codes load under this one ----
+    constexpr int kCW = kWQ > 0 ? kWQ : 1;
+    // The GeMV prefetches; the GeMM's x tile gives a warp enough MMAs per code word to hide the
+    // loads, and its registers go to unrolling the 4 k-steps of a sub-chunk instead of all 16.
+    constexpr bool kPrefetch = kMT < 4;
+    uint32_t cur[4][2][kCW];
+    [[maybe_unused]] uint32_t nxt[4][2][kCW];
+    auto load_sub_codes = [&](int c, int q, int r, auto &w) {  // the lane's words of sub-chunk q
+      if constexpr (kByteCodes) {
 #pragma unroll
-  for (int mi = 0; mi < 2; mi++)
+        for (int h = 0; h < 2; h++)
 #pragma unroll
-    for (int ni = 0; ni < kNT; ni++)
-#pragma unroll
-      for (int c = 0; c < 4; c++) acc[mi][ni][c] = 0.0f;
-
-  auto mma_stage = [&](int b) {
-    float part[2][kNT][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-      for (int ni = 0; ni < kNT; ni++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) part[mi][ni][c] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kBK / 16; ks++) {
-      uint32_t a[kXP][2][4];
-#pragma unroll
-      for (int q = 0; q < kXP; q++)
-#pragma unroll
-        for (int mi = 0; mi < 2; mi++) {
-          if (q < p.x_parts) {
-            const int row = wm * 32 + mi * 16 + (lane & 15), col = ks * 16 + (lane >> 4) * 8;
-            ldmatrix_x4(a[q][mi], smem_addr(x_plane(b, q) + row * kPitch + col));
-          } else {
-            a[q][mi][0] = a[q][mi][1] = a[q][mi][2] = a[q][mi][3] = 0u;
+          for (int e = 0; e < kWQ; e++) {
+            const uint32_t wi = static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) * 4 / kVS) / 4u + e;
+            w[h][e] = wi < p.row_words ? __ldg(crow[h] + r * code_res + wi) : 0u;
           }
-        }
-      for (int pl = 0; pl < p.planes; pl++) {
-        uint32_t bf[kNT][2];
-#pragma unroll
-        for (int nj = 0; nj < kNT / 2; nj++) {
-          const int row = wn * kWN + nj * 16 + (lane & 7) + ((lane >> 4) << 3), col = ks * 16 + ((lane >> 3) & 1) * 8;
-          uint32_t r4[4];
-          ldmatrix_x4(r4, smem_addr(w_plane(b, pl) + row * kPitch + col));
-          bf[2 * nj][0] = r4[0], bf[2 * nj][1] = r4[1], bf[2 * nj + 1][0] = r4[2], bf[2 * nj + 1][1] = r4[3];
-        }
-#pragma unroll
-        for (int q = 0; q < kXP; q++)
-          if (q < p.x_parts)
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-              for (int ni = 0; ni < kNT; ni++) mma_16816(T{}, part[mi][ni], a[q][mi], bf[ni]);
       }
+    };
+    auto load_codes = [&](int c, int r, auto &w) {
+#pragma unroll
+      for (int q = 0; q < 4; q++) load_sub_codes(c, q, r, w[q]);
+    };
+    int c = wk, r = 0;
+    if (kPrefetch && c < p.chunks) load_codes(c, 0, nxt);
+    while (c < p.chunks) {
+      int cn = c, rn = r + 1;
+      if (rn == p.residuals) rn = 0, cn += p.warps_k;
+      if constexpr (kPrefetch) {
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+#pragma unroll
+          for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < kCW; e++) cur[q][h][e] = nxt[q][h][e];
+        if (cn < p.chunks) load_codes(cn, rn, nxt);
+      }
+      if constexpr (kVS != 0) {
+        if (!p.books_per_vector && !(ragged && c == p.chunks - 1)) {
+          auto run = [&](auto direct) {
+            if constexpr (kPrefetch) {
+#pragma unroll
+              for (int q = 0; q < 4; q++) sub_chunk(std::false_type{}, direct, c, q, r, cur[q]);
+            } else {  // the GeMM: each sub-chunk's words just before it, one sub-chunk unrolled at a time
+#pragma unroll 1
+              for (int q = 0; q < 4; q++) {
+                load_sub_codes(c, q, r, cur[0]);
+                sub_chunk(std::false_type{}, direct, c, q, r, cur[0]);
+              }
+            }
+          };
+          if (p.x_direct)
+            run(std::true_type{});
+          else
+            run(std::false_type{});
+          c = cn, r = rn;
+          continue;
+        }
+      }
+#pragma unroll 1
+      for (int q = 0; q < 4; q++) sub_chunk(std::true_type{}, std::false_type{}, c, q, r, cur[0]);  // reads its indices
+      c = cn, r = rn;
     }
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-      for (int ni = 0; ni < kNT; ni++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[mi][ni][c] = __fadd_rn(acc[mi][ni][c], part[mi][ni][c]);
-  };
 
-  // ---- mainloop: stage 0 up front, then each stage's copies and loads under the previous MMAs ----
-  float xr[kXPairs][2];
-  issue_copies(0);
-  load_x(p, m0, 0, xr);
-  decode(0, 0, xr);
-  __syncthreads();
-  for (int s = 0; s < stages_k; s++) {
-    const bool next = s + 1 < stages_k;
-    if (next) {
-      issue_copies(s + 1);
-      load_x(p, m0, (s + 1) * kBK, xr);
-    }
-    mma_stage(s & 1);
-    if (next) decode(s + 1, (s + 1) & 1, xr);
+    // ---- epilogue: the sums of a row group's warps in K order, times the row scale, into y ----
+#pragma unroll
+    for (int j = 0; j < kMT; j++)
+      reinterpret_cast<float4 *>(red)[(warp * kMT + j) * 32 + lane] = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
     __syncthreads();
+    for (int e = static_cast<int>(threadIdx.x); e < kWarps / p.warps_k * kMT * 128; e += kThreads) {
+      const int rg = e / (kMT * 128), j = (e >> 7) % kMT, l = (e >> 2) & 31, i = e & 3;  // rg: row group (wn)
+      const int n = tn0 + rg * QF_VQ_MMA_TILE_N + (l >> 2) + 8 * (i >> 1), m = m0 + 8 * j + 2 * (l & 3) + (i & 1);
+      if (n >= p.N || m >= p.M) continue;
+      const float *part = red + ((rg * p.warps_k * kMT + j) * 32 + l) * 4 + i;
+      float sum = part[0];
+      for (int w = 1; w < p.warps_k; w++) sum += part[w * kMT * 128];
+      if (p.scales) sum *= p.scales[n];
+      store_y(p, m, n, sum);
+    }
+    __syncthreads();  // red and books_s are free again
   }
-
-  // ---- epilogue: y = scale[n] * acc, masked to [M, N] ----
-  const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-  for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-    for (int ni = 0; ni < kNT; ni++)
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-          const int m = m0 + wm * 32 + mi * 16 + g + 8 * h, n = n0 + wn * kWN + ni * 8 + tq * 2 + c;
-          if (m >= p.M || n >= p.N) continue;
-          float v = acc[mi][ni][2 * h + c];
-          if (p.scales) v *= p.scales[n];
-          const int64_t i = static_cast<int64_t>(m) * p.y_ld + n;
-          switch (p.y_dtype) {
-            case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + i, v); break;
-            case QF_F16: vq_store(static_cast<__half *>(p.y) + i, v); break;
-            default: vq_store(static_cast<float *>(p.y) + i, v); break;
-          }
-        }
 }
 
-// The launchers of each placement (vq_gemm_global.cu, vq_gemm_shared.cu): the kernel of the
-// config's tile, vector size and operand types, one block per output tile.
-qf_status qf_cuda_vq_gemm_mma_run_global(qf_ctx *ctx, const vq_gemm_params &p, const qf_vq_gemm_config &cfg,
-                                         bool bf16_entries);
-qf_status qf_cuda_vq_gemm_mma_run_shared(qf_ctx *ctx, const vq_gemm_params &p, const qf_vq_gemm_config &cfg,
-                                         bool bf16_entries);
-
-// ---- host: the instantiation for a config, and its launch ----
+// ---- host: the kernels of one (placement, x tile), from one list, and their launch ----
 
 #include <atomic>
 
 #include "cuda/common.cuh"
 
-namespace vq_gemm_detail {
+// The launchers (vq_gemv_{global,shared}.cu: x tiles of 8 and 16 rows; vq_gemm_{global,shared}.cu:
+// 32 rows), each placement and x tile in its own translation unit.
+qf_status qf_cuda_vq_gemv_run_global(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg, bool bf16_entries);
+qf_status qf_cuda_vq_gemv_run_shared(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg, bool bf16_entries);
+qf_status qf_cuda_vq_gemm_mma_run_global(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg,
+                                         bool bf16_entries);
+qf_status qf_cuda_vq_gemm_mma_run_shared(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg,
+                                         bool bf16_entries);
 
-using kernel_t = void (*)(vq_gemm_params);
-// Kernels per placement: 2 tile heights x 4 vector-size buckets x 3 (entry, operand) type pairs.
-constexpr int kKernels = 2 * 4 * 3;
+namespace vq_mma_detail {
 
-template <class Placement, int kBN, typename E, typename T>
-kernel_t pick_vs(int vs, int &slot) {
-  slot *= 4;
-  if (vs == 2) return vq_gemm_kernel<kBN, 2, E, T, Placement>;
-  slot++;
-  if (vs == 4) return vq_gemm_kernel<kBN, 4, E, T, Placement>;
-  slot++;
-  if (vs == 8) return vq_gemm_kernel<kBN, 8, E, T, Placement>;
-  slot++;
-  return vq_gemm_kernel<kBN, 0, E, T, Placement>;
+using kernel_t = void (*)(vq_mma_params);
+
+// Decoders: 8-bit codes with vector size 2, 4, 8; other index widths with 2, 4, 8; any vector size.
+#define QF_VQ_MMA_DECODERS(X) X(2, true) X(4, true) X(8, true) X(2, false) X(4, false) X(8, false) X(0, false)
+constexpr int kDecoders = 7;
+// (entry, operand) types: bf16 entries; fp16 entries under bf16; fp16 under fp16.
+constexpr int kTypes = 3;
+
+inline int decoder_slot(int vs, int bits) {
+  const int v = QF_VQ_MMA_VS_BUCKET(vs);
+  if (v == 0) return 6;
+  return (v == 2 ? 0 : v == 4 ? 1 : 2) + (bits == 8 ? 0 : 3);
 }
 
-template <class Placement, int kBN>
-kernel_t pick_types(bool bf16_entries, bool bf16_mma, int vs, int &slot) {
-  slot *= 3;
-  if (bf16_entries) return pick_vs<Placement, kBN, vq_bf16, __nv_bfloat16>(vs, slot);
-  slot++;
-  if (bf16_mma) return pick_vs<Placement, kBN, vq_f16, __nv_bfloat16>(vs, slot);
-  slot++;
-  return pick_vs<Placement, kBN, vq_f16, __half>(vs, slot);
+template <int kMT, class Placement, typename E, typename T>
+kernel_t pick_decoder(int slot) {
+  int i = 0;
+#define QF_VQ_MMA_DECODER_CASE(VS, BYTES) \
+  if (slot == i++) return vq_mma_kernel<kMT, VS, BYTES, E, T, Placement>;
+  QF_VQ_MMA_DECODERS(QF_VQ_MMA_DECODER_CASE)
+#undef QF_VQ_MMA_DECODER_CASE
+  return nullptr;
 }
 
-}  // namespace vq_gemm_detail
+}  // namespace vq_mma_detail
 
-template <class Placement>
-qf_status vq_gemm_launch(qf_ctx *ctx, const vq_gemm_params &p, const qf_vq_gemm_config &cfg, bool bf16_entries) {
-  using namespace vq_gemm_detail;
+template <class Placement, int kMT>
+qf_status vq_mma_launch(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg, bool bf16_entries) {
+  using namespace vq_mma_detail;
   static const char op[] = "qf_vq_gemm";
   if (bf16_entries && !cfg.mma_bf16)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: bf16 entries need bf16 tensor-core operands", op);
-  if (cfg.bn != 32 && cfg.bn != 64)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for tiles of %d rows of W", op, cfg.bn);
-  const int vs = QF_VQ_GEMM_VS_BUCKET(p.vs);
-  int slot = cfg.bn == 64 ? 1 : 0;
-  const kernel_t kernel = cfg.bn == 64 ? pick_types<Placement, 64>(bf16_entries, cfg.mma_bf16 != 0, vs, slot)
-                                       : pick_types<Placement, 32>(bf16_entries, cfg.mma_bf16 != 0, vs, slot);
+  if (cfg.m_tiles8 != kMT) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for x tiles of %d rows", op, cfg.tile_m);
+  const int types = bf16_entries ? 0 : cfg.mma_bf16 ? 1 : 2;
+  const int dec = decoder_slot(p.vs, p.bits), slot = types * kDecoders + dec;
+  const kernel_t kernel = types == 0   ? pick_decoder<kMT, Placement, vq_bf16, __nv_bfloat16>(dec)
+                          : types == 1 ? pick_decoder<kMT, Placement, vq_f16, __nv_bfloat16>(dec)
+                                       : pick_decoder<kMT, Placement, vq_f16, __half>(dec);
 
   // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
-  static std::atomic<uint64_t> opted_in[kKernels];
+  static std::atomic<uint64_t> opted_in[kTypes * kDecoders];
   if (qf_status st = qf_cuda_smem_opt_in(ctx, op, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
-  cudaError_t err;
   int per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, QF_VQ_GEMM_THREADS, cfg.smem_bytes);
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, cfg.smem_bytes);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
   if (per_sm < 1)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: a block of %d threads with %zu bytes of shared memory does not fit an SM",
-                   op, QF_VQ_GEMM_THREADS, cfg.smem_bytes);
-  const int64_t blocks = cfg.tiles_m * cfg.tiles_n;
-  if (blocks > INT32_MAX)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld output tiles exceed the grid", op, static_cast<long long>(blocks));
-  kernel<<<static_cast<unsigned>(blocks), QF_VQ_GEMM_THREADS, cfg.smem_bytes, qf_stream(ctx)>>>(p);
+                   op, kThreads, cfg.smem_bytes);
+  // Shared placement: a persistent grid, so each copy of the books serves a run of tiles.
+  const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
+  const int64_t grid = Placement::kShared && p.tiles > slots ? slots : p.tiles;
+  kernel<<<static_cast<unsigned>(grid), kThreads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, op);
 }

@@ -1,7 +1,8 @@
-// The VQ-GeMM kernels that read codebook entries from global memory (CodebookInGlobal).
+// The VQ-GeMM kernels (x tiles of 32 rows) that read codebook entries from global memory
+// (CodebookInGlobal).
 #include "cuda/vq/vq_gemm.cuh"
 
-qf_status qf_cuda_vq_gemm_mma_run_global(qf_ctx *ctx, const vq_gemm_params &p, const qf_vq_gemm_config &cfg,
+qf_status qf_cuda_vq_gemm_mma_run_global(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg,
                                          bool bf16_entries) {
-  return vq_gemm_launch<CodebookInGlobal>(ctx, p, cfg, bf16_entries);
+  return vq_mma_launch<CodebookInGlobal, QF_VQ_GEMM_M_TILES8>(ctx, p, cfg, bf16_entries);
 }

@@ -9,10 +9,11 @@
 #include "qfuse.h"
 
 /* Which rows to run: ops NULL for every op, else a comma-separated list of op names
- * ("quant_group,quant_token"); m 0 for every M, else only the shapes with this M. */
+ * ("quant_group,quant_token"); m 0 for every M, else only the shapes with this M; k likewise for
+ * the row length K (H for SiLU * Mul) of the quantization ops. */
 typedef struct {
   const char *ops;
-  int64_t m;
+  int64_t m, k;
 } qfb_select;
 
 /* *rows grows by the number of rows emitted. Returns 0, or nonzero after printing why a

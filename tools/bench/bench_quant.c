@@ -263,6 +263,7 @@ int bench_quant(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     for (int i = c->largest_m_only ? nm - 1 : 0; i < nm && !failed; i++) {
       if (sel->m && ms[i] != sel->m) continue;
       for (int j = 0; j < nk && !failed; j++) {
+        if (sel->k && ks[j] != sel->k) continue;
         quant_call call;
         setup_call(&call, c, ctx, &bf, ms[i], ks[j], dev);
         const double bytes = effective_bytes(c, ms[i], ks[j]);

@@ -10,19 +10,20 @@
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: qfuse-bench [--cpu] [--jsonl FILE] [--commit ID] [--reps N] [--only OPS] [--m M]\n"
+          "usage: qfuse-bench [--cpu] [--jsonl FILE] [--commit ID] [--reps N] [--only OPS] [--m M] [--k K]\n"
           "  --cpu      time the CPU backend even when a GPU is present\n"
           "  --jsonl    append one JSON line per result to FILE\n"
           "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
           "  --reps     timed runs per measurement (at least 20; default 30)\n"
           "  --only     run only the ops named, comma-separated (e.g. quant_group,quant_token)\n"
-          "  --m        run only the shapes with this M (e.g. under a profiler)\n");
+          "  --m        run only the shapes with this M (e.g. under a profiler)\n"
+          "  --k        quantization ops: run only the shapes with this K (H for SiLU * Mul)\n");
 }
 
 int main(int argc, char **argv) {
   qfb_config cfg = {0};
   cfg.commit = getenv("QF_COMMIT");
-  qfb_select sel = {NULL, 0};
+  qfb_select sel = {NULL, 0, 0};
   int force_cpu = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--cpu")) force_cpu = 1;
@@ -31,6 +32,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) cfg.reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) sel.ops = argv[++i];
     else if (!strcmp(argv[i], "--m") && i + 1 < argc) sel.m = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--k") && i + 1 < argc) sel.k = atoll(argv[++i]);
     else {
       usage();
       return 2;
@@ -63,8 +65,9 @@ int main(int argc, char **argv) {
   int rc = bench_quant(b, ctx, &sel, &rows);
   rc |= bench_gemm(b, ctx, &sel, &rows);
   rc |= bench_vq(b, ctx, &sel, &rows);
-  if (!rows && (sel.ops || sel.m)) {
-    fprintf(stderr, "qfuse-bench: --only %s --m %lld matches no row\n", sel.ops ? sel.ops : "(all)", (long long)sel.m);
+  if (!rows && (sel.ops || sel.m || sel.k)) {
+    fprintf(stderr, "qfuse-bench: --only %s --m %lld --k %lld matches no row\n", sel.ops ? sel.ops : "(all)",
+            (long long)sel.m, (long long)sel.k);
     rc = 1;
   }
   qfb_close(b);

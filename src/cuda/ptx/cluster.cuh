@@ -28,3 +28,15 @@ __device__ __forceinline__ uint32_t mapa_shared_cluster(uint32_t addr, uint32_t 
   QF_ASM_SM90("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
 }
+
+// ld.shared::cluster: a load from a peer CTA's shared memory, at an address from mapa_shared_cluster.
+__device__ __forceinline__ double ld_shared_cluster_f64(uint32_t addr) {
+  double v = 0.0;
+  QF_ASM_SM90("ld.shared::cluster.f64 %0, [%1];\n" : "=d"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t addr) {
+  float v = 0.0f;
+  QF_ASM_SM90("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}

@@ -20,8 +20,18 @@
 // - Per token: y stays in registers between the amax and the quantization when the row is one
 //   tile, and v is recomputed from it and w: half the registers of keeping v in fp32. Longer
 //   rows re-read y (from residual or x).
+// - Few long rows (decode): one block per row leaves most SMs idle and runs a long row's serial work
+//   (loads, adds, squares, two reductions) on one SM: 12 us for one row of 18432 on an H200,
+//   against 5 us for a copy of its bytes. There a row is split over a cluster of `split` CTAs,
+//   each owning `slice` columns (a multiple of 256, so groups never straddle two CTAs). Each CTA
+//   reduces its columns, leaves the partial in its shared memory and, after a cluster barrier,
+//   every CTA adds the split partials in rank order (the same sum in every CTA: rs, and per token
+//   the scale, agree bit for bit). The exchange slots alternate between rows, so a row's partials
+//   are not overwritten while a slower CTA still reads them; the CTAs meet once more before they
+//   exit, since a peer may still read their shared memory.
 #pragma once
 
+#include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/prefetch.cuh"
 #include "cuda/quant/token_quant.cuh"
 
@@ -36,8 +46,30 @@ struct RmsNormQuantParams {
   int cols;
   float eps;
   int group_shift;  // kPerGroup: log2 of G (5, 6, 7)
+  int split;        // CTAs per row: the cluster size (1: one block per row, no cluster)
+  int slice;        // columns per CTA when split > 1 (a multiple of 256)
   qf_scale_out scales;
 };
+
+// The row-wide combination of each CTA's v (already reduced over its block) when a row is split
+// over a cluster: v goes to this CTA's slot, and after the barrier every CTA folds the slots of
+// ranks 0 .. split - 1 in order.
+template <typename T, typename Op>
+__device__ __forceinline__ T cluster_allreduce(T v, Op op, T *slot, int split) {
+  if (threadIdx.x == 0) *slot = v;
+  cluster_sync();
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slot));
+  T r{};
+  for (int q = 0; q < split; q++) {
+    T peer;
+    if constexpr (sizeof(T) == 8)
+      peer = ld_shared_cluster_f64(mapa_shared_cluster(addr, q));
+    else
+      peer = ld_shared_cluster_f32(mapa_shared_cluster(addr, q));
+    r = q == 0 ? peer : op(r, peer);
+  }
+  return r;
+}
 
 // y rounded to T as qf_bf16_from_f32 / qf_f16_from_f32 do: RNE (the hardware conversion), with
 // NaN stored as the positive canonical NaN.
@@ -63,13 +95,16 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
   static_assert(sizeof(T) == 2, "bf16 or fp16 rows");
   static_assert(VPT >= 1 && VPT <= row_vpt_max(sizeof(T)), "chunks per thread");
   constexpr bool kPerGroup = GRAN == ScaleGranularity::kPerGroup;
-  __shared__ double sum_slots[32];
-  __shared__ float max_slots[32];
+  __shared__ double sum_slots[32], cluster_sums[2];
+  __shared__ float max_slots[32], cluster_maxes[2];
+  // This CTA's columns [c0, c0 + cols) of every row it visits; below, columns are relative to c0.
+  const int split = p.split, c0 = split > 1 ? static_cast<int>(blockIdx.x % split) * p.slice : 0;
+  const int cols = split > 1 ? min(p.slice, p.cols - c0) : p.cols;
   const int tile_chunks = blockDim.x * VPT;
-  const int tiles = ((p.cols + 7) / 8 + tile_chunks - 1) / tile_chunks;
+  const int tiles = ((cols + 7) / 8 + tile_chunks - 1) / tile_chunks;
   const qf_scale_out &so = p.scales;
   const float qmax = qmax_of<Tout>(), ub = so.ub ? *so.ub : 0.0f;
-  const T *w = static_cast<const T *>(p.weight);
+  const T *w = static_cast<const T *>(p.weight) + c0;
 
   if (kPerGroup && blockIdx.x == 0 && so.pad_rows > 0) {
     const int64_t groups = p.cols >> p.group_shift;
@@ -78,20 +113,21 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       qf_store_group_scale(so.data, so.ld, so.layout, so.format, p.rows + e / n, e % n, 0.0f);
   }
 
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const T *xr = static_cast<const T *>(p.x) + r * p.x_ld;
-    T *resr = p.residual ? static_cast<T *>(p.residual) + r * p.res_ld : nullptr;
-    Tout *qr = static_cast<Tout *>(p.q) + r * p.q_ld;
+  int parity = 0;  // the cluster exchange slot of this row
+  for (int64_t r = blockIdx.x / split; r < p.rows; r += gridDim.x / split, parity ^= 1) {
+    const T *xr = static_cast<const T *>(p.x) + r * p.x_ld + c0;
+    T *resr = p.residual ? static_cast<T *>(p.residual) + r * p.res_ld + c0 : nullptr;
+    Tout *qr = static_cast<Tout *>(p.q) + r * p.q_ld + c0;
     Chunk<T> y[VPT];
     auto load_y = [&](int t, const T *src) {  // x, or y where pass 1 left it
 #pragma unroll
-      for (int i = 0; i < VPT; i++) y[i] = load_chunk<ACC>(src, chunk_col<VPT>(t, i), p.cols);
+      for (int i = 0; i < VPT; i++) y[i] = load_chunk<ACC>(src, chunk_col<VPT>(t, i), cols);
     };
     // v = (y * r) * w of one tile, chunk by chunk, into f(c, v); w is loaded here, not kept.
     auto for_each_v = [&](int t, float rs, auto &&f) {
       Chunk<T> wc[VPT];
 #pragma unroll
-      for (int i = 0; i < VPT; i++) wc[i] = load_chunk<ACC>(w, chunk_col<VPT>(t, i), p.cols);
+      for (int i = 0; i < VPT; i++) wc[i] = load_chunk<ACC>(w, chunk_col<VPT>(t, i), cols);
 #pragma unroll
       for (int i = 0; i < VPT; i++) {
         float v[8];  // columns past K: y = w = 0, v = 0
@@ -104,7 +140,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
 #pragma unroll
       for (int i = 0; i < VPT; i++) {
         const int c = chunk_col<VPT>(0, i);
-        if (c < p.cols) prefetch_global_l1(w + c);
+        if (c < cols) prefetch_global_l1(w + c);
       }
     }
 
@@ -115,12 +151,12 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       if (resr) {
         Chunk<T> res[VPT];
 #pragma unroll
-        for (int i = 0; i < VPT; i++) res[i] = load_chunk<ACC>(resr, chunk_col<VPT>(t, i), p.cols);
+        for (int i = 0; i < VPT; i++) res[i] = load_chunk<ACC>(resr, chunk_col<VPT>(t, i), cols);
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
 #pragma unroll
           for (int j = 0; j < 8; j++) y[i][j] = round_to(T{}, y[i].f32(j) + res[i].f32(j));
-          store_chunk<ACC>(resr, chunk_col<VPT>(t, i), p.cols, y[i]);
+          store_chunk<ACC>(resr, chunk_col<VPT>(t, i), cols, y[i]);
         }
       }
 #pragma unroll
@@ -133,12 +169,13 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       }
     }
     // NOTES: explicit roundings, so that no compiler flag changes this line's bits.
-    const double total = block_allreduce(sumsq, Sum{}, sum_slots);
+    double total = block_allreduce(sumsq, Sum{}, sum_slots);
+    if (split > 1) total = cluster_allreduce(total, Sum{}, &cluster_sums[parity], split);
     const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__double2float_rn(total / static_cast<double>(p.cols)), p.eps)));
     auto quantize = [&](int c, float inv, float (&v)[8]) {
 #pragma unroll
       for (int j = 0; j < 8; j++) v[j] = QF_MUL_RN(v[j], inv);
-      store_q_chunk<ACC>(qr, c, p.cols, v);
+      store_q_chunk<ACC>(qr, c, cols, v);
     };
 
     // Pass 2: per group, the group scales and q; per token, the row's amax.
@@ -155,10 +192,10 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
         }
         // Every lane takes part in the shuffle; past the row (K % G == 0) lie only whole groups.
         a = group_amax(a, p.group_shift);
-        if (c >= p.cols) return;
+        if (c >= cols) return;
         const float s = qf_group_scale(a, qmax, so.ub != nullptr, ub, so.scale_min, so.format != QF_SCALE_F32);
         if ((c & ((1 << p.group_shift) - 1)) == 0) {  // the group's first lane
-          const int g = c >> p.group_shift, groups = p.cols >> p.group_shift;
+          const int g = (c0 + c) >> p.group_shift, groups = p.cols >> p.group_shift;
           qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, g, s);
           if (so.format == QF_SCALE_UE8M0_PACKED && g == groups - 1)
             for (int e = groups; e % 4; e++) qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, e, 0.0f);
@@ -170,8 +207,9 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
     // Per token: the row's scale, then q from y and w (y re-read for rows of several tiles).
     if (!kPerGroup) {
       amax = block_allreduce(amax, NanMax{}, max_slots);
+      if (split > 1) amax = cluster_allreduce(amax, NanMax{}, &cluster_maxes[parity], split);
       const float s = qf_group_scale(amax, qmax, so.ub != nullptr, ub, so.scale_min, 0);
-      if (threadIdx.x == 0) static_cast<float *>(so.data)[r] = s;
+      if (threadIdx.x == 0 && c0 == 0) static_cast<float *>(so.data)[r] = s;
       const float inv = qf_inv_scale(s);
       for (int t = 0; t < tiles; t++) {
         if (tiles > 1) load_y(t, resr ? resr : xr);
@@ -180,4 +218,5 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
     }
     __syncthreads();  // the slots are reused by the block's next row
   }
+  if (split > 1) cluster_sync();  // the peers may still read this CTA's exchange slots
 }

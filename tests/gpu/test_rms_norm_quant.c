@@ -135,15 +135,15 @@ int main(void) {
   const int n_kinds = (int)(sizeof scale_kinds / sizeof scale_kinds[0]);
 
   /* M, K, extra pitch of x, residual (elements) and q (bytes). Odd pitches or K % 8 != 0 take
-   * the scalar path. Fewer rows than SMs with K >= 8192 split each row over a cluster of 2 to 8
-   * CTAs (uneven slices for 70000 and 18000, the last on the scalar path); 200 rows of 40960
-   * columns are more than one tile (8 x 512 chunks of 8) in one block. */
+   * the scalar path. Rows split over a cluster of 2 to 8 CTAs: fewer rows than SMs with K >= 8192
+   * (uneven slices for 70000 and 18000, the last on the scalar path), more with K > 16384 (4097 x
+   * 18432, 200 x 40960). 2 x 300000 is more than one tile (512 x 8 chunks of 8) per CTA. */
   static const int64_t shapes[][5] = {
       {1, 64, 0, 0, 0},       {2, 96, 0, 0, 0},        {3, 1344, 8, 16, 8},    {17, 128, 0, 0, 0},
       {17, 7168, 0, 0, 0},    {3, 18432, 0, 8, 0},     {5, 5000, 0, 0, 0},     {2, 77, 3, 1, 5},
       {6, 384, 3, 0, 0},      {4, 256, 0, 0, 3},       {2, 40960, 0, 0, 0},    {2, 70000, 0, 0, 0},
       {128, 2048, 0, 0, 0},   {4097, 2048, 0, 0, 0},   {4097, 7168, 0, 0, 0},  {4097, 18432, 8, 8, 16},
-      {3, 18000, 3, 0, 0},    {100, 9216, 0, 0, 0},   {200, 40960, 0, 0, 0},
+      {3, 18000, 3, 0, 0},    {100, 9216, 0, 0, 0},   {200, 40960, 0, 0, 0},  {2, 300000, 0, 0, 0},
   };
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     const int64_t M = shapes[s][0], K = shapes[s][1];

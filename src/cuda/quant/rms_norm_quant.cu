@@ -7,15 +7,23 @@
 
 namespace {
 
-// CTAs per row: 1 when the rows fill the chip or are short; else enough that each CTA owns at
-// least 2304 columns, up to 8 CTAs (the portable cluster size) for a few rows and 4 for more.
-// Measured on H100, bf16 + residual, per 128-group (us, split 1 / 2 / 4 / 8): M = 1, K = 18432:
-// 14.5 / 14.8 / 9.0 / 7.8; M = 128, K = 18432: 18.7 / 19.5 / 15.7 / 17.6. At K = 2048 and
-// 7168 splitting costs up to 1 us at M = 1 (the cluster launch) and more at M = 128.
+// CTAs per row, measured on H100 with bf16 + residual, per-128-group and per-token quantization.
+// - Rows enough to fill the chip: split only rows longer than a block holds at 4 chunks per
+//   thread (16384 columns). At K = 18432 one block needs 8 chunks per thread, registers then
+//   allow 2 rows per SM, and 2 CTAs of 4 chunks per thread run at 81-90% of the copy bandwidth
+//   against 67-76%; at K = 7168 splitting in 2 costs 10-20%.
+// - Fewer rows than SMs (decode): only long rows (K >= 8192), into slices of at least 2304
+//   columns, up to 8 CTAs (the portable cluster size) for a few rows and 4 for more. In us, split
+//   1 / 2 / 4 / 8: M = 1, K = 18432: 14.5 / 14.8 / 9.0 / 7.8; M = 128: 18.7 / 19.5 / 15.7 / 17.6.
+//   At K = 2048 and 7168 splitting costs up to 1 us at M = 1 (the cluster launch), more at M = 128.
 int row_split(int64_t cols, int64_t rows, int sm_count) {
-  if (rows >= sm_count || cols < 8192) return 1;
-  const int most = rows * 4 <= sm_count ? 8 : 4;
   int split = 1;
+  if (rows >= sm_count) {
+    while (split < 8 && cols > 4 * 8 * kRowThreadsMax * split) split *= 2;
+    return split;
+  }
+  if (cols < 8192) return 1;
+  const int most = rows * 4 <= sm_count ? 8 : 4;
   while (split < most && cols >= 2304 * 2 * split) split *= 2;
   return split;
 }
@@ -54,11 +62,12 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
     kernel<<<row_blocks(a->x.rows), cfg.threads, 0, qf_stream(ctx)>>>(p);
     return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");
   }
+  const int64_t clusters = a->x.rows < 0x7fffffff / split ? a->x.rows : 0x7fffffff / split;
   cudaLaunchConfig_t lc = {};
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = split, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-  lc.gridDim = dim3(static_cast<unsigned>(a->x.rows * split));  // rows < SM count here
+  lc.gridDim = dim3(static_cast<unsigned>(clusters * split));
   lc.blockDim = dim3(cfg.threads);
   lc.stream = qf_stream(ctx);
   lc.attrs = attr;

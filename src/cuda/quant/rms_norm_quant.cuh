@@ -20,9 +20,10 @@
 // - Per token: y stays in registers between the amax and the quantization when the row is one
 //   tile, and v is recomputed from it and w: half the registers of keeping v in fp32. Longer
 //   rows re-read y (from residual or x).
-// - Few long rows (decode): one block per row leaves most SMs idle and runs a long row's serial work
-//   (loads, adds, squares, two reductions) on one SM: 12 us for one row of 18432 on an H200,
-//   against 5 us for a copy of its bytes. There a row is split over a cluster of `split` CTAs,
+// - Long rows: one block per row runs a long row's serial work (loads, adds, squares, two
+//   reductions) on one SM. With few rows (decode) that leaves most SMs idle: 12 us for one row of
+//   18432 on an H200, against 5 us for a copy of its bytes; with many, a row of 18432 needs 8
+//   chunks per thread and only two rows fit an SM. There a row is split over a cluster of `split` CTAs,
 //   each owning `slice` columns (a multiple of 256, so groups never straddle two CTAs). Each CTA
 //   reduces its columns, leaves the partial in its shared memory and, after a cluster barrier,
 //   every CTA adds the split partials in rank order (the same sum in every CTA: rs, and per token

@@ -11,12 +11,13 @@
 #define QF_SM90_GEMM_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
-// the D staging tile (16-bit D), at most 8 (more hides nothing once the copy engine runs that far
-// ahead).
+// the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
+// 8: with 12 instead of 8 the weight-streaming shapes at M = 1 and 16 run up to 16% faster (H200,
+// A/B repeated; (7168, 16384) at M = 1: 60 -> 54 us), M = 64 and 128 within -3% to +14%.
 constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   const int budget = 200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0);
   const int fit = budget / ((block_m + block_n) * 128);
-  return fit < 8 ? fit : 8;
+  return fit < 12 ? fit : 12;
 }
 
 struct sm90_gemm_config {

@@ -108,7 +108,13 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   CUtensorMap tmap_a = {}, tmap_b = {}, tmap_d = {};
   qf_status st;
   if (pr.K > 0) {
-    if ((st = make_tmap(ctx, kOp, &tmap_a, "a", pr.a, kBlockM)) != QF_OK) return st;
+    // Decode (M < BLOCK_M): A's box stops at M rounded up to 8 rows instead of having the copy
+    // engine zero-fill the rows past M. The fill is not free: at M = 1 and 16 trimming the box
+    // made every weight-streaming shape 3-31% faster on an H200 ((7168, 16384) block-scaled at
+    // M = 1: 54 -> 41 us; INT8 (8192, 28672): 89 -> 69 us); M = 64 did not move.
+    const uint32_t a_rows = pr.M < kBlockM ? static_cast<uint32_t>((pr.M + 7) / 8 * 8) : kBlockM;
+    p.a_stage_bytes = a_rows * 128;
+    if ((st = make_tmap(ctx, kOp, &tmap_a, "a", pr.a, a_rows)) != QF_OK) return st;
     if ((st = make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN / kCluster)) != QF_OK) return st;  // a CTA's share
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per

@@ -85,6 +85,8 @@ struct sm90_gemm_params {
   float *partials;        // splits > 1: [tiles * splits][kBlockM * kBlockN] fp32
   int *counters;          // splits > 1: [tiles], zero between calls
   int tma_store;          // D through the staging tile and TMA (16-bit D, no C, aligned)
+  uint32_t a_stage_bytes; // bytes of A a stage receives: BLOCK_M rows, or M rounded up to 8 when
+                          // M < BLOCK_M (rows past it hold stale bytes, their results are dropped)
   // kScaledFp8 / kScaledInt8
   const float *sa, *sb;   // [1] or [M]; [1] or [N]
   int sa_per_row, sb_per_col;
@@ -233,7 +235,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           // waits on parity 1 and passes.
           mbarrier_wait_parity(empty_bar(s), phase ^ 1);
           if (lane == 0) {
-            mbarrier_arrive_expect_tx(full_bar(s), Smem::kABytes + Smem::kBBytes);
+            mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes);
             cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
             if constexpr (kCluster == 1) {
               cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);

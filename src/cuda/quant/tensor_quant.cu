@@ -1,6 +1,7 @@
-// Launcher of dynamic per-tensor quantization: zero the scale, reduce it (tensor_quant.cuh),
-// then quantize with the static per-tensor launcher, whose kernel reads that scale from device
-// memory. Three operations on the stream.
+// Launcher of dynamic per-tensor quantization. A tensor that fits in the registers of one resident
+// grid takes the fused kernel (one launch); larger ones: zero the scale, reduce it
+// (tensor_quant.cuh), then quantize with the static per-tensor launcher, whose kernel reads that
+// scale from device memory (three operations on the stream).
 #include <cstdint>
 
 #include "cuda/common.cuh"
@@ -8,10 +9,50 @@
 
 namespace {
 
+// The fused kernel when the tensor fits one resident grid at kFusedVpt chunks per thread;
+// *done = false (and QF_OK) otherwise.
+template <typename Tin, typename Tout>
+qf_status launch_fused(qf_ctx *ctx, const qf_tensor_dynamic_args *a, bool *done) {
+  static const char op[] = "qf_quant_tensor";
+  *done = false;
+  const int64_t rows = a->x.rows, cols = a->x.cols, row_chunks = (cols + 7) / 8;
+  if (rows > INT32_MAX || cols > kRowColsMax) return QF_OK;
+  const int64_t blocks = (rows * row_chunks + kFusedThreads * kFusedVpt - 1) / (kFusedThreads * kFusedVpt);
+  const bool vec = cols % 8 == 0 && reinterpret_cast<uintptr_t>(a->x.data) % 16 == 0 &&
+                   (a->x.ld * sizeof(Tin)) % 16 == 0 && reinterpret_cast<uintptr_t>(a->q.data) % 8 == 0 &&
+                   a->q.ld % 8 == 0;
+  auto kernel = vec ? tensor_dynamic_fused_kernel<Tin, Tout, RowAccess::kVec16>
+                    : tensor_dynamic_fused_kernel<Tin, Tout, RowAccess::kScalar>;
+  int per_sm = 0;
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedThreads, 0);
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+  if (blocks > static_cast<int64_t>(per_sm) * ctx->sm_count) return QF_OK;
+  void *ws = nullptr;
+  if (qf_status st = qf_cuda_workspace(ctx, op, kQfWorkspaceCounters * sizeof(int), &ws); st != QF_OK) return st;
+  TensorFusedParams p;
+  p.x = a->x.data, p.q = a->q.data, p.x_ld = a->x.ld, p.q_ld = a->q.ld;
+  p.rows = static_cast<int>(rows), p.cols = static_cast<int>(cols), p.row_chunks = static_cast<int>(row_chunks);
+  p.qmax = qf_qmax(a->q.dtype == QF_I8, a->q.dtype == QF_E4M3FNUZ);
+  p.scale_min = a->scale_min;
+  p.scale = a->scale;
+  p.ws = static_cast<unsigned int *>(ws);  // counters 0-2, zero between calls
+  void *args[] = {&p};
+  err = cudaLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(static_cast<unsigned>(blocks)),
+                                    dim3(kFusedThreads), args, 0, qf_stream(ctx));
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaLaunchCooperativeKernel", err);
+  *done = true;
+  return qf_cuda_check_launch(ctx, op);
+}
+
 template <typename Tin>
 qf_status launch(qf_ctx *ctx, const qf_tensor_dynamic_args *a) {
   static const char op[] = "qf_quant_tensor";
   const int64_t rows = a->x.rows, cols = a->x.cols;
+  bool done = false;
+  const qf_status fst = a->q.dtype == QF_E4M3FN     ? launch_fused<Tin, e4m3fn_t>(ctx, a, &done)
+                        : a->q.dtype == QF_E4M3FNUZ ? launch_fused<Tin, e4m3fnuz_t>(ctx, a, &done)
+                                                    : launch_fused<Tin, int8_out_t>(ctx, a, &done);
+  if (fst != QF_OK || done) return fst;
   cudaStream_t stream = qf_stream(ctx);
   cudaError_t err = cudaMemsetAsync(a->scale, 0, sizeof(float), stream);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaMemsetAsync", err);

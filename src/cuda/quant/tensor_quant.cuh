@@ -1,5 +1,6 @@
-// Dynamic per-tensor quantization, pass 1: the scale of the whole tensor. Pass 2 is the static
-// kernel of quant_per_tensor.cuh, which reads the scale this pass leaves in device memory.
+// Dynamic per-tensor quantization. Small tensors: one kernel (tensor_dynamic_fused_kernel, below).
+// Larger ones: pass 1 here computes the scale of the whole tensor, pass 2 is the static kernel of
+// quant_per_tensor.cuh, which reads the scale this pass leaves in device memory.
 //
 // NOTES:
 // - The scale is s(amax) = qf_group_scale(amax, qmax, no bound, scale_min), a non-decreasing
@@ -53,5 +54,75 @@ __global__ void __launch_bounds__(kAmaxThreads) tensor_scale_kernel(TensorAmaxPa
   if (threadIdx.x + threadIdx.y == 0) {
     const unsigned int bits = qf_f32_bits(qf_group_scale(amax, p.qmax, 0, 0.0f, p.scale_min, 0));
     if (*reinterpret_cast<volatile unsigned int *>(p.scale_bits) < bits) atomicMax(p.scale_bits, bits);
+  }
+}
+
+// ---- small tensors: one kernel -----------------------------------------------------------------
+//
+// NOTES: below a few million elements the two passes cost two launches and a memset on top of a
+// tiny amount of data (8.3 us against a 3.6 us copy of the same bytes at 1 x 2048 on an H200).
+// Here the whole tensor fits in the registers of one resident grid (cooperative launch, every
+// block on an SM at once): each thread loads its kFusedVpt chunks, the blocks merge their scales
+// as in pass 1 into a workspace word, meet at a grid barrier, and quantize from the registers.
+// The workspace words (scale bits, barrier count, leaving count) are zero between calls: the
+// last block to leave resets them.
+
+constexpr int kFusedThreads = 256, kFusedVpt = 4;
+
+struct TensorFusedParams {
+  const void *x;
+  void *q;
+  int64_t x_ld, q_ld;
+  int rows, cols, row_chunks;  // chunks of 8 per row
+  float qmax, scale_min;
+  float *scale;                // the output scale
+  unsigned int *ws;            // [0] scale bits, [1] blocks at the barrier, [2] blocks done
+};
+
+template <typename Tin, typename Tout, RowAccess ACC>
+__global__ void __launch_bounds__(kFusedThreads) tensor_dynamic_fused_kernel(TensorFusedParams p) {
+  __shared__ float slots[kFusedThreads / 32];
+  const Tin *x = static_cast<const Tin *>(p.x);
+  const int64_t total = static_cast<int64_t>(p.rows) * p.row_chunks, threads = int64_t(gridDim.x) * kFusedThreads;
+  const int64_t first = int64_t(blockIdx.x) * kFusedThreads + threadIdx.x;
+  Chunk<Tin> ch[kFusedVpt];
+  float amax = 0.0f;  // columns past the row and chunks past the tensor read as 0
+#pragma unroll
+  for (int i = 0; i < kFusedVpt; i++) {
+    const int64_t k = first + i * threads;
+    const int r = static_cast<int>(k / p.row_chunks), c = static_cast<int>(k - int64_t(r) * p.row_chunks) * 8;
+    ch[i] = load_chunk<ACC>(x + int64_t(k < total ? r : 0) * p.x_ld, c, k < total ? p.cols : 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kFusedVpt; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) amax = qf_nan_max(amax, qf_absf(ch[i].f32(j)));
+  amax = block_allreduce(amax, NanMax{}, slots);
+
+  // The tensor's scale: merge, then a grid barrier (every block is resident).
+  if (threadIdx.x == 0) {
+    const unsigned int bits = qf_f32_bits(qf_group_scale(amax, p.qmax, 0, 0.0f, p.scale_min, 0));
+    atomicMax(p.ws, bits);
+    __threadfence();
+    atomicAdd(p.ws + 1, 1u);
+    while (*reinterpret_cast<volatile unsigned int *>(p.ws + 1) < gridDim.x) __nanosleep(64);
+    __threadfence();
+    slots[0] = __uint_as_float(*reinterpret_cast<volatile unsigned int *>(p.ws));
+    if (blockIdx.x == 0) *p.scale = slots[0];
+    if (atomicAdd(p.ws + 2, 1u) == gridDim.x - 1) p.ws[0] = 0, p.ws[1] = 0, p.ws[2] = 0;  // the last to leave
+  }
+  __syncthreads();
+  const float inv = inv_scale(slots[0]);
+
+  Tout *q = static_cast<Tout *>(p.q);
+#pragma unroll
+  for (int i = 0; i < kFusedVpt; i++) {
+    const int64_t k = first + i * threads;
+    if (k >= total) break;
+    const int r = static_cast<int>(k / p.row_chunks), c = static_cast<int>(k - int64_t(r) * p.row_chunks) * 8;
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = ch[i].f32(j) * inv;
+    store_q_chunk<ACC>(q + int64_t(r) * p.q_ld, c, p.cols, v);
   }
 }

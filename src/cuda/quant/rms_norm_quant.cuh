@@ -86,9 +86,11 @@ __device__ __forceinline__ float group_amax(float a, int group_shift) {
   return group_shift == 5 ? group_max_shfl<4>(a) : group_shift == 6 ? group_max_shfl<8>(a) : group_max_shfl<16>(a);
 }
 
-// NOTES: registers decide how many rows an SM holds, hence the bytes in flight. These caps are
-// the fewest registers that compile without spills (nvcc 13, -Xptxas -v): K = 18432 (288
-// threads x 96) keeps two rows per SM instead of one, K = 7168 (224 x 72) four.
+// NOTES: registers decide how many rows an SM holds, hence the bytes in flight. These caps were
+// the fewest registers that compiled without spills (nvcc 13, -Xptxas -v) before rows could be
+// split over clusters: K = 18432 (288 threads x 96) keeps two rows per SM instead of one, K = 7168
+// (224 x 72) four. With the cluster exchange the 4-chunk kernels spill a few per-row values (9
+// local loads and stores per row, none per element).
 __host__ __device__ constexpr int rms_max_regs(int vpt) { return vpt >= 8 ? 96 : vpt >= 4 ? 72 : 64; }
 
 template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT>

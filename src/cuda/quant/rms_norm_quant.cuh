@@ -90,7 +90,7 @@ __device__ __forceinline__ float group_amax(float a, int group_shift) {
 // the fewest registers that compiled without spills (nvcc 13, -Xptxas -v) before rows could be
 // split over clusters: K = 18432 (288 threads x 96) keeps two rows per SM instead of one, K = 7168
 // (224 x 72) four. With the cluster exchange the 4-chunk kernels spill a few per-row values (9
-// local loads and stores per row, none per element).
+// local loads and stores in the code, none in the per-element loops).
 __host__ __device__ constexpr int rms_max_regs(int vpt) { return vpt >= 8 ? 96 : vpt >= 4 ? 72 : 64; }
 
 template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT>

@@ -427,12 +427,11 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
 
 /* y[M, N] = x[M, K] . W^T with W [N, K] VQ-quantized: VQ-GeMV (M of 1 to 16) and VQ-GeMM.
  * x fp32, fp16 or bf16; y fp32, fp16 or bf16 [M, N]. The reference decodes W as
- * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA forms every product exactly and
- * accumulates in fp32: M <= 16 runs VQ-GeMV (fp32 FMAs of x and the entries summed over residuals
- * in fp32, as the reference decodes them), larger M runs VQ-GeMM on the tensor cores, which take x
- * and the entries as 16-bit parts that sum to them exactly (fp32 x as three bf16 parts, an fp16
- * value as two bf16 parts when the other operand is bf16; docs/VQ.md gives the limits) and
- * multiply each residual's entries separately. Both apply the row scale to the finished sum. The
+ * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA forms every product exactly on
+ * the tensor cores and accumulates in fp32 (one kernel for every M): x and the entries enter as
+ * 16-bit parts that sum to them exactly (fp32 x as three bf16 parts, an fp16 value as two bf16
+ * parts when the other operand is bf16; docs/VQ.md gives the limits), each residual's entries
+ * are multiplied separately, and the row scale multiplies the finished sum. The
  * environment variable QF_VQ_BOOKS (auto, global, shared) forces the codebook placement of the
  * CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be aligned to their element
  * size. */

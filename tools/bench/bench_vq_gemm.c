@@ -16,6 +16,8 @@
  *    read through L1/L2, codebooks staged in shared memory), through qf_cuda_vq_gemm_with (M <= 16)
  *    or qf_cuda_vq_gemm_mma_with (M > 16). A placement the kernel cannot use for the shape is
  *    skipped with a line saying why (no row).
+ *  - "<fmt>,fp16,unfused": the ablation's no-fusion baseline, qf_vq_dequantize into an fp16 weight
+ *    then the peer's cuBLASLt GEMM on it, timed together.
  * Bytes (the floor's and GB/s): codes + codebooks + scales + x + y, the bytes the kernel must move;
  * flops 2 M N K with the fp16 tensor peak taken as half the measured FP8 ceiling. The issue's goal:
  * VQ-GeMV at M = 1 at >= 75% of the copy bandwidth on those bytes (pct_floor >= 75). The peer
@@ -168,9 +170,29 @@ static int vqb_run_lt(void *arg) {
 
 static const char *placement_name(int p) { return p == QF_VQ_BOOKS_IN_SHARED ? "SC" : "GC"; }
 
-/* The rows of one weight at every selected M. x, y: device fp16 buffers of VQB_MAX_M rows. */
+/* The unfused baseline: decode W into an fp16 matrix, then cuBLASLt on it. */
+typedef struct {
+  vqb_call *c;
+  DLTensor wdl;
+  qfb_lt_gemm *g;
+} vqb_unfused_call;
+
+static int vqb_run_unfused(void *arg) {
+  vqb_unfused_call *u = arg;
+  vqb_call *c = u->c;
+  const qf_status st = qf_vq_dequantize(c->ctx, &c->codes, &c->books, c->w->f.row_scale ? &c->scales : NULL,
+                                        &c->w->f, &u->wdl);
+  if (st != QF_OK) {
+    fprintf(stderr, "qf_vq_dequantize: %s\n", qf_ctx_last_error(c->ctx));
+    return 1;
+  }
+  return qfb_lt_gemm_run_f16(u->g, c->x.data, u->wdl.data, c->y.data, 0);
+}
+
+/* The rows of one weight at every selected M. x, y: device fp16 buffers of VQB_MAX_M rows; wf16:
+ * an fp16 [N, K] buffer and plans[i] the cuBLASLt plan of M = ms[i] (NULL: no unfused row). */
 static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const double *peer_us, size_t n_ms,
-                    const qfb_select *sel, void *x, void *y, int *rows) {
+                    const qfb_select *sel, void *x, void *y, void *wf16, qfb_lt_gemm *const *plans, int *rows) {
   int rc = 0;
   const double fp8 = qfb_fp8_tflops(b);
   for (size_t i = 0; i < n_ms; i++) {
@@ -217,6 +239,22 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
       ++*rows;
       rc |= row.us > 0 ? 0 : 1;
     }
+    if (plans[i]) {
+      int64_t wshape[2] = {N, K};
+      vqb_unfused_call u = {&c, {.data = wf16, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = wshape},
+                            plans[i]};
+      snprintf(variant, sizeof variant, "%s,fp16,unfused", w->name);
+      qfb_row row = {.op = "vq_gemm", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
+      row.us = qfb_time_us(b, vqb_run_unfused, &u);
+      row.floor_us = qfb_floor_us(b, bytes, flops, fp8 > 0.0 ? fp8 / 2.0 : 0.0);
+      if (peer_us[i] > 0.0) {
+        row.peer = "cublaslt_f16";
+        row.peer_us = peer_us[i];
+      }
+      qfb_emit(b, &row);
+      ++*rows;
+      rc |= row.us > 0 ? 0 : 1;
+    }
   }
   return rc;
 }
@@ -243,15 +281,14 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
     goto done;
 
   double peer_us[8] = {0};
+  qfb_lt_gemm *plans[8] = {NULL};
   for (size_t i = 0; i < n_ms && i < 8; i++) {
     if (sel->m && ms[i] != sel->m) continue;
-    qfb_lt_gemm *g = qfb_lt_gemm_plan_f16(lt, ms[i], N, K);
-    if (!g) continue; /* the rows go without a peer */
-    vqb_lt_call c = {g, x, wf16, d};
+    plans[i] = qfb_lt_gemm_plan_f16(lt, ms[i], N, K);
+    if (!plans[i]) continue; /* the rows go without a peer */
+    vqb_lt_call c = {plans[i], x, wf16, d};
     peer_us[i] = qfb_time_us(b, vqb_run_lt, &c);
-    qfb_lt_gemm_free(g);
   }
-  cudaFree(wf16), wf16 = NULL; /* the VQ weights below may need the room */
 
   qf_vq_format gptvq, aqlm;
   qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
@@ -269,9 +306,11 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
       rc = 1;
       continue;
     }
-    rc |= vqb_rows(b, ctx, &w, ms, peer_us, n_ms < 8 ? n_ms : 8, sel, x, y, rows);
+    rc |= vqb_rows(b, ctx, &w, ms, peer_us, n_ms < 8 ? n_ms : 8, sel, x, y, wf16, plans, rows);
     vqb_weight_free(&w);
   }
+  for (size_t i = 0; i < 8; i++)
+    if (plans[i]) qfb_lt_gemm_free(plans[i]);
 done:
   if (rc) fprintf(stderr, "bench_vq_gemm: N=%lld K=%lld failed\n", (long long)N, (long long)K);
   cudaFree(wf16), cudaFree(x), cudaFree(y), cudaFree(d);

@@ -24,8 +24,11 @@
 //   vs = 2), while the 4 lanes of a row read x at 32-byte strides (one 128-byte line per row).
 // - Per lookup, the fast path (8-bit indices, vs 2, 4, 8) spends a byte extract, an address, one
 //   entry load (shared or global per the placement policy) and its share of one MMA. In the GeMV
-//   the code words of the warp's next (chunk, residual) load while this one computes. Other
-//   index widths read each index from the code row through L1 (vq_index); other vector sizes
+//   the code words of the warp's next (chunk, residual) load while this one computes. 12-bit
+//   indices with vs = 8 (AQLM) have a path of their own: a lane's two vectors of a sub-chunk
+//   take 24 consecutive bits, loaded ahead the same way as one 32-bit window (a funnel shift of
+//   two words) and split with shifts. Other index widths read each index from the code row
+//   through L1 (vq_index); other vector sizes
 //   decode element by element (kVS = 0). The chunk that crosses K, and books narrower than a
 //   lane's 16 columns (the CQ formats), run a careful variant: per-vector books and masks, and
 //   indices read through L1 as for other widths.
@@ -203,7 +206,10 @@ __device__ __forceinline__ void store_y(const vq_mma_params &p, int m, int n, fl
 
 }  // namespace vq_mma_detail
 
-template <int kMT, int kVS, bool kByteCodes, typename E, typename T, class Placement>
+// kCodes: how a lane finds its indices. 8: 8-bit indices, its code words of a sub-chunk loaded
+// ahead (vs 2, 4, 8); 12: 12-bit indices with vs = 8 (AQLM), its two vectors' 24 bits of a
+// sub-chunk as one 32-bit window loaded ahead; 0: each index read from the code row (vq_index).
+template <int kMT, int kVS, int kCodes, typename E, typename T, class Placement>
 __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
     vq_mma_kernel(const __grid_constant__ vq_mma_params p) {
   using namespace vq_mma_detail;
@@ -211,10 +217,12 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
   constexpr int kEP = std::is_same<E, vq_f16>::value && std::is_same<T, __nv_bfloat16>::value ? 2 : 1;  // entry parts
   constexpr int kXP = std::is_same<T, __half>::value ? 1 : 3;  // the most x parts
   constexpr int kV = kVS ? 16 / kVS : 1;                         // a lane's vectors per sub-chunk
-  constexpr int kWQ = kByteCodes ? (kV + 3) / 4 : 0;             // its code words per sub-chunk and row
+  constexpr bool kByteCodes = kCodes == 8, kWindow = kCodes == 12;
+  constexpr int kWQ = kByteCodes ? (kV + 3) / 4 : kWindow ? 1 : 0;  // its code words per sub-chunk and row
   static_assert(kMT == 1 || kMT == 2 || kMT == 4, "x tiles of 8, 16 or 32 rows");
   static_assert(kVS == 0 || kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4, 8, or 0 for any other");
   static_assert(!kByteCodes || kVS != 0, "8-bit codes have their own path for vector sizes 2, 4 and 8");
+  static_assert(!kWindow || kVS == 8, "12-bit windows hold a lane's two 8-element vectors of a sub-chunk");
   static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<E, vq_f16>::value,
                 "fp16 tensor-core operands only with fp16 entries");
 
@@ -341,6 +349,8 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
           uint32_t idx;
           if constexpr (kByteCodes && !kCareful)
             idx = byte_of(cw[h][v >> 2], static_cast<uint32_t>((j0 & 3) + (v & 3)));
+          else if constexpr (kWindow && !kCareful)
+            idx = (cw[h][0] >> (12 * v)) & 0xfffu;
           else
             idx = vq_index(code_r[h], static_cast<uint32_t>(j), p.bits, p.row_words);
           if constexpr (kCareful)
@@ -413,6 +423,10 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
             const uint32_t wi = static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) * 4 / kVS) / 4u + e;
             w[h][e] = wi < p.row_words ? __ldg(crow[h] + r * code_res + wi) : 0u;
           }
+      } else if constexpr (kWindow) {  // the 24 bits of vectors j0 and j0 + 1 (j0 = the lane's first)
+        const uint32_t j0 = static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) / 2);
+#pragma unroll
+        for (int h = 0; h < 2; h++) w[h][0] = vq_code_window(crow[h] + r * code_res, 12u * j0, p.row_words);
       }
     };
     auto load_codes = [&](int c, int r, auto &w) {
@@ -498,23 +512,25 @@ namespace vq_mma_detail {
 
 using kernel_t = void (*)(vq_mma_params);
 
-// Decoders: 8-bit codes with vector size 2, 4, 8; other index widths with 2, 4, 8; any vector size.
-#define QF_VQ_MMA_DECODERS(X) X(2, true) X(4, true) X(8, true) X(2, false) X(4, false) X(8, false) X(0, false)
-constexpr int kDecoders = 7;
+// Decoders: 8-bit codes with vector size 2, 4, 8; other index widths with 2, 4, 8; any vector
+// size; 12-bit codes with vector size 8.
+#define QF_VQ_MMA_DECODERS(X) X(2, 8) X(4, 8) X(8, 8) X(2, 0) X(4, 0) X(8, 0) X(0, 0) X(8, 12)
+constexpr int kDecoders = 8;
 // (entry, operand) types: bf16 entries; fp16 entries under bf16; fp16 under fp16.
 constexpr int kTypes = 3;
 
 inline int decoder_slot(int vs, int bits) {
   const int v = QF_VQ_MMA_VS_BUCKET(vs);
   if (v == 0) return 6;
+  if (v == 8 && bits == 12) return 7;
   return (v == 2 ? 0 : v == 4 ? 1 : 2) + (bits == 8 ? 0 : 3);
 }
 
 template <int kMT, class Placement, typename E, typename T>
 kernel_t pick_decoder(int slot) {
   int i = 0;
-#define QF_VQ_MMA_DECODER_CASE(VS, BYTES) \
-  if (slot == i++) return vq_mma_kernel<kMT, VS, BYTES, E, T, Placement>;
+#define QF_VQ_MMA_DECODER_CASE(VS, CODES) \
+  if (slot == i++) return vq_mma_kernel<kMT, VS, CODES, E, T, Placement>;
   QF_VQ_MMA_DECODERS(QF_VQ_MMA_DECODER_CASE)
 #undef QF_VQ_MMA_DECODER_CASE
   return nullptr;

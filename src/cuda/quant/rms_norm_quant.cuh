@@ -25,14 +25,19 @@
 //   18432 on an H200, against 5 us for a copy of its bytes; with many, a row of 18432 needs 8
 //   chunks per thread and only two rows fit an SM. There a row is split over a cluster of `split` CTAs,
 //   each owning `slice` columns (a multiple of 256, so groups never straddle two CTAs). Each CTA
-//   reduces its columns, leaves the partial in its shared memory and, after a cluster barrier,
-//   every CTA adds the split partials in rank order (the same sum in every CTA: rs, and per token
-//   the scale, agree bit for bit). The exchange slots alternate between rows, so a row's partials
-//   are not overwritten while a slower CTA still reads them; the CTAs meet once more before they
-//   exit, since a peer may still read their shared memory.
+//   reduces its columns and pushes the partial into slot [rank] of every CTA of the cluster (its
+//   own included) with st.async, which counts the bytes on the receiver's mbarrier; once its
+//   barrier holds all `split` partials, each CTA adds its slots in rank order (the same sum in
+//   every CTA: rs, and per token the scale, agree bit for bit). No cluster barrier per row: the
+//   release form of barrier.cluster compiles to a GPU-wide MEMBAR (waiting for the row's residual
+//   stores) and its wait invalidates L1 (where w was prefetched). Slots and barriers come in two
+//   parities that alternate between rows: a peer's value for the next row cannot land before this
+//   CTA has read the current one, since the peer first needs this CTA's value for the next row.
+//   The CTAs meet (relaxed) after initializing the barriers and before they exit.
 #pragma once
 
 #include "cuda/ptx/cluster.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/prefetch.cuh"
 #include "cuda/quant/token_quant.cuh"
 
@@ -52,25 +57,6 @@ struct RmsNormQuantParams {
   qf_scale_out scales;
 };
 
-// The row-wide combination of each CTA's v (already reduced over its block) when a row is split
-// over a cluster: v goes to this CTA's slot, and after the barrier every CTA folds the slots of
-// ranks 0 .. split - 1 in order.
-template <typename T, typename Op>
-__device__ __forceinline__ T cluster_allreduce(T v, Op op, T *slot, int split) {
-  if (threadIdx.x == 0) *slot = v;
-  cluster_sync();
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(slot));
-  T r{};
-  for (int q = 0; q < split; q++) {
-    T peer;
-    if constexpr (sizeof(T) == 8)
-      peer = ld_shared_cluster_f64(mapa_shared_cluster(addr, q));
-    else
-      peer = ld_shared_cluster_f32(mapa_shared_cluster(addr, q));
-    r = q == 0 ? peer : op(r, peer);
-  }
-  return r;
-}
 
 // y rounded to T as qf_bf16_from_f32 / qf_f16_from_f32 do: RNE (the hardware conversion), with
 // NaN stored as the positive canonical NaN.
@@ -98,8 +84,9 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
   static_assert(sizeof(T) == 2, "bf16 or fp16 rows");
   static_assert(VPT >= 1 && VPT <= row_vpt_max(sizeof(T)), "chunks per thread");
   constexpr bool kPerGroup = GRAN == ScaleGranularity::kPerGroup;
-  __shared__ double sum_slots[32], cluster_sums[2];
-  __shared__ float max_slots[32], cluster_maxes[2];
+  __shared__ double sum_slots[32], peer_sums[2][8];  // peer_*: [parity][rank] (split <= 8)
+  __shared__ float max_slots[32], peer_maxes[2][8];
+  __shared__ __align__(8) uint64_t peer_bars[2][2];   // [sums, maxes][parity]
   // This CTA's columns [c0, c0 + cols) of every row it visits; below, columns are relative to c0.
   const int split = p.split, c0 = split > 1 ? static_cast<int>(blockIdx.x % split) * p.slice : 0;
   const int cols = split > 1 ? min(p.slice, p.cols - c0) : p.cols;
@@ -116,8 +103,40 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       qf_store_group_scale(so.data, so.ld, so.layout, so.format, p.rows + e / n, e % n, 0.0f);
   }
 
-  int parity = 0;  // the cluster exchange slot of this row
-  for (int64_t r = blockIdx.x / split; r < p.rows; r += gridDim.x / split, parity ^= 1) {
+  // Split rows: the exchange of one value per CTA (above). exchange(kind, v, slots, op): v
+  // pushed into slot [rank] of every CTA, then this CTA's slots folded in rank order.
+  const uint32_t rank = split > 1 ? blockIdx.x % split : 0;
+  auto bar_addr = [&](int kind, int parity) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(&peer_bars[kind][parity]));
+  };
+  if (split > 1) {
+    if (threadIdx.x == 0)
+      for (int k = 0; k < 4; k++) mbarrier_init(bar_addr(k / 2, k % 2), 1);
+    fence_mbarrier_init();
+    cluster_sync_relaxed();  // the peers' barriers exist before anything is pushed to them
+  }
+  int it = 0;  // rows this CTA has done: slot parity it % 2, barrier phase (it / 2) % 2
+  auto exchange = [&](int kind, auto v, auto (&slots)[2][8], auto op) {
+    using V = decltype(v);
+    const int parity = it & 1;
+    const uint32_t bar = bar_addr(kind, parity);
+    if (threadIdx.x == 0) {
+      mbarrier_arrive_expect_tx(bar, split * static_cast<uint32_t>(sizeof(V)));
+      const uint32_t slot = static_cast<uint32_t>(__cvta_generic_to_shared(&slots[parity][rank]));
+      for (int q = 0; q < split; q++) {
+        if constexpr (sizeof(V) == 8)
+          st_async_f64(mapa_shared_cluster(slot, q), v, mapa_shared_cluster(bar, q));
+        else
+          st_async_f32(mapa_shared_cluster(slot, q), v, mapa_shared_cluster(bar, q));
+      }
+    }
+    mbarrier_wait_parity(bar, (it >> 1) & 1);
+    V r = slots[parity][0];
+    for (int q = 1; q < split; q++) r = op(r, slots[parity][q]);
+    return r;
+  };
+
+  for (int64_t r = blockIdx.x / split; r < p.rows; r += gridDim.x / split, it++) {
     const T *xr = static_cast<const T *>(p.x) + r * p.x_ld + c0;
     T *resr = p.residual ? static_cast<T *>(p.residual) + r * p.res_ld + c0 : nullptr;
     Tout *qr = static_cast<Tout *>(p.q) + r * p.q_ld + c0;
@@ -173,7 +192,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
     }
     // NOTES: explicit roundings, so that no compiler flag changes this line's bits.
     double total = block_allreduce(sumsq, Sum{}, sum_slots);
-    if (split > 1) total = cluster_allreduce(total, Sum{}, &cluster_sums[parity], split);
+    if (split > 1) total = exchange(0, total, peer_sums, Sum{});
     const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__double2float_rn(total / static_cast<double>(p.cols)), p.eps)));
     auto quantize = [&](int c, float inv, float (&v)[8]) {
 #pragma unroll
@@ -210,7 +229,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
     // Per token: the row's scale, then q from y and w (y re-read for rows of several tiles).
     if (!kPerGroup) {
       amax = block_allreduce(amax, NanMax{}, max_slots);
-      if (split > 1) amax = cluster_allreduce(amax, NanMax{}, &cluster_maxes[parity], split);
+      if (split > 1) amax = exchange(1, amax, peer_maxes, NanMax{});
       const float s = qf_group_scale(amax, qmax, so.ub != nullptr, ub, so.scale_min, 0);
       if (threadIdx.x == 0 && c0 == 0) static_cast<float *>(so.data)[r] = s;
       const float inv = qf_inv_scale(s);
@@ -221,5 +240,5 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
     }
     __syncthreads();  // the slots are reused by the block's next row
   }
-  if (split > 1) cluster_sync();  // the peers may still read this CTA's exchange slots
+  if (split > 1) cluster_sync_relaxed();  // no CTA leaves while a peer may still push to it
 }

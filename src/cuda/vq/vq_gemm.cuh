@@ -424,9 +424,12 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
             w[h][e] = wi < p.row_words ? __ldg(crow[h] + r * code_res + wi) : 0u;
           }
       } else if constexpr (kWindow) {  // the 24 bits of vectors j0 and j0 + 1 (j0 = the lane's first)
-        const uint32_t j0 = static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) / 2);
+        // Past the row (the sub-chunks of a ragged last chunk, which the careful path decodes
+        // instead) nothing is read.
+        const uint32_t bit = 12u * static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) / 2);
 #pragma unroll
-        for (int h = 0; h < 2; h++) w[h][0] = vq_code_window(crow[h] + r * code_res, 12u * j0, p.row_words);
+        for (int h = 0; h < 2; h++)
+          w[h][0] = (bit >> 5) < p.row_words ? vq_code_window(crow[h] + r * code_res, bit, p.row_words) : 0u;
       }
     };
     auto load_codes = [&](int c, int r, auto &w) {

@@ -239,7 +239,9 @@ qf_status qf_quant_token(qf_ctx *ctx, const DLTensor *x, DLTensor *q, DLTensor *
 /* Per-tensor quantization, static or dynamic.
  *  dynamic == 0: scale is an input, as qf_quant_per_tensor (e4m3fnuz accepted as well).
  *  dynamic != 0: scale [1] fp32 is an output: s = max(amax(x) / qmax, scale_min), then q as
- *  above. The dynamic form takes two passes over x (the amax, then the quantization). */
+ *  above. On CUDA the dynamic form reads x once when it fits the registers of one resident grid
+ *  (about 8 M elements; one cooperative kernel), otherwise twice (the amax, then the
+ *  quantization). It uses the context's workspace (allocated on first use). */
 typedef struct {
   int dynamic;
   float scale_min; /* dynamic only; 0 means 1e-10 */

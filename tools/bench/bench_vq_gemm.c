@@ -189,12 +189,28 @@ static int vqb_run_unfused(void *arg) {
   return qfb_lt_gemm_run_f16(u->g, c->x.data, u->wdl.data, c->y.data, 0);
 }
 
+/* Times run(arg) and emits its row against the cuBLASLt peer (peer_us <= 0: no peer). Returns
+ * nonzero when the timing failed. */
+static int vqb_row(qfb *b, const char *variant, const char *shape, double bytes, double flops, double peer_us,
+                   int (*run)(void *), void *arg, int *rows) {
+  const double fp8 = qfb_fp8_tflops(b);
+  qfb_row row = {.op = "vq_gemm", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
+  row.us = qfb_time_us(b, run, arg);
+  row.floor_us = qfb_floor_us(b, bytes, flops, fp8 > 0.0 ? fp8 / 2.0 : 0.0);
+  if (peer_us > 0.0) {
+    row.peer = "cublaslt_f16";
+    row.peer_us = peer_us;
+  }
+  qfb_emit(b, &row);
+  ++*rows;
+  return row.us > 0 ? 0 : 1;
+}
+
 /* The rows of one weight at every selected M. x, y: device fp16 buffers of VQB_MAX_M rows; wf16:
  * an fp16 [N, K] buffer and plans[i] the cuBLASLt plan of M = ms[i] (NULL: no unfused row). */
 static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const double *peer_us, size_t n_ms,
                     const qfb_select *sel, void *x, void *y, void *wf16, qfb_lt_gemm *const *plans, int *rows) {
   int rc = 0;
-  const double fp8 = qfb_fp8_tflops(b);
   for (size_t i = 0; i < n_ms; i++) {
     const int64_t M = ms[i], N = w->N, K = w->K;
     if (sel->m && M != sel->m) continue;
@@ -228,32 +244,14 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
         continue;
       }
       c.placement = variants[v];
-      qfb_row row = {.op = "vq_gemm", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
-      row.us = qfb_time_us(b, vqb_run, &c);
-      row.floor_us = qfb_floor_us(b, bytes, flops, fp8 > 0.0 ? fp8 / 2.0 : 0.0);
-      if (peer_us[i] > 0.0) {
-        row.peer = "cublaslt_f16";
-        row.peer_us = peer_us[i];
-      }
-      qfb_emit(b, &row);
-      ++*rows;
-      rc |= row.us > 0 ? 0 : 1;
+      rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
     }
     if (plans[i]) {
       int64_t wshape[2] = {N, K};
       vqb_unfused_call u = {&c, {.data = wf16, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = wshape},
                             plans[i]};
       snprintf(variant, sizeof variant, "%s,fp16,unfused", w->name);
-      qfb_row row = {.op = "vq_gemm", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
-      row.us = qfb_time_us(b, vqb_run_unfused, &u);
-      row.floor_us = qfb_floor_us(b, bytes, flops, fp8 > 0.0 ? fp8 / 2.0 : 0.0);
-      if (peer_us[i] > 0.0) {
-        row.peer = "cublaslt_f16";
-        row.peer_us = peer_us[i];
-      }
-      qfb_emit(b, &row);
-      ++*rows;
-      rc |= row.us > 0 ? 0 : 1;
+      rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run_unfused, &u, rows);
     }
   }
   return rc;

@@ -57,7 +57,6 @@ struct RmsNormQuantParams {
   qf_scale_out scales;
 };
 
-
 // y rounded to T as qf_bf16_from_f32 / qf_f16_from_f32 do: RNE (the hardware conversion), with
 // NaN stored as the positive canonical NaN.
 __device__ __forceinline__ __nv_bfloat16 round_to(__nv_bfloat16, float f) {

@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kFusedThreads) tensor_dynamic_fused_kernel(Ten
     __threadfence();
     slots[0] = __uint_as_float(*reinterpret_cast<volatile unsigned int *>(p.ws));
     if (blockIdx.x == 0) *p.scale = slots[0];
+    __threadfence();  // the read above is done before the count says so: the reset cannot overtake it
     if (atomicAdd(p.ws + 2, 1u) == gridDim.x - 1) p.ws[0] = 0, p.ws[1] = 0, p.ws[2] = 0;  // the last to leave
   }
   __syncthreads();

@@ -36,6 +36,18 @@ qf_status qf_cuda_smem_opt_in(qf_ctx *ctx, const char *op, Kernel kernel, size_t
   return QF_OK;
 }
 
+// A launch configuration for clusters of `cluster` CTAs along x (cudaLaunchKernelEx); `attr` is
+// the caller's storage for the one attribute.
+static inline cudaLaunchConfig_t qf_cluster_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                                          unsigned cluster, cudaLaunchAttribute *attr) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = cluster, attr->val.clusterDim.y = 1, attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid, lc.blockDim = block, lc.dynamicSmemBytes = smem, lc.stream = stream;
+  lc.attrs = attr, lc.numAttrs = 1;
+  return lc;
+}
+
 // The context's device scratch, at least `bytes`, zero-filled when it is (re)allocated. It starts
 // with kQfWorkspaceCounters int counters that every kernel leaves at zero when it finishes (a
 // fixed place: the rest of the buffer holds whatever the last call left). Growing it allocates

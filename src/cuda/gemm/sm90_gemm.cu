@@ -135,16 +135,9 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   } else {
     // As many clusters as can be resident at once (a GPC's odd SM stays idle), asked of the
     // runtime at the first launch (the process's devices are taken to be alike).
-    cudaLaunchConfig_t lc = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    lc.blockDim = dim3(threads);
-    lc.dynamicSmemBytes = kSmem;
-    lc.stream = qf_stream(ctx);
-    lc.attrs = attr;
-    lc.numAttrs = 1;
-    lc.gridDim = dim3(kCluster * 64);  // any multiple of the cluster size, for the query
+    cudaLaunchAttribute attr;
+    // The grid: any multiple of the cluster size, for the query.
+    cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(kCluster * 64), dim3(threads), kSmem, qf_stream(ctx), kCluster, &attr);
     static int max_clusters = 0;
     if (max_clusters == 0) {
       int n = 0;

@@ -63,15 +63,9 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
     return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");
   }
   const int64_t clusters = a->x.rows < 0x7fffffff / split ? a->x.rows : 0x7fffffff / split;
-  cudaLaunchConfig_t lc = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = split, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-  lc.gridDim = dim3(static_cast<unsigned>(clusters * split));
-  lc.blockDim = dim3(cfg.threads);
-  lc.stream = qf_stream(ctx);
-  lc.attrs = attr;
-  lc.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(clusters * split)), dim3(cfg.threads),
+                                                         0, qf_stream(ctx), static_cast<unsigned>(split), &attr);
   const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, p);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_rms_norm_quant", "cudaLaunchKernelEx", err);
   return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");

@@ -87,7 +87,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
   __shared__ float max_slots[32], peer_maxes[2][8];
   __shared__ __align__(8) uint64_t peer_bars[2][2];   // [sums, maxes][parity]
   // This CTA's columns [c0, c0 + cols) of every row it visits; below, columns are relative to c0.
-  const int split = p.split, c0 = split > 1 ? static_cast<int>(blockIdx.x % split) * p.slice : 0;
+  const int split = p.split, rank = split > 1 ? static_cast<int>(blockIdx.x % split) : 0, c0 = rank * p.slice;
   const int cols = split > 1 ? min(p.slice, p.cols - c0) : p.cols;
   const int tile_chunks = blockDim.x * VPT;
   const int tiles = ((cols + 7) / 8 + tile_chunks - 1) / tile_chunks;
@@ -104,7 +104,6 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
 
   // Split rows: the exchange of one value per CTA (above). exchange(kind, v, slots, op): v
   // pushed into slot [rank] of every CTA, then this CTA's slots folded in rank order.
-  const uint32_t rank = split > 1 ? blockIdx.x % split : 0;
   auto bar_addr = [&](int kind, int parity) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(&peer_bars[kind][parity]));
   };

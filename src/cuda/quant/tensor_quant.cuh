@@ -85,12 +85,18 @@ __global__ void __launch_bounds__(kFusedThreads) tensor_dynamic_fused_kernel(Ten
   const Tin *x = static_cast<const Tin *>(p.x);
   const int64_t total = static_cast<int64_t>(p.rows) * p.row_chunks, threads = int64_t(gridDim.x) * kFusedThreads;
   const int64_t first = int64_t(blockIdx.x) * kFusedThreads + threadIdx.x;
+  // Chunk i of this thread: k = first + i * threads of the tensor, row r, first column c.
+  auto locate = [&](int i, int64_t &k, int &r, int &c) {
+    k = first + i * threads;
+    r = static_cast<int>(k / p.row_chunks), c = static_cast<int>(k - int64_t(r) * p.row_chunks) * 8;
+  };
   Chunk<Tin> ch[kFusedVpt];
   float amax = 0.0f;  // columns past the row and chunks past the tensor read as 0
 #pragma unroll
   for (int i = 0; i < kFusedVpt; i++) {
-    const int64_t k = first + i * threads;
-    const int r = static_cast<int>(k / p.row_chunks), c = static_cast<int>(k - int64_t(r) * p.row_chunks) * 8;
+    int64_t k;
+    int r, c;
+    locate(i, k, r, c);
     ch[i] = load_chunk<ACC>(x + int64_t(k < total ? r : 0) * p.x_ld, c, k < total ? p.cols : 0);
   }
 #pragma unroll
@@ -118,9 +124,10 @@ __global__ void __launch_bounds__(kFusedThreads) tensor_dynamic_fused_kernel(Ten
   Tout *q = static_cast<Tout *>(p.q);
 #pragma unroll
   for (int i = 0; i < kFusedVpt; i++) {
-    const int64_t k = first + i * threads;
+    int64_t k;
+    int r, c;
+    locate(i, k, r, c);
     if (k >= total) break;
-    const int r = static_cast<int>(k / p.row_chunks), c = static_cast<int>(k - int64_t(r) * p.row_chunks) * 8;
     float v[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) v[j] = ch[i].f32(j) * inv;

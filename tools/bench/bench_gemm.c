@@ -329,13 +329,14 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   int rc = 0;
   for (size_t j = 0; j < sizeof nk / sizeof nk[0] && blockscale; j++)
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
-      if (sel->m && ms[i] != sel->m) continue;
+      if ((sel->m && ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
       rc |= one_shape(b, ctx, lt, ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
   for (int fp8 = 1; fp8 >= 0 && scaled; fp8--)
     for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0]; j++)
-      rc |= scaled_rows(b, ctx, lt, fp8, scaled_ms, sizeof scaled_ms / sizeof scaled_ms[0], scaled_nk[j][0],
+      if (!sel->k || scaled_nk[j][1] == sel->k)
+        rc |= scaled_rows(b, ctx, lt, fp8, scaled_ms, sizeof scaled_ms / sizeof scaled_ms[0], scaled_nk[j][0],
                         scaled_nk[j][1], sel, rows);
   qfb_lt_close(lt);
   return rc;

@@ -190,6 +190,9 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
   p.a_scales = a->a_scales;
   p.as_m = a->as_m;
   p.as_k = a->as_k;
+  // Column-major As whose columns are whole 16-byte units (M a multiple of 4, so no copy reads the
+  // padding past the last column's end) travel by bulk copy; other layouts by 4-byte cp.async.
+  p.as_bulk = a->as_m == 1 && a->M % 4 == 0 && a->as_k % 4 == 0 && reinterpret_cast<uintptr_t>(a->a_scales) % 16 == 0;
   p.b_scales = a->b_scales;
   p.c = static_cast<const float *>(a->c.data);
   p.c_ld = a->c.ld;

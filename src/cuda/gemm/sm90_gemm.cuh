@@ -9,29 +9,34 @@
 //
 // NOTES:
 // - Warp specialization. One warp of the last warpgroup produces: lane 0 issues the TMA copies of
-//   the A and B tiles of each 128-column K-block into a ring of kStages stages, and every lane
-//   copies a share of the block's scales (BLOCK_M As, one Bs) with cp.async. Each stage has a full
-//   barrier (lane 0's expected bytes plus one cp.async arrival per lane) and an empty barrier (one
-//   arrival per consumer warp). The other warpgroups consume, each owning 64 rows of the
+//   the A and B tiles of each 128-column K-block into a ring of kStages stages, with the tile's
+//   BLOCK_M activation scales of the block (one bulk copy when As is column-major with M a
+//   multiple of 4; otherwise every lane copies a share with 4-byte cp.async). Each stage has a
+//   full barrier (lane 0's expected bytes, plus one cp.async arrival per lane in the second case)
+//   and an empty barrier (one arrival per consumer warp). The other warpgroups consume, each owning 64 rows of the
 //   BLOCK_M x BLOCK_N tile; setmaxnreg moves registers from the producer to them.
 // - One K-block per stage, so one As and one Bs per row per stage: 4 wgmma m64nNk32 accumulate
 //   the block's dot products, the consumer waits for them, frees the stage and promotes,
 //   total += block * (As * Bs) (kScaledFp8: total += block). The tensor cores' reduced-precision
 //   FP8 accumulation never spans more than 128 products. What keeps the tensor cores busy while a
 //   warpgroup promotes:
-//   - Block-scaled: the two consumer warpgroups take turns (named barriers 4 and 5: warpgroup 0
-//     runs block i, then 1 its block i, then 0 block i + 1, ...). A warpgroup hands the turn over
-//     when its block's wgmma have completed, so the other's run alone while it promotes (handing
-//     over at issue let both run together, finish together and promote together: 3-6% slower).
-//   - kScaledFp8 on 128 x 128 tiles: two accumulator sets per warpgroup; block kb + 1's wgmma are
-//     issued before block kb is waited for and added, so each warpgroup keeps the tensor cores
-//     fed by itself (10-20% faster than taking turns at M = 4096). The block-scaled recipe was
-//     3-9% slower this way (its consumers then wait on the ring more often; why is open).
+//   - 128 x 128 tiles: two accumulator sets per warpgroup; block kb + 1's wgmma are issued before
+//     block kb is waited for and promoted, so each warpgroup keeps the tensor cores fed by itself
+//     (H200, M = 4096: the scaled recipe's times 9-16% lower than with the turns below; the
+//     block-scaled recipe's 7-31% lower, together with the scale copies below).
+//   - 128 x 64 tiles: the two consumer warpgroups take turns (named barriers 4 and 5: warpgroup 0
+//     runs block i, then 1 its block i, then 0 block i + 1, ...). Block-scaled, a warpgroup hands
+//     the turn over when its block's wgmma have completed, so that the other's run alone while it
+//     promotes; the scaled recipe (a cheaper promotion) hands it over as soon as it has issued.
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
-// - Block scales travel with their stage, so their global-memory latency hides in the ring like
-//   the operands'; consumers read them from shared memory. Any As layout works (strided reads).
+// - Activation scales travel with their stage, so their global-memory latency hides in the ring
+//   like the operands'; consumers read them from shared memory. Any As layout works (strided
+//   reads). The weight-block scale of a K-block is one float per tile row: the consumers load it
+//   themselves from global memory (L2), while the block's wgmma run, two blocks ahead on the
+//   single-set path. Copying both with 4-byte cp.async per stage, as a first version did, made
+//   the M = 4096 shapes 13-31% slower (the full barriers then waited on the cp.async arrivals).
 //   The scaled recipes' sa, sb, bias and zero points are read once per tile, in the epilogue.
 // - Persistent: a CTA per SM walks tiles blockIdx.x, + gridDim.x, ... in a grouped raster order.
 //   Producer and consumers walk the same sequence and keep their ring position across tiles, so
@@ -78,6 +83,7 @@ struct sm90_gemm_params {
   // kBlockScaledFp8
   const float *a_scales;  // (m, kb) at a_scales[m * as_m + kb * as_k]
   int64_t as_m, as_k;
+  int as_bulk;            // column-major As (as_m 1) with 16-byte aligned columns: one bulk copy per stage
   const float *b_scales;  // [ceil(N / 128), num_kb], contiguous
   const float *c;         // NULL, or fp32 [M, N] with row pitch c_ld; may alias d
   int64_t c_ld;
@@ -115,8 +121,7 @@ struct sm90_gemm_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
   static constexpr uint32_t kScalesA = kStaging + (kOutBytes == 2 ? kBlockM * kBlockN * 2 : 0);
-  static constexpr uint32_t kScalesB = kScalesA + kStages * kBlockM * 4;
-  static constexpr uint32_t kBarriers = kScalesB + kStages * 16;
+  static constexpr uint32_t kBarriers = kScalesA + kStages * kBlockM * 4;
   // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
   static constexpr size_t kBytes = kBarriers + 2 * kStages * sizeof(uint64_t) + 1024;
 };
@@ -169,7 +174,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
   // kScaledFp8 on 128 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
-  constexpr bool kTwoAcc = R == Sm90Recipe::kScaledFp8 && kBlockM == 128 && kBlockN == 128;
+  constexpr bool kTwoAcc = !kInt8 && kBlockM == 128 && kBlockN == 128;
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = kBlockM / 64;
   constexpr int kBlockK = 128;  // one scale block per stage
@@ -190,16 +195,15 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   auto smem_a = [base](int s) { return base + s * Smem::kABytes; };
   auto smem_b = [base](int s) { return base + kStages * Smem::kABytes + s * Smem::kBBytes; };
   auto scales_a = [base](int s) { return base + Smem::kScalesA + s * kBlockM * 4; };
-  auto scales_b = [base](int s) { return base + Smem::kScalesB + s * 16; };
   auto full_bar = [base](int s) { return base + Smem::kBarriers + s * 8; };
   auto empty_bar = [base](int s) { return base + Smem::kBarriers + (kStages + s) * 8; };
   // The consumers read the scales with ordinary loads, through generic pointers.
   const float *sa_ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32) + Smem::kScalesA);
-  const float *sb_ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32) + Smem::kScalesB);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; s++) {
-      mbarrier_init(full_bar(s), kBlockScales ? 1 + 32 : 1);  // + one cp.async arrival per producer lane
+      // + one cp.async arrival per producer lane when As takes no bulk copy
+      mbarrier_init(full_bar(s), kBlockScales && !p.as_bulk ? 1 + 32 : 1);
       mbarrier_init(empty_bar(s), kConsumers * 4 * kCluster);
     }
     fence_mbarrier_init();
@@ -236,13 +240,18 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         int m_blk, n_blk, kb_begin, kb_end;
         unit_tile(unit, m_blk, n_blk);
         sm90_gemm_split_range(p.num_kb, p.splits, unit % p.splits, kb_begin, kb_end);
-        const float *sb = kBlockScales ? p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb : nullptr;
+        // Bulk As: the tile's rows below M (a multiple of 4 then: whole 16-byte units; a cluster's
+        // spare tile past M copies none). Rows past M keep what an earlier stage left: their
+        // results are never stored.
+        const int64_t as_rows =
+            kBlockScales && p.as_bulk ? min(int64_t{kBlockM}, p.as_k - int64_t{m_blk} * kBlockM) : 0;
+        const uint32_t as_bytes = as_rows > 0 ? static_cast<uint32_t>(as_rows) * 4 : 0;
         for (int kb = kb_begin; kb < kb_end; kb++) {
           // A fresh barrier counts as having completed the phase before phase 0: the first lap
           // waits on parity 1 and passes.
           mbarrier_wait_parity(empty_bar(s), phase ^ 1);
           if (lane == 0) {
-            mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes);
+            mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
             cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
             if constexpr (kCluster == 1) {
               cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);
@@ -252,9 +261,12 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
                                                     n_blk * kBlockN + static_cast<int>(rank) * kRows,
                                                     static_cast<uint16_t>((1u << kCluster) - 1));
             }
-            if constexpr (kBlockScales) cp_async_ca_shared_global_4(scales_b(s), sb + kb, 4);
+            if (as_bytes > 0) {
+              const float *src = p.a_scales + int64_t{m_blk} * kBlockM + kb * p.as_k;
+              cp_async_bulk_g2s(scales_a(s), src, as_bytes, full_bar(s));
+            }
           }
-          if constexpr (kBlockScales) {
+          if (kBlockScales && !p.as_bulk) {
             // Rows past M get a zero scale, without a read.
 #pragma unroll
             for (int i = 0; i < kBlockM / 32; i++) {
@@ -262,8 +274,8 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
               const float *src = p.a_scales + static_cast<int64_t>(min(row, p.M - 1)) * p.as_m + kb * p.as_k;
               cp_async_ca_shared_global_4(scales_a(s) + (32 * i + lane) * 4, src, row < p.M ? 4 : 0);
             }
-            cp_async_mbarrier_arrive_noinc(full_bar(s));
           }
+          if (kBlockScales && !p.as_bulk) cp_async_mbarrier_arrive_noinc(full_bar(s));
           if (++s == kStages) s = 0, phase ^= 1;
         }
       }
@@ -311,15 +323,19 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       unit_tile(unit, m_blk, n_blk);
       sm90_gemm_split_range(p.num_kb, p.splits, split, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
+      // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
+      // the block's wgmma run.
+      const float *bs = kBlockScales ? p.b_scales + static_cast<int64_t>(n0 / 128) * p.num_kb : nullptr;
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) total[i] = 0.0f;
 
       int prev = -1;  // kScaledInt8: the stage whose wgmma may still run
       if constexpr (kTwoAcc) {
         // Block kb + 1's wgmma (into the other accumulator set) run while block kb is promoted.
-        int si = s;  // the stage of the next K-block to issue
+        int si = s, ki = kb_begin;  // the stage and K-block of the next issue
         uint32_t pi = phase;
-        auto issue = [&](Acc(&a)[kBlockN / 2]) {
+        float b_acc = 1.0f, b_acc2 = 1.0f;  // the weight-block scale of each set's K-block
+        auto issue = [&](Acc(&a)[kBlockN / 2], float &b) {
           mbarrier_wait_parity(full_bar(si), pi);
           const uint64_t da = wgmma_desc_kmajor_sw128(smem_a(si) + wg * 64 * kBlockK);
           const uint64_t db = wgmma_desc_kmajor_sw128(smem_b(si));
@@ -331,87 +347,106 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           wgmma_commit_group();
 #pragma unroll
           for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
+          if constexpr (kBlockScales) b = __ldg(bs + ki);
+          ki++;
           if (++si == kStages) si = 0, pi ^= 1;
         };
         // The block in `a` has completed (its wait is done): free its stage, add it to the total.
-        auto promote = [&](Acc(&a)[kBlockN / 2]) {
+        auto promote = [&](Acc(&a)[kBlockN / 2], float b) {
 #pragma unroll
           for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
+          float s0 = 1.0f, s1 = 1.0f;
+          if constexpr (kBlockScales)
+            s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
           release(s);
           if (++s == kStages) s = 0, phase ^= 1;
 #pragma unroll
-          for (int i = 0; i < kBlockN / 2; i++) total[i] += a[i];
+          for (int j = 0; j < kBlockN / 8; j++) {  // kScaledFp8: exact adds (scale 1)
+            total[4 * j + 0] = fmaf(a[4 * j + 0], s0, total[4 * j + 0]);
+            total[4 * j + 1] = fmaf(a[4 * j + 1], s0, total[4 * j + 1]);
+            total[4 * j + 2] = fmaf(a[4 * j + 2], s1, total[4 * j + 2]);
+            total[4 * j + 3] = fmaf(a[4 * j + 3], s1, total[4 * j + 3]);
+          }
         };
         // One group in flight at the loop head (acc's), and every path ends with wait_group 0:
         // ptxas can then prove which accumulators each wait frees (a wait whose count depends on
         // a runtime condition makes it serialize every wgmma).
         if (kb_begin < kb_end) {
-          issue(acc);
+          issue(acc, b_acc);
           int left = kb_end - kb_begin - 1;  // K-blocks not issued yet
           for (; left >= 2; left -= 2) {
-            issue(acc2);
+            issue(acc2, b_acc2);
             wgmma_wait_group<1>();
-            promote(acc);
-            issue(acc);
+            promote(acc, b_acc);
+            issue(acc, b_acc);
             wgmma_wait_group<1>();
-            promote(acc2);
+            promote(acc2, b_acc2);
           }
           if (left == 1) {
-            issue(acc2);
+            issue(acc2, b_acc2);
             wgmma_wait_group<1>();
-            promote(acc);
+            promote(acc, b_acc);
             wgmma_wait_group<0>();
-            promote(acc2);
+            promote(acc2, b_acc2);
           } else {
             wgmma_wait_group<0>();
-            promote(acc);
+            promote(acc, b_acc);
           }
         }
-      } else
-      for (int kb = kb_begin; kb < kb_end; kb++) {
-        mbarrier_wait_parity(full_bar(s), phase);
-        const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + wg * 64 * kBlockK);
-        const uint64_t desc_b = wgmma_desc_kmajor_sw128(smem_b(s));
-        fence_acc();
-        wgmma_fence();
-        if constexpr (kInt8) {
-          // One int32 sum over the unit's K range: only its first wgmma overwrites.
+      } else {
+        // The weight-block scales of the next two K-blocks, loaded two blocks ahead: a decode
+        // tile's wgmma are too short to hide a load from L2.
+        float b_cur = 1.0f, b_next = 1.0f;
+        if constexpr (kBlockScales) {
+          if (kb_begin < kb_end) b_cur = __ldg(bs + kb_begin);
+          if (kb_begin + 1 < kb_end) b_next = __ldg(bs + kb_begin + 1);
+        }
+        for (int kb = kb_begin; kb < kb_end; kb++) {
+          mbarrier_wait_parity(full_bar(s), phase);
+          const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + wg * 64 * kBlockK);
+          const uint64_t desc_b = wgmma_desc_kmajor_sw128(smem_b(s));
+          fence_acc();
+          wgmma_fence();
+          if constexpr (kInt8) {
+            // One int32 sum over the unit's K range: only its first wgmma overwrites.
 #pragma unroll
-          for (int k = 0; k < kBlockK / 32; k++)
-            wgmma_m64k32_s32_s8<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, kb != kb_begin || k != 0);
-          wgmma_commit_group();
-          fence_acc();
-          wgmma_wait_group<1>();  // the previous K-block's wgmma are done: free their stage
-          fence_acc();
-          if (prev >= 0) release(prev);
-          prev = s;
-          if (++s == kStages) s = 0, phase ^= 1;
-        } else {
-          if (kTurns && wg == 0 && issued > 0) named_barrier_sync(4, 256);  // warpgroup 1 has issued
-          if (kTurns && wg == 1) named_barrier_sync(5, 256);                // warpgroup 0 has issued
+            for (int k = 0; k < kBlockK / 32; k++)
+              wgmma_m64k32_s32_s8<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, kb != kb_begin || k != 0);
+            wgmma_commit_group();
+            fence_acc();
+            wgmma_wait_group<1>();  // the previous K-block's wgmma are done: free their stage
+            fence_acc();
+            if (prev >= 0) release(prev);
+            prev = s;
+            if (++s == kStages) s = 0, phase ^= 1;
+          } else {
+            if (kTurns && wg == 0 && issued > 0) named_barrier_sync(4, 256);  // warpgroup 1 has issued
+            if (kTurns && wg == 1) named_barrier_sync(5, 256);                // warpgroup 0 has issued
 #pragma unroll
-          for (int k = 0; k < kBlockK / 32; k++)  // 32 bytes of K each (+ 2 in the address field)
-            wgmma_m64k32_f32_e4m3<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, k);  // k == 0 overwrites
-          wgmma_commit_group();
-          if (kTurns && !kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);  // the other's turn
-          issued++;
-          fence_acc();
-          wgmma_wait_group<0>();
-          if (kTurns && kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);
-          fence_acc();
-          float s0 = 1.0f, s1 = 1.0f;
-          if constexpr (kBlockScales) {
-            const float b = sb_ring[s * 4];
-            s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
-          }
-          release(s);
-          if (++s == kStages) s = 0, phase ^= 1;
+            for (int k = 0; k < kBlockK / 32; k++)  // 32 bytes of K each (+ 2 in the address field)
+              wgmma_m64k32_f32_e4m3<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, k);  // k == 0 overwrites
+            wgmma_commit_group();
+            if (kTurns && !kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);  // the other's turn
+            issued++;
+            const float b = b_cur;
+            b_cur = b_next;
+            if (kBlockScales && kb + 2 < kb_end) b_next = __ldg(bs + kb + 2);
+            fence_acc();
+            wgmma_wait_group<0>();
+            if (kTurns && kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);
+            fence_acc();
+            float s0 = 1.0f, s1 = 1.0f;
+            if constexpr (kBlockScales)
+              s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
+            release(s);
+            if (++s == kStages) s = 0, phase ^= 1;
 #pragma unroll
-          for (int j = 0; j < kBlockN / 8; j++) {
-            total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
-            total[4 * j + 1] = fmaf(acc[4 * j + 1], s0, total[4 * j + 1]);
-            total[4 * j + 2] = fmaf(acc[4 * j + 2], s1, total[4 * j + 2]);
-            total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
+            for (int j = 0; j < kBlockN / 8; j++) {
+              total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
+              total[4 * j + 1] = fmaf(acc[4 * j + 1], s0, total[4 * j + 1]);
+              total[4 * j + 2] = fmaf(acc[4 * j + 2], s1, total[4 * j + 2]);
+              total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
+            }
           }
         }
       }

@@ -22,6 +22,14 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s(uint32_t dst, const 
       : "memory");
 }
 
+// cp.async.bulk (no tensor map): `bytes` (a multiple of 16; both addresses 16-byte aligned) from
+// global memory into this CTA's shared memory, counted as transaction bytes on the mbarrier `bar`.
+__device__ __forceinline__ void cp_async_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+  QF_ASM_SM90("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+              "l"(src), "r"(bytes), "r"(bar)
+              : "memory");
+}
+
 // cp.async.bulk.tensor.2d.global.shared::cta.bulk_group: copies the box at `src` in shared memory
 // to the tensor at element coordinates (c0 innermost, c1); elements out of the tensor's bounds
 // are not written. Tracked by the issuing thread's bulk async-groups.

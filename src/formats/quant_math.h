@@ -31,12 +31,28 @@ QF_HD float qf_nan_min(float a, float b) { return (a < b || a != a) ? a : b; }
 /* The largest value the scale maps to, per output format (int8 127, e4m3fn 448, e4m3fnuz 224). */
 QF_HD float qf_qmax(int is_int8, int is_fnuz) { return is_int8 ? 127.0f : is_fnuz ? 224.0f : 448.0f; }
 
+/* a / qmax for a >= 0, correctly rounded (the IEEE quotient). On the GPU, from a >= 2^-120 on,
+ * through the rounded reciprocal y = 1 / qmax and two FMAs (q0 = a y, r = a - q0 qmax exactly,
+ * q = q0 + r y): three instructions instead of the division's sequence, and the same bits for every
+ * such a with qmax = 127, 224 or 448 (checked exhaustively over the 2^31 non-negative floats; with
+ * 224 and 448 the two forms differ only below 7.6e-37, which keeps the division). */
+QF_HD float qf_div_qmax(float a, float qmax) {
+#ifdef __CUDA_ARCH__
+  if (a >= 0x1p-120f) {
+    const float y = __frcp_rn(qmax);
+    const float q0 = __fmul_rn(a, y);
+    return __fmaf_rn(__fmaf_rn(-q0, qmax, a), y, q0);
+  }
+#endif
+  return a / qmax;
+}
+
 /* The group scale rule. amax: NaN-propagating max |v| of the group. ub: upper bound, used when
  * has_ub. floor > 0. pow2: round the result up to a power of two. Non-finite amax gives the
  * canonical NaN (so CPU and GPU store the same bits). */
 QF_HD float qf_group_scale(float amax, float qmax, int has_ub, float ub, float floor, int pow2) {
   if (!(amax <= QF_F32_MAX)) return qf_qnan();
-  float s = amax / qmax;
+  float s = qf_div_qmax(amax, qmax);
   if (has_ub) s = qf_nan_min(s, ub);
   s = qf_nan_max(s, floor);
   if (qf_isnan(s)) return qf_qnan();
@@ -44,7 +60,13 @@ QF_HD float qf_group_scale(float amax, float qmax, int has_ub, float ub, float f
 }
 
 /* 1/s, correctly rounded; NaN when s is not finite and positive. */
-QF_HD float qf_inv_scale(float s) { return (s > 0.0f && s <= QF_F32_MAX) ? 1.0f / s : qf_qnan(); }
+QF_HD float qf_inv_scale(float s) {
+#ifdef __CUDA_ARCH__
+  return (s > 0.0f && s <= QF_F32_MAX) ? __frcp_rn(s) : qf_qnan(); /* the correctly rounded 1 / s too */
+#else
+  return (s > 0.0f && s <= QF_F32_MAX) ? 1.0f / s : qf_qnan();
+#endif
+}
 
 /* Round to nearest even integer, as int32, for |x| < 2^30 (clamped first); NaN gives 0. */
 QF_HD int32_t qf_rne_i32(float x) {

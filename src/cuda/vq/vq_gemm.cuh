@@ -425,11 +425,12 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
           }
       } else if constexpr (kWindow) {  // the 24 bits of vectors j0 and j0 + 1 (j0 = the lane's first)
         // Past the row (the sub-chunks of a ragged last chunk, which the careful path decodes
-        // instead) nothing is read.
-        const uint32_t bit = 12u * static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) / 2);
+        // instead) the window stops at the row's last word: its bits are never used, and a clamp
+        // costs less than a conditional load (which made the AQLM rows up to 2x slower).
+        const uint32_t bit = min(12u * static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) / 2),
+                                 32u * (p.row_words - 1u));
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-          w[h][0] = (bit >> 5) < p.row_words ? vq_code_window(crow[h] + r * code_res, bit, p.row_words) : 0u;
+        for (int h = 0; h < 2; h++) w[h][0] = vq_code_window(crow[h] + r * code_res, bit, p.row_words);
       }
     };
     auto load_codes = [&](int c, int r, auto &w) {

@@ -311,6 +311,24 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
     };
+    // FP8: the K-block in `a` (of stage s, weight-block scale b) has completed (its wait is done):
+    // free its stage and add it to the total.
+    auto promote = [&](Acc(&a)[kBlockN / 2], float b) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
+      float s0 = 1.0f, s1 = 1.0f;
+      if constexpr (kBlockScales)
+        s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
+      release(s);
+      if (++s == kStages) s = 0, phase ^= 1;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; j++) {  // kScaledFp8: exact adds (scale 1)
+        total[4 * j + 0] = fmaf(a[4 * j + 0], s0, total[4 * j + 0]);
+        total[4 * j + 1] = fmaf(a[4 * j + 1], s0, total[4 * j + 1]);
+        total[4 * j + 2] = fmaf(a[4 * j + 2], s1, total[4 * j + 2]);
+        total[4 * j + 3] = fmaf(a[4 * j + 3], s1, total[4 * j + 3]);
+      }
+    };
     constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc;
     // Block-scaled: a warpgroup hands the turn over when its K-block's wgmma have completed, so
     // that the other's run alone while it promotes; kScaledFp8 (a cheaper promotion) hands it
@@ -350,23 +368,6 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           if constexpr (kBlockScales) b = __ldg(bs + ki);
           ki++;
           if (++si == kStages) si = 0, pi ^= 1;
-        };
-        // The block in `a` has completed (its wait is done): free its stage, add it to the total.
-        auto promote = [&](Acc(&a)[kBlockN / 2], float b) {
-#pragma unroll
-          for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
-          float s0 = 1.0f, s1 = 1.0f;
-          if constexpr (kBlockScales)
-            s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
-          release(s);
-          if (++s == kStages) s = 0, phase ^= 1;
-#pragma unroll
-          for (int j = 0; j < kBlockN / 8; j++) {  // kScaledFp8: exact adds (scale 1)
-            total[4 * j + 0] = fmaf(a[4 * j + 0], s0, total[4 * j + 0]);
-            total[4 * j + 1] = fmaf(a[4 * j + 1], s0, total[4 * j + 1]);
-            total[4 * j + 2] = fmaf(a[4 * j + 2], s1, total[4 * j + 2]);
-            total[4 * j + 3] = fmaf(a[4 * j + 3], s1, total[4 * j + 3]);
-          }
         };
         // One group in flight at the loop head (acc's), and every path ends with wait_group 0:
         // ptxas can then prove which accumulators each wait frees (a wait whose count depends on
@@ -434,19 +435,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             fence_acc();
             wgmma_wait_group<0>();
             if (kTurns && kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);
-            fence_acc();
-            float s0 = 1.0f, s1 = 1.0f;
-            if constexpr (kBlockScales)
-              s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
-            release(s);
-            if (++s == kStages) s = 0, phase ^= 1;
-#pragma unroll
-            for (int j = 0; j < kBlockN / 8; j++) {
-              total[4 * j + 0] = fmaf(acc[4 * j + 0], s0, total[4 * j + 0]);
-              total[4 * j + 1] = fmaf(acc[4 * j + 1], s0, total[4 * j + 1]);
-              total[4 * j + 2] = fmaf(acc[4 * j + 2], s1, total[4 * j + 2]);
-              total[4 * j + 3] = fmaf(acc[4 * j + 3], s1, total[4 * j + 3]);
-            }
+            promote(acc, b);
           }
         }
       }

@@ -13,8 +13,9 @@
 //   BLOCK_M activation scales of the block (one bulk copy when As is column-major with M a
 //   multiple of 4; otherwise every lane copies a share with 4-byte cp.async). Each stage has a
 //   full barrier (lane 0's expected bytes, plus one cp.async arrival per lane in the second case)
-//   and an empty barrier (one arrival per consumer warp). The other warpgroups consume, each owning 64 rows of the
-//   BLOCK_M x BLOCK_N tile; setmaxnreg moves registers from the producer to them.
+//   and an empty barrier (one arrival per consumer warp). The other warpgroups consume, each
+//   owning 64 rows of the BLOCK_M x BLOCK_N tile; setmaxnreg moves registers from the producer to
+//   them.
 // - One K-block per stage, so one As and one Bs per row per stage: 4 wgmma m64nNk32 accumulate
 //   the block's dot products, the consumer waits for them, frees the stage and promotes,
 //   total += block * (As * Bs) (kScaledFp8: total += block). The tensor cores' reduced-precision
@@ -36,7 +37,7 @@
 //   reads). The weight-block scale of a K-block is one float per tile row: the consumers load it
 //   themselves from global memory (L2), while the block's wgmma run, two blocks ahead on the
 //   single-set path. Copying both with 4-byte cp.async per stage, as a first version did, made
-//   the M = 4096 shapes 13-31% slower (the full barriers then waited on the cp.async arrivals).
+//   the M = 4096 shapes up to 31% slower (the full barriers then waited on the cp.async arrivals).
 //   The scaled recipes' sa, sb, bias and zero points are read once per tile, in the epilogue.
 // - Persistent: a CTA per SM walks tiles blockIdx.x, + gridDim.x, ... in a grouped raster order.
 //   Producer and consumers walk the same sequence and keep their ring position across tiles, so
@@ -83,7 +84,7 @@ struct sm90_gemm_params {
   // kBlockScaledFp8
   const float *a_scales;  // (m, kb) at a_scales[m * as_m + kb * as_k]
   int64_t as_m, as_k;
-  int as_bulk;            // column-major As (as_m 1) with 16-byte aligned columns: one bulk copy per stage
+  int as_bulk;            // column-major As (as_m 1), M a multiple of 4: one bulk copy per stage
   const float *b_scales;  // [ceil(N / 128), num_kb], contiguous
   const float *c;         // NULL, or fp32 [M, N] with row pitch c_ld; may alias d
   int64_t c_ld;
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
-  // kScaledFp8 on 128 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
+  // FP8 on 128 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
   constexpr bool kTwoAcc = !kInt8 && kBlockM == 128 && kBlockN == 128;
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = kBlockM / 64;

@@ -1,7 +1,7 @@
 // Launchers of the sm_90 GEMM engine (sm90_gemm.cuh) for qf_gemm_fp8_blockscale and
-// qf_gemm_scaled: the recipe's parameters, tensor maps for A, B and D, the heuristic's tile shape,
-// split and cluster, the output type, the split-K workspace, and a persistent grid of one CTA per
-// SM (at most one per work unit).
+// qf_gemm_scaled: the recipe's parameters, tensor maps for A, B and D, the heuristic's tile shape
+// and split, the output type, the split-K workspace, and a persistent grid of one CTA per SM (at
+// most one per work unit).
 #include <atomic>
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -67,7 +67,7 @@ struct Problem {
   int64_t M, N, K;
 };
 
-template <Sm90Recipe R, int kBlockM, int kBlockN, int kCluster, typename OutT>
+template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT>
 qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
   const char *kOp = pr.op;
   constexpr int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT)));
@@ -115,7 +115,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
     const uint32_t a_rows = pr.M < kBlockM ? static_cast<uint32_t>((pr.M + 7) / 8 * 8) : kBlockM;
     p.a_stage_bytes = a_rows * 128;
     if ((st = make_tmap(ctx, kOp, &tmap_a, "a", pr.a, a_rows)) != QF_OK) return st;
-    if ((st = make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN / kCluster)) != QF_OK) return st;  // a CTA's share
+    if ((st = make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN)) != QF_OK) return st;
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
   // copy) when its start and pitch are 16-byte aligned.
@@ -123,44 +123,20 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
                 (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
-  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, kCluster, OutT>;
+  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT>;
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = kBlockM / 64 * 128 + 128;
-  if constexpr (kCluster == 1) {
-    const int units = p.tiles_m * p.tiles_n * p.splits;
-    const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
-    kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
-    return qf_cuda_check_launch(ctx, kOp);
-  } else {
-    // As many clusters as can be resident at once (a GPC's odd SM stays idle), asked of the
-    // runtime at the first launch (the process's devices are taken to be alike).
-    cudaLaunchAttribute attr;
-    // The grid: any multiple of the cluster size, for the query.
-    cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(kCluster * 64), dim3(threads), kSmem, qf_stream(ctx), kCluster, &attr);
-    static int max_clusters = 0;
-    if (max_clusters == 0) {
-      int n = 0;
-      cudaError_t err = cudaOccupancyMaxActiveClusters(&n, kernel, &lc);
-      if (err != cudaSuccess || n <= 0) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveClusters", err);
-      max_clusters = n;
-    }
-    const int units = (p.tiles_m + kCluster - 1) / kCluster * p.tiles_n;
-    lc.gridDim = dim3(kCluster * (units < max_clusters ? units : max_clusters));
-    cudaError_t err = cudaLaunchKernelEx(&lc, kernel, tmap_a, tmap_b, tmap_d, p);
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaLaunchKernelEx", err);
-    return qf_cuda_check_launch(ctx, kOp);
-  }
+  const int units = p.tiles_m * p.tiles_n * p.splits;
+  const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
+  kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
+  return qf_cuda_check_launch(ctx, kOp);
 }
 
 template <Sm90Recipe R, typename OutT>
 qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p, const sm90_gemm_config &cfg) {
-#define QF_SM90_GEMM_CASE(BM, BN)                                                           \
-  if (cfg.block_m == BM && cfg.block_n == BN) {                                             \
-    if constexpr (BM == 128)                                                                \
-      if (cfg.cluster == 2) return launch<R, BM, BN, 2, OutT>(ctx, pr, p, cfg);             \
-    return launch<R, BM, BN, 1, OutT>(ctx, pr, p, cfg);                                     \
-  }
+#define QF_SM90_GEMM_CASE(BM, BN) \
+  if (cfg.block_m == BM && cfg.block_n == BN) return launch<R, BM, BN, OutT>(ctx, pr, p, cfg);
   QF_SM90_GEMM_TILES(QF_SM90_GEMM_CASE)
 #undef QF_SM90_GEMM_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", pr.op, cfg.block_m, cfg.block_n);

@@ -51,13 +51,10 @@
 //   counter; the unit that counts last adds the partials in split order (deterministic: the same
 //   sums for every run), runs the epilogue and puts the counter back to zero for the next call.
 //   Only threads holding rows below M write and read partials (M = 1: 4 threads of 128).
-// - Clusters of 2 CTAs along M (large M): the two CTAs compute the two tiles of one tile column
-//   that share their B tile, in lockstep (the same walk, by cluster). Each loads its own A tile
-//   and one half of B with TMA multicast into both CTAs' rings, so a K-block costs 24 KB of L2
-//   reads per CTA instead of 32 (the 128 x 128 mainloop was bound by L2 bandwidth, not MMA).
-//   A stage is refilled only when the consumers of both CTAs have freed it: each consumer warp
-//   arrives on the empty barrier of both CTAs. The CTAs sync as a cluster after the barriers are
-//   initialized and before they exit (a peer may still signal this CTA's barriers).
+// - No clusters. Pairs of CTAs along M sharing B by TMA multicast (a quarter less L2 traffic)
+//   paid 5-11% when the mainloop drained the tensor pipe every K-block; with two accumulator
+//   sets the pair's lockstep costs more than the traffic saves: every block-scaled M = 4096 shape
+//   ran 4-10% faster without them (H200, A/B run twice), and the multicast path was removed.
 // - Epilogue of 16-bit D without C (the common case): each consumer warpgroup writes its 64 x
 //   BLOCK_N fragment into a staging tile in shared memory, in the 128-byte swizzled layout (a
 //   warp's 32 stores hit 32 different banks), and one thread stores it with TMA; the warpgroup goes
@@ -71,7 +68,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
@@ -128,7 +124,7 @@ struct sm90_gemm_smem {
 };
 
 // Grouped raster order: down `group` tile rows of one tile column, then the next column, so that
-// the CTAs of a wave share few A and B tiles in L2. With clusters, "tile rows" are cluster rows.
+// the CTAs of a wave share few A and B tiles in L2.
 __device__ __forceinline__ void sm90_gemm_tile_coords(int tile, int tiles_m, int tiles_n, int group, int &m_blk,
                                                       int &n_blk) {
   const int per_group = group * tiles_n;
@@ -168,7 +164,7 @@ __device__ __forceinline__ uint32_t word_of(int32_t v) { return static_cast<uint
 __device__ __forceinline__ void add_word(float &v, uint32_t w) { v += __uint_as_float(w); }
 __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_cast<int32_t>(w); }
 
-template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, int kCluster, typename OutT>
+template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT>
 __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
@@ -187,8 +183,6 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two CTAs along M");
-  static_assert((Smem::kBBytes / kCluster) % 1024 == 0, "each CTA's share of B starts on a swizzle period");
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -205,25 +199,18 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     for (int s = 0; s < kStages; s++) {
       // + one cp.async arrival per producer lane when As takes no bulk copy
       mbarrier_init(full_bar(s), kBlockScales && !p.as_bulk ? 1 + 32 : 1);
-      mbarrier_init(empty_bar(s), kConsumers * 4 * kCluster);
+      mbarrier_init(empty_bar(s), kConsumers * 4);
     }
     fence_mbarrier_init();
     fence_proxy_async_shared_cta();
   }
-  if constexpr (kCluster > 1)
-    cluster_sync();  // the peer's barriers exist before anything signals them
-  else
-    __syncthreads();
+  __syncthreads();
 
-  // The walk: unit u is cluster tile u / splits (kCluster tiles of one column) and K range
-  // u % splits; this CTA takes row `rank` of the cluster tile.
-  const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
-  const int tiles_mc = (p.tiles_m + kCluster - 1) / kCluster;
-  const int num_units = tiles_mc * p.tiles_n * p.splits;
-  const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
+  // The walk: unit u is tile u / splits and K range u % splits.
+  const int num_units = p.tiles_m * p.tiles_n * p.splits;
+  const int first_unit = blockIdx.x, unit_step = gridDim.x;
   auto unit_tile = [&](int unit, int &m_blk, int &n_blk) {
-    sm90_gemm_tile_coords(unit / p.splits, tiles_mc, p.tiles_n, p.raster_group, m_blk, n_blk);
-    m_blk = m_blk * kCluster + static_cast<int>(rank);
+    sm90_gemm_tile_coords(unit / p.splits, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
   };
   const int wg = threadIdx.x / 128;
   if (wg == kConsumers) {
@@ -241,9 +228,8 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         int m_blk, n_blk, kb_begin, kb_end;
         unit_tile(unit, m_blk, n_blk);
         sm90_gemm_split_range(p.num_kb, p.splits, unit % p.splits, kb_begin, kb_end);
-        // Bulk As: the tile's rows below M (a multiple of 4 then: whole 16-byte units; a cluster's
-        // spare tile past M copies none). Rows past M keep what an earlier stage left: their
-        // results are never stored.
+        // Bulk As: the tile's rows below M (a multiple of 4 then: whole 16-byte units). Rows past M
+        // keep what an earlier stage left: their results are never stored.
         const int64_t as_rows =
             kBlockScales && p.as_bulk ? min(int64_t{kBlockM}, p.as_k - int64_t{m_blk} * kBlockM) : 0;
         const uint32_t as_bytes = as_rows > 0 ? static_cast<uint32_t>(as_rows) * 4 : 0;
@@ -254,14 +240,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           if (lane == 0) {
             mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
             cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
-            if constexpr (kCluster == 1) {
-              cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);
-            } else {  // this CTA's half of B, into both CTAs
-              constexpr int kRows = kBlockN / kCluster;
-              cp_async_bulk_tensor_2d_g2s_multicast(smem_b(s) + rank * kRows * 128, &tmap_b, full_bar(s), kb * kBlockK,
-                                                    n_blk * kBlockN + static_cast<int>(rank) * kRows,
-                                                    static_cast<uint16_t>((1u << kCluster) - 1));
-            }
+            cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);
             if (as_bytes > 0) {
               const float *src = p.a_scales + int64_t{m_blk} * kBlockM + kb * p.as_k;
               cp_async_bulk_g2s(scales_a(s), src, as_bytes, full_bar(s));
@@ -297,16 +276,9 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     for (int i = 0; i < kBlockN / 2; i++) acc[i] = Acc(0);
     int s = 0;
     uint32_t phase = 0;
-    // This warp is done with a stage's tiles and scales: free it (in every CTA of the cluster).
+    // This warp is done with a stage's tiles and scales: free it.
     auto release = [&](int stage) {
-      if (lane == 0) {
-        if constexpr (kCluster == 1) {
-          mbarrier_arrive(empty_bar(stage));
-        } else {
-#pragma unroll
-          for (int r = 0; r < kCluster; r++) mbarrier_arrive_cluster(mapa_shared_cluster(empty_bar(stage), r));
-        }
-      }
+      if (lane == 0) mbarrier_arrive(empty_bar(stage));
     };
     auto fence_acc = [&] {
 #pragma unroll
@@ -337,7 +309,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     constexpr bool kHandOverDone = kBlockScales;
     int issued = 0;  // K-blocks this warpgroup has issued
     for (int unit = first_unit; unit < num_units; unit += unit_step) {
-      const int tile = unit / p.splits, split = unit % p.splits;  // split-K runs without clusters
+      const int tile = unit / p.splits, split = unit % p.splits;
       int m_blk, n_blk, kb_begin, kb_end;
       unit_tile(unit, m_blk, n_blk);
       sm90_gemm_split_range(p.num_kb, p.splits, split, kb_begin, kb_end);
@@ -536,7 +508,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             }
           fence_proxy_async_shared_cta();
           named_barrier_sync(2 + wg, 128);
-          if (leader && m_blk * kBlockM + wg * 64 < p.M) {  // (a cluster's spare tile past M stores nothing)
+          if (leader && m_blk * kBlockM + wg * 64 < p.M) {  // (a warpgroup whose rows are all past M stores nothing)
 #pragma unroll
             for (int b = 0; b < kBlockN / 64; b++)
               cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, m_blk * kBlockM + wg * 64);
@@ -580,5 +552,4 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     if (p.tma_store && threadIdx.x % 128 == 0) cp_async_bulk_wait_group<0>();
     if (kTurns && wg == 0 && issued > 0) named_barrier_sync(4, 256);  // warpgroup 1's last handoff
   }
-  if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still signal it
 }

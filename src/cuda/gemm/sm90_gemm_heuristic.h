@@ -1,4 +1,4 @@
-// Tile shape, pipeline depth, raster order, split and cluster of the sm_90 GEMM engine, chosen from
+// Tile shape, pipeline depth, raster order and split of the sm_90 GEMM engine, chosen from
 // the problem size and the device (the same for every recipe). Host code only: the kernels never
 // see this file's logic, only the compile-time shapes listed here.
 #pragma once
@@ -24,7 +24,6 @@ struct sm90_gemm_config {
   int block_m, block_n;
   int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
   int splits;        // K-block ranges per tile (split-K); 1: none
-  int cluster;       // CTAs per cluster along M sharing B by TMA multicast (1 or 2)
 };
 
 // NOTES: a persistent CTA per SM walks tiles in waves; the cost of a shape is its number of waves
@@ -33,17 +32,20 @@ struct sm90_gemm_config {
 // when 128-column tiles leave SMs idle, 64-column ones, so that more CTAs stream the weights.
 // Where the tiles still leave SMs idle, K is split so that tiles x splits fill them (at least two
 // K-blocks per range, at most 16 ranges): a decode GEMM is a stream of B, and every SM must pull
-// its share.
+// its share. A tie goes to the larger tile: at M = 4096, (N, K) = (2112, 7168) ties 128 x 64 with
+// 128 x 128, and 128 x 128 ran 12% faster (two accumulator sets; H200, run twice). Ties of equal
+// areas (64 x 128 and 128 x 64 at M = 128) keep the first.
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count) {
   const int sms = sm_count > 0 ? sm_count : 1;
-  sm90_gemm_config best = {128, 128, 8, 1, 1};
+  sm90_gemm_config best = {128, 128, 8, 1};
   double best_cost = -1.0;
 #define QF_SM90_GEMM_TRY(BM, BN)                                                  \
   {                                                                               \
     const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);               \
     const int64_t waves = (tiles + sms - 1) / sms;                                \
     const double cost = static_cast<double>(waves) * (BM * BN + 64.0 * (BM + BN)); \
-    if (best_cost < 0.0 || cost < best_cost) {                                    \
+    if (best_cost < 0.0 || cost < best_cost ||                                    \
+        (cost == best_cost && BM * BN > best.block_m * best.block_n)) {           \
       best_cost = cost;                                                           \
       best.block_m = BM;                                                          \
       best.block_n = BN;                                                          \
@@ -57,9 +59,5 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const int64_t fill = sms / tiles, most = num_kb / 2 < 16 ? num_kb / 2 : 16;
     best.splits = static_cast<int>(fill < most ? fill : most);
   }
-  // Large M: pairs of 128 x 128 tiles share their B tile by multicast (a quarter less L2
-  // traffic; measured 5-11% faster at M = 4096). 128 x 64 tiles save less (a sixth) and lost 30%
-  // to the two CTAs' lockstep at (N, K) = (2112, 7168); split-K and thin-M shapes stay single.
-  if (best.splits == 1 && best.block_m == 128 && best.block_n == 128 && (M + 127) / 128 >= 4) best.cluster = 2;
   return best;
 }

@@ -13,14 +13,6 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return r;
 }
 
-// barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every thread of every CTA of the
-// cluster arrives, then waits for all the others (shared-memory writes before it are visible to
-// the peers after it).
-__device__ __forceinline__ void cluster_sync() {
-  QF_ASM_SM90("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-  QF_ASM_SM90("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 // mapa.shared::cluster: the address in CTA `rank`'s shared memory of the object at `addr` in
 // this CTA's (the same offset).
 __device__ __forceinline__ uint32_t mapa_shared_cluster(uint32_t addr, uint32_t rank) {

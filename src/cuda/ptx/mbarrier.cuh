@@ -68,11 +68,3 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t count) 
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
-
-// mbarrier.arrive.shared::cluster: one arrival on a barrier of any CTA of the cluster (`bar` from
-// mapa_shared_cluster), with the default release semantics at CTA scope: enough when the arrival
-// only says "this stage's operands have been read" (wgmma has completed), and much cheaper than a
-// cluster-scope release.
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar) {
-  QF_ASM_SM90("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}

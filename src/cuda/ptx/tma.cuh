@@ -55,15 +55,3 @@ template <int N>
 __device__ __forceinline__ void cp_async_bulk_wait_group() {
   QF_ASM_SM90("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
-
-// The .multicast::cluster form of cp_async_bulk_tensor_2d_g2s: the box lands at the same
-// shared-memory offset `dst` in every CTA of `cta_mask` (bit i: cluster rank i), and each of them
-// gets the box's bytes signalled on its own barrier at offset `bar`.
-__device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s_multicast(uint32_t dst, const void *tmap, uint32_t bar,
-                                                                      int32_t c0, int32_t c1, uint16_t cta_mask) {
-  QF_ASM_SM90(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
-      : "memory");
-}

@@ -18,7 +18,9 @@
  *    sentinel untouched. Each through the public call (the router and the heuristic's placement)
  *    and with each codebook placement forced (qf_cuda_vq_gemm_with for the GeMV,
  *    qf_cuda_vq_gemm_mma_with for the GeMM, which also runs a few small M), so both kernel
- *    policies run everywhere they can. The shapes cover: K a multiple of the kernel's 256-column
+ *    policies run everywhere they can; the banked GeMV (vq_gemv_banked.cu) where its limits allow
+ *    it (refused with y untouched elsewhere), also with its split-K forced to 1, 3 and one split
+ *    per chunk, and refused for more splits than chunks. The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -135,7 +137,8 @@ static void dequantize_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, qf_dtype dt,
 /* Coverage of the launch shapes the forced calls produced: placements, x tiles of 8, 16 and 32
  * rows (index m_tiles8), direct and element-wise B, parts of x (index 1-3) and of the entries. */
 static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
-    ran_entry_parts2, ran_mma_f16, refused_shared;
+    ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
+    ran_banked_splits;
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -195,10 +198,11 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   /* each codebook placement forced, on the same tensors (y poisoned again before each) */
   const qf_vq_tensors t = {w->f, w->sz, N, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL};
   const qf_mat xm = {X.dev, xt, M, K, xld}, ym = {Y.dev, yt, M, N, yld};
-  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED};
-  for (int i = 0; forced && i < 2; i++) {
+  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED};
+  static const char *const place_names[] = {"?", "global", "shared", "banked"};
+  for (int i = 0; forced && i < 3; i++) {
     char d2[240];
-    snprintf(d2, sizeof d2, "%s, books in %s", desc, placements[i] == QF_VQ_BOOKS_IN_SHARED ? "shared" : "global");
+    snprintf(d2, sizeof d2, "%s, books in %s", desc, place_names[placements[i]]);
     /* v 0: the GeMV, for its M; v 1: the GeMM, for M above the GeMV's and for small M too when
      * `forced` asks for it (2). Each with the heuristic's tile height (f 0) and a forced one of
      * 16, 32, 64 and 128 rows of W in turn (f 1: 8, 4, 2 or 1 row groups splitting K). */
@@ -214,6 +218,12 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
         else
           st = mm ? qf_cuda_vq_gemm_mma_with(gpu, &xm, &t, &ym, placements[i], 0, &used)
                   : qf_cuda_vq_gemm_with(gpu, &xm, &t, &ym, placements[i], &used);
+        if (placements[i] == QF_VQ_BOOKS_BANKED && (mm || bn || qf_cuda_vq_banked_refusal(&xm, &t) != NULL)) {
+          /* the banked GeMV runs its own launch shape, for its formats only: refused, y untouched */
+          CHECK(st == QF_ERR_UNSUPPORTED, "%s: banked placement outside its limits gave %s", d3, qf_status_str(st));
+          CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
+          continue;
+        }
         if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) {
           /* books too large (counted) or a forced tile that straddles row scopes; y untouched */
           const int straddles = bn && w->f.scope_rows && w->f.scope_rows % bn;
@@ -229,6 +239,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
               "%s: ran placement %d, tiles of %d x %d rows", d3, used.placement, used.tile_n, used.tile_m);
         ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
         ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
+        if (used.placement == QF_VQ_BOOKS_BANKED) ran_banked++, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         ran_tiles8[used.m_tiles8 >= 1 && used.m_tiles8 <= 4 ? used.m_tiles8 : 0]++;
         ran_warps_k[used.warps_k >= 1 && used.warps_k <= 8 ? used.warps_k : 0]++;
         ran_direct += used.x_direct != 0;
@@ -241,6 +252,34 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
               used.warps_k, used.mma_bf16 ? "bf16" : "fp16", used.x_parts, used.entry_parts,
               used.x_direct ? "direct" : "element-wise", used.smem_bytes);
       }
+  }
+  /* the banked GeMV with its split-K forced: one K range per row tile (y written by the unit),
+   * three, and one per chunk (the partials added in split order by the last unit) */
+  const int64_t chunks = K / QF_VQ_MMA_CHUNK;
+  for (int sp = 0; forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL && sp < 3; sp++) {
+    const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)chunks;
+    if (splits > chunks || (sp == 2 && chunks <= 3)) continue;
+    char d3[240];
+    snprintf(d3, sizeof d3, "%s, banked, %d K splits", desc, splits);
+    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+    qf_vq_mma_config used;
+    st = qf_cuda_vq_gemv_banked_with(gpu, &xm, &t, &ym, splits, &used);
+    if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(used.splits == splits && used.placement == QF_VQ_BOOKS_BANKED, "%s: ran %d splits", d3, used.splits);
+    ran_banked_one_split += splits == 1;
+    ran_banked_splits += splits > 1;
+    err = y_error(&Y, yt, M, N, yld, d3);
+    CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
+  }
+  /* more splits than chunks: refused, y untouched */
+  if (forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL) {
+    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+    st = qf_cuda_vq_gemv_banked_with(gpu, &xm, &t, &ym, (int)chunks + 1, NULL);
+    CHECK(st == QF_ERR_UNSUPPORTED, "%s: %lld splits of %lld chunks gave %s", desc, (long long)chunks + 1,
+          (long long)chunks, qf_status_str(st));
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused split", desc);
   }
   pair_check(&X, "x (input)", desc);
   pair_free(&X), pair_free(&Y);
@@ -276,15 +315,18 @@ static void gemm_env(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, uint64_t
   CUDA_OK(cudaDeviceSynchronize());
   CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", desc);
 
-  const char *values[] = {"global", "shared", "auto"};
-  for (int i = 0; i < 3; i++) {
+  const char *values[] = {"global", "shared", "auto", "banked"};
+  for (int i = 0; i < 4; i++) {
     char d2[200];
     snprintf(d2, sizeof d2, "%s=%s", desc, values[i]);
     setenv("QF_VQ_BOOKS", values[i], 1);
     CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
     st = qf_vq_gemm(gpu, &gx.t, &gc, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy.t);
-    if (st == QF_ERR_UNSUPPORTED && i == 1) { /* shared impossible here: the message says why */
-      CHECK(strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS=shared") != NULL, "%s: message: %s", d2, qf_ctx_last_error(gpu));
+    if (st == QF_ERR_UNSUPPORTED && (i == 1 || i == 3)) { /* shared or banked impossible here: the message says why */
+      CHECK(strstr(qf_ctx_last_error(gpu), values[i]) != NULL && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL,
+            "%s: message: %s", d2, qf_ctx_last_error(gpu));
+      CUDA_OK(cudaDeviceSynchronize());
+      CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d2);
       continue;
     }
     if (!CHECK(st == QF_OK, "%s: gpu: %s", d2, qf_ctx_last_error(gpu))) continue;
@@ -315,6 +357,8 @@ int main(void) {
   const qf_vq_format quads10 = {4, 10, 1, 0, 0, QF_BF16, 0};       /* vector size 4, 10-bit indices */
   const qf_vq_format gptvq_bf16 = {4, 8, 1, 256, 256, QF_BF16, 1}; /* 8-bit codes, bf16 entries */
   const qf_vq_format pairs8 = {2, 8, 1, 0, 128, QF_F16, 0};        /* vector size 2, 8-bit indices */
+  const qf_vq_format octs8 = {8, 8, 2, 0, 0, QF_F16, 0};           /* vector size 8, 8-bit indices (banked) */
+  const qf_vq_format pairs8_wide = {2, 8, 1, 256, 512, QF_BF16, 1}; /* vector size 2, 256 x 512 scopes (banked) */
   const struct {
     const char *name;
     qf_vq_format f;
@@ -333,6 +377,8 @@ int main(void) {
       {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516},
       {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512},
       {"VQ<2,8,1> fp16, 128-column books", pairs8, 112, 640, 48, 384},
+      {"VQ<8,8,2> fp16, one book per row", octs8, 200, 768, 48, 512},
+      {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 16};
   const int64_t Ms_mm[] = {17, 33, 128, 1000}; /* VQ-GeMM */
@@ -374,6 +420,10 @@ int main(void) {
         "row groups splitting K by 1, 2, 4 and 8 warps ran (%d, %d, %d, %d)", ran_warps_k[1], ran_warps_k[2],
         ran_warps_k[4], ran_warps_k[8]);
   printf("forced shared placements refused for books too large: %d\n", refused_shared);
+  CHECK(ran_banked > 0 && ran_banked_vs[2] > 0 && ran_banked_vs[4] > 0 && ran_banked_vs[8] > 0 &&
+            ran_banked_one_split > 0 && ran_banked_splits > 0,
+        "the banked GeMV ran (%d; vector sizes 2, 4, 8: %d, %d, %d; one split %d, several %d)", ran_banked,
+        ran_banked_vs[2], ran_banked_vs[4], ran_banked_vs[8], ran_banked_one_split, ran_banked_splits);
   CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
         ran_elementwise);
   CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,

@@ -14,8 +14,9 @@
  *  - "<fmt>,fp16,auto=GC|SC": the public qf_vq_gemm (the heuristic's codebook placement, named);
  *  - "<fmt>,fp16,GC" and "<fmt>,fp16,SC": the placement forced (the paper's baselines: codebooks
  *    read through L1/L2, codebooks staged in shared memory), through qf_cuda_vq_gemm_with (M <= 16)
- *    or qf_cuda_vq_gemm_mma_with (M > 16). A placement the kernel cannot use for the shape is
- *    skipped with a line saying why (no row).
+ *    or qf_cuda_vq_gemm_mma_with (M > 16); "<fmt>,fp16,banked": the banked VQ-GeMV (bank-private
+ *    book copies, codebook-centric split-K; M <= 16, 8-bit formats). A placement the kernel cannot
+ *    use for the shape is skipped with a line saying why (no row).
  *  - "<fmt>,fp16,unfused": the ablation's no-fusion baseline, qf_vq_dequantize into an fp16 weight
  *    then the peer's cuBLASLt GEMM on it, timed together.
  * Bytes (the floor's and GB/s): codes + codebooks + scales + x + y, the bytes the kernel must move;
@@ -135,6 +136,10 @@ static int vqb_run(void *arg) {
   return st != QF_OK;
 }
 
+static const char *placement_name(int p) {
+  return p == QF_VQ_BOOKS_IN_SHARED ? "SC" : p == QF_VQ_BOOKS_BANKED ? "banked" : "GC";
+}
+
 /* The placement a call of this shape runs (QF_VQ_BOOKS_AUTO: the heuristic's choice), by one
  * untimed call; 0 (and the message in *why) when the kernel refuses it. The launch shape goes to
  * stdout as a note, for reading the rows. */
@@ -150,10 +155,10 @@ static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_
     return 0;
   }
   printf("note: vq_gemm %s M=%lld,N=%lld,K=%lld placement %s: tiles of %d x %d rows (W x x), %d warps per row "
-         "group on K, %lld tiles, %s B, %zu bytes of shared memory\n",
-         c->w->name, (long long)c->xm.rows, (long long)c->w->N, (long long)c->w->K,
-         cfg.placement == QF_VQ_BOOKS_IN_SHARED ? "SC" : "GC", cfg.tile_n, cfg.tile_m, cfg.warps_k,
-         (long long)cfg.tiles, cfg.x_direct ? "direct" : "element-wise", cfg.smem_bytes);
+         "group on K, %d K splits, %lld blocks' tiles, %s B, %zu bytes of shared memory\n",
+         c->w->name, (long long)c->xm.rows, (long long)c->w->N, (long long)c->w->K, placement_name(cfg.placement),
+         cfg.tile_n, cfg.tile_m, cfg.warps_k, cfg.splits, (long long)cfg.tiles, cfg.x_direct ? "direct" : "element-wise",
+         cfg.smem_bytes);
   return cfg.placement;
 }
 
@@ -168,7 +173,6 @@ static int vqb_run_lt(void *arg) {
   return qfb_lt_gemm_run_f16(c->g, c->x, c->w, c->d, 0);
 }
 
-static const char *placement_name(int p) { return p == QF_VQ_BOOKS_IN_SHARED ? "SC" : "GC"; }
 
 /* The unfused baseline: decode W into an fp16 matrix, then cuBLASLt on it. */
 typedef struct {
@@ -233,8 +237,8 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
     const double flops = 2.0 * (double)M * (double)N * (double)K;
     const double bytes = (double)(w->code_bytes + w->book_bytes + w->scale_bytes) + 2.0 * (double)(M * K + M * N);
     const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, why, sizeof why);
-    const int variants[3] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED};
-    for (int v = 0; v < 3; v++) {
+    const int variants[4] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED};
+    for (int v = 0; v < 4; v++) {
       if (v == 0)
         snprintf(variant, sizeof variant, "%s,fp16,auto=%s", w->name, auto_used ? placement_name(auto_used) : "?");
       else
@@ -330,7 +334,7 @@ int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (!lt) return 1;
   int rc = 0;
   for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
-    rc |= vqb_shape(b, ctx, lt, nk[j][0], nk[j][1], ms, sizeof ms / sizeof ms[0], sel, rows);
+    if (!sel->k || nk[j][1] == sel->k) rc |= vqb_shape(b, ctx, lt, nk[j][0], nk[j][1], ms, sizeof ms / sizeof ms[0], sel, rows);
   qfb_lt_close(lt);
   return rc;
 #else

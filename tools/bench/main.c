@@ -17,7 +17,7 @@ static void usage(void) {
           "  --reps     timed runs per measurement (at least 20; default 30)\n"
           "  --only     run only the ops named, comma-separated (e.g. quant_group,quant_token)\n"
           "  --m        run only the shapes with this M (e.g. under a profiler)\n"
-          "  --k        quantization and GEMM ops: run only the shapes with this K (H for SiLU * Mul)\n");
+          "  --k        quantization, GEMM and vq_gemm ops: run only the shapes with this K (H for SiLU * Mul)\n");
 }
 
 int main(int argc, char **argv) {

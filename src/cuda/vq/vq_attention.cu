@@ -79,6 +79,8 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const qf_vq_format &f = a->k.fmt;
   const int vs = f.vector_size;
   // ---- what the kernels do not cover ----
+  if (placement == QF_VQ_BOOKS_BANKED)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked codebook placement exists for VQ-GeMV only", kOp);
   if (vs != 2 && vs != 4 && vs != 8)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: vector_size=%d: the CUDA kernel is built for vector sizes 2, 4 and 8", kOp, vs);
   if (a->D % vs != 0 || a->D > QF_VQ_ATTN_MAX_D)

@@ -1,6 +1,7 @@
 // QF_VQ_BOOKS, the codebook-placement switch of the VQ kernels (host code), read at every public
 // call of qf_vq_gemm and qf_vq_attention_decode: "auto", unset or empty lets the heuristics choose;
-// "global" and "shared" force the paper's GC and SC placements, for the ablation.
+// "global" and "shared" force the paper's GC and SC placements, "banked" the bank-private copies
+// of the banked VQ-GeMV (vq_gemv_banked.cu; refused elsewhere), for the ablation.
 #pragma once
 
 #include <cstdlib>
@@ -22,7 +23,11 @@ inline qf_status qf_vq_books_from_env(qf_ctx *ctx, const char *op, int *placemen
     *placement = QF_VQ_BOOKS_IN_SHARED;
     return QF_OK;
   }
-  return qf_fail(ctx, QF_ERR_VALUE, "%s: QF_VQ_BOOKS=\"%.64s\": expected auto, global or shared", op, v);
+  if (std::strcmp(v, "banked") == 0) {
+    *placement = QF_VQ_BOOKS_BANKED;
+    return QF_OK;
+  }
+  return qf_fail(ctx, QF_ERR_VALUE, "%s: QF_VQ_BOOKS=\"%.64s\": expected auto, global, shared or banked", op, v);
 }
 
 // A refusal (QF_ERR_UNSUPPORTED) of a placement that QF_VQ_BOOKS forced gets the variable named

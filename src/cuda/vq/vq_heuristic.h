@@ -31,11 +31,14 @@ extern "C" {
 #endif
 
 /* Where the kernels read codebook entries: the kernel policies CodebookInGlobal (through L1/L2)
- * and CodebookInShared (the row scope's books copied into shared memory). */
+ * and CodebookInShared (the row scope's books copied into shared memory); for VQ-GeMV also
+ * BANKED, the kernel of vq_gemv_banked.cu (one book at a time in shared memory as 128 / entry
+ * bytes bank-private copies, the block's warps on that book together, split-K over blocks). */
 typedef enum {
   QF_VQ_BOOKS_AUTO = 0,
   QF_VQ_BOOKS_IN_GLOBAL = 1,
   QF_VQ_BOOKS_IN_SHARED = 2,
+  QF_VQ_BOOKS_BANKED = 3,
 } qf_vq_books_placement;
 
 #define QF_VQ_GEMV_MAX_M 16
@@ -67,6 +70,7 @@ typedef struct {
   size_t books_bytes;  /* shared-memory books of one row scope (0 in global placement) */
   size_t red_bytes;    /* the warps' partial sums */
   size_t smem_bytes;   /* dynamic shared memory per block */
+  int splits;          /* K ranges per row tile over blocks (banked placement; 1 otherwise) */
 } qf_vq_mma_config;
 typedef qf_vq_mma_config qf_vq_gemv_config;
 
@@ -132,6 +136,7 @@ static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size
   cfg->books_bytes = shared ? books : 0;
   cfg->red_bytes = red;
   cfg->smem_bytes = cfg->books_bytes + red;
+  cfg->splits = 1;
   return 1;
 }
 
@@ -147,6 +152,17 @@ qf_status qf_cuda_vq_gemm_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors
  * the tests, which run every launch shape on small problems. */
 qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int placement,
                               int m_tiles8, int bn, qf_vq_mma_config *used);
+
+/* Why the banked VQ-GeMV (vq_gemv_banked.cu) cannot take this call, or NULL when it can: 8-bit
+ * indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 8-byte aligned rows, K and
+ * the codebook scopes multiples of 256, M <= 16. */
+const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_tensors *w);
+
+/* The banked VQ-GeMV with its split-K forced (splits > 0: K ranges per 256-row tile; 0: the
+ * heuristic's, as many as fill one wave of blocks), for the tests and the bench.
+ * QF_ERR_UNSUPPORTED with the reason when the kernel cannot take the call. */
+qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                                      qf_vq_mma_config *used);
 
 #ifdef __cplusplus
 }

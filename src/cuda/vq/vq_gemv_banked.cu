@@ -1,0 +1,401 @@
+// VQ-GeMV (M of 1 to 16) with the codebook-centric dataflow and bank-private codebook copies
+// (placement QF_VQ_BOOKS_BANKED): y[m, n] = sum_k x[m, k] * W[n, k], W decoded into the MMA's A
+// fragments as in vq_gemm.cuh (same permuted K, same mma.sync m16n8k16, same accumulation).
+//
+// NOTES:
+// - Why: the kernel of vq_gemm.cuh reads 8-byte entries at random indices from one copy of a book
+//   in shared memory; 16 lanes over 16 bank pairs collide about 3 deep, so a warp-wide lookup
+//   takes about 6 wavefronts and the lookups alone cap GPTVQ-2 near 29% of the memory floor
+//   (docs/VQ.md). Here a book is stored 128 / entry_bytes times side by side: entry e's copies
+//   fill the 128-byte row e, and lane l reads copy l % copies, so the lanes that share a
+//   wavefront (a half warp for 8-byte entries, a quarter for 16, all 32 for 4) always hit
+//   different banks: 2 wavefronts per warp-wide 8-byte lookup, the least 256 bytes can take.
+// - The cost is 32 KB of shared memory per 256-entry book, so a block holds one book at a time
+//   (two buffers: the next one is written while the current one is read) and all its warps work
+//   on that book together: the paper's codebook-centric dataflow. A unit of work is 256 rows of
+//   W (8 warps of 2 m16 tiles, inside one row scope) by a range of 256-column chunks; an item is
+//   one (chunk, residual), whose entries come from one book (scope_cols a multiple of 256, or one
+//   book per row). Every item stages its book: one entry per thread, loaded an item ahead and
+//   written as eight 16-byte stores in a rotated order (each store instruction 4 wavefronts).
+// - Split-K over blocks (the global reduction): a row tile's chunks are split into `splits`
+//   ranges, so that tiles x splits fill the SMs. Each unit leaves its fp32 partial in the
+//   workspace and counts itself done on the tile's counter; the last one adds the partials in
+//   split order (the same sums on every run), scales the rows and writes y, and puts the counter
+//   back to zero. With one split the unit writes y itself.
+// - Limits (else QF_ERR_UNSUPPORTED with the reason, and the other placements serve the call):
+//   8-bit indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 8-byte aligned
+//   rows, K a multiple of 256, scope_rows 0 or a multiple of 256, scope_cols 0 or a multiple
+//   of 256, M <= 16.
+// - Numerics: those of vq_gemm.cuh's fast path (exact operands; the tensor core's fp32 sum over a
+//   64-column sub-chunk into a zeroed fragment, one round-to-nearest add per sub-chunk), then the
+//   split partials added in split order; the row scale multiplies the finished sum.
+#include <atomic>
+
+#include "cuda/common.cuh"
+#include "cuda/vq/vq_gemm.cuh"
+#include "cuda/vq/vq_heuristic.h"
+
+struct vq_banked_params {
+  const uint32_t *codes;  // [R, N, row_words]
+  const uint16_t *books;  // [R, n_books, entries, vs]
+  const float *scales;    // [N] or NULL
+  const void *x;          // [M, K], row pitch x_ld elements, the MMA's 16-bit type
+  void *y;                // [M, N], row pitch y_ld elements
+  int64_t x_ld, y_ld, n_books;
+  int y_dtype;
+  int M, N, chunks, residuals, entries;
+  uint32_t row_words;
+  int chunks_per_book;  // 256-column chunks per book along K (scope_cols / 256; all of them for one book per row)
+  int books_per_row, scope_rows;
+  int tiles_n, splits;
+  float *partials;  // splits > 1: [tiles_n][splits][2 * kMT][256 threads] float4
+  int *counters;    // splits > 1: [tiles_n], zero between calls
+};
+
+namespace vq_banked_detail {
+
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kRowTiles = 2;                       // m16 tiles of W per warp
+constexpr int kRows = kWarps * 16 * kRowTiles;     // rows of W per unit
+constexpr int kRowBytes = 128;                     // one entry's copies
+constexpr int kMaxEntries = 256;
+
+}  // namespace vq_banked_detail
+
+template <int kMT, int kVS, typename T>
+__global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
+    vq_gemv_banked_kernel(const __grid_constant__ vq_banked_params p) {
+  using namespace vq_banked_detail;
+  using vq_mma_detail::byte_of;
+  using entry_t = std::conditional_t<kVS == 8, uint4, std::conditional_t<kVS == 4, uint2, uint32_t>>;
+  constexpr int kEntryBytes = 2 * kVS, kCopies = kRowBytes / kEntryBytes;
+  constexpr int kV = 16 / kVS;         // a lane's vectors per sub-chunk and row
+  constexpr int kWQ = (kV + 3) / 4;    // its code words per sub-chunk and row
+  constexpr int kChunkQuads = QF_VQ_MMA_CHUNK / 4;
+  static_assert(kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4, 8");
+
+  extern __shared__ __align__(128) uint8_t smem[];  // two books of [entries][128 bytes]
+  __shared__ int last_unit;
+  const int book_bytes = p.entries * kRowBytes;
+
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int tile = static_cast<int>(blockIdx.x) / p.splits, split = static_cast<int>(blockIdx.x) % p.splits;
+  const int n_base = tile * kRows;
+  const int c_begin = static_cast<int>(static_cast<int64_t>(split) * p.chunks / p.splits);
+  const int c_end = static_cast<int>(static_cast<int64_t>(split + 1) * p.chunks / p.splits);
+  const int items = (c_end - c_begin) * p.residuals;
+  const int64_t code_res = static_cast<int64_t>(p.N) * p.row_words;
+  const int64_t book_first = static_cast<int64_t>(p.scope_rows ? n_base / p.scope_rows : 0) * p.books_per_row;
+
+  // ---- this lane's rows of W (16 nt + g + 8 h of the warp's 32) and of x (g of each n8 tile) ----
+  const uint32_t *crow[kRowTiles][2];
+#pragma unroll
+  for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      crow[nt][h] = p.codes + static_cast<int64_t>(min(n_base + warp * 32 + 16 * nt + g + 8 * h, p.N - 1)) * p.row_words;
+  const uint2 *xrow[kMT];
+#pragma unroll
+  for (int j = 0; j < kMT; j++) {
+    const int m = 8 * j + g;
+    xrow[j] = m < p.M ? reinterpret_cast<const uint2 *>(static_cast<const T *>(p.x) + m * p.x_ld) : nullptr;
+  }
+
+  // ---- item i = (chunk c_begin + i / R, residual i % R): its book entry, its code words ----
+  auto book_entry = [&](int i) -> entry_t {
+    const int c = c_begin + i / p.residuals, r = i % p.residuals;
+    const int64_t book = static_cast<int64_t>(r) * p.n_books + book_first + c / p.chunks_per_book;
+    return reinterpret_cast<const entry_t *>(p.books + book * p.entries * kVS)[threadIdx.x];
+  };
+  // The entry's copies into row threadIdx.x of buffer `buf`: eight 16-byte stores, the k-th to
+  // slot (k + thread) % 8, so that the eight lanes of a wavefront write eight different slots.
+  auto write_book = [&](int buf, const entry_t &e) {
+    uint4 v;
+    if constexpr (kVS == 8) v = e;
+    else if constexpr (kVS == 4) v = make_uint4(e.x, e.y, e.x, e.y);
+    else v = make_uint4(e, e, e, e);
+    uint8_t *row = smem + buf * book_bytes + threadIdx.x * kRowBytes;
+#pragma unroll
+    for (int k = 0; k < 8; k++) *reinterpret_cast<uint4 *>(row + ((k + threadIdx.x) & 7) * 16) = v;
+  };
+  using codes_t = uint32_t[4][kRowTiles][2][kWQ];
+  auto load_codes = [&](int i, codes_t &w) {
+    const int c = c_begin + i / p.residuals, r = i % p.residuals;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const uint32_t wi = static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) * 4 / kVS) / 4u;
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int e = 0; e < kWQ; e++) w[q][nt][h][e] = __ldg(crow[nt][h] + r * code_res + wi + e);
+    }
+  };
+
+  float acc[kRowTiles][kMT][4];
+#pragma unroll
+  for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+    for (int j = 0; j < kMT; j++)
+#pragma unroll
+      for (int k = 0; k < 4; k++) acc[nt][j][k] = 0.0f;
+
+  const bool stager = static_cast<int>(threadIdx.x) < p.entries;
+  entry_t next_entry{};
+  codes_t cur, nxt;
+  if (items > 0) {
+    if (stager) write_book(0, book_entry(0));
+    if (stager && items > 1) next_entry = book_entry(1);
+    load_codes(0, nxt);
+  }
+
+  for (int i = 0; i < items; i++) {
+    __syncthreads();  // book i is complete in buffer i % 2; buffer (i + 1) % 2 is no longer read
+    if (i + 1 < items) {
+      if (stager) write_book((i + 1) & 1, next_entry);
+      if (stager && i + 2 < items) next_entry = book_entry(i + 2);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int e = 0; e < kWQ; e++) cur[q][nt][h][e] = nxt[q][nt][h][e];
+    if (i + 1 < items) load_codes(i + 1, nxt);
+
+    const int c = c_begin + i / p.residuals;
+    const uint8_t *book = smem + (i & 1) * book_bytes + (lane % kCopies) * kEntryBytes;  // this lane's copy
+    auto lookup = [&](uint32_t idx) { return *reinterpret_cast<const entry_t *>(book + idx * kRowBytes); };
+    // The sub-chunks unrolled where registers allow (else ptxas spills).
+    constexpr int kUnrollQ = kMT == 1 && kVS != 8 ? 4 : 1;
+#pragma unroll kUnrollQ
+    for (int q = 0; q < 4; q++) {
+      const int u0 = c * kChunkQuads + q * 16 + t * 4;  // the lane's first quad of the sub-chunk
+      const uint32_t b0 = static_cast<uint32_t>(u0 * 4 / kVS) & 3u;  // its first index's byte in the word
+      float part[kRowTiles][kMT][4];
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+        for (int j = 0; j < kMT; j++)
+#pragma unroll
+          for (int k = 0; k < 4; k++) part[nt][j][k] = 0.0f;
+      [[maybe_unused]] uint4 e8[kRowTiles][2];
+#pragma unroll
+      for (int s = 0; s < 4; s++) {
+        uint32_t b[kMT][2];
+#pragma unroll
+        for (int j = 0; j < kMT; j++) {
+          const uint2 v = xrow[j] != nullptr ? __ldg(xrow[j] + u0 + s) : make_uint2(0u, 0u);
+          b[j][0] = v.x, b[j][1] = v.y;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kRowTiles; nt++) {
+          uint32_t a[4];
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const uint32_t *cw = cur[q][nt][h];
+            if constexpr (kVS == 4) {
+              const uint2 e = lookup(byte_of(cw[0], b0 + s));
+              a[h] = e.x, a[2 + h] = e.y;
+            } else if constexpr (kVS == 8) {  // one 16-byte entry: steps s and s + 1
+              if (s % 2 == 0) e8[nt][h] = lookup(byte_of(cw[0], b0 + s / 2));
+              a[h] = s % 2 ? e8[nt][h].z : e8[nt][h].x;
+              a[2 + h] = s % 2 ? e8[nt][h].w : e8[nt][h].y;
+            } else {  // two 4-byte entries: vectors 2 s and 2 s + 1
+              a[h] = lookup(byte_of(cw[s >> 1], (2 * s) & 3));
+              a[2 + h] = lookup(byte_of(cw[s >> 1], (2 * s + 1) & 3));
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < kMT; j++) vq_mma_detail::mma_16816(T{}, part[nt][j], a, b[j]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+        for (int j = 0; j < kMT; j++)
+#pragma unroll
+          for (int k = 0; k < 4; k++) acc[nt][j][k] = __fadd_rn(acc[nt][j][k], part[nt][j][k]);
+    }
+  }
+
+  // ---- split-K: leave the partial; the tile's last unit adds them all in split order ----
+  // Lane (g, t) holds rows g, g + 8 of W (of each m16 tile) by columns 2t, 2t + 1 of each n8 tile
+  // of x; only lanes with a live column write or read partials.
+  if (p.splits > 1) {
+    constexpr int kSlots = kRowTiles * kMT * kThreads;  // float4 per unit
+    float4 *part = reinterpret_cast<float4 *>(p.partials) + static_cast<int64_t>(tile) * p.splits * kSlots;
+#pragma unroll
+    for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+      for (int j = 0; j < kMT; j++)
+        if (8 * j + 2 * t < p.M)
+          __stcg(part + static_cast<int64_t>(split) * kSlots + (nt * kMT + j) * kThreads + threadIdx.x,
+                 make_float4(acc[nt][j][0], acc[nt][j][1], acc[nt][j][2], acc[nt][j][3]));
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+    __syncthreads();
+    if (!last_unit) return;
+    __threadfence();
+#pragma unroll
+    for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+      for (int j = 0; j < kMT; j++) {
+        if (8 * j + 2 * t >= p.M) continue;
+        for (int other = 0; other < p.splits; other++) {
+          const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + (nt * kMT + j) * kThreads + threadIdx.x);
+          if (other == 0) {
+            acc[nt][j][0] = v.x, acc[nt][j][1] = v.y, acc[nt][j][2] = v.z, acc[nt][j][3] = v.w;
+          } else {
+            acc[nt][j][0] = __fadd_rn(acc[nt][j][0], v.x), acc[nt][j][1] = __fadd_rn(acc[nt][j][1], v.y);
+            acc[nt][j][2] = __fadd_rn(acc[nt][j][2], v.z), acc[nt][j][3] = __fadd_rn(acc[nt][j][3], v.w);
+          }
+        }
+      }
+    if (threadIdx.x == 0) p.counters[tile] = 0;
+  }
+
+  // ---- y = row scale x sum ----
+#pragma unroll
+  for (int nt = 0; nt < kRowTiles; nt++)
+#pragma unroll
+    for (int j = 0; j < kMT; j++)
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const int n = n_base + warp * 32 + 16 * nt + g + 8 * (k >> 1), m = 8 * j + 2 * t + (k & 1);
+        if (n >= p.N || m >= p.M) continue;
+        const float v = p.scales ? acc[nt][j][k] * p.scales[n] : acc[nt][j][k];
+        const int64_t at = m * p.y_ld + n;
+        switch (p.y_dtype) {
+          case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + at, v); break;
+          case QF_F16: vq_store(static_cast<__half *>(p.y) + at, v); break;
+          default: vq_store(static_cast<float *>(p.y) + at, v); break;
+        }
+      }
+}
+
+// ---- host: the limits, the split, the launch ----
+
+namespace {
+
+const char kOp[] = "qf_vq_gemm";
+
+using banked_kernel_t = void (*)(vq_banked_params);
+
+template <typename T>
+banked_kernel_t pick_banked(int mt, int vs) {
+  if (mt == 1) return vs == 2 ? vq_gemv_banked_kernel<1, 2, T> : vs == 4 ? vq_gemv_banked_kernel<1, 4, T> : vq_gemv_banked_kernel<1, 8, T>;
+  return vs == 2 ? vq_gemv_banked_kernel<2, 2, T> : vs == 4 ? vq_gemv_banked_kernel<2, 4, T> : vq_gemv_banked_kernel<2, 8, T>;
+}
+
+}  // namespace
+
+extern "C" const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_tensors *w) {
+  using namespace vq_banked_detail;
+  const qf_vq_format &f = w->fmt;
+  if (x->rows > QF_VQ_GEMV_MAX_M) return "the banked GeMV takes M of 1 to 16";
+  if (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8))
+    return "the banked GeMV needs 8-bit indices and vector size 2, 4 or 8";
+  if (w->sz.entries > kMaxEntries) return "the banked GeMV holds books of at most 256 entries";
+  if (x->dtype != f.entry_dtype) return "the banked GeMV needs x of the codebook entries' type (fp16 or bf16)";
+  if (reinterpret_cast<uintptr_t>(x->data) % 8 != 0 || (x->rows > 1 && x->ld % 4 != 0))
+    return "the banked GeMV needs x rows aligned to 8 bytes";
+  if (w->K % QF_VQ_MMA_CHUNK != 0) return "the banked GeMV needs K a multiple of 256";
+  if (f.scope_rows % kRows != 0 || f.scope_cols % QF_VQ_MMA_CHUNK != 0)
+    return "the banked GeMV needs codebook scopes of 0 or a multiple of 256 rows and columns";
+  return nullptr;
+}
+
+extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
+                                                 int splits, qf_vq_mma_config *used) {
+  using namespace vq_banked_detail;
+  if (const char *why = qf_cuda_vq_banked_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
+  const qf_vq_format &f = w->fmt;
+  const int64_t M = x->rows, N = w->N, K = w->K;
+  if (M > INT32_MAX / 2 || N > INT32_MAX / 2 || K > INT32_MAX / 2 || w->sz.row_bytes > (INT64_C(1) << 28))
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the kernel's 32-bit offsets", kOp,
+                   static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
+  if (reinterpret_cast<uintptr_t>(y->data) % qf_dtype_size(y->dtype) != 0)
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: y (%p) must be aligned to its elements", kOp, y->data);
+  const int mt = M <= 8 ? 1 : 2;
+  const bool bf16 = f.entry_dtype == QF_BF16;
+  const banked_kernel_t kernel = bf16 ? pick_banked<__nv_bfloat16>(mt, f.vector_size) : pick_banked<__half>(mt, f.vector_size);
+  const size_t smem = 2u * static_cast<size_t>(w->sz.entries) * kRowBytes;
+  static std::atomic<uint64_t> opted_in[2][2][3];
+  const int vs_slot = f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted_in[bf16][mt - 1][vs_slot]); st != QF_OK) return st;
+  int per_sm = 0;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+  if (per_sm < 1) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked GeMV's block does not fit an SM", kOp);
+
+  // Split: as many K ranges per row tile as fill one wave of blocks, at most one per chunk.
+  const int chunks = static_cast<int>(K / QF_VQ_MMA_CHUNK);
+  const int tiles_n = static_cast<int>((N + kRows - 1) / kRows);
+  const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
+  if (splits <= 0) {
+    splits = static_cast<int>(slots / tiles_n < 1 ? 1 : slots / tiles_n > chunks ? chunks : slots / tiles_n);
+    if (tiles_n > kQfWorkspaceCounters) splits = 1;
+  }
+  if (splits > chunks || (splits > 1 && tiles_n > kQfWorkspaceCounters))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d K splits of %d chunks over %d row tiles (at most %d counters)", kOp,
+                   splits, chunks, tiles_n, kQfWorkspaceCounters);
+  if (static_cast<int64_t>(tiles_n) * splits > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", kOp, static_cast<long long>(tiles_n) * splits);
+
+  vq_banked_params p = {};
+  p.codes = reinterpret_cast<const uint32_t *>(w->codes);
+  p.books = static_cast<const uint16_t *>(w->books);
+  p.scales = w->scales;
+  p.x = x->data;
+  p.y = y->data;
+  p.x_ld = x->ld;
+  p.y_ld = y->ld;
+  p.n_books = w->sz.n_books;
+  p.y_dtype = y->dtype;
+  p.M = static_cast<int>(M);
+  p.N = static_cast<int>(N);
+  p.chunks = chunks;
+  p.residuals = f.residuals;
+  p.entries = static_cast<int>(w->sz.entries);
+  p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
+  p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
+  p.books_per_row = static_cast<int>(w->sz.books_per_row);
+  p.scope_rows = f.scope_rows;
+  p.tiles_n = tiles_n;
+  p.splits = splits;
+  if (splits > 1) {
+    void *ws = nullptr;
+    const size_t partial_bytes = static_cast<size_t>(tiles_n) * splits * kRowTiles * mt * kThreads * sizeof(float4);
+    if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
+      return st;
+    p.counters = static_cast<int *>(ws);
+    p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
+  }
+  if (used) {
+    *used = qf_vq_mma_config{};
+    used->m_tiles8 = mt;
+    used->tile_n = kRows;
+    used->tile_m = 8 * mt;
+    used->placement = QF_VQ_BOOKS_BANKED;
+    used->mma_bf16 = bf16;
+    used->x_parts = 1;
+    used->entry_parts = 1;
+    used->warps = kWarps;
+    used->warps_k = 1;
+    used->x_direct = 1;
+    used->tiles_n = tiles_n;
+    used->tiles_m = 1;
+    used->tiles = static_cast<int64_t>(tiles_n) * splits;
+    used->splits = splits;
+    used->books_bytes = smem;
+    used->smem_bytes = smem;
+  }
+  kernel<<<static_cast<unsigned>(tiles_n * splits), kThreads, smem, qf_stream(ctx)>>>(p);
+  return qf_cuda_check_launch(ctx, kOp);
+}

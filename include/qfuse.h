@@ -356,7 +356,7 @@ qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DL
  *  codes      uint8 [R, N, row_bytes]: row n of residual r holds its K / vector_size indices as a
  *             little-endian bit stream (index j in bits [j * index_bits, (j + 1) * index_bits));
  *             row_bytes = ceil(K / vector_size * index_bits / 8) + 2, rounded up to a multiple of
- *             4 (decoders read 24-bit windows).
+ *             16 (decoders read 24-bit windows; rows start 16-byte aligned for wide loads).
  *  codebooks  entry_dtype (fp16 or bf16) [R, n_books, 2^index_bits, vector_size]; the book of
  *             element (n, k) is (n / scope_rows) * books_per_row + k / scope_cols. Entries are
  *             ordered by how often the codes use them, most used first (the codebook cache's
@@ -384,7 +384,7 @@ typedef enum {
 qf_status qf_vq_format_preset(qf_vq_preset preset, qf_vq_format *out);
 
 typedef struct {
-  int64_t row_bytes;       /* bytes per row of codes (multiple of 4) */
+  int64_t row_bytes;       /* bytes per row of codes (multiple of 16) */
   int64_t n_books;         /* codebooks per residual */
   int64_t books_per_row;   /* codebooks along K */
   int64_t entries;         /* 2^index_bits */

@@ -22,11 +22,12 @@ QF_HD void qf_vq_set_index(uint8_t *row, int64_t j, int bits, uint32_t index) {
   }
 }
 
-/* Bytes per row of codes for `vectors` indices: rounded up to 4, plus the 2 bytes that the
- * 24-bit read of the last index may touch, rounded up again. */
+/* Bytes per row of codes for `vectors` indices: the packed indices plus the 2 bytes that the
+ * 24-bit read of the last index may touch, rounded up to 16 so that every row starts 16-byte
+ * aligned (the banked VQ-GeMV loads a lane's indices 16 bytes at a time). */
 QF_HD int64_t qf_vq_row_bytes(int64_t vectors, int bits) {
   int64_t bytes = (vectors * bits + 7) / 8 + 2;
-  return (bytes + 3) / 4 * 4;
+  return (bytes + 15) / 16 * 16;
 }
 
 #endif

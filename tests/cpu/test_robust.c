@@ -62,8 +62,8 @@ static void valid(op_id op, args *a, int *outs, int *n_outs) {
       arg(a, QF_F32, 2, M, N, 0, 0);
       outs[(*n_outs)++] = 4;
       break;
-    default: /* VQ: codes [1, M, 36], codebooks [1, 1, 256, 4], w [M, K] */
-      arg(a, QF_U8, 3, 1, M, 36, 0), arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_F32, 2, M, K, 0, 0);
+    default: /* VQ: codes [1, M, 48], codebooks [1, 1, 256, 4], w [M, K] */
+      arg(a, QF_U8, 3, 1, M, 48, 0), arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_F32, 2, M, K, 0, 0);
       outs[(*n_outs)++] = 2;
       break;
   }

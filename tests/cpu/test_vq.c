@@ -61,10 +61,10 @@ static void test_sizes(void) {
     int64_t N, K, row_bytes, n_books;
     double bits;
   } cases[] = {
-      {QF_VQ_GPTVQ_2, 512, 512, 132, 4, 2.0},   /* 128 indices of 8 bits + 2, to 4 */
-      {QF_VQ_CQ_2, 1000, 4096, 1028, 1024, 2.0}, /* one book per 4 channels */
-      {QF_VQ_CQ_4, 7, 64, 36, 32, 4.0},
-      {QF_VQ_AQLM_3, 4096, 4096, 772, 1, 3.0},   /* 512 indices of 12 bits = 768 bytes */
+      {QF_VQ_GPTVQ_2, 512, 512, 144, 4, 2.0},   /* 128 indices of 8 bits + 2, to 16 */
+      {QF_VQ_CQ_2, 1000, 4096, 1040, 1024, 2.0}, /* one book per 4 channels */
+      {QF_VQ_CQ_4, 7, 64, 48, 32, 4.0},
+      {QF_VQ_AQLM_3, 4096, 4096, 784, 1, 3.0},   /* 512 indices of 12 bits = 768 bytes */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     qf_vq_format f;
@@ -222,7 +222,7 @@ static void test_errors(void) {
       {"17 index bits", QF_ERR_VALUE, "index_bits 17", m_bits},
       {"scope_cols 6", QF_ERR_VALUE, "scope_cols=6 is not a multiple of vector_size=4", m_scope},
       {"fp32 entries", QF_ERR_VALUE, "entries fp32", m_entry},
-      {"codes shape", QF_ERR_SHAPE, "codes has shape [1, 16, 8]; expected [1, 16, 12]", m_codes_shape},
+      {"codes shape", QF_ERR_SHAPE, "codes has shape [1, 16, 12]; expected [1, 16, 16]", m_codes_shape},
       {"codes int8", QF_ERR_DTYPE, "codes has dtype int8", m_codes_dtype},
       {"codebooks bf16", QF_ERR_DTYPE, "codebooks has dtype bf16", m_books_dtype},
       {"codebooks shape", QF_ERR_SHAPE, "codebooks has shape [1, 1, 16, 4]", m_books_shape},

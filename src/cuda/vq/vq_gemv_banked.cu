@@ -59,6 +59,16 @@ constexpr int kRowTiles = 2;                       // m16 tiles of W per warp
 constexpr int kRows = kWarps * 16 * kRowTiles;     // rows of W per unit
 constexpr int kRowBytes = 128;                     // one entry's copies
 constexpr int kMaxEntries = 256;
+constexpr int kXRowBytes = QF_VQ_MMA_CHUNK * 2;    // one x row of a chunk (16-bit)
+
+// w[i] by selects, without indexing the array (a runtime i would put it in local memory).
+template <int N>
+__device__ __forceinline__ uint32_t pick(const uint32_t (&w)[N], int i) {
+  uint32_t v = w[0];
+#pragma unroll
+  for (int k = 1; k < N; k++) v = i == k ? w[k] : v;
+  return v;
+}
 
 }  // namespace vq_banked_detail
 
@@ -69,14 +79,16 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
   using vq_mma_detail::byte_of;
   using entry_t = std::conditional_t<kVS == 8, uint4, std::conditional_t<kVS == 4, uint2, uint32_t>>;
   constexpr int kEntryBytes = 2 * kVS, kCopies = kRowBytes / kEntryBytes;
-  constexpr int kV = 16 / kVS;         // a lane's vectors per sub-chunk and row
-  constexpr int kWQ = (kV + 3) / 4;    // its code words per sub-chunk and row
+  constexpr int kLaneWords = 16 / kVS;  // a lane's code words per item and row: 64 columns of 8-bit indices
   constexpr int kChunkQuads = QF_VQ_MMA_CHUNK / 4;
   static_assert(kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4, 8");
 
-  extern __shared__ __align__(128) uint8_t smem[];  // two books of [entries][128 bytes]
+  // Two books of [entries][128 bytes], then two x tiles of [8 kMT rows][512 bytes].
+  extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int last_unit;
+  constexpr int kXRows = 8 * kMT, kXTileBytes = kXRows * kXRowBytes;
   const int book_bytes = p.entries * kRowBytes;
+  uint8_t *const x_s = smem + 2 * book_bytes;
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -94,12 +106,32 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
   for (int nt = 0; nt < kRowTiles; nt++)
 #pragma unroll
     for (int h = 0; h < 2; h++)
-      crow[nt][h] = p.codes + static_cast<int64_t>(min(n_base + warp * 32 + 16 * nt + g + 8 * h, p.N - 1)) * p.row_words;
-  const uint2 *xrow[kMT];
+      crow[nt][h] = p.codes + static_cast<int64_t>(min(n_base + warp * 16 * kRowTiles + 16 * nt + g + 8 * h, p.N - 1)) * p.row_words;
+  // x tile of a chunk: the 16-byte unit u of row m (columns 8 u to 8 u + 7) is stored at unit
+  // u ^ swz(m, u), so that the 8 lanes of each quarter warp, which read units 8 t + 2 q + e of
+  // rows g (t = 0..3, g = 0, 1 and so on), fall in 8 different bank quads.
+  auto x_unit = [](int m, int u) { return m * kXRowBytes + (u ^ (((u >> 3) & 3) | ((m & 1) << 2))) * 16; };
+  constexpr int kXUnits = (kXRows * kXRowBytes / 16 + kThreads - 1) / kThreads;  // per thread and chunk
+  auto x_load = [&](int i, uint4 (&v)[kXUnits]) {  // thread's units of item i's chunk (rows < M)
+    const int c = c_begin + i / p.residuals;
 #pragma unroll
-  for (int j = 0; j < kMT; j++) {
-    const int m = 8 * j + g;
-    xrow[j] = m < p.M ? reinterpret_cast<const uint2 *>(static_cast<const T *>(p.x) + m * p.x_ld) : nullptr;
+    for (int k = 0; k < kXUnits; k++) {
+      const int unit = static_cast<int>(threadIdx.x) + k * kThreads, m = unit / 32;
+      if (m < p.M)
+        v[k] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const T *>(p.x) + m * p.x_ld + c * QF_VQ_MMA_CHUNK) + unit % 32);
+    }
+  };
+  auto x_store = [&](int buf, const uint4 (&v)[kXUnits]) {
+#pragma unroll
+    for (int k = 0; k < kXUnits; k++) {
+      const int unit = static_cast<int>(threadIdx.x) + k * kThreads, m = unit / 32;
+      if (m < p.M) *reinterpret_cast<uint4 *>(x_s + buf * kXTileBytes + x_unit(m, unit % 32)) = v[k];
+    }
+  };
+  // Rows past M stay zero in both buffers.
+  for (int k = static_cast<int>(threadIdx.x); k < 2 * kXRows * 32; k += kThreads) {
+    const int buf = k / (kXRows * 32), m = (k / 32) % kXRows;
+    if (m >= p.M) *reinterpret_cast<uint4 *>(x_s + buf * kXTileBytes + x_unit(m, k % 32)) = make_uint4(0u, 0u, 0u, 0u);
   }
 
   // ---- item i = (chunk c_begin + i / R, residual i % R): its book entry, its code words ----
@@ -119,19 +151,28 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 #pragma unroll
     for (int k = 0; k < 8; k++) *reinterpret_cast<uint4 *>(row + ((k + threadIdx.x) & 7) * 16) = v;
   };
-  using codes_t = uint32_t[4][kRowTiles][2][kWQ];
+  // Lane t's 64 columns of a chunk (quads 16 t to 16 t + 15) have consecutive indices: 16 / vs
+  // words of each of its rows, loaded 16 (or 8) bytes at a time.
+  using codes_t = uint32_t[kRowTiles][2][kLaneWords];
   auto load_codes = [&](int i, codes_t &w) {
     const int c = c_begin + i / p.residuals, r = i % p.residuals;
+    const uint32_t wi = static_cast<uint32_t>((c * kChunkQuads + 16 * t) / kVS);  // (4 columns a quad, 4 indices a word)
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-      const uint32_t wi = static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) * 4 / kVS) / 4u;
+    for (int nt = 0; nt < kRowTiles; nt++)
 #pragma unroll
-      for (int nt = 0; nt < kRowTiles; nt++)
+      for (int h = 0; h < 2; h++) {
+        const uint32_t *src = crow[nt][h] + r * code_res + wi;
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-          for (int e = 0; e < kWQ; e++) w[q][nt][h][e] = __ldg(crow[nt][h] + r * code_res + wi + e);
-    }
+        for (int e = 0; e < kLaneWords; e += 4) {
+          if constexpr (kLaneWords >= 4) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4 *>(src + e));
+            w[nt][h][e] = v.x, w[nt][h][e + 1] = v.y, w[nt][h][e + 2] = v.z, w[nt][h][e + 3] = v.w;
+          } else {
+            const uint2 v = __ldg(reinterpret_cast<const uint2 *>(src + e));
+            w[nt][h][e] = v.x, w[nt][h][e + 1] = v.y;
+          }
+        }
+      }
   };
 
   float acc[kRowTiles][kMT][4];
@@ -144,38 +185,40 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 
   const bool stager = static_cast<int>(threadIdx.x) < p.entries;
   entry_t next_entry{};
+  uint4 next_x[kXUnits];
   codes_t cur, nxt;
   if (items > 0) {
     if (stager) write_book(0, book_entry(0));
+    x_load(0, next_x);
+    x_store(0, next_x);
     if (stager && items > 1) next_entry = book_entry(1);
+    if (items > 1) x_load(1, next_x);
     load_codes(0, nxt);
   }
 
   for (int i = 0; i < items; i++) {
     __syncthreads();  // book i is complete in buffer i % 2; buffer (i + 1) % 2 is no longer read
-    if (i + 1 < items) {
+    if (i + 1 < items) {  // item i + 1's book and x tile, from the registers loaded an item ago
       if (stager) write_book((i + 1) & 1, next_entry);
+      x_store((i + 1) & 1, next_x);
       if (stager && i + 2 < items) next_entry = book_entry(i + 2);
+      if (i + 2 < items) x_load(i + 2, next_x);
     }
 #pragma unroll
-    for (int q = 0; q < 4; q++)
+    for (int nt = 0; nt < kRowTiles; nt++)
 #pragma unroll
-      for (int nt = 0; nt < kRowTiles; nt++)
+      for (int h = 0; h < 2; h++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-          for (int e = 0; e < kWQ; e++) cur[q][nt][h][e] = nxt[q][nt][h][e];
+        for (int e = 0; e < kLaneWords; e++) cur[nt][h][e] = nxt[nt][h][e];
     if (i + 1 < items) load_codes(i + 1, nxt);
 
-    const int c = c_begin + i / p.residuals;
     const uint8_t *book = smem + (i & 1) * book_bytes + (lane % kCopies) * kEntryBytes;  // this lane's copy
+    const uint8_t *xt = x_s + (i & 1) * kXTileBytes;
     auto lookup = [&](uint32_t idx) { return *reinterpret_cast<const entry_t *>(book + idx * kRowBytes); };
     // The sub-chunks unrolled where registers allow (else ptxas spills).
-    constexpr int kUnrollQ = kMT == 1 && kVS != 8 ? 4 : 1;
+    constexpr int kUnrollQ = kMT == 1 && kVS == 4 ? 4 : 1;
 #pragma unroll kUnrollQ
     for (int q = 0; q < 4; q++) {
-      const int u0 = c * kChunkQuads + q * 16 + t * 4;  // the lane's first quad of the sub-chunk
-      const uint32_t b0 = static_cast<uint32_t>(u0 * 4 / kVS) & 3u;  // its first index's byte in the word
       float part[kRowTiles][kMT][4];
 #pragma unroll
       for (int nt = 0; nt < kRowTiles; nt++)
@@ -184,30 +227,36 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 #pragma unroll
           for (int k = 0; k < 4; k++) part[nt][j][k] = 0.0f;
       [[maybe_unused]] uint4 e8[kRowTiles][2];
+      uint4 xq[kMT][2];  // x quads 16 t + 4 q .. + 3 of the chunk, row g of each n8 tile
+#pragma unroll
+      for (int j = 0; j < kMT; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) xq[j][e] = *reinterpret_cast<const uint4 *>(xt + x_unit(8 * j + g, 8 * t + 2 * q + e));
 #pragma unroll
       for (int s = 0; s < 4; s++) {
         uint32_t b[kMT][2];
 #pragma unroll
         for (int j = 0; j < kMT; j++) {
-          const uint2 v = xrow[j] != nullptr ? __ldg(xrow[j] + u0 + s) : make_uint2(0u, 0u);
-          b[j][0] = v.x, b[j][1] = v.y;
+          const uint4 &v = xq[j][s >> 1];
+          b[j][0] = s & 1 ? v.z : v.x, b[j][1] = s & 1 ? v.w : v.y;
         }
+        const int bi = (4 * q + s) * 4 / kVS;  // the step's (first) index: byte bi of the lane's codes
 #pragma unroll
         for (int nt = 0; nt < kRowTiles; nt++) {
           uint32_t a[4];
 #pragma unroll
           for (int h = 0; h < 2; h++) {
-            const uint32_t *cw = cur[q][nt][h];
+            const uint32_t(&cw)[kLaneWords] = cur[nt][h];
             if constexpr (kVS == 4) {
-              const uint2 e = lookup(byte_of(cw[0], b0 + s));
+              const uint2 e = lookup(byte_of(pick(cw, bi >> 2), bi & 3));
               a[h] = e.x, a[2 + h] = e.y;
             } else if constexpr (kVS == 8) {  // one 16-byte entry: steps s and s + 1
-              if (s % 2 == 0) e8[nt][h] = lookup(byte_of(cw[0], b0 + s / 2));
+              if (s % 2 == 0) e8[nt][h] = lookup(byte_of(pick(cw, bi >> 2), bi & 3));
               a[h] = s % 2 ? e8[nt][h].z : e8[nt][h].x;
               a[2 + h] = s % 2 ? e8[nt][h].w : e8[nt][h].y;
-            } else {  // two 4-byte entries: vectors 2 s and 2 s + 1
-              a[h] = lookup(byte_of(cw[s >> 1], (2 * s) & 3));
-              a[2 + h] = lookup(byte_of(cw[s >> 1], (2 * s + 1) & 3));
+            } else {  // two 4-byte entries: vectors bi and bi + 1
+              a[h] = lookup(byte_of(pick(cw, bi >> 2), bi & 3));
+              a[2 + h] = lookup(byte_of(pick(cw, bi >> 2), (bi + 1) & 3));
             }
           }
 #pragma unroll
@@ -267,7 +316,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
     for (int j = 0; j < kMT; j++)
 #pragma unroll
       for (int k = 0; k < 4; k++) {
-        const int n = n_base + warp * 32 + 16 * nt + g + 8 * (k >> 1), m = 8 * j + 2 * t + (k & 1);
+        const int n = n_base + warp * 16 * kRowTiles + 16 * nt + g + 8 * (k >> 1), m = 8 * j + 2 * t + (k & 1);
         if (n >= p.N || m >= p.M) continue;
         const float v = p.scales ? acc[nt][j][k] * p.scales[n] : acc[nt][j][k];
         const int64_t at = m * p.y_ld + n;
@@ -303,9 +352,10 @@ extern "C" const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_te
     return "the banked GeMV needs 8-bit indices and vector size 2, 4 or 8";
   if (w->sz.entries > kMaxEntries) return "the banked GeMV holds books of at most 256 entries";
   if (x->dtype != f.entry_dtype) return "the banked GeMV needs x of the codebook entries' type (fp16 or bf16)";
-  if (reinterpret_cast<uintptr_t>(x->data) % 8 != 0 || (x->rows > 1 && x->ld % 4 != 0))
-    return "the banked GeMV needs x rows aligned to 8 bytes";
+  if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0 || (x->rows > 1 && x->ld % 8 != 0))
+    return "the banked GeMV needs x rows aligned to 16 bytes";
   if (w->K % QF_VQ_MMA_CHUNK != 0) return "the banked GeMV needs K a multiple of 256";
+  if (reinterpret_cast<uintptr_t>(w->codes) % 16 != 0) return "the banked GeMV needs codes aligned to 16 bytes";
   if (f.scope_rows % kRows != 0 || f.scope_cols % QF_VQ_MMA_CHUNK != 0)
     return "the banked GeMV needs codebook scopes of 0 or a multiple of 256 rows and columns";
   return nullptr;
@@ -325,7 +375,7 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   const int mt = M <= 8 ? 1 : 2;
   const bool bf16 = f.entry_dtype == QF_BF16;
   const banked_kernel_t kernel = bf16 ? pick_banked<__nv_bfloat16>(mt, f.vector_size) : pick_banked<__half>(mt, f.vector_size);
-  const size_t smem = 2u * static_cast<size_t>(w->sz.entries) * kRowBytes;
+  const size_t smem = 2u * static_cast<size_t>(w->sz.entries) * kRowBytes + 2u * 8u * mt * kXRowBytes;
   static std::atomic<uint64_t> opted_in[2][2][3];
   const int vs_slot = f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
   if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted_in[bf16][mt - 1][vs_slot]); st != QF_OK) return st;

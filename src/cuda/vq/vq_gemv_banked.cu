@@ -32,6 +32,7 @@
 #include <atomic>
 
 #include "cuda/common.cuh"
+#include "cuda/ptx/shared.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
 
@@ -46,6 +47,7 @@ struct vq_banked_params {
   int M, N, chunks, residuals, entries;
   uint32_t row_words;
   int chunks_per_book;  // 256-column chunks per book along K (scope_cols / 256; all of them for one book per row)
+  int book_shift;       // log2(chunks_per_book) when a power of two, else -1
   int books_per_row, scope_rows;
   int tiles_n, splits;
   float *partials;  // splits > 1: [tiles_n][splits][2 * kMT][256 threads] float4
@@ -107,13 +109,18 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 #pragma unroll
     for (int h = 0; h < 2; h++)
       crow[nt][h] = p.codes + static_cast<int64_t>(min(n_base + warp * 16 * kRowTiles + 16 * nt + g + 8 * h, p.N - 1)) * p.row_words;
+  // An item is a (chunk c, residual r); the next one is (c, r + 1) or (c + 1, 0).
+  struct item_t {
+    int c, r;
+  };
+  auto next_item = [&](item_t it) { return ++it.r == p.residuals ? item_t{it.c + 1, 0} : it; };
   // x tile of a chunk: the 16-byte unit u of row m (columns 8 u to 8 u + 7) is stored at unit
   // u ^ swz(m, u), so that the 8 lanes of each quarter warp, which read units 8 t + 2 q + e of
   // rows g (t = 0..3, g = 0, 1 and so on), fall in 8 different bank quads.
   auto x_unit = [](int m, int u) { return m * kXRowBytes + (u ^ (((u >> 3) & 3) | ((m & 1) << 2))) * 16; };
   constexpr int kXUnits = (kXRows * kXRowBytes / 16 + kThreads - 1) / kThreads;  // per thread and chunk
-  auto x_load = [&](int i, uint4 (&v)[kXUnits]) {  // thread's units of item i's chunk (rows < M)
-    const int c = c_begin + i / p.residuals;
+  auto x_load = [&](item_t it, uint4 (&v)[kXUnits]) {  // thread's units of the item's chunk (rows < M)
+    const int c = it.c;
 #pragma unroll
     for (int k = 0; k < kXUnits; k++) {
       const int unit = static_cast<int>(threadIdx.x) + k * kThreads, m = unit / 32;
@@ -134,10 +141,10 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
     if (m >= p.M) *reinterpret_cast<uint4 *>(x_s + buf * kXTileBytes + x_unit(m, k % 32)) = make_uint4(0u, 0u, 0u, 0u);
   }
 
-  // ---- item i = (chunk c_begin + i / R, residual i % R): its book entry, its code words ----
-  auto book_entry = [&](int i) -> entry_t {
-    const int c = c_begin + i / p.residuals, r = i % p.residuals;
-    const int64_t book = static_cast<int64_t>(r) * p.n_books + book_first + c / p.chunks_per_book;
+  // ---- the item's book entry and code words ----
+  auto book_entry = [&](item_t it) -> entry_t {
+    const int kb = p.book_shift >= 0 ? it.c >> p.book_shift : it.c / p.chunks_per_book;
+    const int64_t book = static_cast<int64_t>(it.r) * p.n_books + book_first + kb;
     return reinterpret_cast<const entry_t *>(p.books + book * p.entries * kVS)[threadIdx.x];
   };
   // The entry's copies into row threadIdx.x of buffer `buf`: eight 16-byte stores, the k-th to
@@ -154,8 +161,8 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
   // Lane t's 64 columns of a chunk (quads 16 t to 16 t + 15) have consecutive indices: 16 / vs
   // words of each of its rows, loaded 16 (or 8) bytes at a time.
   using codes_t = uint32_t[kRowTiles][2][kLaneWords];
-  auto load_codes = [&](int i, codes_t &w) {
-    const int c = c_begin + i / p.residuals, r = i % p.residuals;
+  auto load_codes = [&](item_t it, codes_t &w) {
+    const int c = it.c, r = it.r;
     const uint32_t wi = static_cast<uint32_t>((c * kChunkQuads + 16 * t) / kVS);  // (4 columns a quad, 4 indices a word)
 #pragma unroll
     for (int nt = 0; nt < kRowTiles; nt++)
@@ -187,22 +194,24 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
   entry_t next_entry{};
   uint4 next_x[kXUnits];
   codes_t cur, nxt;
+  item_t it = {c_begin, 0}, it1 = next_item(it), it2 = next_item(it1);  // items i, i + 1, i + 2
   if (items > 0) {
-    if (stager) write_book(0, book_entry(0));
-    x_load(0, next_x);
+    if (stager) write_book(0, book_entry(it));
+    x_load(it, next_x);
     x_store(0, next_x);
-    if (stager && items > 1) next_entry = book_entry(1);
-    if (items > 1) x_load(1, next_x);
-    load_codes(0, nxt);
+    if (stager && items > 1) next_entry = book_entry(it1);
+    if (items > 1) x_load(it1, next_x);
+    load_codes(it, nxt);
   }
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
-  for (int i = 0; i < items; i++) {
+  for (int i = 0; i < items; i++, it = it1, it1 = it2, it2 = next_item(it2)) {
     __syncthreads();  // book i is complete in buffer i % 2; buffer (i + 1) % 2 is no longer read
     if (i + 1 < items) {  // item i + 1's book and x tile, from the registers loaded an item ago
       if (stager) write_book((i + 1) & 1, next_entry);
       x_store((i + 1) & 1, next_x);
-      if (stager && i + 2 < items) next_entry = book_entry(i + 2);
-      if (i + 2 < items) x_load(i + 2, next_x);
+      if (stager && i + 2 < items) next_entry = book_entry(it2);
+      if (i + 2 < items) x_load(it2, next_x);
     }
 #pragma unroll
     for (int nt = 0; nt < kRowTiles; nt++)
@@ -210,11 +219,16 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
       for (int h = 0; h < 2; h++)
 #pragma unroll
         for (int e = 0; e < kLaneWords; e++) cur[nt][h][e] = nxt[nt][h][e];
-    if (i + 1 < items) load_codes(i + 1, nxt);
+    if (i + 1 < items) load_codes(it1, nxt);
 
-    const uint8_t *book = smem + (i & 1) * book_bytes + (lane % kCopies) * kEntryBytes;  // this lane's copy
-    const uint8_t *xt = x_s + (i & 1) * kXTileBytes;
-    auto lookup = [&](uint32_t idx) { return *reinterpret_cast<const entry_t *>(book + idx * kRowBytes); };
+    // This lane's copy of the book, and the x tile, as shared-window addresses.
+    const uint32_t book = smem_base + (i & 1) * book_bytes + (lane % kCopies) * kEntryBytes;
+    const uint32_t xt = smem_base + 2 * book_bytes + (i & 1) * kXTileBytes;
+    auto lookup = [&](uint32_t idx) -> entry_t {
+      if constexpr (kVS == 8) return ld_shared_v4(book + idx * kRowBytes);
+      else if constexpr (kVS == 4) return ld_shared_v2(book + idx * kRowBytes);
+      else return ld_shared_b32(book + idx * kRowBytes);
+    };
     // The sub-chunks unrolled where registers allow (else ptxas spills).
     constexpr int kUnrollQ = kMT == 1 && kVS == 4 ? 4 : 1;
 #pragma unroll kUnrollQ
@@ -231,7 +245,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 #pragma unroll
       for (int j = 0; j < kMT; j++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) xq[j][e] = *reinterpret_cast<const uint4 *>(xt + x_unit(8 * j + g, 8 * t + 2 * q + e));
+        for (int e = 0; e < 2; e++) xq[j][e] = ld_shared_v4(xt + x_unit(8 * j + g, 8 * t + 2 * q + e));
 #pragma unroll
       for (int s = 0; s < 4; s++) {
         uint32_t b[kMT][2];
@@ -415,6 +429,9 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   p.entries = static_cast<int>(w->sz.entries);
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
+  p.book_shift = -1;
+  for (int sh = 0; sh < 31 && p.book_shift < 0; sh++)
+    if (p.chunks_per_book == 1 << sh) p.book_shift = sh;
   p.books_per_row = static_cast<int>(w->sz.books_per_row);
   p.scope_rows = f.scope_rows;
   p.tiles_n = tiles_n;

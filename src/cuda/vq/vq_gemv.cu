@@ -1,5 +1,6 @@
-// Entry point of VQ-GeMV (qf_vq_gemm on CUDA for M of 1 to 16): the kernel of vq_gemm.cuh with x
-// tiles of 8 rows (M <= 8) or 16, through qf_cuda_vq_mma_with (vq_gemm.cu).
+// Entry point of VQ-GeMV (qf_vq_gemm on CUDA for M of 1 to 16), through qf_cuda_vq_mma_with
+// (vq_gemm.cu): the banked GeMV of vq_gemv_banked.cu where it can run, else the kernel of
+// vq_gemm.cuh with x tiles of 8 rows (M <= 8) or 16.
 #include "cuda/common.cuh"
 #include "cuda/vq/vq_heuristic.h"
 

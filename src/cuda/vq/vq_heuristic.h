@@ -14,6 +14,8 @@
  *   when a block's run of tiles enters a new scope (the tile height divides scope_rows, or one
  *   scope): blocks are persistent then, so each copy serves every tile of the run. Global
  *   placement (GC) reads each row's own entries through L1/L2 and runs one block per tile.
+ * - At M <= 16 the router (vq_gemm.cu) first tries the banked GeMV (vq_gemv_banked.cu, its own
+ *   launch shape and split-K); what follows is the launch shape of the other placements.
  * - AUTO picks shared when a block looks each copied entry up at least once on average and the
  *   books leave room for two blocks per SM; AQLM-3's two 4096-entry books (128 KB) do not.
  * - Exact operands (docs/VQ.md): fp16 tensor cores when x and the entries are fp16, else bf16

@@ -89,10 +89,11 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const bool c_pairs = p.c == nullptr || ((p.c_ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
   p.splits = cfg.splits;
+  p.whole_tiles = p.splits > 1 ? static_cast<int>(cfg.whole_tiles) : p.tiles_m * p.tiles_n;
   if (p.splits > 1) {
     // The counters sit at a fixed place, the workspace's counter area (zero between calls);
-    // the heuristic splits only when there are fewer tiles than SMs, far fewer than it holds.
-    const size_t tiles = size_t(p.tiles_m) * p.tiles_n;
+    // the heuristic splits fewer tiles than there are SMs, far fewer than it holds.
+    const size_t tiles = size_t(p.tiles_m) * p.tiles_n - p.whole_tiles;
     if (tiles > kQfWorkspaceCounters)
       return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %zu split tiles exceed the %d workspace counters", kOp, tiles,
                      kQfWorkspaceCounters);
@@ -127,7 +128,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = kBlockM / 64 * 128 + 128;
-  const int units = p.tiles_m * p.tiles_n * p.splits;
+  const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
   const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
   kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
   return qf_cuda_check_launch(ctx, kOp);

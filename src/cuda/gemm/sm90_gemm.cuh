@@ -44,8 +44,9 @@
 //   the producer fills the next tile's stages during the consumers' epilogue.
 // - Edges: TMA zero-fills rows past M or N and columns past K (zeros add nothing to the dot
 //   products, and the whole box still counts toward the barrier's bytes); stores are masked.
-// - Split-K (decode shapes, whose tiles leave SMs idle): a work unit is a tile and one of
-//   `splits` consecutive K-block ranges. Each unit leaves its FP32 partial tile in the workspace,
+// - Split-K, for the tiles that would leave SMs idle: every tile of a decode shape, or the tiles
+//   of a last, thin wave (the first whole_tiles units are whole tiles). A split unit is a tile and
+//   one of `splits` consecutive K-block ranges. Each unit leaves its FP32 partial tile in the workspace,
 //   in the consumers' register order (thread-major 16-byte words, so both the write and the read
 //   are coalesced; int32 for kScaledInt8, whose sum stays exact), and counts itself on the tile's
 //   counter; the unit that counts last adds the partials in split order (deterministic: the same
@@ -89,9 +90,10 @@ struct sm90_gemm_params {
   int M, N, num_kb;
   int tiles_m, tiles_n, raster_group;
   int pairs;              // d and c rows allow 2-element accesses at even columns
-  int splits;             // K-block ranges per tile (1: no split)
-  float *partials;        // splits > 1: [tiles * splits][kBlockM * kBlockN] fp32
-  int *counters;          // splits > 1: [tiles], zero between calls
+  int whole_tiles;        // the first tiles (in walk order) run whole; the rest are split
+  int splits;             // K-block ranges per split tile (1: no split)
+  float *partials;        // splits > 1: [split tiles * splits][kBlockM * kBlockN] fp32
+  int *counters;          // splits > 1: [split tiles], zero between calls
   int tma_store;          // D through the staging tile and TMA (16-bit D, no C, aligned)
   uint32_t a_stage_bytes; // bytes of A a stage receives: BLOCK_M rows, or M rounded up to 8 when
                           // M < BLOCK_M (rows past it hold stale bytes, their results are dropped)
@@ -102,6 +104,17 @@ struct sm90_gemm_params {
   const int32_t *azp_adj; // NULL or [N]: zp = azp_adj[n] (per tensor) or azp[m] * azp_adj[n]
   const int32_t *azp;     // NULL or [M]
 };
+
+// Work unit u: the first whole_tiles units are whole tiles; after them every remaining tile is
+// `splits` units, one per K range. `part` numbers the split tiles (their partials and counters).
+struct sm90_gemm_unit {
+  int tile, split, splits, part;
+};
+__device__ __forceinline__ sm90_gemm_unit sm90_gemm_unit_of(const sm90_gemm_params &p, int unit) {
+  if (unit < p.whole_tiles) return {unit, 0, 1, 0};
+  const int u = unit - p.whole_tiles;
+  return {p.whole_tiles + u / p.splits, u % p.splits, p.splits, u / p.splits};
+}
 
 // The K-blocks [begin, end) of range `split` of `splits` over num_kb, as even as they come.
 __device__ __forceinline__ void sm90_gemm_split_range(int num_kb, int splits, int split, int &begin, int &end) {
@@ -206,11 +219,11 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   }
   __syncthreads();
 
-  // The walk: unit u is tile u / splits and K range u % splits.
-  const int num_units = p.tiles_m * p.tiles_n * p.splits;
+  // The walk: units as sm90_gemm_unit_of numbers them.
+  const int num_units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
   const int first_unit = blockIdx.x, unit_step = gridDim.x;
-  auto unit_tile = [&](int unit, int &m_blk, int &n_blk) {
-    sm90_gemm_tile_coords(unit / p.splits, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+  auto unit_tile = [&](const sm90_gemm_unit &u, int &m_blk, int &n_blk) {
+    sm90_gemm_tile_coords(u.tile, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
   };
   const int wg = threadIdx.x / 128;
   if (wg == kConsumers) {
@@ -226,8 +239,9 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       uint32_t phase = 0;
       for (int unit = first_unit; unit < num_units; unit += unit_step) {
         int m_blk, n_blk, kb_begin, kb_end;
-        unit_tile(unit, m_blk, n_blk);
-        sm90_gemm_split_range(p.num_kb, p.splits, unit % p.splits, kb_begin, kb_end);
+        const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
+        unit_tile(u, m_blk, n_blk);
+        sm90_gemm_split_range(p.num_kb, u.splits, u.split, kb_begin, kb_end);
         // Bulk As: the tile's rows below M (a multiple of 4 then: whole 16-byte units). Rows past M
         // keep what an earlier stage left: their results are never stored.
         const int64_t as_rows =
@@ -309,10 +323,10 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     constexpr bool kHandOverDone = kBlockScales;
     int issued = 0;  // K-blocks this warpgroup has issued
     for (int unit = first_unit; unit < num_units; unit += unit_step) {
-      const int tile = unit / p.splits, split = unit % p.splits;
+      const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
       int m_blk, n_blk, kb_begin, kb_end;
-      unit_tile(unit, m_blk, n_blk);
-      sm90_gemm_split_range(p.num_kb, p.splits, split, kb_begin, kb_end);
+      unit_tile(u, m_blk, n_blk);
+      sm90_gemm_split_range(p.num_kb, u.splits, u.split, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
@@ -424,10 +438,10 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 
       // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
       // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
-      if (p.splits > 1) {
+      if (u.splits > 1) {
         constexpr int kThreads = kConsumers * 128;
         const int t = threadIdx.x;  // consumers are threads [0, kThreads)
-        uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(tile) * p.splits * (kThreads * kBlockN / 8);
+        uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(u.part) * u.splits * (kThreads * kBlockN / 8);
         auto result = [&](int i) -> auto & {
           if constexpr (kInt8) return acc[i]; else return total[i];
         };
@@ -435,18 +449,18 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 #pragma unroll
         for (int i = 0; i < kBlockN / 8; i++)
           if (live)
-            __stcg(part + int64_t(split) * (kThreads * kBlockN / 8) + i * kThreads + t,
+            __stcg(part + int64_t(u.split) * (kThreads * kBlockN / 8) + i * kThreads + t,
                    make_uint4(word_of(result(4 * i)), word_of(result(4 * i + 1)), word_of(result(4 * i + 2)),
                               word_of(result(4 * i + 3))));
         __threadfence();
         named_barrier_sync(1, kThreads);
-        if (t == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+        if (t == 0) last_unit = atomicAdd(p.counters + u.part, 1) == u.splits - 1;
         named_barrier_sync(1, kThreads);
         if (!last_unit) continue;
         __threadfence();
 #pragma unroll
         for (int i = 0; i < kBlockN / 2; i++) result(i) = 0;
-        for (int other = 0; live && other < p.splits; other++) {
+        for (int other = 0; live && other < u.splits; other++) {
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; i++) {
             const uint4 w = __ldcg(part + int64_t(other) * (kThreads * kBlockN / 8) + i * kThreads + t);
@@ -454,7 +468,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             add_word(result(4 * i + 2), w.z), add_word(result(4 * i + 3), w.w);
           }
         }
-        if (t == 0) p.counters[tile] = 0;
+        if (t == 0) p.counters[u.part] = 0;
       }
 
       // ---- the scaled recipes' dequantization: total = sa * sb * (acc - zp) + bias ----

@@ -23,7 +23,8 @@ constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
 struct sm90_gemm_config {
   int block_m, block_n;
   int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
-  int splits;        // K-block ranges per tile (split-K); 1: none
+  int splits;        // K-block ranges per split tile (split-K); 1: none
+  int64_t whole_tiles;  // with splits > 1: the tiles (first in walk order) that run whole
 };
 
 // NOTES: a persistent CTA per SM walks tiles in waves; the cost of a shape is its number of waves
@@ -37,7 +38,7 @@ struct sm90_gemm_config {
 // areas (64 x 128 and 128 x 64 at M = 128) keep the first.
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count) {
   const int sms = sm_count > 0 ? sm_count : 1;
-  sm90_gemm_config best = {128, 128, 8, 1};
+  sm90_gemm_config best = {128, 128, 8, 1, 0};
   double best_cost = -1.0;
 #define QF_SM90_GEMM_TRY(BM, BN)                                                  \
   {                                                                               \
@@ -55,9 +56,15 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
 #undef QF_SM90_GEMM_TRY
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   const int64_t num_kb = (K + 127) / 128;
+  const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;
   if (tiles < sms && num_kb >= 4) {
-    const int64_t fill = sms / tiles, most = num_kb / 2 < 16 ? num_kb / 2 : 16;
+    const int64_t fill = sms / tiles;
     best.splits = static_cast<int>(fill < most ? fill : most);
+  } else if (num_kb >= 8 && tiles % sms != 0 && (tiles % sms) * 4 <= sms) {
+    // A last wave of at most a quarter of the SMs: its tiles are split so that they fill the wave.
+    const int64_t tail = tiles % sms, fill = sms / tail;
+    best.splits = static_cast<int>(fill < most ? fill : most);
+    best.whole_tiles = tiles - tail;
   }
   return best;
 }

@@ -33,41 +33,53 @@ struct sm90_gemm_config {
 // when 128-column tiles leave SMs idle, 64-column ones, so that more CTAs stream the weights.
 // Where the tiles still leave SMs idle, K is split so that tiles x splits fill them (at least two
 // K-blocks per range, at most 16 ranges): a decode GEMM is a stream of B, and every SM must pull
-// its share. Likewise a last wave of at most a quarter of the SMs (with at least 8 K-blocks) runs
-// its tiles split so that they fill the wave: at M = 4096, (N, K) = (2112, 7168) has 544 tiles of
-// 128 x 128 on 132 SMs, a fifth wave of 16 tiles, and split 8 ways it ran 10% faster (128.9 ->
-// 115.5 us, block-scaled, H200, run twice). A tie goes to the larger tile: at M = 4096, (N, K) = (2112, 7168) ties 128 x 64 with
-// 128 x 128, and 128 x 128 ran 12% faster (two accumulator sets; H200, run twice). Ties of equal
-// areas (64 x 128 and 128 x 64 at M = 128) keep the first.
+// its share. Likewise a last wave of at most half the SMs (a quarter at M <= 128; at least 8
+// K-blocks) runs its tiles split so that they fill the wave: at M = 4096, (N, K) = (2112, 7168)
+// has 544 tiles of 128 x 128 on 132 SMs, a fifth wave of 16 tiles, and split 8 ways it ran 10%
+// faster (128.9 -> 115.5 us, block-scaled, H200, run twice). For M > 128 the cost counts such a
+// wave as that fraction of a wave (plus a tenth for the partial sums): (512, 6144, 4096) FP8 went
+// from 64 x 128 tiles in three waves to 128 x 128 tiles in a wave and a half, 37.6 -> 32.0 us; at
+// M = 64 and 128 the same costing chose split last waves that ran 4-23% slower, so decode keeps
+// whole-wave costing (H200, run twice, bench/results/h200-dev-gemm-tail-costing-ab.jsonl). A tie
+// goes to the larger tile: at M = 4096, (N, K) = (2112, 7168) ties 128 x 64 with 128 x 128, and
+// 128 x 128 ran 12% faster (two accumulator sets; H200, run twice). Ties of equal areas (64 x 128
+// and 128 x 64 at M = 128) keep the first.
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count) {
   const int sms = sm_count > 0 ? sm_count : 1;
+  const int64_t num_kb = (K + 127) / 128;
+  const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;  // K ranges of a split tile, at most
+  // Ranges for the tiles of a last wave when more than a wave of tiles leaves one of at most half
+  // the SMs for M > 128, a quarter for decode (0: the last wave runs whole).
+  const int64_t tail_den = M > 128 ? 2 : 4;
+  auto tail_splits = [&](int64_t tiles) -> int64_t {
+    const int64_t tail = tiles % sms;
+    if (tiles <= sms || tail == 0 || tail * tail_den > sms || num_kb < 8) return 0;
+    return sms / tail < most ? sms / tail : most;
+  };
   sm90_gemm_config best = {128, 128, 8, 1, 0};
   double best_cost = -1.0;
-#define QF_SM90_GEMM_TRY(BM, BN)                                                  \
-  {                                                                               \
-    const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);               \
-    const int64_t waves = (tiles + sms - 1) / sms;                                \
-    const double cost = static_cast<double>(waves) * (BM * BN + 64.0 * (BM + BN)); \
-    if (best_cost < 0.0 || cost < best_cost ||                                    \
-        (cost == best_cost && BM * BN > best.block_m * best.block_n)) {           \
-      best_cost = cost;                                                           \
-      best.block_m = BM;                                                          \
-      best.block_n = BN;                                                          \
-    }                                                                             \
+  // For M > 128 a split last wave counts as 1 / splits of a wave plus a tenth for its partial sums.
+#define QF_SM90_GEMM_TRY(BM, BN)                                                                      \
+  {                                                                                                   \
+    const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), split = M > 128 ? tail_splits(tiles) : 0; \
+    const double waves = split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1                 \
+                               : static_cast<double>((tiles + sms - 1) / sms);                        \
+    const double cost = waves * (BM * BN + 64.0 * (BM + BN));                                         \
+    if (best_cost < 0.0 || cost < best_cost || (cost == best_cost && BM * BN > best.block_m * best.block_n)) { \
+      best_cost = cost;                                                                               \
+      best.block_m = BM;                                                                              \
+      best.block_n = BN;                                                                              \
+    }                                                                                                 \
   }
   QF_SM90_GEMM_TILES(QF_SM90_GEMM_TRY)
 #undef QF_SM90_GEMM_TRY
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
-  const int64_t num_kb = (K + 127) / 128;
-  const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;
   if (tiles < sms && num_kb >= 4) {
     const int64_t fill = sms / tiles;
     best.splits = static_cast<int>(fill < most ? fill : most);
-  } else if (num_kb >= 8 && tiles % sms != 0 && (tiles % sms) * 4 <= sms) {
-    // A last wave of at most a quarter of the SMs: its tiles are split so that they fill the wave.
-    const int64_t tail = tiles % sms, fill = sms / tail;
-    best.splits = static_cast<int>(fill < most ? fill : most);
-    best.whole_tiles = tiles - tail;
+  } else if (const int64_t split = tail_splits(tiles)) {  // the last wave's tiles fill it, split along K
+    best.splits = static_cast<int>(split);
+    best.whole_tiles = tiles - tiles % sms;
   }
   return best;
 }

@@ -1,6 +1,7 @@
 // VQ-GeMV (M of 1 to 16) with the codebook-centric dataflow and bank-private codebook copies
 // (placement QF_VQ_BOOKS_BANKED): y[m, n] = sum_k x[m, k] * W[n, k], W decoded into the MMA's A
-// fragments as in vq_gemm.cuh (same permuted K, same mma.sync m16n8k16, same accumulation).
+// fragments as in vq_gemm.cuh (mma.sync m16n8k16, one entry of a lane's row is its A registers
+// of a k-step, the same accumulation), with its own K permutation and data placement.
 //
 // NOTES:
 // - Why: the kernel of vq_gemm.cuh reads 8-byte entries at random indices from one copy of a book
@@ -15,17 +16,24 @@
 //   on that book together: the paper's codebook-centric dataflow. A unit of work is 256 rows of
 //   W (8 warps of 2 m16 tiles, inside one row scope) by a range of 256-column chunks; an item is
 //   one (chunk, residual), whose entries come from one book (scope_cols a multiple of 256, or one
-//   book per row). Every item stages its book: one entry per thread, loaded an item ahead and
-//   written as eight 16-byte stores in a rotated order (each store instruction 4 wavefronts).
+//   book per row). Every item stages its book (one entry per thread, loaded an item ahead and
+//   written as eight 16-byte stores in a rotated order: 4 wavefronts per store instruction) and
+//   the chunk's x rows (a swizzled tile, also loaded an item ahead).
+// - Permuted K (a dot product may visit K in any order if both operands follow it): a lane's 4
+//   logical k of a k-step map to 4 consecutive columns, a quad (as in vq_gemm.cuh), and lane t
+//   owns quads 16 t to 16 t + 15 of each chunk (k-step s of sub-chunk q is quad 16 t + 4 q + s).
+//   Its indices of a chunk are then 64 / vs consecutive bytes of each of its code rows (rows
+//   padded to 16 bytes), loaded 16 bytes at a time an item ahead, and its x quads of a
+//   sub-chunk 32 consecutive bytes of the staged tile.
 // - Split-K over blocks (the global reduction): a row tile's chunks are split into `splits`
 //   ranges, so that tiles x splits fill the SMs. Each unit leaves its fp32 partial in the
 //   workspace and counts itself done on the tile's counter; the last one adds the partials in
 //   split order (the same sums on every run), scales the rows and writes y, and puts the counter
 //   back to zero. With one split the unit writes y itself.
 // - Limits (else QF_ERR_UNSUPPORTED with the reason, and the other placements serve the call):
-//   8-bit indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 8-byte aligned
-//   rows, K a multiple of 256, scope_rows 0 or a multiple of 256, scope_cols 0 or a multiple
-//   of 256, M <= 16.
+//   8-bit indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 16-byte aligned
+//   rows, codes 16-byte aligned, K a multiple of 256, scope_rows 0 or a multiple of 256,
+//   scope_cols 0 or a multiple of 256, M <= 16.
 // - Numerics: those of vq_gemm.cuh's fast path (exact operands; the tensor core's fp32 sum over a
 //   64-column sub-chunk into a zeroed fragment, one round-to-nearest add per sub-chunk), then the
 //   split partials added in split order; the row scale multiplies the finished sum.
@@ -50,7 +58,7 @@ struct vq_banked_params {
   int book_shift;       // log2(chunks_per_book) when a power of two, else -1
   int books_per_row, scope_rows;
   int tiles_n, splits;
-  float *partials;  // splits > 1: [tiles_n][splits][2 * kMT][256 threads] float4
+  float *partials;  // splits > 1: [tiles_n][splits][kRowTiles * kMT][256 threads] float4
   int *counters;    // splits > 1: [tiles_n], zero between calls
 };
 

@@ -11,7 +11,7 @@
  * would take hours. The peer's fp16 weight is a constant pattern (0x2C2C, about 0.065 per element).
  *
  * Rows, op "vq_gemm", per (format, shape):
- *  - "<fmt>,fp16,auto=GC|SC": the public qf_vq_gemm (the heuristic's codebook placement, named);
+ *  - "<fmt>,fp16,auto=GC|SC|banked": the public qf_vq_gemm (the heuristic's codebook placement, named);
  *  - "<fmt>,fp16,GC" and "<fmt>,fp16,SC": the placement forced (the paper's baselines: codebooks
  *    read through L1/L2, codebooks staged in shared memory), through qf_cuda_vq_gemm_with (M <= 16)
  *    or qf_cuda_vq_gemm_mma_with (M > 16); "<fmt>,fp16,banked": the banked VQ-GeMV (bank-private

@@ -89,7 +89,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const bool c_pairs = p.c == nullptr || ((p.c_ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
   p.splits = cfg.splits;
-  p.whole_tiles = p.splits > 1 ? static_cast<int>(cfg.whole_tiles) : p.tiles_m * p.tiles_n;
+  p.whole_tiles = static_cast<int>(cfg.whole_tiles);
   if (p.splits > 1) {
     // The counters sit at a fixed place, the workspace's counter area (zero between calls);
     // the heuristic splits fewer tiles than there are SMs, far fewer than it holds.

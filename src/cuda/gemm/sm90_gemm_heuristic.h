@@ -24,7 +24,7 @@ struct sm90_gemm_config {
   int block_m, block_n;
   int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
   int splits;        // K-block ranges per split tile (split-K); 1: none
-  int64_t whole_tiles;  // with splits > 1: the tiles (first in walk order) that run whole
+  int64_t whole_tiles;  // the tiles (first in walk order) that run whole: all of them unless split
 };
 
 // NOTES: a persistent CTA per SM walks tiles in waves; the cost of a shape is its number of waves
@@ -74,9 +74,11 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   QF_SM90_GEMM_TILES(QF_SM90_GEMM_TRY)
 #undef QF_SM90_GEMM_TRY
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
+  best.whole_tiles = tiles;
   if (tiles < sms && num_kb >= 4) {
     const int64_t fill = sms / tiles;
     best.splits = static_cast<int>(fill < most ? fill : most);
+    best.whole_tiles = 0;
   } else if (const int64_t split = tail_splits(tiles)) {  // the last wave's tiles fill it, split along K
     best.splits = static_cast<int>(split);
     best.whole_tiles = tiles - tiles % sms;

@@ -32,7 +32,8 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                    kOp, static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
   if (!element_aligned(x) || !element_aligned(y))
     return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: x (%p) and y (%p) must be aligned to their elements", kOp, x->data, y->data);
-  if (placement == QF_VQ_BOOKS_BANKED && (m_tiles8 != (M <= 8 ? 1 : 2) || bn != 0))
+  const bool gemv_shape = m_tiles8 == (M <= 8 ? 1 : 2) && bn == 0;  // the banked GeMV's own launch shape
+  if (placement == QF_VQ_BOOKS_BANKED && !gemv_shape)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked placement runs VQ-GeMV's own launch shape (M <= 16, "
                    "256-row tiles)", kOp);
   if (M == 0 || N == 0) return QF_OK;
@@ -45,7 +46,6 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
 
   // VQ-GeMV: the banked kernel where it can run (vq_gemv_banked.cu), unless a placement or a tile
   // height is forced.
-  const bool gemv_shape = m_tiles8 == (M <= 8 ? 1 : 2) && bn == 0;
   if (placement == QF_VQ_BOOKS_BANKED || (placement == QF_VQ_BOOKS_AUTO && gemv_shape &&
                                           qf_cuda_vq_banked_refusal(x, w) == nullptr))
     return qf_cuda_vq_gemv_banked_with(ctx, x, w, y, 0, used);

@@ -156,8 +156,8 @@ qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors 
                               int m_tiles8, int bn, qf_vq_mma_config *used);
 
 /* Why the banked VQ-GeMV (vq_gemv_banked.cu) cannot take this call, or NULL when it can: 8-bit
- * indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 8-byte aligned rows, K and
- * the codebook scopes multiples of 256, M <= 16. */
+ * indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 16-byte aligned rows, codes
+ * 16-byte aligned, K and the codebook scopes multiples of 256, M <= 16. */
 const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_tensors *w);
 
 /* The banked VQ-GeMV with its split-K forced (splits > 0: K ranges per 256-row tile; 0: the

@@ -1,7 +1,9 @@
 /* qf_vq_attention_decode on CUDA against the CPU reference (float64 over the decoded cache),
  * through the public API (the heuristic's choices) and with each codebook placement (global, the
  * paper's GC, and shared, SC) and each score technique (decoded K vectors, and the lookup table of
- * q . entry products) forced through qf_cuda_vq_attention_decode_with.
+ * q . entry products) forced through qf_cuda_vq_attention_decode_with, and the banked kernel
+ * (bank-interleaved score tables and V books; one residual of 8-bit indices, 32 or 64 vectors per
+ * head) forced wherever it applies and checked to refuse everywhere else.
  *  - Caches: random codes and Gaussian codebook entries written directly. Any codes and entries
  *    make a valid cache, which the kernel must decode as the CPU does; k-means would only make the
  *    test slow. One cache is quantized from Gaussian K and V with qf_vq_quantize instead.
@@ -16,7 +18,8 @@
  *    and a sentinel tail past o and lse unchanged; the public call run twice and compared byte for
  *    byte (the kernels have a fixed summation order).
  *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
- *    give NaN (or a dropped token) exactly where the CPU has them.
+ *    give NaN (or a dropped token) exactly where the CPU has them (CQ-2 at head_dim 64 and 128, the
+ *    second for the banked kernel).
  *  - Refusals leave o and lse untouched: vector_size 3, head_dim 512, codebooks that change along
  *    the tokens (QF_ERR_UNSUPPORTED), a misaligned fp16 q (QF_ERR_ALIGNMENT).
  *  - QF_VQ_BOOKS (the public call's placement switch): global and shared give the bytes of the
@@ -157,6 +160,7 @@ typedef struct {
 /* Coverage of the launch plans the forced calls produced. */
 static int ran_shared, ran_global, ran_chunks, ran_multi_unit, ran_multi_tile, ran_head_tiles, ran_single_stage;
 static int ran_lut[9], ran_lut_shared, ran_lut_batches, ran_lut_refused; /* ran_lut[heads per block] */
+static int ran_banked[3], ran_banked_stages1, ran_banked_batches, ran_banked_chunks, ran_banked_refused; /* [vectors / 32] */
 static double worst_o, worst_lse; /* the largest error / tolerance seen */
 
 typedef struct {
@@ -355,16 +359,38 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
           "%s: a second run differs (not deterministic)", desc);
   }
 
+  /* the banked kernel's formats (shared memory: not S = 64 with 4-element vectors) */
+  const int64_t vs = c->f.vector_size, S = c->D / vs;
+  const int banked_ok = c->f.index_bits == 8 && c->f.residuals == 1 && (vs == 2 || vs == 4) && (S == 32 || S == 64) &&
+                        !(S == 64 && vs == 4);
   const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED};
   const int techniques[] = {QF_VQ_ATTN_SCORES_DECODE, QF_VQ_ATTN_SCORES_LUT};
-  for (int i = 0; i < 4; i++) {
-    const int placement = placements[i % 2], scores = techniques[i / 2];
+  for (int i = 0; i < 5; i++) {
+    const int placement = i < 4 ? placements[i % 2] : QF_VQ_BOOKS_BANKED;
+    const int scores = i < 4 ? techniques[i / 2] : QF_VQ_ATTN_SCORES_LUT;
     char d2[360];
-    snprintf(d2, sizeof d2, "%s, books in %s, scores by %s", desc, placement == QF_VQ_BOOKS_IN_SHARED ? "shared" : "global",
+    snprintf(d2, sizeof d2, "%s, books %s, scores by %s", desc,
+             placement == QF_VQ_BOOKS_BANKED ? "banked" : placement == QF_VQ_BOOKS_IN_SHARED ? "in shared" : "in global",
              scores == QF_VQ_ATTN_SCORES_LUT ? "LUT" : "decode");
     poison_device(k);
     qf_vq_attention_config used;
     st = forced_call(gpu, k, placement, scores, &used);
+    if (placement == QF_VQ_BOOKS_BANKED) { /* refused exactly outside its formats, writing nothing */
+      if (!CHECK((st == QF_ERR_UNSUPPORTED) == !banked_ok, "%s: %s (%s)", d2, qf_status_str(st), qf_ctx_last_error(gpu)))
+        continue;
+      if (st == QF_ERR_UNSUPPORTED) {
+        CHECK(strstr(qf_ctx_last_error(gpu), "banked") != NULL, "%s: message: %s", d2, qf_ctx_last_error(gpu));
+        CUDA_OK(cudaDeviceSynchronize());
+        CHECK(dev_holds(k->d_o, k->o_bytes, OUT_POISON) && dev_holds(k->d_lse, k->lse_bytes, OUT_POISON),
+              "%s: refused, yet o or lse written", d2);
+        ran_banked_refused++;
+        continue;
+      }
+      ran_banked[S / 32]++;
+      ran_banked_stages1 += used.stages == 1;
+      ran_banked_batches += used.units > used.blocks && c->B > 1;
+      ran_banked_chunks += used.n_chunks > 1;
+    }
     /* shared books or score tables too large: nothing written (global decode always fits here) */
     if (st == QF_ERR_UNSUPPORTED && (placement == QF_VQ_BOOKS_IN_SHARED || scores == QF_VQ_ATTN_SCORES_LUT)) {
       CHECK(strstr(qf_ctx_last_error(gpu), "shared memory") != NULL, "%s: message: %s", d2, qf_ctx_last_error(gpu));
@@ -377,7 +403,7 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
     fetch(k);
     CHECK(used.placement == placement && used.scores == scores, "%s: ran placement %d, scores %d", d2, used.placement,
           used.scores);
-    if (used.scores == QF_VQ_ATTN_SCORES_LUT) {
+    if (used.scores == QF_VQ_ATTN_SCORES_LUT && placement != QF_VQ_BOOKS_BANKED) {
       ran_lut[used.heads]++;
       ran_lut_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
       ran_lut_batches += used.units > used.blocks && c->B > 1;
@@ -405,12 +431,12 @@ static void attention_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, va
 
 /* ---- NaN and Inf ---------------------------------------------------------------------------- */
 
-static void nan_inf_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
+static void nan_inf_case(qf_ctx *gpu, qf_ctx *cpu, int64_t D, uint64_t *seed) {
   qf_vq_format f;
   qf_vq_format_preset(QF_VQ_CQ_2, &f);
   kv_cache c;
-  const int64_t B = 2, T = 300, Hkv = 2, D = 64, V = D / 4, Hq = 8;
-  if (!make_cache(cpu, &c, "CQ-2 NaN/Inf", f, B, T, Hkv, D, 0, seed)) return;
+  const int64_t B = 2, T = 300, Hkv = 2, V = D / 4, Hq = 8;
+  if (!make_cache(cpu, &c, D == 64 ? "CQ-2 NaN/Inf" : "CQ-2 NaN/Inf D 128", f, B, T, Hkv, D, 0, seed)) return;
   const int64_t rb = c.sz.row_bytes, E = c.sz.entries;
   /* V: entry 0 of book 3 (kv head 0, channels 12..15) has a NaN in channel 13; token 5 of each
    * batch entry selects it. */
@@ -584,6 +610,7 @@ int main(void) {
   const qf_vq_format per_row = {4, 8, 1, 0, 0, QF_F16, 0};  /* one book for the whole row */
   const qf_vq_format bits5 = {4, 5, 3, 0, 96, QF_F16, 0};   /* 96-column books: heads straddle books */
   const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0};     /* one 65536-entry book: single-buffered codes */
+  const qf_vq_format row_bf16 = {4, 8, 1, 0, 0, QF_BF16, 0}; /* banked: bf16 entries, every vector on one book */
   const struct {
     const char *name;
     qf_vq_format f;
@@ -597,6 +624,7 @@ int main(void) {
       {"CQ-2", cq2, 2, 300, 300, 2, 96, 1, 0},
       {"CQ-4", cq4, 2, 300, 300, 2, 80, 4, 0},
       {"CQ-2 (books too large for SC)", cq2, 2, 300, 300, 2, 256, 1, 0},
+      {"VQ<4,8,1> bf16 one book per row", row_bf16, 2, 300, 300, 2, 128, 2, 0},
       {"VQ<2,16,1> one 65536-entry book", big, 1, 300, 300, 1, 256, 1, 0},
       {"CQ-2 group 3", cq2, 3, 300, 300, 2, 64, 3, 0},
       {"CQ-4 group 12 (two head tiles)", cq4, 2, 600, 600, 1, 128, 12, 0},
@@ -618,7 +646,8 @@ int main(void) {
     free_cache(&c);
   }
 
-  nan_inf_case(gpu, cpu, &seed);
+  nan_inf_case(gpu, cpu, 64, &seed);
+  nan_inf_case(gpu, cpu, 128, &seed); /* the banked kernel's format */
   env_switch_case(gpu, cpu, &seed);
 
   const qf_vq_format vs3 = {3, 8, 1, 0, 3, QF_F16, 0}, rows4 = {4, 8, 1, 4, 4, QF_F16, 0};
@@ -637,6 +666,11 @@ int main(void) {
         "the LUT ran with 1, 4 and 8 heads per block (%d, %d, %d), with shared books (%d), with units of several batch "
         "entries per block (%d), and was refused where its tables do not fit (%d)",
         ran_lut[1], ran_lut[4], ran_lut[8], ran_lut_shared, ran_lut_batches, ran_lut_refused);
+  CHECK(ran_banked[1] > 0 && ran_banked[2] > 0 && ran_banked_stages1 > 0 && ran_banked_batches > 0 && ran_banked_chunks > 0 &&
+            ran_banked_refused > 0,
+        "the banked kernel ran with 32 and 64 vectors per head (%d, %d), single-buffered codes (%d), units of several "
+        "batch entries per block (%d), split sequences (%d), and was refused outside its formats (%d)",
+        ran_banked[1], ran_banked[2], ran_banked_stages1, ran_banked_batches, ran_banked_chunks, ran_banked_refused);
   printf("worst error / tolerance: o %.3f, lse %.3f\n", worst_o, worst_lse);
 
   qf_ctx_destroy(gpu);

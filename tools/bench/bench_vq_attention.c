@@ -8,7 +8,9 @@
  *    placement it runs; a note says so); "cq2,fp16,GC" and "cq2,fp16,SC" force each placement with
  *    decoded K vectors through qf_cuda_vq_attention_decode_with (the paper's baselines),
  *    "cq2,fp16,GC+LUT" and "cq2,fp16,SC+LUT" with the scores through the q . entry lookup table (a
- *    choice the kernel cannot use prints "skipped: ..." and gives no row); the same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes. The qfuse
+ *    choice the kernel cannot use prints "skipped: ..." and gives no row), "cq2,fp16,banked" the
+ *    kernel with bank-interleaved score tables and V books (auto=banked when the public call
+ *    picks it); the same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes. The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -234,8 +236,11 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
     goto done;
   }
   char auto_suffix[32];
-  snprintf(auto_suffix, sizeof auto_suffix, ",auto=%s%s", cfg.placement == QF_VQ_BOOKS_IN_SHARED ? "SC" : "GC",
-           cfg.scores == QF_VQ_ATTN_SCORES_LUT ? "+LUT" : "");
+  snprintf(auto_suffix, sizeof auto_suffix, ",auto=%s%s",
+           cfg.placement == QF_VQ_BOOKS_BANKED      ? "banked"
+           : cfg.placement == QF_VQ_BOOKS_IN_SHARED ? "SC"
+                                                    : "GC",
+           cfg.scores == QF_VQ_ATTN_SCORES_LUT && cfg.placement != QF_VQ_BOOKS_BANKED ? "+LUT" : "");
   const struct {
     const char *suffix;
     int forced, placement, scores;
@@ -243,7 +248,8 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
               {",GC", 1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_ATTN_SCORES_DECODE},
               {",SC", 1, QF_VQ_BOOKS_IN_SHARED, QF_VQ_ATTN_SCORES_DECODE},
               {",GC+LUT", 1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_ATTN_SCORES_LUT},
-              {",SC+LUT", 1, QF_VQ_BOOKS_IN_SHARED, QF_VQ_ATTN_SCORES_LUT}};
+              {",SC+LUT", 1, QF_VQ_BOOKS_IN_SHARED, QF_VQ_ATTN_SCORES_LUT},
+              {",banked", 1, QF_VQ_BOOKS_BANKED, QF_VQ_ATTN_SCORES_LUT}};
   rc = peer.us > 0 ? 0 : 1;
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
     snprintf(variant, sizeof variant, "%s,fp16%s", name, runs[i].suffix);

@@ -7,7 +7,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/vq/vq_books_env.h"
-#include "cuda/vq/vq_attention.cuh"
+#include "cuda/vq/vq_attention_banked.cuh"
 
 namespace {
 
@@ -64,6 +64,21 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
              : pick_books<VqAttnScoresByDecode>(shared, bf16, heads, vs, slot);
 }
 
+// The banked kernels, after the others in the opt-in slots: (S, vs) in {(32, 4), (32, 2), (64, 2)}
+// x entry dtype.
+constexpr int kBankedKernels = 3 * 2;
+
+chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int &slot) {
+  const int shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
+  if (shape < 0) return nullptr;
+  slot = kKernels + 2 * shape + (bf16 ? 1 : 0);
+  switch (shape) {
+    case 0: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16> : vq_attention_banked_kernel<32, 4, vq_f16>;
+    case 1: return bf16 ? vq_attention_banked_kernel<32, 2, vq_bf16> : vq_attention_banked_kernel<32, 2, vq_f16>;
+    default: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16> : vq_attention_banked_kernel<64, 2, vq_f16>;
+  }
+}
+
 bool element_aligned(const qf_mat *m) { return reinterpret_cast<uintptr_t>(m->data) % qf_dtype_size(m->dtype) == 0; }
 
 template <typename Out>
@@ -79,8 +94,6 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const qf_vq_format &f = a->k.fmt;
   const int vs = f.vector_size;
   // ---- what the kernels do not cover ----
-  if (placement == QF_VQ_BOOKS_BANKED)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked codebook placement exists for VQ-GeMV only", kOp);
   if (vs != 2 && vs != 4 && vs != 8)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: vector_size=%d: the CUDA kernel is built for vector sizes 2, 4 and 8", kOp, vs);
   if (a->D % vs != 0 || a->D > QF_VQ_ATTN_MAX_D)
@@ -103,8 +116,21 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const int64_t V = a->D / vs, row_vectors = a->Hkv * V;
   const qf_vq_attention_problem pb = {a->B, a->Hq, a->Hkv, a->D, a->seq_len, vs, f.index_bits, f.residuals,
                                       a->k.sz.entries, f.scope_cols ? f.scope_cols / vs : row_vectors};
+  // The banked kernel: forced, or chosen where the heuristic finds blocks busy enough for the LUT.
+  const char *banked_refusal = qf_vq_attn_banked_refusal(&pb);
+  const bool codes_aligned = reinterpret_cast<uintptr_t>(a->k.codes) % 16 == 0 && reinterpret_cast<uintptr_t>(a->v.codes) % 16 == 0;
+  if (!banked_refusal && !codes_aligned) banked_refusal = "it takes K and V codes aligned to 16 bytes";
   qf_vq_attention_config cfg;
-  if (!qf_vq_attention_layout(&pb, ctx->sm_count, ctx->smem_optin, placement, scores, &cfg)) {
+  if (placement == QF_VQ_BOOKS_BANKED) {
+    if (banked_refusal) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked codebook placement: %s", kOp, banked_refusal);
+    if (scores == QF_VQ_ATTN_SCORES_DECODE)
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked codebook placement scores by the lookup table only", kOp);
+    if (!qf_vq_attention_banked_layout(&pb, ctx->smem_optin, &cfg))
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                     "%s: the banked codebook placement: the score table, the V codebooks and a code tile do not fit the "
+                     "%zu bytes of shared memory of a block (vector_size %d, head_dim %lld)",
+                     kOp, ctx->smem_optin, vs, static_cast<long long>(a->D));
+  } else if (!qf_vq_attention_layout(&pb, ctx->sm_count, ctx->smem_optin, placement, scores, &cfg)) {
     const char *what = scores == QF_VQ_ATTN_SCORES_LUT
                            ? (placement == QF_VQ_BOOKS_IN_SHARED ? "the score tables of a query head, the head's V codebooks and a code tile"
                                                                  : "the score tables of a query head and a code tile")
@@ -118,13 +144,20 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,
                    static_cast<long long>(a->Hkv), cfg.head_tiles);
 
+  if (placement == QF_VQ_BOOKS_AUTO && scores == QF_VQ_ATTN_SCORES_AUTO && cfg.scores == QF_VQ_ATTN_SCORES_LUT &&
+      pb.Hq == pb.Hkv && !banked_refusal)
+    qf_vq_attention_banked_layout(&pb, ctx->smem_optin, &cfg);  // keeps cfg when it does not fit
+
   int slot = 0;
+  const bool bf16 = f.entry_dtype == QF_BF16;
   const chunk_kernel_t kernel =
-      pick(cfg.scores == QF_VQ_ATTN_SCORES_LUT, cfg.placement == QF_VQ_BOOKS_IN_SHARED, f.entry_dtype == QF_BF16, cfg.heads, vs, slot);
+      cfg.placement == QF_VQ_BOOKS_BANKED
+          ? pick_banked(bf16, static_cast<int>(V), vs, slot)
+          : pick(cfg.scores == QF_VQ_ATTN_SCORES_LUT, cfg.placement == QF_VQ_BOOKS_IN_SHARED, bf16, cfg.heads, vs, slot);
   if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
 
   // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
-  static std::atomic<uint64_t> opted_in[kKernels];
+  static std::atomic<uint64_t> opted_in[kKernels + kBankedKernels];
   if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
   cudaError_t err;
   int per_sm = 0;

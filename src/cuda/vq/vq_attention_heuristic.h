@@ -72,7 +72,7 @@ typedef struct {
 } qf_vq_attention_problem;
 
 typedef struct {
-  int placement;        /* QF_VQ_BOOKS_IN_GLOBAL or QF_VQ_BOOKS_IN_SHARED */
+  int placement;        /* QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED or QF_VQ_BOOKS_BANKED */
   int scores;           /* QF_VQ_ATTN_SCORES_DECODE or QF_VQ_ATTN_SCORES_LUT */
   int heads;            /* query heads per block: the kernel's bucket, 1, 4 or 8 */
   int head_tiles;       /* blocks along one kv head's query heads: ceil(group / heads) */
@@ -194,6 +194,48 @@ static inline int qf_vq_attention_layout(const qf_vq_attention_problem *pb, int 
   cfg->lut_bytes = m.lut;
   cfg->codes_bytes = (size_t)stages * m.tile_codes;
   cfg->smem_bytes = books_used + m.lut + cfg->codes_bytes + m.fixed;
+  cfg->chunk_len = cfg->n_chunks = cfg->units = cfg->blocks = 0;
+  cfg->scratch_bytes = 0;
+  return 1;
+}
+
+/* The banked kernel (vq_attention_banked.cuh, placement QF_VQ_BOOKS_BANKED): score tables and V
+ * books laid out by vector so that a warp's lookups never share a bank. NULL when it can serve the
+ * problem's format, else why not (shared memory is checked by the layout). */
+static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_problem *pb) {
+  if (pb->index_bits != 8 || pb->residuals != 1) return "it takes one residual of 8-bit indices";
+  if (pb->vector_size != 2 && pb->vector_size != 4) return "it takes vector sizes 2 and 4";
+  if (pb->D / pb->vector_size != 32 && pb->D / pb->vector_size != 64)
+    return "it takes heads of 32 or 64 vectors (head_dim / vector_size)";
+  return NULL;
+}
+
+/* Shared memory of the banked kernel: the score table [256][S + 32] fp32, the V books [256][S]
+ * entries, code tiles of QF_VQ_ATTN_TILE tokens (K rows of S + 48 bytes, V rows of S), q [D] and
+ * the warps' partials [WARPS][D + 2]. Fills everything but the split (one query head per block);
+ * 0 when not even single-buffered code tiles fit. The format must pass qf_vq_attn_banked_refusal. */
+static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
+                                                qf_vq_attention_config *cfg) {
+  const int64_t S = pb->D / pb->vector_size;
+  const size_t lut = 256u * (size_t)(S + 32) * 4u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
+  const size_t tile = (size_t)QF_VQ_ATTN_TILE * (size_t)(2 * S + 48);
+  const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2)) * 4u;
+  int stages = 2;
+  while (stages > 0 && lut + books + (size_t)stages * tile + fixed > smem_optin) stages--;
+  if (!stages) return 0;
+  cfg->placement = QF_VQ_BOOKS_BANKED;
+  cfg->scores = QF_VQ_ATTN_SCORES_LUT;
+  cfg->heads = 1;
+  cfg->head_tiles = (int)(pb->Hq / pb->Hkv);
+  cfg->stages = stages;
+  cfg->books_per_head = (int)S;
+  cfg->code_words = (int)(S / 4);
+  cfg->lanes_per_token = 32;
+  cfg->vectors_per_lane = (int)(S / 32);
+  cfg->books_bytes = books;
+  cfg->lut_bytes = lut;
+  cfg->codes_bytes = (size_t)stages * tile;
+  cfg->smem_bytes = lut + books + cfg->codes_bytes + fixed;
   cfg->chunk_len = cfg->n_chunks = cfg->units = cfg->blocks = 0;
   cfg->scratch_bytes = 0;
   return 1;

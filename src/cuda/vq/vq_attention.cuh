@@ -190,8 +190,9 @@ struct vq_attn_tile {
 __device__ __forceinline__ vq_attn_tile vq_attn_tile_at(const vq_attention_params &p, int unit, int64_t t0) {
   vq_attn_tile t;
   t.unit = unit;
-  t.b = unit / p.n_chunks;
-  t.chunk = unit - t.b * p.n_chunks;
+  const int b = unit / p.n_chunks;  // 32-bit: units and chunks are counted in int
+  t.b = b;
+  t.chunk = unit - b * p.n_chunks;
   const int64_t begin = t.chunk * p.chunk_len, end = begin + p.chunk_len < p.seq_len ? begin + p.chunk_len : p.seq_len;
   t.t0 = t0 < 0 ? begin : t0;  // t0 < 0: the unit's first tile
   t.count = static_cast<int>(end - t.t0 < kVqAttnTile ? end - t.t0 : kVqAttnTile);

@@ -5,8 +5,9 @@
 //
 // NOTES:
 // - A block serves one query head h (kv head g = h / group) and a contiguous run of units (batch
-//   entry, chunk); it copies head g's V books into shared memory once and builds the score table
-//   of q[b, h] whenever the batch entry changes.
+//   entry, chunk); it copies head g's V books into shared memory once (one cp.async per entry, in
+//   flight with the first code tile) and builds the score table of q[b, h] whenever the batch
+//   entry changes (eight K entries in flight per thread).
 // - Layouts: the score table is lut[e][c] = q-part(c mod S) . K entry e of vector c mod S, for
 //   columns c = 0 .. S + 31 (the first 32 vectors twice; fp32, q scaled by sm_scale log2(e)); the V
 //   books are vbook[e][j] = V entry e of vector j. Entry e of every vector shares a row, and
@@ -23,8 +24,8 @@
 // - Values, one vector per lane (two for S = 64): for each of the warp's tokens the probability
 //   comes by shuffle, the lane reads the token's V index of its vector and the entry, and adds
 //   p * entry into fp32 accumulators.
-// - Code tiles of 256 tokens (32 per warp) are copied with 16-byte cp.async, double-buffered when
-//   they fit (S = 32), single-buffered otherwise. Head g's indices are bytes g S .. g S + S - 1 of
+// - Code tiles of 256 tokens (32 per warp) are copied with 16-byte cp.async into a ring of three
+//   (two in flight while one is computed) where it fits (S = 32), else one. Head g's indices are bytes g S .. g S + S - 1 of
 //   a code row, so rows, codes and head offsets are 16-byte aligned (the launcher checks).
 // - NaN and Inf as in vq_attention.cuh: max ignores NaN scores, a NaN score makes p, l and o NaN,
 //   an Inf score gives exp2(inf - inf) = NaN, a unit without a finite score keeps m = -Inf and
@@ -61,13 +62,16 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1)
   const int u_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * p.units / gridDim.x);
   if (u_begin >= u_end) return;
 
-  // ---- head g's V books, interleaved by vector ----
+  // ---- head g's V books, interleaved by vector: asynchronous copies, waited for with the first tile's ----
+  // Thread tid handles vector j = tid % S, entries e0, e0 + kStep, ... (e0 = tid / S) of both books.
+  constexpr int kStep = kVqAttnThreads / kS, kPer = 256 / kStep;
+  const int bj = tid % kS, e0 = tid / kS;
   const int64_t book_elems = static_cast<int64_t>(p.entries) * kVS;
-  for (int i = tid; i < 256 * kS; i += kVqAttnThreads) {
-    const int e = i / kS, j = i % kS;
-    const uint16_t *src = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems + e * kVS;
-    if constexpr (kEB == 8) *reinterpret_cast<uint2 *>(vbook_s + i * kEB) = __ldg(reinterpret_cast<const uint2 *>(src));
-    else *reinterpret_cast<uint32_t *>(vbook_s + i * kEB) = __ldg(reinterpret_cast<const unsigned int *>(src));
+  const int64_t book_off = vq_attn_book(p, g * kS + bj) * book_elems;
+#pragma unroll 8
+  for (int u = 0; u < kPer; u++) {
+    const int e = e0 + u * kStep;
+    __pipeline_memcpy_async(vbook_s + (e * kS + bj) * kEB, p.books[1] + book_off + e * kVS, kEB);
   }
 
   // Tile t's code bytes of head g into buffer `stage`: thread i copies token i's K row (twice its
@@ -88,6 +92,19 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1)
     __pipeline_commit();
   };
 
+  // The code-tile ring: tile `ahead` is the next to stage, stages - 1 tiles ahead of the one computed.
+  int64_t lut_b = -1;  // the batch entry the table was built for
+  vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1), ahead = t;
+  auto stage_ahead = [&](int buffer) {
+    if (ahead.unit < u_end) {
+      stage_codes(ahead, buffer);
+      ahead = vq_attn_next(p, ahead);
+    } else {
+      __pipeline_commit();  // an empty group keeps the count
+    }
+  };
+  for (int s = 0; s + 1 < p.stages; s++) stage_ahead(s);
+
   float m = -INFINITY, l = 0.0f;  // this warp's running max (log2 units) and this lane's sum of p
   float acc[kSPL][kVS];
 #pragma unroll
@@ -95,34 +112,37 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1)
 #pragma unroll
     for (int c = 0; c < kVS; c++) acc[i][c] = 0.0f;
 
-  int64_t lut_b = -1;  // the batch entry the table was built for
-  vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
-  if (p.stages == 2) stage_codes(t, 0);
-  for (int it = 0; t.unit < u_end; it++, t = vq_attn_next(p, t)) {
-    const int stage = p.stages == 2 ? (it & 1) : 0;
+  for (int stage = 0; t.unit < u_end; stage = stage + 1 == p.stages ? 0 : stage + 1, t = vq_attn_next(p, t)) {
     __syncthreads();  // every warp is done with the previous tile's buffer, the table and red_s
-    if (p.stages == 2) {
-      const vq_attn_tile next = vq_attn_next(p, t);
-      if (next.unit < u_end) stage_codes(next, stage ^ 1);
-      else __pipeline_commit();  // an empty group keeps the count
-      __pipeline_wait_prior(1);
-    } else {
-      stage_codes(t, 0);
-      __pipeline_wait_prior(0);
+    stage_ahead(stage == 0 ? p.stages - 1 : stage - 1);  // into the buffer just freed
+    switch (p.stages) {  // this tile's group is complete
+      case 3: __pipeline_wait_prior(2); break;
+      case 2: __pipeline_wait_prior(1); break;
+      default: __pipeline_wait_prior(0);
     }
     if (t.b != lut_b) {  // a new batch entry: q[b, h], scaled, then its table
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
       for (int i = tid; i < kD; i += kVqAttnThreads) q_s[i] = vq_attn_load_q(p, qrow + i) * p.q_scale;
       __syncthreads();
-      for (int i = tid; i < 256 * kS; i += kVqAttnThreads) {
-        const int e = i / kS, j = i % kS;
-        float ent[kVS];
-        vq_load_entry<kVS, true>(E{}, p.books[0] + vq_attn_book(p, g * kS + j) * book_elems + e * kVS, ent);
-        float dot = 0.0f;
+      constexpr int kBatch = 64 / kVS;  // K entries in flight per thread
+      static_assert(kPer % kBatch == 0, "whole batches");
+      float qv[kVS];
 #pragma unroll
-        for (int c = 0; c < kVS; c++) dot = fmaf(q_s[j * kVS + c], ent[c], dot);
-        lut_s[e * kLutW + j] = dot;
-        if (j < 32) lut_s[e * kLutW + kS + j] = dot;
+      for (int c = 0; c < kVS; c++) qv[c] = q_s[bj * kVS + c];
+      const uint16_t *kbook = p.books[0] + book_off;
+      for (int u0 = 0; u0 < kPer; u0 += kBatch) {
+        float ent[kBatch][kVS];
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) vq_load_entry<kVS, true>(E{}, kbook + (e0 + (u0 + u) * kStep) * kVS, ent[u]);
+#pragma unroll
+        for (int u = 0; u < kBatch; u++) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kVS; c++) dot = fmaf(qv[c], ent[u][c], dot);
+          float *row = lut_s + (e0 + (u0 + u) * kStep) * kLutW;
+          row[bj] = dot;
+          if (bj < 32) row[kS + bj] = dot;
+        }
       }
       lut_b = t.b;
     }
@@ -154,8 +174,7 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1)
 
       // ---- values: lane j's vectors j (and j + 32) of each token ----
       const uint8_t *vr = vcodes_s + (stage * kTile + tok0) * kS + lane;
-#pragma unroll 4
-      for (int k = 0; k < n; k++) {
+      auto value = [&](int k) {
         const float pk = __shfl_sync(0xffffffffu, pr, k);
 #pragma unroll
         for (int i = 0; i < kSPL; i++) {
@@ -164,6 +183,12 @@ __global__ void __launch_bounds__(kVqAttnThreads, 1)
 #pragma unroll
           for (int c = 0; c < kVS; c++) acc[i][c] = fmaf(pk, e[c], acc[i][c]);
         }
+      };
+      if (n == 32) {  // a whole warp of tokens: unrolled, every load in flight
+#pragma unroll
+        for (int k = 0; k < 32; k++) value(k);
+      } else {
+        for (int k = 0; k < n; k++) value(k);
       }
     }
 

@@ -76,7 +76,7 @@ typedef struct {
   int scores;           /* QF_VQ_ATTN_SCORES_DECODE or QF_VQ_ATTN_SCORES_LUT */
   int heads;            /* query heads per block: the kernel's bucket, 1, 4 or 8 */
   int head_tiles;       /* blocks along one kv head's query heads: ceil(group / heads) */
-  int stages;           /* code tiles in shared memory: 2 (the next one in flight) or 1 */
+  int stages;           /* code tiles in shared memory: 2 (the next one in flight) or 1; banked: up to 3 */
   int books_per_head;   /* books a kv head's D channels touch, the most over the heads */
   int code_words;       /* 32-bit words per staged code row (odd: conflict-free columns) */
   int lanes_per_token;  /* values phase: lanes sharing a token (a power of two, <= 32) */
@@ -211,8 +211,8 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
 }
 
 /* Shared memory of the banked kernel: the score table [256][S + 32] fp32, the V books [256][S]
- * entries, code tiles of QF_VQ_ATTN_TILE tokens (K rows of S + 48 bytes, V rows of S), q [D] and
- * the warps' partials [WARPS][D + 2]. Fills everything but the split (one query head per block);
+ * entries, a ring of 1 to 3 code tiles of QF_VQ_ATTN_TILE tokens (K rows of S + 48 bytes, V rows
+ * of S), q [D] and the warps' partials [WARPS][D + 2]. Fills everything but the split (one query head per block);
  * 0 when not even single-buffered code tiles fit. The format must pass qf_vq_attn_banked_refusal. */
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
@@ -220,7 +220,7 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
   const size_t lut = 256u * (size_t)(S + 32) * 4u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * (size_t)(2 * S + 48);
   const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2)) * 4u;
-  int stages = 2;
+  int stages = 3; /* a ring of three tiles where it fits: two in flight while one is computed */
   while (stages > 0 && lut + books + (size_t)stages * tile + fixed > smem_optin) stages--;
   if (!stages) return 0;
   cfg->placement = QF_VQ_BOOKS_BANKED;

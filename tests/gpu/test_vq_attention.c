@@ -160,7 +160,7 @@ typedef struct {
 /* Coverage of the launch plans the forced calls produced. */
 static int ran_shared, ran_global, ran_chunks, ran_multi_unit, ran_multi_tile, ran_head_tiles, ran_single_stage;
 static int ran_lut[9], ran_lut_shared, ran_lut_batches, ran_lut_refused; /* ran_lut[heads per block] */
-static int ran_banked[3], ran_banked_stages1, ran_banked_stages3, ran_banked_batches, ran_banked_chunks, ran_banked_refused; /* [vectors / 32] */
+static int ran_banked[3], ran_banked_halves[3], ran_banked_batches, ran_banked_chunks, ran_banked_refused; /* [vectors / 32] */
 static double worst_o, worst_lse; /* the largest error / tolerance seen */
 
 typedef struct {
@@ -387,8 +387,7 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
         continue;
       }
       ran_banked[S / 32]++;
-      ran_banked_stages1 += used.stages == 1;
-      ran_banked_stages3 += used.stages == 3;
+      ran_banked_halves[used.halves == 2 ? 2 : 1]++;
       ran_banked_batches += used.units > used.blocks && c->B > 1;
       ran_banked_chunks += used.n_chunks > 1;
     }
@@ -667,11 +666,11 @@ int main(void) {
         "the LUT ran with 1, 4 and 8 heads per block (%d, %d, %d), with shared books (%d), with units of several batch "
         "entries per block (%d), and was refused where its tables do not fit (%d)",
         ran_lut[1], ran_lut[4], ran_lut[8], ran_lut_shared, ran_lut_batches, ran_lut_refused);
-  CHECK(ran_banked[1] > 0 && ran_banked[2] > 0 && ran_banked_stages1 > 0 && ran_banked_stages3 > 0 && ran_banked_batches > 0 &&
-            ran_banked_chunks > 0 && ran_banked_refused > 0,
-        "the banked kernel ran with 32 and 64 vectors per head (%d, %d), one and three code tiles (%d, %d), units of "
-        "several batch entries per block (%d), split sequences (%d), and was refused outside its formats (%d)",
-        ran_banked[1], ran_banked[2], ran_banked_stages1, ran_banked_stages3, ran_banked_batches, ran_banked_chunks,
+  CHECK(ran_banked[1] > 0 && ran_banked[2] > 0 && ran_banked_halves[1] > 0 && ran_banked_halves[2] > 0 &&
+            ran_banked_batches > 0 && ran_banked_chunks > 0 && ran_banked_refused > 0,
+        "the banked kernel ran with 32 and 64 vectors per head (%d, %d), one and two halves per block (%d, %d), units of "
+        "several batch entries per half (%d), split sequences (%d), and was refused outside its formats (%d)",
+        ran_banked[1], ran_banked[2], ran_banked_halves[1], ran_banked_halves[2], ran_banked_batches, ran_banked_chunks,
         ran_banked_refused);
   printf("worst error / tolerance: o %.3f, lse %.3f\n", worst_o, worst_lse);
 

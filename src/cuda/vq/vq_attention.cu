@@ -161,12 +161,13 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   static std::atomic<uint64_t> opted_in[kKernels + kBankedKernels];
   if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
   cudaError_t err;
+  const int threads = kVqAttnThreads * cfg.halves;
   int per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kVqAttnThreads, cfg.smem_bytes);
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, cfg.smem_bytes);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
   if (per_sm < 1)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: a block of %d threads with %zu bytes of shared memory does not fit an SM", kOp,
-                   kVqAttnThreads, cfg.smem_bytes);
+                   threads, cfg.smem_bytes);
   const size_t counters = kQfWorkspaceCounters * sizeof(int);
   qf_vq_attention_split(&pb, ctx->sm_count, per_sm, counters, &cfg);
   if (cfg.units > INT32_MAX)
@@ -221,9 +222,12 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.books_bytes = static_cast<uint32_t>(cfg.books_bytes);
   p.lut_bytes = static_cast<uint32_t>(cfg.lut_bytes);
   p.codes_bytes = static_cast<uint32_t>(cfg.codes_bytes);
+  p.halves = cfg.halves;
+  p.vblocks = static_cast<int>(cfg.blocks);
+  p.half_bytes = static_cast<uint32_t>((cfg.smem_bytes - cfg.books_bytes) / cfg.halves);
 
-  const dim3 grid(static_cast<unsigned>(cfg.blocks), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
-  kernel<<<grid, kVqAttnThreads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
+  const dim3 grid(static_cast<unsigned>((cfg.blocks + cfg.halves - 1) / cfg.halves), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
+  kernel<<<grid, threads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
   if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK) return st;
 
   vq_attention_merge_params mp = {};

@@ -89,6 +89,8 @@ struct vq_attention_params {
   int books_per_head, code_words, stages;
   int lane_shift, vectors_per_lane;  // values phase: log2(lanes_per_token)
   uint32_t books_bytes, lut_bytes, codes_bytes;  // shared-memory carve-out
+  int halves, vblocks;       // banked kernel: halves per block, virtual blocks (halves) per head tile
+  uint32_t half_bytes;       // banked kernel: shared memory of one half
 };
 
 struct vq_attention_merge_params {

@@ -76,7 +76,8 @@ typedef struct {
   int scores;           /* QF_VQ_ATTN_SCORES_DECODE or QF_VQ_ATTN_SCORES_LUT */
   int heads;            /* query heads per block: the kernel's bucket, 1, 4 or 8 */
   int head_tiles;       /* blocks along one kv head's query heads: ceil(group / heads) */
-  int stages;           /* code tiles in shared memory: 2 (the next one in flight) or 1; banked: up to 3 */
+  int stages;           /* code tiles in shared memory: 2 (the next one in flight) or 1 */
+  int halves;           /* banked: halves of 8 warps per block, each a block of the split (1 elsewhere) */
   int books_per_head;   /* books a kv head's D channels touch, the most over the heads */
   int code_words;       /* 32-bit words per staged code row (odd: conflict-free columns) */
   int lanes_per_token;  /* values phase: lanes sharing a token (a power of two, <= 32) */
@@ -84,7 +85,7 @@ typedef struct {
   int64_t chunk_len;    /* tokens per chunk, a multiple of QF_VQ_ATTN_TILE */
   int64_t n_chunks;     /* chunks per sequence */
   int64_t units;        /* B * n_chunks */
-  int64_t blocks;       /* blocks per head tile (grid.x), each a contiguous run of units */
+  int64_t blocks;       /* blocks per head tile (grid.x; banked: halves), each a contiguous run of units */
   size_t books_bytes;   /* shared memory: codebooks (0 in global placement) */
   size_t lut_bytes;     /* shared memory: the score tables (0 with decoded scores) */
   size_t codes_bytes;   /* shared memory: code tiles */
@@ -184,6 +185,7 @@ static inline int qf_vq_attention_layout(const qf_vq_attention_problem *pb, int 
   cfg->placement = placement;
   cfg->scores = scores;
   cfg->heads = heads;
+  cfg->halves = 1;
   cfg->head_tiles = (int)((group + heads - 1) / heads);
   cfg->stages = stages;
   cfg->books_per_head = (int)bph;
@@ -210,32 +212,34 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
   return NULL;
 }
 
-/* Shared memory of the banked kernel: the score table [256][S + 32] fp32, the V books [256][S]
- * entries, a ring of 1 to 3 code tiles of QF_VQ_ATTN_TILE tokens (K rows of S + 48 bytes, V rows
- * of S), q [D] and the warps' partials [WARPS][D + 2]. Fills everything but the split (one query head per block);
- * 0 when not even single-buffered code tiles fit. The format must pass qf_vq_attn_banked_refusal. */
+/* Shared memory of the banked kernel: the V books [256][S] entries, then per half (8 warps) the
+ * score table [256][S] fp32, a ring of two code tiles of QF_VQ_ATTN_TILE tokens (K and V rows of S
+ * bytes), q [D] and the warps' partials [WARPS][D + 2]. Two halves when they fit (16 warps per SM),
+ * else one. Fills everything but the split (one query head per block; cfg->blocks will count
+ * halves); 0 when not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
-  const size_t lut = 256u * (size_t)(S + 32) * 4u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
-  const size_t tile = (size_t)QF_VQ_ATTN_TILE * (size_t)(2 * S + 48);
+  const size_t books = 256u * (size_t)S * (size_t)pb->vector_size * 2u, lut = 256u * (size_t)S * 4u;
+  const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
   const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2)) * 4u;
-  int stages = 3; /* a ring of three tiles where it fits: two in flight while one is computed */
-  while (stages > 0 && lut + books + (size_t)stages * tile + fixed > smem_optin) stages--;
-  if (!stages) return 0;
+  const size_t half = lut + 2u * tile + fixed;
+  const int halves = books + 2u * half <= smem_optin ? 2 : 1;
+  if (books + half > smem_optin) return 0;
   cfg->placement = QF_VQ_BOOKS_BANKED;
   cfg->scores = QF_VQ_ATTN_SCORES_LUT;
   cfg->heads = 1;
   cfg->head_tiles = (int)(pb->Hq / pb->Hkv);
-  cfg->stages = stages;
+  cfg->stages = 2;
+  cfg->halves = halves;
   cfg->books_per_head = (int)S;
   cfg->code_words = (int)(S / 4);
   cfg->lanes_per_token = 32;
   cfg->vectors_per_lane = (int)(S / 32);
   cfg->books_bytes = books;
   cfg->lut_bytes = lut;
-  cfg->codes_bytes = (size_t)stages * tile;
-  cfg->smem_bytes = lut + books + cfg->codes_bytes + fixed;
+  cfg->codes_bytes = 2u * tile;
+  cfg->smem_bytes = books + (size_t)halves * half;
   cfg->chunk_len = cfg->n_chunks = cfg->units = cfg->blocks = 0;
   cfg->scratch_bytes = 0;
   return 1;

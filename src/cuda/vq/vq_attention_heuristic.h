@@ -270,6 +270,17 @@ static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int 
                        (size_t)(pb->B * pb->Hq * cfg->n_chunks) * 2u * 4u;
 }
 
+/* After the split, a banked plan of two halves per block with no more halves than SMs (short
+ * sequences: units are whole tiles of QF_VQ_ATTN_TILE tokens) runs one half per block instead: a
+ * block per SM, not half the SMs idle. Returns 1 when it changed the plan. */
+static inline int qf_vq_attention_banked_fill(qf_vq_attention_config *cfg, int64_t Hkv, int sm_count) {
+  if (cfg->placement != QF_VQ_BOOKS_BANKED || cfg->halves != 2) return 0;
+  if (cfg->blocks * Hkv * cfg->head_tiles > (int64_t)sm_count) return 0;
+  cfg->smem_bytes = cfg->books_bytes + (cfg->smem_bytes - cfg->books_bytes) / 2u;
+  cfg->halves = 1;
+  return 1;
+}
+
 /* qf_cuda_vq_attention_decode with the codebook placement (QF_VQ_BOOKS_AUTO: the heuristic's) and
  * the score technique (QF_VQ_ATTN_SCORES_AUTO: the heuristic's) forced, for the ablation and the
  * tests. QF_ERR_UNSUPPORTED when a forced choice cannot be used. When `used` is not NULL it

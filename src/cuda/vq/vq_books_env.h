@@ -1,7 +1,9 @@
 // QF_VQ_BOOKS, the codebook-placement switch of the VQ kernels (host code), read at every public
 // call of qf_vq_gemm and qf_vq_attention_decode: "auto", unset or empty lets the heuristics choose;
-// "global" and "shared" force the paper's GC and SC placements, "banked" the bank-private copies
-// of the banked VQ-GeMV (vq_gemv_banked.cu; refused elsewhere), for the ablation.
+// "global" and "shared" force the paper's GC and SC placements, "banked" the bank-conflict-free
+// layouts (the VQ-GeMV's bank-private copies, vq_gemv_banked.cu; VQ attention's tables and books
+// interleaved by vector, vq_attention_banked.cuh; refused where they do not apply), for the
+// ablation.
 #pragma once
 
 #include <cstdlib>

@@ -64,16 +64,8 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld output tiles exceed the grid", kOp, static_cast<long long>(cfg.tiles));
 
   vq_mma_params p = {};
-  p.codes = reinterpret_cast<const uint32_t *>(w->codes);
-  p.books = static_cast<const uint16_t *>(w->books);
-  p.scales = w->scales;
-  p.x = x->data;
-  p.y = y->data;
-  p.x_ld = x->ld;
-  p.y_ld = y->ld;
-  p.n_books = w->sz.n_books;
+  vq_weight_call_params(p, x, w, y);
   p.x_dtype = x->dtype;
-  p.y_dtype = y->dtype;
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.K = static_cast<int>(K);

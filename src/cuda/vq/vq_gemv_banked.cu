@@ -80,6 +80,17 @@ __device__ __forceinline__ uint32_t pick(const uint32_t (&w)[N], int i) {
   return v;
 }
 
+// Accumulators [row tiles][x tiles][4] set to zero.
+template <int A, int B>
+__device__ __forceinline__ void zero(float (&v)[A][B][4]) {
+#pragma unroll
+  for (int a = 0; a < A; a++)
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+      for (int k = 0; k < 4; k++) v[a][b][k] = 0.0f;
+}
+
 }  // namespace vq_banked_detail
 
 template <int kMT, int kVS, typename T>
@@ -191,12 +202,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
   };
 
   float acc[kRowTiles][kMT][4];
-#pragma unroll
-  for (int nt = 0; nt < kRowTiles; nt++)
-#pragma unroll
-    for (int j = 0; j < kMT; j++)
-#pragma unroll
-      for (int k = 0; k < 4; k++) acc[nt][j][k] = 0.0f;
+  zero(acc);
 
   const bool stager = static_cast<int>(threadIdx.x) < p.entries;
   entry_t next_entry{};
@@ -242,12 +248,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 #pragma unroll kUnrollQ
     for (int q = 0; q < 4; q++) {
       float part[kRowTiles][kMT][4];
-#pragma unroll
-      for (int nt = 0; nt < kRowTiles; nt++)
-#pragma unroll
-        for (int j = 0; j < kMT; j++)
-#pragma unroll
-          for (int k = 0; k < 4; k++) part[nt][j][k] = 0.0f;
+      zero(part);
       [[maybe_unused]] uint4 e8[kRowTiles][2];
       uint4 xq[kMT][2];  // x quads 16 t + 4 q .. + 3 of the chunk, row g of each n8 tile
 #pragma unroll
@@ -421,15 +422,7 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", kOp, static_cast<long long>(tiles_n) * splits);
 
   vq_banked_params p = {};
-  p.codes = reinterpret_cast<const uint32_t *>(w->codes);
-  p.books = static_cast<const uint16_t *>(w->books);
-  p.scales = w->scales;
-  p.x = x->data;
-  p.y = y->data;
-  p.x_ld = x->ld;
-  p.y_ld = y->ld;
-  p.n_books = w->sz.n_books;
-  p.y_dtype = y->dtype;
+  vq_weight_call_params(p, x, w, y);
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.chunks = chunks;

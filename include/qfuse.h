@@ -455,8 +455,9 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * table of q . entry products (chosen per shape), computes in fp32 and splits the sequence into
  * chunks merged with the LSE rule through the context's workspace (allocated at the first call of
  * a shape, as for the GEMMs' split-K; QF_VQ_BOOKS forces the codebook placement, docs/VQ.md).
- * Without GQA (Hq = Hkv), one residual of 8-bit indices, vector size 2 or 4 and D / vector_size
- * of 32 or 64 (CQ-2 and CQ-4 at D = 128), with codes 16-byte aligned, CUDA runs the banked kernel:
+ * For one residual of 8-bit indices, vector size 2 or 4 and D / vector_size of 32 or 64 (CQ-2 and
+ * CQ-4 at D = 128), with codes 16-byte aligned, CUDA runs the banked kernel (without GQA, and with
+ * GQA where the sequence keeps the SMs busy):
  * score tables and V codebooks laid out by vector in shared memory, so that no lookup of a warp
  * shares a bank with another lane's. */
 typedef struct {

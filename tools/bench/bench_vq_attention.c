@@ -2,7 +2,8 @@
  * KV cache against an fp16 split-KV decode attention over the same cache uncompressed
  * (fp16_decode.cu), on the same device in the same run.
  *  - Shapes: Llama-7B attention (Hq = Hkv = 32, D = 128, fp16 q and o) at seq_len 1024 and 4096,
- *    batch 1 and 8 (--m selects a batch size).
+ *    batch 1 and 8 (--m selects a batch size); GQA with 8 kv heads (Llama-3-8B: Hq = 32, Hkv = 8)
+ *    at seq_len 4096, batch 1 and 8.
  *  - Rows: "cq2,fp16,auto=SC+LUT" (or =GC, =SC, =GC+LUT) is the public call, the heuristic's
  *    codebook placement and score technique named (QF_VQ_BOOKS set in the environment changes the
  *    placement it runs; a note says so); "cq2,fp16,GC" and "cq2,fp16,SC" force each placement with
@@ -39,14 +40,15 @@
 #include "fp16_decode.h"
 #include "formats/formats.h"
 
-enum { HEADS = 32, HEAD_DIM = 128, MAX_B = 8, MAX_SEQ = 4096 };
+enum { HQ = 32, GQA_HKV = 8, HEAD_DIM = 128, MAX_B = 8, MAX_SEQ = 4096 };
 
-/* One format's cache on the device, sized for MAX_B x MAX_SEQ tokens. */
+/* One format's cache of hkv kv heads on the device, sized for MAX_B x MAX_SEQ tokens. */
 typedef struct {
   qf_vq_format f;
   qf_vq_sizes sz;
+  int64_t hkv;
   void *codes[2], *books[2]; /* K, V */
-  void *dense[2];            /* the same K and V decoded to fp16 [rows, HEADS * HEAD_DIM] */
+  void *dense[2];            /* the same K and V decoded to fp16 [rows, hkv * HEAD_DIM] */
   size_t code_bytes, book_bytes;
 } cache;
 
@@ -64,10 +66,11 @@ static void free_cache(cache *c) {
   for (int m = 0; m < 2; m++) cudaFree(c->codes[m]), cudaFree(c->books[m]), cudaFree(c->dense[m]);
 }
 
-static int make_cache(qf_ctx *ctx, cache *c, qf_vq_preset preset, uint64_t *seed) {
+static int make_cache(qf_ctx *ctx, cache *c, qf_vq_preset preset, int64_t hkv, uint64_t *seed) {
   memset(c, 0, sizeof *c);
   qf_vq_format_preset(preset, &c->f);
-  const int64_t rows = (int64_t)MAX_B * MAX_SEQ, cols = (int64_t)HEADS * HEAD_DIM;
+  c->hkv = hkv;
+  const int64_t rows = (int64_t)MAX_B * MAX_SEQ, cols = hkv * HEAD_DIM;
   if (qf_vq_sizes_of(ctx, &c->f, rows, cols, &c->sz) != QF_OK) {
     fprintf(stderr, "bench_vq_attention: sizes: %s\n", qf_ctx_last_error(ctx));
     return 1;
@@ -142,15 +145,15 @@ static int run_forced(void *arg) {
 
 static int run_peer(void *arg) {
   att_call *a = arg;
-  return qfb_fp16_decode(a->q, a->c->dense[0], a->c->dense[1], a->o_peer, a->lse_peer, a->B, HEADS, HEADS, HEAD_DIM,
+  return qfb_fp16_decode(a->q, a->c->dense[0], a->c->dense[1], a->o_peer, a->lse_peer, a->B, HQ, a->c->hkv, HEAD_DIM,
                          a->seq_len, 1.0f / sqrtf((float)HEAD_DIM), a->ws, a->ws_bytes, 0);
 }
 
 static void setup_call(att_call *a, qf_ctx *ctx, cache *c, int64_t B, int64_t seq_len) {
-  const int64_t rows = B * seq_len, W = (int64_t)HEADS * HEAD_DIM;
+  const int64_t rows = B * seq_len, W = (int64_t)HQ * HEAD_DIM, Wkv = c->hkv * HEAD_DIM;
   a->ctx = ctx, a->c = c, a->B = B, a->seq_len = seq_len;
   a->qshape[0] = B, a->qshape[1] = W;
-  a->lshape[0] = B, a->lshape[1] = HEADS;
+  a->lshape[0] = B, a->lshape[1] = HQ;
   a->cshape[0] = c->f.residuals, a->cshape[1] = rows, a->cshape[2] = c->sz.row_bytes;
   a->bshape[0] = c->f.residuals, a->bshape[1] = c->sz.n_books, a->bshape[2] = c->sz.entries, a->bshape[3] = c->f.vector_size;
   const DLDevice dev = {kDLCUDA, 0};
@@ -161,7 +164,7 @@ static void setup_call(att_call *a, qf_ctx *ctx, cache *c, int64_t B, int64_t se
   a->vc = (DLTensor){.data = c->codes[1], .device = dev, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = a->cshape};
   a->kb = (DLTensor){.data = c->books[0], .device = dev, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = a->bshape};
   a->vb = (DLTensor){.data = c->books[1], .device = dev, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = a->bshape};
-  a->opts = (qf_vq_attention_opts){.head_dim = HEAD_DIM, .kv_heads = HEADS, .seq_len = seq_len};
+  a->opts = (qf_vq_attention_opts){.head_dim = HEAD_DIM, .kv_heads = (int)c->hkv, .seq_len = seq_len};
   /* the same call for qf_cuda_vq_attention_decode_with: the sizes of B * seq_len rows (the books
    * do not depend on the rows: one row block) */
   qf_vq_sizes sz = c->sz;
@@ -169,15 +172,15 @@ static void setup_call(att_call *a, qf_ctx *ctx, cache *c, int64_t B, int64_t se
   a->args.q = (qf_mat){a->q, QF_F16, B, W, W};
   a->args.o = (qf_mat){a->o, QF_F16, B, W, W};
   a->args.lse = a->lse;
-  a->args.k = (qf_vq_tensors){c->f, sz, rows, W, c->codes[0], c->books[0], NULL};
-  a->args.v = (qf_vq_tensors){c->f, sz, rows, W, c->codes[1], c->books[1], NULL};
-  a->args.B = B, a->args.Hq = HEADS, a->args.Hkv = HEADS, a->args.D = HEAD_DIM, a->args.seq_len = seq_len;
+  a->args.k = (qf_vq_tensors){c->f, sz, rows, Wkv, c->codes[0], c->books[0], NULL};
+  a->args.v = (qf_vq_tensors){c->f, sz, rows, Wkv, c->codes[1], c->books[1], NULL};
+  a->args.B = B, a->args.Hq = HQ, a->args.Hkv = c->hkv, a->args.D = HEAD_DIM, a->args.seq_len = seq_len;
   a->args.sm_scale = 1.0 / sqrt((double)HEAD_DIM);
 }
 
 /* qfuse's o and lse against the peer's (both fp16 o over the same decoded cache). */
 static int outputs_agree(att_call *a, const char *shape, const char *name) {
-  const size_t n = (size_t)(a->B * HEADS * HEAD_DIM), nl = (size_t)(a->B * HEADS);
+  const size_t n = (size_t)(a->B * HQ * HEAD_DIM), nl = (size_t)(a->B * HQ);
   uint16_t *o = malloc(n * 2), *op = malloc(n * 2);
   float *l = malloc(nl * 4), *lp = malloc(nl * 4);
   int ok = 0;
@@ -201,15 +204,15 @@ static int outputs_agree(att_call *a, const char *shape, const char *name) {
 }
 
 static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B, int64_t seq_len, int *rows) {
-  const int64_t W = (int64_t)HEADS * HEAD_DIM;
+  const int64_t W = (int64_t)HQ * HEAD_DIM, Wkv = c->hkv * HEAD_DIM;
   att_call a;
   memset(&a, 0, sizeof a);
-  a.ws_bytes = qfb_fp16_decode_workspace(B, HEADS, HEAD_DIM, seq_len);
+  a.ws_bytes = qfb_fp16_decode_workspace(B, HQ, HEAD_DIM, seq_len);
   int rc = 1;
   void *hq = malloc((size_t)(B * W) * 2);
   if (!hq || cudaMalloc(&a.q, (size_t)(B * W) * 2) || cudaMalloc(&a.o, (size_t)(B * W) * 2) ||
-      cudaMalloc(&a.o_peer, (size_t)(B * W) * 2) || cudaMalloc((void **)&a.lse, (size_t)(B * HEADS) * 4) ||
-      cudaMalloc((void **)&a.lse_peer, (size_t)(B * HEADS) * 4) || cudaMalloc(&a.ws, a.ws_bytes))
+      cudaMalloc(&a.o_peer, (size_t)(B * W) * 2) || cudaMalloc((void **)&a.lse, (size_t)(B * HQ) * 4) ||
+      cudaMalloc((void **)&a.lse_peer, (size_t)(B * HQ) * 4) || cudaMalloc(&a.ws, a.ws_bytes))
     goto done;
   uint64_t seed = 0xDEC0DEull ^ (uint64_t)(B * 131 + seq_len);
   for (int64_t i = 0; i < B * W; i++) ((uint16_t *)hq)[i] = qf_f16_from_f32(normal(&seed));
@@ -217,11 +220,12 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
   setup_call(&a, ctx, c, B, seq_len);
 
   char shape[96], variant[96];
-  snprintf(shape, sizeof shape, "B=%lld,Hq=%d,Hkv=%d,D=%d,seq=%lld", (long long)B, HEADS, HEADS, HEAD_DIM, (long long)seq_len);
-  const double io = (double)(B * W) * 2.0 * 2.0 + (double)(B * HEADS) * 4.0; /* q, o, lse */
+  snprintf(shape, sizeof shape, "B=%lld,Hq=%d,Hkv=%lld,D=%d,seq=%lld", (long long)B, HQ, (long long)c->hkv, HEAD_DIM,
+           (long long)seq_len);
+  const double io = (double)(B * W) * 2.0 * 2.0 + (double)(B * HQ) * 4.0; /* q, o, lse */
   const double vq_bytes = 2.0 * ((double)(c->f.residuals * B * seq_len * c->sz.row_bytes) + (double)c->book_bytes) + io;
-  const double fp16_bytes = 2.0 * (double)(B * seq_len * W) * 2.0 + io;
-  const double flops = 4.0 * (double)B * HEADS * (double)seq_len * HEAD_DIM;
+  const double fp16_bytes = 2.0 * (double)(B * seq_len * Wkv) * 2.0 + io;
+  const double flops = 4.0 * (double)B * HQ * (double)seq_len * HEAD_DIM;
 
   qfb_row peer = {.op = "vq_attention_decode", .variant = "fp16_splitkv_decode (peer)", .shape = shape, .bytes = fp16_bytes,
                   .flops = flops};
@@ -292,22 +296,23 @@ int bench_vq_attention(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     printf("note: QF_VQ_BOOKS=%s: the vq_attention_decode auto rows run that placement, not the one they name\n", forced);
   uint64_t seed = 0xCAC4Eull;
   int rc = 0;
-  for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
-    int wanted = 0;
-    for (size_t i = 0; i < 2; i++) wanted |= !sel->m || sel->m == batches[i];
-    if (!wanted) continue;
-    cache c;
-    if (make_cache(ctx, &c, formats[f].preset, &seed)) {
-      rc = 1;
-      continue;
-    }
-    for (size_t i = 0; i < 2; i++)
-      for (size_t j = 0; j < 2; j++) {
-        if (sel->m && sel->m != batches[i]) continue;
-        rc |= one_shape(b, ctx, &c, formats[f].name, batches[i], seqs[j], rows);
+  for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
+    for (int gqa = 0; gqa < 2; gqa++) { /* Llama-7B (32 kv heads), then GQA (8 kv heads, 4096 tokens) */
+      int wanted = 0;
+      for (size_t i = 0; i < 2; i++) wanted |= !sel->m || sel->m == batches[i];
+      if (!wanted) continue;
+      cache c;
+      if (make_cache(ctx, &c, formats[f].preset, gqa ? GQA_HKV : HQ, &seed)) {
+        rc = 1;
+        continue;
       }
-    free_cache(&c);
-  }
+      for (size_t i = 0; i < 2; i++)
+        for (size_t j = gqa ? 1 : 0; j < 2; j++) {
+          if (sel->m && sel->m != batches[i]) continue;
+          rc |= one_shape(b, ctx, &c, formats[f].name, batches[i], seqs[j], rows);
+        }
+      free_cache(&c);
+    }
   return rc;
 #else
   (void)ctx, (void)rows;

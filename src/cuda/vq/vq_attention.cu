@@ -144,9 +144,12 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,
                    static_cast<long long>(a->Hkv), cfg.head_tiles);
 
-  // Auto: the banked kernel wherever it applies without GQA (the measured case: it beat every other
-  // plan on Llama-7B heads, docs/VQ.md); a GQA group would have it decode the V side per query head.
-  if (placement == QF_VQ_BOOKS_AUTO && scores == QF_VQ_ATTN_SCORES_AUTO && pb.Hq == pb.Hkv && !banked_refusal)
+  // Auto: the banked kernel wherever it applies without GQA (it beat every other plan on Llama-7B
+  // heads), and with GQA where the blocks are busy enough for the global placement (batch 8: 2-2.6x
+  // faster than it; at batch 1 the shared placement, which decodes each V vector once for the
+  // group's heads, is as fast or faster: docs/VQ.md).
+  if (placement == QF_VQ_BOOKS_AUTO && scores == QF_VQ_ATTN_SCORES_AUTO &&
+      (pb.Hq == pb.Hkv || cfg.placement == QF_VQ_BOOKS_IN_GLOBAL) && !banked_refusal)
     qf_vq_attention_banked_layout(&pb, ctx->smem_optin, &cfg);  // keeps cfg when it does not fit
 
   int slot = 0;

@@ -332,12 +332,7 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
   }
 
   float acc[kHeads][kVPL][kVS];
-#pragma unroll
-  for (int h = 0; h < kHeads; h++)
-#pragma unroll
-    for (int i = 0; i < kVPL; i++)
-#pragma unroll
-      for (int c = 0; c < kVS; c++) acc[h][i][c] = 0.0f;
+  vq_zero(acc);
 
   int64_t lut_b = -1;  // the batch entry the score tables were built for
   vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
@@ -521,12 +516,7 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
         if (tid == 0) p.part_ml[part * 2] = m_s[h], p.part_ml[part * 2 + 1] = l_s[h];
         __syncthreads();  // red_s is free again
       }
-#pragma unroll
-      for (int h = 0; h < kHeads; h++)
-#pragma unroll
-        for (int i = 0; i < kVPL; i++)
-#pragma unroll
-          for (int c = 0; c < kVS; c++) acc[h][i][c] = 0.0f;
+      vq_zero(acc);
     }
   }
 }

@@ -108,10 +108,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 
   float m = -INFINITY, l = 0.0f;  // this warp's running max (log2 units) and this lane's sum of p
   float acc[kSPL][kVS];
-#pragma unroll
-  for (int i = 0; i < kSPL; i++)
-#pragma unroll
-    for (int c = 0; c < kVS; c++) acc[i][c] = 0.0f;
+  vq_zero(acc);
 
   int64_t lut_b = -1;  // the batch entry the table was built for
   for (int stage = 0; t.unit < u_end; stage ^= 1, t = vq_attn_next(p, t)) {
@@ -218,10 +215,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
         else p.part_ml[part * 2] = M, p.part_ml[part * 2 + 1] = sum;
       }
       m = -INFINITY, l = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kSPL; i++)
-#pragma unroll
-        for (int c = 0; c < kVS; c++) acc[i][c] = 0.0f;
+      vq_zero(acc);
     }
   }
 }

@@ -49,6 +49,20 @@ __device__ __forceinline__ uint32_t vq_index(const uint32_t *row, uint32_t j, in
   return vq_code_window(row, j * static_cast<uint32_t>(bits), words) & ((1u << bits) - 1u);
 }
 
+// Register arrays of fp32 accumulators set to zero.
+template <int A, int B>
+__device__ __forceinline__ void vq_zero(float (&v)[A][B]) {
+#pragma unroll
+  for (int a = 0; a < A; a++)
+#pragma unroll
+    for (int b = 0; b < B; b++) v[a][b] = 0.0f;
+}
+template <int A, int B, int C>
+__device__ __forceinline__ void vq_zero(float (&v)[A][B][C]) {
+#pragma unroll
+  for (int a = 0; a < A; a++) vq_zero(v[a]);
+}
+
 __device__ __forceinline__ void vq_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void vq_store(__half *p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void vq_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }

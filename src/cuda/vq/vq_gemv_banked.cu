@@ -80,17 +80,6 @@ __device__ __forceinline__ uint32_t pick(const uint32_t (&w)[N], int i) {
   return v;
 }
 
-// Accumulators [row tiles][x tiles][4] set to zero.
-template <int A, int B>
-__device__ __forceinline__ void zero(float (&v)[A][B][4]) {
-#pragma unroll
-  for (int a = 0; a < A; a++)
-#pragma unroll
-    for (int b = 0; b < B; b++)
-#pragma unroll
-      for (int k = 0; k < 4; k++) v[a][b][k] = 0.0f;
-}
-
 }  // namespace vq_banked_detail
 
 template <int kMT, int kVS, typename T>
@@ -202,7 +191,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
   };
 
   float acc[kRowTiles][kMT][4];
-  zero(acc);
+  vq_zero(acc);
 
   const bool stager = static_cast<int>(threadIdx.x) < p.entries;
   entry_t next_entry{};
@@ -248,7 +237,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 #pragma unroll kUnrollQ
     for (int q = 0; q < 4; q++) {
       float part[kRowTiles][kMT][4];
-      zero(part);
+      vq_zero(part);
       [[maybe_unused]] uint4 e8[kRowTiles][2];
       uint4 xq[kMT][2];  // x quads 16 t + 4 q .. + 3 of the chunk, row g of each n8 tile
 #pragma unroll

@@ -140,10 +140,6 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
                    "%d residuals, head_dim %lld)",
                    kOp, what, ctx->smem_optin, vs, f.index_bits, f.residuals, static_cast<long long>(a->D));
   }
-  if (a->Hkv * cfg.head_tiles > 65535)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,
-                   static_cast<long long>(a->Hkv), cfg.head_tiles);
-
   // Auto: the banked kernel wherever it applies without GQA (it beat every other plan on Llama-7B
   // heads), and with GQA where the blocks are busy enough for the global placement (batch 8: 2-2.6x
   // faster than it; at batch 1 the shared placement, which decodes each V vector once for the
@@ -151,6 +147,9 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   if (placement == QF_VQ_BOOKS_AUTO && scores == QF_VQ_ATTN_SCORES_AUTO &&
       (pb.Hq == pb.Hkv || cfg.placement == QF_VQ_BOOKS_IN_GLOBAL) && !banked_refusal)
     qf_vq_attention_banked_layout(&pb, ctx->smem_optin, &cfg);  // keeps cfg when it does not fit
+  if (a->Hkv * cfg.head_tiles > 65535)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,
+                   static_cast<long long>(a->Hkv), cfg.head_tiles);
 
   int slot = 0;
   const bool bf16 = f.entry_dtype == QF_BF16;

@@ -214,15 +214,16 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
 
 /* Shared memory of the banked kernel: the V books [256][S] entries, then per half (8 warps) the
  * score table [256][S] fp32, a ring of two code tiles of QF_VQ_ATTN_TILE tokens (K and V rows of S
- * bytes), q [D] and the warps' partials [WARPS][D + 2]. Two halves when they fit (16 warps per SM),
- * else one. Fills everything but the split (one query head per block; cfg->blocks will count
- * halves); 0 when not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
+ * bytes), q [D], the warps' partials [WARPS][D + 2] and probabilities [WARPS][32]. Two halves
+ * when they fit (16 warps per SM), else one. Fills everything but the split (one query head per
+ * block; cfg->blocks will count halves); 0 when not even one half fits. The format must pass
+ * qf_vq_attn_banked_refusal. */
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
   const size_t books = 256u * (size_t)S * (size_t)pb->vector_size * 2u, lut = 256u * (size_t)S * 4u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
-  const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2)) * 4u;
+  const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2 + 32)) * 4u;
   const size_t half = lut + 2u * tile + fixed;
   const int halves = books + 2u * half <= smem_optin ? 2 : 1;
   if (books + half > smem_optin) return 0;

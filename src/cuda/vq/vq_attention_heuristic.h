@@ -233,10 +233,7 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
   cfg->head_tiles = (int)(pb->Hq / pb->Hkv);
   cfg->stages = 2;
   cfg->halves = halves;
-  cfg->books_per_head = (int)S;
-  cfg->code_words = (int)(S / 4);
-  cfg->lanes_per_token = 32;
-  cfg->vectors_per_lane = (int)(S / 32);
+  cfg->books_per_head = cfg->code_words = cfg->lanes_per_token = cfg->vectors_per_lane = 0; /* the other kernels' */
   cfg->books_bytes = books;
   cfg->lut_bytes = lut;
   cfg->codes_bytes = 2u * tile;

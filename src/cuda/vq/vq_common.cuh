@@ -49,6 +49,16 @@ __device__ __forceinline__ uint32_t vq_index(const uint32_t *row, uint32_t j, in
   return vq_code_window(row, j * static_cast<uint32_t>(bits), words) & ((1u << bits) - 1u);
 }
 
+// Host: the weight's fields that the parameters of every VQ kernel over a quantized matrix share
+// (codes, books, scales, n_books), from its qf_vq_tensors.
+template <class Params, class Tensors>
+void vq_weight_params(Params &p, const Tensors *w) {
+  p.codes = reinterpret_cast<const uint32_t *>(w->codes);
+  p.books = static_cast<const uint16_t *>(w->books);
+  p.scales = w->scales;
+  p.n_books = w->sz.n_books;
+}
+
 // Register arrays of fp32 accumulators set to zero.
 template <int A, int B>
 __device__ __forceinline__ void vq_zero(float (&v)[A][B]) {

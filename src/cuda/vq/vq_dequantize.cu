@@ -42,13 +42,10 @@ extern "C" qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, 
     return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: w data pointer %p is not aligned to its %zu-byte elements", kOp, w->data,
                    qf_dtype_size(w->dtype));
   vq_dequantize_params p = {};
-  p.codes = reinterpret_cast<const uint32_t *>(t->codes);
-  p.books = static_cast<const uint16_t *>(t->books);
-  p.scales = t->scales;
+  vq_weight_params(p, t);
   p.w = w->data;
   p.w_ld = w->ld;
   p.N = t->N;
-  p.n_books = t->sz.n_books;
   p.books_per_row = t->sz.books_per_row;
   p.scope_rows = f.scope_rows;
   p.row_words = static_cast<uint32_t>(t->sz.row_bytes / 4);

@@ -516,14 +516,11 @@ qf_status qf_cuda_vq_gemm_mma_run_shared(qf_ctx *ctx, const vq_mma_params &p, co
 // (vq_mma_params, vq_banked_params).
 template <class Params>
 void vq_weight_call_params(Params &p, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
-  p.codes = reinterpret_cast<const uint32_t *>(w->codes);
-  p.books = static_cast<const uint16_t *>(w->books);
-  p.scales = w->scales;
+  vq_weight_params(p, w);
   p.x = x->data;
   p.y = y->data;
   p.x_ld = x->ld;
   p.y_ld = y->ld;
-  p.n_books = w->sz.n_books;
   p.y_dtype = y->dtype;
 }
 

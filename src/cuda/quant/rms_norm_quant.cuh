@@ -13,8 +13,10 @@
 //   fp32 except in ties at the 2^-53 level). y has at most 11 significant bits, so y * y is exact
 //   in fp64 and fma(y, y, acc) rounds like acc + y * y.
 // - Per group: a group is G / 8 consecutive chunks, held by consecutive lanes (chunk_col), and
-//   never crosses a tile (tiles are multiples of 256 elements). The group's first lane stores
-//   its scale through qf_store_group_scale. Block 0 writes the 0 scales of the padding rows of
+//   never crosses a tile (tiles are multiples of 256 elements). The scale arithmetic and its
+//   store (qf_store_group_scale) cost as much as the codes of a chunk, so a lane computes one
+//   scale per four chunk slots: reduce_scatter_max leaves each lane with the group amax of one
+//   slot, and the group's lanes fetch 1 / s from the lane that computed it. Block 0 writes the 0 scales of the padding rows of
 //   COL_MAJOR_TMA; the lane of the last group of a row writes the 0 bytes that complete its last
 //   UE8M0 word.
 // - Per token: y stays in registers between the amax and the quantization when the row is one
@@ -36,6 +38,7 @@
 //   The CTAs meet (relaxed) after initializing the barriers and before they exit.
 #pragma once
 
+#include "cuda/ptx/arith.cuh"
 #include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/prefetch.cuh"
@@ -66,9 +69,14 @@ __device__ __forceinline__ __half round_to(__half, float f) {
   return f != f ? __ushort_as_half(0x7e00) : __float2half_rn(f);
 }
 
-// NaN-propagating max over the G / 8 lanes of a group.
-__device__ __forceinline__ float group_amax(float a, int group_shift) {
-  return group_shift == 5 ? group_max_shfl<4>(a) : group_shift == 6 ? group_max_shfl<8>(a) : group_max_shfl<16>(a);
+// Scale s of group g of row r; the last group of a row also writes the 0 bytes that complete
+// its UE8M0 word.
+__device__ __forceinline__ void store_group_scale(const RmsNormQuantParams &p, int64_t r, int g, float s) {
+  const qf_scale_out &so = p.scales;
+  const int groups = p.cols >> p.group_shift;
+  qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, g, s);
+  if (so.format == QF_SCALE_UE8M0_PACKED && g == groups - 1)
+    for (int e = groups; e % 4; e++) qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, e, 0.0f);
 }
 
 // NOTES: registers decide how many rows an SM holds, hence the bytes in flight. These caps were
@@ -198,34 +206,61 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       store_q_chunk<ACC>(qr, c, cols, v);
     };
 
-    // Pass 2: per group, the group scales and q; per token, the row's amax.
-    float amax = 0.0f;
-    for (int t = 0; t < tiles; t++) {
-      if (tiles > 1) load_y(t, resr ? resr : xr);
-      for_each_v(t, rs, [&](int c, float (&v)[8]) {
-        float a = 0.0f;
+    // Pass 2, per group: B chunk slots at a time, each lane's chunk amaxes reduced over the
+    // group's lanes so that a lane ends with one slot's group amax (reduce_scatter_max); it
+    // computes that one scale, the first of the lanes holding it stores it, and the group's lanes
+    // fetch 1 / s of each slot from them: one scale computation per B chunks instead of per chunk.
+    auto quantize_groups = [&](int t) {
+      constexpr int B = VPT < 4 ? VPT : 4;  // B <= G / 8 lanes
+      const int lane = threadIdx.x % 32, L = 1 << (p.group_shift - 3);
 #pragma unroll
-        for (int j = 0; j < 8; j++) a = qf_nan_max(a, qf_absf(v[j]));
-        if (!kPerGroup) {
-          amax = qf_nan_max(amax, a);
-          return;
+      for (int i0 = 0; i0 < VPT; i0 += B) {
+        Chunk<T> wc[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) wc[b] = load_chunk<ACC>(w, chunk_col<VPT>(t, i0 + b), cols);
+        float v[B][8], a[B];  // columns past K: y = w = 0, v = 0 (or NaN when rs is not finite)
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+          a[b] = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            v[b][j] = QF_MUL_RN(QF_MUL_RN(y[i0 + b].f32(j), rs), wc[b].f32(j));
+            a[b] = max_nan_f32(a[b], fabsf(v[b][j]));
+          }
         }
-        // Every lane takes part in the shuffle; past the row (K % G == 0) lie only whole groups.
-        a = group_amax(a, p.group_shift);
-        if (c >= cols) return;
-        const float s = qf_group_scale(a, qmax, so.ub != nullptr, ub, so.scale_min, so.format != QF_SCALE_F32);
-        if ((c & ((1 << p.group_shift) - 1)) == 0) {  // the group's first lane
-          const int g = (c0 + c) >> p.group_shift, groups = p.cols >> p.group_shift;
-          qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, g, s);
-          if (so.format == QF_SCALE_UE8M0_PACKED && g == groups - 1)
-            for (int e = groups; e % 4; e++) qf_store_group_scale(so.data, so.ld, so.layout, so.format, r, e, 0.0f);
+        // Every lane takes part in the shuffles; past the row (K % G == 0) lie only whole groups.
+        int slot;
+        const float am = reduce_scatter_max<B>(a, L, slot);
+        const int cm = chunk_col<VPT>(t, i0 + slot);
+        const float s = qf_group_scale(am, qmax, so.ub != nullptr, ub, so.scale_min, so.format != QF_SCALE_F32);
+        if (lane % (L / B) == 0 && cm < cols) store_group_scale(p, r, (c0 + cm) >> p.group_shift, s);
+        const float inv = qf_inv_scale(s);
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+          const float inv_b = __shfl_sync(0xffffffffu, inv, (lane & ~(L - 1)) + b * (L / B));
+          const int c = chunk_col<VPT>(t, i0 + b);
+          if (c < cols) quantize(c, inv_b, v[b]);
         }
-        quantize(c, qf_inv_scale(s), v);
-      });
+      }
+    };
+    if constexpr (kPerGroup) {
+      for (int t = 0; t < tiles; t++) {
+        if (tiles > 1) load_y(t, resr ? resr : xr);
+        quantize_groups(t);
+      }
     }
 
     // Per token: the row's scale, then q from y and w (y re-read for rows of several tiles).
-    if (!kPerGroup) {
+    if constexpr (!kPerGroup) {
+      // Pass 2, per token: the row's amax, its scale, then q.
+      float amax = 0.0f;
+      for (int t = 0; t < tiles; t++) {
+        if (tiles > 1) load_y(t, resr ? resr : xr);
+        for_each_v(t, rs, [&](int, float (&v)[8]) {
+#pragma unroll
+          for (int j = 0; j < 8; j++) amax = max_nan_f32(amax, fabsf(v[j]));
+        });
+      }
       amax = block_allreduce(amax, NanMax{}, max_slots);
       if (split > 1) amax = exchange(1, amax, peer_maxes, NanMax{});
       const float s = qf_group_scale(amax, qmax, so.ub != nullptr, ub, so.scale_min, 0);

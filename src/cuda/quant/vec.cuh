@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/ptx/arith.cuh"
 #include "cuda/ptx/cvt.cuh"
 #include "formats/quant_math.h"
 
@@ -71,12 +72,28 @@ __device__ __forceinline__ void store8(Tout *p, const float (&v)[8]) {
   *reinterpret_cast<uint2 *>(p) = out;
 }
 
-// NaN-propagating max over groups of LANES consecutive lanes of a warp (LANES a power of two
-// <= 32); every lane of the group gets the result. Max is order-independent, so this equals the
-// CPU reference's sequential max.
-template <int LANES>
-__device__ __forceinline__ float group_max_shfl(float v) {
+// The group max of B values per lane over groups of `lanes` consecutive lanes (B <= lanes <= 32,
+// powers of two), scattered: lane l ends with the max over its group of value `slot` =
+// (l % lanes) / (lanes / B), in log2(lanes) shuffles where B separate group maxes take
+// B log2(lanes). First log2(B) halving steps: at distance d a lane with bit d set keeps the upper
+// half of its values and sends the lower half, its partner the reverse; then plain butterflies.
+// Inputs are magnitudes (>= 0 or NaN): a NaN propagates.
+template <int B>
+__device__ __forceinline__ float reduce_scatter_max(float (&a)[B], int lanes, int &slot) {
+  static_assert(B >= 1 && B <= 4 && (B & (B - 1)) == 0, "1, 2 or 4 values");
+  const int lane = threadIdx.x % 32;
+  int d = lanes / 2;
+  slot = 0;
 #pragma unroll
-  for (int d = LANES / 2; d > 0; d /= 2) v = qf_nan_max(v, __shfl_xor_sync(0xffffffffu, v, d));
-  return v;
+  for (int half = B / 2; half >= 1; half /= 2, d /= 2) {
+    const bool upper = (lane & d) != 0;
+#pragma unroll
+    for (int k = 0; k < half; k++) {
+      const float send = upper ? a[k] : a[k + half], keep = upper ? a[k + half] : a[k];
+      a[k] = max_nan_f32(keep, __shfl_xor_sync(0xffffffffu, send, d));
+    }
+    if (upper) slot += half;
+  }
+  for (; d >= 1; d /= 2) a[0] = max_nan_f32(a[0], __shfl_xor_sync(0xffffffffu, a[0], d));
+  return a[0];
 }

@@ -17,3 +17,15 @@ __device__ __forceinline__ void cp_async_ca_shared_global_4(uint32_t dst, const 
 __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
   QF_ASM_SM90("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+
+// cp.async.cg.shared.global, 16 bytes (both addresses 16-byte aligned), cached in L2 only.
+__device__ __forceinline__ void cp_async_cg_shared_global_16(uint32_t dst, const void *src) {
+  QF_ASM_SM90("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+// cp.async.commit_group: closes this thread's group of cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit_group() { QF_ASM_SM90("cp.async.commit_group;\n" ::: "memory"); }
+
+// cp.async.wait_all: waits until every cp.async this thread issued has completed (its writes are
+// then visible to this thread).
+__device__ __forceinline__ void cp_async_wait_all() { QF_ASM_SM90("cp.async.wait_all;\n" ::: "memory"); }

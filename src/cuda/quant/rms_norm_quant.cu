@@ -58,14 +58,31 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
                 : cfg.vpt == 2  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 2>
                 : cfg.vpt == 4  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 4>
                                 : rms_norm_quant_kernel<T, Tout, GRAN, V, 8>;
+  // One CTA (cluster) per row. Per group, for rows split over clusters: as many clusters as fit
+  // the GPU at once, each copying its next row into shared memory one row ahead (H200, K = 18432:
+  // 80 -> 87% of copy16 at M = 16384; the per-token kernel and shorter rows ran slower that way).
+  int64_t row_groups = a->x.rows < 0x7fffffff / split ? a->x.rows : 0x7fffffff / split;
+  const int64_t slice_chunks = (slice + 7) / 8;
+  const size_t ahead_bytes = size_t(16) * cfg.vpt * cfg.threads * (a->residual.data ? 2 : 1);
+  size_t smem = 0;
+  if constexpr (GRAN == ScaleGranularity::kPerGroup) {
+    if (split > 1 && cfg.access == V && cfg.vpt == 4 && slice_chunks <= int64_t(cfg.vpt) * cfg.threads &&
+        ahead_bytes <= 48 * 1024) {
+      auto ahead_kernel = rms_norm_quant_kernel<T, Tout, GRAN, V, 4, true>;
+      int per_sm = 0;
+      const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ahead_kernel, cfg.threads, ahead_bytes);
+      if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_rms_norm_quant", "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+      const int64_t resident = int64_t(per_sm) * ctx->sm_count / split;
+      if (resident > 0 && a->x.rows > resident) row_groups = resident, kernel = ahead_kernel, smem = ahead_bytes;
+    }
+  }
   if (split == 1) {
-    kernel<<<row_blocks(a->x.rows), cfg.threads, 0, qf_stream(ctx)>>>(p);
+    kernel<<<static_cast<unsigned>(row_groups), cfg.threads, smem, qf_stream(ctx)>>>(p);
     return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");
   }
-  const int64_t clusters = a->x.rows < 0x7fffffff / split ? a->x.rows : 0x7fffffff / split;
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(clusters * split)), dim3(cfg.threads),
-                                                         0, qf_stream(ctx), static_cast<unsigned>(split), &attr);
+  const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(row_groups * split)), dim3(cfg.threads),
+                                                         smem, qf_stream(ctx), static_cast<unsigned>(split), &attr);
   const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, p);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_rms_norm_quant", "cudaLaunchKernelEx", err);
   return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");

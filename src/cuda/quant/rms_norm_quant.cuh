@@ -36,10 +36,20 @@
 //   parities that alternate between rows: a peer's value for the next row cannot land before this
 //   CTA has read the current one, since the peer first needs this CTA's value for the next row.
 //   The CTAs meet (relaxed) after initializing the barriers and before they exit.
+// - Rows ahead (AHEAD): with one CTA per row, a CTA's loads are in flight only during its first
+//   pass; the SM's other CTAs must cover the rest, and at K = 18432 per group only three fit
+//   (72 registers x 288 threads). The AHEAD kernel runs as many CTAs as fit, each looping over
+//   rows; right after a row's chunks are in registers, each thread copies its chunks of the
+//   CTA's next row into shared memory with cp.async (16 bytes each, its own slots: no barrier),
+//   so they arrive during the reductions and the quantization, and waits for them
+//   (cp.async.wait_all) when that row starts. H200, M = 16384, K = 18432 per group: 80 -> 87% of
+//   copy16. The per-token kernel and rows of one CTA ran slower that way (bench/results), so the
+//   launcher uses it only for per-group rows split over clusters.
 #pragma once
 
 #include "cuda/ptx/arith.cuh"
 #include "cuda/ptx/cluster.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/prefetch.cuh"
 #include "cuda/quant/token_quant.cuh"
@@ -86,8 +96,11 @@ __device__ __forceinline__ void store_group_scale(const RmsNormQuantParams &p, i
 // local loads and stores in the code, none in the per-element loops).
 __host__ __device__ constexpr int rms_max_regs(int vpt) { return vpt >= 8 ? 96 : vpt >= 4 ? 72 : 64; }
 
-template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT>
+// AHEAD: a CTA visits several rows (the grid holds fewer CTAs than rows) and copies its next
+// row's chunks into shared memory one row ahead (NOTES).
+template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT, bool AHEAD = false>
 __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuantParams p) {
+  static_assert(!AHEAD || ACC == RowAccess::kVec16, "rows ahead on the vector path");
   static_assert(sizeof(T) == 2, "bf16 or fp16 rows");
   static_assert(VPT >= 1 && VPT <= row_vpt_max(sizeof(T)), "chunks per thread");
   constexpr bool kPerGroup = GRAN == ScaleGranularity::kPerGroup;
@@ -142,6 +155,31 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
     return r;
   };
 
+  // AHEAD: the next row's x and residual chunks of this thread, in flight into shared memory while
+  // this row is reduced and quantized (rows of one tile).
+  extern __shared__ uint4 ahead[];  // [x, residual][VPT][blockDim.x]
+  auto ahead_addr = [&](int tensor, int i) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(&ahead[(tensor * VPT + i) * blockDim.x + threadIdx.x]));
+  };
+  auto copy_ahead = [&](int64_t rn) {
+    const T *xn = static_cast<const T *>(p.x) + rn * p.x_ld + c0;
+    const T *resn = p.residual ? static_cast<const T *>(p.residual) + rn * p.res_ld + c0 : nullptr;
+#pragma unroll
+    for (int i = 0; i < VPT; i++) {
+      const int c = chunk_col<VPT>(0, i);
+      if (c >= cols) continue;
+      cp_async_cg_shared_global_16(ahead_addr(0, i), xn + c);
+      if (resn) cp_async_cg_shared_global_16(ahead_addr(1, i), resn + c);
+    }
+    cp_async_commit_group();
+  };
+  auto from_ahead = [&](int tensor, int i) {  // columns past the row read as 0, as load_chunk's
+    Chunk<T> ch;
+    ch.raw[0] = chunk_col<VPT>(0, i) < cols ? ahead[(tensor * VPT + i) * blockDim.x + threadIdx.x] : make_uint4(0, 0, 0, 0);
+    return ch;
+  };
+  bool in_ahead = false;  // this row's chunks are (being) copied into `ahead`
+
   for (int64_t r = blockIdx.x / split; r < p.rows; r += gridDim.x / split, it++) {
     const T *xr = static_cast<const T *>(p.x) + r * p.x_ld + c0;
     T *resr = p.residual ? static_cast<T *>(p.residual) + r * p.res_ld + c0 : nullptr;
@@ -174,12 +212,18 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
 
     // Pass 1: y (written back to residual) and the sum of its squares.
     double sumsq = 0.0;
+    if (in_ahead) cp_async_wait_all();
     for (int t = 0; t < tiles; t++) {
-      load_y(t, xr);
+      if (in_ahead) {
+#pragma unroll
+        for (int i = 0; i < VPT; i++) y[i] = from_ahead(0, i);
+      } else {
+        load_y(t, xr);
+      }
       if (resr) {
         Chunk<T> res[VPT];
 #pragma unroll
-        for (int i = 0; i < VPT; i++) res[i] = load_chunk<ACC>(resr, chunk_col<VPT>(t, i), cols);
+        for (int i = 0; i < VPT; i++) res[i] = in_ahead ? from_ahead(1, i) : load_chunk<ACC>(resr, chunk_col<VPT>(t, i), cols);
 #pragma unroll
         for (int i = 0; i < VPT; i++) {
 #pragma unroll
@@ -195,6 +239,12 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
           sumsq = __fma_rn(d, d, sumsq);
         }
       }
+    }
+    // This thread's chunks of `ahead` are in registers now: the next row's can come in.
+    const int64_t next = r + gridDim.x / split;
+    if constexpr (AHEAD) {
+      in_ahead = next < p.rows;
+      if (in_ahead) copy_ahead(next);
     }
     // NOTES: explicit roundings, so that no compiler flag changes this line's bits.
     double total = block_allreduce(sumsq, Sum{}, sum_slots);

@@ -2,23 +2,32 @@
 // equal to the CPU reference (src/cpu/vq.c, qf_cpu_vq_encode) byte for byte.
 //
 // NOTES:
-// - One thread per vector: it holds the vector (at most 16 values) in registers, and for each
-//   residual scans the scope's codebook for the nearest entry (squared distance, lowest index on
-//   ties) and subtracts it. The distances and the subtraction are the CPU's fp32 operations in
-//   the same order, with explicit round-to-nearest intrinsics so that no contraction into FMAs
-//   changes a bit; the argmin over the same sequence of floats then picks the same entry.
-// - A block takes 256 consecutive vectors of one row. Their indices go to shared memory, and
-//   the block packs them into the code rows a 32-bit word at a time: 256 indices of `bits` bits
-//   are 8 x bits whole words, so no two blocks write the same word. The launcher zeroes the code
-//   rows first (their padding bytes stay zero, as the CPU leaves them).
+// - One warp per vector: every lane holds the vector (at most 16 values) in registers, and for
+//   each residual the 32 lanes split the scope's codebook (lane l scans entries l, l + 32, ...,
+//   so a warp's entry loads are contiguous), then the warp reduces the lanes' nearest entries
+//   and all lanes subtract the winner. The distances and the subtraction are the CPU's fp32
+//   operations in the same order, with explicit round-to-nearest intrinsics so that no
+//   contraction into FMAs changes a bit.
+// - The CPU keeps the first entry and replaces it only by a strictly smaller distance: the
+//   lowest index of the smallest non-NaN distance, or entry 0 when entry 0's distance is NaN.
+//   Each lane keeps its own first non-NaN minimum (its entries ascend), the warp reduction
+//   prefers the smaller distance and then the lower index, and lane 0 says whether entry 0 was
+//   NaN: the same entry for every input.
+// - A block (32 warps) takes 32 consecutive vectors of one row. Their indices go to
+//   shared memory, and the block packs them into the code rows a 32-bit word at a time: 32
+//   indices of `bits` bits are `bits` whole words, so no two blocks write the same word. The
+//   last block of a row also zeroes the row's padding words (as the CPU leaves them), so every
+//   word of the code rows is written once and no memset is needed.
 // - Row scales (fmt->row_scale): each block of a row computes the row's sum of squares in fp64
 //   with the same fixed reduction tree, so every block of the row divides by the same scale. The
 //   CPU sums left to right; the products are exact in fp64, so the two sums differ only in how
 //   the additions round (2^-53 relative), which changes the fp32 scale only when its rounding
 //   falls on a tie.
-// - Speed is not the point: appending a decode step's K and V rows is a few thousand vectors,
-//   and a codebook of 256 entries is read from L1. A scope of 4096 entries (AQLM-3) makes each
-//   vector a 4096-entry scan.
+// - Parallelism: a decode step appends a few thousand vectors; one thread per vector left most
+//   SMs idle and each thread walked its own 256-entry book one uncoalesced load at a time
+//   (110-160 us for one step's K rows on an H200). A warp per vector spreads a step over
+//   thousands of warps with coalesced book loads, and the entry loop is unrolled so that a lane's
+//   loads are in flight together (a 256-entry book: 8 entries per lane).
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,7 +38,9 @@
 namespace {
 
 const char kOp[] = "qf_vq_encode";
-constexpr int kThreads = 256;  // vectors per block
+constexpr int kVecs = 32;          // vectors per block: 32 indices of `bits` bits fill `bits` words
+constexpr int kWarps = 32;         // a warp per vector (16, two each: T = 1 50% slower, T = 512 8-12% faster)
+constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxVs = 16;     // the format's largest vector size
 constexpr int kMaxR = 4;       // and residual count
 
@@ -74,17 +85,22 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
 }
 
 __global__ void __launch_bounds__(kThreads) vq_encode_kernel(const vq_encode_params p) {
-  __shared__ uint32_t idx_s[kMaxR][kThreads];
+  __shared__ uint32_t idx_s[kMaxR][kVecs];
   __shared__ double red[kThreads / 32];
-  const int j0 = blockIdx.x * kThreads, j = j0 + static_cast<int>(threadIdx.x);
-  const int words = 8 * p.bits;  // per block and residual: 256 indices of `bits` bits
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int j0 = blockIdx.x * kVecs;
 
   for (int64_t i = blockIdx.y; i < p.rows; i += gridDim.y) {
     const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * (p.x_dtype == QF_F32 ? 4 : 2);
     const float s = p.scales ? row_scale(p, xrow, red) : 1.0f;
     if (p.scales && blockIdx.x == 0 && threadIdx.x == 0) p.scales[i] = s;
 
-    if (j < p.vectors) {
+    for (int jl = warp; jl < kVecs; jl += kWarps) {
+      const int j = j0 + jl;
+      if (j >= p.vectors) {  // past the row: zero bits
+        if (lane < p.residuals) idx_s[lane][jl] = 0u;
+        continue;
+      }
       float v[kMaxVs];
 #pragma unroll
       for (int c = 0; c < kMaxVs; c++) v[c] = c < p.vs ? __fdiv_rn(x_at(p, xrow, j * p.vs + c), s) : 0.0f;
@@ -92,9 +108,11 @@ __global__ void __launch_bounds__(kThreads) vq_encode_kernel(const vq_encode_par
       const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
       for (int r = 0; r < p.residuals; r++) {
         const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * p.vs;
-        int best = 0;
+        int best = -1;  // this lane's first smallest non-NaN distance
         float best_d = 0.0f;
-        for (int e = 0; e < p.entries; e++) {
+        bool nan0 = false;
+#pragma unroll 4
+        for (int e = lane; e < p.entries; e += 32) {
           const uint16_t *ent = b + static_cast<int64_t>(e) * p.vs;
           float d = 0.0f;
 #pragma unroll
@@ -104,31 +122,43 @@ __global__ void __launch_bounds__(kThreads) vq_encode_kernel(const vq_encode_par
               d = __fadd_rn(d, __fmul_rn(diff, diff));
             }
           }
-          if (e == 0 || d < best_d) best_d = d, best = e;
+          if (e == 0) nan0 = d != d;
+          if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
         }
-        idx_s[r][threadIdx.x] = static_cast<uint32_t>(best);
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) {
+          const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
+          const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+          if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
+        }
+        if (__shfl_sync(0xffffffffu, nan0, 0) || best < 0) best = 0;
+        if (lane == 0) idx_s[r][jl] = static_cast<uint32_t>(best);
         const uint16_t *ent = b + static_cast<int64_t>(best) * p.vs;
 #pragma unroll
         for (int c = 0; c < kMaxVs; c++)
           if (c < p.vs) v[c] = __fsub_rn(v[c], entry_at(p, ent, c));
       }
-    } else {
-      for (int r = 0; r < p.residuals; r++) idx_s[r][threadIdx.x] = 0u;  // past the row: zero bits
     }
     __syncthreads();
 
-    // Pack: word w of the block holds bits [32 w, 32 w + 32) of its 256 indices.
-    for (int t = threadIdx.x; t < p.residuals * words; t += kThreads) {
-      const int r = t / words, w = t - r * words;
-      const int first = (32 * w) / p.bits, last = min((32 * w + 31) / p.bits, kThreads - 1);
+    // Pack: word w of the block holds bits [32 w, 32 w + 32) of its 32 indices.
+    for (int t = threadIdx.x; t < p.residuals * p.bits; t += kThreads) {
+      const int r = t / p.bits, w = t - r * p.bits;
+      const int first = (32 * w) / p.bits, last = min((32 * w + 31) / p.bits, kVecs - 1);
       uint32_t word = 0u;
       for (int jl = first; jl <= last; jl++) {
         const int pos = jl * p.bits - 32 * w;  // may be negative for the index that starts in the word before
         const uint32_t idx = idx_s[r][jl];
         word |= pos >= 0 ? idx << pos : idx >> -pos;
       }
-      const uint32_t gw = static_cast<uint32_t>(j0 / kThreads) * static_cast<uint32_t>(words) + static_cast<uint32_t>(w);
+      const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
       if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.rows + i) * p.row_words + gw] = word;
+    }
+    // The row's padding words past the last block's: zero, as the CPU leaves them.
+    if (blockIdx.x == gridDim.x - 1) {
+      const uint32_t tail = gridDim.x * static_cast<uint32_t>(p.bits), n = p.row_words > tail ? p.row_words - tail : 0u;
+      for (uint32_t t = threadIdx.x; t < p.residuals * n; t += kThreads)
+        p.codes[(static_cast<int64_t>(t / n) * p.rows + i) * p.row_words + tail + t % n] = 0u;
     }
     __syncthreads();  // idx_s and red are reused by the next row
   }
@@ -166,10 +196,7 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   p.vectors_per_book = f.scope_cols ? f.scope_cols / f.vector_size : p.vectors;
   p.row_words = static_cast<uint32_t>(t->sz.row_bytes / 4);
 
-  const size_t code_bytes = static_cast<size_t>(f.residuals) * static_cast<size_t>(t->N) * static_cast<size_t>(t->sz.row_bytes);
-  cudaError_t err = cudaMemsetAsync(t->codes, 0, code_bytes, qf_stream(ctx));
-  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaMemsetAsync", err);
-  const dim3 grid(static_cast<unsigned>((p.vectors + kThreads - 1) / kThreads),
+  const dim3 grid(static_cast<unsigned>((p.vectors + kVecs - 1) / kVecs),
                   static_cast<unsigned>(t->N < 65535 ? t->N : 65535));
   vq_encode_kernel<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);

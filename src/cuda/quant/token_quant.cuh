@@ -93,17 +93,18 @@ __device__ __forceinline__ void store_q_chunk(Tout *row, int c, int cols, const 
   }
 }
 
-// Eight bytes into columns [c, c + 8) of a row (vectors: one 8-byte store).
+// Eight int32 values saturated to int8 into columns [c, c + 8) of a row (vectors: two packing
+// instructions and one 8-byte store).
 template <RowAccess ACC>
-__device__ __forceinline__ void store_bytes_chunk(uint8_t *row, int c, int cols, const uint32_t (&b)[8]) {
+__device__ __forceinline__ void store_s8_chunk(uint8_t *row, int c, int cols, const int32_t (&v)[8]) {
   if (ACC == RowAccess::kVec16) {
     if (c < cols)
-      *reinterpret_cast<uint2 *>(row + c) = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24,
-                                                       b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+      *reinterpret_cast<uint2 *>(row + c) =
+          make_uint2(cvt_pack_sat_s8x4(v[0], v[1], v[2], v[3]), cvt_pack_sat_s8x4(v[4], v[5], v[6], v[7]));
   } else {
 #pragma unroll
     for (int j = 0; j < 8; j++)
-      if (c + j < cols) row[c + j] = static_cast<uint8_t>(b[j]);
+      if (c + j < cols) row[c + j] = static_cast<uint8_t>(max(-128, min(127, v[j])));
   }
 }
 
@@ -302,14 +303,12 @@ __global__ void __launch_bounds__(kRowThreadsMax) token_quant_kernel(TokenQuantP
           store_q_chunk<ACC>(qr, c, p.cols, v);
         } else {
           // NOTES: cvt.rni rounds like qf_rne_i32 (RNE, NaN -> 0) and differs only past 2^30, where
-          // both saturate; clamping to +-256 first keeps the sum with the zero point in range.
-          uint32_t b[8];
+          // both saturate; clamping to +-256 first keeps the sum with the zero point in range, and
+          // the packing instruction saturates the sum to [-128, 127].
+          int32_t q8[8];
 #pragma unroll
-          for (int j = 0; j < 8; j++) {
-            const int32_t i8 = max(-256, min(256, cvt_rni_s32_f32(QF_MUL_RN(x[i].f32(j), inv))));
-            b[j] = static_cast<uint8_t>(max(-128, min(127, i8 + zp)));
-          }
-          store_bytes_chunk<ACC>(reinterpret_cast<uint8_t *>(qr), c, p.cols, b);
+          for (int j = 0; j < 8; j++) q8[j] = max(-256, min(256, cvt_rni_s32_f32(QF_MUL_RN(x[i].f32(j), inv)))) + zp;
+          store_s8_chunk<ACC>(reinterpret_cast<uint8_t *>(qr), c, p.cols, q8);
         }
       }
     }

@@ -37,9 +37,9 @@
 // - Rows in [M, M + pad_rows) and groups past the end of the last UE8M0 word are entries with
 //   no data: their scale is 0, which stores as 0.0f or as the byte 0, as the contract asks.
 // - Every scale and code comes from the shared numerics (quant_math.h, vec.cuh). Two pieces are
-//   restated here for speed with the same results, both checked against the reference for every
-//   input where that is feasible: the e4m3fnuz encoder (through the hardware e4m3fn conversion)
-//   and qf_glu (the same arithmetic without per-element branches, see glu_x8).
+//   restated for speed with the same results, both checked against the reference for every
+//   input where that is feasible: the e4m3fnuz encoder (vec.cuh, through the hardware e4m3fn
+//   conversion) and qf_glu (here: the same arithmetic without per-element branches, see glu_x8).
 #pragma once
 
 #include <type_traits>
@@ -235,46 +235,6 @@ __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha
 
 // ---- outputs --------------------------------------------------------------------------------
 
-// e4m3fnuz through the hardware e4m3fn conversion. Every e4m3fnuz code is the e4m3fn code of
-// twice its value (same bits, bias 8 instead of 7), so encode(y) = e4m3fn(2y) except where the
-// formats differ: NaN (0x7F -> 0x80), no negative zero (0x80 -> 0x00), and magnitudes above 232,
-// which e4m3fnuz rounds to 240 (0x7F) where e4m3fn saturates at 448 (0x7E, e4m3fnuz 224). 2y is
-// exact (or +-Inf, which saturates like any magnitude above 232). Equal to qf_e4m3fnuz_from_f32
-// for all 2^32 inputs, at a few integer operations per value instead of the software encoder.
-// w: four e4m3fn codes of 2y; big: 0x01 in each byte whose |y| > 232.
-__device__ __forceinline__ uint32_t e4m3fnuz_fix4(uint32_t w, uint32_t big) {
-  const uint32_t mag = w & 0x7f7f7f7fu;
-  const uint32_t nan_hi = (mag + 0x01010101u) & 0x80808080u;  // magnitude 0x7F: NaN
-  const uint32_t nz_hi = (mag + 0x7f7f7f7fu) & 0x80808080u;   // magnitude not 0
-  const uint32_t keep = ((nz_hi & ~nan_hi) >> 7) * 0xffu;
-  return (w & keep) | nan_hi | big;
-}
-
-__device__ __forceinline__ uint32_t e4m3fnuz_x4(float a, float b, float c, float d) {
-  const uint32_t w = cvt_rn_satfinite_e4m3x2_f32(__fmul_rn(b, 2.0f), __fmul_rn(a, 2.0f)) |
-                     uint32_t(cvt_rn_satfinite_e4m3x2_f32(__fmul_rn(d, 2.0f), __fmul_rn(c, 2.0f))) << 16;
-  const uint32_t big = uint32_t(fabsf(a) > 232.0f) | uint32_t(fabsf(b) > 232.0f) << 8 |
-                       uint32_t(fabsf(c) > 232.0f) << 16 | uint32_t(fabsf(d) > 232.0f) << 24;
-  return e4m3fnuz_fix4(w, big);
-}
-
-// The output encoders of this kernel: vec.cuh's, with e4m3fnuz through the hardware conversion.
-template <typename Tout>
-__device__ __forceinline__ uint8_t encode_q(float v) {
-  if constexpr (std::is_same_v<Tout, e4m3fnuz_t>)
-    return static_cast<uint8_t>(e4m3fnuz_x4(v, 0.0f, 0.0f, 0.0f) & 0xffu);
-  else
-    return encode(Tout{}, v);
-}
-
-template <typename Tout>
-__device__ __forceinline__ void store8_q(uint8_t *p, const float (&v)[8]) {
-  if constexpr (std::is_same_v<Tout, e4m3fnuz_t>)
-    *reinterpret_cast<uint2 *>(p) = make_uint2(e4m3fnuz_x4(v[0], v[1], v[2], v[3]), e4m3fnuz_x4(v[4], v[5], v[6], v[7]));
-  else
-    store8(reinterpret_cast<Tout *>(p), v);
-}
-
 // ---- the kernel ----------------------------------------------------------------------------
 
 // Plain: at most 80 registers, 3 blocks (24 warps) per SM, each warp with up to two tiles of
@@ -435,10 +395,10 @@ __global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kNone ? 3 : 2)
         for (int j = 0; j < 8; j++) y[j] = __fmul_rn(y[j], inv_i);
         uint8_t *qc = qt + qoff[i] + c * kChunkStep;
         if constexpr (ACC == GroupAccess::kVec16) {
-          store8_q<Tout>(qc, y);
+          store8(reinterpret_cast<Tout *>(qc), y);
         } else {
 #pragma unroll
-          for (int j = 0; j < 8; j++) qc[j] = encode_q<Tout>(y[j]);
+          for (int j = 0; j < 8; j++) qc[j] = encode(Tout{}, y[j]);
         }
       }
     }

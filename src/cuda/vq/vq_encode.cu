@@ -28,6 +28,10 @@
 //   (110-160 us for one step's K rows on an H200). A warp per vector spreads a step over
 //   thousands of warps with coalesced book loads, and the entry loop is unrolled so that a lane's
 //   loads are in flight together (a 256-entry book: 8 entries per lane).
+// - Vector sizes 2, 4 and 8 have their own instantiations: an entry is one 4-, 8- or 16-byte load
+//   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
+//   per SM (vs = 4 spills 20 bytes outside the entry loop). H200, K = 4096: T = 8 rows 12-17 us
+//   instead of 22-42, T = 512 0.42-0.65 ms instead of 1.0-2.0.
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -64,9 +68,27 @@ __device__ __forceinline__ float x_at(const vq_encode_params &p, const void *row
   }
 }
 
-__device__ __forceinline__ float entry_at(const vq_encode_params &p, const uint16_t *e, int c) {
-  const uint16_t h = e[c];
+__device__ __forceinline__ float entry_f32(const vq_encode_params &p, uint16_t h) {
   return p.entry_bf16 ? __uint_as_float(static_cast<uint32_t>(h) << 16) : __half2float(__ushort_as_half(h));
+}
+
+// The kV values of entry `e` (those past vs read as 0): one 4-, 8- or 16-byte load for
+// KVS = 2, 4, 8 (the launcher checks the books' alignment), element by element for KVS = 0.
+template <int KVS, int kV>
+__device__ __forceinline__ void load_entry(const vq_encode_params &p, const uint16_t *e, float (&out)[kV]) {
+  uint16_t h[kV];
+  if constexpr (KVS == 2) {
+    *reinterpret_cast<uint32_t *>(h) = *reinterpret_cast<const uint32_t *>(e);
+  } else if constexpr (KVS == 4) {
+    *reinterpret_cast<uint2 *>(h) = *reinterpret_cast<const uint2 *>(e);
+  } else if constexpr (KVS == 8) {
+    *reinterpret_cast<uint4 *>(h) = *reinterpret_cast<const uint4 *>(e);
+  } else {
+#pragma unroll
+    for (int c = 0; c < kV; c++) h[c] = c < p.vs ? e[c] : uint16_t(0);
+  }
+#pragma unroll
+  for (int c = 0; c < kV; c++) out[c] = entry_f32(p, h[c]);
 }
 
 // The row's scale as the CPU computes it: sqrt(sum x^2 / K) in fp64, to fp32 (1 for a zero row).
@@ -84,7 +106,11 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
   return total > 0.0 ? __double2float_rn(__dsqrt_rn(total / static_cast<double>(p.K))) : 1.0f;
 }
 
-__global__ void __launch_bounds__(kThreads) vq_encode_kernel(const vq_encode_params p) {
+// KVS: the vector size when it is 2, 4 or 8 (registers and loads sized for it), else 0.
+template <int KVS>
+__global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_kernel(const vq_encode_params p) {
+  constexpr int kV = KVS ? KVS : kMaxVs;
+  const int vs = KVS ? KVS : p.vs;
   __shared__ uint32_t idx_s[kMaxR][kVecs];
   __shared__ double red[kThreads / 32];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -101,24 +127,25 @@ __global__ void __launch_bounds__(kThreads) vq_encode_kernel(const vq_encode_par
         if (lane < p.residuals) idx_s[lane][jl] = 0u;
         continue;
       }
-      float v[kMaxVs];
+      float v[kV];
 #pragma unroll
-      for (int c = 0; c < kMaxVs; c++) v[c] = c < p.vs ? __fdiv_rn(x_at(p, xrow, j * p.vs + c), s) : 0.0f;
+      for (int c = 0; c < kV; c++) v[c] = c < vs ? __fdiv_rn(x_at(p, xrow, j * vs + c), s) : 0.0f;
       const int64_t scope = p.scope_rows ? (p.row0 + i) / p.scope_rows : 0;
       const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
       for (int r = 0; r < p.residuals; r++) {
-        const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * p.vs;
+        const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * vs;
         int best = -1;  // this lane's first smallest non-NaN distance
         float best_d = 0.0f;
         bool nan0 = false;
 #pragma unroll 4
         for (int e = lane; e < p.entries; e += 32) {
-          const uint16_t *ent = b + static_cast<int64_t>(e) * p.vs;
+          float w[kV];
+          load_entry<KVS>(p, b + static_cast<int64_t>(e) * vs, w);
           float d = 0.0f;
 #pragma unroll
-          for (int c = 0; c < kMaxVs; c++) {
-            if (c < p.vs) {
-              const float diff = __fsub_rn(v[c], entry_at(p, ent, c));
+          for (int c = 0; c < kV; c++) {
+            if (c < vs) {
+              const float diff = __fsub_rn(v[c], w[c]);
               d = __fadd_rn(d, __fmul_rn(diff, diff));
             }
           }
@@ -133,10 +160,11 @@ __global__ void __launch_bounds__(kThreads) vq_encode_kernel(const vq_encode_par
         }
         if (__shfl_sync(0xffffffffu, nan0, 0) || best < 0) best = 0;
         if (lane == 0) idx_s[r][jl] = static_cast<uint32_t>(best);
-        const uint16_t *ent = b + static_cast<int64_t>(best) * p.vs;
+        float w[kV];
+        load_entry<KVS>(p, b + static_cast<int64_t>(best) * vs, w);
 #pragma unroll
-        for (int c = 0; c < kMaxVs; c++)
-          if (c < p.vs) v[c] = __fsub_rn(v[c], entry_at(p, ent, c));
+        for (int c = 0; c < kV; c++)
+          if (c < vs) v[c] = __fsub_rn(v[c], w[c]);
       }
     }
     __syncthreads();
@@ -198,6 +226,14 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
 
   const dim3 grid(static_cast<unsigned>((p.vectors + kVecs - 1) / kVecs),
                   static_cast<unsigned>(t->N < 65535 ? t->N : 65535));
-  vq_encode_kernel<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
+  // Vector sizes 2, 4, 8 with books aligned to an entry load their entries in one load each.
+  const int vs = f.vector_size;
+  const bool aligned = reinterpret_cast<uintptr_t>(t->books) % (2 * vs) == 0;
+  auto kernel = !aligned ? vq_encode_kernel<0>
+                : vs == 2 ? vq_encode_kernel<2>
+                : vs == 4 ? vq_encode_kernel<4>
+                : vs == 8 ? vq_encode_kernel<8>
+                          : vq_encode_kernel<0>;
+  kernel<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }

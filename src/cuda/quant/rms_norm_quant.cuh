@@ -16,9 +16,9 @@
 //   never crosses a tile (tiles are multiples of 256 elements). The scale arithmetic and its
 //   store (qf_store_group_scale) cost as much as the codes of a chunk, so a lane computes one
 //   scale per four chunk slots: reduce_scatter_max leaves each lane with the group amax of one
-//   slot, and the group's lanes fetch 1 / s from the lane that computed it. Block 0 writes the 0 scales of the padding rows of
-//   COL_MAJOR_TMA; the lane of the last group of a row writes the 0 bytes that complete its last
-//   UE8M0 word.
+//   slot, and the group's lanes fetch 1 / s from the lane that computed it. Block 0 writes the
+//   0 scales of the padding rows of COL_MAJOR_TMA; the lane of the last group of a row writes
+//   the 0 bytes that complete its last UE8M0 word.
 // - Per token: y stays in registers between the amax and the quantization when the row is one
 //   tile, and v is recomputed from it and w: half the registers of keeping v in fp32. Longer
 //   rows re-read y (from residual or x).
@@ -241,8 +241,8 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       }
     }
     // This thread's chunks of `ahead` are in registers now: the next row's can come in.
-    const int64_t next = r + gridDim.x / split;
     if constexpr (AHEAD) {
+      const int64_t next = r + gridDim.x / split;
       in_ahead = next < p.rows;
       if (in_ahead) copy_ahead(next);
     }

@@ -43,6 +43,8 @@ static const quant_case cases[] = {
      .fast_exp = 1, .largest_m_only = 1},
     {OP_RMS_NORM, "rms_norm_quant", "bf16+res->e4m3fn,g128,col_major_tma", .qdt = QF_E4M3FN, .group = 128,
      .layout = QF_SCALE_COL_MAJOR_TMA},
+    {OP_RMS_NORM, "rms_norm_quant", "bf16+res->e4m3fn,g128,row_major", .qdt = QF_E4M3FN, .group = 128,
+     .largest_m_only = 1},
     {OP_RMS_NORM, "rms_norm_quant", "bf16+res->e4m3fn,token", .qdt = QF_E4M3FN, .group = -1},
     {OP_TOKEN, "quant_token", "bf16->e4m3fn", .qdt = QF_E4M3FN, .group = -1},
     {OP_TOKEN, "quant_token", "bf16->int8,azp", .qdt = QF_I8, .group = -1, .azp = 1},

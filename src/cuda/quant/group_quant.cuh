@@ -163,8 +163,10 @@ __device__ __forceinline__ uint32_t values_amax_key(const float (&v)[8]) {
 // 1 + 2^-125 p = 1 and 2^128 p = +Inf there, the same sums, and leaves every other t alone.
 // n = rint(t) comes from t + 1.5 * 2^23 instead of t +- 2^23 (the same integer, ties to even,
 // for |t| < 2^22), whose low mantissa bits hold n, so 2^n is ((word + 127) << 23) with the
-// exponent field of the constant shifted out. Equal to 1 + qf_expf(x) for all 2^32 inputs but
-// NaN (a NaN x comes from a NaN gate, which makes the product NaN anyway).
+// exponent field of the constant shifted out. 1 + p 2^n is one FMA: p 2^n is exact (a normal
+// number, or +Inf at n = 128), so the FMA rounds the same sum as the multiply-then-add (checked
+// on the CPU for every non-NaN input). Equal to 1 + qf_expf(x) for all 2^32 inputs but NaN (a
+// NaN x comes from a NaN gate, which makes the product NaN anyway).
 __device__ __forceinline__ float one_plus_expf(float x) {
   const float t = fminf(fmaxf(__fmul_rn(x, 1.44269504088896341f), -125.0f), 128.0f);
   const float tb = __fadd_rn(t, 12582912.0f);
@@ -177,7 +179,7 @@ __device__ __forceinline__ float one_plus_expf(float x) {
   p = __fmaf_rn(p, f, 2.4022650695910071e-01f);
   p = __fmaf_rn(p, f, 6.9314718055994531e-01f);
   p = __fmaf_rn(p, f, 1.0f);
-  return 1.0f + __fmul_rn(p, __uint_as_float((__float_as_uint(tb) + 127u) << 23));
+  return __fmaf_rn(p, __uint_as_float((__float_as_uint(tb) + 127u) << 23), 1.0f);
 }
 
 // 1 / x, correctly rounded, for x in [1, 2^125]: the reciprocal estimate and one Newton step,

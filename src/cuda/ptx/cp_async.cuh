@@ -23,9 +23,6 @@ __device__ __forceinline__ void cp_async_cg_shared_global_16(uint32_t dst, const
   QF_ASM_SM90("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
-// cp.async.commit_group: closes this thread's group of cp.async issued since the last commit.
-__device__ __forceinline__ void cp_async_commit_group() { QF_ASM_SM90("cp.async.commit_group;\n" ::: "memory"); }
-
-// cp.async.wait_all: waits until every cp.async this thread issued has completed (its writes are
-// then visible to this thread).
+// cp.async.wait_all (a commit_group and wait_group 0 in one): waits until every cp.async this
+// thread issued has completed (its writes are then visible to this thread).
 __device__ __forceinline__ void cp_async_wait_all() { QF_ASM_SM90("cp.async.wait_all;\n" ::: "memory"); }

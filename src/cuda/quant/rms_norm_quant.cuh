@@ -158,9 +158,8 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
   // AHEAD: the next row's x and residual chunks of this thread, in flight into shared memory while
   // this row is reduced and quantized (rows of one tile).
   extern __shared__ uint4 ahead[];  // [x, residual][VPT][blockDim.x]
-  auto ahead_addr = [&](int tensor, int i) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(&ahead[(tensor * VPT + i) * blockDim.x + threadIdx.x]));
-  };
+  auto ahead_slot = [&](int tensor, int i) -> uint4 & { return ahead[(tensor * VPT + i) * blockDim.x + threadIdx.x]; };
+  auto ahead_addr = [&](int tensor, int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&ahead_slot(tensor, i))); };
   auto copy_ahead = [&](int64_t rn) {
     const T *xn = static_cast<const T *>(p.x) + rn * p.x_ld + c0;
     const T *resn = p.residual ? static_cast<const T *>(p.residual) + rn * p.res_ld + c0 : nullptr;
@@ -171,11 +170,10 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       cp_async_cg_shared_global_16(ahead_addr(0, i), xn + c);
       if (resn) cp_async_cg_shared_global_16(ahead_addr(1, i), resn + c);
     }
-    cp_async_commit_group();
   };
   auto from_ahead = [&](int tensor, int i) {  // columns past the row read as 0, as load_chunk's
     Chunk<T> ch;
-    ch.raw[0] = chunk_col<VPT>(0, i) < cols ? ahead[(tensor * VPT + i) * blockDim.x + threadIdx.x] : make_uint4(0, 0, 0, 0);
+    ch.raw[0] = chunk_col<VPT>(0, i) < cols ? ahead_slot(tensor, i) : make_uint4(0, 0, 0, 0);
     return ch;
   };
   bool in_ahead = false;  // this row's chunks are (being) copied into `ahead`

@@ -9,7 +9,7 @@
  *  - dequantize: fp32, fp16 and bf16 outputs byte for byte (the sum of entries in residual order
  *    is the same fp32 computation on both sides), with strided rows; outputs poisoned before the
  *    call, gaps and a sentinel after w compared too.
- *  - gemm: M in {1, 2, 3, 8, 16} (GeMV: x tiles of 8 and 16 rows) and {17, 33, 128, 1000}
+ *  - gemm: M in {1, 2, 3, 8, 16} (GeMV: x tiles of 8 and 16 rows) and {17, 33, 129, 1000}
  *    (GeMM: 32 rows), fp32 / fp16 / bf16 x and y (every pairing for the small M, the same dtype on
  *    both sides for the large ones), x rows strided for even M (the gaps hold NaN, so a kernel
  *    reading them poisons y) and contiguous for odd M (so x of the MMA's type takes the direct B
@@ -20,7 +20,8 @@
  *    qf_cuda_vq_gemm_mma_with for the GeMM, which also runs a few small M), so both kernel
  *    policies run everywhere they can; the banked GeMV (vq_gemv_banked.cu) where its limits allow
  *    it (refused with y untouched elsewhere), also with its split-K forced to 1, 3 and one split
- *    per chunk, and refused for more splits than chunks. The shapes cover: K a multiple of the kernel's 256-column
+ *    per chunk, and refused for more splits than chunks; the tiled GeMM (vq_gemm_tiled.cu) likewise
+ *    for M > 16, with its split-K forced to 1, 3 and one split per 64 columns. The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -138,7 +139,8 @@ static void dequantize_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, qf_dtype dt,
  * rows (index m_tiles8), direct and element-wise B, parts of x (index 1-3) and of the entries. */
 static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
-    ran_banked_splits;
+    ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
+    ran_tiled_one_split, ran_tiled_splits;
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -198,9 +200,9 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   /* each codebook placement forced, on the same tensors (y poisoned again before each) */
   const qf_vq_tensors t = {w->f, w->sz, N, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL};
   const qf_mat xm = {X.dev, xt, M, K, xld}, ym = {Y.dev, yt, M, N, yld};
-  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED};
-  static const char *const place_names[] = {"?", "global", "shared", "banked"};
-  for (int i = 0; forced && i < 3; i++) {
+  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED};
+  static const char *const place_names[] = {"?", "global", "shared", "banked", "tiled"};
+  for (int i = 0; forced && i < 4; i++) {
     char d2[240];
     snprintf(d2, sizeof d2, "%s, books in %s", desc, place_names[placements[i]]);
     /* v 0: the GeMV, for its M; v 1: the GeMM, for M above the GeMV's and for small M too when
@@ -224,6 +226,12 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
           continue;
         }
+        if (placements[i] == QF_VQ_BOOKS_TILED && (!mm || bn || qf_cuda_vq_tiled_refusal(&xm, &t) != NULL)) {
+          /* the tiled GeMM runs its own launch shape, for its formats only: refused, y untouched */
+          CHECK(st == QF_ERR_UNSUPPORTED, "%s: tiled placement outside its limits gave %s", d3, qf_status_str(st));
+          CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
+          continue;
+        }
         if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) {
           /* books too large (counted) or a forced tile that straddles row scopes; y untouched */
           const int straddles = bn && w->f.scope_rows && w->f.scope_rows % bn;
@@ -234,19 +242,29 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
         if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
         CUDA_OK(cudaDeviceSynchronize());
         err = y_error(&Y, yt, M, N, yld, d3);
-        const int want_tiles8 = mm ? QF_VQ_GEMM_M_TILES8 : M <= 8 ? 1 : 2;
+        const int want_tiles8 = placements[i] == QF_VQ_BOOKS_TILED ? (M <= 64 ? 8 : 16) /* x rows per tile / 8 */
+                                : mm                               ? QF_VQ_GEMM_M_TILES8
+                                : M <= 8                           ? 1
+                                                                   : 2;
         CHECK(used.placement == placements[i] && used.m_tiles8 == want_tiles8 && (!bn || used.tile_n == bn),
               "%s: ran placement %d, tiles of %d x %d rows", d3, used.placement, used.tile_n, used.tile_m);
         ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
         ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
         if (used.placement == QF_VQ_BOOKS_BANKED) ran_banked++, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
-        ran_tiles8[used.m_tiles8 >= 1 && used.m_tiles8 <= 4 ? used.m_tiles8 : 0]++;
-        ran_warps_k[used.warps_k >= 1 && used.warps_k <= 8 ? used.warps_k : 0]++;
-        ran_direct += used.x_direct != 0;
-        ran_elementwise += used.x_direct == 0;
-        ran_x_parts[used.x_parts & 3]++;
-        ran_entry_parts2 += used.entry_parts == 2;
-        ran_mma_f16 += !used.mma_bf16;
+        if (used.placement == QF_VQ_BOOKS_TILED) {
+          ran_tiled++, ran_tiled_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
+          ran_tiled_rows[used.tile_m == 64 ? 1 : used.tile_m == 128 ? 2 : 0]++;
+          ran_tiled_residuals2 += w->f.residuals == 2;
+          ran_tiled_bf16 += used.mma_bf16;
+        } else {  /* the other kernels' launch shapes */
+          ran_tiles8[used.m_tiles8 >= 1 && used.m_tiles8 <= 4 ? used.m_tiles8 : 0]++;
+          ran_warps_k[used.warps_k >= 1 && used.warps_k <= 8 ? used.warps_k : 0]++;
+          ran_direct += used.x_direct != 0;
+          ran_elementwise += used.x_direct == 0;
+          ran_x_parts[used.x_parts & 3]++;
+          ran_entry_parts2 += used.entry_parts == 2;
+          ran_mma_f16 += !used.mma_bf16;
+        }
         CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e; tiles of %d x %d rows, warps_k %d, %s "
               "operands, x parts %d, entry parts %d, %s B, smem %zu)", d3, err, tol, used.tile_n, used.tile_m,
               used.warps_k, used.mma_bf16 ? "bf16" : "fp16", used.x_parts, used.entry_parts,
@@ -271,6 +289,32 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
     ran_banked_splits += splits > 1;
     err = y_error(&Y, yt, M, N, yld, d3);
     CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
+  }
+  /* the tiled GeMM with its split-K forced: one K range per tile, three, and one per 64 columns */
+  const int64_t ksteps = K / 64;
+  for (int sp = 0; forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL && sp < 3; sp++) {
+    const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)ksteps;
+    if (splits > ksteps || (sp == 2 && ksteps <= 3)) continue;
+    char d3[240];
+    snprintf(d3, sizeof d3, "%s, tiled, %d K splits", desc, splits);
+    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+    qf_vq_mma_config used;
+    st = qf_cuda_vq_gemm_tiled_with(gpu, &xm, &t, &ym, splits, &used);
+    if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(used.splits == splits && used.placement == QF_VQ_BOOKS_TILED, "%s: ran %d splits", d3, used.splits);
+    ran_tiled_one_split += splits == 1;
+    ran_tiled_splits += splits > 1;
+    err = y_error(&Y, yt, M, N, yld, d3);
+    CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
+  }
+  if (forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL) {
+    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+    st = qf_cuda_vq_gemm_tiled_with(gpu, &xm, &t, &ym, (int)ksteps + 1, NULL);
+    CHECK(st == QF_ERR_UNSUPPORTED, "%s: tiled, %lld splits of %lld k-steps gave %s", desc, (long long)ksteps + 1,
+          (long long)ksteps, qf_status_str(st));
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused split", desc);
   }
   /* more splits than chunks: refused, y untouched */
   if (forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL) {
@@ -315,14 +359,14 @@ static void gemm_env(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, uint64_t
   CUDA_OK(cudaDeviceSynchronize());
   CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", desc);
 
-  const char *values[] = {"global", "shared", "auto", "banked"};
-  for (int i = 0; i < 4; i++) {
+  const char *values[] = {"global", "shared", "auto", "banked", "tiled"};
+  for (int i = 0; i < 5; i++) {
     char d2[200];
     snprintf(d2, sizeof d2, "%s=%s", desc, values[i]);
     setenv("QF_VQ_BOOKS", values[i], 1);
     CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
     st = qf_vq_gemm(gpu, &gx.t, &gc, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy.t);
-    if (st == QF_ERR_UNSUPPORTED && (i == 1 || i == 3)) { /* shared or banked impossible here: the message says why */
+    if (st == QF_ERR_UNSUPPORTED && (i == 1 || i >= 3)) { /* shared, banked or tiled impossible here: the message says why */
       CHECK(strstr(qf_ctx_last_error(gpu), values[i]) != NULL && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL,
             "%s: message: %s", d2, qf_ctx_last_error(gpu));
       CUDA_OK(cudaDeviceSynchronize());
@@ -381,7 +425,7 @@ int main(void) {
       {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 16};
-  const int64_t Ms_mm[] = {17, 33, 128, 1000}; /* VQ-GeMM */
+  const int64_t Ms_mm[] = {17, 33, 129, 1000}; /* VQ-GeMM */
   const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
 
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -403,7 +447,7 @@ int main(void) {
     for (size_t mi = 0; mi < sizeof Ms_mm / sizeof Ms_mm[0]; mi++)
       for (int a = 0; a < 3; a++)
         for (int b = 0; b < 3; b++) {
-          /* every pairing at M = 17 and 33, the same dtype on both sides at 128, and at 1000 (the
+          /* every pairing at M = 17 and 33, the same dtype on both sides at 129, and at 1000 (the
            * CPU reference's cost) fp16 -> fp16 and fp32 -> fp32 (quick: fp16 only) */
           const int64_t M = Ms_mm[mi];
           if ((M >= 128 || quick) && a != b) continue;
@@ -424,6 +468,13 @@ int main(void) {
             ran_banked_one_split > 0 && ran_banked_splits > 0,
         "the banked GeMV ran (%d; vector sizes 2, 4, 8: %d, %d, %d; one split %d, several %d)", ran_banked,
         ran_banked_vs[2], ran_banked_vs[4], ran_banked_vs[8], ran_banked_one_split, ran_banked_splits);
+  CHECK(ran_tiled > 0 && ran_tiled_vs[2] > 0 && ran_tiled_vs[4] > 0 && ran_tiled_vs[8] > 0 && ran_tiled_rows[1] > 0 &&
+            ran_tiled_rows[2] > 0 && ran_tiled_residuals2 > 0 && ran_tiled_bf16 > 0 && ran_tiled_bf16 < ran_tiled &&
+            ran_tiled_one_split > 0 && ran_tiled_splits > 0,
+        "the tiled GeMM ran (%d; vector sizes 2, 4, 8: %d, %d, %d; 64- and 128-row x tiles %d, %d; two residuals %d; "
+        "bf16 %d; one split %d, several %d)",
+        ran_tiled, ran_tiled_vs[2], ran_tiled_vs[4], ran_tiled_vs[8], ran_tiled_rows[1], ran_tiled_rows[2],
+        ran_tiled_residuals2, ran_tiled_bf16, ran_tiled_one_split, ran_tiled_splits);
   CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
         ran_elementwise);
   CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,

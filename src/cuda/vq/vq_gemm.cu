@@ -1,6 +1,7 @@
-// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16, VQ-GeMM above: one
-// kernel, vq_gemm.cuh, with x tiles of 8, 16 or 32 rows), the QF_VQ_BOOKS switch of the public
-// call, and the limits, launch shape and kernel parameters they share.
+// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16: the banked kernel or
+// vq_gemm.cuh with x tiles of 8 or 16 rows; VQ-GeMM above: the tiled kernel, vq_gemm_tiled.cu, or
+// vq_gemm.cuh with x tiles of 32 rows), the QF_VQ_BOOKS switch of the public call, and the limits,
+// launch shape and kernel parameters they share.
 #include <cstring>
 
 #include "cuda/common.cuh"
@@ -33,9 +34,13 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   if (!element_aligned(x) || !element_aligned(y))
     return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: x (%p) and y (%p) must be aligned to their elements", kOp, x->data, y->data);
   const bool gemv_shape = m_tiles8 == (M <= 8 ? 1 : 2) && bn == 0;  // the banked GeMV's own launch shape
+  const bool gemm_shape = m_tiles8 == QF_VQ_GEMM_M_TILES8 && bn == 0;  // the tiled GeMM's
   if (placement == QF_VQ_BOOKS_BANKED && !gemv_shape)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked placement runs VQ-GeMV's own launch shape (M <= 16, "
                    "256-row tiles)", kOp);
+  if (placement == QF_VQ_BOOKS_TILED && !gemm_shape)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the tiled placement runs VQ-GeMM's own launch shape (128-row tiles "
+                   "of W)", kOp);
   if (M == 0 || N == 0) return QF_OK;
   if (K == 0) {  // empty sums
     const size_t esz = qf_dtype_size(y->dtype);
@@ -44,11 +49,14 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
 
-  // VQ-GeMV: the banked kernel where it can run (vq_gemv_banked.cu), unless a placement or a tile
-  // height is forced.
+  // VQ-GeMV: the banked kernel where it can run (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled
+  // kernel (vq_gemm_tiled.cu); unless a placement or a tile height is forced.
   if (placement == QF_VQ_BOOKS_BANKED || (placement == QF_VQ_BOOKS_AUTO && gemv_shape &&
                                           qf_cuda_vq_banked_refusal(x, w) == nullptr))
     return qf_cuda_vq_gemv_banked_with(ctx, x, w, y, 0, used);
+  if (placement == QF_VQ_BOOKS_TILED || (placement == QF_VQ_BOOKS_AUTO && gemm_shape && M > QF_VQ_GEMV_MAX_M &&
+                                         qf_cuda_vq_tiled_refusal(x, w) == nullptr))
+    return qf_cuda_vq_gemm_tiled_with(ctx, x, w, y, 0, used);
   const qf_vq_mma_problem pb = {M, N, K, f.vector_size, f.index_bits, f.residuals, f.scope_rows, f.scope_cols,
                                 w->sz.books_per_row, w->sz.entries, static_cast<int>(x->dtype),
                                 static_cast<int>(f.entry_dtype)};

@@ -1,5 +1,6 @@
-/* VQ-GeMM (qf_vq_gemm on CUDA for M > 16): the same kernel and launch shape as the VQ-GeMV
- * (vq_heuristic.h, vq_gemm.cuh), with x tiles of 32 rows (4 n8 tiles of the MMA per warp). */
+/* VQ-GeMM (qf_vq_gemm on CUDA for M > 16): the tiled kernel (vq_gemm_tiled.cu) where it applies,
+ * else the same kernel and launch shape as the VQ-GeMV (vq_heuristic.h, vq_gemm.cuh) with x tiles
+ * of 32 rows (4 n8 tiles of the MMA per warp). */
 #ifndef QF_CUDA_VQ_GEMM_HEURISTIC_H
 #define QF_CUDA_VQ_GEMM_HEURISTIC_H
 
@@ -20,6 +21,18 @@ typedef qf_vq_mma_config qf_vq_gemm_config;
  * receives the launch shape. */
 qf_status qf_cuda_vq_gemm_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int placement,
                                    int bn, qf_vq_gemm_config *used);
+
+/* Why the tiled VQ-GeMM (vq_gemm_tiled.cu, placement QF_VQ_BOOKS_TILED) cannot take this call, or
+ * NULL when it can: 8-bit indices, vector size 2, 4 or 8, one or two residuals, x of the entries'
+ * 16-bit type with 16-byte aligned rows, codes and codebooks 16-byte aligned, K a positive
+ * multiple of 64, codebook scopes of 0 or a multiple of 128 rows and of 64 columns. Any M. */
+const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w);
+
+/* The tiled VQ-GeMM with its split-K forced (splits > 0: K ranges per tile, at most one per 64
+ * columns; 0: the heuristic's), for the tests and the bench. QF_ERR_UNSUPPORTED with the reason
+ * when the kernel cannot take the call. */
+qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                                     qf_vq_mma_config *used);
 
 #ifdef __cplusplus
 }

@@ -35,12 +35,15 @@ extern "C" {
 /* Where the kernels read codebook entries: the kernel policies CodebookInGlobal (through L1/L2)
  * and CodebookInShared (the row scope's books copied into shared memory); for VQ-GeMV also
  * BANKED, the kernel of vq_gemv_banked.cu (one book at a time in shared memory as 128 / entry
- * bytes bank-private copies, the block's warps on that book together, split-K over blocks). */
+ * bytes bank-private copies, the block's warps on that book together, split-K over blocks); for
+ * VQ-GeMM also TILED, the kernel of vq_gemm_tiled.cu (each k-step's books staged in shared memory
+ * and W decoded there once per block tile, then mma.sync against x tiles). */
 typedef enum {
   QF_VQ_BOOKS_AUTO = 0,
   QF_VQ_BOOKS_IN_GLOBAL = 1,
   QF_VQ_BOOKS_IN_SHARED = 2,
   QF_VQ_BOOKS_BANKED = 3,
+  QF_VQ_BOOKS_TILED = 4,
 } qf_vq_books_placement;
 
 #define QF_VQ_GEMV_MAX_M 16

@@ -1,0 +1,402 @@
+// The tiled VQ-GeMM (placement QF_VQ_BOOKS_TILED, the public call's choice for M > 16 where it
+// applies): y[m, n] = scale[n] * sum_k x[m, k] * W[n, k] with W decoded once per block tile into
+// shared memory and multiplied by mma.sync m16n8k16 (fp32 accumulators) against x tiles.
+//
+// NOTES:
+// - Why a second GeMM kernel. vq_gemm.cuh decodes W straight into each warp's MMA registers, so
+//   every warp that uses a W fragment decodes it again, and x comes from L1 in 8-byte pieces: at
+//   M = 256 that kernel ran at 0.04-0.21x cuBLASLt fp16 (H200), behind even decoding all of W to
+//   fp16 first. Here a block tile is 128 rows of W by BM = 64 or 128 rows of x: each W element is
+//   decoded once per block and used BM times, and x travels by 16-byte cp.async.
+// - Block: BM / 64 x 2 warps, each computing 64 rows of x by 64 rows of W (4 x 8 MMA tiles, 128
+//   accumulators per thread). A k-step is 64 columns of K (128-byte rows of 16-bit values).
+// - Ring of kStages stages, each one k-step's x tile and its codebooks (the k-step's one book per
+//   residual, copied whole: 256 entries of vs values, 1-4 KB), filled by cp.async three k-steps
+//   ahead. W is decoded into a double buffer: while the warps multiply k-step i, they have
+//   already decoded i + 1 (its codes were loaded into registers during k-step i - 1), so one
+//   barrier per k-step orders everything.
+// - Decoding: thread t owns W rows t (+ threads); its 64 / vs indices of a row and k-step are
+//   consecutive bytes (one or two 16-byte loads, 8 bytes for vs = 8), each a lookup of vs * 2
+//   bytes in the stage's book, written into the W tile as 16-byte chunks.
+// - Shared tiles (x and W) store row r's 16-byte chunk c at c ^ (r % 8): the 8 rows that an
+//   ldmatrix phase reads, and the 8 rows the decoding threads of a phase write, fall in 8
+//   different bank groups.
+// - Roles: A is x (row-major, K contiguous), B is W (each row K contiguous: the "col" operand),
+//   so the accumulators are y itself. Residuals are separate W planes, each its own B operand
+//   (the entries' values, never their rounded sum); x and the entries have the same 16-bit type,
+//   so every product is exact and what rounds is the fp32 accumulation of the tensor cores over
+//   the block's K range. The row scale multiplies the finished sum.
+// - Split-K when the tiles leave SMs idle: each of `splits` K ranges leaves an fp32 partial tile
+//   in the workspace and the tile's last unit adds them in split order (a call repeats bit for
+//   bit), as in the banked GeMV.
+// - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, one or two
+//   residuals, x of the entries' type with 16-byte aligned rows, K a multiple of 64, codebook
+//   scopes of 0 or a multiple of 128 rows and of 64 columns. Rows of x past M read zeros, rows of
+//   W past N decode row N - 1; neither is stored.
+#include <atomic>
+
+#include "cuda/common.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/shared.cuh"
+#include "cuda/vq/vq_gemm.cuh"
+#include "cuda/vq/vq_heuristic.h"
+
+namespace vq_tiled_detail {
+
+constexpr int kBN = 128;      // rows of W per block tile
+constexpr int kBK = 64;       // columns of K per k-step
+constexpr int kStages = 4;    // x tiles and books in flight
+constexpr int kThreads = 256; // 8 warps: 2 along x's rows by 4 along W's
+constexpr int kEntries = 256;
+constexpr int kRowBytes = kBK * 2;
+
+struct params {
+  const uint32_t *codes;  // [R, N, row_words]
+  const uint16_t *books;  // [R, n_books, 256, vs]
+  const float *scales;    // [N] or NULL
+  const void *x;          // [M, K], row pitch x_ld elements
+  void *y;                // [M, N], row pitch y_ld elements
+  int64_t x_ld, y_ld, n_books;
+  int y_dtype;
+  int M, N;
+  uint32_t row_words;
+  int ksteps;             // K / 64
+  int ksteps_per_book;    // 0: one book along K
+  int scope_rows, books_per_row;
+  int tiles_m, splits;
+  float *partials;        // splits > 1: [tiles][splits][MI * 4 float4][threads]
+  int *counters;          // splits > 1: [tiles], zero between calls
+};
+
+template <int VS, int R, int BM>
+struct shape {
+  static constexpr int kMI = BM / 32;                 // m16 tiles of a warp (warp tile BM / 2 x 32)
+  static constexpr int kCodeWords = 8 / VS;           // a thread's 32 columns of 8-bit indices
+  static constexpr int kBookBytes = kEntries * VS * 2;
+  static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
+  static constexpr int kStageBytes = kXBytes + R * kBookBytes;
+  static constexpr int kSmem = kStages * kStageBytes + 2 * R * kWBytes;
+};
+
+// The 16-byte chunk c of tile row r (128-byte rows, chunks XOR-swizzled by r % 8).
+__device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
+  return tile + r * kRowBytes + ((c ^ (r & 7)) << 4);
+}
+
+template <typename T, int VS, int R, int BM>
+__global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
+  using S = shape<VS, R, BM>;
+  constexpr int kMI = S::kMI;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  auto x_tile = [&](int s) { return base + s * S::kStageBytes; };
+  auto book = [&](int s, int r) { return base + s * S::kStageBytes + S::kXBytes + r * S::kBookBytes; };
+  auto w_tile = [&](int b, int r) { return base + kStages * S::kStageBytes + (b * R + r) * S::kWBytes; };
+  __shared__ int last_unit;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
+  const int m0 = (tile % p.tiles_m) * BM, n0 = (tile / p.tiles_m) * kBN;
+  const int kb0 = static_cast<int>(static_cast<int64_t>(p.ksteps) * split / p.splits);
+  const int kb1 = static_cast<int>(static_cast<int64_t>(p.ksteps) * (split + 1) / p.splits);
+  const int nk = kb1 - kb0;
+  const T *x = static_cast<const T *>(p.x);
+  const int64_t scope_book = static_cast<int64_t>(p.scope_rows ? n0 / p.scope_rows : 0) * p.books_per_row;
+
+  // ---- the ring: k-step kt's x tile and books into stage s ----
+  auto load_stage = [&](int kt, int s) {
+#pragma unroll
+    for (int c = tid; c < BM * 8; c += kThreads) {
+      const int r = c / 8, m = m0 + r;
+      const T *src = x + static_cast<int64_t>(m < p.M ? m : 0) * p.x_ld + kt * kBK + (c % 8) * 8;
+      cp_async_cg_shared_global_16_zfill(tile_at(x_tile(s), r, c % 8), src, m < p.M ? 16 : 0);
+    }
+    const int64_t b = scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0);
+    for (int c = tid; c < R * S::kBookBytes / 16; c += kThreads) {
+      const int r = c / (S::kBookBytes / 16), i = c % (S::kBookBytes / 16);
+      const uint16_t *src = p.books + ((r * p.n_books + b) * kEntries) * VS + i * 8;
+      cp_async_cg_shared_global_16(book(s, r) + i * 16, src);
+    }
+  };
+
+  // ---- decoding: thread t owns half t % 2 (32 columns) of W row t / 2 ----
+  const int drow = tid / 2, dhalf = tid % 2;
+  const uint32_t *code_row = p.codes + static_cast<int64_t>(min(n0 + drow, p.N - 1)) * p.row_words + dhalf * S::kCodeWords;
+  uint32_t codes[R][S::kCodeWords];
+  auto load_codes = [&](int kt) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const uint32_t *src = code_row + static_cast<int64_t>(r) * p.N * p.row_words + kt * 2 * S::kCodeWords;
+      if constexpr (S::kCodeWords == 4) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(src));
+        codes[r][0] = v.x, codes[r][1] = v.y, codes[r][2] = v.z, codes[r][3] = v.w;
+      } else if constexpr (S::kCodeWords == 2) {
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(src));
+        codes[r][0] = v.x, codes[r][1] = v.y;
+      } else {
+        codes[r][0] = __ldg(src);
+      }
+    }
+  };
+  // All lookups first, then the stores (the shared-memory accesses keep their program order).
+  auto decode = [&](int s, int b) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      auto entry = [&](int v) { return book(s, r) + ((codes[r][v / 4] >> (8 * (v % 4))) & 0xffu) * (VS * 2); };
+      uint4 q[4];  // the thread's 16-byte chunks: vectors c * 8 / VS ...
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        if constexpr (VS == 8) {
+          q[c] = ld_shared_v4(entry(c));
+        } else if constexpr (VS == 4) {
+          const uint2 e0 = ld_shared_v2(entry(2 * c)), e1 = ld_shared_v2(entry(2 * c + 1));
+          q[c] = make_uint4(e0.x, e0.y, e1.x, e1.y);
+        } else {
+          q[c] = make_uint4(ld_shared_b32(entry(4 * c)), ld_shared_b32(entry(4 * c + 1)), ld_shared_b32(entry(4 * c + 2)),
+                            ld_shared_b32(entry(4 * c + 3)));
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < 4; c++) st_shared_v4(tile_at(w_tile(b, r), drow, dhalf * 4 + c), q[c]);
+    }
+  };
+
+  // ---- the MMAs of one k-step: warp (wm, wn) owns x rows wm * BM / 2.. and W rows 32 wn.. ----
+  const int wm = warp / 4, wn = warp % 4;
+  float acc[kMI][4][4];
+  vq_zero(acc);
+  auto compute = [&](int s, int b) {
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; kk++) {
+      uint32_t a[kMI][4];
+#pragma unroll
+      for (int mi = 0; mi < kMI; mi++)
+        ldmatrix_x4(a[mi], tile_at(x_tile(s), wm * (BM / 2) + mi * 16 + (lane & 15), 2 * kk + (lane >> 4)));
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        // per 16 W rows, matrices: rows 0-7 k lo, rows 0-7 k hi, rows 8-15 k lo, rows 8-15 k hi
+        uint32_t bq[2][4];
+#pragma unroll
+        for (int np = 0; np < 2; np++)
+          ldmatrix_x4(bq[np], tile_at(w_tile(b, r), wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                      2 * kk + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+          const uint32_t bf[2] = {bq[ni / 2][2 * (ni % 2)], bq[ni / 2][2 * (ni % 2) + 1]};
+#pragma unroll
+          for (int mi = 0; mi < kMI; mi++) vq_mma_detail::mma_16816(T{}, acc[mi][ni], a[mi], bf);
+        }
+      }
+    }
+  };
+
+  // ---- main loop (NOTES: one barrier per k-step) ----
+  if (nk > 0) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; s++) {
+      if (s < nk) load_stage(kb0 + s, s);
+      cp_async_commit_group();
+    }
+    load_codes(kb0);
+    cp_async_wait_group<kStages - 2>();
+    __syncthreads();
+    decode(0, 0);
+    if (nk > 1) load_codes(kb0 + 1);
+    for (int i = 0; i < nk; i++) {
+      cp_async_wait_group<kStages - 3>();  // k-step i + 1's stage has landed
+      __syncthreads();
+      if (i + kStages - 1 < nk) load_stage(kb0 + i + kStages - 1, (i + kStages - 1) % kStages);
+      cp_async_commit_group();
+      if (i + 1 < nk) decode((i + 1) % kStages, (i + 1) % 2);
+      if (i + 2 < nk) load_codes(kb0 + i + 2);
+      compute(i % kStages, i % 2);
+    }
+    cp_async_wait_group<0>();
+  }
+
+  // ---- split-K: leave the partial; the tile's last unit adds them all in split order ----
+  if (p.splits > 1) {
+    constexpr int kSlots = kMI * 4 * kThreads;  // float4 per unit
+    float4 *part = reinterpret_cast<float4 *>(p.partials) + static_cast<int64_t>(tile) * p.splits * kSlots;
+#pragma unroll
+    for (int mi = 0; mi < kMI; mi++)
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++)
+        __stcg(part + static_cast<int64_t>(split) * kSlots + (mi * 4 + ni) * kThreads + tid,
+               make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]));
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+    __syncthreads();
+    if (!last_unit) return;
+    __threadfence();
+#pragma unroll
+    for (int mi = 0; mi < kMI; mi++)
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++)
+        for (int other = 0; other < p.splits; other++) {
+          const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + (mi * 4 + ni) * kThreads + tid);
+          if (other == 0) {
+            acc[mi][ni][0] = v.x, acc[mi][ni][1] = v.y, acc[mi][ni][2] = v.z, acc[mi][ni][3] = v.w;
+          } else {
+            acc[mi][ni][0] = __fadd_rn(acc[mi][ni][0], v.x), acc[mi][ni][1] = __fadd_rn(acc[mi][ni][1], v.y);
+            acc[mi][ni][2] = __fadd_rn(acc[mi][ni][2], v.z), acc[mi][ni][3] = __fadd_rn(acc[mi][ni][3], v.w);
+          }
+        }
+    if (tid == 0) p.counters[tile] = 0;
+  }
+
+  // ---- y = row scale x sum: thread (g, t) holds x rows g, g + 8 by W rows 2 t, 2 t + 1 of each MMA tile ----
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      const int n = n0 + wn * 32 + ni * 8 + 2 * t + c;
+      if (n >= p.N) continue;
+      const float sc = p.scales ? p.scales[n] : 1.0f;
+#pragma unroll
+      for (int mi = 0; mi < kMI; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int m = m0 + wm * (BM / 2) + mi * 16 + g + 8 * h;
+          if (m >= p.M) continue;
+          const float v = p.scales ? acc[mi][ni][2 * h + c] * sc : acc[mi][ni][2 * h + c];
+          const int64_t at = m * p.y_ld + n;
+          switch (p.y_dtype) {
+            case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + at, v); break;
+            case QF_F16: vq_store(static_cast<__half *>(p.y) + at, v); break;
+            default: vq_store(static_cast<float *>(p.y) + at, v); break;
+          }
+        }
+    }
+}
+
+using kernel_t = void (*)(params);
+
+template <typename T, int R, int BM>
+kernel_t pick(int vs) {
+  return vs == 2 ? vq_gemm_tiled_kernel<T, 2, R, BM> : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM>
+                                                                : vq_gemm_tiled_kernel<T, 8, R, BM>;
+}
+
+template <typename T>
+kernel_t pick(int vs, int residuals, int bm) {
+  if (residuals == 1) return bm == 64 ? pick<T, 1, 64>(vs) : pick<T, 1, 128>(vs);
+  return bm == 64 ? pick<T, 2, 64>(vs) : pick<T, 2, 128>(vs);
+}
+
+size_t smem_bytes(int vs, int residuals, int bm) {
+  const size_t stage = static_cast<size_t>(bm) * kRowBytes + static_cast<size_t>(residuals) * kEntries * vs * 2;
+  return kStages * stage + 2u * residuals * kBN * kRowBytes;
+}
+
+}  // namespace vq_tiled_detail
+
+// ---- host: the limits, the split, the launch ----
+
+namespace {
+const char kOp[] = "qf_vq_gemm";
+}
+
+extern "C" const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w) {
+  using namespace vq_tiled_detail;
+  const qf_vq_format &f = w->fmt;
+  if (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8))
+    return "the tiled VQ-GeMM needs 8-bit indices and vector size 2, 4 or 8";
+  if (f.residuals > 2) return "the tiled VQ-GeMM takes one or two residuals";
+  if (x->dtype != f.entry_dtype) return "the tiled VQ-GeMM needs x of the codebook entries' type (fp16 or bf16)";
+  if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0 || (x->rows > 1 && x->ld % 8 != 0))
+    return "the tiled VQ-GeMM needs x rows aligned to 16 bytes";
+  if (w->K == 0 || w->K % kBK != 0) return "the tiled VQ-GeMM needs K a positive multiple of 64";
+  if (reinterpret_cast<uintptr_t>(w->codes) % 16 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
+    return "the tiled VQ-GeMM needs codes and codebooks aligned to 16 bytes";
+  if (f.scope_rows % kBN != 0 || f.scope_cols % kBK != 0)
+    return "the tiled VQ-GeMM needs codebook scopes of 0 or a multiple of 128 rows and of 64 columns";
+  return nullptr;
+}
+
+extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
+                                                int splits, qf_vq_mma_config *used) {
+  using namespace vq_tiled_detail;
+  if (const char *why = qf_cuda_vq_tiled_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
+  const qf_vq_format &f = w->fmt;
+  const int64_t M = x->rows, N = w->N, K = w->K;
+  if (M > INT32_MAX / 2 || N > INT32_MAX / 2 || K > INT32_MAX / 2 || w->sz.row_bytes > (INT64_C(1) << 28))
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the kernel's 32-bit offsets", kOp,
+                   static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
+  if (reinterpret_cast<uintptr_t>(y->data) % qf_dtype_size(y->dtype) != 0)
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: y (%p) must be aligned to its elements", kOp, y->data);
+  if (M == 0 || N == 0) return QF_OK;
+  const int bm = M <= 64 ? 64 : 128;  // rows of x per tile
+  const bool bf16 = f.entry_dtype == QF_BF16;
+  const kernel_t kernel = bf16 ? pick<__nv_bfloat16>(f.vector_size, f.residuals, bm)
+                               : pick<__half>(f.vector_size, f.residuals, bm);
+  const size_t smem = smem_bytes(f.vector_size, f.residuals, bm);
+  static std::atomic<uint64_t> opted_in[2][2][2][3];
+  const int vs_slot = f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted_in[bf16][f.residuals - 1][bm / 128][vs_slot]);
+      st != QF_OK)
+    return st;
+  int per_sm = 0;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+  if (per_sm < 1) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the tiled VQ-GeMM's block does not fit an SM", kOp);
+
+  const int ksteps = static_cast<int>(K / kBK);
+  const int64_t tiles_m = (M + bm - 1) / bm, tiles_n = (N + kBN - 1) / kBN, tiles = tiles_m * tiles_n;
+  // Split: K ranges of at least four k-steps until the units about fill the resident blocks once.
+  const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
+  if (splits <= 0) {
+    const int64_t want = (slots + tiles / 2) / tiles, most = ksteps / 4;
+    splits = static_cast<int>(want < 1 ? 1 : want > most ? (most < 1 ? 1 : most) : want);
+    if (tiles > kQfWorkspaceCounters) splits = 1;
+  }
+  if (splits > ksteps || (splits > 1 && tiles > kQfWorkspaceCounters))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d K splits of %d k-steps over %lld tiles (at most %d counters)", kOp,
+                   splits, ksteps, static_cast<long long>(tiles), kQfWorkspaceCounters);
+  if (tiles * splits > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", kOp, static_cast<long long>(tiles * splits));
+
+  params p = {};
+  vq_weight_call_params(p, x, w, y);
+  p.M = static_cast<int>(M);
+  p.N = static_cast<int>(N);
+  p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
+  p.ksteps = ksteps;
+  p.ksteps_per_book = f.scope_cols ? f.scope_cols / kBK : 0;
+  p.scope_rows = f.scope_rows;
+  p.books_per_row = static_cast<int>(w->sz.books_per_row);
+  p.tiles_m = static_cast<int>(tiles_m);
+  p.splits = splits;
+  if (splits > 1) {
+    void *ws = nullptr;
+    const size_t partial_bytes = static_cast<size_t>(tiles) * splits * (bm / 32) * 4 * kThreads * sizeof(float4);
+    if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
+      return st;
+    p.counters = static_cast<int *>(ws);
+    p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
+  }
+  if (used) {
+    *used = qf_vq_mma_config{};
+    used->m_tiles8 = bm / 8;
+    used->tile_n = kBN;
+    used->tile_m = bm;
+    used->placement = QF_VQ_BOOKS_TILED;
+    used->mma_bf16 = bf16;
+    used->x_parts = 1;
+    used->entry_parts = 1;
+    used->warps = kThreads / 32;
+    used->warps_k = 1;
+    used->x_direct = 1;
+    used->tiles_n = tiles_n;
+    used->tiles_m = tiles_m;
+    used->tiles = tiles * splits;
+    used->splits = splits;
+    used->books_bytes = static_cast<size_t>(kStages) * f.residuals * kEntries * f.vector_size * 2;
+    used->smem_bytes = smem;
+  }
+  kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(p);
+  return qf_cuda_check_launch(ctx, kOp);
+}

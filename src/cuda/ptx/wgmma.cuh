@@ -39,7 +39,7 @@ __device__ __forceinline__ uint64_t wgmma_desc_kmajor_sw128(uint32_t smem_addr) 
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
-// ---- wgmma.mma_async.sync.aligned.m64nNk32 with 8-bit operands (e4m3 and s8) -----------------
+// ---- wgmma.mma_async.sync.aligned.m64nNkK: 8-bit operands (k32: e4m3, s8), 16-bit (k16: f16, bf16) ----
 // The asm strings need the register numbers as literals: they are listed once, 8 at a time.
 #define QF_WGMMA_REGS8(a, b, c, d, e, f, g, h) \
   "%" #a ", %" #b ", %" #c ", %" #d ", %" #e ", %" #f ", %" #g ", %" #h
@@ -88,10 +88,17 @@ __device__ __forceinline__ uint64_t wgmma_desc_kmajor_sw128(uint32_t smem_addr) 
 //   wgmma_m64k32_f32_e4m3  e4m3 operands, fp32 accumulators
 //   wgmma_m64k32_s32_s8    int8 operands, int32 accumulators (exact; integer forms take no operand
 //                          scale immediates)
+// and the same with A[64, 16], B[N, 16] of 16-bit types (K-major, not transposed):
+//   wgmma_m64k16_f32_f16   fp16 operands, fp32 accumulators
+//   wgmma_m64k16_f32_bf16  bf16 operands, fp32 accumulators
 template <int N>
 __device__ __forceinline__ void wgmma_m64k32_f32_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <int N>
 __device__ __forceinline__ void wgmma_m64k32_s32_s8(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16_f32_f16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16_f32_bf16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
 
 // X(N, N / 16, then the operand numbers of desc_a, desc_b and scale_d: N / 2, N / 2 + 1, N / 2 + 2)
 #define QF_WGMMA_SHAPES(X)                                                                                    \
@@ -100,9 +107,9 @@ __device__ __forceinline__ void wgmma_m64k32_s32_s8(int32_t (&d)[N / 2], uint64_
   X(160, 10, 80, 81, 82) X(176, 11, 88, 89, 90) X(192, 12, 96, 97, 98) X(208, 13, 104, 105, 106)             \
   X(224, 14, 112, 113, 114) X(240, 15, 120, 121, 122) X(256, 16, 128, 129, 130)
 
-// One specialization: FN<N> with accumulators of type T (constraint C), the PTX type suffix TYPES
-// and what follows the scale-d predicate (TAIL).
-#define QF_WGMMA_DEFINE(FN, T, C, TYPES, TAIL, N, CHUNKS, DA, DB, SD)                                      \
+// One specialization: FN<N> with accumulators of type T (constraint C), the K of the shape (K),
+// the PTX type suffix TYPES and what follows the scale-d predicate (TAIL).
+#define QF_WGMMA_DEFINE(FN, T, C, K, TYPES, TAIL, N, CHUNKS, DA, DB, SD)                                   \
   template <>                                                                                            \
   __device__ __forceinline__ void FN<N>(T (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {  \
     static_assert(N / 16 == CHUNKS && N / 2 == DA && DB == DA + 1 && SD == DA + 2, "operand numbering"); \
@@ -110,17 +117,26 @@ __device__ __forceinline__ void wgmma_m64k32_s32_s8(int32_t (&d)[N / 2], uint64_
         "{\n"                                                                                            \
         ".reg .pred p;\n"                                                                                \
         "setp.ne.b32 p, %" #SD ", 0;\n"                                                                  \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k32." TYPES " {" QF_WGMMA_REGS_##CHUNKS "}, %" #DA       \
+        "wgmma.mma_async.sync.aligned.m64n" #N K "." TYPES " {" QF_WGMMA_REGS_##CHUNKS "}, %" #DA        \
         ", %" #DB ", p" TAIL ";\n"                                                                       \
         "}\n"                                                                                            \
         : QF_WGMMA_OPS_##CHUNKS(C)                                                                       \
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                       \
   }
 #define QF_WGMMA_E4M3_DEFINE(N, CHUNKS, DA, DB, SD) \
-  QF_WGMMA_DEFINE(wgmma_m64k32_f32_e4m3, float, "+f", "f32.e4m3.e4m3", ", 1, 1", N, CHUNKS, DA, DB, SD)
+  QF_WGMMA_DEFINE(wgmma_m64k32_f32_e4m3, float, "+f", "k32", "f32.e4m3.e4m3", ", 1, 1", N, CHUNKS, DA, DB, SD)
 #define QF_WGMMA_S8_DEFINE(N, CHUNKS, DA, DB, SD) \
-  QF_WGMMA_DEFINE(wgmma_m64k32_s32_s8, int32_t, "+r", "s32.s8.s8", "", N, CHUNKS, DA, DB, SD)
+  QF_WGMMA_DEFINE(wgmma_m64k32_s32_s8, int32_t, "+r", "k32", "s32.s8.s8", "", N, CHUNKS, DA, DB, SD)
+// 16-bit forms: operand scales 1, neither operand transposed (both K-major).
+#define QF_WGMMA_F16_DEFINE(N, CHUNKS, DA, DB, SD) \
+  QF_WGMMA_DEFINE(wgmma_m64k16_f32_f16, float, "+f", "k16", "f32.f16.f16", ", 1, 1, 0, 0", N, CHUNKS, DA, DB, SD)
+#define QF_WGMMA_BF16_DEFINE(N, CHUNKS, DA, DB, SD) \
+  QF_WGMMA_DEFINE(wgmma_m64k16_f32_bf16, float, "+f", "k16", "f32.bf16.bf16", ", 1, 1, 0, 0", N, CHUNKS, DA, DB, SD)
 QF_WGMMA_SHAPES(QF_WGMMA_E4M3_DEFINE)
 QF_WGMMA_SHAPES(QF_WGMMA_S8_DEFINE)
+QF_WGMMA_SHAPES(QF_WGMMA_F16_DEFINE)
+QF_WGMMA_SHAPES(QF_WGMMA_BF16_DEFINE)
 #undef QF_WGMMA_E4M3_DEFINE
 #undef QF_WGMMA_S8_DEFINE
+#undef QF_WGMMA_F16_DEFINE
+#undef QF_WGMMA_BF16_DEFINE

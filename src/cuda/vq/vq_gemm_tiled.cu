@@ -1,31 +1,35 @@
 // The tiled VQ-GeMM (placement QF_VQ_BOOKS_TILED, the public call's choice for M > 16 where it
 // applies): y[m, n] = scale[n] * sum_k x[m, k] * W[n, k] with W decoded once per block tile into
-// shared memory and multiplied by mma.sync m16n8k16 (fp32 accumulators) against x tiles.
+// shared memory and multiplied against x tiles by wgmma (fp32 accumulators).
 //
 // NOTES:
 // - Why a second GeMM kernel. vq_gemm.cuh decodes W straight into each warp's MMA registers, so
 //   every warp that uses a W fragment decodes it again, and x comes from L1 in 8-byte pieces: at
-//   M = 256 that kernel ran at 0.04-0.21x cuBLASLt fp16 (H200), behind even decoding all of W to
+//   M = 256 that kernel ran at 0.09-0.21x cuBLASLt fp16 (H200), behind even decoding all of W to
 //   fp16 first. Here a block tile is 128 rows of W by BM = 64 or 128 rows of x: each W element is
 //   decoded once per block and used BM times, and x travels by 16-byte cp.async.
-// - Block: BM / 64 x 2 warps, each computing 64 rows of x by 64 rows of W (4 x 8 MMA tiles, 128
-//   accumulators per thread). A k-step is 64 columns of K (128-byte rows of 16-bit values).
+// - Block: two warpgroups. BM = 128: warpgroup w multiplies x rows 64 w.. by all 128 W rows
+//   (wgmma m64n128k16); BM = 64: the 64 x rows by W rows 64 w.. (m64n64k16). A k-step is 64
+//   columns of K (128-byte rows of 16-bit values), four wgmma per residual.
 // - Ring of kStages stages, each one k-step's x tile and its codebooks (the k-step's one book per
 //   residual, copied whole: 256 entries of vs values, 1-4 KB), filled by cp.async three k-steps
-//   ahead. W is decoded into a double buffer: while the warps multiply k-step i, they have
-//   already decoded i + 1 (its codes were loaded into registers during k-step i - 1), so one
-//   barrier per k-step orders everything.
-// - Decoding: thread t owns W rows t (+ threads); its 64 / vs indices of a row and k-step are
-//   consecutive bytes (one or two 16-byte loads, 8 bytes for vs = 8), each a lookup of vs * 2
-//   bytes in the stage's book, written into the W tile as 16-byte chunks.
-// - Shared tiles (x and W) store row r's 16-byte chunk c at c ^ (r % 8): the 8 rows that an
-//   ldmatrix phase reads, and the 8 rows the decoding threads of a phase write, fall in 8
-//   different bank groups.
-// - Roles: A is x (row-major, K contiguous), B is W (each row K contiguous: the "col" operand),
-//   so the accumulators are y itself. Residuals are separate W planes, each its own B operand
-//   (the entries' values, never their rounded sum); x and the entries have the same 16-bit type,
-//   so every product is exact and what rounds is the fp32 accumulation of the tensor cores over
-//   the block's K range. The row scale multiplies the finished sum.
+//   ahead. W is decoded into a double buffer. Per k-step, one barrier: then the k-step's wgmma are
+//   issued, and while they run the threads refill the stage the previous k-step used and decode
+//   the next k-step (its indices were loaded into registers one k-step earlier), then wait for
+//   the wgmma. A first version with mma.sync and ldmatrix (warp tiles of 64 x 32) issued about 7
+//   instructions per MMA and ran at a third of this speed's goal (GPTVQ-2, M = 256: 0.25-0.38x
+//   cuBLASLt fp16); wgmma reads both operands from shared memory by itself.
+// - Decoding: thread t owns half t % 2 (32 columns) of W row t / 2; its 32 / vs indices of a
+//   k-step are consecutive bytes (one 4-16 byte load), each a lookup of vs * 2 bytes in the
+//   stage's book; all lookups first, then the 16-byte stores into the W tile.
+// - Tiles (x and W) are K-major with the 128-byte swizzle the wgmma descriptors name: row r's
+//   16-byte chunk c at c ^ (r % 8), tiles on 1024-byte boundaries. cp.async and the decoding
+//   write them through the generic proxy, so each thread fences to the async proxy before the
+//   barrier that precedes the wgmma.
+// - Residuals are separate W planes, each its own B operand (the entries' values, never their
+//   rounded sum); x and the entries have the same 16-bit type, so every product is exact and what
+//   rounds is the fp32 accumulation of the tensor cores over the block's K range. The row scale
+//   multiplies the finished sum.
 // - Split-K when the tiles leave SMs idle: each of `splits` K ranges leaves an fp32 partial tile
 //   in the workspace and the tile's last unit adds them in split order (a call repeats bit for
 //   bit), as in the banked GeMV.
@@ -34,11 +38,13 @@
 //   scopes of 0 or a multiple of 128 rows and of 64 columns. Rows of x past M read zeros, rows of
 //   W past N decode row N - 1; neither is stored.
 #include <atomic>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/ptx/cp_async.cuh"
-#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/shared.cuh"
+#include "cuda/ptx/wgmma.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
 
@@ -47,7 +53,7 @@ namespace vq_tiled_detail {
 constexpr int kBN = 128;      // rows of W per block tile
 constexpr int kBK = 64;       // columns of K per k-step
 constexpr int kStages = 4;    // x tiles and books in flight
-constexpr int kThreads = 256; // 8 warps: 2 along x's rows by 4 along W's
+constexpr int kThreads = 256; // two warpgroups
 constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
 
@@ -71,15 +77,16 @@ struct params {
 
 template <int VS, int R, int BM>
 struct shape {
-  static constexpr int kMI = BM / 32;                 // m16 tiles of a warp (warp tile BM / 2 x 32)
+  static constexpr int kWN = BM == 128 ? 128 : 64;    // W rows of a warpgroup: 64 x rows by kWN (wgmma N)
   static constexpr int kCodeWords = 8 / VS;           // a thread's 32 columns of 8-bit indices
   static constexpr int kBookBytes = kEntries * VS * 2;
   static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
   static constexpr int kStageBytes = kXBytes + R * kBookBytes;
-  static constexpr int kSmem = kStages * kStageBytes + 2 * R * kWBytes;
+  static_assert(kStageBytes % 1024 == 0 && kWBytes % 1024 == 0, "every tile starts on a 1024-byte boundary");
 };
 
-// The 16-byte chunk c of tile row r (128-byte rows, chunks XOR-swizzled by r % 8).
+// The 16-byte chunk c of tile row r (128-byte rows, chunks XOR-swizzled by r % 8: the layout of
+// the 128-byte swizzle that the wgmma descriptors name, for tiles on 1024-byte boundaries).
 __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
   return tile + r * kRowBytes + ((c ^ (r & 7)) << 4);
 }
@@ -87,15 +94,15 @@ __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
 template <typename T, int VS, int R, int BM>
 __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
   using S = shape<VS, R, BM>;
-  constexpr int kMI = S::kMI;
+  constexpr int kWN = S::kWN;
   extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
   auto x_tile = [&](int s) { return base + s * S::kStageBytes; };
   auto book = [&](int s, int r) { return base + s * S::kStageBytes + S::kXBytes + r * S::kBookBytes; };
   auto w_tile = [&](int b, int r) { return base + kStages * S::kStageBytes + (b * R + r) * S::kWBytes; };
   __shared__ int last_unit;
 
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
   const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
   const int m0 = (tile % p.tiles_m) * BM, n0 = (tile / p.tiles_m) * kBN;
   const int kb0 = static_cast<int>(static_cast<int64_t>(p.ksteps) * split / p.splits);
@@ -162,33 +169,30 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
     }
   };
 
-  // ---- the MMAs of one k-step: warp (wm, wn) owns x rows wm * BM / 2.. and W rows 32 wn.. ----
-  const int wm = warp / 4, wn = warp % 4;
-  float acc[kMI][4][4];
-  vq_zero(acc);
-  auto compute = [&](int s, int b) {
+  // ---- the MMAs of one k-step: warpgroup wg owns x rows 64 wg.. (BM 128) or W rows 64 wg.. (BM 64) ----
+  const int wg_m = BM == 128 ? 64 * wg : 0, wg_n = BM == 128 ? 0 : 64 * wg;
+  float acc[kWN / 2];
 #pragma unroll
-    for (int kk = 0; kk < kBK / 16; kk++) {
-      uint32_t a[kMI][4];
+  for (int i = 0; i < kWN / 2; i++) acc[i] = 0.0f;
+  auto issue = [&](int s, int b) {
+    const uint64_t da = wgmma_desc_kmajor_sw128(x_tile(s) + wg_m * kRowBytes);
 #pragma unroll
-      for (int mi = 0; mi < kMI; mi++)
-        ldmatrix_x4(a[mi], tile_at(x_tile(s), wm * (BM / 2) + mi * 16 + (lane & 15), 2 * kk + (lane >> 4)));
+    for (int i = 0; i < kWN / 2; i++) wgmma_fence_operand(acc[i]);
+    wgmma_fence();
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        // per 16 W rows, matrices: rows 0-7 k lo, rows 0-7 k hi, rows 8-15 k lo, rows 8-15 k hi
-        uint32_t bq[2][4];
+    for (int r = 0; r < R; r++) {
+      const uint64_t db = wgmma_desc_kmajor_sw128(w_tile(b, r) + wg_n * kRowBytes);
 #pragma unroll
-        for (int np = 0; np < 2; np++)
-          ldmatrix_x4(bq[np], tile_at(w_tile(b, r), wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3),
-                                      2 * kk + ((lane >> 3) & 1)));
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++) {
-          const uint32_t bf[2] = {bq[ni / 2][2 * (ni % 2)], bq[ni / 2][2 * (ni % 2) + 1]};
-#pragma unroll
-          for (int mi = 0; mi < kMI; mi++) vq_mma_detail::mma_16816(T{}, acc[mi][ni], a[mi], bf);
-        }
+      for (int kk = 0; kk < kBK / 16; kk++) {  // 32 bytes of K each (+ 2 in the address field)
+        if constexpr (std::is_same_v<T, __half>)
+          wgmma_m64k16_f32_f16<kWN>(acc, da + 2 * kk, db + 2 * kk, 1);
+        else
+          wgmma_m64k16_f32_bf16<kWN>(acc, da + 2 * kk, db + 2 * kk, 1);
       }
     }
+    wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < kWN / 2; i++) wgmma_fence_operand(acc[i]);
   };
 
   // ---- main loop (NOTES: one barrier per k-step) ----
@@ -205,26 +209,28 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
     if (nk > 1) load_codes(kb0 + 1);
     for (int i = 0; i < nk; i++) {
       cp_async_wait_group<kStages - 3>();  // k-step i + 1's stage has landed
+      fence_proxy_async_shared_cta();      // this thread's copies and W stores, to the wgmma's proxy
       __syncthreads();
+      issue(i % kStages, i % 2);
+      // While k-step i's wgmma run: refill the stage k-step i - 1 used, decode k-step i + 1 into
+      // the W buffer k-step i - 1 used (both finished: waited below, before this barrier).
       if (i + kStages - 1 < nk) load_stage(kb0 + i + kStages - 1, (i + kStages - 1) % kStages);
       cp_async_commit_group();
       if (i + 1 < nk) decode((i + 1) % kStages, (i + 1) % 2);
       if (i + 2 < nk) load_codes(kb0 + i + 2);
-      compute(i % kStages, i % 2);
+      wgmma_wait_group<0>();
     }
     cp_async_wait_group<0>();
   }
 
   // ---- split-K: leave the partial; the tile's last unit adds them all in split order ----
   if (p.splits > 1) {
-    constexpr int kSlots = kMI * 4 * kThreads;  // float4 per unit
+    constexpr int kSlots = kWN / 8 * kThreads;  // float4 per unit
     float4 *part = reinterpret_cast<float4 *>(p.partials) + static_cast<int64_t>(tile) * p.splits * kSlots;
 #pragma unroll
-    for (int mi = 0; mi < kMI; mi++)
-#pragma unroll
-      for (int ni = 0; ni < 4; ni++)
-        __stcg(part + static_cast<int64_t>(split) * kSlots + (mi * 4 + ni) * kThreads + tid,
-               make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]));
+    for (int j = 0; j < kWN / 8; j++)
+      __stcg(part + static_cast<int64_t>(split) * kSlots + j * kThreads + tid,
+             make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
     __threadfence();
     __syncthreads();
     if (tid == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
@@ -232,44 +238,41 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
     if (!last_unit) return;
     __threadfence();
 #pragma unroll
-    for (int mi = 0; mi < kMI; mi++)
-#pragma unroll
-      for (int ni = 0; ni < 4; ni++)
-        for (int other = 0; other < p.splits; other++) {
-          const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + (mi * 4 + ni) * kThreads + tid);
-          if (other == 0) {
-            acc[mi][ni][0] = v.x, acc[mi][ni][1] = v.y, acc[mi][ni][2] = v.z, acc[mi][ni][3] = v.w;
-          } else {
-            acc[mi][ni][0] = __fadd_rn(acc[mi][ni][0], v.x), acc[mi][ni][1] = __fadd_rn(acc[mi][ni][1], v.y);
-            acc[mi][ni][2] = __fadd_rn(acc[mi][ni][2], v.z), acc[mi][ni][3] = __fadd_rn(acc[mi][ni][3], v.w);
-          }
+    for (int j = 0; j < kWN / 8; j++)
+      for (int other = 0; other < p.splits; other++) {
+        const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + j * kThreads + tid);
+        if (other == 0) {
+          acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
+        } else {
+          acc[4 * j] = __fadd_rn(acc[4 * j], v.x), acc[4 * j + 1] = __fadd_rn(acc[4 * j + 1], v.y);
+          acc[4 * j + 2] = __fadd_rn(acc[4 * j + 2], v.z), acc[4 * j + 3] = __fadd_rn(acc[4 * j + 3], v.w);
         }
+      }
     if (tid == 0) p.counters[tile] = 0;
   }
 
-  // ---- y = row scale x sum: thread (g, t) holds x rows g, g + 8 by W rows 2 t, 2 t + 1 of each MMA tile ----
+  // ---- y = row scale x sum: thread (g, t) of warp w of its warpgroup holds x rows 16 w + g (+ 8)
+  // by W rows 8 j + 2 t (+ 1) of the warpgroup's block (the wgmma accumulator layout) ----
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int ni = 0; ni < 4; ni++)
+  for (int j = 0; j < kWN / 8; j++)
 #pragma unroll
     for (int c = 0; c < 2; c++) {
-      const int n = n0 + wn * 32 + ni * 8 + 2 * t + c;
+      const int n = n0 + wg_n + 8 * j + 2 * t + c;
       if (n >= p.N) continue;
       const float sc = p.scales ? p.scales[n] : 1.0f;
 #pragma unroll
-      for (int mi = 0; mi < kMI; mi++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const int m = m0 + wm * (BM / 2) + mi * 16 + g + 8 * h;
-          if (m >= p.M) continue;
-          const float v = p.scales ? acc[mi][ni][2 * h + c] * sc : acc[mi][ni][2 * h + c];
-          const int64_t at = m * p.y_ld + n;
-          switch (p.y_dtype) {
-            case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + at, v); break;
-            case QF_F16: vq_store(static_cast<__half *>(p.y) + at, v); break;
-            default: vq_store(static_cast<float *>(p.y) + at, v); break;
-          }
+      for (int h = 0; h < 2; h++) {
+        const int m = m0 + wg_m + 16 * (warp % 4) + g + 8 * h;
+        if (m >= p.M) continue;
+        const float v = p.scales ? acc[4 * j + 2 * h + c] * sc : acc[4 * j + 2 * h + c];
+        const int64_t at = m * p.y_ld + n;
+        switch (p.y_dtype) {
+          case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + at, v); break;
+          case QF_F16: vq_store(static_cast<__half *>(p.y) + at, v); break;
+          default: vq_store(static_cast<float *>(p.y) + at, v); break;
         }
+      }
     }
 }
 
@@ -287,9 +290,10 @@ kernel_t pick(int vs, int residuals, int bm) {
   return bm == 64 ? pick<T, 2, 64>(vs) : pick<T, 2, 128>(vs);
 }
 
+// + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
 size_t smem_bytes(int vs, int residuals, int bm) {
   const size_t stage = static_cast<size_t>(bm) * kRowBytes + static_cast<size_t>(residuals) * kEntries * vs * 2;
-  return kStages * stage + 2u * residuals * kBN * kRowBytes;
+  return kStages * stage + 2u * residuals * kBN * kRowBytes + 1024;
 }
 
 }  // namespace vq_tiled_detail
@@ -372,7 +376,7 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   p.splits = splits;
   if (splits > 1) {
     void *ws = nullptr;
-    const size_t partial_bytes = static_cast<size_t>(tiles) * splits * (bm / 32) * 4 * kThreads * sizeof(float4);
+    const size_t partial_bytes = static_cast<size_t>(tiles) * splits * (bm == 128 ? 128 : 64) / 8 * kThreads * sizeof(float4);
     if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
       return st;
     p.counters = static_cast<int *>(ws);

@@ -111,25 +111,38 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
   const T *x = static_cast<const T *>(p.x);
   const int64_t scope_book = static_cast<int64_t>(p.scope_rows ? n0 / p.scope_rows : 0) * p.books_per_row;
 
-  // ---- the ring: k-step kt's x tile and books into stage s ----
+  // ---- the ring: k-step kt's x tile and books into stage s. Thread t copies chunk t % 8 of x
+  // rows t / 8 + 32 j (j < BM / 32) and 16-byte pieces t + 256 j of the books; the addresses but
+  // the k-step's offset are fixed per thread ----
+  constexpr int kXCopies = BM * 8 / kThreads, kBookChunks = R * S::kBookBytes / 16;
+  const T *x_src[kXCopies];
+  uint32_t x_bytes[kXCopies];  // 16, or 0 past M (zero-filled, nothing read)
+#pragma unroll
+  for (int j = 0; j < kXCopies; j++) {
+    const int m = m0 + tid / 8 + 32 * j;
+    x_src[j] = x + static_cast<int64_t>(m < p.M ? m : 0) * p.x_ld + (tid % 8) * 8;
+    x_bytes[j] = m < p.M ? 16 : 0;
+  }
+  const uint32_t x_dst = tile_at(0, tid / 8, tid % 8);  // + 4096 j: rows 32 apart keep the swizzle
   auto load_stage = [&](int kt, int s) {
 #pragma unroll
-    for (int c = tid; c < BM * 8; c += kThreads) {
-      const int r = c / 8, m = m0 + r;
-      const T *src = x + static_cast<int64_t>(m < p.M ? m : 0) * p.x_ld + kt * kBK + (c % 8) * 8;
-      cp_async_cg_shared_global_16_zfill(tile_at(x_tile(s), r, c % 8), src, m < p.M ? 16 : 0);
-    }
+    for (int j = 0; j < kXCopies; j++)
+      cp_async_cg_shared_global_16_zfill(x_tile(s) + x_dst + 4096 * j, x_src[j] + kt * kBK, x_bytes[j]);
     const int64_t b = scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0);
-    for (int c = tid; c < R * S::kBookBytes / 16; c += kThreads) {
-      const int r = c / (S::kBookBytes / 16), i = c % (S::kBookBytes / 16);
-      const uint16_t *src = p.books + ((r * p.n_books + b) * kEntries) * VS + i * 8;
-      cp_async_cg_shared_global_16(book(s, r) + i * 16, src);
+#pragma unroll
+    for (int j = 0; j < (kBookChunks + kThreads - 1) / kThreads; j++) {
+      const int c = tid + kThreads * j, r = c / (S::kBookBytes / 16), i = c % (S::kBookBytes / 16);
+      if (kBookChunks % kThreads == 0 || c < kBookChunks)
+        cp_async_cg_shared_global_16(book(s, r) + i * 16, p.books + ((r * p.n_books + b) * kEntries) * VS + i * 8);
     }
   };
 
   // ---- decoding: thread t owns half t % 2 (32 columns) of W row t / 2 ----
   const int drow = tid / 2, dhalf = tid % 2;
   const uint32_t *code_row = p.codes + static_cast<int64_t>(min(n0 + drow, p.N - 1)) * p.row_words + dhalf * S::kCodeWords;
+  uint32_t w_dst[4];  // the thread's 16-byte chunks in a W tile
+#pragma unroll
+  for (int c = 0; c < 4; c++) w_dst[c] = tile_at(0, drow, dhalf * 4 + c);
   uint32_t codes[R][S::kCodeWords];
   auto load_codes = [&](int kt) {
 #pragma unroll
@@ -165,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
         }
       }
 #pragma unroll
-      for (int c = 0; c < 4; c++) st_shared_v4(tile_at(w_tile(b, r), drow, dhalf * 4 + c), q[c]);
+      for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], q[c]);
     }
   };
 
@@ -254,26 +267,26 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
   // ---- y = row scale x sum: thread (g, t) of warp w of its warpgroup holds x rows 16 w + g (+ 8)
   // by W rows 8 j + 2 t (+ 1) of the warpgroup's block (the wgmma accumulator layout) ----
   const int g = lane / 4, t = lane % 4;
+  auto store_y = [&](auto *y) {
 #pragma unroll
-  for (int j = 0; j < kWN / 8; j++)
+    for (int j = 0; j < kWN / 8; j++)
 #pragma unroll
-    for (int c = 0; c < 2; c++) {
-      const int n = n0 + wg_n + 8 * j + 2 * t + c;
-      if (n >= p.N) continue;
-      const float sc = p.scales ? p.scales[n] : 1.0f;
+      for (int c = 0; c < 2; c++) {
+        const int n = n0 + wg_n + 8 * j + 2 * t + c;
+        if (n >= p.N) continue;
+        const float sc = p.scales ? p.scales[n] : 1.0f;
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int m = m0 + wg_m + 16 * (warp % 4) + g + 8 * h;
-        if (m >= p.M) continue;
-        const float v = p.scales ? acc[4 * j + 2 * h + c] * sc : acc[4 * j + 2 * h + c];
-        const int64_t at = m * p.y_ld + n;
-        switch (p.y_dtype) {
-          case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + at, v); break;
-          case QF_F16: vq_store(static_cast<__half *>(p.y) + at, v); break;
-          default: vq_store(static_cast<float *>(p.y) + at, v); break;
+        for (int h = 0; h < 2; h++) {
+          const int m = m0 + wg_m + 16 * (warp % 4) + g + 8 * h;
+          if (m < p.M) vq_store(y + m * p.y_ld + n, p.scales ? acc[4 * j + 2 * h + c] * sc : acc[4 * j + 2 * h + c]);
         }
       }
-    }
+  };
+  switch (p.y_dtype) {
+    case QF_BF16: store_y(static_cast<__nv_bfloat16 *>(p.y)); break;
+    case QF_F16: store_y(static_cast<__half *>(p.y)); break;
+    default: store_y(static_cast<float *>(p.y)); break;
+  }
 }
 
 using kernel_t = void (*)(params);

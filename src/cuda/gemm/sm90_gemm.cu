@@ -4,61 +4,13 @@
 // most one per work unit).
 #include <atomic>
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include "cuda/common.cuh"
+#include "cuda/tma_map.h"
 #include "cuda/gemm/sm90_gemm.cuh"
 #include "cuda/gemm/sm90_gemm_heuristic.h"
 
 namespace {
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point, so libqfuse does not link
-// libcuda itself. Looked up once.
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void *f = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();  // not sticky; reported by the caller
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// Tensor map of a [rows, cols] matrix (row pitch ld elements) moved in boxes of box_rows x 128
-// bytes, 128-byte swizzled: for 8-bit operands the layout that wgmma_desc_kmajor_sw128 describes,
-// for 16-bit D the staging tile's.
-qf_status make_tmap(qf_ctx *ctx, const char *kOp, CUtensorMap *map, const char *name, const qf_mat &m,
-                    uint32_t box_rows) {
-  const bool bytes = m.dtype == QF_E4M3FN || m.dtype == QF_I8;
-  const int esize = bytes ? 1 : 2;
-  const CUtensorMapDataType type = bytes ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                   : m.dtype == QF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_fn();
-  if (encode == nullptr)
-    return qf_fail(ctx, QF_ERR_CUDA, "%s: the driver does not provide cuTensorMapEncodeTiled", kOp);
-  // A single row's pitch is never used: any multiple of 16 bytes will do.
-  const int64_t pitch = m.rows == 1 ? (m.cols * esize + 15) / 16 * 16 : m.ld * esize;
-  if (reinterpret_cast<uintptr_t>(m.data) % 16 != 0 || pitch % 16 != 0)
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: %s needs a 16-byte aligned start and row pitch (ld=%lld)", kOp, name,
-                   static_cast<long long>(m.ld));
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(m.cols), static_cast<cuuint64_t>(m.rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / esize), box_rows};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(map, type, 2, m.data, dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return qf_fail(ctx, QF_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed for %s [%lld, %lld] ld=%lld (CUresult %d)", kOp,
-                   name, static_cast<long long>(m.rows), static_cast<long long>(m.cols), static_cast<long long>(m.ld),
-                   static_cast<int>(r));
-  return QF_OK;
-}
 
 // What the launcher needs besides the recipe's own parameters (already in p).
 struct Problem {
@@ -115,14 +67,14 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
     // M = 1: 54 -> 41 us; INT8 (8192, 28672): 89 -> 69 us); M = 64 did not move.
     const uint32_t a_rows = pr.M < kBlockM ? static_cast<uint32_t>((pr.M + 7) / 8 * 8) : kBlockM;
     p.a_stage_bytes = a_rows * 128;
-    if ((st = make_tmap(ctx, kOp, &tmap_a, "a", pr.a, a_rows)) != QF_OK) return st;
-    if ((st = make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN)) != QF_OK) return st;
+    if ((st = qf_cuda_make_tmap(ctx, kOp, &tmap_a, "a", pr.a, a_rows)) != QF_OK) return st;
+    if ((st = qf_cuda_make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN)) != QF_OK) return st;
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
   // copy) when its start and pitch are 16-byte aligned.
   p.tma_store = sizeof(OutT) == 2 && p.c == nullptr && reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 &&
                 (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
-  if (p.tma_store && (st = make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
+  if (p.tma_store && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
   auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT>;
   static std::atomic<uint64_t> opted_in{0};

@@ -7,25 +7,31 @@
 //   every warp that uses a W fragment decodes it again, and x comes from L1 in 8-byte pieces: at
 //   M = 256 that kernel ran at 0.09-0.21x cuBLASLt fp16 (H200), behind even decoding all of W to
 //   fp16 first. Here a block tile is 128 rows of W by BM = 64 or 128 rows of x: each W element is
-//   decoded once per block and used BM times, and x travels by 16-byte cp.async.
+//   decoded once per block and used BM times.
 // - Block: two warpgroups. BM = 128: warpgroup w multiplies x rows 64 w.. by all 128 W rows
 //   (wgmma m64n128k16); BM = 64: the 64 x rows by W rows 64 w.. (m64n64k16). A k-step is 64
 //   columns of K (128-byte rows of 16-bit values), four wgmma per residual.
-// - Ring of kStages stages, each one k-step's x tile and its codebooks (the k-step's one book per
-//   residual, copied whole: 256 entries of vs values, 1-4 KB), filled by cp.async three k-steps
-//   ahead. W is decoded into a double buffer. Per k-step, one barrier: then the k-step's wgmma are
-//   issued, and while they run the threads refill the stage the previous k-step used and decode
-//   the next k-step (its indices were loaded into registers one k-step earlier), then wait for
-//   the wgmma. A first version with mma.sync and ldmatrix (warp tiles of 64 x 32) issued about 7
-//   instructions per MMA and ran at a third of this speed's goal (GPTVQ-2, M = 256: 0.25-0.38x
-//   cuBLASLt fp16); wgmma reads both operands from shared memory by itself.
+// - Two rings filled by thread 0 with TMA and bulk copies, each stage with its mbarrier: x tiles
+//   (kXStages, copied two k-steps ahead of their wgmma) and each k-step's books and indices
+//   (kDStages, three ahead: the k-step's one book per residual, copied whole, 256 entries of vs
+//   values, 1-4 KB, and a box of the tile rows' indices). W is decoded into a double buffer. Per
+//   k-step, one barrier; then the k-step's wgmma are issued, and while they run the threads
+//   decode the next k-step, fence their stores to the async proxy and wait for the wgmma.
+// - Measured on the way (GPTVQ-2, H200, bench/results/h200-dev-vq-tiled-*): mma.sync with
+//   ldmatrix (warp tiles 64 x 32) issued about 7 instructions per MMA (M = 256: 0.25-0.38x
+//   cuBLASLt fp16); wgmma, which reads both operands from shared memory, and per-thread copy
+//   addresses fixed at the start (runtime-bounded copy loops had grown the loop severalfold) took
+//   it to 0.33-0.54x; TMA instead of per-thread cp.async moved it by -2 to +5%; 256-row x tiles
+//   (one block per SM) were slower. ncu at M = 256: tensor pipe 18% busy; the warps stall on the
+//   decode chain (index loads, lookups with 4-5-way bank conflicts, the stores and the fence that
+//   waits for them) and on the barrier, not on the wgmma.
 // - Decoding: thread t owns half t % 2 (32 columns) of W row t / 2; its 32 / vs indices of a
-//   k-step are consecutive bytes (one 4-16 byte load), each a lookup of vs * 2 bytes in the
+//   k-step are consecutive bytes in the stage's index box, each a lookup of vs * 2 bytes in the
 //   stage's book; all lookups first, then the 16-byte stores into the W tile.
 // - Tiles (x and W) are K-major with the 128-byte swizzle the wgmma descriptors name: row r's
-//   16-byte chunk c at c ^ (r % 8), tiles on 1024-byte boundaries. cp.async and the decoding
-//   write them through the generic proxy, so each thread fences to the async proxy before the
-//   barrier that precedes the wgmma.
+//   16-byte chunk c at c ^ (r % 8), tiles on 1024-byte boundaries (TMA writes x that way). The
+//   decoding writes W through the generic proxy, so each thread fences to the async proxy before
+//   the barrier that precedes the wgmma.
 // - Residuals are separate W planes, each its own B operand (the entries' values, never their
 //   rounded sum); x and the entries have the same 16-bit type, so every product is exact and what
 //   rounds is the fp32 accumulation of the tensor cores over the block's K range. The row scale
@@ -41,10 +47,11 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
-#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/shared.cuh"
+#include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/tma_map.h"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
 
@@ -52,7 +59,8 @@ namespace vq_tiled_detail {
 
 constexpr int kBN = 128;      // rows of W per block tile
 constexpr int kBK = 64;       // columns of K per k-step
-constexpr int kStages = 4;    // x tiles and books in flight
+constexpr int kXStages = 3;   // x tiles in flight (copied two k-steps ahead)
+constexpr int kDStages = 4;   // books and indices in flight (three k-steps ahead: decoding runs one ahead)
 constexpr int kThreads = 256; // two warpgroups
 constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
@@ -79,10 +87,12 @@ template <int VS, int R, int BM>
 struct shape {
   static constexpr int kWN = BM == 128 ? 128 : 64;    // W rows of a warpgroup: 64 x rows by kWN (wgmma N)
   static constexpr int kCodeWords = 8 / VS;           // a thread's 32 columns of 8-bit indices
-  static constexpr int kBookBytes = kEntries * VS * 2;
+  static constexpr int kCodePitch = 64 / VS < 16 ? 16 : 64 / VS;  // bytes per W row of a k-step's index box
+  static constexpr int kBookBytes = kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
   static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
-  static constexpr int kStageBytes = kXBytes + R * kBookBytes;
-  static_assert(kStageBytes % 1024 == 0 && kWBytes % 1024 == 0, "every tile starts on a 1024-byte boundary");
+  static constexpr int kDBytes = R * (kBookBytes + kCodeBytes);  // one k-step's books and indices
+  static_assert(kXBytes % 1024 == 0 && kWBytes % 1024 == 0 && kDBytes % 1024 == 0,
+                "every tile starts on a 1024-byte boundary");
 };
 
 // The 16-byte chunk c of tile row r (128-byte rows, chunks XOR-swizzled by r % 8: the layout of
@@ -92,15 +102,22 @@ __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
 }
 
 template <typename T, int VS, int R, int BM>
-__global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
+__global__ void __launch_bounds__(kThreads, 2)
+    vq_gemm_tiled_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
+                         const params p) {
   using S = shape<VS, R, BM>;
   constexpr int kWN = S::kWN;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
-  auto x_tile = [&](int s) { return base + s * S::kStageBytes; };
-  auto book = [&](int s, int r) { return base + s * S::kStageBytes + S::kXBytes + r * S::kBookBytes; };
-  auto w_tile = [&](int b, int r) { return base + kStages * S::kStageBytes + (b * R + r) * S::kWBytes; };
+  // x ring, then the books-and-indices ring, then the two W buffers
+  auto x_tile = [&](int s) { return base + s * S::kXBytes; };
+  auto d_stage = [&](int s) { return base + kXStages * S::kXBytes + s * S::kDBytes; };
+  auto book = [&](int s, int r) { return d_stage(s) + r * S::kBookBytes; };
+  auto code_box = [&](int s, int r) { return d_stage(s) + R * S::kBookBytes + r * S::kCodeBytes; };
+  auto w_tile = [&](int b, int r) { return base + kXStages * S::kXBytes + kDStages * S::kDBytes + (b * R + r) * S::kWBytes; };
+  __shared__ __align__(8) uint64_t full[kXStages + kDStages];  // a stage's copies have landed
   __shared__ int last_unit;
+  auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
   const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
@@ -108,62 +125,60 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
   const int kb0 = static_cast<int>(static_cast<int64_t>(p.ksteps) * split / p.splits);
   const int kb1 = static_cast<int>(static_cast<int64_t>(p.ksteps) * (split + 1) / p.splits);
   const int nk = kb1 - kb0;
-  const T *x = static_cast<const T *>(p.x);
   const int64_t scope_book = static_cast<int64_t>(p.scope_rows ? n0 / p.scope_rows : 0) * p.books_per_row;
 
-  // ---- the ring: k-step kt's x tile and books into stage s. Thread t copies chunk t % 8 of x
-  // rows t / 8 + 32 j (j < BM / 32) and 16-byte pieces t + 256 j of the books; the addresses but
-  // the k-step's offset are fixed per thread ----
-  constexpr int kXCopies = BM * 8 / kThreads, kBookChunks = R * S::kBookBytes / 16;
-  const T *x_src[kXCopies];
-  uint32_t x_bytes[kXCopies];  // 16, or 0 past M (zero-filled, nothing read)
-#pragma unroll
-  for (int j = 0; j < kXCopies; j++) {
-    const int m = m0 + tid / 8 + 32 * j;
-    x_src[j] = x + static_cast<int64_t>(m < p.M ? m : 0) * p.x_ld + (tid % 8) * 8;
-    x_bytes[j] = m < p.M ? 16 : 0;
+  // ---- the rings: thread 0 copies k-step kt's x tile (TMA, the 128-byte swizzle; rows past M
+  // read as zeros) into x stage kt % kXStages, and its books (bulk copies) and the tile rows'
+  // indices (TMA boxes of kCodePitch bytes by 128 rows, starting on a 16-byte boundary: vs = 8's
+  // 8 bytes per k-step sit in the first or second half) into d stage kt % kDStages, each counted
+  // on its stage's barrier. Local k-step i uses its stages in phase (i / stages) % 2 ----
+  if (tid == 0) {
+    for (int i = 0; i < kXStages + kDStages; i++) mbarrier_init(bar(i), 1);
+    fence_mbarrier_init();
+    prefetch_tensormap(&tmap_x);
+    prefetch_tensormap(&tmap_codes);
   }
-  const uint32_t x_dst = tile_at(0, tid / 8, tid % 8);  // + 4096 j: rows 32 apart keep the swizzle
-  auto load_stage = [&](int kt, int s) {
-#pragma unroll
-    for (int j = 0; j < kXCopies; j++)
-      cp_async_cg_shared_global_16_zfill(x_tile(s) + x_dst + 4096 * j, x_src[j] + kt * kBK, x_bytes[j]);
+  __syncthreads();
+  auto load_x = [&](int i) {
+    const int s = i % kXStages;
+    mbarrier_arrive_expect_tx(bar(s), S::kXBytes);
+    cp_async_bulk_tensor_2d_g2s(x_tile(s), &tmap_x, bar(s), (kb0 + i) * kBK, m0);
+  };
+  auto load_d = [&](int i) {
+    const int s = i % kDStages, kt = kb0 + i;
+    mbarrier_arrive_expect_tx(bar(kXStages + s), S::kDBytes);
     const int64_t b = scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0);
 #pragma unroll
-    for (int j = 0; j < (kBookChunks + kThreads - 1) / kThreads; j++) {
-      const int c = tid + kThreads * j, r = c / (S::kBookBytes / 16), i = c % (S::kBookBytes / 16);
-      if (kBookChunks % kThreads == 0 || c < kBookChunks)
-        cp_async_cg_shared_global_16(book(s, r) + i * 16, p.books + ((r * p.n_books + b) * kEntries) * VS + i * 8);
+    for (int r = 0; r < R; r++) {
+      cp_async_bulk_g2s(book(s, r), p.books + ((r * p.n_books + b) * kEntries) * VS, S::kBookBytes, bar(kXStages + s));
+      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kXStages + s), kt * (64 / VS) & ~15, r * p.N + n0);
     }
   };
+  auto wait_x = [&](int i) { mbarrier_wait_parity(bar(i % kXStages), (i / kXStages) & 1); };
+  auto wait_d = [&](int i) { mbarrier_wait_parity(bar(kXStages + i % kDStages), (i / kDStages) & 1); };
 
   // ---- decoding: thread t owns half t % 2 (32 columns) of W row t / 2 ----
   const int drow = tid / 2, dhalf = tid % 2;
-  const uint32_t *code_row = p.codes + static_cast<int64_t>(min(n0 + drow, p.N - 1)) * p.row_words + dhalf * S::kCodeWords;
+  const uint32_t code_at = drow * S::kCodePitch + dhalf * 4 * S::kCodeWords;  // in a code box
   uint32_t w_dst[4];  // the thread's 16-byte chunks in a W tile
 #pragma unroll
   for (int c = 0; c < 4; c++) w_dst[c] = tile_at(0, drow, dhalf * 4 + c);
-  uint32_t codes[R][S::kCodeWords];
-  auto load_codes = [&](int kt) {
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-      const uint32_t *src = code_row + static_cast<int64_t>(r) * p.N * p.row_words + kt * 2 * S::kCodeWords;
-      if constexpr (S::kCodeWords == 4) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(src));
-        codes[r][0] = v.x, codes[r][1] = v.y, codes[r][2] = v.z, codes[r][3] = v.w;
-      } else if constexpr (S::kCodeWords == 2) {
-        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(src));
-        codes[r][0] = v.x, codes[r][1] = v.y;
-      } else {
-        codes[r][0] = __ldg(src);
-      }
-    }
-  };
   // All lookups first, then the stores (the shared-memory accesses keep their program order).
-  auto decode = [&](int s, int b) {
+  auto decode = [&](int kt, int s, int b) {
+    const uint32_t at = code_at + (kt * (64 / VS) & 15);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      auto entry = [&](int v) { return book(s, r) + ((codes[r][v / 4] >> (8 * (v % 4))) & 0xffu) * (VS * 2); };
+      uint32_t codes[S::kCodeWords];
+      if constexpr (S::kCodeWords == 4) {
+        const uint4 v = ld_shared_v4(code_box(s, r) + at);
+        codes[0] = v.x, codes[1] = v.y, codes[2] = v.z, codes[3] = v.w;
+      } else if constexpr (S::kCodeWords == 2) {
+        const uint2 v = ld_shared_v2(code_box(s, r) + at);
+        codes[0] = v.x, codes[1] = v.y;
+      } else {
+        codes[0] = ld_shared_b32(code_box(s, r) + at);
+      }
+      auto entry = [&](int v) { return book(s, r) + ((codes[v / 4] >> (8 * (v % 4))) & 0xffu) * (VS * 2); };
       uint4 q[4];  // the thread's 16-byte chunks: vectors c * 8 / VS ...
 #pragma unroll
       for (int c = 0; c < 4; c++) {
@@ -210,30 +225,31 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
 
   // ---- main loop (NOTES: one barrier per k-step) ----
   if (nk > 0) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; s++) {
-      if (s < nk) load_stage(kb0 + s, s);
-      cp_async_commit_group();
+    if (tid == 0) {
+      for (int i = 0; i < kXStages - 1 && i < nk; i++) load_x(i);
+      for (int i = 0; i < kDStages - 1 && i < nk; i++) load_d(i);
     }
-    load_codes(kb0);
-    cp_async_wait_group<kStages - 2>();
-    __syncthreads();
-    decode(0, 0);
-    if (nk > 1) load_codes(kb0 + 1);
+    wait_d(0);
+    decode(kb0, 0, 0);
+    fence_proxy_async_shared_cta();  // this thread's W stores, to the wgmma's proxy
     for (int i = 0; i < nk; i++) {
-      cp_async_wait_group<kStages - 3>();  // k-step i + 1's stage has landed
-      fence_proxy_async_shared_cta();      // this thread's copies and W stores, to the wgmma's proxy
       __syncthreads();
-      issue(i % kStages, i % 2);
-      // While k-step i's wgmma run: refill the stage k-step i - 1 used, decode k-step i + 1 into
-      // the W buffer k-step i - 1 used (both finished: waited below, before this barrier).
-      if (i + kStages - 1 < nk) load_stage(kb0 + i + kStages - 1, (i + kStages - 1) % kStages);
-      cp_async_commit_group();
-      if (i + 1 < nk) decode((i + 1) % kStages, (i + 1) % 2);
-      if (i + 2 < nk) load_codes(kb0 + i + 2);
+      // Refill the stages k-step i - 1 used (its wgmma and decoding are done: waited before this
+      // barrier), run k-step i's wgmma and, while they run, decode k-step i + 1 into the other W
+      // buffer.
+      if (tid == 0) {
+        if (i + kXStages - 1 < nk) load_x(i + kXStages - 1);
+        if (i + kDStages - 1 < nk) load_d(i + kDStages - 1);
+      }
+      wait_x(i);
+      issue(i % kXStages, i % 2);
+      if (i + 1 < nk) {
+        wait_d(i + 1);
+        decode(kb0 + i + 1, (i + 1) % kDStages, (i + 1) % 2);
+      }
+      fence_proxy_async_shared_cta();
       wgmma_wait_group<0>();
     }
-    cp_async_wait_group<0>();
   }
 
   // ---- split-K: leave the partial; the tile's last unit adds them all in split order ----
@@ -289,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2) vq_gemm_tiled_kernel(params p) {
   }
 }
 
-using kernel_t = void (*)(params);
+using kernel_t = void (*)(CUtensorMap, CUtensorMap, params);
 
 template <typename T, int R, int BM>
 kernel_t pick(int vs) {
@@ -305,8 +321,9 @@ kernel_t pick(int vs, int residuals, int bm) {
 
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
 size_t smem_bytes(int vs, int residuals, int bm) {
-  const size_t stage = static_cast<size_t>(bm) * kRowBytes + static_cast<size_t>(residuals) * kEntries * vs * 2;
-  return kStages * stage + 2u * residuals * kBN * kRowBytes + 1024;
+  const size_t pitch = 64 / vs < 16 ? 16 : 64 / vs;
+  const size_t d_stage = static_cast<size_t>(residuals) * (kEntries * vs * 2 + kBN * pitch);
+  return kXStages * static_cast<size_t>(bm) * kRowBytes + kDStages * d_stage + 2u * residuals * kBN * kRowBytes + 1024;
 }
 
 }  // namespace vq_tiled_detail
@@ -376,6 +393,13 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   if (tiles * splits > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", kOp, static_cast<long long>(tiles * splits));
 
+  CUtensorMap tmap_x = {}, tmap_codes = {};
+  if (qf_status st = qf_cuda_make_tmap(ctx, kOp, &tmap_x, "x", *x, bm); st != QF_OK) return st;
+  const int code_box = 64 / f.vector_size < 16 ? 16 : 64 / f.vector_size;
+  if (qf_status st = qf_cuda_make_tmap_bytes(ctx, kOp, &tmap_codes, "codes", w->codes, f.residuals * N, w->sz.row_bytes,
+                                             w->sz.row_bytes, code_box, kBN);
+      st != QF_OK)
+    return st;
   params p = {};
   vq_weight_call_params(p, x, w, y);
   p.M = static_cast<int>(M);
@@ -411,9 +435,9 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
     used->tiles_m = tiles_m;
     used->tiles = tiles * splits;
     used->splits = splits;
-    used->books_bytes = static_cast<size_t>(kStages) * f.residuals * kEntries * f.vector_size * 2;
+    used->books_bytes = static_cast<size_t>(kDStages) * f.residuals * kEntries * f.vector_size * 2;
     used->smem_bytes = smem;
   }
-  kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(p);
+  kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_x, tmap_codes, p);
   return qf_cuda_check_launch(ctx, kOp);
 }

@@ -1,0 +1,18 @@
+// Tensor maps (TMA descriptors) for the sm_90 kernels, encoded on the host.
+#pragma once
+
+#include <cuda.h>
+
+#include "core/backend.h"
+
+// Tensor map of a [rows, cols] matrix (row pitch ld elements; e4m3fn, int8, fp16 or bf16) moved
+// in boxes of box_rows x 128 bytes, 128-byte swizzled: the layout that wgmma_desc_kmajor_sw128
+// describes (and the GEMM's 16-bit D staging tile). Elements past the matrix read as zeros.
+// QF_ERR_ALIGNMENT unless the start and the row pitch are 16-byte aligned.
+qf_status qf_cuda_make_tmap(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const qf_mat &m,
+                            uint32_t box_rows);
+
+// Tensor map of `rows` rows of `cols` bytes, `pitch` bytes apart (a multiple of 16), in boxes of
+// box_cols bytes (a multiple of 16) x box_rows rows, unswizzled (row r of a box at r * box_cols).
+qf_status qf_cuda_make_tmap_bytes(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
+                                  int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols, uint32_t box_rows);

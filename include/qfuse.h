@@ -430,16 +430,21 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
 /* y[M, N] = x[M, K] . W^T with W [N, K] VQ-quantized: VQ-GeMV (M of 1 to 16) and VQ-GeMM.
  * x fp32, fp16 or bf16; y fp32, fp16 or bf16 [M, N]. The reference decodes W as
  * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA forms every product exactly on
- * the tensor cores and accumulates in fp32 (one kernel for every M): x and the entries enter as
- * 16-bit parts that sum to them exactly (fp32 x as three bf16 parts, an fp16 value as two bf16
+ * the tensor cores and accumulates in fp32. Its general kernel (every M): x and the entries
+ * enter as 16-bit parts that sum to them exactly (fp32 x as three bf16 parts, an fp16 value as two bf16
  * parts when the other operand is bf16; docs/VQ.md gives the limits), each residual's entries
  * are multiplied separately, and the row scale multiplies the finished sum. For M <= 16 with
  * 8-bit indices, vector size 2, 4 or 8, K and the codebook scopes multiples of 256 and x of the
  * entries' type (16-byte aligned rows), CUDA runs the banked GeMV (bank-private codebook copies
  * in shared memory, split-K over blocks with a fixed-order reduction through the context's
- * workspace). The environment variable QF_VQ_BOOKS (auto, global, shared, banked) forces the
- * codebook placement of the CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be
- * aligned to their element size. */
+ * workspace). For M > 16 with 8-bit indices, vector size 2, 4 or 8, one or two residuals, x of the
+ * entries' type (16-byte aligned rows), K a multiple of 64 and codebook scopes of 0 or multiples of
+ * 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W decoded once per 128-row block tile
+ * into shared memory, wgmma against x tiles; x and the entries then enter as themselves and the
+ * tensor cores accumulate each block's K range in fp32, split-K as above). The environment
+ * variable QF_VQ_BOOKS (auto, global, shared, banked, tiled) forces the codebook placement of
+ * the CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be aligned to their
+ * element size. */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
 

@@ -26,18 +26,3 @@ __device__ __forceinline__ void cp_async_cg_shared_global_16(uint32_t dst, const
 // cp.async.wait_all (a commit_group and wait_group 0 in one): waits until every cp.async this
 // thread issued has completed (its writes are then visible to this thread).
 __device__ __forceinline__ void cp_async_wait_all() { QF_ASM_SM90("cp.async.wait_all;\n" ::: "memory"); }
-
-// cp.async.cg.shared.global, 16 bytes with a source size: copies src_bytes (16, or 0 to write
-// zeros without reading `src`), then zero-fills the rest of the 16 bytes.
-__device__ __forceinline__ void cp_async_cg_shared_global_16_zfill(uint32_t dst, const void *src, uint32_t src_bytes) {
-  QF_ASM_SM90("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-// cp.async.commit_group: the cp.async issued since the last commit form one group.
-__device__ __forceinline__ void cp_async_commit_group() { QF_ASM_SM90("cp.async.commit_group;\n" ::: "memory"); }
-
-// cp.async.wait_group N: waits until at most N of this thread's committed groups are pending.
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  QF_ASM_SM90("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}

@@ -512,6 +512,19 @@ qf_status qf_cuda_vq_gemm_mma_run_global(qf_ctx *ctx, const vq_mma_params &p, co
 qf_status qf_cuda_vq_gemm_mma_run_shared(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg,
                                          bool bf16_entries);
 
+// The limits the banked GeMV and the tiled GeMM share: rows, columns, vector indices and bit
+// offsets inside a code row are 32-bit in the kernels, and y is stored element by element.
+inline qf_status vq_gemm_offset_limits(qf_ctx *ctx, const char *op, const qf_mat *x, const qf_vq_tensors *w,
+                                       const qf_mat *y) {
+  const int64_t M = x->rows, N = w->N, K = w->K;
+  if (M > INT32_MAX / 2 || N > INT32_MAX / 2 || K > INT32_MAX / 2 || w->sz.row_bytes > (INT64_C(1) << 28))
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the kernel's 32-bit offsets", op,
+                   static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
+  if (reinterpret_cast<uintptr_t>(y->data) % qf_dtype_size(y->dtype) != 0)
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: y (%p) must be aligned to its elements", op, y->data);
+  return QF_OK;
+}
+
 // The call's tensors in the fields that the parameters of every VQ weight kernel share
 // (vq_mma_params, vq_banked_params).
 template <class Params>

@@ -69,7 +69,7 @@ struct params {
   const uint32_t *codes;  // [R, N, row_words]
   const uint16_t *books;  // [R, n_books, 256, vs]
   const float *scales;    // [N] or NULL
-  const void *x;          // [M, K], row pitch x_ld elements
+  const void *x;          // [M, K], row pitch x_ld elements (read through the tensor map)
   void *y;                // [M, N], row pitch y_ld elements
   int64_t x_ld, y_ld, n_books;
   int y_dtype;
@@ -356,12 +356,8 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   using namespace vq_tiled_detail;
   if (const char *why = qf_cuda_vq_tiled_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   const qf_vq_format &f = w->fmt;
+  if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   const int64_t M = x->rows, N = w->N, K = w->K;
-  if (M > INT32_MAX / 2 || N > INT32_MAX / 2 || K > INT32_MAX / 2 || w->sz.row_bytes > (INT64_C(1) << 28))
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the kernel's 32-bit offsets", kOp,
-                   static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
-  if (reinterpret_cast<uintptr_t>(y->data) % qf_dtype_size(y->dtype) != 0)
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: y (%p) must be aligned to its elements", kOp, y->data);
   if (M == 0 || N == 0) return QF_OK;
   const int bm = M <= 64 ? 64 : 128;  // rows of x per tile
   const bool bf16 = f.entry_dtype == QF_BF16;

@@ -378,12 +378,8 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   using namespace vq_banked_detail;
   if (const char *why = qf_cuda_vq_banked_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   const qf_vq_format &f = w->fmt;
+  if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   const int64_t M = x->rows, N = w->N, K = w->K;
-  if (M > INT32_MAX / 2 || N > INT32_MAX / 2 || K > INT32_MAX / 2 || w->sz.row_bytes > (INT64_C(1) << 28))
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the kernel's 32-bit offsets", kOp,
-                   static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
-  if (reinterpret_cast<uintptr_t>(y->data) % qf_dtype_size(y->dtype) != 0)
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: y (%p) must be aligned to its elements", kOp, y->data);
   const int mt = M <= 8 ? 1 : 2;
   const bool bf16 = f.entry_dtype == QF_BF16;
   const banked_kernel_t kernel = bf16 ? pick_banked<__nv_bfloat16>(mt, f.vector_size) : pick_banked<__half>(mt, f.vector_size);

@@ -165,6 +165,39 @@ static double y_error(pair *Y, qf_dtype dt, int64_t M, int64_t N, int64_t ld, co
   return den > 0.0 ? sqrt(num / den) : INFINITY;
 }
 
+/* A kernel with its split-K forced (the banked GeMV over 256-column chunks, the tiled GeMM over
+ * 64-column k-steps: `units` of K): one K range per tile (y written by the unit), three, and one
+ * per unit (the partials added in split order by the last unit), each against the reference in
+ * Y->ref; then one range more than units: refused, y untouched. */
+typedef qf_status (*split_kernel)(qf_ctx *, const qf_mat *, const qf_vq_tensors *, const qf_mat *, int,
+                                  qf_vq_mma_config *);
+static void forced_splits(qf_ctx *gpu, split_kernel run, const char *name, int placement, int64_t units,
+                          const qf_mat *xm, const qf_vq_tensors *t, const qf_mat *ym, pair *Y, int64_t yld, double tol,
+                          const char *desc, int *ran_one, int *ran_several) {
+  for (int sp = 0; sp < 3; sp++) {
+    const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)units;
+    if (splits > units || (sp == 2 && units <= 3)) continue;
+    char d3[240];
+    snprintf(d3, sizeof d3, "%s, %s, %d K splits", desc, name, splits);
+    CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
+    qf_vq_mma_config used;
+    qf_status st = run(gpu, xm, t, ym, splits, &used);
+    if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(used.splits == splits && used.placement == placement, "%s: ran %d splits", d3, used.splits);
+    *ran_one += splits == 1;
+    *ran_several += splits > 1;
+    const double err = y_error(Y, ym->dtype, ym->rows, ym->cols, yld, d3);
+    CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
+  }
+  CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
+  qf_status st = run(gpu, xm, t, ym, (int)units + 1, NULL);
+  CHECK(st == QF_ERR_UNSUPPORTED, "%s: %s, %lld splits of %lld K units gave %s", desc, name, (long long)units + 1,
+        (long long)units, qf_status_str(st));
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(dev_poisoned(Y->dev, Y->bytes), "%s: %s, y written after a refused split", desc, name);
+}
+
 static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtype xt, qf_dtype yt, int forced,
                       uint64_t *seed) {
   const int64_t N = w->N, K = w->K, xld = M % 2 ? K : K + 3, yld = N + 5;
@@ -271,60 +304,12 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
               used.x_direct ? "direct" : "element-wise", used.smem_bytes);
       }
   }
-  /* the banked GeMV with its split-K forced: one K range per row tile (y written by the unit),
-   * three, and one per chunk (the partials added in split order by the last unit) */
-  const int64_t chunks = K / QF_VQ_MMA_CHUNK;
-  for (int sp = 0; forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL && sp < 3; sp++) {
-    const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)chunks;
-    if (splits > chunks || (sp == 2 && chunks <= 3)) continue;
-    char d3[240];
-    snprintf(d3, sizeof d3, "%s, banked, %d K splits", desc, splits);
-    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
-    qf_vq_mma_config used;
-    st = qf_cuda_vq_gemv_banked_with(gpu, &xm, &t, &ym, splits, &used);
-    if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
-    CUDA_OK(cudaDeviceSynchronize());
-    CHECK(used.splits == splits && used.placement == QF_VQ_BOOKS_BANKED, "%s: ran %d splits", d3, used.splits);
-    ran_banked_one_split += splits == 1;
-    ran_banked_splits += splits > 1;
-    err = y_error(&Y, yt, M, N, yld, d3);
-    CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
-  }
-  /* the tiled GeMM with its split-K forced: one K range per tile, three, and one per 64 columns */
-  const int64_t ksteps = K / 64;
-  for (int sp = 0; forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL && sp < 3; sp++) {
-    const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)ksteps;
-    if (splits > ksteps || (sp == 2 && ksteps <= 3)) continue;
-    char d3[240];
-    snprintf(d3, sizeof d3, "%s, tiled, %d K splits", desc, splits);
-    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
-    qf_vq_mma_config used;
-    st = qf_cuda_vq_gemm_tiled_with(gpu, &xm, &t, &ym, splits, &used);
-    if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
-    CUDA_OK(cudaDeviceSynchronize());
-    CHECK(used.splits == splits && used.placement == QF_VQ_BOOKS_TILED, "%s: ran %d splits", d3, used.splits);
-    ran_tiled_one_split += splits == 1;
-    ran_tiled_splits += splits > 1;
-    err = y_error(&Y, yt, M, N, yld, d3);
-    CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
-  }
-  if (forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL) {
-    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
-    st = qf_cuda_vq_gemm_tiled_with(gpu, &xm, &t, &ym, (int)ksteps + 1, NULL);
-    CHECK(st == QF_ERR_UNSUPPORTED, "%s: tiled, %lld splits of %lld k-steps gave %s", desc, (long long)ksteps + 1,
-          (long long)ksteps, qf_status_str(st));
-    CUDA_OK(cudaDeviceSynchronize());
-    CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused split", desc);
-  }
-  /* more splits than chunks: refused, y untouched */
-  if (forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL) {
-    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
-    st = qf_cuda_vq_gemv_banked_with(gpu, &xm, &t, &ym, (int)chunks + 1, NULL);
-    CHECK(st == QF_ERR_UNSUPPORTED, "%s: %lld splits of %lld chunks gave %s", desc, (long long)chunks + 1,
-          (long long)chunks, qf_status_str(st));
-    CUDA_OK(cudaDeviceSynchronize());
-    CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused split", desc);
-  }
+  if (forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL)
+    forced_splits(gpu, qf_cuda_vq_gemv_banked_with, "banked", QF_VQ_BOOKS_BANKED, K / QF_VQ_MMA_CHUNK, &xm, &t, &ym,
+                  &Y, yld, tol, desc, &ran_banked_one_split, &ran_banked_splits);
+  if (forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL)
+    forced_splits(gpu, qf_cuda_vq_gemm_tiled_with, "tiled", QF_VQ_BOOKS_TILED, K / 64, &xm, &t, &ym, &Y, yld, tol, desc,
+                  &ran_tiled_one_split, &ran_tiled_splits);
   pair_check(&X, "x (input)", desc);
   pair_free(&X), pair_free(&Y);
   free(hx);

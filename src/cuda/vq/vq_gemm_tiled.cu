@@ -65,8 +65,14 @@ constexpr int kThreads = 256; // two warpgroups
 constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
 
+// W rows of a warpgroup (its wgmma N): 64 x rows by all 128 W rows (BM = 128), or by 64 (BM = 64).
+constexpr int warpgroup_n(int bm) { return bm == 128 ? 128 : 64; }
+// Bytes per W row of a k-step's index box: its 64 / vs indices, at least the 16 bytes of a TMA box
+// row (vs = 8's 8 bytes then sit in the first or second half).
+constexpr int code_pitch(int vs) { return 64 / vs < 16 ? 16 : 64 / vs; }
+
 struct params {
-  const uint32_t *codes;  // [R, N, row_words]
+  const uint32_t *codes;  // [R, N, row words] (read through the tensor map)
   const uint16_t *books;  // [R, n_books, 256, vs]
   const float *scales;    // [N] or NULL
   const void *x;          // [M, K], row pitch x_ld elements (read through the tensor map)
@@ -74,20 +80,19 @@ struct params {
   int64_t x_ld, y_ld, n_books;
   int y_dtype;
   int M, N;
-  uint32_t row_words;
   int ksteps;             // K / 64
   int ksteps_per_book;    // 0: one book along K
   int scope_rows, books_per_row;
   int tiles_m, splits;
-  float *partials;        // splits > 1: [tiles][splits][MI * 4 float4][threads]
+  float *partials;        // splits > 1: [tiles][splits][kWN / 8 float4][threads]
   int *counters;          // splits > 1: [tiles], zero between calls
 };
 
 template <int VS, int R, int BM>
 struct shape {
-  static constexpr int kWN = BM == 128 ? 128 : 64;    // W rows of a warpgroup: 64 x rows by kWN (wgmma N)
+  static constexpr int kWN = warpgroup_n(BM);
   static constexpr int kCodeWords = 8 / VS;           // a thread's 32 columns of 8-bit indices
-  static constexpr int kCodePitch = 64 / VS < 16 ? 16 : 64 / VS;  // bytes per W row of a k-step's index box
+  static constexpr int kCodePitch = code_pitch(VS);
   static constexpr int kBookBytes = kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
   static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
   static constexpr int kDBytes = R * (kBookBytes + kCodeBytes);  // one k-step's books and indices
@@ -321,8 +326,7 @@ kernel_t pick(int vs, int residuals, int bm) {
 
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
 size_t smem_bytes(int vs, int residuals, int bm) {
-  const size_t pitch = 64 / vs < 16 ? 16 : 64 / vs;
-  const size_t d_stage = static_cast<size_t>(residuals) * (kEntries * vs * 2 + kBN * pitch);
+  const size_t d_stage = static_cast<size_t>(residuals) * (kEntries * vs * 2 + kBN * code_pitch(vs));
   return kXStages * static_cast<size_t>(bm) * kRowBytes + kDStages * d_stage + 2u * residuals * kBN * kRowBytes + 1024;
 }
 
@@ -397,16 +401,14 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
 
   CUtensorMap tmap_x = {}, tmap_codes = {};
   if (qf_status st = qf_cuda_make_tmap(ctx, kOp, &tmap_x, "x", *x, bm); st != QF_OK) return st;
-  const int code_box = 64 / f.vector_size < 16 ? 16 : 64 / f.vector_size;
   if (qf_status st = qf_cuda_make_tmap_bytes(ctx, kOp, &tmap_codes, "codes", w->codes, f.residuals * N, w->sz.row_bytes,
-                                             w->sz.row_bytes, code_box, kBN);
+                                             w->sz.row_bytes, code_pitch(f.vector_size), kBN);
       st != QF_OK)
     return st;
   params p = {};
   vq_weight_call_params(p, x, w, y);
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
-  p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.ksteps = ksteps;
   p.ksteps_per_book = f.scope_cols ? f.scope_cols / kBK : 0;
   p.scope_rows = f.scope_rows;
@@ -415,7 +417,7 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   p.splits = splits;
   if (splits > 1) {
     void *ws = nullptr;
-    const size_t partial_bytes = static_cast<size_t>(tiles) * splits * (bm == 128 ? 128 : 64) / 8 * kThreads * sizeof(float4);
+    const size_t partial_bytes = static_cast<size_t>(tiles) * splits * warpgroup_n(bm) / 8 * kThreads * sizeof(float4);
     if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
       return st;
     p.counters = static_cast<int *>(ws);

@@ -12,22 +12,30 @@
 //   (wgmma m64n128k16); BM = 64: the 64 x rows by W rows 64 w.. (m64n64k16). A k-step is 64
 //   columns of K (128-byte rows of 16-bit values), four wgmma per residual.
 // - Two rings filled by thread 0 with TMA and bulk copies, each stage with its mbarrier: x tiles
-//   (kXStages, copied two k-steps ahead of their wgmma) and each k-step's books and indices
-//   (kDStages, three ahead: the k-step's one book per residual, copied whole, 256 entries of vs
-//   values, 1-4 KB, and a box of the tile rows' indices). W is decoded into a double buffer. Per
-//   k-step, one barrier; then the k-step's wgmma are issued, and while they run the threads
-//   decode the next k-step, fence their stores to the async proxy and wait for the wgmma.
+//   and each k-step's books and indices (the k-step's one book per residual, copied whole, 256
+//   entries of vs values, 1-4 KB, and a box of the tile rows' indices). W is decoded into a double
+//   buffer. Per k-step, one barrier; then the k-step's wgmma are issued, and while they run the
+//   threads decode the next k-step, fence their stores to the async proxy and wait for the wgmma.
+// - Bank-private books (one residual). Lookups at random entries collide in the banks (4-5-way;
+//   a timing-only build where every lane read its own bank pair ran 13-25% faster). When the
+//   k-step to decode starts a new book, the threads expand it into 128 / (2 vs) copies of each
+//   entry, entry e's filling the 128-byte row e (32 KB), behind one extra barrier, and lane l
+//   reads copy l % copies: 1-8% faster on every GPTVQ-2 layer (H200, A/B run twice). The 32 KB
+//   leave room for two blocks per SM only with x copied one k-step ahead and books and indices
+//   two (decoding runs one ahead); two residuals (64 KB of copies) keep the plain books with x
+//   two ahead and books three.
 // - Measured on the way (GPTVQ-2, H200, bench/results/h200-dev-vq-tiled-*): mma.sync with
 //   ldmatrix (warp tiles 64 x 32) issued about 7 instructions per MMA (M = 256: 0.25-0.38x
 //   cuBLASLt fp16); wgmma, which reads both operands from shared memory, and per-thread copy
 //   addresses fixed at the start (runtime-bounded copy loops had grown the loop severalfold) took
 //   it to 0.33-0.54x; TMA instead of per-thread cp.async moved it by -2 to +5%; 256-row x tiles
-//   (one block per SM) were slower. ncu at M = 256: tensor pipe 18% busy; the warps stall on the
-//   decode chain (index loads, lookups with 4-5-way bank conflicts, the stores and the fence that
-//   waits for them) and on the barrier, not on the wgmma.
+//   (one block per SM) were slower. ncu at M = 256 (before the banked books): tensor pipe 18%
+//   busy; the warps stall on the decode chain (index loads, the lookups' bank conflicts, the
+//   stores and the fence that waits for them: without the fence, a timing-only build, 5-11%
+//   faster) and on the barrier, not on the wgmma.
 // - Decoding: thread t owns half t % 2 (32 columns) of W row t / 2; its 32 / vs indices of a
 //   k-step are consecutive bytes in the stage's index box, each a lookup of vs * 2 bytes in the
-//   stage's book; all lookups first, then the 16-byte stores into the W tile.
+//   banked or the stage's book; all lookups first, then the 16-byte stores into the W tile.
 // - Tiles (x and W) are K-major with the 128-byte swizzle the wgmma descriptors name: row r's
 //   16-byte chunk c at c ^ (r % 8), tiles on 1024-byte boundaries (TMA writes x that way). The
 //   decoding writes W through the generic proxy, so each thread fences to the async proxy before
@@ -59,8 +67,13 @@ namespace vq_tiled_detail {
 
 constexpr int kBN = 128;      // rows of W per block tile
 constexpr int kBK = 64;       // columns of K per k-step
-constexpr int kXStages = 3;   // x tiles in flight (copied two k-steps ahead)
-constexpr int kDStages = 4;   // books and indices in flight (three k-steps ahead: decoding runs one ahead)
+// One residual: the k-step's book is expanded into bank-private copies (NOTES), whose 32 KB leave
+// room for x tiles copied one k-step ahead and books and indices two ahead (decoding runs one
+// ahead). Two residuals read their books as copied: x two ahead, books and indices three.
+constexpr bool banked_books(int r) { return r == 1; }
+constexpr int x_stages(int r) { return banked_books(r) ? 2 : 3; }
+constexpr int d_stages(int r) { return banked_books(r) ? 3 : 4; }
+constexpr int kBankedBytes = 256 * 128;  // a book's bank-private copies: entry e's fill row e
 constexpr int kThreads = 256; // two warpgroups
 constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
@@ -96,6 +109,8 @@ struct shape {
   static constexpr int kBookBytes = kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
   static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
   static constexpr int kDBytes = R * (kBookBytes + kCodeBytes);  // one k-step's books and indices
+  static constexpr bool kBanked = banked_books(R);
+  static constexpr int kXStages = x_stages(R), kDStages = d_stages(R);
   static_assert(kXBytes % 1024 == 0 && kWBytes % 1024 == 0 && kDBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary");
 };
@@ -111,15 +126,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     vq_gemm_tiled_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
                          const params p) {
   using S = shape<VS, R, BM>;
-  constexpr int kWN = S::kWN;
+  constexpr int kWN = S::kWN, kXStages = S::kXStages, kDStages = S::kDStages;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
-  // x ring, then the books-and-indices ring, then the two W buffers
+  // x ring, then the books-and-indices ring, then the two W buffers, then the banked book
   auto x_tile = [&](int s) { return base + s * S::kXBytes; };
   auto d_stage = [&](int s) { return base + kXStages * S::kXBytes + s * S::kDBytes; };
   auto book = [&](int s, int r) { return d_stage(s) + r * S::kBookBytes; };
   auto code_box = [&](int s, int r) { return d_stage(s) + R * S::kBookBytes + r * S::kCodeBytes; };
   auto w_tile = [&](int b, int r) { return base + kXStages * S::kXBytes + kDStages * S::kDBytes + (b * R + r) * S::kWBytes; };
+  const uint32_t banked = base + kXStages * S::kXBytes + kDStages * S::kDBytes + 2 * R * S::kWBytes;
   __shared__ __align__(8) uint64_t full[kXStages + kDStages];  // a stage's copies have landed
   __shared__ int last_unit;
   auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
@@ -144,6 +160,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     prefetch_tensormap(&tmap_codes);
   }
   __syncthreads();
+  auto book_of = [&](int kt) { return scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0); };
   auto load_x = [&](int i) {
     const int s = i % kXStages;
     mbarrier_arrive_expect_tx(bar(s), S::kXBytes);
@@ -152,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto load_d = [&](int i) {
     const int s = i % kDStages, kt = kb0 + i;
     mbarrier_arrive_expect_tx(bar(kXStages + s), S::kDBytes);
-    const int64_t b = scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0);
+    const int64_t b = book_of(kt);
 #pragma unroll
     for (int r = 0; r < R; r++) {
       cp_async_bulk_g2s(book(s, r), p.books + ((r * p.n_books + b) * kEntries) * VS, S::kBookBytes, bar(kXStages + s));
@@ -168,6 +185,25 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint32_t w_dst[4];  // the thread's 16-byte chunks in a W tile
 #pragma unroll
   for (int c = 0; c < 4; c++) w_dst[c] = tile_at(0, drow, dhalf * 4 + c);
+  // Banked book (one residual): thread t writes entry t's 128 / (2 vs) copies over row t, its
+  // eight 16-byte stores rotated by t so that the 8 threads of a store phase hit 8 bank groups;
+  // lane l then reads copy l % copies, at bytes (2 vs l) % 128 of the entry's row: the lanes of a
+  // phase never share a bank.
+  auto expand = [&](int s) {
+    uint4 v;
+    if constexpr (VS == 8) {
+      v = ld_shared_v4(book(s, 0) + tid * 16);
+    } else if constexpr (VS == 4) {
+      const uint2 e = ld_shared_v2(book(s, 0) + tid * 8);
+      v = make_uint4(e.x, e.y, e.x, e.y);
+    } else {
+      const uint32_t e = ld_shared_b32(book(s, 0) + tid * 4);
+      v = make_uint4(e, e, e, e);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) st_shared_v4(banked + tid * 128 + ((j + tid) & 7) * 16, v);
+  };
+  const uint32_t copy_at = (lane * VS * 2) & 127;
   // All lookups first, then the stores (the shared-memory accesses keep their program order).
   auto decode = [&](int kt, int s, int b) {
     const uint32_t at = code_at + (kt * (64 / VS) & 15);
@@ -183,7 +219,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       } else {
         codes[0] = ld_shared_b32(code_box(s, r) + at);
       }
-      auto entry = [&](int v) { return book(s, r) + ((codes[v / 4] >> (8 * (v % 4))) & 0xffu) * (VS * 2); };
+      auto entry = [&](int v) {
+        const uint32_t idx = (codes[v / 4] >> (8 * (v % 4))) & 0xffu;
+        return S::kBanked ? banked + idx * 128 + copy_at : book(s, r) + idx * (VS * 2);
+      };
       uint4 q[4];  // the thread's 16-byte chunks: vectors c * 8 / VS ...
 #pragma unroll
       for (int c = 0; c < 4; c++) {
@@ -235,6 +274,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int i = 0; i < kDStages - 1 && i < nk; i++) load_d(i);
     }
     wait_d(0);
+    if constexpr (S::kBanked) {
+      expand(0);
+      __syncthreads();
+    }
     decode(kb0, 0, 0);
     fence_proxy_async_shared_cta();  // this thread's W stores, to the wgmma's proxy
     for (int i = 0; i < nk; i++) {
@@ -250,6 +293,13 @@ __global__ void __launch_bounds__(kThreads, 2)
       issue(i % kXStages, i % 2);
       if (i + 1 < nk) {
         wait_d(i + 1);
+        // A new book: every thread has decoded k-step i (before the barrier above), so the
+        // copies can be rewritten; a second barrier before they are read (uniform: it depends
+        // on the k-step only).
+        if (S::kBanked && book_of(kb0 + i + 1) != book_of(kb0 + i)) {
+          expand((i + 1) % kDStages);
+          __syncthreads();
+        }
         decode(kb0 + i + 1, (i + 1) % kDStages, (i + 1) % 2);
       }
       fence_proxy_async_shared_cta();
@@ -327,7 +377,8 @@ kernel_t pick(int vs, int residuals, int bm) {
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
 size_t smem_bytes(int vs, int residuals, int bm) {
   const size_t d_stage = static_cast<size_t>(residuals) * (kEntries * vs * 2 + kBN * code_pitch(vs));
-  return kXStages * static_cast<size_t>(bm) * kRowBytes + kDStages * d_stage + 2u * residuals * kBN * kRowBytes + 1024;
+  return x_stages(residuals) * static_cast<size_t>(bm) * kRowBytes + d_stages(residuals) * d_stage +
+         2u * residuals * kBN * kRowBytes + (banked_books(residuals) ? kBankedBytes : 0) + 1024;
 }
 
 }  // namespace vq_tiled_detail
@@ -439,7 +490,8 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
     used->tiles_m = tiles_m;
     used->tiles = tiles * splits;
     used->splits = splits;
-    used->books_bytes = static_cast<size_t>(kDStages) * f.residuals * kEntries * f.vector_size * 2;
+    used->books_bytes = static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2 +
+                        (banked_books(f.residuals) ? kBankedBytes : 0);
     used->smem_bytes = smem;
   }
   kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_x, tmap_codes, p);

@@ -305,23 +305,28 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
     };
-    // FP8: the K-block in `a` (of stage s, weight-block scale b) has completed (its wait is done):
-    // free its stage and add it to the total.
-    auto promote = [&](Acc(&a)[kBlockN / 2], float b) {
+    // FP8: total += the completed K-block in `a` (its wait is done) times the row scales s0 and
+    // s1 of the thread's two rows (kScaledFp8: 1, exact adds).
+    auto add_block = [&](Acc(&a)[kBlockN / 2], float s0, float s1) {
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
-      float s0 = 1.0f, s1 = 1.0f;
-      if constexpr (kBlockScales)
-        s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
-      release(s);
-      if (++s == kStages) s = 0, phase ^= 1;
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; j++) {  // kScaledFp8: exact adds (scale 1)
+      for (int j = 0; j < kBlockN / 8; j++) {
         total[4 * j + 0] = fmaf(a[4 * j + 0], s0, total[4 * j + 0]);
         total[4 * j + 1] = fmaf(a[4 * j + 1], s0, total[4 * j + 1]);
         total[4 * j + 2] = fmaf(a[4 * j + 2], s1, total[4 * j + 2]);
         total[4 * j + 3] = fmaf(a[4 * j + 3], s1, total[4 * j + 3]);
       }
+    };
+    // The single-set path: the K-block in `a` (of stage s, weight-block scale b) has completed:
+    // free its stage and add it to the total.
+    auto promote = [&](Acc(&a)[kBlockN / 2], float b) {
+      float s0 = 1.0f, s1 = 1.0f;
+      if constexpr (kBlockScales)
+        s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
+      release(s);
+      if (++s == kStages) s = 0, phase ^= 1;
+      add_block(a, s0, s1);
     };
     constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc;
     // Block-scaled: a warpgroup hands the turn over when its K-block's wgmma have completed, so
@@ -377,36 +382,29 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             b_next++;
           }
         };
-        // The block in `a` (stage `stage`, row scales s0 and s1) has completed: free its stage and
-        // add it to the total.
-        auto promote_at = [&](Acc(&a)[kBlockN / 2], float s0, float s1, int stage) {
-#pragma unroll
-          for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
-          release(stage);
-#pragma unroll
-          for (int j = 0; j < kBlockN / 8; j++) {  // kScaledFp8: exact adds (scale 1)
-            total[4 * j + 0] = fmaf(a[4 * j + 0], s0, total[4 * j + 0]);
-            total[4 * j + 1] = fmaf(a[4 * j + 1], s0, total[4 * j + 1]);
-            total[4 * j + 2] = fmaf(a[4 * j + 2], s1, total[4 * j + 2]);
-            total[4 * j + 3] = fmaf(a[4 * j + 3], s1, total[4 * j + 3]);
-          }
-        };
         // One step: block j (in `cur`, stage `stage`) is in flight; issue block j + 1 into `other`
         // if there is one, read block j's row scales (their latency hides under the wait), wait for
         // block j, promote it. Returns whether j was the last block.
         auto step = [&](Acc(&cur)[kBlockN / 2], float b_cur, Acc(&other)[kBlockN / 2], float &b_other, int j,
                         int stage) {
           float s0 = 1.0f, s1 = 1.0f;
+          auto row_scales = [&] {
+            if constexpr (kBlockScales) s0 = sa_row[stage * kBlockM] * b_cur, s1 = sa_row[stage * kBlockM + 8] * b_cur;
+          };
+          // (each branch promotes and returns on its own: ptxas must see that the way out of the
+          // loop is taken with nothing in flight)
           if (j + 1 < n) {
             issue(other, b_other, (stage + 1) % kStages);
-            if constexpr (kBlockScales) s0 = sa_row[stage * kBlockM] * b_cur, s1 = sa_row[stage * kBlockM + 8] * b_cur;
+            row_scales();
             wgmma_wait_group<1>();
-            promote_at(cur, s0, s1, stage);
+            release(stage);
+            add_block(cur, s0, s1);
             return false;
           }
-          if constexpr (kBlockScales) s0 = sa_row[stage * kBlockM] * b_cur, s1 = sa_row[stage * kBlockM + 8] * b_cur;
+          row_scales();
           wgmma_wait_group<0>();
-          promote_at(cur, s0, s1, stage);
+          release(stage);
+          add_block(cur, s0, s1);
           return true;
         };
         // One group is in flight at the head of every step, each wait has a compile-time depth, and

@@ -284,6 +284,15 @@ int main(void) {
     }
   }
 
+  /* 65-128 rows with 64 K-blocks per unit: one row of 128 x 128 tiles, split in two (the
+   * two-set loop at decode; rows past M in the tile, column-major scales with M not a multiple of
+   * 4: the per-lane scale copies). */
+  if (!quick) {
+    gemm_case g = {.M = 99, .N = 7168, .K = 16384, .dt = QF_BF16};
+    g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+    one_case(gpu, cpu, &g, &seed);
+  }
+
   qf_ctx_destroy(gpu);
   qf_ctx_destroy(cpu);
   return check_finish("gpu_gemm_fp8_blockscale");

@@ -1,6 +1,6 @@
 // Tile shape, pipeline depth, raster order and split of the sm_90 GEMM engine, chosen from
-// the problem size and the device (the same for every recipe). Host code only: the kernels never
-// see this file's logic, only the compile-time shapes listed here.
+// the problem size, the device and whether the recipe runs the two-set loop (FP8). Host code
+// only: the kernels never see this file's logic, only the compile-time shapes listed here.
 #pragma once
 
 #include <cstddef>

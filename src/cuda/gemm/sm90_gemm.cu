@@ -102,7 +102,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", pr.op,
                    static_cast<long long>(pr.M), static_cast<long long>(pr.N), static_cast<long long>(pr.K));
-  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count, R != Sm90Recipe::kScaledInt8);
+  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count, sm90_gemm_two_sets(R));
   switch (pr.d.dtype) {
     case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
     case QF_F16: return dispatch_tile<R, __half>(ctx, pr, p, cfg);

@@ -81,6 +81,10 @@
 
 enum class Sm90Recipe { kBlockScaledFp8, kScaledFp8, kScaledInt8 };
 
+// Whether the recipe runs its 128 x 128 tiles with two accumulator sets (the FP8 recipes, which
+// promote every K-block; NOTES). The launcher's tile heuristic asks the same question.
+__host__ __device__ constexpr bool sm90_gemm_two_sets(Sm90Recipe r) { return r != Sm90Recipe::kScaledInt8; }
+
 struct sm90_gemm_params {
   // kBlockScaledFp8
   const float *a_scales;  // (m, kb) at a_scales[m * as_m + kb * as_k]
@@ -188,7 +192,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
   // FP8 on 128 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
-  constexpr bool kTwoAcc = !kInt8 && kBlockM == 128 && kBlockN == 128;
+  constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM == 128 && kBlockN == 128;
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = kBlockM / 64;
   constexpr int kBlockK = 128;  // one scale block per stage

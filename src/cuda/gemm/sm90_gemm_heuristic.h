@@ -81,16 +81,16 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   };
   // 65-128 rows on the FP8 recipes: one row of 128 x 128 tiles (the two-set loop) instead of two
   // of 64-row tiles when each of its units still runs 64 K-blocks or more ((128, 7168, 16384)
-  // block-scaled 50.4 -> 46.0 us, 0.94x -> 1.03x cuBLASLt; FP8 (128, 8192, 28672) 78.9 -> 76.1 us;
-  // units of 8-32 K-blocks ran 4-34% slower; H200, run twice).
+  // block-scaled 50.5 -> 47.4 us, 0.96x -> 1.02x cuBLASLt; FP8 (128, 8192, 28672) 79.2 -> 77.2 us;
+  // forced on units of 8-32 K-blocks it ran 4-34% slower; H200, run twice).
   if (two_sets && M > 64 && M <= 128 && best.block_m == 64) {
     const int64_t t = (N + 127) / 128;
     if (num_kb / decode_splits(t) >= 64) best.block_m = 128, best.block_n = 128;
   }
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
-  if (tiles < sms && num_kb >= 4) {
-    best.splits = static_cast<int>(decode_splits(tiles));
+  if (const int64_t split = decode_splits(tiles); split > 1) {
+    best.splits = static_cast<int>(split);
     best.whole_tiles = 0;
   } else if (const int64_t split = tail_splits(tiles)) {  // the last wave's tiles fill it, split along K
     best.splits = static_cast<int>(split);

@@ -3,7 +3,7 @@
 
 Times the same math as qfuse-bench's quant rows, on the same shapes, and appends JSON lines in
 qfuse-bench's schema (backend "torch" or "torch.compile"). See bench/peers/README.md.
-Usage: quant_torch.py --jsonl FILE [--quick] [--only OPS] [--reps N] [--budget S]
+Usage: quant_torch.py --jsonl FILE [--quick] [--only OPS] [--reps N] [--budget S] [--flush read|memset]
 """
 import argparse
 import json
@@ -165,15 +165,15 @@ def make_inputs(op, pool, m, k):
 
 
 def time_us(fn, reps, flush):
-    """Median of reps runs after WARMUP, L2 flushed before each run, events around each."""
+    """Median of reps runs after WARMUP, L2 flushed (flush()) before each run, events around each."""
     for _ in range(WARMUP):
-        flush.zero_()
+        flush()
         fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(reps):
-        flush.zero_()
+        flush()
         start.record()
         fn()
         end.record()
@@ -197,6 +197,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="M in {128, 4096, 16384} x H in {7168, 18432}")
     ap.add_argument("--only", help="comma-separated op names")
     ap.add_argument("--reps", type=int, default=30, help="timed runs per measurement (at least 20)")
+    ap.add_argument("--flush", choices=("read", "memset"), default="read",
+                    help="empty the L2 before each run by reading a buffer of 2x its size (leaves clean "
+                         "lines, as qfuse-bench does by default) or by zeroing it (leaves dirty lines)")
     ap.add_argument("--budget", type=float, default=330.0,
                     help="seconds after which no new torch.compile shape is compiled (eager rows go on)")
     args = ap.parse_args()
@@ -214,7 +217,8 @@ def main():
     device_name = torch.cuda.get_device_name(dev)
     commit = os.environ.get("QF_COMMIT", "unknown")
     l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)
-    flush = torch.empty(max(2 * l2, int(120e6)), dtype=torch.int8, device=dev)
+    flush_buf = torch.zeros(max(2 * l2, int(120e6)), dtype=torch.int8, device=dev)
+    flush = (lambda: flush_buf.sum(dtype=torch.int32)) if args.flush == "read" else flush_buf.zero_
     gen = torch.Generator(device=dev).manual_seed(0)
     m_max, k_max = ms[-1], ks[-1]
     pool = {
@@ -230,7 +234,7 @@ def main():
         def emit(op, variant, shape, backend, us, nbytes):
             nonlocal rows
             row = dict(op=op, variant=variant, shape=shape, device=device_name, commit=commit,
-                       backend=backend, us=round(us, 4), gbps=round(nbytes / (us * 1e3), 3), tflops=None,
+                       backend=backend, flush=args.flush, us=round(us, 4), gbps=round(nbytes / (us * 1e3), 3), tflops=None,
                        pct_floor=None, peer=None, peer_us=None, ratio=None)
             out.write(json.dumps(row, separators=(",", ":")) + "\n")
             out.flush()

@@ -23,11 +23,22 @@ extern "C" {
 
 typedef struct qfb qfb; /* one benchmark session */
 
+/* How the L2 is emptied before each timed GPU run (outside the timed region). */
+typedef enum {
+  QFB_FLUSH_READ = 0, /* default: a read pass over 2x the L2: the L2 is left holding clean lines */
+  QFB_FLUSH_MEMSET,   /* cudaMemsetAsync over 2x the L2 (the method before): up to the L2's size of
+                         dirty lines, written back to DRAM inside the timed run that follows */
+  QFB_FLUSH_NONE      /* none: inputs stay in the L2 between runs when they fit */
+} qfb_flush;
+
+const char *qfb_flush_name(qfb_flush f); /* "read", "memset", "none" */
+
 typedef struct {
   int use_gpu;            /* 1: time on CUDA device 0, 0: time CPU code */
   const char *jsonl_path; /* append JSON lines here; NULL: none */
   const char *commit;     /* git commit string for the rows; NULL -> "unknown" */
   int reps;               /* timed runs per measurement; <= 0 -> QFB_DEFAULT_REPS; raised to QFB_MIN_REPS */
+  qfb_flush flush;        /* zero: QFB_FLUSH_READ */
 } qfb_config;
 
 /* Opens a session. NULL (and a message on stderr) when the GPU is asked for but CUDA is not built
@@ -42,8 +53,8 @@ int qfb_reps(const qfb *b);                /* timed runs per measurement after c
 int qfb_uses_gpu(const qfb *b);
 
 /* Median time in microseconds of fn(arg) over the session's reps timed runs, after QFB_WARMUP
- * untimed runs. GPU: before every run (outside the timed region) the L2 is flushed by a
- * cudaMemsetAsync over a buffer of twice the L2 size; each run is bracketed by CUDA events on
+ * untimed runs. GPU: before every run (outside the timed region) the L2 is flushed as the
+ * session's qfb_flush says (by default a read pass over a buffer of twice the L2 size); each run is bracketed by CUDA events on
  * the legacy default stream (stream 0), so fn must enqueue its work there; the events are read
  * after synchronizing. CPU: each run is bracketed by clock_gettime(CLOCK_MONOTONIC).
  * Returns a negative value, after printing why, if fn returns nonzero or a CUDA error occurs. */
@@ -62,8 +73,8 @@ typedef struct {
 void qfb_print_header(void);
 /* Prints one aligned row (op, variant, shape, us, GB/s, TFLOPS, %floor, peer, peer us,
  * ratio = peer_us/us) and appends one JSON line with the keys op, variant, shape, device,
- * commit, backend ("cuda"|"cpu"), us, gbps, tflops, pct_floor, peer, peer_us, ratio; null
- * where not applicable. */
+ * commit, backend ("cuda"|"cpu"), flush (qfb_flush_name; null on the CPU), us, gbps, tflops,
+ * pct_floor, peer, peer_us, ratio; null where not applicable. */
 void qfb_emit(qfb *b, const qfb_row *r);
 
 /* Ceilings, measured on the first call and cached in the session (GPU only; 0 on the CPU or
@@ -86,6 +97,9 @@ double qfb_floor_us(qfb *b, double bytes, double flops, double peak_tflops);
 /* copy.cu: dst[0, bytes) = src[0, bytes) on stream s with 16-byte loads and stores (both
  * pointers must be 16-byte aligned). Returns 0, or the cudaError_t after printing it. */
 int qfb_copy16(const void *src, void *dst, size_t bytes, cudaStream_t s);
+/* copy.cu: reads src[0, bytes) on stream s with 16-byte loads, leaving one word per warp in
+ * sink[0, sink_words) (bytes a multiple of 16, src aligned). Returns 0, or the cudaError_t. */
+int qfb_read16(const void *src, size_t bytes, unsigned *sink, unsigned sink_words, cudaStream_t s);
 #endif
 
 #ifdef __cplusplus

@@ -1,4 +1,5 @@
-// Device-to-device copy with 16-byte accesses: the bandwidth ceiling of qfuse-bench.
+// Device-to-device copy with 16-byte accesses (the bandwidth ceiling of qfuse-bench), and the
+// read pass that flushes the L2 before each timed run.
 #include "bench.h"
 
 #include <cstdint>
@@ -37,6 +38,20 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void copy_tail_kernel(const unsigned char* __restrict__ src,
                                  unsigned char* __restrict__ dst, unsigned n) {
   if (threadIdx.x < n) dst[threadIdx.x] = src[threadIdx.x];
+}
+
+// Reads n vectors and leaves one word per warp in sink (so that no load can be dropped): after
+// it the L2 holds clean lines of src.
+__global__ void __launch_bounds__(kThreads)
+    read16_kernel(const uint4* __restrict__ src, size_t n, unsigned* __restrict__ sink) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
+  unsigned acc = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    const uint4 v = src[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  acc = __reduce_xor_sync(0xffffffffu, acc);
+  if (threadIdx.x % 32 == 0) sink[(static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x) / 32] = acc;
 }
 
 bool cuda_ok(cudaError_t err, const char* call, int line) {
@@ -82,5 +97,21 @@ extern "C" int qfb_copy16(const void* src, void* dst, size_t bytes, cudaStream_t
                                       static_cast<unsigned char*>(dst) + n16 * 16, tail);
     QFB_CUDA_TRY(cudaGetLastError());
   }
+  return 0;
+}
+
+extern "C" int qfb_read16(const void* src, size_t bytes, unsigned* sink, unsigned sink_words, cudaStream_t s) {
+  if (reinterpret_cast<uintptr_t>(src) % 16 != 0 || bytes % 16 != 0 || sink_words < kThreads / 32) {
+    std::fprintf(stderr, "qfb_read16: src %p and bytes %zu must be multiples of 16, sink_words %u at least %d\n",
+                 src, bytes, sink_words, kThreads / 32);
+    return (int)cudaErrorInvalidValue;
+  }
+  const size_t n16 = bytes / 16;
+  const size_t per_block = static_cast<size_t>(kThreads) * kLoadsInFlight;
+  size_t grid = (n16 + per_block - 1) / per_block;
+  if (grid > sink_words / (kThreads / 32)) grid = sink_words / (kThreads / 32);
+  if (grid == 0) return 0;
+  read16_kernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(static_cast<const uint4*>(src), n16, sink);
+  QFB_CUDA_TRY(cudaGetLastError());
   return 0;
 }

@@ -26,12 +26,11 @@ typedef struct qfb qfb; /* one benchmark session */
 /* How the L2 is emptied before each timed GPU run (outside the timed region). */
 typedef enum {
   QFB_FLUSH_READ = 0, /* default: a read pass over 2x the L2: the L2 is left holding clean lines */
-  QFB_FLUSH_MEMSET,   /* cudaMemsetAsync over 2x the L2 (the method before): up to the L2's size of
+  QFB_FLUSH_MEMSET    /* cudaMemsetAsync over 2x the L2 (the method before): up to the L2's size of
                          dirty lines, written back to DRAM inside the timed run that follows */
-  QFB_FLUSH_NONE      /* none: inputs stay in the L2 between runs when they fit */
 } qfb_flush;
 
-const char *qfb_flush_name(qfb_flush f); /* "read", "memset", "none" */
+const char *qfb_flush_name(qfb_flush f); /* "read", "memset" */
 
 typedef struct {
   int use_gpu;            /* 1: time on CUDA device 0, 0: time CPU code */

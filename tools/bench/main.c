@@ -11,7 +11,7 @@
 static void usage(void) {
   fprintf(stderr,
           "usage: qfuse-bench [--cpu] [--jsonl FILE] [--commit ID] [--reps N] [--only OPS] [--m M] [--k K]\n"
-          "                   [--flush read|memset|none]\n"
+          "                   [--flush read|memset]\n"
           "  --cpu      time the CPU backend even when a GPU is present\n"
           "  --jsonl    append one JSON line per result to FILE\n"
           "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
@@ -20,11 +20,11 @@ static void usage(void) {
           "  --m        run only the shapes with this M (e.g. under a profiler)\n"
           "  --k        quantization, GEMM and vq_gemm ops: run only the shapes with this K (H for SiLU * Mul)\n"
           "  --flush    how the L2 is emptied before each timed GPU run: a read pass over 2x the L2\n"
-          "             (default; leaves clean lines), a memset of it (leaves dirty lines), or none\n");
+          "             (default; leaves clean lines) or a memset of it (leaves dirty lines)\n");
 }
 
 static int parse_flush(const char *name, qfb_flush *f) {
-  const qfb_flush all[] = {QFB_FLUSH_READ, QFB_FLUSH_MEMSET, QFB_FLUSH_NONE};
+  const qfb_flush all[] = {QFB_FLUSH_READ, QFB_FLUSH_MEMSET};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!strcmp(name, qfb_flush_name(all[i]))) return *f = all[i], 1;
   return 0;

@@ -43,7 +43,7 @@ struct sm90_gemm_config {
 // whole-wave costing (H200, run twice, bench/results/h200-dev-gemm-tail-costing-ab.jsonl). A tie
 // goes to the larger tile: at M = 4096, (N, K) = (2112, 7168) ties 128 x 64 with 128 x 128, and
 // 128 x 128 ran 12% faster (two accumulator sets; H200, run twice). Ties of equal areas (64 x 128
-// and 128 x 64 at M = 128) keep the first.
+// and 128 x 64 at M = 65-128) go to 128 x 64 on the FP8 recipes and keep the first on INT8.
 // two_sets: the recipe runs 128 x 128 tiles with the two-set loop (the FP8 recipes).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, bool two_sets) {
   const int sms = sm_count > 0 ? sm_count : 1;
@@ -59,6 +59,14 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   };
   sm90_gemm_config best = {128, 128, 8, 1, 0};
   double best_cost = -1.0;
+  // A tie goes to the larger tile; on the FP8 recipes at 65-128 rows, between equal areas, to the
+  // one tile row (128 x 64, B read once) over two (64 x 128): at M = 128 FP8 (6144, 4096) 16.9 ->
+  // 15.6 us, (8192, 8192) 26.7 -> 24.6 us, block-scaled (24576, 1536) 19.8 -> 19.3 us; INT8 ran 2%
+  // slower that way and keeps 64 x 128 (H200, read-pass flush, run twice).
+  auto prefer = [&](int bm, int bn) {
+    const int area = best.block_m * best.block_n;
+    return bm * bn > area || (bm * bn == area && two_sets && M > 64 && M <= 128 && bm > best.block_m);
+  };
   // For M > 128 a split last wave counts as 1 / splits of a wave plus a tenth for its partial sums.
 #define QF_SM90_GEMM_TRY(BM, BN)                                                                      \
   {                                                                                                   \
@@ -66,7 +74,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const double waves = split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1                 \
                                : static_cast<double>((tiles + sms - 1) / sms);                        \
     const double cost = waves * (BM * BN + 64.0 * (BM + BN));                                         \
-    if (best_cost < 0.0 || cost < best_cost || (cost == best_cost && BM * BN > best.block_m * best.block_n)) { \
+    if (best_cost < 0.0 || cost < best_cost || (cost == best_cost && prefer(BM, BN))) {                 \
       best_cost = cost;                                                                               \
       best.block_m = BM;                                                                              \
       best.block_n = BN;                                                                              \
@@ -83,7 +91,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // of 64-row tiles when each of its units still runs 64 K-blocks or more ((128, 7168, 16384)
   // block-scaled 50.5 -> 47.4 us, 0.96x -> 1.02x cuBLASLt; FP8 (128, 8192, 28672) 79.2 -> 77.2 us;
   // forced on units of 8-32 K-blocks it ran 4-34% slower; H200, run twice).
-  if (two_sets && M > 64 && M <= 128 && best.block_m == 64) {
+  if (two_sets && M > 64 && M <= 128 && best.block_m * best.block_n < 128 * 128) {
     const int64_t t = (N + 127) / 128;
     if (num_kb / decode_splits(t) >= 64) best.block_m = 128, best.block_n = 128;
   }

@@ -23,7 +23,8 @@ template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT>
 qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
   const char *kOp = pr.op;
   constexpr int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT)));
-  constexpr size_t kSmem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>::kBytes;
+  constexpr size_t kSmem =
+      sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), sm90_gemm_epilogue_factors(R)>::kBytes;
   if (kSmem > ctx->smem_optin)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile needs %zu bytes of shared memory, the device allows %zu",
                    kOp, kBlockM, kBlockN, kSmem, ctx->smem_optin);

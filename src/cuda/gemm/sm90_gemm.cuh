@@ -45,7 +45,10 @@
 //   themselves from global memory (L2), while the block's wgmma run, two blocks ahead on the
 //   single-set path. Copying both with 4-byte cp.async per stage, as a first version did, made
 //   the M = 4096 shapes up to 31% slower (the full barriers then waited on the cp.async arrivals).
-//   The scaled recipes' sa, sb, bias and zero points are read once per tile, in the epilogue.
+//   The scaled recipes' epilogue factors (sa and zero point per row, sb, bias and azp_adj per
+//   column) are read by a second warp of the producer warpgroup, a unit ahead, into a
+//   double-buffered shared-memory area (epi_full / epi_empty barriers): read from global memory in
+//   the epilogue, their latency cost 1-3 us per tile (H100, M = 4096: 11-18% of the time).
 // - Persistent: a CTA per SM walks tiles blockIdx.x, + gridDim.x, ... in a grouped raster order.
 //   Producer and consumers walk the same sequence and keep their ring position across tiles, so
 //   the producer fills the next tile's stages during the consumers' epilogue.
@@ -134,17 +137,24 @@ __device__ __forceinline__ void sm90_gemm_split_range(int num_kb, int splits, in
   end = begin + base + (split < extra ? 1 : 0);
 }
 
+// Whether the recipe's epilogue takes per-row and per-column factors (sa, zero points, sb, bias,
+// azp_adj), staged a unit ahead by the producer warpgroup's second warp.
+__host__ __device__ constexpr bool sm90_gemm_epilogue_factors(Sm90Recipe r) { return r != Sm90Recipe::kBlockScaledFp8; }
+
 // Shared memory: kStages A tiles, kStages B tiles, the D staging tile (16-bit D: BLOCK_M x BLOCK_N),
-// kStages x BLOCK_M As, kStages x 4 Bs (one used, 16 bytes per stage), then the full and empty
-// barriers.
-template <int kBlockM, int kBlockN, int kStages, int kOutBytes>
+// kStages x BLOCK_M As, with kHasFactors two buffers of epilogue factors (per buffer sb, bias,
+// azp_adj [BLOCK_N] and sa, zero point [BLOCK_M], 4 bytes each), then the full and empty barriers
+// of the stages and of the two factor buffers.
+template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors>
 struct sm90_gemm_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
   static constexpr uint32_t kScalesA = kStaging + (kOutBytes == 2 ? kBlockM * kBlockN * 2 : 0);
-  static constexpr uint32_t kBarriers = kScalesA + kStages * kBlockM * 4;
+  static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
+  static constexpr uint32_t kFactors = kScalesA + kStages * kBlockM * 4;
+  static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
   // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
-  static constexpr size_t kBytes = kBarriers + 2 * kStages * sizeof(uint64_t) + 1024;
+  static constexpr size_t kBytes = kBarriers + (2 * kStages + 4) * sizeof(uint64_t) + 1024;
 };
 
 // Grouped raster order: down `group` tile rows of one tile column, then the next column, so that
@@ -199,7 +209,8 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = kBlockM / 64;
   constexpr int kBlockK = 128;  // one scale block per stage
-  using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT))>;
+  constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
+  using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
   static_assert(sizeof(OutT) == 4 || kBlockN % 64 == 0, "the staging tile is made of 64-column (128-byte) boxes");
   static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
@@ -219,14 +230,24 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   auto scales_a = [base](int s) { return base + Smem::kScalesA + s * kBlockM * 4; };
   auto full_bar = [base](int s) { return base + Smem::kBarriers + s * 8; };
   auto empty_bar = [base](int s) { return base + Smem::kBarriers + (kStages + s) * 8; };
+  auto factors_full = [base](int b) { return base + Smem::kBarriers + (2 * kStages + b) * 8; };
+  auto factors_empty = [base](int b) { return base + Smem::kBarriers + (2 * kStages + 2 + b) * 8; };
   // The consumers read the scales with ordinary loads, through generic pointers.
   const float *sa_ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32) + Smem::kScalesA);
+  // Epilogue factors, buffer b: sb, bias (as float), azp_adj (int32) [kBlockN], sa, zero point
+  // (int32, 1 when there is none) [kBlockM].
+  float *factors = reinterpret_cast<float *>(smem_raw + (base - smem_u32) + Smem::kFactors);
+  enum { kSb = 0, kBias = kBlockN, kAdj = 2 * kBlockN, kSa = 3 * kBlockN, kZp = 3 * kBlockN + kBlockM };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; s++) {
       // + one cp.async arrival per producer lane when As takes no bulk copy
       mbarrier_init(full_bar(s), kBlockScales && !p.as_bulk ? 1 + 32 : 1);
       mbarrier_init(empty_bar(s), kConsumers * 4);
+    }
+    for (int b = 0; kFactors && b < 2; b++) {
+      mbarrier_init(factors_full(b), 32);  // every lane of the loading warp
+      mbarrier_init(factors_empty(b), kConsumers * 4);
     }
     fence_mbarrier_init();
     fence_proxy_async_shared_cta();
@@ -289,6 +310,29 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           if (kBlockScales && !p.as_bulk) cp_async_mbarrier_arrive_noinc(full_bar(s));
           if (++s == kStages) s = 0;
         }
+      }
+    }
+    if (kFactors && threadIdx.x / 32 == kConsumers * 4 + 1) {
+      // ---- the scaled recipes' epilogue factors of each unit's tile, up to two units ahead ----
+      for (int unit = first_unit, it = 0; unit < num_units; unit += unit_step, it++) {
+        const int b = it & 1;
+        mbarrier_wait_parity(factors_empty(b), ((it >> 1) & 1) ^ 1);  // a fresh barrier passes parity 1
+        int m_blk, n_blk;
+        unit_tile(sm90_gemm_unit_of(p, unit), m_blk, n_blk);
+        float *f = factors + b * Smem::kFactorWords;
+        int32_t *fi = reinterpret_cast<int32_t *>(f);
+        for (int c = lane; c < kBlockN; c += 32) {  // columns past N repeat the last one's (never stored)
+          const int col = min(n_blk * kBlockN + c, p.N - 1);
+          f[kSb + c] = p.sb[p.sb_per_col ? col : 0];
+          f[kBias + c] = p.bias != nullptr ? bias_at(static_cast<const OutT *>(p.bias), col) : 0.0f;
+          fi[kAdj + c] = p.azp_adj != nullptr ? p.azp_adj[col] : 0;
+        }
+        for (int r = lane; r < kBlockM; r += 32) {  // rows past M likewise
+          const int row = min(m_blk * kBlockM + r, p.M - 1);
+          f[kSa + r] = p.sa[p.sa_per_row ? row : 0];
+          fi[kZp + r] = p.azp != nullptr ? p.azp[row] : 1;
+        }
+        mbarrier_arrive(factors_full(b));
       }
     }
   } else {
@@ -362,8 +406,17 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     // over as soon as it has issued.
     constexpr bool kHandOverDone = kBlockScales;
     int issued = 0;  // K-blocks this warpgroup has issued
+    int units_done = 0;  // kFactors: unit i's factors are in buffer i & 1
     for (int unit = first_unit; unit < num_units; unit += unit_step) {
       const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
+      const int unit_index = units_done++;
+      // This warp is done with the unit's factors (every lane has read them, or none needs them).
+      auto release_factors = [&] {
+        if constexpr (kFactors) {
+          __syncwarp();
+          if (lane == 0) mbarrier_arrive(factors_empty(unit_index & 1));
+        }
+      };
       int m_blk, n_blk, kb_begin, kb_end;
       unit_tile(u, m_blk, n_blk);
       sm90_gemm_split_range(p.num_kb, u.splits, u.split, kb_begin, kb_end);
@@ -517,6 +570,9 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         }
       }
 
+      // (waited for by every unit, so that each release follows its buffer's fill)
+      if constexpr (kFactors) mbarrier_wait_parity(factors_full(unit_index & 1), (unit_index >> 1) & 1);
+
       // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
       // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
       if (u.splits > 1) {
@@ -537,7 +593,10 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         named_barrier_sync(1, kThreads);
         if (t == 0) last_unit = atomicAdd(p.counters + u.part, 1) == u.splits - 1;
         named_barrier_sync(1, kThreads);
-        if (!last_unit) continue;
+        if (!last_unit) {
+          release_factors();
+          continue;
+        }
         __threadfence();
 #pragma unroll
         for (int i = 0; i < kBlockN / 2; i++) result(i) = 0;
@@ -554,22 +613,19 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 
       // ---- the scaled recipes' dequantization: total = sa * sb * (acc - zp) + bias ----
       if constexpr (!kBlockScales) {
+        const float *f = factors + (unit_index & 1) * Smem::kFactorWords;
+        const int32_t *fi = reinterpret_cast<const int32_t *>(f);
         float sa[2];
         int32_t zr[2];  // per-token zero point of the two rows (1 when the term is per tensor)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const int row = min(r0 + 8 * h, p.M - 1);  // rows past M compute garbage nobody stores
-          sa[h] = p.sa[p.sa_per_row ? row : 0];
-          zr[h] = p.azp != nullptr ? p.azp[row] : 1;
-        }
+        for (int h = 0; h < 2; h++) sa[h] = f[kSa + tile_row + 8 * h], zr[h] = fi[kZp + tile_row + 8 * h];
 #pragma unroll
         for (int j = 0; j < kBlockN / 8; j++) {
 #pragma unroll
           for (int c = 0; c < 2; c++) {
-            const int col = min(n0 + 8 * j + tile_col + c, p.N - 1);
-            const float sb = p.sb[p.sb_per_col ? col : 0];
-            const float bias = p.bias != nullptr ? bias_at(static_cast<const OutT *>(p.bias), col) : 0.0f;
-            const int32_t adj = p.azp_adj != nullptr ? p.azp_adj[col] : 0;
+            const int cc = 8 * j + tile_col + c;
+            const float sb = f[kSb + cc], bias = f[kBias + cc];
+            const int32_t adj = fi[kAdj + cc];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
               const int i = 4 * j + 2 * h + c;
@@ -580,6 +636,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             }
           }
         }
+        release_factors();
       }
 
       // ---- epilogue through the staging tile and TMA (16-bit D, no C) ----

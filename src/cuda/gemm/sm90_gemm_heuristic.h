@@ -7,20 +7,17 @@
 #include <cstdint>
 
 // The instantiated tile shapes (BLOCK_M, BLOCK_N). BLOCK_M is 64 per consumer warpgroup; BLOCK_N
-// divides 128, so that a tile row needs one B scale per K-block. The waves model below weighs these.
+// divides 128 so that a tile row needs one B scale per K-block.
 #define QF_SM90_GEMM_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
-// The wide tile (FP8 recipes only): a tile row spans two weight-scale blocks; chosen by its own rule.
-#define QF_SM90_GEMM_WIDE_TILES(X) X(128, 192)
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
 // 8: with 12 instead of 8 the weight-streaming shapes at M = 1 and 16 run up to 16% faster (H200,
 // A/B repeated; (7168, 16384) at M = 1: 60 -> 54 us), M = 64 and 128 within -3% to +14%.
-// The 128 x 192 tile takes 4 stages past that budget (its 48 KB staging tile leaves room for 3).
 constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   const int budget = 200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0);
   const int fit = budget / ((block_m + block_n) * 128);
-  return fit < 4 ? 4 : fit < 12 ? fit : 12;
+  return fit < 12 ? fit : 12;
 }
 
 struct sm90_gemm_config {
@@ -98,13 +95,6 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const int64_t t = (N + 127) / 128;
     if (num_kb / decode_splits(t) >= 64) best.block_m = 128, best.block_n = 128;
   }
-  // 128 x 192 tiles on the FP8 recipes where N is a multiple of 192 but not of 128 (128-column
-  // tiles would end on a half-empty column) and they fill at least a wave: block-scaled (4096,
-  // 2112, 7168) 116 -> 111 and 120 -> 114 us (H100, two sessions, each A/B run twice). On the
-  // other block-scaled shapes at M = 4096 they ran 0-6% slower than 128 x 128 tiles with two
-  // accumulator sets, and split for decode (M = 128) up to 70% slower (docs/GEMM.md).
-  if (two_sets && N % 192 == 0 && N % 128 != 0 && ((M + 127) / 128) * (N / 192) >= sms)
-    best.block_m = 128, best.block_n = 192;
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (const int64_t split = decode_splits(tiles); split > 1) {

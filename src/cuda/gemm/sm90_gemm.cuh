@@ -152,7 +152,7 @@ struct sm90_gemm_smem {
   static constexpr uint32_t kFactors = kScalesA + kStages * kBlockM * 4;
   static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
   // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
-  static constexpr size_t kBytes = kBarriers + (2 * kStages + 4) * sizeof(uint64_t) + 1024;
+  static constexpr size_t kBytes = kBarriers + (2 * kStages + (kHasFactors ? 4 : 0)) * sizeof(uint64_t) + 1024;
 };
 
 // Grouped raster order: down `group` tile rows of one tile column, then the next column, so that

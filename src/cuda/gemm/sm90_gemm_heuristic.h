@@ -90,10 +90,14 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 65-128 rows on the FP8 recipes: one row of 128 x 128 tiles (the two-set loop) instead of two
   // of 64-row tiles when each of its units still runs 64 K-blocks or more ((128, 7168, 16384)
   // block-scaled 50.5 -> 47.4 us, 0.96x -> 1.02x cuBLASLt; FP8 (128, 8192, 28672) 79.2 -> 77.2 us;
-  // forced on units of 8-32 K-blocks it ran 4-34% slower; H200, run twice).
+  // forced on units of 8-32 K-blocks it ran 4-34% slower; H200, run twice), or when such tiles
+  // fill the SMs unsplit with short units (at most 16 K-blocks): block-scaled (128, 24576, 1536)
+  // 19.4 -> 18.3 us (0.88x -> 0.94x) against 128 x 64 tiles in three waves, in three calls; where
+  // the tiles need a split, or at 32 K-blocks (FP8 (128, 28672, 4096) 38.4 -> 39.8 us), they lose
+  // (H200, bench/results/h200-dev-gemm-m128-*.jsonl).
   if (two_sets && M > 64 && M <= 128 && best.block_m * best.block_n < 128 * 128) {
     const int64_t t = (N + 127) / 128;
-    if (num_kb / decode_splits(t) >= 64) best.block_m = 128, best.block_n = 128;
+    if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16)) best.block_m = 128, best.block_n = 128;
   }
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;

@@ -7,8 +7,9 @@
  * odd N (and K, where the format allows: AQLM-3 needs K a multiple of 8 only), then the same
  * codes, codebooks and scales are copied to the GPU.
  *  - dequantize: fp32, fp16 and bf16 outputs byte for byte (the sum of entries in residual order
- *    is the same fp32 computation on both sides), with strided rows; outputs poisoned before the
- *    call, gaps and a sentinel after w compared too.
+ *    is the same fp32 computation on both sides), with dense rows (a vector's outputs stored in one
+ *    access) and odd-pitched rows (element by element); outputs poisoned before the call, gaps and
+ *    a sentinel after w compared too.
  *  - gemm: M in {1, 2, 3, 8, 16} (GeMV: x tiles of 8 and 16 rows) and {17, 33, 129, 1000}
  *    (GeMM: 32 rows), fp32 / fp16 / bf16 x and y (every pairing for the small M, the same dtype on
  *    both sides for the large ones), x rows strided for even M (the gaps hold NaN, so a kernel
@@ -418,7 +419,10 @@ int main(void) {
     const int64_t N = quick ? cases[c].quick_N : cases[c].N, K = quick ? cases[c].quick_K : cases[c].K;
     if (!make_weight(cpu, &w, cases[c].name, cases[c].f, N, K, &seed)) continue;
 
-    for (int d = 0; d < 3; d++) dequantize_case(gpu, cpu, &w, dts[d], dts[d] == QF_F32 ? K : K + 5);
+    for (int d = 0; d < 3; d++) {
+      dequantize_case(gpu, cpu, &w, dts[d], K);     /* a vector's outputs stored in one access */
+      dequantize_case(gpu, cpu, &w, dts[d], K + 5); /* element by element */
+    }
 
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
       for (int a = 0; a < 3; a++)

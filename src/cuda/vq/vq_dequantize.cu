@@ -1,5 +1,5 @@
 // Launcher of the VQ dequantization kernel: picks the instantiation from the vector size, the
-// entry dtype and the output dtype; a grid-stride grid of a few waves.
+// entry dtype and the output dtype; a block per 256 vectors of a row, rows along y.
 #include "cuda/common.cuh"
 #include "cuda/vq/vq_dequantize.cuh"
 
@@ -9,10 +9,8 @@ const char kOp[] = "qf_vq_dequantize";
 
 template <typename E, typename Out>
 qf_status launch(qf_ctx *ctx, const vq_dequantize_params &p) {
-  const int threads = 256;
-  const int64_t blocks_needed = (p.N * p.vectors + threads - 1) / threads;
-  const int64_t cap = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * 8;
-  const unsigned blocks = static_cast<unsigned>(blocks_needed < cap ? blocks_needed : cap);
+  const unsigned threads = 256;
+  const dim3 blocks((p.vectors + threads - 1) / threads, static_cast<unsigned>(p.N < 65535 ? p.N : 65535));
   auto kernel = p.vs == 2   ? vq_dequantize_kernel<2, E, Out>
                 : p.vs == 4 ? vq_dequantize_kernel<4, E, Out>
                 : p.vs == 8 ? vq_dequantize_kernel<8, E, Out>
@@ -55,6 +53,9 @@ extern "C" qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, 
   p.bits = f.index_bits;
   p.residuals = f.residuals;
   p.entries = static_cast<int>(t->sz.entries);
+  const size_t vec_bytes = static_cast<size_t>(f.vector_size) * qf_dtype_size(w->dtype);
+  p.vec_store = (f.vector_size == 2 || f.vector_size == 4 || f.vector_size == 8) &&
+                reinterpret_cast<uintptr_t>(w->data) % vec_bytes == 0 && (w->ld % f.vector_size == 0 || t->N == 1);
   if (p.N == 0 || p.vectors == 0) return QF_OK;
   return f.entry_dtype == QF_BF16 ? launch_out<vq_bf16>(ctx, p, w->dtype) : launch_out<vq_f16>(ctx, p, w->dtype);
 }

@@ -3,9 +3,14 @@
 // with the sum formed in fp32 in residual order from +0, as the CPU's decode_row does, so fp32
 // output equals it bit for bit and fp16 / bf16 outputs are that value rounded to nearest even.
 //
-// NOTES: one thread per vector (n, j), grid-stride, 64-bit offsets; entries are read from global
-// memory. Compile-time vector sizes (2, 4, 8) load an entry in one access and keep the sums in
-// registers; other sizes (kVS = 0) loop over the elements.
+// NOTES: one thread per vector (n, j): rows along the grid's y (striding past 65535 rows),
+// vectors along x, so that no thread splits a flat 64-bit index; entries are read from global
+// memory. Compile-time vector sizes (2, 4, 8) load an entry in one access, keep the sums in
+// registers and, where w's start and pitch allow (vec_store), store the vector's outputs in one
+// access (two for 8 fp32 values); other sizes (kVS = 0) loop over the elements. Against the flat
+// grid-stride form (a 64-bit division per vector, a 2-byte store per value): AQLM-3 22016 x 8192
+// about 454 -> 207 us, GPTVQ-2 363 -> 315 us (H200; GPTVQ-2's 8-byte entries come from L2, a
+// 32-byte sector per lookup).
 #pragma once
 
 #include "cuda/vq/vq_common.cuh"
@@ -21,18 +26,47 @@ struct vq_dequantize_params {
   uint32_t row_words, vectors;  // words per code row; vectors per row (K / vs)
   uint32_t vectors_per_book;    // along K: scope_cols / vs, or K / vs for a whole row
   int vs, bits, residuals, entries;
+  int vec_store;          // w's start and pitch are aligned to a vector's outputs
 };
+
+// The kVS outputs of one vector (already scaled) in one access: 2-byte outputs packed in pairs
+// (each rounded to nearest even, as vq_store does), fp32 as they are.
+template <int kVS>
+__device__ __forceinline__ void vq_store_vector(float *out, const float (&v)[kVS]) {
+  if constexpr (kVS == 2) {
+    *reinterpret_cast<float2 *>(out) = make_float2(v[0], v[1]);
+  } else {
+#pragma unroll
+    for (int c = 0; c < kVS; c += 4) *reinterpret_cast<float4 *>(out + c) = make_float4(v[c], v[c + 1], v[c + 2], v[c + 3]);
+  }
+}
+__device__ __forceinline__ uint32_t vq_pack2(__half, float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+__device__ __forceinline__ uint32_t vq_pack2(__nv_bfloat16, float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+template <int kVS, typename Out>
+__device__ __forceinline__ void vq_store_vector(Out *out, const float (&v)[kVS]) {
+  uint32_t w[kVS / 2];
+#pragma unroll
+  for (int c = 0; c < kVS / 2; c++) w[c] = vq_pack2(Out{}, v[2 * c], v[2 * c + 1]);
+  if constexpr (kVS == 2) *reinterpret_cast<uint32_t *>(out) = w[0];
+  else if constexpr (kVS == 4) *reinterpret_cast<uint2 *>(out) = make_uint2(w[0], w[1]);
+  else *reinterpret_cast<uint4 *>(out) = make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 template <int kVS, typename E, typename Out>
 __global__ void vq_dequantize_kernel(const vq_dequantize_params p) {
   constexpr int kMaxResiduals = 4;
   const int vs = kVS ? kVS : p.vs;
-  const int64_t total = p.N * p.vectors;
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = t / p.vectors;
-    const uint32_t j = static_cast<uint32_t>(t - n * p.vectors);
-    const int64_t book = (p.scope_rows ? n / p.scope_rows : 0) * p.books_per_row + j / p.vectors_per_book;
+  const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= p.vectors) return;
+  const int64_t book_col = j / p.vectors_per_book;
+  for (int64_t n = blockIdx.y; n < p.N; n += gridDim.y) {
+    const int64_t book = (p.scope_rows ? n / p.scope_rows : 0) * p.books_per_row + book_col;
 
     // The entry of each residual.
     const uint16_t *e[kMaxResiduals];
@@ -61,7 +95,13 @@ __global__ void vq_dequantize_kernel(const vq_dequantize_params p) {
         for (int c = 0; c < kVS; c++) acc[c] += v[c];
       }
 #pragma unroll
-      for (int c = 0; c < kVS; c++) vq_store(out + c, acc[c] * s);
+      for (int c = 0; c < kVS; c++) acc[c] *= s;
+      if (p.vec_store) {
+        vq_store_vector<kVS>(out, acc);
+      } else {
+#pragma unroll
+        for (int c = 0; c < kVS; c++) vq_store(out + c, acc[c]);
+      }
     } else {
       for (int c = 0; c < vs; c++) {
         float acc = 0.0f;

@@ -77,6 +77,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/pack.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
@@ -177,15 +178,7 @@ __device__ __forceinline__ void store_pair(float *p, float x, float y) { *reinte
 __device__ __forceinline__ void store_one(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store_one(__half *p, float x) { *p = __float2half_rn(x); }
 __device__ __forceinline__ void store_one(float *p, float x) { *p = x; }
-__device__ __forceinline__ uint32_t pack_pair(__nv_bfloat16, float x, float y) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-  return *reinterpret_cast<const uint32_t *>(&v);
-}
-__device__ __forceinline__ uint32_t pack_pair(__half, float x, float y) {
-  const __half2 v = __floats2half2_rn(x, y);
-  return *reinterpret_cast<const uint32_t *>(&v);
-}
-__device__ __forceinline__ uint32_t pack_pair(float, float, float) { return 0; }  // never staged
+__device__ __forceinline__ uint32_t pack_pair(float, float, float) { return 0; }  // never staged (16-bit: pack.cuh)
 __device__ __forceinline__ float bias_at(const __nv_bfloat16 *b, int n) { return __bfloat162float(b[n]); }
 __device__ __forceinline__ float bias_at(const __half *b, int n) { return __half2float(b[n]); }
 __device__ __forceinline__ float bias_at(const float *b, int n) { return b[n]; }

@@ -13,6 +13,7 @@
 // 32-byte sector per lookup).
 #pragma once
 
+#include "cuda/pack.cuh"
 #include "cuda/vq/vq_common.cuh"
 
 struct vq_dequantize_params {
@@ -40,19 +41,11 @@ __device__ __forceinline__ void vq_store_vector(float *out, const float (&v)[kVS
     for (int c = 0; c < kVS; c += 4) *reinterpret_cast<float4 *>(out + c) = make_float4(v[c], v[c + 1], v[c + 2], v[c + 3]);
   }
 }
-__device__ __forceinline__ uint32_t vq_pack2(__half, float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
-__device__ __forceinline__ uint32_t vq_pack2(__nv_bfloat16, float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
 template <int kVS, typename Out>
 __device__ __forceinline__ void vq_store_vector(Out *out, const float (&v)[kVS]) {
   uint32_t w[kVS / 2];
 #pragma unroll
-  for (int c = 0; c < kVS / 2; c++) w[c] = vq_pack2(Out{}, v[2 * c], v[2 * c + 1]);
+  for (int c = 0; c < kVS / 2; c++) w[c] = pack_pair(Out{}, v[2 * c], v[2 * c + 1]);
   if constexpr (kVS == 2) *reinterpret_cast<uint32_t *>(out) = w[0];
   else if constexpr (kVS == 4) *reinterpret_cast<uint2 *>(out) = make_uint2(w[0], w[1]);
   else *reinterpret_cast<uint4 *>(out) = make_uint4(w[0], w[1], w[2], w[3]);

@@ -376,15 +376,14 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     // over as soon as it has issued.
     constexpr bool kHandOverDone = kBlockScales;
     int issued = 0;  // K-blocks this warpgroup has issued
-    int units_done = 0;  // kFactors: unit i's factors are in buffer i & 1
-    for (int unit = first_unit; unit < num_units; unit += unit_step) {
+    // (it: this CTA's unit count; kFactors: unit it's factors are in buffer it & 1)
+    for (int unit = first_unit, it = 0; unit < num_units; unit += unit_step, it++) {
       const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
-      const int unit_index = units_done++;
       // This warp is done with the unit's factors (every lane has read them, or none needs them).
       auto release_factors = [&] {
         if constexpr (kFactors) {
           __syncwarp();
-          if (lane == 0) mbarrier_arrive(factors_empty(unit_index & 1));
+          if (lane == 0) mbarrier_arrive(factors_empty(it & 1));
         }
       };
       int m_blk, n_blk, kb_begin, kb_end;
@@ -532,7 +531,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       }
 
       // (waited for by every unit, so that each release follows its buffer's fill)
-      if constexpr (kFactors) mbarrier_wait_parity(factors_full(unit_index & 1), (unit_index >> 1) & 1);
+      if constexpr (kFactors) mbarrier_wait_parity(factors_full(it & 1), (it >> 1) & 1);
 
       // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
       // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
@@ -574,7 +573,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 
       // ---- the scaled recipes' dequantization: total = sa * sb * (acc - zp) + bias ----
       if constexpr (!kBlockScales) {
-        const float *f = factors + (unit_index & 1) * Smem::kFactorWords;
+        const float *f = factors + (it & 1) * Smem::kFactorWords;
         const int32_t *fi = reinterpret_cast<const int32_t *>(f);
         float sa[2];
         int32_t zr[2];  // per-token zero point of the two rows (1 when the term is per tensor)

@@ -54,8 +54,8 @@ extern "C" qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, 
   p.residuals = f.residuals;
   p.entries = static_cast<int>(t->sz.entries);
   const size_t vec_bytes = static_cast<size_t>(f.vector_size) * qf_dtype_size(w->dtype);
-  p.vec_store = (f.vector_size == 2 || f.vector_size == 4 || f.vector_size == 8) &&
-                reinterpret_cast<uintptr_t>(w->data) % vec_bytes == 0 && (w->ld % f.vector_size == 0 || t->N == 1);
+  // (used by the compile-time vector sizes only)
+  p.vec_store = reinterpret_cast<uintptr_t>(w->data) % vec_bytes == 0 && (w->ld % f.vector_size == 0 || t->N == 1);
   if (p.N == 0 || p.vectors == 0) return QF_OK;
   return f.entry_dtype == QF_BF16 ? launch_out<vq_bf16>(ctx, p, w->dtype) : launch_out<vq_f16>(ctx, p, w->dtype);
 }

@@ -441,8 +441,13 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * entries' type (16-byte aligned rows), K a multiple of 64 and codebook scopes of 0 or multiples of
  * 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W decoded once per 128-row block tile
  * into shared memory, wgmma against x tiles; x and the entries then enter as themselves and the
- * tensor cores accumulate each block's K range in fp32, split-K as above). The environment
- * variable QF_VQ_BOOKS (auto, global, shared, banked, tiled) forces the codebook placement of
+ * tensor cores accumulate each block's K range in fp32, split-K as above). For M = 1 with one
+ * codebook per residual (AQLM), vector size 8 with 12- or 8-bit indices or 4 with 10-bit ones and
+ * N at least half the entries, CUDA runs the table GeMV: per chunk of 8 vectors the products of
+ * every entry with x's vectors (fp32 fma chains: exact products) in a shared-memory table, then
+ * one lookup per vector of a row, the 8 lookups of a chunk added in a fixed tree and the chunks
+ * in order (split-K as above). The environment
+ * variable QF_VQ_BOOKS (auto, global, shared, banked, tiled, lut) forces the codebook placement of
  * the CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be aligned to their
  * element size. */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,

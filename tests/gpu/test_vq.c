@@ -22,7 +22,10 @@
  *    policies run everywhere they can; the banked GeMV (vq_gemv_banked.cu) where its limits allow
  *    it (refused with y untouched elsewhere), also with its split-K forced to 1, 3 and one split
  *    per chunk, and refused for more splits than chunks; the tiled GeMM (vq_gemm_tiled.cu) likewise
- *    for M > 16, with its split-K forced to 1, 3 and one split per 64 columns. The shapes cover: K a multiple of the kernel's 256-column
+ *    for M > 16, with its split-K forced to 1, 3 and one split per 64 columns; the table GeMV
+ *    (vq_gemv_lut.cu: M = 1, one book per residual: AQLM-3, VQ<4,10,1>, VQ<8,8,2>) likewise, with its
+ *    split-K forced to 1, 3 and one range per item, each with the rows per block that fit and with
+ *    64 (several row ranges). The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -141,7 +144,8 @@ static void dequantize_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, qf_dtype dt,
 static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
-    ran_tiled_one_split, ran_tiled_splits;
+    ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_one_split, ran_lut_splits,
+    ran_lut_row_ranges;
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -199,6 +203,18 @@ static void forced_splits(qf_ctx *gpu, split_kernel run, const char *name, int p
   CHECK(dev_poisoned(Y->dev, Y->bytes), "%s: %s, y written after a refused split", desc, name);
 }
 
+/* The table GeMV with its K ranges forced, and its rows per block: as many as fit, or 64. */
+static qf_status lut_rows_fit(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                              qf_vq_mma_config *used) {
+  return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, splits, 0, used);
+}
+static qf_status lut_rows_64(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                             qf_vq_mma_config *used) {
+  qf_status st = qf_cuda_vq_gemv_lut_with(ctx, x, w, y, splits, 64, used);
+  CHECK(st != QF_OK || !used || used->tile_n == 64, "lut: ran %d rows per block, 64 forced", used ? used->tile_n : 0);
+  return st;
+}
+
 static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtype xt, qf_dtype yt, int forced,
                       uint64_t *seed) {
   const int64_t N = w->N, K = w->K, xld = M % 2 ? K : K + 3, yld = N + 5;
@@ -234,9 +250,10 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   /* each codebook placement forced, on the same tensors (y poisoned again before each) */
   const qf_vq_tensors t = {w->f, w->sz, N, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL};
   const qf_mat xm = {X.dev, xt, M, K, xld}, ym = {Y.dev, yt, M, N, yld};
-  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED};
-  static const char *const place_names[] = {"?", "global", "shared", "banked", "tiled"};
-  for (int i = 0; forced && i < 4; i++) {
+  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED,
+                            QF_VQ_BOOKS_LUT};
+  static const char *const place_names[] = {"?", "global", "shared", "banked", "tiled", "lut"};
+  for (int i = 0; forced && i < 5; i++) {
     char d2[240];
     snprintf(d2, sizeof d2, "%s, books in %s", desc, place_names[placements[i]]);
     /* v 0: the GeMV, for its M; v 1: the GeMM, for M above the GeMV's and for small M too when
@@ -266,6 +283,12 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
           continue;
         }
+        if (placements[i] == QF_VQ_BOOKS_LUT && (mm || bn || qf_cuda_vq_lut_refusal(&xm, &t) != NULL)) {
+          /* the table GeMV runs its own launch shape at M = 1, for its formats only: refused, y untouched */
+          CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut placement outside its limits gave %s", d3, qf_status_str(st));
+          CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
+          continue;
+        }
         if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) {
           /* books too large (counted) or a forced tile that straddles row scopes; y untouched */
           const int straddles = bn && w->f.scope_rows && w->f.scope_rows % bn;
@@ -285,7 +308,9 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
         ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
         ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
         if (used.placement == QF_VQ_BOOKS_BANKED) ran_banked++, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
-        if (used.placement == QF_VQ_BOOKS_TILED) {
+        if (used.placement == QF_VQ_BOOKS_LUT) {
+          ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
+        } else if (used.placement == QF_VQ_BOOKS_TILED) {
           ran_tiled++, ran_tiled_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
           ran_tiled_rows[used.tile_m == 64 ? 1 : used.tile_m == 128 ? 2 : 0]++;
           ran_tiled_residuals2 += w->f.residuals == 2;
@@ -308,6 +333,15 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   if (forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL)
     forced_splits(gpu, qf_cuda_vq_gemv_banked_with, "banked", QF_VQ_BOOKS_BANKED, K / QF_VQ_MMA_CHUNK, &xm, &t, &ym,
                   &Y, yld, tol, desc, &ran_banked_one_split, &ran_banked_splits);
+  if (forced && qf_cuda_vq_lut_refusal(&xm, &t) == NULL) {
+    /* the table GeMV's K ranges over items (8-vector chunks x residuals), with as many rows per
+     * block as fit and with 64 (several row ranges) */
+    const int64_t items = (K / w->f.vector_size + 7) / 8 * w->f.residuals;
+    forced_splits(gpu, lut_rows_fit, "lut", QF_VQ_BOOKS_LUT, items, &xm, &t, &ym, &Y, yld, tol, desc,
+                  &ran_lut_one_split, &ran_lut_splits);
+    forced_splits(gpu, lut_rows_64, "lut, 64 rows per block", QF_VQ_BOOKS_LUT, items, &xm, &t, &ym, &Y, yld, tol, desc,
+                  &ran_lut_row_ranges, &ran_lut_row_ranges);
+  }
   if (forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL)
     forced_splits(gpu, qf_cuda_vq_gemm_tiled_with, "tiled", QF_VQ_BOOKS_TILED, K / 64, &xm, &t, &ym, &Y, yld, tol, desc,
                   &ran_tiled_one_split, &ran_tiled_splits);
@@ -345,14 +379,14 @@ static void gemm_env(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, uint64_t
   CUDA_OK(cudaDeviceSynchronize());
   CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", desc);
 
-  const char *values[] = {"global", "shared", "auto", "banked", "tiled"};
-  for (int i = 0; i < 5; i++) {
+  const char *values[] = {"global", "shared", "auto", "banked", "tiled", "lut"};
+  for (int i = 0; i < 6; i++) {
     char d2[200];
     snprintf(d2, sizeof d2, "%s=%s", desc, values[i]);
     setenv("QF_VQ_BOOKS", values[i], 1);
     CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
     st = qf_vq_gemm(gpu, &gx.t, &gc, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy.t);
-    if (st == QF_ERR_UNSUPPORTED && (i == 1 || i >= 3)) { /* shared, banked or tiled impossible here: the message says why */
+    if (st == QF_ERR_UNSUPPORTED && (i == 1 || i >= 3)) { /* shared, banked, tiled or lut impossible here: the message says why */
       CHECK(strstr(qf_ctx_last_error(gpu), values[i]) != NULL && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL,
             "%s: message: %s", d2, qf_ctx_last_error(gpu));
       CUDA_OK(cudaDeviceSynchronize());
@@ -464,6 +498,10 @@ int main(void) {
         "bf16 %d; one split %d, several %d)",
         ran_tiled, ran_tiled_vs[2], ran_tiled_vs[4], ran_tiled_vs[8], ran_tiled_rows[1], ran_tiled_rows[2],
         ran_tiled_residuals2, ran_tiled_bf16, ran_tiled_one_split, ran_tiled_splits);
+  CHECK(ran_lut > 0 && ran_lut_vs[4] > 0 && ran_lut_vs[8] > 0 && ran_lut_one_split > 0 && ran_lut_splits > 0 &&
+            ran_lut_row_ranges > 0,
+        "the table GeMV ran (%d; vector sizes 4, 8: %d, %d; one split %d, several %d; 64-row ranges %d)", ran_lut,
+        ran_lut_vs[4], ran_lut_vs[8], ran_lut_one_split, ran_lut_splits, ran_lut_row_ranges);
   CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
         ran_elementwise);
   CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,

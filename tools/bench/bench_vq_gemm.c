@@ -11,12 +11,13 @@
  * would take hours. The peer's fp16 weight is a constant pattern (0x2C2C, about 0.065 per element).
  *
  * Rows, op "vq_gemm", per (format, shape):
- *  - "<fmt>,fp16,auto=GC|SC|banked|tiled": the public qf_vq_gemm (the heuristic's codebook placement, named);
+ *  - "<fmt>,fp16,auto=GC|SC|banked|tiled|lut": the public qf_vq_gemm (the heuristic's codebook placement, named);
  *  - "<fmt>,fp16,GC" and "<fmt>,fp16,SC": the placement forced (the paper's baselines: codebooks
  *    read through L1/L2, codebooks staged in shared memory), through qf_cuda_vq_gemm_with (M <= 16)
  *    or qf_cuda_vq_gemm_mma_with (M > 16); "<fmt>,fp16,banked": the banked VQ-GeMV (bank-private
  *    book copies, codebook-centric split-K; M <= 16, 8-bit formats); "<fmt>,fp16,tiled": the tiled
- *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16). A placement the kernel cannot
+ *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16); "<fmt>,fp16,lut": the table
+ *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1, AQLM-3). A placement the kernel cannot
  *    use for the shape is skipped with a line saying why (no row).
  *  - "<fmt>,fp16,unfused": the ablation's no-fusion baseline, qf_vq_dequantize into an fp16 weight
  *    then the peer's cuBLASLt GEMM on it, timed together.
@@ -138,7 +139,11 @@ static int vqb_run(void *arg) {
 }
 
 static const char *placement_name(int p) {
-  return p == QF_VQ_BOOKS_IN_SHARED ? "SC" : p == QF_VQ_BOOKS_BANKED ? "banked" : p == QF_VQ_BOOKS_TILED ? "tiled" : "GC";
+  return p == QF_VQ_BOOKS_IN_SHARED ? "SC"
+         : p == QF_VQ_BOOKS_BANKED  ? "banked"
+         : p == QF_VQ_BOOKS_TILED   ? "tiled"
+         : p == QF_VQ_BOOKS_LUT     ? "lut"
+                                    : "GC";
 }
 
 /* The placement a call of this shape runs (QF_VQ_BOOKS_AUTO: the heuristic's choice), by one
@@ -238,8 +243,9 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
     const double flops = 2.0 * (double)M * (double)N * (double)K;
     const double bytes = (double)(w->code_bytes + w->book_bytes + w->scale_bytes) + 2.0 * (double)(M * K + M * N);
     const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, why, sizeof why);
-    const int variants[5] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED};
-    for (int v = 0; v < 5; v++) {
+    const int variants[6] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED,
+                             QF_VQ_BOOKS_LUT};
+    for (int v = 0; v < 6; v++) {
       if (v == 0)
         snprintf(variant, sizeof variant, "%s,fp16,auto=%s", w->name, auto_used ? placement_name(auto_used) : "?");
       else

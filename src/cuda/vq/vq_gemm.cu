@@ -1,7 +1,8 @@
-// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16: the banked kernel or
-// vq_gemm.cuh with x tiles of 8 or 16 rows; VQ-GeMM above: the tiled kernel, vq_gemm_tiled.cu, or
-// vq_gemm.cuh with x tiles of 32 rows), the QF_VQ_BOOKS switch of the public call, and the limits,
-// launch shape and kernel parameters they share.
+// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16: the table kernel at
+// M = 1, vq_gemv_lut.cu, the banked kernel or vq_gemm.cuh with x tiles of 8 or 16 rows; VQ-GeMM
+// above: the tiled kernel, vq_gemm_tiled.cu, or vq_gemm.cuh with x tiles of 32 rows), the
+// QF_VQ_BOOKS switch of the public call, and the limits, launch shape and kernel parameters they
+// share.
 #include <cstring>
 
 #include "cuda/common.cuh"
@@ -41,6 +42,8 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   if (placement == QF_VQ_BOOKS_TILED && !gemm_shape)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the tiled placement runs VQ-GeMM's own launch shape (128-row tiles "
                    "of W)", kOp);
+  if (placement == QF_VQ_BOOKS_LUT && !(gemv_shape && M == 1))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the lut placement runs VQ-GeMV's own launch shape at M = 1", kOp);
   if (M == 0 || N == 0) return QF_OK;
   if (K == 0) {  // empty sums
     const size_t esz = qf_dtype_size(y->dtype);
@@ -49,8 +52,12 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
 
-  // VQ-GeMV: the banked kernel where it can run (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled
-  // kernel (vq_gemm_tiled.cu); unless a placement or a tile height is forced.
+  // VQ-GeMV: at M = 1 the table kernel where it can run and pays (vq_gemv_lut.cu), else the banked
+  // kernel where it can run (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel
+  // (vq_gemm_tiled.cu); unless a placement or a tile height is forced.
+  if (placement == QF_VQ_BOOKS_LUT || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M == 1 &&
+                                       qf_vq_lut_pays(N, f.index_bits) && qf_cuda_vq_lut_refusal(x, w) == nullptr))
+    return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, 0, 0, used);
   if (placement == QF_VQ_BOOKS_BANKED || (placement == QF_VQ_BOOKS_AUTO && gemv_shape &&
                                           qf_cuda_vq_banked_refusal(x, w) == nullptr))
     return qf_cuda_vq_gemv_banked_with(ctx, x, w, y, 0, used);

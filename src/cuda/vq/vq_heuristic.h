@@ -37,13 +37,16 @@ extern "C" {
  * BANKED, the kernel of vq_gemv_banked.cu (one book at a time in shared memory as 128 / entry
  * bytes bank-private copies, the block's warps on that book together, split-K over blocks); for
  * VQ-GeMM also TILED, the kernel of vq_gemm_tiled.cu (each k-step's books staged in shared memory
- * and W decoded there once per block tile, then mma.sync against x tiles). */
+ * and W decoded there once per block tile, then mma.sync against x tiles); for VQ-GeMV at M = 1 also
+ * LUT, the kernel of vq_gemv_lut.cu (tables of entry . x products in shared memory, one lookup per
+ * vector of a row; one book per residual). */
 typedef enum {
   QF_VQ_BOOKS_AUTO = 0,
   QF_VQ_BOOKS_IN_GLOBAL = 1,
   QF_VQ_BOOKS_IN_SHARED = 2,
   QF_VQ_BOOKS_BANKED = 3,
   QF_VQ_BOOKS_TILED = 4,
+  QF_VQ_BOOKS_LUT = 5,
 } qf_vq_books_placement;
 
 #define QF_VQ_GEMV_MAX_M 16
@@ -168,6 +171,23 @@ const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_tensors *w);
  * QF_ERR_UNSUPPORTED with the reason when the kernel cannot take the call. */
 qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
                                       qf_vq_mma_config *used);
+
+/* Why the table VQ-GeMV (vq_gemv_lut.cu) cannot take this call, or NULL when it can: M = 1, one
+ * codebook per residual (scopes 0 x 0), vector size 8 with 12- or 8-bit indices or vector size 4
+ * with 10-bit ones, codes and codebooks 16-byte aligned, R * N below 2^31, code rows of at least 32
+ * bytes. */
+const char *qf_cuda_vq_lut_refusal(const qf_mat *x, const qf_vq_tensors *w);
+
+/* Whether the router's automatic choice takes the table GeMV for an M = 1 call it can run: where
+ * the rows that share each table (all N) number at least half its entries. */
+static inline int qf_vq_lut_pays(int64_t N, int index_bits) { return 2 * N >= (INT64_C(1) << index_bits); }
+
+/* The table VQ-GeMV with its split-K (splits > 0: K ranges of items; 0: as many as fill one block
+ * per SM) and its rows per block (rows_per_block > 0; 0: as many as the shared memory holds)
+ * forced, for the tests and the bench. QF_ERR_UNSUPPORTED with the reason when the kernel cannot
+ * take the call. */
+qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                                   int rows_per_block, qf_vq_mma_config *used);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,405 @@
+// VQ-GeMV at batch 1 through tables of products (placement QF_VQ_BOOKS_LUT), for formats with one
+// codebook per residual (AQLM: 4096 entries of 8 values shared by the whole matrix):
+// y[n] = scale[n] * sum_k x[k] * W[n, k].
+//
+// NOTES:
+// - Why: at M = 1 the product of an entry with a vector of x is the same for every row of W that
+//   selects it. For a chunk of 8 vectors along K and one residual, a table T[g][e] = entry e . x's
+//   vector g (8 x 2^bits fp32 values: 128 KB for 12-bit indices) turns a row's 8 vectors (64
+//   FMAs, 8 entry loads of 16 bytes) into 8 table lookups of 4 bytes and 8 adds; the entries are
+//   read and multiplied once per block and chunk instead of once per row. VQ attention's table of
+//   q . entry scores is the same idea (docs/VQ.md). It pays where many rows share a book: every
+//   row of the matrix here, against 2^bits entries per table.
+// - Work: an item is (chunk c, residual r), numbered c * R + r. A block takes a range of rows
+//   (their fp32 sums live in shared memory) and a range of items. For each item the consumer
+//   threads build the table from book r and x's chunk c (one entry per thread at a time, x's
+//   chunk staged as fp32), then walk the rows in tiles of 512, one row per thread: the row's 8
+//   indices of the chunk are `bits` bytes of its code row from byte c * bits, which a producer
+//   warp brings in with TMA into a ring of stages guarded by mbarriers, so the codes stream while
+//   the lookups run. A TMA box must start on a 16-byte boundary, so a chunk's bytes sit at offset
+//   (c * bits) % 16 of an aligned window: a box of 16 bytes x 256 rows where they fit in it, else
+//   one of 32 bytes (for 12-bit indices, chunks c % 4 = 0 and 3 take 16 bytes, 1 and 2 take 32).
+//   The offset repeats with period 16 / gcd(bits, 16), so the row loop is compiled once per
+//   offset (an item's offset is uniform: one branch per item picks the loop), with every index's
+//   bit position a constant.
+// - Split-K over blocks: the blocks of a row range split the items into k_ranges consecutive
+//   ranges. Each leaves its rows' sums in the workspace and a second kernel adds them in range
+//   order (a call repeats bit for bit), scales the rows and rounds to y's dtype; with one range
+//   the block writes y itself.
+// - Limits (else QF_ERR_UNSUPPORTED with the reason): M = 1, one book per residual (scopes 0 x
+//   0), (vector size, index bits) of QF_VQ_LUT_FORMATS, codes and books 16-byte aligned, R * N
+//   rows of codes below 2^31, code rows of at least 32 bytes.
+// - Numerics: a table value is an fp32 fma chain over the vector's elements (each product exact,
+//   one rounding per add); a row adds its chunk's 8 values pairwise in a fixed tree, then that sum
+//   onto its running sum in item order, then the ranges' sums in range order; the row scale
+//   multiplies the finished sum. Vectors past K (the last chunk's tail) get zero table rows.
+#include <atomic>
+#include <type_traits>
+
+#include "cuda/common.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/shared.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/tma_map.h"
+#include "cuda/vq/vq_common.cuh"
+#include "cuda/vq/vq_gemm.cuh"
+#include "cuda/vq/vq_heuristic.h"
+
+// The (vector size, index bits) pairs with a kernel.
+#define QF_VQ_LUT_FORMATS(X) X(8, 12) X(4, 10) X(8, 8)
+
+struct vq_lut_params {
+  const uint16_t *books;  // [R, entries, vs]
+  const float *scales;    // [N] or NULL
+  const void *x;          // [K] of x_dtype
+  void *y;                // [N] of y_dtype (one K range)
+  float *partials;        // [k_ranges][N] (several K ranges)
+  int x_dtype, y_dtype;
+  int N, vectors, residuals, items;
+  int rows_per_block, items_per_block, k_ranges;
+};
+
+namespace vq_lut_detail {
+
+constexpr int kGroups = 8;        // vectors per chunk: table rows
+constexpr int kThreads = 512;     // consumer threads; + one producer warp
+constexpr int kBoxRows = 256;     // a TMA box: 16 or 32 bytes x 256 rows of codes
+constexpr int kStages = 3;        // ring stages of kThreads rows
+constexpr int kStageBytes = kThreads * 32;
+
+__host__ __device__ constexpr size_t table_bytes(int bits) { return static_cast<size_t>(kGroups) << bits << 2; }
+// Dynamic shared memory: the table, the ring, the rows' sums.
+__host__ __device__ constexpr size_t smem_bytes(int bits, int rows) { return table_bytes(bits) + kStages * kStageBytes + 4u * rows; }
+
+__device__ __forceinline__ float x_at(const void *x, int dtype, int k) {
+  switch (dtype) {
+    case QF_F16: return __half2float(static_cast<const __half *>(x)[k]);
+    case QF_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(x)[k]);
+    default: return static_cast<const float *>(x)[k];
+  }
+}
+
+__device__ __forceinline__ void y_put(void *y, int dtype, int64_t i, float v) {
+  switch (dtype) {
+    case QF_F16: vq_store(static_cast<__half *>(y) + i, v); break;
+    case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(y) + i, v); break;
+    default: vq_store(static_cast<float *>(y) + i, v); break;
+  }
+}
+
+// f(std::integral_constant<int, v>) for the runtime v in [0, kCount): a uniform branch to one of
+// kCount compile-time bodies.
+template <int kCount, int kI = 0, typename F>
+__device__ __forceinline__ void dispatch(int v, F &&f) {
+  if constexpr (kI + 1 < kCount) {
+    if (v != kI) return dispatch<kCount, kI + 1>(v, f);
+  }
+  f(std::integral_constant<int, kI>{});
+}
+
+}  // namespace vq_lut_detail
+
+template <int kVS, int kBits, typename E>
+__global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
+    vq_gemv_lut_kernel(const __grid_constant__ CUtensorMap tmap_16, const __grid_constant__ CUtensorMap tmap_32,
+                       const vq_lut_params p) {
+  using namespace vq_lut_detail;
+  constexpr int kEntries = 1 << kBits;
+  // A chunk's bytes start at (c * kBits) % 16 of its aligned window; the offsets repeat every kPeriod chunks.
+  constexpr int kPeriod = 16 / (kBits % 16 == 0 ? 16 : kBits % 8 == 0 ? 8 : kBits % 4 == 0 ? 4 : kBits % 2 == 0 ? 2 : 1);
+  auto wide = [](int c) { return (c * kBits) % 16 + kBits > 16; };  // needs the 32-byte window
+  static_assert(kBits <= 16, "a row's indices of a chunk fit a 32-byte window at any offset");
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ __align__(8) uint64_t bars[2 * kStages];
+  __shared__ float xs[kGroups * kVS];
+  float *const table = reinterpret_cast<float *>(smem);
+  float *const sums = reinterpret_cast<float *>(smem + table_bytes(kBits) + kStages * kStageBytes);
+  const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem + table_bytes(kBits)));
+  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
+  auto full_bar = [bar0](int s) { return bar0 + 8 * s; };
+  auto empty_bar = [bar0](int s) { return bar0 + 8 * (kStages + s); };
+
+  // This block's rows [n0, n0 + rows) and items [i_begin, i_end).
+  const int range = static_cast<int>(blockIdx.x) % p.k_ranges;
+  const int n0 = static_cast<int>(blockIdx.x) / p.k_ranges * p.rows_per_block;
+  const int rows = min(p.rows_per_block, p.N - n0);
+  const int i_begin = range * p.items_per_block, i_end = min(p.items, i_begin + p.items_per_block);
+  const int tiles = (rows + kThreads - 1) / kThreads;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; s++) {
+      mbarrier_init(full_bar(s), 1);
+      mbarrier_init(empty_bar(s), kThreads / 32);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= kThreads) {
+    // ---- producer: lane 0 streams every (item, tile) box pair through the ring ----
+    if (threadIdx.x != kThreads) return;
+    prefetch_tensormap(&tmap_16);
+    prefetch_tensormap(&tmap_32);
+    // Step j is tile j % tiles of item i_begin + j / tiles: its map, window start and first row.
+    auto step = [&](int j, const CUtensorMap *&map, int &box_bytes, int &x0, int &row) {
+      const int i = i_begin + j / tiles, c = i / p.residuals, r = i % p.residuals;
+      map = wide(c) ? &tmap_32 : &tmap_16;
+      box_bytes = wide(c) ? 32 : 16;
+      x0 = c * kBits / 16 * 16;
+      row = r * p.N + n0 + j % tiles * kThreads;
+    };
+    const int steps = (i_end - i_begin) * tiles;
+    int s = 0;
+    uint32_t phase = 0;
+    for (int j = 0; j < steps; j++) {
+      const CUtensorMap *map;
+      int box_bytes, x0, row;
+      step(j, map, box_bytes, x0, row);
+      mbarrier_wait_parity(empty_bar(s), phase ^ 1u);  // a fresh barrier passes parity 1
+      mbarrier_arrive_expect_tx(full_bar(s), kThreads * box_bytes);
+      for (int b = 0; b < kThreads / kBoxRows; b++)
+        cp_async_bulk_tensor_2d_g2s(ring + s * kStageBytes + b * kBoxRows * box_bytes, map, full_bar(s), x0,
+                                    row + b * kBoxRows);
+      if (++s == kStages) s = 0, phase ^= 1u;
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+  for (int t = 0; t < tiles; t++)
+    if (t * kThreads + tid < rows) sums[t * kThreads + tid] = 0.0f;
+  int s = 0;
+  uint32_t phase = 0;
+  for (int i = i_begin; i < i_end; i++) {
+    const int c = i / p.residuals, r = i % p.residuals;
+    // The chunk's x as fp32 (zeros past K), once the previous item's table is no longer read.
+    named_barrier_sync(1, kThreads);
+    if (tid < kGroups * kVS) {
+      const int k = c * kGroups * kVS + tid;
+      xs[tid] = k < p.vectors * kVS ? x_at(p.x, p.x_dtype, k) : 0.0f;
+    }
+    named_barrier_sync(1, kThreads);
+    // The table: T[g][e] = entry e of book r . x's vector g; rows past the last vector hold zeros.
+    const uint16_t *book = p.books + static_cast<int64_t>(r) * kEntries * kVS;
+    // A thread's entries (tid + k kThreads) are all loaded first, so that their L2 latencies
+    // overlap; x's vectors go through registers in two halves of four (read from shared memory
+    // per entry, or loaded one entry at a time, they bound the build).
+    const int live_groups = min(kGroups, p.vectors - c * kGroups);
+    constexpr int kPer = (kEntries + kThreads - 1) / kThreads;
+    using raw_t = std::conditional_t<kVS == 8, uint4, uint2>;
+    raw_t raw[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; k++)
+      if (tid + k * kThreads < kEntries) raw[k] = __ldg(reinterpret_cast<const raw_t *>(book) + tid + k * kThreads);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      constexpr int kHalf = kGroups / 2;
+      float xr[kHalf * kVS];
+#pragma unroll
+      for (int j = 0; j < kHalf * kVS; j++) xr[j] = xs[h * kHalf * kVS + j];
+#pragma unroll
+      for (int k = 0; k < kPer; k++) {
+        const int e = tid + k * kThreads;
+        if (e >= kEntries) break;
+        const uint32_t words[4] = {raw[k].x, raw[k].y, kVS == 8 ? (&raw[k].x)[2] : 0u, kVS == 8 ? (&raw[k].x)[3] : 0u};
+        float v[kVS];
+#pragma unroll
+        for (int j = 0; j < kVS; j += 2) v[j] = vq_widen_lo(E{}, words[j / 2]), v[j + 1] = vq_widen_hi(E{}, words[j / 2]);
+#pragma unroll
+        for (int g = 0; g < kHalf; g++) {
+          float d = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kVS; j++) d = fmaf(v[j], xr[g * kVS + j], d);
+          table[(h * kHalf + g) * kEntries + e] = h * kHalf + g < live_groups ? d : 0.0f;
+        }
+      }
+    }
+    named_barrier_sync(1, kThreads);
+    // The rows: 8 lookups each, added in a fixed tree onto the row's running sum. The chunk's
+    // bytes start at kOff of the row's window (16 or 32 bytes); index g at bit 8 kOff + g kBits.
+    dispatch<kPeriod>(c % kPeriod, [&](auto phase_tag) {
+      constexpr int kOff = decltype(phase_tag)::value * kBits % 16;
+      constexpr bool kWide = kOff + kBits > 16;
+      for (int t = 0; t < tiles; t++) {
+        mbarrier_wait_parity(full_bar(s), phase);
+        uint32_t w[9];
+        const uint4 lo = ld_shared_v4(ring + s * kStageBytes + tid * (kWide ? 32 : 16));
+        w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = 0u;
+        if constexpr (kWide) {
+          const uint4 hi = ld_shared_v4(ring + s * kStageBytes + tid * 32 + 16);
+          w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w, w[8] = 0u;
+        }
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(empty_bar(s));
+        if (++s == kStages) s = 0, phase ^= 1u;
+        const int row = t * kThreads + tid;
+        if (row >= rows) continue;
+        float v[kGroups];
+#pragma unroll
+        for (int g = 0; g < kGroups; g++) {
+          constexpr uint32_t kMask = (1u << kBits) - 1u;
+          const int bit = 8 * kOff + g * kBits, word = bit / 32, sh = bit % 32;
+          const uint32_t idx = (sh + kBits <= 32 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & kMask;
+          v[g] = table[g * kEntries + idx];
+        }
+        sums[row] += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+      }
+    });
+  }
+
+  // ---- the rows' sums: y (one K range) or this range's partials ----
+  for (int t = 0; t < tiles; t++) {
+    const int row = t * kThreads + tid;
+    if (row >= rows) continue;
+    const int n = n0 + row;
+    if (p.k_ranges == 1)
+      y_put(p.y, p.y_dtype, n, p.scales ? sums[row] * p.scales[n] : sums[row]);
+    else
+      p.partials[static_cast<int64_t>(range) * p.N + n] = sums[row];
+  }
+}
+
+// y[n] = scale[n] * (the K ranges' partial sums of row n, added in range order).
+__global__ void __launch_bounds__(256) vq_gemv_lut_reduce(const vq_lut_params p) {
+  const int n = static_cast<int>(blockIdx.x) * 256 + static_cast<int>(threadIdx.x);
+  if (n >= p.N) return;
+  float v = 0.0f;
+#pragma unroll 8
+  for (int k = 0; k < p.k_ranges; k++) v += p.partials[static_cast<int64_t>(k) * p.N + n];
+  vq_lut_detail::y_put(p.y, p.y_dtype, n, p.scales ? v * p.scales[n] : v);
+}
+
+// ---- host: the limits, the split, the launch ----
+
+namespace {
+
+const char kOp[] = "qf_vq_gemm";
+
+using lut_kernel_t = void (*)(CUtensorMap, CUtensorMap, vq_lut_params);
+
+// The kernel of a (vector size, index bits, entry type), or NULL; `slot` numbers it for the
+// shared-memory opt-in flags.
+lut_kernel_t pick_lut(int vs, int bits, bool bf16, int &slot) {
+  slot = 0;
+#define QF_VQ_LUT_PICK(VS, BITS)                                                                     \
+  if (vs == VS && bits == BITS)                                                                      \
+    return bf16 ? vq_gemv_lut_kernel<VS, BITS, vq_bf16> : vq_gemv_lut_kernel<VS, BITS, vq_f16>;     \
+  slot++;
+  QF_VQ_LUT_FORMATS(QF_VQ_LUT_PICK)
+#undef QF_VQ_LUT_PICK
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" const char *qf_cuda_vq_lut_refusal(const qf_mat *x, const qf_vq_tensors *w) {
+  const qf_vq_format &f = w->fmt;
+  int slot;
+  if (x->rows != 1) return "the table GeMV takes M = 1";
+  if (f.scope_rows != 0 || f.scope_cols != 0) return "the table GeMV needs one codebook per residual (scopes of 0 x 0)";
+  if (pick_lut(f.vector_size, f.index_bits, false, slot) == nullptr)
+    return "the table GeMV takes vector size 8 with 12- or 8-bit indices and vector size 4 with 10-bit ones";
+  if (reinterpret_cast<uintptr_t>(w->codes) % 16 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
+    return "the table GeMV needs codes and codebooks aligned to 16 bytes";
+  if (static_cast<int64_t>(f.residuals) * w->N > INT32_MAX) return "the table GeMV needs R * N code rows below 2^31";
+  if (w->sz.row_bytes < 32) return "the table GeMV needs code rows of at least 32 bytes (its widest TMA box)";
+  return nullptr;
+}
+
+extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
+                                              int splits, int rows_per_block, qf_vq_mma_config *used) {
+  using namespace vq_lut_detail;
+  if (const char *why = qf_cuda_vq_lut_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
+  const qf_vq_format &f = w->fmt;
+  if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
+  const int64_t N = w->N, K = w->K;
+  const int bits = f.index_bits;
+  const bool bf16 = f.entry_dtype == QF_BF16;
+  int slot;
+  const lut_kernel_t kernel = pick_lut(f.vector_size, bits, bf16, slot);
+
+  // Rows per block: as many as the shared memory left by the table and the ring holds (whole
+  // tiles), the row ranges as even as they come; then as many K ranges as fill one block per SM.
+  const size_t fixed = smem_bytes(bits, 0) + 1024;  // + the static arrays and slack
+  const int64_t max_rows = ctx->smem_optin > fixed ? static_cast<int64_t>((ctx->smem_optin - fixed) / 4) / kThreads * kThreads : 0;
+  if (max_rows == 0 || (rows_per_block > 0 && rows_per_block > max_rows))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the table GeMV's rows per block (%lld) do not fit the shared memory",
+                   kOp, static_cast<long long>(rows_per_block > 0 ? rows_per_block : kThreads));
+  const int64_t vectors = K / f.vector_size, chunks = (vectors + kGroups - 1) / kGroups, items = chunks * f.residuals;
+  if (rows_per_block <= 0) {
+    const int64_t ranges = (N + max_rows - 1) / max_rows;
+    rows_per_block = static_cast<int>((N + ranges - 1) / ranges);
+  }
+  const int64_t row_ranges = N > 0 ? (N + rows_per_block - 1) / rows_per_block : 0;
+  const int64_t sms = ctx->sm_count > 0 ? ctx->sm_count : 1;
+  if (splits <= 0) {
+    const int64_t want = row_ranges > 0 ? sms / row_ranges : 1;
+    splits = static_cast<int>(want < 1 ? 1 : want > items ? items : want);
+  }
+  if (items == 0 || splits > items)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d K ranges of %lld items (8-vector chunks x residuals)", kOp, splits,
+                   static_cast<long long>(items));
+  const int64_t per = (items + splits - 1) / splits;
+  const int k_ranges = static_cast<int>((items + per - 1) / per);  // (no empty range)
+  if (row_ranges * k_ranges > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld blocks exceed the grid", kOp, static_cast<long long>(row_ranges * k_ranges));
+  const size_t smem = smem_bytes(bits, rows_per_block);
+
+  if (used) {
+    *used = qf_vq_mma_config{};
+    used->m_tiles8 = 1;
+    used->tile_n = rows_per_block;
+    used->tile_m = 1;
+    used->placement = QF_VQ_BOOKS_LUT;
+    used->mma_bf16 = bf16;
+    used->x_parts = 1;
+    used->entry_parts = 1;
+    used->warps = kThreads / 32 + 1;
+    used->warps_k = 1;
+    used->tiles_n = row_ranges;
+    used->tiles_m = 1;
+    used->tiles = row_ranges * k_ranges;
+    used->splits = k_ranges;
+    used->books_bytes = table_bytes(bits);
+    used->smem_bytes = smem;
+  }
+  if (N == 0) return QF_OK;
+
+  static std::atomic<uint64_t> opted_in[2][8];
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem_bytes(bits, static_cast<int>(max_rows)), opted_in[bf16][slot]);
+      st != QF_OK)
+    return st;
+  CUtensorMap tmap_16 = {}, tmap_32 = {};  // 16- and 32-byte windows of the code rows
+  for (int b = 0; b < 2; b++)
+    if (qf_status st = qf_cuda_make_tmap_bytes(ctx, kOp, b ? &tmap_32 : &tmap_16, "codes", w->codes, f.residuals * N,
+                                               w->sz.row_bytes, w->sz.row_bytes, b ? 32 : 16, kBoxRows);
+        st != QF_OK)
+      return st;
+  vq_lut_params p = {};
+  p.books = static_cast<const uint16_t *>(w->books);
+  p.scales = w->scales;
+  p.x = x->data;
+  p.y = y->data;
+  p.x_dtype = x->dtype;
+  p.y_dtype = y->dtype;
+  p.N = static_cast<int>(N);
+  p.vectors = static_cast<int>(vectors);
+  p.residuals = f.residuals;
+  p.items = static_cast<int>(items);
+  p.rows_per_block = rows_per_block;
+  p.items_per_block = static_cast<int>(per);
+  p.k_ranges = k_ranges;
+  if (k_ranges > 1) {
+    void *ws = nullptr;
+    const size_t partial_bytes = static_cast<size_t>(k_ranges) * static_cast<size_t>(N) * sizeof(float);
+    if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
+      return st;
+    p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
+  }
+  kernel<<<static_cast<unsigned>(row_ranges * k_ranges), kThreads + 32, smem, qf_stream(ctx)>>>(tmap_16, tmap_32, p);
+  if (qf_status st = qf_cuda_check_launch(ctx, kOp); st != QF_OK || k_ranges == 1) return st;
+  vq_gemv_lut_reduce<<<static_cast<unsigned>((N + 255) / 256), 256, 0, qf_stream(ctx)>>>(p);
+  return qf_cuda_check_launch(ctx, kOp);
+}

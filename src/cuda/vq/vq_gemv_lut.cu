@@ -23,7 +23,7 @@
 //   offset (an item's offset is uniform: one branch per item picks the loop), with every index's
 //   bit position a constant.
 // - Split-K over blocks: the blocks of a row range split the items into k_ranges consecutive
-//   ranges. Each leaves its rows' sums in the workspace and a second kernel adds them in range
+//   ranges. Each leaves its rows' sums in the workspace and a second kernel adds them in a fixed
 //   order (a call repeats bit for bit), scales the rows and rounds to y's dtype; with one range
 //   the block writes y itself.
 // - Limits (else QF_ERR_UNSUPPORTED with the reason): M = 1, one book per residual (scopes 0 x
@@ -31,8 +31,8 @@
 //   rows of codes below 2^31, code rows of at least 32 bytes.
 // - Numerics: a table value is an fp32 fma chain over the vector's elements (each product exact,
 //   one rounding per add); a row adds its chunk's 8 values pairwise in a fixed tree, then that sum
-//   onto its running sum in item order, then the ranges' sums in range order; the row scale
-//   multiplies the finished sum. Vectors past K (the last chunk's tail) get zero table rows.
+//   onto its running sum in item order, then the ranges' sums (ranges w, w + 8, ... in order for
+//   each w < 8, then those 8 sums in order); the row scale multiplies the finished sum. Vectors past K (the last chunk's tail) get zero table rows.
 #include <atomic>
 #include <type_traits>
 
@@ -64,7 +64,7 @@ namespace vq_lut_detail {
 constexpr int kGroups = 8;        // vectors per chunk: table rows
 constexpr int kThreads = 512;     // consumer threads; + one producer warp
 constexpr int kBoxRows = 256;     // a TMA box: 16 or 32 bytes x 256 rows of codes
-constexpr int kStages = 3;        // ring stages of kThreads rows
+constexpr int kStages = 3;        // ring stages of kThreads rows (8 ran no faster)
 constexpr int kStageBytes = kThreads * 32;
 
 __host__ __device__ constexpr size_t table_bytes(int bits) { return static_cast<size_t>(kGroups) << bits << 2; }
@@ -172,27 +172,34 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
     if (t * kThreads + tid < rows) sums[t * kThreads + tid] = 0.0f;
   int s = 0;
   uint32_t phase = 0;
-  for (int i = i_begin; i < i_end; i++) {
+  // A thread's entries of the next item's book (tid + k kThreads) and its value of the next
+  // item's x chunk are loaded (all at once, so that their L2 latencies overlap) as soon as the
+  // current item's table is built, and land during its rows: loaded right before each build, they
+  // stalled it.
+  constexpr int kPer = (kEntries + kThreads - 1) / kThreads;
+  using raw_t = std::conditional_t<kVS == 8, uint4, uint2>;
+  raw_t raw[kPer];
+  float x_next;
+  auto load_item = [&](int i) {
     const int c = i / p.residuals, r = i % p.residuals;
-    // The chunk's x as fp32 (zeros past K), once the previous item's table is no longer read.
-    named_barrier_sync(1, kThreads);
-    if (tid < kGroups * kVS) {
-      const int k = c * kGroups * kVS + tid;
-      xs[tid] = k < p.vectors * kVS ? x_at(p.x, p.x_dtype, k) : 0.0f;
-    }
-    named_barrier_sync(1, kThreads);
-    // The table: T[g][e] = entry e of book r . x's vector g; rows past the last vector hold zeros.
-    const uint16_t *book = p.books + static_cast<int64_t>(r) * kEntries * kVS;
-    // A thread's entries (tid + k kThreads) are all loaded first, so that their L2 latencies
-    // overlap; x's vectors go through registers in two halves of four (read from shared memory
-    // per entry, or loaded one entry at a time, they bound the build).
-    const int live_groups = min(kGroups, p.vectors - c * kGroups);
-    constexpr int kPer = (kEntries + kThreads - 1) / kThreads;
-    using raw_t = std::conditional_t<kVS == 8, uint4, uint2>;
-    raw_t raw[kPer];
+    const raw_t *book = reinterpret_cast<const raw_t *>(p.books + static_cast<int64_t>(r) * kEntries * kVS);
 #pragma unroll
     for (int k = 0; k < kPer; k++)
-      if (tid + k * kThreads < kEntries) raw[k] = __ldg(reinterpret_cast<const raw_t *>(book) + tid + k * kThreads);
+      if (tid + k * kThreads < kEntries) raw[k] = __ldg(book + tid + k * kThreads);
+    const int k = c * kGroups * kVS + tid;  // (zeros past K)
+    x_next = tid < kGroups * kVS && k < p.vectors * kVS ? x_at(p.x, p.x_dtype, k) : 0.0f;
+  };
+  load_item(i_begin);
+  for (int i = i_begin; i < i_end; i++) {
+    const int c = i / p.residuals;
+    // The chunk's x as fp32, once the previous item's table is no longer read.
+    named_barrier_sync(1, kThreads);
+    if (tid < kGroups * kVS) xs[tid] = x_next;
+    named_barrier_sync(1, kThreads);
+    // The table: T[g][e] = entry e of book r . x's vector g; rows past the last vector hold zeros.
+    // x's vectors go through registers in two halves of four (read from shared memory per entry
+    // they bound the build).
+    const int live_groups = min(kGroups, p.vectors - c * kGroups);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       constexpr int kHalf = kGroups / 2;
@@ -216,6 +223,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
         }
       }
     }
+    if (i + 1 < i_end) load_item(i + 1);
     named_barrier_sync(1, kThreads);
     // The rows: 8 lookups each, added in a fixed tree onto the row's running sum. The chunk's
     // bytes start at kOff of the row's window (16 or 32 bytes); index g at bit 8 kOff + g kBits.
@@ -231,20 +239,24 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
           const uint4 hi = ld_shared_v4(ring + s * kStageBytes + tid * 32 + 16);
           w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w, w[8] = 0u;
         }
+        const int row = t * kThreads + tid;
+        if (row < rows) {
+          float v[kGroups];
+#pragma unroll
+          for (int g = 0; g < kGroups; g++) {
+            constexpr uint32_t kMask = (1u << kBits) - 1u;
+            const int bit = 8 * kOff + g * kBits, word = bit / 32, sh = bit % 32;
+            const uint32_t idx = (sh + kBits <= 32 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & kMask;
+            v[g] = table[g * kEntries + idx];
+          }
+          sums[row] += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+        }
+        // The stage is freed once the codes are used (their lookups done): freed right after the
+        // load, a refill could land before a queued load had read the stage (wrong sums, about
+        // one run in two of the GPU test).
         __syncwarp();
         if (lane == 0) mbarrier_arrive(empty_bar(s));
         if (++s == kStages) s = 0, phase ^= 1u;
-        const int row = t * kThreads + tid;
-        if (row >= rows) continue;
-        float v[kGroups];
-#pragma unroll
-        for (int g = 0; g < kGroups; g++) {
-          constexpr uint32_t kMask = (1u << kBits) - 1u;
-          const int bit = 8 * kOff + g * kBits, word = bit / 32, sh = bit % 32;
-          const uint32_t idx = (sh + kBits <= 32 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & kMask;
-          v[g] = table[g * kEntries + idx];
-        }
-        sums[row] += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
       }
     });
   }
@@ -261,13 +273,25 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   }
 }
 
-// y[n] = scale[n] * (the K ranges' partial sums of row n, added in range order).
+// y[n] = scale[n] * (the K ranges' partial sums of row n): a block of 8 warps takes 32 rows (a
+// lane each); warp w adds ranges w, w + 8, ... in order, then lane n of warp 0 adds the 8 warps'
+// sums in warp order (a fixed order: the same sums on every run). One thread per row adding the
+// 64-128 ranges alone took 11.6 us at N = 4096 (16 blocks, ncu), longer than the main kernel.
 __global__ void __launch_bounds__(256) vq_gemv_lut_reduce(const vq_lut_params p) {
-  const int n = static_cast<int>(blockIdx.x) * 256 + static_cast<int>(threadIdx.x);
-  if (n >= p.N) return;
+  __shared__ float part[8][32];
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int n = static_cast<int>(blockIdx.x) * 32 + lane;
   float v = 0.0f;
-#pragma unroll 8
-  for (int k = 0; k < p.k_ranges; k++) v += p.partials[static_cast<int64_t>(k) * p.N + n];
+  if (n < p.N) {
+#pragma unroll 4
+    for (int k = warp; k < p.k_ranges; k += 8) v += p.partials[static_cast<int64_t>(k) * p.N + n];
+  }
+  part[warp][lane] = v;
+  __syncthreads();
+  if (warp != 0 || n >= p.N) return;
+  v = part[0][lane];
+#pragma unroll
+  for (int w = 1; w < 8; w++) v += part[w][lane];
   vq_lut_detail::y_put(p.y, p.y_dtype, n, p.scales ? v * p.scales[n] : v);
 }
 
@@ -400,6 +424,6 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   }
   kernel<<<static_cast<unsigned>(row_ranges * k_ranges), kThreads + 32, smem, qf_stream(ctx)>>>(tmap_16, tmap_32, p);
   if (qf_status st = qf_cuda_check_launch(ctx, kOp); st != QF_OK || k_ranges == 1) return st;
-  vq_gemv_lut_reduce<<<static_cast<unsigned>((N + 255) / 256), 256, 0, qf_stream(ctx)>>>(p);
+  vq_gemv_lut_reduce<<<static_cast<unsigned>((N + 31) / 32), 256, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }

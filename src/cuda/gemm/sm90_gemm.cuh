@@ -339,8 +339,11 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     int s = 0;
     uint32_t phase = 0;
     uint32_t full_phases = 0;  // two-set path: bit s is the parity stage s's full barrier completes next
-    // This warp is done with a stage's tiles and scales: free it.
-    auto release = [&](int stage) {
+    // This warp is done with a stage's tiles and scales: free it. s0 and s1 are the row scales
+    // read from the stage: the empty asm makes the arrival wait for their loads, so that a refill
+    // can never land before a queued load has read the stage.
+    auto release = [&](int stage, float s0 = 1.0f, float s1 = 1.0f) {
+      asm volatile("" ::"f"(s0), "f"(s1));
       if (lane == 0) mbarrier_arrive(empty_bar(stage));
     };
     auto fence_acc = [&] {
@@ -366,7 +369,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       float s0 = 1.0f, s1 = 1.0f;
       if constexpr (kBlockScales)
         s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
-      release(s);
+      release(s, s0, s1);
       if (++s == kStages) s = 0, phase ^= 1;
       add_block(a, s0, s1);
     };
@@ -447,13 +450,13 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             issue(other, b_other, (stage + 1) % kStages);
             row_scales();
             wgmma_wait_group<1>();
-            release(stage);
+            release(stage, s0, s1);
             add_block(cur, s0, s1);
             return false;
           }
           row_scales();
           wgmma_wait_group<0>();
-          release(stage);
+          release(stage, s0, s1);
           add_block(cur, s0, s1);
           return true;
         };

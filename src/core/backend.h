@@ -119,15 +119,19 @@ typedef struct {
   qf_vq_format fmt;
   qf_vq_sizes sz;
   int64_t N, K;
-  uint8_t *codes;  /* [R, N, row_bytes] */
+  uint8_t *codes;  /* [R, N, row_bytes], or the packed layout when `packed` (formats/vq.h) */
   void *books;     /* [R, n_books, entries, vector_size] of fmt.entry_dtype */
   float *scales;   /* [N], or NULL without row scales */
+  int packed;      /* codes in the table GeMV's packed layout (qf_vq_pack_gemv) */
 } qf_vq_tensors;
 
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
                              qf_vq_stats *stats);
 qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
 qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
+/* t's codes (standard layout) into the packed layout at `packed`. */
+qf_status qf_cpu_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *packed);
+qf_status qf_cuda_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *packed);
 qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
 qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
 qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);

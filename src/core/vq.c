@@ -75,6 +75,7 @@ static qf_status check_quantized(qf_ctx *ctx, const char *op, const qf_vq_format
       (st = qf_check_dense(ctx, op, "codebooks", books, fmt->entry_dtype, 4, book_shape, 16, &t->books)))
     return st;
   t->scales = NULL;
+  t->packed = 0;
   if (fmt->row_scale) {
     if ((st = qf_check_dense(ctx, op, "scales", scales, QF_F32, 1, &N, 16, (void **)&t->scales))) return st;
   } else if (scales) {
@@ -160,6 +161,52 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   return qf_cpu_vq_encode(ctx, &xm, row0, &t);
 }
 
+static void pack_shape(const qf_vq_format *f, int64_t N, int64_t K, int64_t shape[4]) {
+  shape[0] = f->residuals;
+  shape[1] = qf_vq_pack_tiles(N);
+  shape[2] = qf_vq_pack_chunks(K / f->vector_size);
+  shape[3] = QF_VQ_PACK_ROWS * qf_vq_pack_chunk_bytes(f->index_bits);
+}
+
+qf_status qf_vq_pack_gemv_shape(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, int64_t shape[4]) {
+  static const char op[] = "qf_vq_pack_gemv_shape";
+  if (!ctx || !shape) return QF_ERR_NULL;
+  if (N < 0 || K < 0) return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 ", K=%" PRId64 " must be >= 0", op, N, K);
+  qf_vq_sizes sz;
+  qf_status st = sizes(ctx, op, fmt, N, K, &sz);
+  if (st) return st;
+  pack_shape(fmt, N, K, shape);
+  return QF_OK;
+}
+
+qf_status qf_vq_pack_gemv(qf_ctx *ctx, const DLTensor *codes, const qf_vq_format *fmt, int64_t K, DLTensor *packed) {
+  static const char op[] = "qf_vq_pack_gemv";
+  if (!ctx) return QF_ERR_NULL;
+  if (!codes || codes->ndim != 3 || !codes->shape)
+    return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codes must be a 3-D tensor [R, N, row_bytes]", op);
+  if (K < 0) return qf_fail(ctx, QF_ERR_SHAPE, "%s: K=%" PRId64 " must be >= 0", op, K);
+  const int64_t N = codes->shape[1];
+  qf_vq_tensors t;
+  qf_status st;
+  if ((st = sizes(ctx, op, fmt, N, K, &t.sz))) return st;
+  t.fmt = *fmt, t.N = N, t.K = K, t.books = NULL, t.scales = NULL, t.packed = 0;
+  const int64_t code_shape[3] = {fmt->residuals, N, t.sz.row_bytes};
+  int64_t shape[4];
+  pack_shape(fmt, N, K, shape);
+  uint8_t *out;
+  if ((st = qf_check_dense(ctx, op, "codes", codes, QF_U8, 3, code_shape, 16, (void **)&t.codes)) ||
+      (st = qf_check_dense(ctx, op, "packed", packed, QF_U8, 4, shape, 16, (void **)&out)))
+    return st;
+  if (shape[0] * shape[1] * shape[2] * shape[3] == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_pack_gemv(ctx, &t, out);
+#else
+    return no_cuda_kernel(ctx, op);
+#endif
+  return qf_cpu_vq_pack_gemv(ctx, &t, out);
+}
+
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y) {
   static const char op[] = "qf_vq_gemm";
@@ -168,13 +215,31 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
   qf_vq_tensors w;
   qf_status st;
   if ((st = check_float_2d(ctx, op, "x", x, &xm)) || (st = check_float_2d(ctx, op, "y", y, &ym))) return st;
-  if (!codes || codes->ndim != 3 || !codes->shape)
-    return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codes must be a 3-D tensor [R, N, row_bytes]", op);
-  const int64_t N = codes->shape[1];
+  if (!codes || (codes->ndim != 3 && codes->ndim != 4) || !codes->shape)
+    return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL,
+                   "%s: codes must be a 3-D tensor [R, N, row_bytes] or the 4-D packed layout (qf_vq_pack_gemv)", op);
+  /* The packed layout does not give N: y does (its rows past N are zeros). */
+  const int packed = codes->ndim == 4;
+  const int64_t N = packed ? ym.cols : codes->shape[1];
   if (ym.rows != xm.rows || ym.cols != N)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: y has shape [%" PRId64 ", %" PRId64 "]; expected [%" PRId64 ", %" PRId64 "]", op, ym.rows,
                    ym.cols, xm.rows, N);
-  if ((st = check_quantized(ctx, op, fmt, N, xm.cols, codes, codebooks, scales, &w))) return st;
+  if (packed) {
+    int64_t shape[4];
+    if ((st = sizes(ctx, op, fmt, N, xm.cols, &w.sz))) return st;
+    pack_shape(fmt, N, xm.cols, shape);
+    if ((st = qf_check_dense(ctx, op, "codes (packed)", codes, QF_U8, 4, shape, 16, (void **)&w.codes))) return st;
+    /* the books and scales as for the standard layout, against a stand-in for the codes */
+    DLTensor plain = *codes;
+    int64_t plain_shape[3] = {fmt->residuals, N, w.sz.row_bytes};
+    plain.ndim = 3, plain.shape = plain_shape, plain.strides = NULL;
+    uint8_t *packed_codes = w.codes;
+    if ((st = check_quantized(ctx, op, fmt, N, xm.cols, &plain, codebooks, scales, &w))) return st;
+    w.codes = packed_codes;
+  } else if ((st = check_quantized(ctx, op, fmt, N, xm.cols, codes, codebooks, scales, &w))) {
+    return st;
+  }
+  w.packed = packed;
   if (ym.rows * ym.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA

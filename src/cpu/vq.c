@@ -276,7 +276,54 @@ static void store_f(const qf_mat *m, int64_t r, int64_t c, double v) {
   else ((uint16_t *)row)[c] = entry_bits(m->dtype, (float)v);
 }
 
+/* Byte b of row n's chunk c of residual r in the standard layout (0 past the code row). */
+static uint8_t chunk_byte(const qf_vq_tensors *t, int64_t r, int64_t n, int64_t c, int64_t b) {
+  const int64_t at = c * t->fmt.index_bits + b;
+  return at < t->sz.row_bytes ? t->codes[(r * t->N + n) * t->sz.row_bytes + at] : 0;
+}
+
+qf_status qf_cpu_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *packed) {
+  (void)ctx;
+  const int bits = t->fmt.index_bits;
+  const int64_t tiles = qf_vq_pack_tiles(t->N), chunks = qf_vq_pack_chunks(t->K / t->fmt.vector_size);
+  const int64_t cb = qf_vq_pack_chunk_bytes(bits);
+  for (int64_t r = 0; r < t->fmt.residuals; r++)
+    for (int64_t n = 0; n < tiles * QF_VQ_PACK_ROWS; n++)
+      for (int64_t c = 0; c < chunks; c++) {
+        uint8_t *out = packed + qf_vq_pack_offset(r, n, c, tiles, chunks, bits);
+        for (int64_t b = 0; b < cb; b++) out[b] = n < t->N && b < bits ? chunk_byte(t, r, n, c, b) : 0;
+      }
+  return QF_OK;
+}
+
+static qf_status gemm_standard(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
+
+/* Packed codes: unpacked into the standard layout (the bytes past the last chunk are zeros), then
+ * the standard reference. */
+static qf_status gemm_packed(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
+  const int bits = w->fmt.index_bits;
+  const int64_t tiles = qf_vq_pack_tiles(w->N), chunks = qf_vq_pack_chunks(w->K / w->fmt.vector_size);
+  qf_vq_tensors plain = *w;
+  plain.packed = 0;
+  plain.codes = calloc((size_t)(w->fmt.residuals * w->N * w->sz.row_bytes), 1);
+  if (!plain.codes) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_gemm: no memory to unpack the codes");
+  for (int64_t r = 0; r < w->fmt.residuals; r++)
+    for (int64_t n = 0; n < w->N; n++)
+      for (int64_t c = 0; c < chunks; c++) {
+        const uint8_t *in = w->codes + qf_vq_pack_offset(r, n, c, tiles, chunks, bits);
+        for (int64_t b = 0; b < bits && c * bits + b < w->sz.row_bytes; b++)
+          plain.codes[(r * w->N + n) * w->sz.row_bytes + c * bits + b] = in[b];
+      }
+  const qf_status st = gemm_standard(ctx, x, &plain, y);
+  free(plain.codes);
+  return st;
+}
+
 qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
+  return w->packed ? gemm_packed(ctx, x, w, y) : gemm_standard(ctx, x, w, y);
+}
+
+static qf_status gemm_standard(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
   float *row = malloc((size_t)w->K * sizeof *row);
   if (!row) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_gemm: no memory for a row");
   for (int64_t n = 0; n < w->N; n++) {

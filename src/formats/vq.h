@@ -30,4 +30,19 @@ QF_HD int64_t qf_vq_row_bytes(int64_t vectors, int bits) {
   return (bytes + 15) / 16 * 16;
 }
 
+/* The table VQ-GeMV's packed layout of codes (qf_vq_pack_gemv): for each residual r, tile of
+ * QF_VQ_PACK_ROWS rows and chunk c of 8 vectors, the tile's rows' bytes [c * bits, (c + 1) * bits)
+ * of their code rows (a chunk's 8 indices: `bits` bytes), each padded with zeros to
+ * qf_vq_pack_chunk_bytes, rows back to back; rows past N and bytes past a code row are zeros.
+ * Shape [R, ceil(N / QF_VQ_PACK_ROWS), chunks, QF_VQ_PACK_ROWS * chunk bytes]. */
+#define QF_VQ_PACK_ROWS 512
+QF_HD int64_t qf_vq_pack_chunk_bytes(int bits) { return (bits + 3) / 4 * 4; }
+QF_HD int64_t qf_vq_pack_chunks(int64_t vectors) { return (vectors + 7) / 8; }
+QF_HD int64_t qf_vq_pack_tiles(int64_t N) { return (N + QF_VQ_PACK_ROWS - 1) / QF_VQ_PACK_ROWS; }
+/* Offset of row n's chunk c of residual r in the packed codes of `tiles` tiles and `chunks` chunks. */
+QF_HD int64_t qf_vq_pack_offset(int64_t r, int64_t n, int64_t c, int64_t tiles, int64_t chunks, int bits) {
+  const int64_t cb = qf_vq_pack_chunk_bytes(bits);
+  return ((r * tiles + n / QF_VQ_PACK_ROWS) * chunks + c) * QF_VQ_PACK_ROWS * cb + (n % QF_VQ_PACK_ROWS) * cb;
+}
+
 #endif

@@ -338,6 +338,79 @@ static void test_gemm_reference(void) {
   vq_free(&b);
 }
 
+/* qf_vq_pack_gemv and the packed codes in qf_vq_gemm: the shape, every index of every row found
+ * at its place in the packed layout, padding and rows past N zero, qf_vq_gemm on the packed codes
+ * equal bit for bit to the standard layout (the CPU unpacks them), bad shapes refused with the
+ * outputs untouched. Random codes and entries: the layout does not depend on the values. */
+static void test_pack_gemv(void) {
+  const struct {
+    qf_vq_format f;
+    int64_t N, K;
+  } cases[] = {
+      {{8, 12, 2, 0, 0, QF_F16, 1}, 700, 328}, /* AQLM-3-like: two tiles, a partial last chunk */
+      {{4, 10, 1, 0, 0, QF_BF16, 0}, 100, 80},
+  };
+  uint64_t s = 77;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const qf_vq_format f = cases[i].f;
+    const int64_t N = cases[i].N, K = cases[i].K, M = 1, bits = f.index_bits;
+    vq_buf b;
+    vq_alloc(&b, &f, N, K);
+    for (int64_t j = 0; j < f.residuals * N * b.sz.row_bytes; j++) b.codes[j] = (uint8_t)(rng_next(&s) >> 24);
+    for (int64_t j = 0; j < f.residuals * b.sz.entries * f.vector_size; j++)
+      b.books[j] = f.entry_dtype == QF_F16 ? qf_f16_from_f32(rng_normal(&s)) : qf_bf16_from_f32(rng_normal(&s));
+    for (int64_t n = 0; n < N; n++) b.scales[n] = 0.5f + (float)n / (float)N;
+    int64_t shape[4];
+    CHECK(qf_vq_pack_gemv_shape(ctx, &f, N, K, shape) == QF_OK, "pack shape: %s", qf_ctx_last_error(ctx));
+    const int64_t chunks = (K / f.vector_size + 7) / 8, cb = (bits + 3) / 4 * 4;
+    CHECK(shape[0] == f.residuals && shape[1] == (N + 511) / 512 && shape[2] == chunks && shape[3] == 512 * cb,
+          "pack shape [%lld, %lld, %lld, %lld]", (long long)shape[0], (long long)shape[1], (long long)shape[2],
+          (long long)shape[3]);
+    const size_t bytes = (size_t)(shape[0] * shape[1] * shape[2] * shape[3]);
+    uint8_t *packed = aligned_alloc(16, (bytes + 15) / 16 * 16);
+    memset(packed, 0xAB, bytes);
+    DLTensor pt = dl_tensor(packed, QF_U8, 4, shape, kDLCPU);
+    CHECK(qf_vq_pack_gemv(ctx, &b.ct, &f, K, &pt) == QF_OK, "pack: %s", qf_ctx_last_error(ctx));
+    size_t bad = 0;
+    for (int64_t r = 0; r < f.residuals; r++)
+      for (int64_t n = 0; n < shape[1] * 512; n++)
+        for (int64_t c = 0; c < chunks; c++) {
+          const uint8_t *at = packed + qf_vq_pack_offset(r, n, c, shape[1], chunks, (int)bits);
+          for (int64_t v = 0; v < 8 && n < N && c * 8 + v < K / f.vector_size; v++)
+            bad += qf_vq_get_index(at, v, (int)bits) !=
+                   qf_vq_get_index(b.codes + (r * N + n) * b.sz.row_bytes, c * 8 + v, (int)bits);
+          for (int64_t k = n < N ? bits : 0; k < cb; k++) bad += at[k] != 0;
+        }
+    CHECK(bad == 0, "pack: %zu indices or padding bytes out of place", bad);
+
+    float x[328], y0[700 + 1], y1[700 + 1];
+    for (int64_t k = 0; k < K; k++) x[k] = rng_normal(&s);
+    tensor2d xt, yt0, yt1;
+    tensor2d_init(&xt, x, QF_F32, M, K, K, kDLCPU);
+    tensor2d_init(&yt0, y0, QF_F32, M, N, N, kDLCPU);
+    tensor2d_init(&yt1, y1, QF_F32, M, N, N, kDLCPU);
+    const DLTensor *sc = f.row_scale ? &b.st : NULL;
+    CHECK(qf_vq_gemm(ctx, &xt.t, &b.ct, &b.bt, sc, &f, &yt0.t) == QF_OK &&
+              qf_vq_gemm(ctx, &xt.t, &pt, &b.bt, sc, &f, &yt1.t) == QF_OK,
+          "gemm, standard and packed: %s", qf_ctx_last_error(ctx));
+    CHECK(memcmp(y0, y1, (size_t)N * sizeof(float)) == 0, "gemm on packed codes equals the standard layout's");
+
+    /* bad shapes: refused, outputs untouched */
+    shape[2] += 1;
+    memset(packed, 0xAB, bytes);
+    CHECK(qf_vq_pack_gemv(ctx, &b.ct, &f, K, &pt) == QF_ERR_SHAPE && packed[0] == 0xAB && packed[bytes - 1] == 0xAB,
+          "pack: a wrong packed shape refused (%s)", qf_ctx_last_error(ctx));
+    y1[0] = -3.0f;
+    CHECK(qf_vq_gemm(ctx, &xt.t, &pt, &b.bt, sc, &f, &yt1.t) == QF_ERR_SHAPE && y1[0] == -3.0f,
+          "gemm: packed codes of a wrong shape refused (%s)", qf_ctx_last_error(ctx));
+    shape[2] -= 1;
+    CHECK(qf_vq_pack_gemv(ctx, &b.ct, &f, K + f.vector_size * 8, &pt) == QF_ERR_SHAPE,
+          "pack: packed codes of another K refused (%s)", qf_ctx_last_error(ctx));
+    free(packed);
+    vq_free(&b);
+  }
+}
+
 /* Decode attention over a CQ-2 cache against float64 attention over the dequantized cache. */
 static void test_attention_reference(void) {
   enum { B = 2, HQ = 4, HKV = 2, D = 16, T = 40, C = HKV * D };
@@ -397,6 +470,7 @@ int main(void) {
   test_errors();
   test_encode();
   test_gemm_reference();
+  test_pack_gemv();
   test_attention_reference();
   qf_ctx_destroy(ctx);
   return check_finish("test_vq");

@@ -145,7 +145,7 @@ static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ra
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
     ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_one_split, ran_lut_splits,
-    ran_lut_row_ranges;
+    ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges;
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -215,6 +215,79 @@ static qf_status lut_rows_64(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *
   return st;
 }
 
+/* The table GeMV on packed codes (qf_vq_pack_gemv): packed on the GPU, byte for byte the CPU's
+ * packing; the public call at M = 1 against the reference in Y->ref; the kernel with its K ranges
+ * forced (1, 3, one per item) and with 512 rows per block (several row ranges when N > 512); M = 2
+ * on packed codes refused with y untouched. */
+static void packed_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, const qf_mat *xm, const qf_vq_tensors *t,
+                        const qf_mat *ym, const DLTensor *gx, const DLTensor *gy, pair *Y, int64_t yld, double tol,
+                        const char *desc) {
+  int64_t shape[4];
+  if (!CHECK(qf_vq_pack_gemv_shape(cpu, &w->f, w->N, w->K, shape) == QF_OK, "%s: pack shape: %s", desc,
+             qf_ctx_last_error(cpu)))
+    return;
+  const size_t bytes = (size_t)(shape[0] * shape[1] * shape[2] * shape[3]);
+  pair P;
+  pair_init(&P, bytes, NULL);
+  DLTensor cc = w_codes(w, 0), gc = w_codes(w, 1), gb = w_books(w, 1), gs = w_scales(w, 1);
+  DLTensor cp = dl_tensor(P.ref, QF_U8, 4, shape, kDLCPU), gp = dl_tensor(P.dev, QF_U8, 4, shape, kDLCUDA);
+  CHECK(qf_vq_pack_gemv(cpu, &cc, &w->f, w->K, &cp) == QF_OK && qf_vq_pack_gemv(gpu, &gc, &w->f, w->K, &gp) == QF_OK,
+        "%s: pack: %s / %s", desc, qf_ctx_last_error(cpu), qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  pair_check(&P, "packed codes", desc);
+
+  char d2[260];
+  snprintf(d2, sizeof d2, "%s, packed codes", desc);
+  CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
+  qf_status st = qf_vq_gemm(gpu, gx, &gp, &gb, w->f.row_scale ? &gs : NULL, &w->f, (DLTensor *)gy);
+  if (CHECK(st == QF_OK, "%s: gpu: %s", d2, qf_ctx_last_error(gpu))) {
+    CUDA_OK(cudaDeviceSynchronize());
+    const double err = y_error(Y, ym->dtype, ym->rows, ym->cols, yld, d2);
+    CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d2, err, tol);
+    ran_packed++;
+  }
+  qf_vq_tensors tp = *t;
+  tp.codes = P.dev, tp.packed = 1;
+  const int64_t items = (w->K / w->f.vector_size + 7) / 8 * w->f.residuals;
+  for (int rows = 0; rows <= 512; rows += 512)
+    for (int sp = 0; sp < 3; sp++) {
+      const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)items;
+      if (splits > items) continue;
+      char d3[300];
+      snprintf(d3, sizeof d3, "%s, %d K splits, rows per block %d", d2, splits, rows);
+      CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
+      qf_vq_mma_config used;
+      st = qf_cuda_vq_gemv_lut_with(gpu, xm, &tp, ym, splits, rows, &used);
+      if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
+      CUDA_OK(cudaDeviceSynchronize());
+      const double err = y_error(Y, ym->dtype, ym->rows, ym->cols, yld, d3);
+      CHECK(err < tol && used.splits == splits, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
+      ran_packed_splits += splits > 1;
+      ran_packed_row_ranges += used.tiles_n > 1;
+    }
+  /* rows per block not in whole packed tiles, and M = 2: refused, y untouched */
+  CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
+  st = qf_cuda_vq_gemv_lut_with(gpu, xm, &tp, ym, 0, 64, NULL);
+  CHECK(st == QF_ERR_UNSUPPORTED, "%s: 64 rows per block on packed codes gave %s", d2, qf_status_str(st));
+  int64_t xs2[2] = {2, w->K}, ys2[2] = {2, w->N};
+  DLTensor gx2 = *gx, gy2 = *gy;
+  gx2.shape = xs2, gy2.shape = ys2, gx2.strides = gy2.strides = NULL;
+  void *x2buf = dev_alloc((size_t)(2 * w->K) * esz(xm->dtype));
+  CUDA_OK(cudaMemset(x2buf, 0, (size_t)(2 * w->K) * esz(xm->dtype)));
+  gx2.data = x2buf;
+  void *y2buf = dev_alloc((size_t)(2 * w->N) * esz(ym->dtype));
+  CUDA_OK(cudaMemset(y2buf, POISON, (size_t)(2 * w->N) * esz(ym->dtype)));
+  gy2.data = y2buf;
+  st = qf_vq_gemm(gpu, &gx2, &gp, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy2);
+  CHECK(st == QF_ERR_UNSUPPORTED, "%s: M = 2 on packed codes gave %s", d2, qf_status_str(st));
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(dev_poisoned(y2buf, (size_t)(2 * w->N) * esz(ym->dtype)) && dev_poisoned(Y->dev, Y->bytes),
+        "%s: y written after a refused call", d2);
+  CUDA_OK(cudaFree(x2buf));
+  CUDA_OK(cudaFree(y2buf));
+  pair_free(&P);
+}
+
 static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtype xt, qf_dtype yt, int forced,
                       uint64_t *seed) {
   const int64_t N = w->N, K = w->K, xld = M % 2 ? K : K + 3, yld = N + 5;
@@ -248,7 +321,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", desc, err, tol);
 
   /* each codebook placement forced, on the same tensors (y poisoned again before each) */
-  const qf_vq_tensors t = {w->f, w->sz, N, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL};
+  const qf_vq_tensors t = {w->f, w->sz, N, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL, 0};
   const qf_mat xm = {X.dev, xt, M, K, xld}, ym = {Y.dev, yt, M, N, yld};
   const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED,
                             QF_VQ_BOOKS_LUT};
@@ -341,6 +414,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
                   &ran_lut_one_split, &ran_lut_splits);
     forced_splits(gpu, lut_rows_64, "lut, 64 rows per block", QF_VQ_BOOKS_LUT, items, &xm, &t, &ym, &Y, yld, tol, desc,
                   &ran_lut_row_ranges, &ran_lut_row_ranges);
+    packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc);
   }
   if (forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL)
     forced_splits(gpu, qf_cuda_vq_gemm_tiled_with, "tiled", QF_VQ_BOOKS_TILED, K / 64, &xm, &t, &ym, &Y, yld, tol, desc,
@@ -437,6 +511,7 @@ int main(void) {
       {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048},
       {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256},
       {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136},
+      {"AQLM-3 (row scales), three 512-row tiles", aqlm, 1100, 256, 600, 128},
       {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192},
       {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516},
       {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512},
@@ -502,6 +577,9 @@ int main(void) {
             ran_lut_row_ranges > 0,
         "the table GeMV ran (%d; vector sizes 4, 8: %d, %d; one split %d, several %d; 64-row ranges %d)", ran_lut,
         ran_lut_vs[4], ran_lut_vs[8], ran_lut_one_split, ran_lut_splits, ran_lut_row_ranges);
+  CHECK(ran_packed > 0 && ran_packed_splits > 0 && ran_packed_row_ranges > 0,
+        "the table GeMV ran on packed codes (%d; several K ranges %d, several row ranges %d)", ran_packed,
+        ran_packed_splits, ran_packed_row_ranges);
   CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
         ran_elementwise);
   CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,

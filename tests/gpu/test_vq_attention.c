@@ -269,8 +269,8 @@ static qf_status forced_call(qf_ctx *gpu, call *k, int placement, int scores, qf
   a.q = (qf_mat){k->dq, k->va.qt, c->B, k->Hq * c->D, k->q_ld};
   a.o = (qf_mat){k->d_o, k->va.ot, c->B, k->Hq * c->D, k->o_ld};
   a.lse = k->d_lse;
-  a.k = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[0], c->d_books[0], NULL};
-  a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL};
+  a.k = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[0], c->d_books[0], NULL, 0};
+  a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL, 0};
   a.B = c->B, a.Hq = k->Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = c->T, a.sm_scale = k->scale;
   return qf_cuda_vq_attention_decode_with(gpu, &a, placement, scores, used);
 }

@@ -172,8 +172,8 @@ static void setup_call(att_call *a, qf_ctx *ctx, cache *c, int64_t B, int64_t se
   a->args.q = (qf_mat){a->q, QF_F16, B, W, W};
   a->args.o = (qf_mat){a->o, QF_F16, B, W, W};
   a->args.lse = a->lse;
-  a->args.k = (qf_vq_tensors){c->f, sz, rows, Wkv, c->codes[0], c->books[0], NULL};
-  a->args.v = (qf_vq_tensors){c->f, sz, rows, Wkv, c->codes[1], c->books[1], NULL};
+  a->args.k = (qf_vq_tensors){c->f, sz, rows, Wkv, c->codes[0], c->books[0], NULL, 0};
+  a->args.v = (qf_vq_tensors){c->f, sz, rows, Wkv, c->codes[1], c->books[1], NULL, 0};
   a->args.B = B, a->args.Hq = HQ, a->args.Hkv = c->hkv, a->args.D = HEAD_DIM, a->args.seq_len = seq_len;
   a->args.sm_scale = 1.0 / sqrt((double)HEAD_DIM);
 }

@@ -17,7 +17,8 @@
  *    or qf_cuda_vq_gemm_mma_with (M > 16); "<fmt>,fp16,banked": the banked VQ-GeMV (bank-private
  *    book copies, codebook-centric split-K; M <= 16, 8-bit formats); "<fmt>,fp16,tiled": the tiled
  *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16); "<fmt>,fp16,lut": the table
- *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1, AQLM-3). A placement the kernel cannot
+ *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1, AQLM-3); "<fmt>,fp16,lut-packed": the
+ *    public call on the codes packed for it (qf_vq_pack_gemv, done once, untimed). A placement the kernel cannot
  *    use for the shape is skipped with a line saying why (no row).
  *  - "<fmt>,fp16,unfused": the ablation's no-fusion baseline, qf_vq_dequantize into an fp16 weight
  *    then the peer's cuBLASLt GEMM on it, timed together.
@@ -236,7 +237,7 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
     c.scales = (DLTensor){.data = w->scales, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_F32), .shape = w->sshape};
     c.xm = (qf_mat){x, QF_F16, M, K, K};
     c.ym = (qf_mat){y, QF_F16, M, N, N};
-    c.t = (qf_vq_tensors){w->f, w->sz, N, K, (uint8_t *)w->codes, w->books, w->scales};
+    c.t = (qf_vq_tensors){w->f, w->sz, N, K, (uint8_t *)w->codes, w->books, w->scales, 0};
 
     char shape[64], variant[64], why[512] = "";
     snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
@@ -256,6 +257,26 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
       }
       c.placement = variants[v];
       rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
+    }
+    if (M == 1 && qf_cuda_vq_lut_refusal(&c.xm, &c.t) == NULL) {  /* the table GeMV on packed codes */
+      int64_t pshape[4];
+      void *packed = NULL;
+      DLTensor plain = c.codes;
+      if (qf_vq_pack_gemv_shape(ctx, &w->f, N, K, pshape) == QF_OK &&
+          vqb_cuda(cudaMalloc(&packed, (size_t)(pshape[0] * pshape[1] * pshape[2] * pshape[3])), "cudaMalloc packed")) {
+        DLTensor pt = {.data = packed, .device = {kDLCUDA, 0}, .ndim = 4, .dtype = qf_dtype_to_dl(QF_U8), .shape = pshape};
+        if (qf_vq_pack_gemv(ctx, &plain, &w->f, K, &pt) == QF_OK) {
+          c.codes = pt;
+          c.placement = -1;
+          snprintf(variant, sizeof variant, "%s,fp16,lut-packed", w->name);
+          rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
+          c.codes = plain;
+        } else {
+          fprintf(stderr, "qf_vq_pack_gemv: %s\n", qf_ctx_last_error(ctx));
+          rc = 1;
+        }
+        cudaFree(packed);
+      }
     }
     if (plans[i]) {
       int64_t wshape[2] = {N, K};

@@ -51,6 +51,14 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                                         static_cast<size_t>(M), qf_stream(ctx));
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
+  if (w->packed) {  // codes in the table GeMV's layout (qf_vq_pack_gemv): that kernel only
+    if (placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
+    if (M != 1 || !gemv_shape)
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV, which takes M = 1 (M=%lld)", kOp,
+                     static_cast<long long>(M));
+    return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, 0, 0, used);
+  }
 
   // VQ-GeMV: at M = 1 the table kernel where it can run and pays (vq_gemv_lut.cu), else the banked
   // kernel where it can run (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel

@@ -142,6 +142,9 @@ def _load():
     lib.qf_vq_dequantize.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(VqFormat), T]
     lib.qf_vq_encode.argtypes = [ctypes.c_void_p, T, ctypes.c_int64, T, ctypes.POINTER(VqFormat), T, T]
     lib.qf_vq_gemm.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(VqFormat), T]
+    lib.qf_vq_pack_gemv_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(VqFormat), ctypes.c_int64, ctypes.c_int64,
+                                          ctypes.POINTER(ctypes.c_int64)]
+    lib.qf_vq_pack_gemv.argtypes = [ctypes.c_void_p, T, ctypes.POINTER(VqFormat), ctypes.c_int64, T]
     lib.qf_vq_attention_decode.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat),
                                            ctypes.POINTER(VqAttentionOpts), T, T]
     return lib
@@ -335,6 +338,17 @@ class Context:
         sc = _Arg(scales) if scales is not None else None
         self._check(_lib.qf_vq_gemm(self._ctx, keep[0].ptr(), keep[1].ptr(), keep[2].ptr(), sc.ptr() if sc else None,
                                     ctypes.byref(fmt), keep[3].ptr()))
+
+    def vq_pack_gemv_shape(self, fmt, n, k):
+        """Shape of the codes packed for the table GeMV: uint8 [R, ceil(n / 512), chunks, 512 * chunk bytes]."""
+        shape = (ctypes.c_int64 * 4)()
+        self._check(_lib.qf_vq_pack_gemv_shape(self._ctx, ctypes.byref(fmt), n, k, shape))
+        return tuple(shape)
+
+    def vq_pack_gemv(self, codes, fmt, k, packed):
+        """packed = codes [R, N, row_bytes] in the table GeMV's layout; vq_gemm takes either."""
+        keep = [_Arg(t) for t in (codes, packed)]
+        self._check(_lib.qf_vq_pack_gemv(self._ctx, keep[0].ptr(), ctypes.byref(fmt), k, keep[1].ptr()))
 
     def vq_attention_decode(self, q, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse, head_dim, kv_heads,
                             seq_len, sm_scale=0.0):

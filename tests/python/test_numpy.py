@@ -169,6 +169,24 @@ class TestFamily(unittest.TestCase):
         self.ctx.vq_encode(w, 0, books, fmt, again)
         np.testing.assert_array_equal(again, codes)
 
+    def test_vq_pack_gemv(self):
+        # AQLM-3-like codes (random indices and entries): the packed layout gives the same GeMV
+        fmt = self.ctx.vq_format("aqlm-3")
+        n, k = 300, 128
+        sz = self.ctx.vq_sizes(fmt, n, k)
+        codes = self.rng.integers(0, 256, (2, n, sz.row_bytes), dtype=np.uint8)
+        books = self.rng.standard_normal((2, 1, 4096, 8)).astype(np.float16)
+        shape = self.ctx.vq_pack_gemv_shape(fmt, n, k)
+        self.assertEqual(shape, (2, 1, 2, 512 * 12))
+        packed = np.full(shape, 0xAB, np.uint8)
+        self.ctx.vq_pack_gemv(codes, fmt, k, packed)
+        self.assertTrue((packed[:, :, :, n * 12:] == 0).all())  # rows past n
+        x = self.rng.standard_normal((1, k)).astype(np.float32)
+        y0, y1 = np.empty((1, n), np.float32), np.empty((1, n), np.float32)
+        self.ctx.vq_gemm(x, codes, books, fmt, y0)
+        self.ctx.vq_gemm(x, packed, books, fmt, y1)
+        np.testing.assert_array_equal(y0, y1)
+
 
 if __name__ == "__main__":
     unittest.main()

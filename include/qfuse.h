@@ -461,7 +461,7 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * 512 * ((index_bits + 3) / 4 * 4)]; rows past N and bytes past a code row are zeros.
  * qf_vq_gemm takes such a 4-D codes tensor in place of the 3-D one: the CPU reference unpacks
  * it; CUDA runs the table GeMV on it directly (M = 1 and the table GeMV's formats only, else
- * QF_ERR_UNSUPPORTED), 1.1-1.4x faster than on the standard layout (docs/VQ.md). */
+ * QF_ERR_UNSUPPORTED), 1.2-1.5x faster than on the standard layout (docs/VQ.md). */
 qf_status qf_vq_pack_gemv_shape(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, int64_t shape[4]);
 
 /* packed = the packed layout of codes [R, N, row_bytes] of a [N, K] weight in fmt (CPU and CUDA,

@@ -30,9 +30,9 @@
 //   refill could land before a queued load had read the stage (wrong sums, about one run in two
 //   of the GPU test).
 // - Split-K over blocks: the blocks of a row range split the items into k_ranges consecutive
-//   ranges of items_per_range (the last ones shorter, possibly empty). Each leaves its rows' sums in the workspace and a second kernel adds them in a fixed
-//   order (a call repeats bit for bit), scales the rows and rounds to y's dtype; with one range
-//   the block writes y itself.
+//   ranges of items_per_range (the last ones shorter, possibly empty). Each leaves its rows' sums
+//   in the workspace and a second kernel adds them in a fixed order (a call repeats bit for bit),
+//   scales the rows and rounds to y's dtype; with one range the block writes y itself.
 // - Limits (else QF_ERR_UNSUPPORTED with the reason): M = 1, one book per residual (scopes 0 x
 //   0), (vector size, index bits) of QF_VQ_LUT_FORMATS, codes and books 16-byte aligned, R * N
 //   rows of codes below 2^31, code rows of at least 32 bytes (standard layout); packed codes take
@@ -83,7 +83,9 @@ constexpr int kStageBytes = kThreads * 32;
 
 __host__ __device__ constexpr size_t table_bytes(int bits) { return static_cast<size_t>(kGroups) << bits << 2; }
 // Dynamic shared memory: the table, the ring, the rows' sums.
-__host__ __device__ constexpr size_t smem_bytes(int bits, int rows) { return table_bytes(bits) + kStages * kStageBytes + 4u * rows; }
+__host__ __device__ constexpr size_t smem_bytes(int bits, int rows) {
+  return table_bytes(bits) + kStages * kStageBytes + 4u * rows;
+}
 
 __device__ __forceinline__ float x_at(const void *x, int dtype, int k) {
   switch (dtype) {
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   __syncthreads();
 
   if (threadIdx.x >= kThreads) {
-    // ---- producer: lane 0 streams every (item, tile) box pair through the ring ----
+    // ---- producer: lane 0 streams every (item, tile)'s codes through the ring ----
     if (threadIdx.x != kThreads) return;
     if constexpr (!kPacked) {
       prefetch_tensormap(&tmap_16);
@@ -263,7 +265,8 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
         uint32_t w[9];
         if constexpr (kPacked) {  // kPackBytes at tid * kPackBytes (offset 0)
 #pragma unroll
-          for (int q = 0; q < 5; q++) w[q] = q < kPackBytes / 4 ? ld_shared_b32(ring + s * kStageBytes + tid * kPackBytes + 4 * q) : 0u;
+          for (int q = 0; q < 5; q++)
+            w[q] = q < kPackBytes / 4 ? ld_shared_b32(ring + s * kStageBytes + tid * kPackBytes + 4 * q) : 0u;
         } else {
           const uint4 lo = ld_shared_v4(ring + s * kStageBytes + tid * (kWide ? 32 : 16));
           w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = 0u;

@@ -62,26 +62,35 @@ qf_status qf_vq_sizes_of(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_
   return sizes(ctx, "qf_vq_sizes_of", fmt, N, K, out);
 }
 
-/* The quantized tensors of a [N, K] weight in format fmt. */
-static qf_status check_quantized(qf_ctx *ctx, const char *op, const qf_vq_format *fmt, int64_t N, int64_t K,
-                                 const DLTensor *codes, const DLTensor *books, const DLTensor *scales, qf_vq_tensors *t) {
+/* The format, codebooks and scales of a [N, K] weight in format fmt into *t; the codes are the
+ * caller's (standard layout: check_quantized; packed: qf_vq_gemm). */
+static qf_status check_books(qf_ctx *ctx, const char *op, const qf_vq_format *fmt, int64_t N, int64_t K,
+                             const DLTensor *books, const DLTensor *scales, qf_vq_tensors *t) {
   qf_status st;
   if ((st = sizes(ctx, op, fmt, N, K, &t->sz))) return st;
-  t->fmt = *fmt, t->N = N, t->K = K;
-  const int64_t R = fmt->residuals;
-  const int64_t code_shape[3] = {R, N, t->sz.row_bytes};
-  const int64_t book_shape[4] = {R, t->sz.n_books, t->sz.entries, fmt->vector_size};
-  if ((st = qf_check_dense(ctx, op, "codes", codes, QF_U8, 3, code_shape, 16, (void **)&t->codes)) ||
-      (st = qf_check_dense(ctx, op, "codebooks", books, fmt->entry_dtype, 4, book_shape, 16, &t->books)))
-    return st;
+  t->fmt = *fmt, t->N = N, t->K = K, t->codes = NULL, t->packed = 0;
+  const int64_t book_shape[4] = {fmt->residuals, t->sz.n_books, t->sz.entries, fmt->vector_size};
+  if ((st = qf_check_dense(ctx, op, "codebooks", books, fmt->entry_dtype, 4, book_shape, 16, &t->books))) return st;
   t->scales = NULL;
-  t->packed = 0;
   if (fmt->row_scale) {
     if ((st = qf_check_dense(ctx, op, "scales", scales, QF_F32, 1, &N, 16, (void **)&t->scales))) return st;
   } else if (scales) {
     return qf_fail(ctx, QF_ERR_VALUE, "%s: scales given but fmt->row_scale is 0", op);
   }
   return QF_OK;
+}
+
+/* Codes in the standard layout [R, N, row_bytes] for t's format and shape. */
+static qf_status check_codes(qf_ctx *ctx, const char *op, const DLTensor *codes, qf_vq_tensors *t) {
+  const int64_t code_shape[3] = {t->fmt.residuals, t->N, t->sz.row_bytes};
+  return qf_check_dense(ctx, op, "codes", codes, QF_U8, 3, code_shape, 16, (void **)&t->codes);
+}
+
+/* The quantized tensors of a [N, K] weight in format fmt, codes in the standard layout. */
+static qf_status check_quantized(qf_ctx *ctx, const char *op, const qf_vq_format *fmt, int64_t N, int64_t K,
+                                 const DLTensor *codes, const DLTensor *books, const DLTensor *scales, qf_vq_tensors *t) {
+  qf_status st = check_books(ctx, op, fmt, N, K, books, scales, t);
+  return st ? st : check_codes(ctx, op, codes, t);
 }
 
 qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt, const qf_vq_quantize_opts *opts,
@@ -190,12 +199,10 @@ qf_status qf_vq_pack_gemv(qf_ctx *ctx, const DLTensor *codes, const qf_vq_format
   qf_status st;
   if ((st = sizes(ctx, op, fmt, N, K, &t.sz))) return st;
   t.fmt = *fmt, t.N = N, t.K = K, t.books = NULL, t.scales = NULL, t.packed = 0;
-  const int64_t code_shape[3] = {fmt->residuals, N, t.sz.row_bytes};
   int64_t shape[4];
   pack_shape(fmt, N, K, shape);
   uint8_t *out;
-  if ((st = qf_check_dense(ctx, op, "codes", codes, QF_U8, 3, code_shape, 16, (void **)&t.codes)) ||
-      (st = qf_check_dense(ctx, op, "packed", packed, QF_U8, 4, shape, 16, (void **)&out)))
+  if ((st = check_codes(ctx, op, codes, &t)) || (st = qf_check_dense(ctx, op, "packed", packed, QF_U8, 4, shape, 16, (void **)&out)))
     return st;
   if (shape[0] * shape[1] * shape[2] * shape[3] == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
@@ -226,20 +233,13 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
                    ym.cols, xm.rows, N);
   if (packed) {
     int64_t shape[4];
-    if ((st = sizes(ctx, op, fmt, N, xm.cols, &w.sz))) return st;
+    if ((st = check_books(ctx, op, fmt, N, xm.cols, codebooks, scales, &w))) return st;
     pack_shape(fmt, N, xm.cols, shape);
     if ((st = qf_check_dense(ctx, op, "codes (packed)", codes, QF_U8, 4, shape, 16, (void **)&w.codes))) return st;
-    /* the books and scales as for the standard layout, against a stand-in for the codes */
-    DLTensor plain = *codes;
-    int64_t plain_shape[3] = {fmt->residuals, N, w.sz.row_bytes};
-    plain.ndim = 3, plain.shape = plain_shape, plain.strides = NULL;
-    uint8_t *packed_codes = w.codes;
-    if ((st = check_quantized(ctx, op, fmt, N, xm.cols, &plain, codebooks, scales, &w))) return st;
-    w.codes = packed_codes;
+    w.packed = 1;
   } else if ((st = check_quantized(ctx, op, fmt, N, xm.cols, codes, codebooks, scales, &w))) {
     return st;
   }
-  w.packed = packed;
   if (ym.rows * ym.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA

@@ -276,12 +276,6 @@ static void store_f(const qf_mat *m, int64_t r, int64_t c, double v) {
   else ((uint16_t *)row)[c] = entry_bits(m->dtype, (float)v);
 }
 
-/* Byte b of row n's chunk c of residual r in the standard layout (0 past the code row). */
-static uint8_t chunk_byte(const qf_vq_tensors *t, int64_t r, int64_t n, int64_t c, int64_t b) {
-  const int64_t at = c * t->fmt.index_bits + b;
-  return at < t->sz.row_bytes ? t->codes[(r * t->N + n) * t->sz.row_bytes + at] : 0;
-}
-
 qf_status qf_cpu_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *packed) {
   (void)ctx;
   const int bits = t->fmt.index_bits;
@@ -291,7 +285,8 @@ qf_status qf_cpu_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *pack
     for (int64_t n = 0; n < tiles * QF_VQ_PACK_ROWS; n++)
       for (int64_t c = 0; c < chunks; c++) {
         uint8_t *out = packed + qf_vq_pack_offset(r, n, c, tiles, chunks, bits);
-        for (int64_t b = 0; b < cb; b++) out[b] = n < t->N && b < bits ? chunk_byte(t, r, n, c, b) : 0;
+        const uint8_t *row = t->codes + (r * t->N + n) * t->sz.row_bytes;
+        for (int64_t b = 0; b < cb; b++) out[b] = n < t->N ? qf_vq_pack_byte(row, t->sz.row_bytes, c, b, bits) : 0;
       }
   return QF_OK;
 }

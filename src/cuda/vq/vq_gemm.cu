@@ -51,19 +51,14 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                                         static_cast<size_t>(M), qf_stream(ctx));
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
-  if (w->packed) {  // codes in the table GeMV's layout (qf_vq_pack_gemv): that kernel only
-    if (placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
-      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
-    if (M != 1 || !gemv_shape)
-      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV, which takes M = 1 (M=%lld)", kOp,
-                     static_cast<long long>(M));
-    return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, 0, 0, used);
-  }
+  // Packed codes (qf_vq_pack_gemv) are the table GeMV's layout: that kernel only (it refuses M > 1).
+  if (w->packed && placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
 
   // VQ-GeMV: at M = 1 the table kernel where it can run and pays (vq_gemv_lut.cu), else the banked
   // kernel where it can run (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel
   // (vq_gemm_tiled.cu); unless a placement or a tile height is forced.
-  if (placement == QF_VQ_BOOKS_LUT || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M == 1 &&
+  if (placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M == 1 &&
                                        qf_vq_lut_pays(N, f.index_bits) && qf_cuda_vq_lut_refusal(x, w) == nullptr))
     return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, 0, 0, used);
   if (placement == QF_VQ_BOOKS_BANKED || (placement == QF_VQ_BOOKS_AUTO && gemv_shape &&

@@ -69,8 +69,7 @@ struct vq_lut_params {
   int N, vectors, residuals, items;
   int rows_per_block, k_ranges;
   int items_per_range;  // ceil(items / k_ranges): the last ranges may be shorter or empty
-  const uint8_t *packed;  // NULL: the standard layout through the tensor maps; else the packed codes
-  int tiles, chunks;      // of the packed layout (QF_VQ_PACK_ROWS-row tiles, 8-vector chunks)
+  const uint8_t *packed;  // the packed codes (kPacked; else the tensor maps read the standard layout)
 };
 
 namespace vq_lut_detail {
@@ -176,7 +175,8 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
     for (int j = 0; j < steps; j++) {
       if constexpr (kPacked) {  // one contiguous copy of the (tile, item)'s kThreads x kPackBytes
         const int i = i_begin + j / tiles, c = i / p.residuals, r = i % p.residuals;
-        const uint8_t *src = p.packed + qf_vq_pack_offset(r, n0 + j % tiles * kThreads, c, p.tiles, p.chunks, kBits);
+        const uint8_t *src = p.packed + qf_vq_pack_offset(r, n0 + j % tiles * kThreads, c, qf_vq_pack_tiles(p.N),
+                                                          p.items / p.residuals, kBits);
         mbarrier_wait_parity(empty_bar(s), phase ^ 1u);
         mbarrier_arrive_expect_tx(full_bar(s), kThreads * kPackBytes);
         cp_async_bulk_g2s(ring + s * kStageBytes, src, kThreads * kPackBytes, full_bar(s));
@@ -387,7 +387,7 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   if (max_rows == 0 || (rows_per_block > 0 && rows_per_block > max_rows))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the table GeMV's rows per block (%lld) do not fit the shared memory",
                    kOp, static_cast<long long>(rows_per_block > 0 ? rows_per_block : kThreads));
-  const int64_t vectors = K / f.vector_size, chunks = (vectors + kGroups - 1) / kGroups, items = chunks * f.residuals;
+  const int64_t vectors = K / f.vector_size, items = qf_vq_pack_chunks(vectors) * f.residuals;
   if (rows_per_block <= 0) {
     const int64_t ranges = (N + max_rows - 1) / max_rows;
     rows_per_block = static_cast<int>((N + ranges - 1) / ranges);
@@ -402,8 +402,8 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
     // At most one block per SM, ranges of the same whole number of items (the last one shorter):
     // 132 ranges of 3 or 4 items ran 22016 x 8192 in 85 us against 78 for 64 ranges of 4, and
     // 8192 x 22016 in 104 against 87 for 115 ranges of 6 (H200).
-    const int64_t want = row_ranges > 0 ? sms / row_ranges : 1;
-    const int64_t per = (items + (want < 1 ? 1 : want) - 1) / (want < 1 ? 1 : want);
+    const int64_t want = std::max<int64_t>(1, row_ranges > 0 ? sms / row_ranges : 1);
+    const int64_t per = (items + want - 1) / want;
     splits = static_cast<int>(per > 0 ? (items + per - 1) / per : 1);
   }
   if (items == 0 || splits > items)
@@ -459,11 +459,7 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   p.rows_per_block = rows_per_block;
   p.k_ranges = k_ranges;
   p.items_per_range = static_cast<int>((items + k_ranges - 1) / k_ranges);
-  if (w->packed) {
-    p.packed = w->codes;
-    p.tiles = static_cast<int>(qf_vq_pack_tiles(N));
-    p.chunks = static_cast<int>(chunks);
-  }
+  if (w->packed) p.packed = w->codes;
   if (k_ranges > 1) {
     void *ws = nullptr;
     const size_t partial_bytes = static_cast<size_t>(k_ranges) * static_cast<size_t>(N) * sizeof(float);
@@ -485,13 +481,11 @@ __global__ void vq_pack_gemv_kernel(const uint8_t *codes, int64_t N, int64_t row
   for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < total; u += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c = u % chunks, n = u / chunks % rows, r = u / chunks / rows;
     uint32_t *out = reinterpret_cast<uint32_t *>(packed + qf_vq_pack_offset(r, n, c, tiles, chunks, bits));
+    const uint8_t *row = codes + (r * N + n) * row_bytes;
     for (int64_t q = 0; q < cb / 4; q++) {
       uint32_t word = 0;
-      for (int64_t b = 4 * q; b < 4 * q + 4; b++) {
-        const int64_t at = c * bits + b;
-        const uint32_t v = n < N && b < bits && at < row_bytes ? codes[(r * N + n) * row_bytes + at] : 0u;
-        word |= v << (8 * (b - 4 * q));
-      }
+      for (int64_t b = 4 * q; b < 4 * q + 4 && n < N; b++)
+        word |= static_cast<uint32_t>(qf_vq_pack_byte(row, row_bytes, c, b, bits)) << (8 * (b - 4 * q));
       out[q] = word;
     }
   }

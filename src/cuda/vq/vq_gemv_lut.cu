@@ -25,7 +25,11 @@
 //   (ncu: L2 71% busy, DRAM 37% on 22016 x 8192).
 // - Packed codes (qf_vq_pack_gemv, formats/vq.h; kPacked): a (512-row tile, item)'s indices are
 //   one contiguous run of 512 x 12 bytes (12-bit indices), one bulk copy per ring stage: 1.2-1.5x
-//   faster on the Llama layers (H200).
+//   faster on the Llama layers (H200). Their stages are smaller than the standard layout's
+//   32-byte windows, so the ring's bytes hold 8 of them instead of 3: the codes in flight per SM
+//   were what held the stream (22016 x 8192: 51.7 -> 48.1 us; 3-7% on the layers of 1 M vectors
+//   or more, H200, A/B run twice). Two rows per thread (two tiles' lookups in flight) on top of
+//   that was 1-2% slower on packed codes and 8-24% slower on the standard layout.
 // - A ring stage is freed once its codes' lookups are done: freed right after the code load, a
 //   refill could land before a queued load had read the stage (wrong sums, about one run in two
 //   of the GPU test).
@@ -77,7 +81,7 @@ namespace vq_lut_detail {
 constexpr int kGroups = 8;        // vectors per chunk: table rows
 constexpr int kThreads = 512;     // consumer threads; + one producer warp
 constexpr int kBoxRows = 256;     // a TMA box: 16 or 32 bytes x 256 rows of codes
-constexpr int kStages = 3;        // ring stages of kThreads rows (8 ran no faster)
+constexpr int kStages = 3;        // ring stages of kThreads rows in the standard layout (8 ran no faster)
 constexpr int kStageBytes = kThreads * 32;
 
 __host__ __device__ constexpr size_t table_bytes(int bits) { return static_cast<size_t>(kGroups) << bits << 2; }
@@ -127,16 +131,21 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   static_assert(kBits <= 16, "a row's indices of a chunk fit a 32-byte window at any offset");
   constexpr int kPackBytes = (kBits + 3) / 4 * 4;  // a row's chunk, packed (qf_vq_pack_chunk_bytes)
   static_assert(QF_VQ_PACK_ROWS == kThreads, "a packed tile is a ring stage");
+  // The ring: kStages stages of kStageBytes for the standard layout's windows; packed tiles are
+  // smaller, so the same bytes hold more of them in flight (8 for 12-bit indices).
+  constexpr int kSlot = kPacked ? kThreads * kPackBytes : kStageBytes;
+  constexpr int kRing = kStages * kStageBytes / kSlot;
+  static_assert(kSlot % 16 == 0, "bulk copies of 16-byte multiples");
 
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ __align__(8) uint64_t bars[2 * kStages];
+  __shared__ __align__(8) uint64_t bars[2 * kRing];
   __shared__ float xs[kGroups * kVS];
   float *const table = reinterpret_cast<float *>(smem);
   float *const sums = reinterpret_cast<float *>(smem + table_bytes(kBits) + kStages * kStageBytes);
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem + table_bytes(kBits)));
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto full_bar = [bar0](int s) { return bar0 + 8 * s; };
-  auto empty_bar = [bar0](int s) { return bar0 + 8 * (kStages + s); };
+  auto empty_bar = [bar0](int s) { return bar0 + 8 * (kRing + s); };
 
   // This block's rows [n0, n0 + rows) and items [i_begin, i_end).
   const int range = static_cast<int>(blockIdx.x) % p.k_ranges;
@@ -146,7 +155,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   const int tiles = (rows + kThreads - 1) / kThreads;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; s++) {
+    for (int s = 0; s < kRing; s++) {
       mbarrier_init(full_bar(s), 1);
       mbarrier_init(empty_bar(s), kThreads / 32);
     }
@@ -179,8 +188,8 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
                                                           p.items / p.residuals, kBits);
         mbarrier_wait_parity(empty_bar(s), phase ^ 1u);
         mbarrier_arrive_expect_tx(full_bar(s), kThreads * kPackBytes);
-        cp_async_bulk_g2s(ring + s * kStageBytes, src, kThreads * kPackBytes, full_bar(s));
-        if (++s == kStages) s = 0, phase ^= 1u;
+        cp_async_bulk_g2s(ring + s * kSlot, src, kThreads * kPackBytes, full_bar(s));
+        if (++s == kRing) s = 0, phase ^= 1u;
         continue;
       }
       const CUtensorMap *map;
@@ -189,9 +198,9 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
       mbarrier_wait_parity(empty_bar(s), phase ^ 1u);  // a fresh barrier passes parity 1
       mbarrier_arrive_expect_tx(full_bar(s), kThreads * box_bytes);
       for (int b = 0; b < kThreads / kBoxRows; b++)
-        cp_async_bulk_tensor_2d_g2s(ring + s * kStageBytes + b * kBoxRows * box_bytes, map, full_bar(s), x0,
+        cp_async_bulk_tensor_2d_g2s(ring + s * kSlot + b * kBoxRows * box_bytes, map, full_bar(s), x0,
                                     row + b * kBoxRows);
-      if (++s == kStages) s = 0, phase ^= 1u;
+      if (++s == kRing) s = 0, phase ^= 1u;
     }
     return;
   }
@@ -266,13 +275,13 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
         if constexpr (kPacked) {  // kPackBytes at tid * kPackBytes (offset 0)
 #pragma unroll
           for (int q = 0; q < 5; q++)
-            w[q] = q < kPackBytes / 4 ? ld_shared_b32(ring + s * kStageBytes + tid * kPackBytes + 4 * q) : 0u;
+            w[q] = q < kPackBytes / 4 ? ld_shared_b32(ring + s * kSlot + tid * kPackBytes + 4 * q) : 0u;
         } else {
-          const uint4 lo = ld_shared_v4(ring + s * kStageBytes + tid * (kWide ? 32 : 16));
+          const uint4 lo = ld_shared_v4(ring + s * kSlot + tid * (kWide ? 32 : 16));
           w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = 0u;
         }
         if constexpr (kWide) {
-          const uint4 hi = ld_shared_v4(ring + s * kStageBytes + tid * 32 + 16);
+          const uint4 hi = ld_shared_v4(ring + s * kSlot + tid * 32 + 16);
           w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w, w[8] = 0u;
         }
         const int row = t * kThreads + tid;
@@ -290,7 +299,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
         // The stage is freed once its codes are used (NOTES).
         __syncwarp();
         if (lane == 0) mbarrier_arrive(empty_bar(s));
-        if (++s == kStages) s = 0, phase ^= 1u;
+        if (++s == kRing) s = 0, phase ^= 1u;
       }
     });
   }

@@ -92,6 +92,9 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
 #define QF_SM90_GEMM_CASE(BM, BN) \
   if (cfg.block_m == BM && cfg.block_n == BN) return launch<R, BM, BN, OutT>(ctx, pr, p, cfg);
   QF_SM90_GEMM_TILES(QF_SM90_GEMM_CASE)
+  if constexpr (sm90_gemm_two_sets(R)) {  // the wide tiles: FP8 recipes only (the heuristic's rule)
+    QF_SM90_GEMM_WIDE_TILES(QF_SM90_GEMM_CASE)
+  }
 #undef QF_SM90_GEMM_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", pr.op, cfg.block_m, cfg.block_n);
 }

@@ -29,6 +29,9 @@
 //     so stages, barrier parities (one bit per stage), descriptors and scale offsets are
 //     compile-time constants: 27% fewer instructions, block-scaled M = 4096 5-12% faster
 //     (turns: 10% slower than two sets; free-running warpgroups 13%; 2-CTA clusters 4-10%).
+//   - 128 x 192 tiles (the FP8 recipes at 65-128 rows, where they cover N in one wave): one set,
+//     too large for two; the warpgroups run free (no turns), and a tile row spans two weight-scale
+//     blocks, each column group of 8 promoted with its own block's scale.
 //   - 128 x 64 tiles: the two consumer warpgroups take turns (named barriers 4 and 5: warpgroup 0
 //     runs block i, then 1 its block i, then 0 block i + 1, ...). Block-scaled, a warpgroup hands
 //     the turn over when its block's wgmma have completed, so that the other's run alone while it
@@ -205,7 +208,10 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   static_assert(sizeof(OutT) == 4 || kBlockN % 64 == 0, "the staging tile is made of 64-column (128-byte) boxes");
   static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups of 64 rows");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
-  static_assert(128 % kBlockN == 0, "a tile's columns share one B scale block");
+  // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
+  // two: the first 128 - n0 % 128 columns take the first block's scale, the rest the next one's.
+  static_assert(128 % kBlockN == 0 || kBlockN == 192, "a tile spans at most two B scale blocks");
+  constexpr bool kTwoScaleBlocks = kBlockN > 128;
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
@@ -350,30 +356,48 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
     };
-    // FP8: total += the completed K-block in `a` (its wait is done) times the row scales s0 and
-    // s1 of the thread's two rows (kScaledFp8: 1, exact adds).
-    auto add_block = [&](Acc(&a)[kBlockN / 2], float s0, float s1) {
+    // FP8: total += the completed K-block in `a` (its wait is done) times the scales s0 and s1 of
+    // the thread's two rows (kScaledFp8: 1, exact adds); the column groups from hi on (a
+    // compile-time constant, std::integral_constant) take h0 and h1 instead: the second weight-scale
+    // block of a 192-column tile.
+    auto add_cols = [&](Acc(&a)[kBlockN / 2], float s0, float s1, float h0, float h1, auto hi) {
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; j++) {
-        total[4 * j + 0] = fmaf(a[4 * j + 0], s0, total[4 * j + 0]);
-        total[4 * j + 1] = fmaf(a[4 * j + 1], s0, total[4 * j + 1]);
-        total[4 * j + 2] = fmaf(a[4 * j + 2], s1, total[4 * j + 2]);
-        total[4 * j + 3] = fmaf(a[4 * j + 3], s1, total[4 * j + 3]);
+        const float r0 = j < decltype(hi)::value ? s0 : h0, r1 = j < decltype(hi)::value ? s1 : h1;
+        total[4 * j + 0] = fmaf(a[4 * j + 0], r0, total[4 * j + 0]);
+        total[4 * j + 1] = fmaf(a[4 * j + 1], r0, total[4 * j + 1]);
+        total[4 * j + 2] = fmaf(a[4 * j + 2], r1, total[4 * j + 2]);
+        total[4 * j + 3] = fmaf(a[4 * j + 3], r1, total[4 * j + 3]);
       }
     };
-    // The single-set path: the K-block in `a` (of stage s, weight-block scale b) has completed:
-    // free its stage and add it to the total.
-    auto promote = [&](Acc(&a)[kBlockN / 2], float b) {
-      float s0 = 1.0f, s1 = 1.0f;
-      if constexpr (kBlockScales)
-        s0 = sa_ring[s * kBlockM + tile_row] * b, s1 = sa_ring[s * kBlockM + tile_row + 8] * b;
+    auto add_block = [&](Acc(&a)[kBlockN / 2], float s0, float s1) {
+      add_cols(a, s0, s1, s0, s1, std::integral_constant<int, kBlockN / 8>{});
+    };
+    // The single-set path: the K-block in `a` (of stage s, weight-block scales b and, for the
+    // column groups from hi_at on, b_hi) has completed: free its stage and add it to the total.
+    auto promote = [&](Acc(&a)[kBlockN / 2], float b, float b_hi, int hi_at) {
+      float s0 = 1.0f, s1 = 1.0f, h0 = 1.0f, h1 = 1.0f;
+      if constexpr (kBlockScales) {
+        const float a0 = sa_ring[s * kBlockM + tile_row], a1 = sa_ring[s * kBlockM + tile_row + 8];
+        s0 = a0 * b, s1 = a1 * b, h0 = a0 * b_hi, h1 = a1 * b_hi;
+      }
       release(s, s0, s1);
       if (++s == kStages) s = 0, phase ^= 1;
-      add_block(a, s0, s1);
+      if constexpr (kTwoScaleBlocks && kBlockScales) {
+        // (hi_at is 16 or 8: the tile starts on a scale block or halfway into one)
+        if (hi_at == 16)
+          add_cols(a, s0, s1, h0, h1, std::integral_constant<int, 16>{});
+        else
+          add_cols(a, s0, s1, h0, h1, std::integral_constant<int, 8>{});
+      } else {
+        add_block(a, s0, s1);
+      }
     };
-    constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc;
+    // 128 x 192 tiles (one set) run free: their warpgroups issue, wait and promote independently
+    // (with turns handed over at completion they ran 0-3% slower, at issue 3-5%; H100, M = 4096).
+    constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc && !kTwoScaleBlocks;
     // Block-scaled: a warpgroup hands the turn over when its K-block's wgmma have completed, so
     // that the other's run alone while it promotes; kScaledFp8 (a cheaper promotion) hands it
     // over as soon as it has issued.
@@ -396,6 +420,10 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
       const float *bs = kBlockScales ? p.b_scales + static_cast<int64_t>(n0 / 128) * p.num_kb : nullptr;
+      // A 192-column tile's second scale block, from column group hi_at on (a last tile whose
+      // columns past 128 - n0 % 128 all lie past N reads the first block's again: never stored).
+      const int hi_at = (128 - n0 % 128) / 8;
+      const float *bs_hi = kTwoScaleBlocks && kBlockScales && n0 / 128 + 1 < (p.N + 127) / 128 ? bs + p.num_kb : bs;
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) total[i] = 0.0f;
 
@@ -481,10 +509,14 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       } else {
         // The weight-block scales of the next two K-blocks, loaded two blocks ahead: a decode
         // tile's wgmma are too short to hide a load from L2.
-        float b_cur = 1.0f, b_next = 1.0f;
+        float b_cur = 1.0f, b_next = 1.0f, h_cur = 1.0f, h_next = 1.0f;  // (h: the second block's)
         if constexpr (kBlockScales) {
           if (kb_begin < kb_end) b_cur = __ldg(bs + kb_begin);
           if (kb_begin + 1 < kb_end) b_next = __ldg(bs + kb_begin + 1);
+          if constexpr (kTwoScaleBlocks) {
+            if (kb_begin < kb_end) h_cur = __ldg(bs_hi + kb_begin);
+            if (kb_begin + 1 < kb_end) h_next = __ldg(bs_hi + kb_begin + 1);
+          }
         }
         for (int kb = kb_begin; kb < kb_end; kb++) {
           mbarrier_wait_parity(full_bar(s), phase);
@@ -513,13 +545,14 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             wgmma_commit_group();
             if (kTurns && !kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);  // the other's turn
             issued++;
-            const float b = b_cur;
-            b_cur = b_next;
+            const float b = b_cur, h = h_cur;
+            b_cur = b_next, h_cur = h_next;
             if (kBlockScales && kb + 2 < kb_end) b_next = __ldg(bs + kb + 2);
+            if (kTwoScaleBlocks && kBlockScales && kb + 2 < kb_end) h_next = __ldg(bs_hi + kb + 2);
             fence_acc();
             wgmma_wait_group<0>();
             if (kTurns && kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);
-            promote(acc, b);
+            promote(acc, b, h, hi_at);
           }
         }
       }

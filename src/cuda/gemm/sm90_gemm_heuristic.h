@@ -7,17 +7,20 @@
 #include <cstdint>
 
 // The instantiated tile shapes (BLOCK_M, BLOCK_N). BLOCK_M is 64 per consumer warpgroup; BLOCK_N
-// divides 128 so that a tile row needs one B scale per K-block.
+// divides 128, so that a tile row needs one B scale per K-block. The waves model below weighs these.
 #define QF_SM90_GEMM_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
+// The wide tile (FP8 recipes only): a tile row spans two weight-scale blocks; chosen by its own rule.
+#define QF_SM90_GEMM_WIDE_TILES(X) X(128, 192)
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
 // 8: with 12 instead of 8 the weight-streaming shapes at M = 1 and 16 run up to 16% faster (H200,
 // A/B repeated; (7168, 16384) at M = 1: 60 -> 54 us), M = 64 and 128 within -3% to +14%.
+// The 128 x 192 tile takes 4 stages past that budget (its 48 KB staging tile leaves room for 3).
 constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   const int budget = 200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0);
   const int fit = budget / ((block_m + block_n) * 128);
-  return fit < 12 ? fit : 12;
+  return fit < 4 ? 4 : fit < 12 ? fit : 12;
 }
 
 struct sm90_gemm_config {
@@ -99,6 +102,14 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const int64_t t = (N + 127) / 128;
     if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16)) best.block_m = 128, best.block_n = 128;
   }
+  // 65-128 rows on the FP8 recipes: one wave of 128 x 192 tiles where 128-column tiles need more
+  // than one and N is a multiple of 192: block-scaled (128, 24576, 1536) 18.5 -> 17.1 us (0.93x ->
+  // 1.01x cuBLASLt; 192 tiles of 128 x 128 left a second wave of 60; H200, A/B run twice), no
+  // other bench shape takes it. At M = 4096 these tiles ran 0-6% slower than the two-set 128 x 128
+  // ones, and where 128-column tiles end half empty (N = 2112) the H100 and the H200 disagreed
+  // (docs/GEMM.md).
+  if (two_sets && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
+    best.block_m = 128, best.block_n = 192;
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (const int64_t split = decode_splits(tiles); split > 1) {

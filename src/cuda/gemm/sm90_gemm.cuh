@@ -29,9 +29,9 @@
 //     so stages, barrier parities (one bit per stage), descriptors and scale offsets are
 //     compile-time constants: 27% fewer instructions, block-scaled M = 4096 5-12% faster
 //     (turns: 10% slower than two sets; free-running warpgroups 13%; 2-CTA clusters 4-10%).
-//   - 128 x 192 tiles (the FP8 recipes at 65-128 rows, where they cover N in one wave): one set,
-//     too large for two; the warpgroups run free (no turns), and a tile row spans two weight-scale
-//     blocks, each column group of 8 promoted with its own block's scale.
+//   - 64 x 192 and 128 x 192 tiles (the FP8 recipes up to 128 rows, where they cover N in one
+//     wave): one set, too large for two; the warpgroups run free (no turns), and a tile row spans
+//     two weight-scale blocks, each column group of 8 promoted with its own block's scale.
 //   - 128 x 64 tiles: the two consumer warpgroups take turns (named barriers 4 and 5: warpgroup 0
 //     runs block i, then 1 its block i, then 0 block i + 1, ...). Block-scaled, a warpgroup hands
 //     the turn over when its block's wgmma have completed, so that the other's run alone while it

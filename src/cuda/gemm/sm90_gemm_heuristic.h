@@ -9,8 +9,8 @@
 // The instantiated tile shapes (BLOCK_M, BLOCK_N). BLOCK_M is 64 per consumer warpgroup; BLOCK_N
 // divides 128, so that a tile row needs one B scale per K-block. The waves model below weighs these.
 #define QF_SM90_GEMM_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
-// The wide tile (FP8 recipes only): a tile row spans two weight-scale blocks; chosen by its own rule.
-#define QF_SM90_GEMM_WIDE_TILES(X) X(128, 192)
+// The wide tiles (FP8 recipes only): a tile row spans two weight-scale blocks; chosen by their own rule.
+#define QF_SM90_GEMM_WIDE_TILES(X) X(64, 192) X(128, 192)
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
@@ -102,14 +102,15 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const int64_t t = (N + 127) / 128;
     if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16)) best.block_m = 128, best.block_n = 128;
   }
-  // 65-128 rows on the FP8 recipes: one wave of 128 x 192 tiles where 128-column tiles need more
-  // than one and N is a multiple of 192: block-scaled (128, 24576, 1536) 18.5 -> 17.1 us (0.93x ->
-  // 1.01x cuBLASLt; 192 tiles of 128 x 128 left a second wave of 60; H200, A/B run twice), no
-  // other bench shape takes it. At M = 4096 these tiles ran 0-6% slower than the two-set 128 x 128
-  // ones, and where 128-column tiles end half empty (N = 2112) the H100 and the H200 disagreed
-  // (docs/GEMM.md).
-  if (two_sets && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
-    best.block_m = 128, best.block_n = 192;
+  // Up to 128 rows on the FP8 recipes: one wave of 64 x 192 or 128 x 192 tiles where 128-column
+  // tiles need more than one and N is a multiple of 192. Block-scaled (N, K) = (24576, 1536), the
+  // only bench shape that takes them: M = 1, 16 and 64 16.9 -> 15.4, 16.9 -> 15.5 and 17.4 -> 15.7
+  // us (64 x 64 tiles in three waves before), M = 128 18.5 -> 17.1 us (0.93x -> 1.01x cuBLASLt; 192
+  // tiles of 128 x 128 left a second wave of 60); H200, A/B run twice. At M = 4096 128 x 192 tiles
+  // ran 0-6% slower than the two-set 128 x 128 ones, and where 128-column tiles end half empty
+  // (N = 2112) the H100 and the H200 disagreed (docs/GEMM.md).
+  if (two_sets && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
+    best.block_m = M > 64 ? 128 : 64, best.block_n = 192;
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (const int64_t split = decode_splits(tiles); split > 1) {

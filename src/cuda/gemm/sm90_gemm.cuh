@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         add_block(a, s0, s1);
       }
     };
-    // 128 x 192 tiles (one set) run free: their warpgroups issue, wait and promote independently
+    // 192-column tiles (one set) run free: their warpgroups issue, wait and promote independently
     // (with turns handed over at completion they ran 0-3% slower, at issue 3-5%; H100, M = 4096).
     constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc && !kTwoScaleBlocks;
     // Block-scaled: a warpgroup hands the turn over when its K-block's wgmma have completed, so

@@ -177,6 +177,14 @@ static void pack_shape(const qf_vq_format *f, int64_t N, int64_t K, int64_t shap
   shape[3] = QF_VQ_PACK_ROWS * qf_vq_pack_chunk_bytes(f->index_bits);
 }
 
+/* Codes in the table GeMV's packed layout for t's format and shape (`name` in the messages). */
+static qf_status check_packed(qf_ctx *ctx, const char *op, const char *name, const DLTensor *packed,
+                              const qf_vq_tensors *t, uint8_t **data) {
+  int64_t shape[4];
+  pack_shape(&t->fmt, t->N, t->K, shape);
+  return qf_check_dense(ctx, op, name, packed, QF_U8, 4, shape, 16, (void **)data);
+}
+
 qf_status qf_vq_pack_gemv_shape(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, int64_t shape[4]) {
   static const char op[] = "qf_vq_pack_gemv_shape";
   if (!ctx || !shape) return QF_ERR_NULL;
@@ -199,12 +207,9 @@ qf_status qf_vq_pack_gemv(qf_ctx *ctx, const DLTensor *codes, const qf_vq_format
   qf_status st;
   if ((st = sizes(ctx, op, fmt, N, K, &t.sz))) return st;
   t.fmt = *fmt, t.N = N, t.K = K, t.books = NULL, t.scales = NULL, t.packed = 0;
-  int64_t shape[4];
-  pack_shape(fmt, N, K, shape);
   uint8_t *out;
-  if ((st = check_codes(ctx, op, codes, &t)) || (st = qf_check_dense(ctx, op, "packed", packed, QF_U8, 4, shape, 16, (void **)&out)))
-    return st;
-  if (shape[0] * shape[1] * shape[2] * shape[3] == 0) return QF_OK;
+  if ((st = check_codes(ctx, op, codes, &t)) || (st = check_packed(ctx, op, "packed", packed, &t, &out))) return st;
+  if (N == 0 || K / fmt->vector_size == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA
     return qf_cuda_vq_pack_gemv(ctx, &t, out);
@@ -232,10 +237,9 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: y has shape [%" PRId64 ", %" PRId64 "]; expected [%" PRId64 ", %" PRId64 "]", op, ym.rows,
                    ym.cols, xm.rows, N);
   if (packed) {
-    int64_t shape[4];
-    if ((st = check_books(ctx, op, fmt, N, xm.cols, codebooks, scales, &w))) return st;
-    pack_shape(fmt, N, xm.cols, shape);
-    if ((st = qf_check_dense(ctx, op, "codes (packed)", codes, QF_U8, 4, shape, 16, (void **)&w.codes))) return st;
+    if ((st = check_books(ctx, op, fmt, N, xm.cols, codebooks, scales, &w)) ||
+        (st = check_packed(ctx, op, "codes (packed)", codes, &w, &w.codes)))
+      return st;
     w.packed = 1;
   } else if ((st = check_quantized(ctx, op, fmt, N, xm.cols, codes, codebooks, scales, &w))) {
     return st;

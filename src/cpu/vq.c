@@ -305,9 +305,9 @@ static qf_status gemm_packed(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *
   for (int64_t r = 0; r < w->fmt.residuals; r++)
     for (int64_t n = 0; n < w->N; n++)
       for (int64_t c = 0; c < chunks; c++) {
-        const uint8_t *in = w->codes + qf_vq_pack_offset(r, n, c, tiles, chunks, bits);
-        for (int64_t b = 0; b < bits && c * bits + b < w->sz.row_bytes; b++)
-          plain.codes[(r * w->N + n) * w->sz.row_bytes + c * bits + b] = in[b];
+        memcpy(plain.codes + (r * w->N + n) * w->sz.row_bytes + c * bits,
+               w->codes + qf_vq_pack_offset(r, n, c, tiles, chunks, bits),
+               (size_t)qf_vq_pack_span(w->sz.row_bytes, c, bits));
       }
   const qf_status st = gemm_standard(ctx, x, &plain, y);
   free(plain.codes);

@@ -39,10 +39,15 @@ QF_HD int64_t qf_vq_row_bytes(int64_t vectors, int bits) {
 QF_HD int64_t qf_vq_pack_chunk_bytes(int bits) { return (bits + 3) / 4 * 4; }
 QF_HD int64_t qf_vq_pack_chunks(int64_t vectors) { return (vectors + 7) / 8; }
 QF_HD int64_t qf_vq_pack_tiles(int64_t N) { return (N + QF_VQ_PACK_ROWS - 1) / QF_VQ_PACK_ROWS; }
-/* Packed byte b of chunk c of a code row of row_bytes bytes (zeros past the chunk's `bits` bytes
- * and past the row). */
+/* How many of chunk c's `bits` bytes (from byte c * bits) lie in a code row of row_bytes bytes:
+ * the packed chunk's leading bytes; the rest of it is zeros. */
+QF_HD int64_t qf_vq_pack_span(int64_t row_bytes, int64_t c, int bits) {
+  const int64_t left = row_bytes - c * bits;
+  return left < 0 ? 0 : left < bits ? left : bits;
+}
+/* Packed byte b of chunk c of a code row of row_bytes bytes. */
 QF_HD uint8_t qf_vq_pack_byte(const uint8_t *row, int64_t row_bytes, int64_t c, int64_t b, int bits) {
-  return b < bits && c * bits + b < row_bytes ? row[c * bits + b] : 0;
+  return b < qf_vq_pack_span(row_bytes, c, bits) ? row[c * bits + b] : 0;
 }
 /* Offset of row n's chunk c of residual r in the packed codes of `tiles` tiles and `chunks` chunks. */
 QF_HD int64_t qf_vq_pack_offset(int64_t r, int64_t n, int64_t c, int64_t tiles, int64_t chunks, int bits) {

@@ -375,13 +375,13 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     auto add_block = [&](Acc(&a)[kBlockN / 2], float s0, float s1) {
       add_cols(a, s0, s1, s0, s1, std::integral_constant<int, kBlockN / 8>{});
     };
-    // The single-set path: the K-block in `a` (of stage s, weight-block scales b and, for the
-    // column groups from hi_at on, b_hi) has completed: free its stage and add it to the total.
-    auto promote = [&](Acc(&a)[kBlockN / 2], float b, float b_hi, int hi_at) {
+    // The single-set path: the K-block in `a` (of stage s, weight-block scales b.x and, for the
+    // column groups from hi_at on, b.y) has completed: free its stage and add it to the total.
+    auto promote = [&](Acc(&a)[kBlockN / 2], float2 b, int hi_at) {
       float s0 = 1.0f, s1 = 1.0f, h0 = 1.0f, h1 = 1.0f;
       if constexpr (kBlockScales) {
         const float a0 = sa_ring[s * kBlockM + tile_row], a1 = sa_ring[s * kBlockM + tile_row + 8];
-        s0 = a0 * b, s1 = a1 * b, h0 = a0 * b_hi, h1 = a1 * b_hi;
+        s0 = a0 * b.x, s1 = a1 * b.x, h0 = a0 * b.y, h1 = a1 * b.y;
       }
       release(s, s0, s1);
       if (++s == kStages) s = 0, phase ^= 1;
@@ -509,15 +509,18 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       } else {
         // The weight-block scales of the next two K-blocks, loaded two blocks ahead: a decode
         // tile's wgmma are too short to hide a load from L2.
-        float b_cur = 1.0f, b_next = 1.0f, h_cur = 1.0f, h_next = 1.0f;  // (h: the second block's)
-        if constexpr (kBlockScales) {
-          if (kb_begin < kb_end) b_cur = __ldg(bs + kb_begin);
-          if (kb_begin + 1 < kb_end) b_next = __ldg(bs + kb_begin + 1);
-          if constexpr (kTwoScaleBlocks) {
-            if (kb_begin < kb_end) h_cur = __ldg(bs_hi + kb_begin);
-            if (kb_begin + 1 < kb_end) h_next = __ldg(bs_hi + kb_begin + 1);
+        // (x: the tile's first scale block, y: a 192-column tile's second one)
+        auto block_scales = [&](int kb) {
+          float2 b = make_float2(1.0f, 1.0f);
+          if constexpr (kBlockScales) {
+            if (kb < kb_end) {
+              b.x = __ldg(bs + kb);
+              if constexpr (kTwoScaleBlocks) b.y = __ldg(bs_hi + kb);
+            }
           }
-        }
+          return b;
+        };
+        float2 b_cur = block_scales(kb_begin), b_next = block_scales(kb_begin + 1);
         for (int kb = kb_begin; kb < kb_end; kb++) {
           mbarrier_wait_parity(full_bar(s), phase);
           const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + wg * 64 * kBlockK);
@@ -545,14 +548,13 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
             wgmma_commit_group();
             if (kTurns && !kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);  // the other's turn
             issued++;
-            const float b = b_cur, h = h_cur;
-            b_cur = b_next, h_cur = h_next;
-            if (kBlockScales && kb + 2 < kb_end) b_next = __ldg(bs + kb + 2);
-            if (kTwoScaleBlocks && kBlockScales && kb + 2 < kb_end) h_next = __ldg(bs_hi + kb + 2);
+            const float2 b = b_cur;
+            b_cur = b_next;
+            b_next = block_scales(kb + 2);
             fence_acc();
             wgmma_wait_group<0>();
             if (kTurns && kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);
-            promote(acc, b, h, hi_at);
+            promote(acc, b, hi_at);
           }
         }
       }

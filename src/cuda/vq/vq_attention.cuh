@@ -105,14 +105,6 @@ __device__ __forceinline__ int vq_attn_book(const vq_attention_params &p, int ve
   return p.book_shift >= 0 ? vector >> p.book_shift : vector / p.vectors_per_book;
 }
 
-__device__ __forceinline__ float vq_attn_load_q(const vq_attention_params &p, int64_t i) {
-  switch (p.q_dtype) {
-    case QF_BF16: return vq_to_f32(static_cast<const __nv_bfloat16 *>(p.q)[i]);
-    case QF_F16: return vq_to_f32(static_cast<const __half *>(p.q)[i]);
-    default: return static_cast<const float *>(p.q)[i];
-  }
-}
-
 // N consecutive fp32 values of shared memory (16-byte aligned for N = 4, 8; 8-byte for N = 2).
 template <int N>
 __device__ __forceinline__ void vq_attn_load_f32(const float *p, float (&v)[N]) {
@@ -352,7 +344,7 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
     if (t.first) {  // a new unit: its query heads, scaled; empty running statistics
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(hq0) * D;
       for (int i = tid; i < kHeads * D; i += kVqAttnThreads)
-        q_s[i] = i < nh * D ? vq_attn_load_q(p, qrow + i) * p.q_scale : 0.0f;
+        q_s[i] = i < nh * D ? vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale : 0.0f;
       if (tid < kHeads) m_s[tid] = -INFINITY, l_s[tid] = 0.0f;
     }
     __syncthreads();  // codes landed (every thread's copies), q staged

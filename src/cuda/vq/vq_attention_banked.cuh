@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
     __pipeline_wait_prior(1);  // this tile's group is complete
     if (t.b != lut_b) {  // a new batch entry: q[b, h], scaled, then its table
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
-      for (int i = tid; i < kD; i += kHalf) q_s[i] = vq_attn_load_q(p, qrow + i) * p.q_scale;
+      for (int i = tid; i < kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
       vq_attn_half_sync(half);
       // Thread i: vector j = i % S, entries e0, e0 + kStep, ... (e0 = i / S).
       constexpr int kStep = kHalf / kS, kPer = 256 / kStep, kBatch = 64 / kVS;  // K entries in flight per thread

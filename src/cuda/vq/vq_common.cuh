@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "qfuse.h"
+
 // Entry dtypes, as tags: entries travel as raw 16-bit words and are widened on use.
 struct vq_f16 {};
 struct vq_bf16 {};
@@ -80,3 +82,21 @@ __device__ __forceinline__ void vq_store(__nv_bfloat16 *p, float v) { *p = __flo
 __device__ __forceinline__ float vq_to_f32(float v) { return v; }
 __device__ __forceinline__ float vq_to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float vq_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Element i of an array of qf_dtype `dtype` (fp32, fp16 or bf16: x, q) as fp32.
+__device__ __forceinline__ float vq_load_as_f32(const void *a, int dtype, int64_t i) {
+  switch (dtype) {
+    case QF_BF16: return vq_to_f32(static_cast<const __nv_bfloat16 *>(a)[i]);
+    case QF_F16: return vq_to_f32(static_cast<const __half *>(a)[i]);
+    default: return static_cast<const float *>(a)[i];
+  }
+}
+
+// v rounded into element i of an array of qf_dtype `dtype` (fp32, fp16 or bf16: y).
+__device__ __forceinline__ void vq_store_as(void *a, int dtype, int64_t i, float v) {
+  switch (dtype) {
+    case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(a) + i, v); break;
+    case QF_F16: vq_store(static_cast<__half *>(a) + i, v); break;
+    default: vq_store(static_cast<float *>(a) + i, v); break;
+  }
+}

@@ -60,14 +60,6 @@ struct vq_encode_params {
   uint32_t row_words;
 };
 
-__device__ __forceinline__ float x_at(const vq_encode_params &p, const void *row, int k) {
-  switch (p.x_dtype) {
-    case QF_BF16: return vq_to_f32(static_cast<const __nv_bfloat16 *>(row)[k]);
-    case QF_F16: return vq_to_f32(static_cast<const __half *>(row)[k]);
-    default: return static_cast<const float *>(row)[k];
-  }
-}
-
 __device__ __forceinline__ float entry_f32(const vq_encode_params &p, uint16_t h) {
   return p.entry_bf16 ? __uint_as_float(static_cast<uint32_t>(h) << 16) : __half2float(__ushort_as_half(h));
 }
@@ -95,7 +87,7 @@ __device__ __forceinline__ void load_entry(const vq_encode_params &p, const uint
 __device__ float row_scale(const vq_encode_params &p, const void *row, double *red) {
   double ss = 0.0;
   for (int k = threadIdx.x; k < p.K; k += kThreads) {
-    const double v = x_at(p, row, k);
+    const double v = vq_load_as_f32(row, p.x_dtype, k);
     ss = __fma_rn(v, v, ss);  // v * v is exact in fp64
   }
   for (int d = 16; d > 0; d >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, d);
@@ -129,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
       }
       float v[kV];
 #pragma unroll
-      for (int c = 0; c < kV; c++) v[c] = c < vs ? __fdiv_rn(x_at(p, xrow, j * vs + c), s) : 0.0f;
+      for (int c = 0; c < kV; c++) v[c] = c < vs ? __fdiv_rn(vq_load_as_f32(xrow, p.x_dtype, j * vs + c), s) : 0.0f;
       const int64_t scope = p.scope_rows ? (p.row0 + i) / p.scope_rows : 0;
       const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
       for (int r = 0; r < p.residuals; r++) {

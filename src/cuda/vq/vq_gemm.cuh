@@ -167,14 +167,6 @@ __device__ __forceinline__ uint32_t ld16(const uint16_t *p) {
   return kGlobal ? __ldg(reinterpret_cast<const unsigned short *>(p)) : *p;
 }
 
-__device__ __forceinline__ float x_value(const vq_mma_params &p, const uint8_t *row, int k) {
-  switch (p.x_dtype) {
-    case QF_BF16: return vq_to_f32(reinterpret_cast<const __nv_bfloat16 *>(row)[k]);
-    case QF_F16: return vq_to_f32(reinterpret_cast<const __half *>(row)[k]);
-    default: return reinterpret_cast<const float *>(row)[k];
-  }
-}
-
 __device__ __forceinline__ int book_of(const vq_mma_params &p, int j) {
   return p.book_shift >= 0 ? j >> p.book_shift : j / p.vectors_per_book;
 }
@@ -192,15 +184,6 @@ __device__ __forceinline__ void stage_books(const vq_mma_params &p, int scope, u
     } else {
       for (int64_t i = threadIdx.x; i < per_res; i += kThreads) dst[i] = src[i];
     }
-  }
-}
-
-__device__ __forceinline__ void store_y(const vq_mma_params &p, int m, int n, float v) {
-  const int64_t i = m * p.y_ld + n;
-  switch (p.y_dtype) {
-    case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + i, v); break;
-    case QF_F16: vq_store(static_cast<__half *>(p.y) + i, v); break;
-    default: vq_store(static_cast<float *>(p.y) + i, v); break;
   }
 }
 
@@ -292,7 +275,7 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int k = 4 * u + e;
-          split<T, kXP>(xrow[j] != nullptr && k < p.K ? x_value(p, xrow[j], k) : 0.0f, parts[e]);
+          split<T, kXP>(xrow[j] != nullptr && k < p.K ? vq_load_as_f32(xrow[j], p.x_dtype, k) : 0.0f, parts[e]);
         }
 #pragma unroll
         for (int q = 0; q < kXP; q++) b[q][0] = parts[0][q] | (parts[1][q] << 16), b[q][1] = parts[2][q] | (parts[3][q] << 16);
@@ -491,7 +474,7 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
       float sum = part[0];
       for (int w = 1; w < p.warps_k; w++) sum += part[w * kMT * 128];
       if (p.scales) sum *= p.scales[n];
-      store_y(p, m, n, sum);
+      vq_store_as(p.y, p.y_dtype, m * p.y_ld + n, sum);
     }
     __syncthreads();  // red and books_s are free again
   }

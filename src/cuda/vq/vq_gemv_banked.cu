@@ -331,12 +331,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
         const int n = n_base + warp * 16 * kRowTiles + 16 * nt + g + 8 * (k >> 1), m = 8 * j + 2 * t + (k & 1);
         if (n >= p.N || m >= p.M) continue;
         const float v = p.scales ? acc[nt][j][k] * p.scales[n] : acc[nt][j][k];
-        const int64_t at = m * p.y_ld + n;
-        switch (p.y_dtype) {
-          case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(p.y) + at, v); break;
-          case QF_F16: vq_store(static_cast<__half *>(p.y) + at, v); break;
-          default: vq_store(static_cast<float *>(p.y) + at, v); break;
-        }
+        vq_store_as(p.y, p.y_dtype, m * p.y_ld + n, v);
       }
 }
 

@@ -90,22 +90,6 @@ __host__ __device__ constexpr size_t smem_bytes(int bits, int rows) {
   return table_bytes(bits) + kStages * kStageBytes + 4u * rows;
 }
 
-__device__ __forceinline__ float x_at(const void *x, int dtype, int k) {
-  switch (dtype) {
-    case QF_F16: return __half2float(static_cast<const __half *>(x)[k]);
-    case QF_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(x)[k]);
-    default: return static_cast<const float *>(x)[k];
-  }
-}
-
-__device__ __forceinline__ void y_put(void *y, int dtype, int64_t i, float v) {
-  switch (dtype) {
-    case QF_F16: vq_store(static_cast<__half *>(y) + i, v); break;
-    case QF_BF16: vq_store(static_cast<__nv_bfloat16 *>(y) + i, v); break;
-    default: vq_store(static_cast<float *>(y) + i, v); break;
-  }
-}
-
 // f(std::integral_constant<int, v>) for the runtime v in [0, kCount): a uniform branch to one of
 // kCount compile-time bodies.
 template <int kCount, int kI = 0, typename F>
@@ -226,7 +210,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
     for (int k = 0; k < kPer; k++)
       if (tid + k * kThreads < kEntries) raw[k] = __ldg(book + tid + k * kThreads);
     const int k = c * kGroups * kVS + tid;  // (zeros past K)
-    x_next = tid < kGroups * kVS && k < p.vectors * kVS ? x_at(p.x, p.x_dtype, k) : 0.0f;
+    x_next = tid < kGroups * kVS && k < p.vectors * kVS ? vq_load_as_f32(p.x, p.x_dtype, k) : 0.0f;
   };
   load_item(i_begin);
   for (int i = i_begin; i < i_end; i++) {
@@ -310,7 +294,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
     if (row >= rows) continue;
     const int n = n0 + row;
     if (p.k_ranges == 1)
-      y_put(p.y, p.y_dtype, n, p.scales ? sums[row] * p.scales[n] : sums[row]);
+      vq_store_as(p.y, p.y_dtype, n, p.scales ? sums[row] * p.scales[n] : sums[row]);
     else
       p.partials[static_cast<int64_t>(range) * p.N + n] = sums[row];
   }
@@ -335,7 +319,7 @@ __global__ void __launch_bounds__(256) vq_gemv_lut_reduce(const vq_lut_params p)
   v = part[0][lane];
 #pragma unroll
   for (int w = 1; w < 8; w++) v += part[w][lane];
-  vq_lut_detail::y_put(p.y, p.y_dtype, n, p.scales ? v * p.scales[n] : v);
+  vq_store_as(p.y, p.y_dtype, n, p.scales ? v * p.scales[n] : v);
 }
 
 // ---- host: the limits, the split, the launch ----

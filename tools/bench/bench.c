@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "cublaslt.h"
+#include "kernel_timer.h"
 #endif
 
 struct qfb {
@@ -25,6 +26,7 @@ struct qfb {
   int sm_count;
   size_t l2_bytes;
   qfb_flush flush_mode;
+  qfb_timing timing; /* in effect */
   void *flush;        /* device buffer read (or overwritten) before every timed GPU run */
   size_t flush_bytes; /* 2x L2 */
   unsigned *sink;     /* the read pass's words */
@@ -83,6 +85,14 @@ const char *qfb_flush_name(qfb_flush f) {
   return "unknown";
 }
 
+const char *qfb_timing_name(qfb_timing t) {
+  switch (t) {
+  case QFB_TIMING_KERNEL: return "kernel";
+  case QFB_TIMING_EVENT: return "event";
+  }
+  return "unknown";
+}
+
 #ifdef QF_WITH_CUDA
 static int open_gpu(qfb *b) {
   int count = 0, sms = 0, l2 = 0;
@@ -105,6 +115,7 @@ static int open_gpu(qfb *b) {
   if (!CUDA_CHECK(cudaMemset(b->flush, 0, b->flush_bytes))) return 0;
   if (!CUDA_CHECK(cudaMalloc((void **)&b->sink, QFB_SINK_WORDS * sizeof(unsigned)))) return 0;
   if (!CUDA_CHECK(cudaDeviceSynchronize())) return 0;
+  if (b->timing == QFB_TIMING_KERNEL && !qfb_ktimer_open()) b->timing = QFB_TIMING_EVENT;
   return 1;
 }
 #endif
@@ -121,6 +132,7 @@ qfb *qfb_open(const qfb_config *cfg) {
   }
   b->use_gpu = cfg->use_gpu != 0;
   b->flush_mode = cfg->flush;
+  b->timing = cfg->timing;
   b->reps = cfg->reps > 0 ? cfg->reps : QFB_DEFAULT_REPS;
   if (b->reps < QFB_MIN_REPS) {
     fprintf(stderr, "qfb_open: reps=%d raised to the minimum of %d\n", b->reps, QFB_MIN_REPS);
@@ -156,9 +168,10 @@ qfb *qfb_open(const qfb_config *cfg) {
     snprintf(b->device, sizeof b->device, "cpu");
   }
   if (b->use_gpu)
-    printf("device: %s, %d SMs, L2 %.1f MiB, %d warm-up + %d timed runs, L2 flush: %s of %.0f MiB\n",
+    printf("device: %s, %d SMs, L2 %.1f MiB, %d warm-up + %d timed runs, L2 flush: %s of %.0f MiB, "
+           "timing: %s\n",
            b->device, b->sm_count, (double)b->l2_bytes / (1 << 20), QFB_WARMUP, b->reps,
-           qfb_flush_name(b->flush_mode), (double)b->flush_bytes / (1 << 20));
+           qfb_flush_name(b->flush_mode), (double)b->flush_bytes / (1 << 20), qfb_timing_name(b->timing));
   else
     printf("device: cpu, %d warm-up + %d timed runs\n", QFB_WARMUP, b->reps);
   return b;
@@ -180,6 +193,7 @@ int qfb_sm_count(const qfb *b) { return b ? b->sm_count : 0; }
 size_t qfb_l2_bytes(const qfb *b) { return b ? b->l2_bytes : 0; }
 int qfb_reps(const qfb *b) { return b ? b->reps : 0; }
 int qfb_uses_gpu(const qfb *b) { return b ? b->use_gpu : 0; }
+qfb_timing qfb_timing_used(const qfb *b) { return b ? b->timing : QFB_TIMING_EVENT; }
 
 /* ---- timing ------------------------------------------------------------------------------- */
 
@@ -204,10 +218,12 @@ static double time_cpu(qfb *b, int (*fn)(void *), void *arg, double *t) {
 }
 
 #ifdef QF_WITH_CUDA
-/* NOTES: the flush runs before the start event on the same stream, so it is outside the timed
- * region; while the GPU works through it the host has already enqueued fn, so the start event
- * does not wait on host launch overhead either. One event pair is reused, read after
- * cudaEventSynchronize on the stop event of each run. */
+/* NOTES: event timing: the flush runs before the start event on the same stream, so it is
+ * outside the timed region; while the GPU works through it the host has already enqueued fn, so
+ * the start event does not wait on host launch overhead either. One event pair is reused, read
+ * after cudaEventSynchronize on the stop event of each run. Kernel timing: the GPU finishes the
+ * flush and its records are drained before the run's window opens, and the window closes after
+ * the GPU has finished the run (kernel_timer.c). */
 static int flush_l2(qfb *b, int i) {
   switch (b->flush_mode) {
   case QFB_FLUSH_READ: return qfb_read16(b->flush, b->flush_bytes / 16 * 16, b->sink, QFB_SINK_WORDS, 0) == 0;
@@ -225,10 +241,12 @@ static double time_gpu(qfb *b, int (*fn)(void *), void *arg, double *t) {
             cudaGetErrorName(pending), cudaGetErrorString(pending));
     return -1.0;
   }
+  const int kernel = b->timing == QFB_TIMING_KERNEL;
   if (!CUDA_CHECK(cudaEventCreate(&start)) || !CUDA_CHECK(cudaEventCreate(&stop))) goto done;
   for (int i = 0; i < QFB_WARMUP + b->reps; ++i) {
     float ms = 0.0f;
     if (!flush_l2(b, i)) goto done;
+    if (kernel && (!CUDA_CHECK(cudaDeviceSynchronize()) || !qfb_ktimer_begin())) goto done;
     if (!CUDA_CHECK(cudaEventRecord(start, 0))) goto done;
     const int rc = fn(arg);
     if (rc != 0) {
@@ -241,7 +259,9 @@ static double time_gpu(qfb *b, int (*fn)(void *), void *arg, double *t) {
     if (!CUDA_CHECK(cudaEventSynchronize(stop))) goto done;
     if (!CUDA_CHECK(cudaGetLastError())) goto done;
     if (!CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop))) goto done;
-    if (i >= QFB_WARMUP) t[i - QFB_WARMUP] = 1e3 * (double)ms;
+    const double us = kernel ? qfb_ktimer_end() : 1e3 * (double)ms;
+    if (us < 0.0) goto done;
+    if (i >= QFB_WARMUP) t[i - QFB_WARMUP] = us;
   }
   result = median(t, b->reps);
 done:
@@ -377,6 +397,7 @@ static void emit_row(qfb *b, const qfb_row *r, int print) {
   json_key_string(f, "commit", b->commit, 0);
   json_key_string(f, "backend", b->use_gpu ? "cuda" : "cpu", 0);
   json_key_string(f, "flush", b->use_gpu ? qfb_flush_name(b->flush_mode) : NULL, 0);
+  json_key_string(f, "timing", b->use_gpu ? qfb_timing_name(b->timing) : NULL, 0);
   json_key_number(f, "us", us, 0);
   json_key_number(f, "gbps", gbps, 0);
   json_key_number(f, "tflops", tflops, 0);

@@ -32,12 +32,23 @@ typedef enum {
 
 const char *qfb_flush_name(qfb_flush f); /* "read", "memset" */
 
+/* What a timed GPU run's time is. */
+typedef enum {
+  QFB_TIMING_KERNEL = 0, /* default: the durations of the run's kernels (memsets, memcpys) on the
+                            GPU added up, from CUPTI's activity records; falls back to
+                            QFB_TIMING_EVENT, with a message, where libcupti cannot be loaded */
+  QFB_TIMING_EVENT       /* a CUDA event pair around the run: the launch latency too */
+} qfb_timing;
+
+const char *qfb_timing_name(qfb_timing t); /* "kernel", "event" */
+
 typedef struct {
   int use_gpu;            /* 1: time on CUDA device 0, 0: time CPU code */
   const char *jsonl_path; /* append JSON lines here; NULL: none */
   const char *commit;     /* git commit string for the rows; NULL -> "unknown" */
   int reps;               /* timed runs per measurement; <= 0 -> QFB_DEFAULT_REPS; raised to QFB_MIN_REPS */
   qfb_flush flush;        /* zero: QFB_FLUSH_READ */
+  qfb_timing timing;      /* zero: QFB_TIMING_KERNEL */
 } qfb_config;
 
 /* Opens a session. NULL (and a message on stderr) when the GPU is asked for but CUDA is not built
@@ -50,12 +61,14 @@ int qfb_sm_count(const qfb *b);            /* 0 on the CPU */
 size_t qfb_l2_bytes(const qfb *b);         /* 0 on the CPU */
 int qfb_reps(const qfb *b);                /* timed runs per measurement after clamping */
 int qfb_uses_gpu(const qfb *b);
+qfb_timing qfb_timing_used(const qfb *b);  /* the timing in effect (event where CUPTI failed) */
 
 /* Median time in microseconds of fn(arg) over the session's reps timed runs, after QFB_WARMUP
  * untimed runs. GPU: before every run (outside the timed region) the L2 is flushed as the
- * session's qfb_flush says (by default a read pass over a buffer of twice the L2 size); each run is bracketed by CUDA events on
- * the legacy default stream (stream 0), so fn must enqueue its work there; the events are read
- * after synchronizing. CPU: each run is bracketed by clock_gettime(CLOCK_MONOTONIC).
+ * session's qfb_flush says (by default a read pass over a buffer of twice the L2 size); fn must
+ * enqueue its work on the legacy default stream (stream 0); a run's time is its kernel time or
+ * its event time as the session's qfb_timing says. CPU: each run is bracketed by
+ * clock_gettime(CLOCK_MONOTONIC).
  * Returns a negative value, after printing why, if fn returns nonzero or a CUDA error occurs. */
 double qfb_time_us(qfb *b, int (*fn)(void *arg), void *arg);
 
@@ -72,7 +85,8 @@ typedef struct {
 void qfb_print_header(void);
 /* Prints one aligned row (op, variant, shape, us, GB/s, TFLOPS, %floor, peer, peer us,
  * ratio = peer_us/us) and appends one JSON line with the keys op, variant, shape, device,
- * commit, backend ("cuda"|"cpu"), flush (qfb_flush_name; null on the CPU), us, gbps, tflops,
+ * commit, backend ("cuda"|"cpu"), flush (qfb_flush_name; null on the CPU), timing
+ * (qfb_timing_name of the session's timing in effect; null on the CPU), us, gbps, tflops,
  * pct_floor, peer, peer_us, ratio; null where not applicable. */
 void qfb_emit(qfb *b, const qfb_row *r);
 

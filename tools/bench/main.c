@@ -11,7 +11,7 @@
 static void usage(void) {
   fprintf(stderr,
           "usage: qfuse-bench [--cpu] [--jsonl FILE] [--commit ID] [--reps N] [--only OPS] [--m M] [--k K]\n"
-          "                   [--flush read|memset]\n"
+          "                   [--flush read|memset] [--timing kernel|event]\n"
           "  --cpu      time the CPU backend even when a GPU is present\n"
           "  --jsonl    append one JSON line per result to FILE\n"
           "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
@@ -20,7 +20,16 @@ static void usage(void) {
           "  --m        run only the shapes with this M (e.g. under a profiler)\n"
           "  --k        quantization, GEMM and vq_gemm ops: run only the shapes with this K (H for SiLU * Mul)\n"
           "  --flush    how the L2 is emptied before each timed GPU run: a read pass over 2x the L2\n"
-          "             (default; leaves clean lines) or a memset of it (leaves dirty lines)\n");
+          "             (default; leaves clean lines) or a memset of it (leaves dirty lines)\n"
+          "  --timing   a GPU run's time: its kernels' durations from CUPTI's records (default)\n"
+          "             or a CUDA event pair around it (the launch latency too)\n");
+}
+
+static int parse_timing(const char *name, qfb_timing *t) {
+  const qfb_timing all[] = {QFB_TIMING_KERNEL, QFB_TIMING_EVENT};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!strcmp(name, qfb_timing_name(all[i]))) return *t = all[i], 1;
+  return 0;
 }
 
 static int parse_flush(const char *name, qfb_flush *f) {
@@ -44,6 +53,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--m") && i + 1 < argc) sel.m = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--k") && i + 1 < argc) sel.k = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--flush") && i + 1 < argc && parse_flush(argv[i + 1], &cfg.flush)) i++;
+    else if (!strcmp(argv[i], "--timing") && i + 1 < argc && parse_timing(argv[i + 1], &cfg.timing)) i++;
     else {
       usage();
       return 2;

@@ -102,6 +102,11 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const int64_t t = (N + 127) / 128;
     if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16)) best.block_m = 128, best.block_n = 128;
   }
+  // 65-128 rows on the FP8 recipes, where the two rows of 64 x 64 tiles fit in one wave: one row
+  // of 128 x 64 tiles with twice the K ranges instead (B read once, a quarter less operand traffic
+  // per product).
+  if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms)
+    best.block_m = 128;
   // Up to 128 rows on the FP8 recipes: one wave of 64 x 192 or 128 x 192 tiles where 128-column
   // tiles need more than one and N is a multiple of 192. Block-scaled (N, K) = (24576, 1536), the
   // only bench shape that takes them: M = 1, 16 and 64 16.9 -> 15.4, 16.9 -> 15.5 and 17.4 -> 15.7

@@ -3,7 +3,8 @@
 
 Usage: merge.py QFUSE.jsonl TORCH.jsonl --out FILE
 Writes to FILE, for each qfuse CUDA row with a matching torch.compile and/or torch row, a copy of
-the qfuse row with peer = that backend, peer_us = its time and ratio = peer_us / us.
+the qfuse row with peer = that backend, peer_us = its time and ratio = peer_us / us. Rows pair
+only when they were timed the same way (the `timing` key; rows without one are event time).
 """
 import argparse
 import json
@@ -20,7 +21,7 @@ def main():
     ap.add_argument("torch")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    peers = {(r["op"], r["variant"], r["shape"], r["device"], r["backend"]): r["us"]
+    peers = {(r["op"], r["variant"], r["shape"], r["device"], r["backend"], r.get("timing", "event")): r["us"]
              for r in load(args.torch) if r.get("us")}
     n = 0
     with open(args.out, "w") as out:
@@ -30,7 +31,7 @@ def main():
             for backend in ("torch.compile", "torch"):
                 # a fast_exp row computes the same math as its exact variant: one peer for both
                 variant = r["variant"].removesuffix(",fast_exp")
-                peer_us = peers.get((r["op"], variant, r["shape"], r["device"], backend))
+                peer_us = peers.get((r["op"], variant, r["shape"], r["device"], backend, r.get("timing", "event")))
                 if peer_us:
                     out.write(json.dumps(dict(r, peer=backend, peer_us=peer_us,
                                               ratio=round(peer_us / r["us"], 6)), separators=(",", ":")) + "\n")

@@ -4,6 +4,7 @@
 Times the same math as qfuse-bench's quant rows, on the same shapes, and appends JSON lines in
 qfuse-bench's schema (backend "torch" or "torch.compile"). See bench/peers/README.md.
 Usage: quant_torch.py --jsonl FILE [--quick] [--only OPS] [--reps N] [--budget S] [--flush read|memset]
+                      [--timing kernel|event]
 """
 import argparse
 import json
@@ -164,14 +165,32 @@ def make_inputs(op, pool, m, k):
     return (x,)
 
 
-def time_us(fn, reps, flush):
-    """Median of reps runs after WARMUP, L2 flushed (flush()) before each run, events around each."""
+def time_us(fn, reps, flush, timing):
+    """Median of reps runs after WARMUP, L2 flushed (flush()) before each run. timing "kernel": the
+    device time of the kernels each run launched (torch.profiler, the CUPTI records qfuse-bench
+    reads too; the flush finishes before a run starts); "event": CUDA events around each run."""
     for _ in range(WARMUP):
         flush()
         fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
+    if timing == "kernel":
+        from torch.profiler import ProfilerActivity, profile, record_function
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                flush()
+                torch.cuda.synchronize()
+                with record_function("qfb_run"):
+                    fn()
+                torch.cuda.synchronize()
+        for e in prof.events():
+            if e.name == "qfb_run":
+                us = getattr(e, "device_time_total", None)
+                times.append(e.cuda_time_total if us is None else us)
+        if len(times) != reps or min(times) <= 0:
+            raise RuntimeError(f"the profiler gave {len(times)} run times for {reps} runs: {times[:4]}")
+        return statistics.median(times)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(reps):
         flush()
         start.record()
@@ -200,6 +219,9 @@ def main():
     ap.add_argument("--flush", choices=("read", "memset"), default="read",
                     help="empty the L2 before each run by reading a buffer of 2x its size (leaves clean "
                          "lines, as qfuse-bench does by default) or by zeroing it (leaves dirty lines)")
+    ap.add_argument("--timing", choices=("kernel", "event"), default="kernel",
+                    help="a run's time: its kernels' device time (torch.profiler; as qfuse-bench's default) "
+                         "or CUDA events around it")
     ap.add_argument("--budget", type=float, default=330.0,
                     help="seconds after which no new torch.compile shape is compiled (eager rows go on)")
     args = ap.parse_args()
@@ -234,7 +256,7 @@ def main():
         def emit(op, variant, shape, backend, us, nbytes):
             nonlocal rows
             row = dict(op=op, variant=variant, shape=shape, device=device_name, commit=commit,
-                       backend=backend, flush=args.flush, us=round(us, 4), gbps=round(nbytes / (us * 1e3), 3), tflops=None,
+                       backend=backend, flush=args.flush, timing=args.timing, us=round(us, 4), gbps=round(nbytes / (us * 1e3), 3), tflops=None,
                        pct_floor=None, peer=None, peer_us=None, ratio=None)
             out.write(json.dumps(row, separators=(",", ":")) + "\n")
             out.flush()
@@ -248,7 +270,7 @@ def main():
                     shape = f"M={m},{'H' if op == 'silu_mul_quant_group' else 'K'}={k}"
                     inputs = make_inputs(op, pool, m, k)
                     nbytes = effective_bytes(op, variant, kw, m, k)
-                    emit(op, variant, shape, "torch", time_us(lambda: fn(*inputs, **kw), reps, flush), nbytes)
+                    emit(op, variant, shape, "torch", time_us(lambda: fn(*inputs, **kw), reps, flush, args.timing), nbytes)
                     if time.monotonic() - t_begin > args.budget:
                         skipped += 1
                         continue
@@ -258,7 +280,7 @@ def main():
                         cfn(*inputs, **kw)
                         torch.cuda.synchronize()
                         compile_s += time.monotonic() - t0
-                        us = time_us(lambda: cfn(*inputs, **kw), reps, flush)
+                        us = time_us(lambda: cfn(*inputs, **kw), reps, flush, args.timing)
                     except Exception as e:  # report and go on with the other shapes
                         print(f"torch.compile {op} {variant} {shape}: {type(e).__name__}: {e}", file=sys.stderr)
                         continue

@@ -306,6 +306,22 @@ int main(void) {
     }
   }
 
+  /* 256 x 128 tiles (two 64-row sub-tiles per warpgroup): on 132 SMs, M = 500 and 512 on
+   * N = 8448 take one wave of them against two of 128 x 128; rows past M in the last tile, a
+   * partial last K-block, bf16 (staged epilogue) and fp32 (direct) outputs, row-major As (its
+   * cp.async copy) and fp32 C. */
+  if (!quick) {
+    const int64_t tall_ms[] = {500, 512};
+    for (size_t mi = 0; mi < sizeof tall_ms / sizeof tall_ms[0]; mi++) {
+      for (int dt = 0; dt < 2; dt++) {
+        gemm_case g = {.M = tall_ms[mi], .N = 8448, .K = 576, .dt = dt ? QF_F32 : QF_BF16,
+                       .row_major_scales = mi == 0 && dt, .c_mode = mi == 1 && dt};
+        g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+        one_case(gpu, cpu, &g, &seed);
+      }
+    }
+  }
+
   qf_ctx_destroy(gpu);
   qf_ctx_destroy(cpu);
   return check_finish("gpu_gemm_fp8_blockscale");

@@ -318,7 +318,7 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
   if (!(blockscale || scaled) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
-  static const int64_t ms[] = {1, 16, 32, 64, 128, 4096};
+  static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
   /* gemm_scaled: Llama-3 8B's qkv, gate+up and down projections, 70B's o, gate+up and down */
   static const int64_t scaled_ms[] = {1, 16, 64, 128, 512, 4096, 8192};

@@ -42,6 +42,8 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const bool c_pairs = p.c == nullptr || ((p.c_ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
   p.splits = cfg.splits;
+  if (sm90_gemm_consumers(kBlockM) * 64 < kBlockM && p.splits > 1)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile runs whole tiles only", kOp, kBlockM, kBlockN);
   p.whole_tiles = static_cast<int>(cfg.whole_tiles);
   if (p.splits > 1) {
     // The counters sit at a fixed place, the workspace's counter area (zero between calls);
@@ -80,7 +82,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT>;
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
-  const int threads = kBlockM / 64 * 128 + 128;
+  const int threads = sm90_gemm_consumers(kBlockM) * 128 + 128;
   const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
   const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
   kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
@@ -95,6 +97,9 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
   if constexpr (sm90_gemm_two_sets(R)) {  // the wide tiles: FP8 recipes only (the heuristic's rule)
     QF_SM90_GEMM_WIDE_TILES(QF_SM90_GEMM_CASE)
   }
+  if constexpr (R == Sm90Recipe::kBlockScaledFp8) {
+    QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)
+  }
 #undef QF_SM90_GEMM_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", pr.op, cfg.block_m, cfg.block_n);
 }
@@ -106,7 +111,8 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", pr.op,
                    static_cast<long long>(pr.M), static_cast<long long>(pr.N), static_cast<long long>(pr.K));
-  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count, sm90_gemm_two_sets(R));
+  const sm90_gemm_config cfg =
+      sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count, sm90_gemm_two_sets(R), R == Sm90Recipe::kBlockScaledFp8);
   switch (pr.d.dtype) {
     case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
     case QF_F16: return dispatch_tile<R, __half>(ctx, pr, p, cfg);

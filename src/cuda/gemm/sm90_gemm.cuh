@@ -32,6 +32,14 @@
 //   - 64 x 192 and 128 x 192 tiles (the FP8 recipes up to 128 rows, where they cover N in one
 //     wave): one set, too large for two; the warpgroups run free (no turns), and a tile row spans
 //     two weight-scale blocks, each column group of 8 promoted with its own block's scale.
+//   - 256 x 128 tiles (block-scaled, M > 128 where the waves model prefers them): two consumer
+//     warpgroups of 128 rows, each running its two 64-row sub-tiles one after the other into
+//     one accumulator set and promoting each into its own total (64 + 128 registers); the
+//     warpgroups run free. A quarter less operand traffic per product than 128 x 128: block-
+//     scaled M = 4096 1.4-3.3% faster than the two-set 128 x 128 tiles on five of the six bench
+//     shapes, M = 2048 up to 6% (H200, two alternating runs). Three ring stages next to a 32 KB
+//     staging tile (a sub-tile per warpgroup at a time); with four stages and direct stores
+//     instead it ran 4-100% slower. Never split.
 //   - 128 x 64 tiles: the two consumer warpgroups take turns (named barriers 4 and 5: warpgroup 0
 //     runs block i, then 1 its block i, then 0 block i + 1, ...). Block-scaled, a warpgroup hands
 //     the turn over when its block's wgmma have completed, so that the other's run alone while it
@@ -147,11 +155,17 @@ __host__ __device__ constexpr bool sm90_gemm_epilogue_factors(Sm90Recipe r) { re
 // kStages x BLOCK_M As, with kHasFactors two buffers of epilogue factors (per buffer sb, bias,
 // azp_adj [BLOCK_N] and sa, zero point [BLOCK_M], 4 bytes each), then the full and empty barriers
 // of the stages and of the two factor buffers.
+// Consumer warpgroups of a BLOCK_M-row tile: one per 64 rows up to 128 rows; a 256-row tile has
+// two, each running its 128 rows as two 64-row sub-tiles.
+__host__ __device__ constexpr int sm90_gemm_consumers(int block_m) { return block_m > 128 ? 2 : block_m / 64; }
+
 template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors>
 struct sm90_gemm_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
-  static constexpr uint32_t kScalesA = kStaging + (kOutBytes == 2 ? kBlockM * kBlockN * 2 : 0);
+  // (16-bit D: one 64-row sub-tile per consumer warpgroup at a time)
+  static constexpr uint32_t kScalesA =
+      kStaging + (kOutBytes == 2 ? sm90_gemm_consumers(kBlockM) * 64 * kBlockN * 2 : 0);
   static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
   static constexpr uint32_t kFactors = kScalesA + kStages * kBlockM * 4;
   static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
@@ -193,7 +207,7 @@ __device__ __forceinline__ void add_word(float &v, uint32_t w) { v += __uint_as_
 __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_cast<int32_t>(w); }
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT>
-__global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
+__global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
@@ -201,12 +215,14 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
   // FP8 on 128 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
   constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM == 128 && kBlockN == 128;
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
-  constexpr int kConsumers = kBlockM / 64;
+  constexpr int kConsumers = sm90_gemm_consumers(kBlockM);
+  constexpr int kSub = kBlockM / 64 / kConsumers;  // 64-row sub-tiles per consumer warpgroup
+  static_assert(kSub == 1 || (kBlockScales && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
   static_assert(sizeof(OutT) == 4 || kBlockN % 64 == 0, "the staging tile is made of 64-column (128-byte) boxes");
-  static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups of 64 rows");
+  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "one or two consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
   // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
   // two: the first 128 - n0 % 128 columns take the first block's scale, the rest the next one's.
@@ -333,12 +349,13 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     // ---- consumers: wgmma per K-block, FP32 promotion (or int32 accumulation), epilogue ----
     if constexpr (kConsumers > 1) setmaxnreg_inc<232>();
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-    const int tile_row = wg * 64 + warp * 16 + lane / 4;  // and tile_row + 8 (wgmma D layout)
+    // and tile_row + 8 (wgmma D layout); sub-tile j: + 64 j
+    const int tile_row = wg * 64 * kSub + warp * 16 + lane / 4;
     const int tile_col = 2 * (lane % 4);                   // and + 1, + 8 j
     // acc: the wgmma accumulators. total: the fp32 sum of the promoted K-blocks (FP8), then the
     // finished values of the tile for the epilogue (every recipe).
     Acc acc[kBlockN / 2];  // (kTwoAcc: two sets declared per unit, so that they are dead in the epilogue)
-    float total[kBlockN / 2];
+    float total[kSub * kBlockN / 2];  // sub-tile j at kBlockN / 2 * j
     __shared__ int last_unit;  // split-K: this unit counted last on its tile
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; i++) acc[i] = Acc(0);
@@ -397,7 +414,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
     };
     // 192-column tiles (one set) run free: their warpgroups issue, wait and promote independently
     // (with turns handed over at completion they ran 0-3% slower, at issue 3-5%; H100, M = 4096).
-    constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc && !kTwoScaleBlocks;
+    constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc && !kTwoScaleBlocks && kSub == 1;
     // Block-scaled: a warpgroup hands the turn over when its K-block's wgmma have completed, so
     // that the other's run alone while it promotes; kScaledFp8 (a cheaper promotion) hands it
     // over as soon as it has issued.
@@ -425,7 +442,7 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       const int hi_at = (128 - n0 % 128) / 8;
       const float *bs_hi = kTwoScaleBlocks && kBlockScales && n0 / 128 + 1 < (p.N + 127) / 128 ? bs + p.num_kb : bs;
 #pragma unroll
-      for (int i = 0; i < kBlockN / 2; i++) total[i] = 0.0f;
+      for (int i = 0; i < kSub * kBlockN / 2; i++) total[i] = 0.0f;
 
       int prev = -1;  // kScaledInt8: the stage whose wgmma may still run
       if constexpr (kTwoAcc) {
@@ -506,6 +523,49 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           }
         }
       unit_done:;
+      } else if constexpr (kSub > 1) {
+        // 256-row tiles: per K-block, each of the warpgroup's two 64-row sub-tiles in turn runs
+        // its wgmma into the one accumulator set and is promoted into its own total; the two
+        // warpgroups run free, so one's promotion overlaps the other's wgmma. Weight-block scales
+        // are loaded two blocks ahead.
+        auto block_scale = [&](int kb) { return kb < kb_end ? __ldg(bs + kb) : 1.0f; };
+        float b_cur = block_scale(kb_begin), b_next = block_scale(kb_begin + 1);
+        Acc sub_acc[kBlockN / 2];  // (declared per unit: dead in the epilogue)
+        for (int kb = kb_begin; kb < kb_end; kb++) {
+          mbarrier_wait_parity(full_bar(s), phase);
+          const uint64_t desc_b = wgmma_desc_kmajor_sw128(smem_b(s));
+          const float b = b_cur;
+          b_cur = b_next;
+          b_next = block_scale(kb + 2);
+#pragma unroll
+          for (int j = 0; j < kSub; j++) {
+            const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + (wg * kSub + j) * 64 * kBlockK);
+#pragma unroll
+            for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(sub_acc[i]);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < kBlockK / 32; k++)
+              wgmma_m64k32_f32_e4m3<kBlockN>(sub_acc, desc_a + 2 * k, desc_b + 2 * k, k);
+            wgmma_commit_group();
+            const float s0 = sa_ring[s * kBlockM + tile_row + 64 * j] * b;
+            const float s1 = sa_ring[s * kBlockM + tile_row + 64 * j + 8] * b;
+#pragma unroll
+            for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(sub_acc[i]);
+            wgmma_wait_group<0>();
+#pragma unroll
+            for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(sub_acc[i]);
+            if (j == kSub - 1) release(s, s0, s1);  // (the earlier sub-tiles' scales are in use already)
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; i++) {  // total += this sub-tile's block times its row scales
+              float *t = total + j * (kBlockN / 2) + 4 * i;
+              t[0] = fmaf(sub_acc[4 * i + 0], s0, t[0]);
+              t[1] = fmaf(sub_acc[4 * i + 1], s0, t[1]);
+              t[2] = fmaf(sub_acc[4 * i + 2], s1, t[2]);
+              t[3] = fmaf(sub_acc[4 * i + 3], s1, t[3]);
+            }
+          }
+          if (++s == kStages) s = 0, phase ^= 1;
+        }
       } else {
         // The weight-block scales of the next two K-blocks, loaded two blocks ahead: a decode
         // tile's wgmma are too short to hide a load from L2.
@@ -573,18 +633,19 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
 
       // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
       // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
-      if (u.splits > 1) {
+      if (kSub == 1 && u.splits > 1) {  // (256-row tiles never split: the launcher refuses it)
         constexpr int kThreads = kConsumers * 128;
+        constexpr int kWords = kSub * kBlockN / 8;  // 16-byte words of a thread's result
         const int t = threadIdx.x;  // consumers are threads [0, kThreads)
-        uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(u.part) * u.splits * (kThreads * kBlockN / 8);
+        uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(u.part) * u.splits * (kThreads * kWords);
         auto result = [&](int i) -> auto & {
           if constexpr (kInt8) return acc[i]; else return total[i];
         };
-        const bool live = r0 < p.M;  // this thread's rows r0 and r0 + 8: partials of rows past M are never read
+        const bool live = r0 < p.M;  // this thread's rows r0, r0 + 8 (+ 64 ...): partials of rows past M are never read
 #pragma unroll
-        for (int i = 0; i < kBlockN / 8; i++)
+        for (int i = 0; i < kWords; i++)
           if (live)
-            __stcg(part + int64_t(u.split) * (kThreads * kBlockN / 8) + i * kThreads + t,
+            __stcg(part + int64_t(u.split) * (kThreads * kWords) + i * kThreads + t,
                    make_uint4(word_of(result(4 * i)), word_of(result(4 * i + 1)), word_of(result(4 * i + 2)),
                               word_of(result(4 * i + 3))));
         __threadfence();
@@ -597,11 +658,11 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
         }
         __threadfence();
 #pragma unroll
-        for (int i = 0; i < kBlockN / 2; i++) result(i) = 0;
+        for (int i = 0; i < 4 * kWords; i++) result(i) = 0;
         for (int other = 0; live && other < u.splits; other++) {
 #pragma unroll
-          for (int i = 0; i < kBlockN / 8; i++) {
-            const uint4 w = __ldcg(part + int64_t(other) * (kThreads * kBlockN / 8) + i * kThreads + t);
+          for (int i = 0; i < kWords; i++) {
+            const uint4 w = __ldcg(part + int64_t(other) * (kThreads * kWords) + i * kThreads + t);
             add_word(result(4 * i), w.x), add_word(result(4 * i + 1), w.y);
             add_word(result(4 * i + 2), w.z), add_word(result(4 * i + 3), w.w);
           }
@@ -645,24 +706,27 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
           const uint32_t stage = base + Smem::kStaging + wg * 64 * kBlockN * 2;
           uint8_t *stage_ptr = smem_raw + (stage - smem_u32);
           const bool leader = threadIdx.x % 128 == 0;
-          if (leader) cp_async_bulk_wait_group_read<0>();  // the previous tile's copy has read it
-          named_barrier_sync(2 + wg, 128);
 #pragma unroll
-          for (int j = 0; j < kBlockN / 8; j++)
+          for (int sub = 0; sub < kSub; sub++) {  // (256-row tiles: the sub-tiles one after the other)
+            const float *t = total + sub * (kBlockN / 2);
+            const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
+            if (leader) cp_async_bulk_wait_group_read<0>();  // the previous copy has read the staging tile
+            named_barrier_sync(2 + wg, 128);
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-              const int r = warp * 16 + lane / 4 + 8 * h;
-              const uint32_t off = (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
-              *reinterpret_cast<uint32_t *>(stage_ptr + off) =
-                  pack_pair(OutT{}, total[4 * j + 2 * h], total[4 * j + 2 * h + 1]);
+            for (int j = 0; j < kBlockN / 8; j++)
+#pragma unroll
+              for (int h = 0; h < 2; h++) {
+                const int r = warp * 16 + lane / 4 + 8 * h;
+                const uint32_t off = (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
+                *reinterpret_cast<uint32_t *>(stage_ptr + off) = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
+              }
+            fence_proxy_async_shared_cta();
+            named_barrier_sync(2 + wg, 128);
+            if (leader && row0 < p.M) {  // (a warpgroup whose rows are all past M stores nothing)
+#pragma unroll
+              for (int b = 0; b < kBlockN / 64; b++) cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, row0);
+              cp_async_bulk_commit_group();
             }
-          fence_proxy_async_shared_cta();
-          named_barrier_sync(2 + wg, 128);
-          if (leader && m_blk * kBlockM + wg * 64 < p.M) {  // (a warpgroup whose rows are all past M stores nothing)
-#pragma unroll
-            for (int b = 0; b < kBlockN / 64; b++)
-              cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, m_blk * kBlockM + wg * 64);
-            cp_async_bulk_commit_group();
           }
           continue;
         }
@@ -671,32 +735,34 @@ __global__ void __launch_bounds__(kBlockM / 64 * 128 + 128, 1)
       // ---- epilogue: + C, convert, masked stores straight from the fragment ----
       OutT *d = static_cast<OutT *>(p.d);
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; j++) {
-        const int col = n0 + 8 * j + tile_col;  // even; N is a multiple of 16, so col + 1 < N too
-        if (col >= p.N) continue;
+      for (int sub = 0; sub < kSub; sub++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-          const int row = r0 + 8 * h;
+          const int row = r0 + 64 * sub + 8 * h;
           if (row >= p.M) continue;
-          float x = total[4 * j + 2 * h], y = total[4 * j + 2 * h + 1];
-          if (p.c != nullptr) {
-            const float *c = p.c + row * p.c_ld + col;
+          OutT *o = d + row * p.d_ld + n0 + tile_col;
+          const float *c = p.c != nullptr ? p.c + row * p.c_ld + n0 + tile_col : nullptr;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; j++) {
+            if (n0 + 8 * j + tile_col >= p.N) continue;  // even; N is a multiple of 16, so the pair's second is < N too
+            const int i = sub * (kBlockN / 2) + 4 * j + 2 * h;
+            float x = total[i], y = total[i + 1];
+            if (c != nullptr) {
+              if (p.pairs) {
+                const float2 cv = *reinterpret_cast<const float2 *>(c + 8 * j);
+                x += cv.x, y += cv.y;
+              } else {
+                x += c[8 * j], y += c[8 * j + 1];
+              }
+            }
             if (p.pairs) {
-              const float2 cv = *reinterpret_cast<const float2 *>(c);
-              x += cv.x, y += cv.y;
+              store_pair(o + 8 * j, x, y);
             } else {
-              x += c[0], y += c[1];
+              store_one(o + 8 * j, x);
+              store_one(o + 8 * j + 1, y);
             }
           }
-          OutT *o = d + row * p.d_ld + col;
-          if (p.pairs) {
-            store_pair(o, x, y);
-          } else {
-            store_one(o, x);
-            store_one(o + 1, y);
-          }
         }
-      }
     }
     // The staging tile must stay until the last copy has read it.
     if (p.tma_store && threadIdx.x % 128 == 0) cp_async_bulk_wait_group<0>();

@@ -29,6 +29,11 @@
 //     so stages, barrier parities (one bit per stage), descriptors and scale offsets are
 //     compile-time constants: 27% fewer instructions, block-scaled M = 4096 5-12% faster
 //     (turns: 10% slower than two sets; free-running warpgroups 13%; 2-CTA clusters 4-10%).
+//     64 x 64 and 64 x 128 tiles (decode: one consumer warpgroup) run the same loop: with one
+//     set, each K-block's wgmma, wait and promotion came one after the other, and at 0.2-0.3 us
+//     per K-block the consumer, not the memory, set a decode GEMM's pace; with two sets the
+//     block-scaled decode shapes on these tiles ran 8-16% faster ((1, 7168, 16384) 35.7 -> 32.1
+//     us, 92% of its memory floor), W8A8 FP8 decode 1-17% (H200, two alternating runs).
 //   - 64 x 192 and 128 x 192 tiles (the FP8 recipes up to 128 rows, where they cover N in one
 //     wave): one set, too large for two; the warpgroups run free (no turns), and a tile row spans
 //     two weight-scale blocks, each column group of 8 promoted with its own block's scale.
@@ -212,8 +217,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
-  // FP8 on 128 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
-  constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM == 128 && kBlockN == 128;
+  // FP8 on 128 x 128, 64 x 64 and 64 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
+  constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && (kBlockM == 64 ? kBlockN <= 128 : kBlockM == 128 && kBlockN == 128);
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = sm90_gemm_consumers(kBlockM);
   constexpr int kSub = kBlockM / 64 / kConsumers;  // 64-row sub-tiles per consumer warpgroup

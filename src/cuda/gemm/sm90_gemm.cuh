@@ -21,22 +21,25 @@
 //   total += block * (As * Bs) (kScaledFp8: total += block). The tensor cores' reduced-precision
 //   FP8 accumulation never spans more than 128 products. What keeps the tensor cores busy while a
 //   warpgroup promotes:
-//   - 128 x 128 tiles: two accumulator sets per warpgroup; block kb + 1's wgmma are issued before
-//     block kb is waited for and promoted, so each warpgroup keeps the tensor cores fed by itself
-//     (H200, M = 4096: the scaled recipe's times 9-16% lower than with the turns below; the
-//     block-scaled recipe's 7-31% lower, together with the scale copies below). Every unit
+//   - Tiles of up to 128 x 128: two accumulator sets per warpgroup; block kb + 1's wgmma are issued
+//     before block kb is waited for and promoted, so each warpgroup keeps the tensor cores fed by
+//     itself (H200, 128 x 128 at M = 4096: the scaled recipe's times 9-16% lower than with the two
+//     warpgroups taking turns; the block-scaled recipe's 7-31% lower, together with the scale
+//     copies below). Every unit
 //     starts at stage 0 and the loop is unrolled over a whole number of ring laps and set pairs,
 //     so stages, barrier parities (one bit per stage), descriptors and scale offsets are
 //     compile-time constants: 27% fewer instructions, block-scaled M = 4096 5-12% faster
 //     (turns: 10% slower than two sets; free-running warpgroups 13%; 2-CTA clusters 4-10%).
-//     64 x 64 and 64 x 128 tiles (decode: one consumer warpgroup) run the same loop: with one
-//     set, each K-block's wgmma, wait and promotion came one after the other, and at 0.2-0.3 us
-//     per K-block the consumer, not the memory, set a decode GEMM's pace; with two sets the
-//     block-scaled decode shapes on these tiles ran 8-16% faster ((1, 7168, 16384) 35.7 -> 32.1
-//     us, 92% of its memory floor), W8A8 FP8 decode 1-17% (H200, two alternating runs).
+//     The smaller tiles (64 x 64, 64 x 128, 128 x 64: decode and M <= 512) ran one set before
+//     (128 x 64 with the warpgroups taking turns): each K-block's wgmma, wait and promotion came
+//     one after the other, and at 0.2-0.3 us per K-block the consumer, not the memory, set a
+//     decode GEMM's pace. With two sets, block-scaled M = 1 to 64 ran 8-16% faster on the shapes
+//     on those tiles ((1, 7168, 16384) 35.7 -> 32.1 us, 92% of its memory floor), M = 128 up to
+//     11%, W8A8 FP8 decode and M = 128 up to 17% (H200, two alternating runs).
 //   - 64 x 192 and 128 x 192 tiles (the FP8 recipes up to 128 rows, where they cover N in one
-//     wave): one set, too large for two; the warpgroups run free (no turns), and a tile row spans
-//     two weight-scale blocks, each column group of 8 promoted with its own block's scale.
+//     wave): one set, too large for two; the warpgroups run free (taking turns at completion ran
+//     0-3% slower, at issue 3-5%; H100, M = 4096), and a tile row spans two weight-scale blocks,
+//     each column group of 8 promoted with its own block's scale.
 //   - 256 x 128 tiles (block-scaled, M > 128 where the waves model prefers them): two consumer
 //     warpgroups of 128 rows, each running its two 64-row sub-tiles one after the other into
 //     one accumulator set and promoting each into its own total (64 + 128 registers); the
@@ -45,10 +48,6 @@
 //     shapes, M = 2048 up to 6% (H200, two alternating runs). Three ring stages next to a 32 KB
 //     staging tile (a sub-tile per warpgroup at a time); with four stages and direct stores
 //     instead it ran 4-100% slower. Never split.
-//   - 128 x 64 tiles: the two consumer warpgroups take turns (named barriers 4 and 5: warpgroup 0
-//     runs block i, then 1 its block i, then 0 block i + 1, ...). Block-scaled, a warpgroup hands
-//     the turn over when its block's wgmma have completed, so that the other's run alone while it
-//     promotes; the scaled recipe (a cheaper promotion) hands it over as soon as it has issued.
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -217,8 +216,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
-  // FP8 on 128 x 128, 64 x 64 and 64 x 128 tiles keeps two K-blocks in flight per warpgroup (see the NOTES).
-  constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && (kBlockM == 64 ? kBlockN <= 128 : kBlockM == 128 && kBlockN == 128);
+  // FP8 on tiles of up to 128 x 128 keeps two K-blocks in flight per warpgroup (see the NOTES).
+  constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM <= 128 && kBlockN <= 128;
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = sm90_gemm_consumers(kBlockM);
   constexpr int kSub = kBlockM / 64 / kConsumers;  // 64-row sub-tiles per consumer warpgroup
@@ -417,14 +416,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         add_block(a, s0, s1);
       }
     };
-    // 192-column tiles (one set) run free: their warpgroups issue, wait and promote independently
-    // (with turns handed over at completion they ran 0-3% slower, at issue 3-5%; H100, M = 4096).
-    constexpr bool kTurns = kConsumers == 2 && !kInt8 && !kTwoAcc && !kTwoScaleBlocks && kSub == 1;
-    // Block-scaled: a warpgroup hands the turn over when its K-block's wgmma have completed, so
-    // that the other's run alone while it promotes; kScaledFp8 (a cheaper promotion) hands it
-    // over as soon as it has issued.
-    constexpr bool kHandOverDone = kBlockScales;
-    int issued = 0;  // K-blocks this warpgroup has issued
     // (it: this CTA's unit count; kFactors: unit it's factors are in buffer it & 1)
     for (int unit = first_unit, it = 0; unit < num_units; unit += unit_step, it++) {
       const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
@@ -605,20 +596,15 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
             prev = s;
             if (++s == kStages) s = 0, phase ^= 1;
           } else {
-            if (kTurns && wg == 0 && issued > 0) named_barrier_sync(4, 256);  // warpgroup 1 has issued
-            if (kTurns && wg == 1) named_barrier_sync(5, 256);                // warpgroup 0 has issued
 #pragma unroll
             for (int k = 0; k < kBlockK / 32; k++)  // 32 bytes of K each (+ 2 in the address field)
               wgmma_m64k32_f32_e4m3<kBlockN>(acc, desc_a + 2 * k, desc_b + 2 * k, k);  // k == 0 overwrites
             wgmma_commit_group();
-            if (kTurns && !kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);  // the other's turn
-            issued++;
             const float2 b = b_cur;
             b_cur = b_next;
             b_next = block_scales(kb + 2);
             fence_acc();
             wgmma_wait_group<0>();
-            if (kTurns && kHandOverDone) named_barrier_arrive(wg == 0 ? 5 : 4, 256);
             promote(acc, b, hi_at);
           }
         }
@@ -771,6 +757,5 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     }
     // The staging tile must stay until the last copy has read it.
     if (p.tma_store && threadIdx.x % 128 == 0) cp_async_bulk_wait_group<0>();
-    if (kTurns && wg == 0 && issued > 0) named_barrier_sync(4, 256);  // warpgroup 1's last handoff
   }
 }

@@ -293,10 +293,10 @@ int main(void) {
     one_case(gpu, cpu, &g, &seed);
   }
 
-  /* Where 128-column tiles need more than a wave and N is a multiple of 192: one wave of 64 x 192
-   * (M <= 64) or 128 x 192 tiles on 132 SMs, each tile row over two weight-scale blocks (tiles
-   * starting on a block and halfway into one), with rows past M and a partial last K-block, bf16
-   * and fp32 outputs (the staged and the direct epilogue). */
+  /* Where 128-column tiles need more than a wave and N is a multiple of 192: 64 x 64 tiles
+   * (M <= 64) or one wave of 128 x 192 tiles on 132 SMs, each tile row over two weight-scale
+   * blocks (tiles starting on a block and halfway into one), with rows past M and a partial last
+   * K-block, bf16 and fp32 outputs (the staged and the direct epilogue). */
   if (!quick) {
     const int64_t wide_ms[] = {1, 33, 100, 128};
     for (size_t mi = 0; mi < sizeof wide_ms / sizeof wide_ms[0]; mi++) {

@@ -407,9 +407,9 @@ int main(void) {
       one_case(gpu, cpu, &g, &seed);
     }
 
-  /* FP8 with N a multiple of 192 that 128-column tiles cover in more than a wave: one wave of
-   * 64 x 192 (M = 16) or 128 x 192 (M = 100) tiles on 132 SMs (sm90_gemm_heuristic.h), with bias,
-   * bf16 D. */
+  /* FP8 with N a multiple of 192 that 128-column tiles cover in more than a wave: 64 x 64 tiles
+   * (M = 16) or one wave of 128 x 192 tiles (M = 100) on 132 SMs (sm90_gemm_heuristic.h), with
+   * bias, bf16 D. */
   const int64_t wide_ms[] = {16, 100};
   for (size_t mi = 0; mi < sizeof wide_ms / sizeof wide_ms[0] && !quick; mi++) {
     gemm_case g = {.M = wide_ms[mi], .N = 24576, .K = 1024, .ab = QF_E4M3FN};

@@ -36,8 +36,8 @@
 //     decode GEMM's pace. With two sets, block-scaled M = 1 to 64 ran 8-16% faster on the shapes
 //     on those tiles ((1, 7168, 16384) 35.7 -> 32.1 us, 92% of its memory floor), M = 128 up to
 //     11%, W8A8 FP8 decode and M = 128 up to 17% (H200, two alternating runs).
-//   - 64 x 192 and 128 x 192 tiles (the FP8 recipes up to 128 rows, where they cover N in one
-//     wave): one set, too large for two; the warpgroups run free (taking turns at completion ran
+//   - 128 x 192 tiles (the FP8 recipes at 65-128 rows, where they cover N in one wave): one
+//     set, too large for two; the warpgroups run free (taking turns at completion ran
 //     0-3% slower, at issue 3-5%; H100, M = 4096), and a tile row spans two weight-scale blocks,
 //     each column group of 8 promoted with its own block's scale.
 //   - 256 x 128 tiles (block-scaled, M > 128 where the waves model prefers them): two consumer

@@ -10,7 +10,7 @@
 // divides 128, so that a tile row needs one B scale per K-block. The waves model below weighs these.
 #define QF_SM90_GEMM_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
 // The wide tiles (FP8 recipes only): a tile row spans two weight-scale blocks; chosen by their own rule.
-#define QF_SM90_GEMM_WIDE_TILES(X) X(64, 192) X(128, 192)
+#define QF_SM90_GEMM_WIDE_TILES(X) X(128, 192)
 // The tall tile (block-scaled only, never split): two warpgroups of 128 rows each.
 #define QF_SM90_GEMM_TALL_TILES(X) X(256, 128)
 
@@ -118,15 +118,16 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // per product).
   if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms)
     best.block_m = 128;
-  // Up to 128 rows on the FP8 recipes: one wave of 64 x 192 or 128 x 192 tiles where 128-column
-  // tiles need more than one and N is a multiple of 192. Block-scaled (N, K) = (24576, 1536), the
-  // only bench shape that takes them: M = 1, 16 and 64 16.9 -> 15.4, 16.9 -> 15.5 and 17.4 -> 15.7
-  // us (64 x 64 tiles in three waves before), M = 128 18.5 -> 17.1 us (0.93x -> 1.01x cuBLASLt; 192
-  // tiles of 128 x 128 left a second wave of 60); H200, A/B run twice. At M = 4096 128 x 192 tiles
-  // ran 0-6% slower than the two-set 128 x 128 ones, and where 128-column tiles end half empty
-  // (N = 2112) the H100 and the H200 disagreed (docs/GEMM.md).
-  if (two_sets && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
-    best.block_m = M > 64 ? 128 : 64, best.block_n = 192;
+  // 65-128 rows on the FP8 recipes: one wave of 128 x 192 tiles where 128-column tiles need more
+  // than one and N is a multiple of 192. Block-scaled (128, 24576, 1536), the only bench shape
+  // that takes them: 18.5 -> 17.1 us (0.93x -> 1.01x cuBLASLt; 192 tiles of 128 x 128 left a
+  // second wave of 60); H200, A/B run twice. At M = 4096 they ran 0-6% slower than the two-set
+  // 128 x 128 ones, and where 128-column tiles end half empty (N = 2112) the H100 and the H200
+  // disagreed (docs/GEMM.md). Up to 64 rows a wave of 64 x 192 tiles (one accumulator set) beat
+  // 64 x 64 ones in three waves until those got the two-set loop; since, the 64 x 64 ones are
+  // 3.5% faster ((1, 24576, 1536) 12.8 -> 12.35 us, (64, ...) 13.4 -> 12.95; H200, run twice).
+  if (two_sets && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
+    best.block_m = 128, best.block_n = 192;
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m > 128) return best;  // (never split)

@@ -45,9 +45,11 @@
 //     one accumulator set and promoting each into its own total (64 + 128 registers); the
 //     warpgroups run free. A quarter less operand traffic per product than 128 x 128: block-
 //     scaled M = 4096 1.4-3.3% faster than the two-set 128 x 128 tiles on five of the six bench
-//     shapes, M = 2048 up to 6% (H200, two alternating runs). Three ring stages next to a 32 KB
-//     staging tile (a sub-tile per warpgroup at a time); with four stages and direct stores
-//     instead it ran 4-100% slower. Never split.
+//     shapes, M = 2048 up to 6% (H200, two alternating runs). Three ring stages next to the
+//     whole 64 KB staging tile, a part per sub-tile, so that a warpgroup stores its second
+//     sub-tile without waiting for the copy of its first to read the staging tile (with half of
+//     it: (4096, 32768, 512) 151.0 -> 144.2 us, (2048, ...) 77.3 -> 73.5); four stages with
+//     direct stores instead ran 4-100% slower. Never split.
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -167,9 +169,7 @@ template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors
 struct sm90_gemm_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
-  // (16-bit D: one 64-row sub-tile per consumer warpgroup at a time)
-  static constexpr uint32_t kScalesA =
-      kStaging + (kOutBytes == 2 ? sm90_gemm_consumers(kBlockM) * 64 * kBlockN * 2 : 0);
+  static constexpr uint32_t kScalesA = kStaging + (kOutBytes == 2 ? kBlockM * kBlockN * 2 : 0);
   static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
   static constexpr uint32_t kFactors = kScalesA + kStages * kBlockM * 4;
   static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
@@ -694,14 +694,14 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         if (p.tma_store) {
           // This warpgroup's 64 rows: kBlockN / 64 boxes of 64 rows x 128 bytes, 16-byte chunk c
           // of row r at chunk c ^ (r % 8) (the 128-byte swizzle).
-          const uint32_t stage = base + Smem::kStaging + wg * 64 * kBlockN * 2;
-          uint8_t *stage_ptr = smem_raw + (stage - smem_u32);
           const bool leader = threadIdx.x % 128 == 0;
+          if (leader) cp_async_bulk_wait_group_read<0>();  // the previous tile's copies have read the staging tile
 #pragma unroll
-          for (int sub = 0; sub < kSub; sub++) {  // (256-row tiles: the sub-tiles one after the other)
+          for (int sub = 0; sub < kSub; sub++) {  // (256-row tiles: each sub-tile its own part)
+            const uint32_t stage = base + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2;
+            uint8_t *stage_ptr = smem_raw + (stage - smem_u32);
             const float *t = total + sub * (kBlockN / 2);
             const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
-            if (leader) cp_async_bulk_wait_group_read<0>();  // the previous copy has read the staging tile
             named_barrier_sync(2 + wg, 128);
 #pragma unroll
             for (int j = 0; j < kBlockN / 8; j++)

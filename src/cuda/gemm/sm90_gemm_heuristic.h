@@ -20,9 +20,11 @@
 // A/B repeated; (7168, 16384) at M = 1: 60 -> 54 us), M = 64 and 128 within -3% to +14%.
 // The 128 x 192 tile takes 4 stages past that budget (its 48 KB staging tile leaves room for 3).
 constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
-  const int budget = 200 * 1024 - (out_bytes == 2 ? (block_m > 128 ? 128 : block_m) * block_n * 2 : 0);
+  // 256 x 128: three stages (144 KB) next to the whole 64 KB staging tile (16-bit D), four without
+  if (block_m > 128) return out_bytes == 2 ? 3 : 4;
+  const int budget = 200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0);
   const int fit = budget / ((block_m + block_n) * 128);
-  return fit < 4 && block_m <= 128 ? 4 : fit < 12 ? fit : 12;
+  return fit < 4 ? 4 : fit < 12 ? fit : 12;
 }
 
 struct sm90_gemm_config {

@@ -48,8 +48,11 @@
 //     shapes, M = 2048 up to 6% (H200, two alternating runs). Three ring stages next to the
 //     whole 64 KB staging tile, a part per sub-tile, so that a warpgroup stores its second
 //     sub-tile without waiting for the copy of its first to read the staging tile (with half of
-//     it: (4096, 32768, 512) 151.0 -> 144.2 us, (2048, ...) 77.3 -> 73.5); four stages with
-//     direct stores instead ran 4-100% slower. Never split.
+//     it: (4096, 32768, 512) 151.0 -> 144.2 us, (2048, ...) 77.3 -> 73.5), and both parts are
+//     written between one pair of barriers and leave in one bulk group ((4096, 32768, 512)
+//     145.0 -> 138.8 us, (2048, ...) 73.0 -> 68.7, (4096, 24576, 1536) 258.0 -> 254.7, but
+//     (4096, 7168, 16384) 718.2 -> 726.3; H200, run twice); four stages with direct stores
+//     instead ran 4-100% slower. Never split.
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -696,13 +699,11 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           // of row r at chunk c ^ (r % 8) (the 128-byte swizzle).
           const bool leader = threadIdx.x % 128 == 0;
           if (leader) cp_async_bulk_wait_group_read<0>();  // the previous tile's copies have read the staging tile
+          named_barrier_sync(2 + wg, 128);
 #pragma unroll
           for (int sub = 0; sub < kSub; sub++) {  // (256-row tiles: each sub-tile its own part)
-            const uint32_t stage = base + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2;
-            uint8_t *stage_ptr = smem_raw + (stage - smem_u32);
+            uint8_t *stage_ptr = smem_raw + (base - smem_u32) + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2;
             const float *t = total + sub * (kBlockN / 2);
-            const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
-            named_barrier_sync(2 + wg, 128);
 #pragma unroll
             for (int j = 0; j < kBlockN / 8; j++)
 #pragma unroll
@@ -711,13 +712,20 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                 const uint32_t off = (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
                 *reinterpret_cast<uint32_t *>(stage_ptr + off) = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
               }
-            fence_proxy_async_shared_cta();
-            named_barrier_sync(2 + wg, 128);
-            if (leader && row0 < p.M) {  // (a warpgroup whose rows are all past M stores nothing)
+          }
+          fence_proxy_async_shared_cta();
+          named_barrier_sync(2 + wg, 128);
+          if (leader) {
 #pragma unroll
-              for (int b = 0; b < kBlockN / 64; b++) cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, row0);
-              cp_async_bulk_commit_group();
+            for (int sub = 0; sub < kSub; sub++) {
+              const uint32_t stage = base + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2;
+              const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
+              if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
+#pragma unroll
+                for (int b = 0; b < kBlockN / 64; b++) cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, row0);
+              }
             }
+            cp_async_bulk_commit_group();
           }
           continue;
         }

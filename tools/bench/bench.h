@@ -61,7 +61,6 @@ int qfb_sm_count(const qfb *b);            /* 0 on the CPU */
 size_t qfb_l2_bytes(const qfb *b);         /* 0 on the CPU */
 int qfb_reps(const qfb *b);                /* timed runs per measurement after clamping */
 int qfb_uses_gpu(const qfb *b);
-qfb_timing qfb_timing_used(const qfb *b);  /* the timing in effect (event where CUPTI failed) */
 
 /* Median time in microseconds of fn(arg) over the session's reps timed runs, after QFB_WARMUP
  * untimed runs. GPU: before every run (outside the timed region) the L2 is flushed as the

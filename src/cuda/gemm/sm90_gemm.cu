@@ -7,7 +7,6 @@
 
 #include "cuda/common.cuh"
 #include "cuda/tma_map.h"
-#include "cuda/gemm/sm90_gemm.cuh"
 #include "cuda/gemm/sm90_gemm_heuristic.h"
 
 namespace {
@@ -42,7 +41,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const bool c_pairs = p.c == nullptr || ((p.c_ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
   p.splits = cfg.splits;
-  if (sm90_gemm_consumers(kBlockM) * 64 < kBlockM && p.splits > 1)
+  if (kBlockM > 128 && p.splits > 1)  // (the heuristic never splits them)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile runs whole tiles only", kOp, kBlockM, kBlockN);
   p.whole_tiles = static_cast<int>(cfg.whole_tiles);
   if (p.splits > 1) {
@@ -97,7 +96,7 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
   if constexpr (sm90_gemm_two_sets(R)) {  // the wide tiles: FP8 recipes only (the heuristic's rule)
     QF_SM90_GEMM_WIDE_TILES(QF_SM90_GEMM_CASE)
   }
-  if constexpr (R == Sm90Recipe::kBlockScaledFp8) {
+  if constexpr (sm90_gemm_tall(R)) {
     QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)
   }
 #undef QF_SM90_GEMM_CASE
@@ -111,8 +110,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", pr.op,
                    static_cast<long long>(pr.M), static_cast<long long>(pr.N), static_cast<long long>(pr.K));
-  const sm90_gemm_config cfg =
-      sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count, sm90_gemm_two_sets(R), R == Sm90Recipe::kBlockScaledFp8);
+  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count, R);
   switch (pr.d.dtype) {
     case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
     case QF_F16: return dispatch_tile<R, __half>(ctx, pr, p, cfg);

@@ -109,6 +109,8 @@ enum class Sm90Recipe { kBlockScaledFp8, kScaledFp8, kScaledInt8 };
 // Whether the recipe runs its 128 x 128 tiles with two accumulator sets (the FP8 recipes, which
 // promote every K-block; NOTES). The launcher's tile heuristic asks the same question.
 __host__ __device__ constexpr bool sm90_gemm_two_sets(Sm90Recipe r) { return r != Sm90Recipe::kScaledInt8; }
+// Whether the recipe has the 256 x 128 tile (NOTES): the block-scaled one.
+__host__ __device__ constexpr bool sm90_gemm_tall(Sm90Recipe r) { return r == Sm90Recipe::kBlockScaledFp8; }
 
 struct sm90_gemm_params {
   // kBlockScaledFp8
@@ -224,7 +226,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = sm90_gemm_consumers(kBlockM);
   constexpr int kSub = kBlockM / 64 / kConsumers;  // 64-row sub-tiles per consumer warpgroup
-  static_assert(kSub == 1 || (kBlockScales && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
+  static_assert(kSub == 1 || (sm90_gemm_tall(R) && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
@@ -440,6 +442,19 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // columns past 128 - n0 % 128 all lie past N reads the first block's again: never stored).
       const int hi_at = (128 - n0 % 128) / 8;
       const float *bs_hi = kTwoScaleBlocks && kBlockScales && n0 / 128 + 1 < (p.N + 127) / 128 ? bs + p.num_kb : bs;
+      // The single-set and 256-row paths load a K-block's weight-block scales two blocks ahead: a
+      // decode tile's wgmma are too short to hide a load from L2 (x: the tile's first scale block,
+      // y: a 192-column tile's second one).
+      auto block_scales = [&](int kb) {
+        float2 b = make_float2(1.0f, 1.0f);
+        if constexpr (kBlockScales) {
+          if (kb < kb_end) {
+            b.x = __ldg(bs + kb);
+            if constexpr (kTwoScaleBlocks) b.y = __ldg(bs_hi + kb);
+          }
+        }
+        return b;
+      };
 #pragma unroll
       for (int i = 0; i < kSub * kBlockN / 2; i++) total[i] = 0.0f;
 
@@ -525,17 +540,15 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       } else if constexpr (kSub > 1) {
         // 256-row tiles: per K-block, each of the warpgroup's two 64-row sub-tiles in turn runs
         // its wgmma into the one accumulator set and is promoted into its own total; the two
-        // warpgroups run free, so one's promotion overlaps the other's wgmma. Weight-block scales
-        // are loaded two blocks ahead.
-        auto block_scale = [&](int kb) { return kb < kb_end ? __ldg(bs + kb) : 1.0f; };
-        float b_cur = block_scale(kb_begin), b_next = block_scale(kb_begin + 1);
+        // warpgroups run free, so one's promotion overlaps the other's wgmma.
+        float b_cur = block_scales(kb_begin).x, b_next = block_scales(kb_begin + 1).x;
         Acc sub_acc[kBlockN / 2];  // (declared per unit: dead in the epilogue)
         for (int kb = kb_begin; kb < kb_end; kb++) {
           mbarrier_wait_parity(full_bar(s), phase);
           const uint64_t desc_b = wgmma_desc_kmajor_sw128(smem_b(s));
           const float b = b_cur;
           b_cur = b_next;
-          b_next = block_scale(kb + 2);
+          b_next = block_scales(kb + 2).x;
 #pragma unroll
           for (int j = 0; j < kSub; j++) {
             const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + (wg * kSub + j) * 64 * kBlockK);
@@ -566,19 +579,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           if (++s == kStages) s = 0, phase ^= 1;
         }
       } else {
-        // The weight-block scales of the next two K-blocks, loaded two blocks ahead: a decode
-        // tile's wgmma are too short to hide a load from L2.
-        // (x: the tile's first scale block, y: a 192-column tile's second one)
-        auto block_scales = [&](int kb) {
-          float2 b = make_float2(1.0f, 1.0f);
-          if constexpr (kBlockScales) {
-            if (kb < kb_end) {
-              b.x = __ldg(bs + kb);
-              if constexpr (kTwoScaleBlocks) b.y = __ldg(bs_hi + kb);
-            }
-          }
-          return b;
-        };
         float2 b_cur = block_scales(kb_begin), b_next = block_scales(kb_begin + 1);
         for (int kb = kb_begin; kb < kb_end; kb++) {
           mbarrier_wait_parity(full_bar(s), phase);
@@ -629,17 +629,16 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
       if (kSub == 1 && u.splits > 1) {  // (256-row tiles never split: the launcher refuses it)
         constexpr int kThreads = kConsumers * 128;
-        constexpr int kWords = kSub * kBlockN / 8;  // 16-byte words of a thread's result
         const int t = threadIdx.x;  // consumers are threads [0, kThreads)
-        uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(u.part) * u.splits * (kThreads * kWords);
+        uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(u.part) * u.splits * (kThreads * kBlockN / 8);
         auto result = [&](int i) -> auto & {
           if constexpr (kInt8) return acc[i]; else return total[i];
         };
-        const bool live = r0 < p.M;  // this thread's rows r0, r0 + 8 (+ 64 ...): partials of rows past M are never read
+        const bool live = r0 < p.M;  // this thread's rows r0 and r0 + 8: partials of rows past M are never read
 #pragma unroll
-        for (int i = 0; i < kWords; i++)
+        for (int i = 0; i < kBlockN / 8; i++)
           if (live)
-            __stcg(part + int64_t(u.split) * (kThreads * kWords) + i * kThreads + t,
+            __stcg(part + int64_t(u.split) * (kThreads * kBlockN / 8) + i * kThreads + t,
                    make_uint4(word_of(result(4 * i)), word_of(result(4 * i + 1)), word_of(result(4 * i + 2)),
                               word_of(result(4 * i + 3))));
         __threadfence();
@@ -652,11 +651,11 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         }
         __threadfence();
 #pragma unroll
-        for (int i = 0; i < 4 * kWords; i++) result(i) = 0;
+        for (int i = 0; i < kBlockN / 2; i++) result(i) = 0;
         for (int other = 0; live && other < u.splits; other++) {
 #pragma unroll
-          for (int i = 0; i < kWords; i++) {
-            const uint4 w = __ldcg(part + int64_t(other) * (kThreads * kWords) + i * kThreads + t);
+          for (int i = 0; i < kBlockN / 8; i++) {
+            const uint4 w = __ldcg(part + int64_t(other) * (kThreads * kBlockN / 8) + i * kThreads + t);
             add_word(result(4 * i), w.x), add_word(result(4 * i + 1), w.y);
             add_word(result(4 * i + 2), w.z), add_word(result(4 * i + 3), w.w);
           }
@@ -695,14 +694,16 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // ---- epilogue through the staging tile and TMA (16-bit D, no C) ----
       if constexpr (sizeof(OutT) == 2) {
         if (p.tma_store) {
-          // This warpgroup's 64 rows: kBlockN / 64 boxes of 64 rows x 128 bytes, 16-byte chunk c
+          // Each of this warpgroup's 64-row sub-tiles (one, or two on 256-row tiles) has its own
+          // part of the staging tile: kBlockN / 64 boxes of 64 rows x 128 bytes, 16-byte chunk c
           // of row r at chunk c ^ (r % 8) (the 128-byte swizzle).
+          auto staging = [&](int sub) { return base + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2; };
           const bool leader = threadIdx.x % 128 == 0;
           if (leader) cp_async_bulk_wait_group_read<0>();  // the previous tile's copies have read the staging tile
           named_barrier_sync(2 + wg, 128);
 #pragma unroll
-          for (int sub = 0; sub < kSub; sub++) {  // (256-row tiles: each sub-tile its own part)
-            uint8_t *stage_ptr = smem_raw + (base - smem_u32) + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2;
+          for (int sub = 0; sub < kSub; sub++) {
+            uint8_t *stage_ptr = smem_raw + (staging(sub) - smem_u32);
             const float *t = total + sub * (kBlockN / 2);
 #pragma unroll
             for (int j = 0; j < kBlockN / 8; j++)
@@ -718,7 +719,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           if (leader) {
 #pragma unroll
             for (int sub = 0; sub < kSub; sub++) {
-              const uint32_t stage = base + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2;
+              const uint32_t stage = staging(sub);
               const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
               if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
 #pragma unroll

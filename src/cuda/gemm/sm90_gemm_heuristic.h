@@ -1,10 +1,12 @@
 // Tile shape, pipeline depth, raster order and split of the sm_90 GEMM engine, chosen from
-// the problem size, the device and whether the recipe runs the two-set loop (FP8). Host code
-// only: the kernels never see this file's logic, only the compile-time shapes listed here.
+// the problem size, the device and the recipe's tiles (sm90_gemm.cuh). Host code only: the
+// kernels never see this file's logic, only the compile-time shapes listed here.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "cuda/gemm/sm90_gemm.cuh"
 
 // The instantiated tile shapes (BLOCK_M, BLOCK_N). BLOCK_M is 64 per consumer warpgroup; BLOCK_N
 // divides 128, so that a tile row needs one B scale per K-block. The waves model below weighs these.
@@ -51,9 +53,11 @@ struct sm90_gemm_config {
 // goes to the larger tile: at M = 4096, (N, K) = (2112, 7168) ties 128 x 64 with 128 x 128, and
 // 128 x 128 ran 12% faster (two accumulator sets; H200, run twice). Ties of equal areas (64 x 128
 // and 128 x 64 at M = 65-128) go to 128 x 64 on the FP8 recipes and keep the first on INT8.
-// two_sets: the recipe runs 128 x 128 tiles with the two-set loop (the FP8 recipes). tall: it has
-// the 256 x 128 tile (block-scaled), costed by the same model in whole waves, never split.
-inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, bool two_sets, bool tall) {
+// The FP8 recipes (two_sets: the two-set loop) have the 192-column tiles and their own rules at
+// 65-128 rows; the block-scaled recipe has the 256 x 128 tile too, costed by the same model in
+// whole waves, never split.
+inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
+  const bool two_sets = sm90_gemm_two_sets(recipe), tall = sm90_gemm_tall(recipe);
   const int sms = sm_count > 0 ? sm_count : 1;
   const int64_t num_kb = (K + 127) / 128;
   const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;  // K ranges of a split tile, at most
@@ -75,13 +79,15 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const int area = best.block_m * best.block_n;
     return bm * bn > area || (bm * bn == area && two_sets && M > 64 && M <= 128 && bm > best.block_m);
   };
+  // The model's cost of `waves` waves of BM x BN tiles.
+  auto cost_of = [](double waves, int bm, int bn) { return waves * (bm * bn + 64.0 * (bm + bn)); };
   // For M > 128 a split last wave counts as 1 / splits of a wave plus a tenth for its partial sums.
 #define QF_SM90_GEMM_TRY(BM, BN)                                                                      \
   {                                                                                                   \
     const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), split = M > 128 ? tail_splits(tiles) : 0; \
     const double waves = split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1                 \
                                : static_cast<double>((tiles + sms - 1) / sms);                        \
-    const double cost = waves * (BM * BN + 64.0 * (BM + BN));                                         \
+    const double cost = cost_of(waves, BM, BN);                                                       \
     if (best_cost < 0.0 || cost < best_cost || (cost == best_cost && prefer(BM, BN))) {                 \
       best_cost = cost;                                                                               \
       best.block_m = BM;                                                                              \
@@ -95,7 +101,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 1.7-3.7% faster; (2112, 7168) keeps 128 x 128 with its last wave split.
   if (tall && M > 128) {
     const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128);
-    const double cost = static_cast<double>((tiles + sms - 1) / sms) * (256 * 128 + 64.0 * (256 + 128));
+    const double cost = cost_of(static_cast<double>((tiles + sms - 1) / sms), 256, 128);
     if (cost < best_cost) best_cost = cost, best.block_m = 256, best.block_n = 128;
   }
   // K ranges per tile when the tiles leave SMs idle (decode).

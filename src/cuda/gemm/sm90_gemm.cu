@@ -93,7 +93,7 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
 #define QF_SM90_GEMM_CASE(BM, BN) \
   if (cfg.block_m == BM && cfg.block_n == BN) return launch<R, BM, BN, OutT>(ctx, pr, p, cfg);
   QF_SM90_GEMM_TILES(QF_SM90_GEMM_CASE)
-  if constexpr (sm90_gemm_two_sets(R)) {  // the wide tiles: FP8 recipes only (the heuristic's rule)
+  if constexpr (sm90_gemm_wide(R)) {
     QF_SM90_GEMM_WIDE_TILES(QF_SM90_GEMM_CASE)
   }
   if constexpr (sm90_gemm_tall(R)) {

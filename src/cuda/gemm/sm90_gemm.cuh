@@ -106,9 +106,12 @@
 
 enum class Sm90Recipe { kBlockScaledFp8, kScaledFp8, kScaledInt8 };
 
-// Whether the recipe runs its 128 x 128 tiles with two accumulator sets (the FP8 recipes, which
-// promote every K-block; NOTES). The launcher's tile heuristic asks the same question.
+// Whether the recipe runs its tiles of up to 128 x 128 with two accumulator sets (the FP8 recipes,
+// which promote every K-block; NOTES). The launcher's tile heuristic asks the same question.
 __host__ __device__ constexpr bool sm90_gemm_two_sets(Sm90Recipe r) { return r != Sm90Recipe::kScaledInt8; }
+// Whether the recipe has the 128 x 192 tile (NOTES): the FP8 recipes, whose promotion applies a
+// weight-scale block per column group.
+__host__ __device__ constexpr bool sm90_gemm_wide(Sm90Recipe r) { return r != Sm90Recipe::kScaledInt8; }
 // Whether the recipe has the 256 x 128 tile (NOTES): the block-scaled one.
 __host__ __device__ constexpr bool sm90_gemm_tall(Sm90Recipe r) { return r == Sm90Recipe::kBlockScaledFp8; }
 

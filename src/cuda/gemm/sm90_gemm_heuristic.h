@@ -53,11 +53,11 @@ struct sm90_gemm_config {
 // goes to the larger tile: at M = 4096, (N, K) = (2112, 7168) ties 128 x 64 with 128 x 128, and
 // 128 x 128 ran 12% faster (two accumulator sets; H200, run twice). Ties of equal areas (64 x 128
 // and 128 x 64 at M = 65-128) go to 128 x 64 on the FP8 recipes and keep the first on INT8.
-// The FP8 recipes (two_sets: the two-set loop) have the 192-column tiles and their own rules at
+// The FP8 recipes (two_sets: the two-set loop; wide: the 128 x 192 tile) have their own rules at
 // 65-128 rows; the block-scaled recipe has the 256 x 128 tile too, costed by the same model in
 // whole waves, never split.
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
-  const bool two_sets = sm90_gemm_two_sets(recipe), tall = sm90_gemm_tall(recipe);
+  const bool two_sets = sm90_gemm_two_sets(recipe), wide = sm90_gemm_wide(recipe), tall = sm90_gemm_tall(recipe);
   const int sms = sm_count > 0 ? sm_count : 1;
   const int64_t num_kb = (K + 127) / 128;
   const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;  // K ranges of a split tile, at most
@@ -134,7 +134,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // disagreed (docs/GEMM.md). Up to 64 rows a wave of 64 x 192 tiles (one accumulator set) beat
   // 64 x 64 ones in three waves until those got the two-set loop; since, the 64 x 64 ones are
   // 3.5% faster ((1, 24576, 1536) 12.8 -> 12.35 us, (64, ...) 13.4 -> 12.95; H200, run twice).
-  if (two_sets && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
+  if (wide && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
     best.block_m = 128, best.block_n = 192;
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;

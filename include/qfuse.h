@@ -378,6 +378,8 @@ typedef enum {
   QF_VQ_CQ_2 = 1,    /* VQ<4, 8, 1>, one codebook per 4 channels of a KV cache: 2 bits */
   QF_VQ_CQ_4 = 2,    /* VQ<2, 8, 1>, one codebook per 2 channels: 4 bits */
   QF_VQ_AQLM_3 = 3,  /* VQ<8, 12, 2>, one codebook pair per tensor: 3 bits */
+  QF_VQ_QUIP_4 = 4,  /* VQ<8, 16, 2>, row scales: QuIP#-4's layout, quantized with the E8P lattice
+                        (qf_vq_quantize_opts.lattice = QF_VQ_LATTICE_E8P): 4 bits */
 } qf_vq_preset;
 
 /* QF_ERR_VALUE for an unknown preset (*out untouched). */
@@ -395,9 +397,18 @@ typedef struct {
  * (K not a multiple of vector_size or scope_cols), with a message on ctx. */
 qf_status qf_vq_sizes_of(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, qf_vq_sizes *out);
 
+/* Lattice codebooks for qf_vq_quantize. E8P: QuIP#'s 2^16 points of E8 + 1/4 for vectors of 8
+ * values (vector_size 8, index_bits 16, fp16 entries); index bits 15-8 pick one of 256 patterns of
+ * absolute values, 7-1 the signs of values 1-7 (value 0's follows from a parity rule), 0 a shift
+ * of +1/4 or -1/4 (docs/VQ.md gives the construction). Each residual's book is the lattice times a
+ * scale of at most 7 significant bits (exact in fp16), chosen per book and residual for the least
+ * error, and keeps the lattice's index order (no reordering by use). */
+#define QF_VQ_LATTICE_E8P 1
+
 typedef struct {
-  int iterations;    /* Lloyd iterations per codebook; 0 means 10 */
+  int iterations;    /* Lloyd iterations per codebook; 0 means 10 (k-means only) */
   uint64_t seed;     /* k-means++ seeding; 0 means a fixed default */
+  int lattice;       /* 0: codebooks learned by k-means; QF_VQ_LATTICE_E8P: the E8P lattice */
 } qf_vq_quantize_opts;
 
 typedef struct {
@@ -410,7 +421,9 @@ typedef struct {
 
 /* Offline quantizer (CPU contexts only): per scope and residual, k-means++ seeding and Lloyd
  * iterations on the (residual) vectors, entries rounded to entry_dtype before the next residual
- * is formed, then the entries of each codebook reordered by use, most used first.
+ * is formed, then the entries of each codebook reordered by use, most used first. With a lattice
+ * (opts->lattice), each residual's book is the scaled lattice and every vector takes the entry
+ * qf_vq_encode would pick (nearest in fp32, lowest index on ties), found by a lattice search.
  *  w  [N, K] fp32, fp16 or bf16, rows may be strided.  stats may be NULL. */
 qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt,
                          const qf_vq_quantize_opts *opts, DLTensor *codes, DLTensor *codebooks,

@@ -82,7 +82,7 @@ class VqSizes(ctypes.Structure):
 
 
 class VqQuantizeOpts(ctypes.Structure):
-    _fields_ = [("iterations", ctypes.c_int), ("seed", ctypes.c_uint64)]
+    _fields_ = [("iterations", ctypes.c_int), ("seed", ctypes.c_uint64), ("lattice", ctypes.c_int)]
 
 
 class VqStats(ctypes.Structure):
@@ -95,7 +95,8 @@ class VqAttentionOpts(ctypes.Structure):
                 ("sm_scale", ctypes.c_float)]
 
 
-VQ_PRESETS = {"gptvq-2": 0, "cq-2": 1, "cq-4": 2, "aqlm-3": 3}
+VQ_PRESETS = {"gptvq-2": 0, "cq-2": 1, "cq-4": 2, "aqlm-3": 3, "quip-4": 4}
+VQ_LATTICES = {None: 0, "e8p": 1}
 
 SCALE_LAYOUTS = {"row_major": 0, "col_major": 1, "col_major_tma": 2}
 SCALE_FORMATS = {"f32": 0, "f32_pow2": 1, "ue8m0_packed": 2}
@@ -298,7 +299,7 @@ class Context:
 
     @staticmethod
     def vq_format(preset=None, **fields):
-        """A VqFormat from a preset name ("gptvq-2", "cq-2", "cq-4", "aqlm-3") and/or fields."""
+        """A VqFormat from a preset name ("gptvq-2", "cq-2", "cq-4", "aqlm-3", "quip-4") and/or fields."""
         f = VqFormat()
         if preset is not None and _lib.qf_vq_format_preset(VQ_PRESETS[preset], ctypes.byref(f)):
             raise ValueError(f"unknown preset {preset!r}")
@@ -312,11 +313,12 @@ class Context:
         self._check(_lib.qf_vq_sizes_of(self._ctx, ctypes.byref(fmt), n, k, ctypes.byref(sz)))
         return sz
 
-    def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0):
+    def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0, lattice=None):
+        """lattice: None (k-means codebooks) or "e8p" (QuIP#'s E8P books, for the "quip-4" preset)."""
         keep = [_Arg(t) for t in (w, codes, codebooks)]
         sc = _Arg(scales) if scales is not None else None
         st = VqStats()
-        o = VqQuantizeOpts(iterations, seed)
+        o = VqQuantizeOpts(iterations, seed, VQ_LATTICES[lattice])
         self._check(_lib.qf_vq_quantize(self._ctx, keep[0].ptr(), ctypes.byref(fmt), ctypes.byref(o), keep[1].ptr(),
                                         keep[2].ptr(), sc.ptr() if sc else None, ctypes.byref(st)))
         return st

@@ -125,8 +125,26 @@ typedef struct {
   int packed;      /* codes in the table GeMV's packed layout (qf_vq_pack_gemv) */
 } qf_vq_tensors;
 
+/* lattice: 0 (k-means books) or QF_VQ_LATTICE_E8P (the E8P book, scaled per residual). */
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
-                             qf_vq_stats *stats);
+                             int lattice, qf_vq_stats *stats);
+/* The encoders' fp32 squared distance, summed in element order (what the CPU reference rounds). */
+static inline float qf_cpu_vq_dist2(const float *a, const float *b, int d) {
+  float s = 0.0f;
+  for (int i = 0; i < d; i++) s += (a[i] - b[i]) * (a[i] - b[i]);
+  return s;
+}
+/* The E8P lattice book (src/cpu/vq_e8p.c): its 256 patterns of absolute values and whether each
+ * one's sum is odd. */
+#define QF_E8P_PATTERNS 256
+typedef struct {
+  float a[QF_E8P_PATTERNS][8];
+  uint8_t odd[QF_E8P_PATTERNS];
+} qf_e8p_table;
+void qf_cpu_e8p_table(qf_e8p_table *tb);
+void qf_cpu_e8p_point(const qf_e8p_table *tb, uint32_t idx, float beta, float *out);
+uint32_t qf_cpu_e8p_nearest(const qf_e8p_table *tb, const float *v, float beta);
+float qf_cpu_e8p_scale(const qf_e8p_table *tb, float *const *vec, int64_t nv, int residual, int residuals);
 qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
 qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat *w);
 /* t's codes (standard layout) into the packed layout at `packed`. */

@@ -1,5 +1,6 @@
 /* CPU reference of the vector-quantization family: the offline quantizer (k-means++ and Lloyd per
- * codebook scope and residual, then entries reordered by use) and the dequantizer. */
+ * codebook scope and residual, then entries reordered by use; or the E8P lattice book, vq_e8p.c)
+ * and the dequantizer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,17 +26,12 @@ static float load_w(const qf_mat *w, int64_t n, int64_t k) {
 static uint16_t entry_bits(qf_dtype dt, float v) { return dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v); }
 static float entry_value(qf_dtype dt, uint16_t h) { return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h); }
 
-static float dist2(const float *a, const float *b, int d) {
-  float s = 0.0f;
-  for (int i = 0; i < d; i++) s += (a[i] - b[i]) * (a[i] - b[i]);
-  return s;
-}
 
 static int nearest(const float *v, const float *centers, int64_t E, int d) {
   int best = 0;
-  float bd = dist2(v, centers, d);
+  float bd = qf_cpu_vq_dist2(v, centers, d);
   for (int64_t e = 1; e < E; e++) {
-    float dd = dist2(v, centers + e * d, d);
+    float dd = qf_cpu_vq_dist2(v, centers + e * d, d);
     if (dd < bd) bd = dd, best = (int)e;
   }
   return best;
@@ -56,7 +52,7 @@ static int kmeans(float *const *vec, int64_t nv, int d, int64_t E, int iteration
   int64_t first = (int64_t)(rng(seed) % (uint64_t)nv);
   memcpy(centers, vec[first], (size_t)d * sizeof *centers);
   double total = 0.0;
-  for (int64_t i = 0; i < nv; i++) total += dmin[i] = dist2(vec[i], centers, d);
+  for (int64_t i = 0; i < nv; i++) total += dmin[i] = qf_cpu_vq_dist2(vec[i], centers, d);
   for (int64_t e = 1; e < E; e++) {
     int64_t pick = (int64_t)(rng(seed) % (uint64_t)nv);
     if (total > 0.0) {
@@ -67,7 +63,7 @@ static int kmeans(float *const *vec, int64_t nv, int d, int64_t E, int iteration
     memcpy(centers + e * d, vec[pick], (size_t)d * sizeof *centers);
     total = 0.0;
     for (int64_t i = 0; i < nv; i++) {
-      float dd = dist2(vec[i], centers + e * d, d);
+      float dd = qf_cpu_vq_dist2(vec[i], centers + e * d, d);
       if (dd < dmin[i]) dmin[i] = dd;
       total += dmin[i];
     }
@@ -141,7 +137,7 @@ static float row_target(const qf_mat *w, int64_t n, int row_scale, float *out) {
 }
 
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
-                             qf_vq_stats *stats) {
+                             int lattice, qf_vq_stats *stats) {
   const int64_t N = t->N, K = t->K, E = t->sz.entries;
   const int vs = t->fmt.vector_size, R = t->fmt.residuals;
   const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : N, cols = t->fmt.scope_cols ? t->fmt.scope_cols : K;
@@ -154,8 +150,9 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
   int64_t *count = malloc((size_t)E * sizeof *count), *rank = malloc((size_t)E * sizeof *rank);
   entry_use *order = malloc((size_t)E * sizeof *order);
   float *decoded = malloc((size_t)K * sizeof *decoded);
+  qf_e8p_table *e8p = lattice ? malloc(sizeof *e8p) : NULL;
   qf_status st = QF_OK;
-  if (!target || !vec || !where || !assign || !centers || !count || !order || !rank || !decoded) {
+  if (!target || !vec || !where || !assign || !centers || !count || !order || !rank || !decoded || (lattice && !e8p)) {
     st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for the k-means of a %lld x %lld tensor", (long long)N,
                  (long long)K);
     goto done;
@@ -165,6 +162,7 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
     if (t->scales) t->scales[n] = s;
   }
   memset(t->codes, 0, (size_t)(R * N * t->sz.row_bytes));
+  if (e8p) qf_cpu_e8p_table(e8p);
 
   int64_t hot = 0, unused = 0, uses = 0, hot_uses = 0;
   for (int64_t book = 0; book < t->sz.n_books; book++) {
@@ -177,18 +175,27 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
         nv++;
       }
     for (int r = 0; r < R; r++) {
-      if (!kmeans(vec, nv, vs, E, iterations, &seed, centers, assign)) {
-        st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for k-means");
-        goto done;
-      }
-      /* entries as stored, then every vector assigned to its nearest stored entry */
-      for (int64_t i = 0; i < E * vs; i++) centers[i] = entry_value(t->fmt.entry_dtype, entry_bits(t->fmt.entry_dtype, centers[i]));
       memset(count, 0, (size_t)E * sizeof *count);
-      for (int64_t i = 0; i < nv; i++) count[assign[i] = nearest(vec[i], centers, E, vs)]++;
-      /* entries reordered by use: the codebook cache keeps the head of each book close */
-      for (int64_t e = 0; e < E; e++) order[e].uses = count[e], order[e].entry = e;
-      qsort(order, (size_t)E, sizeof *order, by_use);
-      for (int64_t e = 0; e < E; e++) rank[order[e].entry] = e;
+      if (e8p) {
+        /* the lattice book at the scale that fits these vectors best, in the lattice's index order
+         * (a decoder may form entries from the index bits), each vector on its nearest entry */
+        const float beta = qf_cpu_e8p_scale(e8p, vec, nv, r, R);
+        for (int64_t e = 0; e < E; e++) qf_cpu_e8p_point(e8p, (uint32_t)e, beta, centers + e * vs);
+        for (int64_t i = 0; i < nv; i++) count[assign[i] = (int)qf_cpu_e8p_nearest(e8p, vec[i], beta)]++;
+        for (int64_t e = 0; e < E; e++) order[e].entry = rank[e] = e;
+      } else {
+        if (!kmeans(vec, nv, vs, E, iterations, &seed, centers, assign)) {
+          st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for k-means");
+          goto done;
+        }
+        /* entries as stored, then every vector assigned to its nearest stored entry */
+        for (int64_t i = 0; i < E * vs; i++) centers[i] = entry_value(t->fmt.entry_dtype, entry_bits(t->fmt.entry_dtype, centers[i]));
+        for (int64_t i = 0; i < nv; i++) count[assign[i] = nearest(vec[i], centers, E, vs)]++;
+        /* entries reordered by use: the codebook cache keeps the head of each book close */
+        for (int64_t e = 0; e < E; e++) order[e].uses = count[e], order[e].entry = e;
+        qsort(order, (size_t)E, sizeof *order, by_use);
+        for (int64_t e = 0; e < E; e++) rank[order[e].entry] = e;
+      }
       uint16_t *out = (uint16_t *)t->books + (r * t->sz.n_books + book) * E * vs;
       for (int64_t e = 0; e < E; e++)
         for (int c = 0; c < vs; c++) out[e * vs + c] = entry_bits(t->fmt.entry_dtype, centers[order[e].entry * vs + c]);
@@ -225,6 +232,7 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
   }
 done:
   free(target), free(vec), free(where), free(assign), free(centers), free(count), free(order), free(rank), free(decoded);
+  free(e8p);
   return st;
 }
 

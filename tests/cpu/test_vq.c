@@ -1,7 +1,7 @@
 /* Vector quantization on the CPU: formats and sizes, the index bit stream, the quantizer
  * (k-means on data with known clusters recovers them; reconstruction error of each paper
- * configuration on Gaussian weights, bounded), entries ordered by use, dequantization and every
- * error path. */
+ * configuration on Gaussian weights, bounded; the E8P lattice books of QuIP#-4), entries ordered
+ * by use, dequantization and every error path. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,6 +65,7 @@ static void test_sizes(void) {
       {QF_VQ_CQ_2, 1000, 4096, 1040, 1024, 2.0}, /* one book per 4 channels */
       {QF_VQ_CQ_4, 7, 64, 48, 32, 4.0},
       {QF_VQ_AQLM_3, 4096, 4096, 784, 1, 3.0},   /* 512 indices of 12 bits = 768 bytes */
+      {QF_VQ_QUIP_4, 4096, 4096, 1040, 1, 4.0},  /* 512 indices of 16 bits = 1024 bytes */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     qf_vq_format f;
@@ -460,6 +461,95 @@ static void test_attention_reference(void) {
   vq_free(&kb), vq_free(&vb);
 }
 
+static int by_key(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* QuIP#-4 (the E8P lattice, two residuals, row scales): every entry of each book is its scale times
+ * a point of D8 + 1/2 (half-integer values, even sum) shifted by +-1/4 on every value, as the index's
+ * last bit says, of squared norm at most 12 before the shift; the book holds 65,280 distinct
+ * points (two of its 256 patterns are the same); qf_vq_encode, which scans every entry, picks the
+ * codes the lattice search gave; the reconstruction error on Gaussian weights is bounded; formats
+ * the lattice cannot fill are refused. */
+static void test_e8p(void) {
+  enum { N = 64, K = 256 };
+  float *w = malloc(N * K * sizeof *w), *back = malloc(N * K * sizeof *back);
+  uint64_t s = 4242;
+  for (int i = 0; i < N * K; i++) w[i] = rng_normal(&s) * (1.0f + (float)(i / K % 3));
+  qf_vq_format f;
+  CHECK(qf_vq_format_preset(QF_VQ_QUIP_4, &f) == QF_OK && f.vector_size == 8 && f.index_bits == 16 && f.residuals == 2,
+        "QuIP#-4 preset");
+  vq_buf b;
+  vq_alloc(&b, &f, N, K);
+  CHECK(b.sz.bits_per_value == 4.0, "QuIP#-4: 4 bits per value");
+  tensor2d wt;
+  tensor2d_init(&wt, w, QF_F32, N, K, K, kDLCPU);
+  qf_vq_quantize_opts o = {.lattice = QF_VQ_LATTICE_E8P};
+  qf_vq_stats st;
+  CHECK(qf_vq_quantize(ctx, &wt.t, &f, &o, &b.ct, &b.bt, &b.st, &st) == QF_OK, "E8P quantize: %s", qf_ctx_last_error(ctx));
+  printf("QuIP#-4  %4d x %-4d %.2f bits/value: relative MSE %.4f, %lld of %lld entries unused\n", N, K,
+         b.sz.bits_per_value, st.rel_mse, (long long)st.unused_entries, (long long)st.entries);
+
+  int lattice_ok = 1;
+  uint64_t *keys = malloc(65536 * sizeof *keys);
+  for (int r = 0; r < 2; r++) {
+    const uint16_t *book = b.books + (size_t)r * 65536 * 8;
+    /* entry 0 is the all-1/2 pattern, no minus sign, shift -1/4: the scale times 1/4 everywhere */
+    const double beta = 4.0 * qf_f16_to_f32(book[0]);
+    lattice_ok &= beta > 0.0;
+    for (int e = 0; e < 65536; e++) {
+      const double shift = e & 1 ? 0.25 : -0.25;
+      long sum = 0, norm4 = 0;
+      uint64_t key = 0;
+      for (int j = 0; j < 8; j++) {
+        const double twice = 2.0 * (qf_f16_to_f32(book[e * 8 + j]) / beta - shift); /* an odd integer */
+        const long t = lround(twice);
+        lattice_ok &= fabs(twice - (double)t) < 1e-9 && (t & 1);
+        sum += t, norm4 += t * t;
+        key = key << 5 | (uint64_t)(t + 16); /* 9 .. 23 */
+      }
+      lattice_ok &= sum % 4 == 0 && norm4 <= 48; /* sum of the values even; squared norm <= 12 */
+      keys[e] = key << 1 | (uint64_t)(e & 1);
+    }
+    qsort(keys, 65536, sizeof *keys, by_key);
+    int distinct = 1;
+    for (int e = 1; e < 65536; e++) distinct += keys[e] != keys[e - 1];
+    CHECK(distinct == 65280, "residual %d: %d distinct points (65,280 expected)", r, distinct);
+  }
+  free(keys);
+  CHECK(lattice_ok, "every entry is a scaled point of E8P");
+
+  /* the original rows encoded again (scanning all 65,536 entries per residual) give the same codes */
+  vq_buf e;
+  vq_alloc(&e, &f, N, K);
+  CHECK(qf_vq_encode(ctx, &wt.t, 0, &b.bt, &f, &e.ct, &e.st) == QF_OK, "encode: %s", qf_ctx_last_error(ctx));
+  CHECK(!memcmp(e.codes, b.codes, (size_t)(2 * N * b.sz.row_bytes)), "encoding reproduces the lattice search's codes");
+  vq_free(&e);
+
+  CHECK(dequantize(&b, back, QF_F32, N, K) == QF_OK, "E8P dequantize");
+  double err = 0, ref = 0;
+  for (int i = 0; i < N * K; i++) err += (back[i] - w[i]) * (back[i] - w[i]), ref += (double)w[i] * w[i];
+  CHECK(fabs(err / ref - st.rel_mse) < 1e-6 && st.rel_mse < 0.013, "QuIP#-4 relative MSE %g (reported %g), bound 0.013",
+        err / ref, st.rel_mse);
+
+  /* formats and options the lattice cannot serve */
+  qf_vq_format aqlm;
+  qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
+  vq_buf a;
+  vq_alloc(&a, &aqlm, N, K);
+  CHECK(qf_vq_quantize(ctx, &wt.t, &aqlm, &o, &a.ct, &a.bt, NULL, NULL) == QF_ERR_VALUE &&
+            strstr(qf_ctx_last_error(ctx), "E8P lattice needs vector_size 8, index_bits 16"),
+        "E8P on AQLM-3's 12-bit indices refused");
+  vq_free(&a);
+  o.lattice = 7;
+  CHECK(qf_vq_quantize(ctx, &wt.t, &f, &o, &b.ct, &b.bt, &b.st, NULL) == QF_ERR_VALUE &&
+            strstr(qf_ctx_last_error(ctx), "lattice=7"),
+        "unknown lattice refused");
+  vq_free(&b);
+  free(w), free(back);
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   test_sizes();
@@ -469,6 +559,7 @@ int main(void) {
   test_presets_gaussian();
   test_errors();
   test_encode();
+  test_e8p();
   test_gemm_reference();
   test_pack_gemv();
   test_attention_reference();

@@ -169,6 +169,25 @@ class TestFamily(unittest.TestCase):
         self.ctx.vq_encode(w, 0, books, fmt, again)
         np.testing.assert_array_equal(again, codes)
 
+    def test_vq_quip4_e8p(self):
+        # QuIP#-4 on the E8P lattice: books of scaled lattice points, row scales, bounded error
+        fmt = self.ctx.vq_format("quip-4")
+        n, k = 16, 128
+        w = self.rng.standard_normal((n, k)).astype(np.float32)
+        sz = self.ctx.vq_sizes(fmt, n, k)
+        self.assertEqual(sz.bits_per_value, 4.0)
+        codes = np.zeros((2, n, sz.row_bytes), np.uint8)
+        books = np.zeros((2, 1, 65536, 8), np.float16)
+        scales = np.zeros(n, np.float32)
+        st = self.ctx.vq_quantize(w, fmt, codes, books, scales=scales, lattice="e8p")
+        back = np.empty_like(w)
+        self.ctx.vq_dequantize(codes, books, fmt, back, scales=scales)
+        rel = float(((back - w) ** 2).sum() / (w ** 2).sum())
+        self.assertAlmostEqual(rel, st.rel_mse, places=6)
+        self.assertLess(rel, 0.02)
+        # entry 0: the all-1/2 pattern shifted by -1/4, i.e. a quarter of the book's scale everywhere
+        self.assertTrue((books[:, 0, 0, :] == books[:, 0, 0, :1]).all() and (books[:, 0, 0, 0] > 0).all())
+
     def test_vq_pack_gemv(self):
         # AQLM-3-like codes (random indices and entries): the packed layout gives the same GeMV
         fmt = self.ctx.vq_format("aqlm-3")

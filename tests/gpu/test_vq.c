@@ -1,6 +1,7 @@
 /* qf_vq_dequantize and qf_vq_gemm (VQ-GeMV for M of 1 to 16, VQ-GeMM on the tensor cores above) on
  * CUDA against the CPU reference through the public API. Gaussian weights are quantized on the CPU
- * (qf_vq_quantize, 3 Lloyd iterations) in every paper configuration plus custom formats (5-bit
+ * (qf_vq_quantize, 3 Lloyd iterations; QuIP#-4 on its E8P lattice books, through the public calls
+ * only: no shared placement holds its 1 MiB books) in every paper configuration plus custom formats (5-bit
  * indices with two bf16 residuals and both scopes set; vector_size 3 with 7-bit indices and three
  * residuals, the element-wise path; vector size 2 with 6-bit and with 8-bit indices; vector size 4
  * with 10-bit indices and K = 4 past a whole chunk; GPTVQ-2 with bf16 entries) and two shapes with
@@ -75,7 +76,8 @@ static DLTensor w_scales(vq_weight *w, int gpu) {
   return dl_tensor(gpu ? w->d_scales : w->h_scales, QF_F32, 1, w->sshape, gpu ? kDLCUDA : kDLCPU);
 }
 
-static int make_weight(qf_ctx *cpu, vq_weight *w, const char *name, qf_vq_format f, int64_t N, int64_t K, uint64_t *seed) {
+static int make_weight(qf_ctx *cpu, vq_weight *w, const char *name, qf_vq_format f, int lattice, int64_t N, int64_t K,
+                       uint64_t *seed) {
   memset(w, 0, sizeof *w);
   w->name = name, w->f = f, w->N = N, w->K = K;
   if (!CHECK(qf_vq_sizes_of(cpu, &f, N, K, &w->sz) == QF_OK, "%s: sizes: %s", name, qf_ctx_last_error(cpu))) return 0;
@@ -93,7 +95,7 @@ static int make_weight(qf_ctx *cpu, vq_weight *w, const char *name, qf_vq_format
   tensor2d wt;
   tensor2d_init(&wt, weights, QF_F32, N, K, K, kDLCPU);
   DLTensor ct = w_codes(w, 0), bt = w_books(w, 0), st = w_scales(w, 0);
-  qf_vq_quantize_opts o = {.iterations = 3, .seed = 77};
+  qf_vq_quantize_opts o = {.iterations = 3, .seed = 77, .lattice = lattice};
   qf_vq_stats stats;
   qf_status s = qf_vq_quantize(cpu, &wt.t, &f, &o, &ct, &bt, f.row_scale ? &st : NULL, &stats);
   free(weights);
@@ -483,11 +485,12 @@ int main(void) {
   const int quick = quick_mode();
   uint64_t seed = 0x5EC7;
 
-  qf_vq_format gptvq, cq2, cq4, aqlm;
+  qf_vq_format gptvq, cq2, cq4, aqlm, quip4;
   qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
   qf_vq_format_preset(QF_VQ_CQ_2, &cq2);
   qf_vq_format_preset(QF_VQ_CQ_4, &cq4);
   qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
+  qf_vq_format_preset(QF_VQ_QUIP_4, &quip4);
   aqlm.row_scale = 1;
   const qf_vq_format odd_bits = {8, 5, 2, 64, 128, QF_BF16, 1};  /* 5-bit indices straddle words */
   const qf_vq_format generic = {3, 7, 3, 0, 96, QF_F16, 0};      /* no vector-size kernel of its own */
@@ -501,23 +504,25 @@ int main(void) {
     const char *name;
     qf_vq_format f;
     int64_t N, K, quick_N, quick_K;
+    int lattice; /* QuIP#-4: E8P books (1 MiB each), public calls only (no shared placement holds them) */
   } cases[] = {
-      {"GPTVQ-2", gptvq, 512, 512, 256, 256},
-      {"CQ-2", cq2, 1024, 256, 256, 128},
-      {"CQ-4", cq4, 1024, 256, 256, 128},
-      {"AQLM-3 (row scales)", aqlm, 256, 512, 64, 256},
-      {"VQ<8,5,2> bf16, 64 x 128 scopes", odd_bits, 192, 384, 64, 256},
-      {"VQ<3,7,3>, 96-column scopes", generic, 160, 288, 32, 192},
-      {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048},
-      {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256},
-      {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136},
-      {"AQLM-3 (row scales), three 512-row tiles", aqlm, 1100, 256, 600, 128},
-      {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192},
-      {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516},
-      {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512},
-      {"VQ<2,8,1> fp16, 128-column books", pairs8, 112, 640, 48, 384},
-      {"VQ<8,8,2> fp16, one book per row", octs8, 200, 768, 48, 512},
-      {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512},
+      {"GPTVQ-2", gptvq, 512, 512, 256, 256, 0},
+      {"CQ-2", cq2, 1024, 256, 256, 128, 0},
+      {"CQ-4", cq4, 1024, 256, 256, 128, 0},
+      {"AQLM-3 (row scales)", aqlm, 256, 512, 64, 256, 0},
+      {"VQ<8,5,2> bf16, 64 x 128 scopes", odd_bits, 192, 384, 64, 256, 0},
+      {"VQ<3,7,3>, 96-column scopes", generic, 160, 288, 32, 192, 0},
+      {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048, 0},
+      {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256, 0},
+      {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136, 0},
+      {"AQLM-3 (row scales), three 512-row tiles", aqlm, 1100, 256, 600, 128, 0},
+      {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192, 0},
+      {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516, 0},
+      {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512, 0},
+      {"VQ<2,8,1> fp16, 128-column books", pairs8, 112, 640, 48, 384, 0},
+      {"VQ<8,8,2> fp16, one book per row", octs8, 200, 768, 48, 512, 0},
+      {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512, 0},
+      {"QuIP#-4 (E8P lattice, row scales)", quip4, 72, 512, 40, 256, QF_VQ_LATTICE_E8P},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 16};
   const int64_t Ms_mm[] = {17, 33, 129, 1000}; /* VQ-GeMM */
@@ -526,7 +531,8 @@ int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     vq_weight w;
     const int64_t N = quick ? cases[c].quick_N : cases[c].N, K = quick ? cases[c].quick_K : cases[c].K;
-    if (!make_weight(cpu, &w, cases[c].name, cases[c].f, N, K, &seed)) continue;
+    if (!make_weight(cpu, &w, cases[c].name, cases[c].f, cases[c].lattice, N, K, &seed)) continue;
+    const int may_force = !cases[c].lattice;
 
     for (int d = 0; d < 3; d++) {
       dequantize_case(gpu, cpu, &w, dts[d], K);     /* a vector's outputs stored in one access */
@@ -540,7 +546,7 @@ int main(void) {
           /* the forced placements on a rotating third of the dtype pairs (all of them when quick);
            * on a third of those the GeMM kernel runs this small M too */
           const int forced = quick || (a + b + (int)mi) % 3 == 0 ? 1 + ((a + 2 * b + (int)mi) % 3 == 0) : 0;
-          gemm_case(gpu, cpu, &w, Ms[mi], dts[a], dts[b], forced, &seed);
+          gemm_case(gpu, cpu, &w, Ms[mi], dts[a], dts[b], may_force * forced, &seed);
         }
     for (size_t mi = 0; mi < sizeof Ms_mm / sizeof Ms_mm[0]; mi++)
       for (int a = 0; a < 3; a++)
@@ -550,7 +556,7 @@ int main(void) {
           const int64_t M = Ms_mm[mi];
           if ((M >= 128 || quick) && a != b) continue;
           if (M == 1000 && (quick ? a != 1 : a == 2)) continue;
-          gemm_case(gpu, cpu, &w, M, dts[a], dts[b], 1, &seed);
+          gemm_case(gpu, cpu, &w, M, dts[a], dts[b], may_force, &seed);
         }
     if (c == 0) gemm_env(gpu, cpu, &w, 1, &seed), gemm_env(gpu, cpu, &w, 40, &seed);
     free_weight(&w);

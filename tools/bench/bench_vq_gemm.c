@@ -3,7 +3,8 @@
  *
  * Shapes: the linear layers of Llama-7B (N, K) in {(4096, 4096), (11008, 4096), (4096, 11008)} and
  * Llama-65B {(8192, 8192), (22016, 8192), (8192, 22016)}, M in {1, 16, 64, 256}; formats GPTVQ-2
- * and AQLM-3 (with fp32 row scales, as AQLM stores them); fp16 x and y. CQ-2 / CQ-4 are KV-cache
+ * and AQLM-3 (with fp32 row scales, as AQLM stores them), QuIP#-4 (its two 1 MiB E8P books read as
+ * materialized books: no kernel forms the entries from the index bits yet); fp16 x and y. CQ-2 / CQ-4 are KV-cache
  * formats (a codebook per 2 or 4 channels shared by every token: as weights their books would
  * outweigh the codes) and get no rows here.
  * The quantized weights are random codes and random fp16 codebooks made on the host: the kernels'
@@ -320,14 +321,15 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
     peer_us[i] = qfb_time_us(b, vqb_run_lt, &c);
   }
 
-  qf_vq_format gptvq, aqlm;
+  qf_vq_format gptvq, aqlm, quip4;
   qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
   qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
+  qf_vq_format_preset(QF_VQ_QUIP_4, &quip4);
   aqlm.row_scale = 1;
   const struct {
     const char *name;
     qf_vq_format f;
-  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}};
+  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}, {"quip4", quip4}};
   rc = 0;
   for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
     vqb_weight w;

@@ -134,11 +134,11 @@ static inline float qf_cpu_vq_dist2(const float *a, const float *b, int d) {
   for (int i = 0; i < d; i++) s += (a[i] - b[i]) * (a[i] - b[i]);
   return s;
 }
-/* The E8P lattice book (src/cpu/vq_e8p.c): its 256 patterns of absolute values and whether each
- * one's sum is odd. */
+/* The E8P lattice book (src/cpu/vq_e8p.c): its 256 patterns of absolute values (value j of
+ * pattern p at a[j][p]) and whether each one's sum is odd. */
 #define QF_E8P_PATTERNS 256
 typedef struct {
-  float a[QF_E8P_PATTERNS][8];
+  float a[8][QF_E8P_PATTERNS];
   uint8_t odd[QF_E8P_PATTERNS];
 } qf_e8p_table;
 void qf_cpu_e8p_table(qf_e8p_table *tb);

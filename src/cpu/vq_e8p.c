@@ -26,11 +26,11 @@ void qf_cpu_e8p_table(qf_e8p_table *tb) {
     for (int j = 7; j >= 0; j--) d[j] = c % 3, c /= 3;
     for (int j = 0; j < 8; j++) norm4 += (2 * d[j] + 1) * (2 * d[j] + 1), sum += d[j];
     if (norm4 > 40) continue; /* squared norm > 10 */
-    for (int j = 0; j < 8; j++) tb->a[p][j] = (float)d[j] + 0.5f;
+    for (int j = 0; j < 8; j++) tb->a[j][p] = (float)d[j] + 0.5f;
     tb->odd[p++] = (uint8_t)((sum + 4) & 1); /* sum of the values: sum of digits + 8 / 2 */
   }
   for (int i = 0; i < 29; i++, p++) {
-    for (int j = 0; j < 8; j++) tb->a[p][j] = (kNorm12[i] >> j) & 1 ? 0.5f : 1.5f;
+    for (int j = 0; j < 8; j++) tb->a[j][p] = (kNorm12[i] >> j) & 1 ? 0.5f : 1.5f;
     tb->odd[p] = 1; /* 5 * 3/2 + 3 * 1/2 = 9 */
   }
 }
@@ -42,7 +42,7 @@ void qf_cpu_e8p_point(const qf_e8p_table *tb, uint32_t idx, float beta, float *o
   const int minus0 = (__builtin_popcount((unsigned)flips) & 1) != tb->odd[p];
   for (int j = 0; j < 8; j++) {
     const int minus = j == 0 ? minus0 : (flips >> (7 - j)) & 1;
-    out[j] = beta * ((minus ? -tb->a[p][j] : tb->a[p][j]) + shift);
+    out[j] = beta * ((minus ? -tb->a[j][p] : tb->a[j][p]) + shift);
   }
 }
 
@@ -61,7 +61,7 @@ static double pattern_best(const qf_e8p_table *tb, const float *v, float beta, i
   unsigned m = 0;
   int cheapest_j = 0;
   for (int j = 0; j < 8; j++) {
-    const double z = (double)v[j] - beta * s, a = (double)beta * tb->a[p][j];
+    const double z = (double)v[j] - beta * s, a = (double)beta * tb->a[j][p];
     d += (fabs(z) - a) * (fabs(z) - a);
     if (z < 0.0) m |= 1u << j;
     cost[j] = 4.0 * fabs(z) * a;
@@ -76,15 +76,34 @@ static double pattern_best(const qf_e8p_table *tb, const float *v, float beta, i
   return d;
 }
 
+/* For shift bit b: every pattern's pattern_best distance at once (the patterns are the inner loop,
+ * which the compiler vectorizes), into d. */
+static void pattern_dists(const qf_e8p_table *tb, const float *v, float beta, int b, double d[QF_E8P_PATTERNS]) {
+  const double s = b ? 0.25 : -0.25;
+  double cheapest[QF_E8P_PATTERNS];
+  unsigned m = 0;
+  for (int p = 0; p < QF_E8P_PATTERNS; p++) d[p] = 0.0, cheapest[p] = INFINITY;
+  for (int j = 0; j < 8; j++) {
+    const double z = (double)v[j] - beta * s, x = fabs(z);
+    if (z < 0.0) m |= 1u << j;
+    for (int p = 0; p < QF_E8P_PATTERNS; p++) {
+      const double a = (double)beta * tb->a[j][p], c = 4.0 * x * a;
+      d[p] += (x - a) * (x - a);
+      cheapest[p] = c < cheapest[p] ? c : cheapest[p];
+    }
+  }
+  const int odd = __builtin_popcount(m) & 1;
+  for (int p = 0; p < QF_E8P_PATTERNS; p++)
+    if (odd != tb->odd[p]) d[p] += cheapest[p];
+}
+
 /* The distance from v to its nearest point of beta * E8P (float64), the search the scale choice runs. */
 static double nearest_distance(const qf_e8p_table *tb, const float *v, float beta) {
-  double best = INFINITY, cost[8];
-  unsigned minus;
-  for (int b = 0; b < 2; b++)
-    for (int p = 0; p < QF_E8P_PATTERNS; p++) {
-      const double d = pattern_best(tb, v, beta, b, p, &minus, cost);
-      if (d < best) best = d;
-    }
+  double best = INFINITY, d[QF_E8P_PATTERNS];
+  for (int b = 0; b < 2; b++) {
+    pattern_dists(tb, v, beta, b, d);
+    for (int p = 0; p < QF_E8P_PATTERNS; p++) best = d[p] < best ? d[p] : best;
+  }
   return best;
 }
 
@@ -97,11 +116,10 @@ static double nearest_distance(const qf_e8p_table *tb, const float *v, float bet
 uint32_t qf_cpu_e8p_nearest(const qf_e8p_table *tb, const float *v, float beta) {
   double dist[2][QF_E8P_PATTERNS], best = INFINITY, cost[8];
   unsigned minus;
-  for (int b = 0; b < 2; b++)
-    for (int p = 0; p < QF_E8P_PATTERNS; p++) {
-      dist[b][p] = pattern_best(tb, v, beta, b, p, &minus, cost);
-      if (dist[b][p] < best) best = dist[b][p];
-    }
+  for (int b = 0; b < 2; b++) {
+    pattern_dists(tb, v, beta, b, dist[b]);
+    for (int p = 0; p < QF_E8P_PATTERNS; p++) best = dist[b][p] < best ? dist[b][p] : best;
+  }
   const double limit = best * (1.0 + 1e-5) + 1e-30;
   uint32_t pick = 0;
   float pick_d = INFINITY, e[8];
@@ -128,15 +146,16 @@ uint32_t qf_cpu_e8p_nearest(const qf_e8p_table *tb, const float *v, float beta) 
 
 /* The nearest point of beta * E8P to v, written to out (float64 search). */
 static void nearest_point(const qf_e8p_table *tb, const float *v, float beta, float *out) {
-  double best = INFINITY, cost[8];
+  double best = INFINITY, d[QF_E8P_PATTERNS], cost[8];
+  int best_b = 0, best_p = 0;
+  for (int b = 0; b < 2; b++) {
+    pattern_dists(tb, v, beta, b, d);
+    for (int p = 0; p < QF_E8P_PATTERNS; p++)
+      if (d[p] < best) best = d[p], best_b = b, best_p = p;
+  }
   unsigned minus;
-  uint32_t pick = 0;
-  for (int b = 0; b < 2; b++)
-    for (int p = 0; p < QF_E8P_PATTERNS; p++) {
-      const double d = pattern_best(tb, v, beta, b, p, &minus, cost);
-      if (d < best) best = d, pick = index_of(p, minus, b);
-    }
-  qf_cpu_e8p_point(tb, pick, beta, out);
+  pattern_best(tb, v, beta, best_b, best_p, &minus, cost);
+  qf_cpu_e8p_point(tb, index_of(best_p, minus, best_b), beta, out);
 }
 
 static float scale_of(int m, int r) { return ldexpf((float)m, -(6 + 2 * r)); }

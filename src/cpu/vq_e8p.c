@@ -8,7 +8,6 @@
  * Index bits: 15-8 the pattern, 7-1 the signs of values 1 to 7 (bit 7 - j for value j; a set bit
  * is a minus), 0 the shift (set: +1/4). Value 0's sign is the one the parity rule leaves. */
 #include <math.h>
-#include <string.h>
 
 #include "core/backend.h"
 

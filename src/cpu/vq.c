@@ -153,7 +153,7 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
   qf_e8p_table *e8p = lattice ? malloc(sizeof *e8p) : NULL;
   qf_status st = QF_OK;
   if (!target || !vec || !where || !assign || !centers || !count || !order || !rank || !decoded || (lattice && !e8p)) {
-    st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for the k-means of a %lld x %lld tensor", (long long)N,
+    st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for the codebooks of a %lld x %lld tensor", (long long)N,
                  (long long)K);
     goto done;
   }

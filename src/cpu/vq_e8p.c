@@ -96,12 +96,12 @@ static void pattern_dists(const qf_e8p_table *tb, const float *v, float beta, in
     if (odd != tb->odd[p]) d[p] += cheapest[p];
 }
 
-/* The distance from v to its nearest point of beta * E8P (float64), the search the scale choice runs. */
-static double nearest_distance(const qf_e8p_table *tb, const float *v, float beta) {
-  double best = INFINITY, d[QF_E8P_PATTERNS];
+/* Every (shift bit, pattern) distance into dist; returns the least. */
+static double all_patterns(const qf_e8p_table *tb, const float *v, float beta, double dist[2][QF_E8P_PATTERNS]) {
+  double best = INFINITY;
   for (int b = 0; b < 2; b++) {
-    pattern_dists(tb, v, beta, b, d);
-    for (int p = 0; p < QF_E8P_PATTERNS; p++) best = d[p] < best ? d[p] : best;
+    pattern_dists(tb, v, beta, b, dist[b]);
+    for (int p = 0; p < QF_E8P_PATTERNS; p++) best = dist[b][p] < best ? dist[b][p] : best; /* (vectorized) */
   }
   return best;
 }
@@ -113,12 +113,9 @@ static double nearest_distance(const qf_e8p_table *tb, const float *v, float bet
  * those entries are enumerated (a pattern's sign choices cost the flipped values' costs more) and
  * compared in fp32 as the encoder compares them. */
 uint32_t qf_cpu_e8p_nearest(const qf_e8p_table *tb, const float *v, float beta) {
-  double dist[2][QF_E8P_PATTERNS], best = INFINITY, cost[8];
+  double dist[2][QF_E8P_PATTERNS], cost[8];
   unsigned minus;
-  for (int b = 0; b < 2; b++) {
-    pattern_dists(tb, v, beta, b, dist[b]);
-    for (int p = 0; p < QF_E8P_PATTERNS; p++) best = dist[b][p] < best ? dist[b][p] : best;
-  }
+  const double best = all_patterns(tb, v, beta, dist);
   const double limit = best * (1.0 + 1e-5) + 1e-30;
   uint32_t pick = 0;
   float pick_d = INFINITY, e[8];
@@ -143,18 +140,16 @@ uint32_t qf_cpu_e8p_nearest(const qf_e8p_table *tb, const float *v, float beta) 
   return pick;
 }
 
-/* The nearest point of beta * E8P to v, written to out (float64 search). */
+/* The nearest point of beta * E8P to v (float64 search), written to out. */
 static void nearest_point(const qf_e8p_table *tb, const float *v, float beta, float *out) {
-  double best = INFINITY, d[QF_E8P_PATTERNS], cost[8];
-  int best_b = 0, best_p = 0;
-  for (int b = 0; b < 2; b++) {
-    pattern_dists(tb, v, beta, b, d);
-    for (int p = 0; p < QF_E8P_PATTERNS; p++)
-      if (d[p] < best) best = d[p], best_b = b, best_p = p;
-  }
+  double dist[2][QF_E8P_PATTERNS], cost[8];
   unsigned minus;
-  pattern_best(tb, v, beta, best_b, best_p, &minus, cost);
-  qf_cpu_e8p_point(tb, index_of(best_p, minus, best_b), beta, out);
+  const double best = all_patterns(tb, v, beta, dist);
+  int i = 0; /* the first (shift bit, pattern) at the least distance */
+  while (i < 2 * QF_E8P_PATTERNS - 1 && dist[i / QF_E8P_PATTERNS][i % QF_E8P_PATTERNS] != best) i++;
+  const int b = i / QF_E8P_PATTERNS, p = i % QF_E8P_PATTERNS;
+  pattern_best(tb, v, beta, b, p, &minus, cost);
+  qf_cpu_e8p_point(tb, index_of(p, minus, b), beta, out);
 }
 
 static float scale_of(int m, int r) { return ldexpf((float)m, -(6 + 2 * r)); }
@@ -181,16 +176,16 @@ typedef struct {
   float *const *vec; /* the vectors scored, every step-th of nv */
   int64_t nv, step;
   int r;             /* the residual whose scale is chosen */
-  int next;          /* nonzero: score after the next residual too, at its own best scale */
-  float *left;       /* [sampled vectors, 8]: what residual r leaves (for `next`) */
+  float *left;       /* NULL, or [sampled vectors, 8] for what residual r leaves: the error is then
+                        scored after the next residual too, at its own best scale */
 } scale_search;
 
 static double cost_of_scale(const void *arg, int m) {
   const scale_search *q = arg;
   const float beta = scale_of(m, q->r);
-  double err = 0.0;
-  if (!q->next) {
-    for (int64_t i = 0; i < q->nv; i += q->step) err += nearest_distance(q->tb, q->vec[i], beta);
+  if (!q->left) {
+    double err = 0.0, dist[2][QF_E8P_PATTERNS];
+    for (int64_t i = 0; i < q->nv; i += q->step) err += all_patterns(q->tb, q->vec[i], beta, dist);
     return err;
   }
   float *rows[256], e[8];
@@ -200,7 +195,7 @@ static double cost_of_scale(const void *arg, int m) {
     rows[n] = q->left + n * 8;
     for (int j = 0; j < 8; j++) rows[n][j] = q->vec[i][j] - e[j];
   }
-  const scale_search inner = {q->tb, rows, n, 1, q->r + 1, 0, NULL};
+  const scale_search inner = {q->tb, rows, n, 1, q->r + 1, NULL};
   return cost_of_scale(&inner, best_m(cost_of_scale, &inner));
 }
 
@@ -212,9 +207,9 @@ static double cost_of_scale(const void *arg, int m) {
 float qf_cpu_e8p_scale(const qf_e8p_table *tb, float *const *vec, int64_t nv, int r, int residuals) {
   if (r + 1 < residuals) {
     float left[256 * 8];
-    const scale_search q = {tb, vec, nv, nv > 256 ? (nv + 255) / 256 : 1, r, 1, left};
+    const scale_search q = {tb, vec, nv, nv > 256 ? (nv + 255) / 256 : 1, r, left};
     return scale_of(best_m(cost_of_scale, &q), r);
   }
-  const scale_search q = {tb, vec, nv, nv > 2048 ? (nv + 2047) / 2048 : 1, r, 0, NULL};
+  const scale_search q = {tb, vec, nv, nv > 2048 ? (nv + 2047) / 2048 : 1, r, NULL};
   return scale_of(best_m(cost_of_scale, &q), r);
 }

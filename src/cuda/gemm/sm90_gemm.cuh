@@ -52,7 +52,12 @@
 //     written between one pair of barriers and leave in one bulk group ((4096, 32768, 512)
 //     145.0 -> 138.8 us, (2048, ...) 73.0 -> 68.7, (4096, 24576, 1536) 258.0 -> 254.7, but
 //     (4096, 7168, 16384) 718.2 -> 726.3; H200, run twice); four stages with direct stores
-//     instead ran 4-100% slower. Never split.
+//     instead ran 4-100% slower. The K loop is unrolled over the ring (compile-time stages, as
+//     the two-set loop) and waits for the next K-block's stage while the last sub-tile's wgmma
+//     run: (4096, 7168, 16384) 719.1 -> 674.5 us, (4096, 4096, 7168) 185.9 -> 176.0, M = 512
+//     (7168, 16384) 103.9 -> 98.6, but (4096, 32768, 512) 137.5 -> 140.4 (H200, run twice). The
+//     ring runs on across units: restarting each unit at stage 0, as the two-set loop does,
+//     idled the producer at every unit's end, (4096, 32768, 512) 153.8 us. Never split.
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -93,6 +98,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -195,6 +201,13 @@ __device__ __forceinline__ void sm90_gemm_tile_coords(int tile, int tiles_m, int
   const int in_group = tile - g * per_group;
   m_blk = g * group + in_group % rows;
   n_blk = in_group / rows;
+}
+
+// f(std::integral_constant<int, v>{}) for the runtime v in [0, sizeof...(I)): a runtime stage
+// made a compile-time one.
+template <class F, int... I>
+__device__ __forceinline__ void with_constant(int v, F &&f, std::integer_sequence<int, I...>) {
+  ((v == I ? (f(std::integral_constant<int, I>{}), 0) : 0), ...);
 }
 
 __device__ __forceinline__ void store_pair(__nv_bfloat16 *p, float x, float y) {
@@ -373,7 +386,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     for (int i = 0; i < kBlockN / 2; i++) acc[i] = Acc(0);
     int s = 0;
     uint32_t phase = 0;
-    uint32_t full_phases = 0;  // two-set path: bit s is the parity stage s's full barrier completes next
+    uint32_t full_phases = 0;  // two-set and 256-row paths: bit s is the parity stage s's full barrier completes next
     // This warp is done with a stage's tiles and scales: free it. s0 and s1 are the row scales
     // read from the stage: the empty asm makes the arrival wait for their loads, so that a refill
     // can never land before a queued load has read the stage.
@@ -543,33 +556,48 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       } else if constexpr (kSub > 1) {
         // 256-row tiles: per K-block, each of the warpgroup's two 64-row sub-tiles in turn runs
         // its wgmma into the one accumulator set and is promoted into its own total; the two
-        // warpgroups run free, so one's promotion overlaps the other's wgmma.
-        float b_cur = block_scales(kb_begin).x, b_next = block_scales(kb_begin + 1).x;
+        // warpgroups run free, so one's promotion overlaps the other's wgmma. The next K-block's
+        // full barrier is waited on while the last sub-tile's wgmma run. The loop is unrolled over
+        // the ring (stage, barrier parity, descriptor and scale offsets are compile-time
+        // constants); the ring runs on across units, so the unit's first lap starts at stage s
+        // (restarting every unit at stage 0 left the producer idle at each unit's end: 11% slower
+        // at K = 512, four blocks a unit).
+        const int n = kb_end - kb_begin, first = s;
+        // Weight-block scales two blocks ahead of their use (b_ahead: the next block's).
+        const float *b_next = bs + kb_begin + 2, *b_end = bs + kb_end;
+        float b_cur = block_scales(kb_begin).x, b_ahead = block_scales(kb_begin + 1).x;
+        const uint64_t desc_a0 = wgmma_desc_kmajor_sw128(smem_a(0) + wg * kSub * 64 * kBlockK);
+        const uint64_t desc_b0 = wgmma_desc_kmajor_sw128(smem_b(0));
+        const float *sa_row = sa_ring + tile_row;
         Acc sub_acc[kBlockN / 2];  // (declared per unit: dead in the epilogue)
-        for (int kb = kb_begin; kb < kb_end; kb++) {
-          mbarrier_wait_parity(full_bar(s), phase);
-          const uint64_t desc_b = wgmma_desc_kmajor_sw128(smem_b(s));
+        auto wait_full = [&](int stage) {
+          mbarrier_wait_parity(full_bar(stage), (full_phases >> stage) & 1u);
+          full_phases ^= 1u << stage;
+        };
+        if (n > 0) wait_full(first);
+        auto block = [&](int stage, bool has_next) {  // (its full barrier waited on)
           const float b = b_cur;
-          b_cur = b_next;
-          b_next = block_scales(kb + 2).x;
+          b_cur = b_ahead;
+          b_ahead = b_next < b_end ? __ldg(b_next) : 1.0f;
+          b_next++;
 #pragma unroll
           for (int j = 0; j < kSub; j++) {
-            const uint64_t desc_a = wgmma_desc_kmajor_sw128(smem_a(s) + (wg * kSub + j) * 64 * kBlockK);
+            const uint64_t da = desc_a0 + ((stage * Smem::kABytes + j * 64 * kBlockK) >> 4);
+            const uint64_t db = desc_b0 + ((stage * Smem::kBBytes) >> 4);
 #pragma unroll
             for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(sub_acc[i]);
             wgmma_fence();
 #pragma unroll
-            for (int k = 0; k < kBlockK / 32; k++)
-              wgmma_m64k32_f32_e4m3<kBlockN>(sub_acc, desc_a + 2 * k, desc_b + 2 * k, k);
+            for (int k = 0; k < kBlockK / 32; k++) wgmma_m64k32_f32_e4m3<kBlockN>(sub_acc, da + 2 * k, db + 2 * k, k);
             wgmma_commit_group();
-            const float s0 = sa_ring[s * kBlockM + tile_row + 64 * j] * b;
-            const float s1 = sa_ring[s * kBlockM + tile_row + 64 * j + 8] * b;
+            if (j == kSub - 1 && has_next) wait_full((stage + 1) % kStages);
+            const float s0 = sa_row[stage * kBlockM + 64 * j] * b, s1 = sa_row[stage * kBlockM + 64 * j + 8] * b;
 #pragma unroll
             for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(sub_acc[i]);
             wgmma_wait_group<0>();
 #pragma unroll
             for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(sub_acc[i]);
-            if (j == kSub - 1) release(s, s0, s1);  // (the earlier sub-tiles' scales are in use already)
+            if (j == kSub - 1) release(stage, s0, s1);  // (the earlier sub-tiles' scales are in use already)
 #pragma unroll
             for (int i = 0; i < kBlockN / 8; i++) {  // total += this sub-tile's block times its row scales
               float *t = total + j * (kBlockN / 2) + 4 * i;
@@ -579,8 +607,25 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
               t[3] = fmaf(sub_acc[4 * i + 3], s1, t[3]);
             }
           }
-          if (++s == kStages) s = 0, phase ^= 1;
-        }
+        };
+        // Block j of the unit runs in stage (first + j) % kStages: one copy of the loop per first
+        // stage, its first lap peeled (a runtime skip of the first lap's stages spilled).
+        with_constant(first, [&](auto f) {
+          constexpr int kFirst = decltype(f)::value;
+#pragma unroll
+          for (int i = kFirst; i < kStages; i++) {
+            if (i - kFirst == n) return;
+            block(i, i - kFirst + 1 < n);
+          }
+          for (int base = kStages - kFirst;; base += kStages) {
+#pragma unroll
+            for (int i = 0; i < kStages; i++) {
+              if (base + i == n) return;
+              block(i, base + i + 1 < n);
+            }
+          }
+        }, std::make_integer_sequence<int, kStages>{});
+        s = (first + n) % kStages;
       } else {
         float2 b_cur = block_scales(kb_begin), b_next = block_scales(kb_begin + 1);
         for (int kb = kb_begin; kb < kb_end; kb++) {

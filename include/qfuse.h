@@ -370,6 +370,8 @@ typedef struct {
   int scope_cols;        /* columns sharing a codebook, a multiple of vector_size; 0: all */
   qf_dtype entry_dtype;  /* QF_F16 or QF_BF16 */
   int row_scale;         /* nonzero: one fp32 scale per row */
+  int lattice;           /* 0: codebooks learned by k-means; QF_VQ_LATTICE_E8P: each book is the E8P
+                            lattice times a scale (below) */
 } qf_vq_format;
 
 /* The configurations of the VQ-LLM paper, as qf_vq_format values (fp16 entries). */
@@ -378,8 +380,7 @@ typedef enum {
   QF_VQ_CQ_2 = 1,    /* VQ<4, 8, 1>, one codebook per 4 channels of a KV cache: 2 bits */
   QF_VQ_CQ_4 = 2,    /* VQ<2, 8, 1>, one codebook per 2 channels: 4 bits */
   QF_VQ_AQLM_3 = 3,  /* VQ<8, 12, 2>, one codebook pair per tensor: 3 bits */
-  QF_VQ_QUIP_4 = 4,  /* VQ<8, 16, 2>, row scales: QuIP#-4's layout, quantized with the E8P lattice
-                        (qf_vq_quantize_opts.lattice = QF_VQ_LATTICE_E8P): 4 bits */
+  QF_VQ_QUIP_4 = 4,  /* VQ<8, 16, 2>, row scales, lattice QF_VQ_LATTICE_E8P: QuIP#-4, 4 bits */
 } qf_vq_preset;
 
 /* QF_ERR_VALUE for an unknown preset (*out untouched). */
@@ -397,18 +398,21 @@ typedef struct {
  * (K not a multiple of vector_size or scope_cols), with a message on ctx. */
 qf_status qf_vq_sizes_of(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, qf_vq_sizes *out);
 
-/* Lattice codebooks for qf_vq_quantize. E8P: QuIP#'s 2^16 points of E8 + 1/4 for vectors of 8
+/* Lattice codebooks (qf_vq_format.lattice). E8P: QuIP#'s 2^16 points of E8 + 1/4 for vectors of 8
  * values (vector_size 8, index_bits 16, fp16 entries); index bits 15-8 pick one of 256 patterns of
  * absolute values, 7-1 the signs of values 1-7 (value 0's follows from a parity rule), 0 a shift
- * of +1/4 or -1/4 (docs/VQ.md gives the construction). Each residual's book is the lattice times a
- * scale of at most 7 significant bits (exact in fp16), chosen per book and residual for the least
- * error, and keeps the lattice's index order (no reordering by use). */
+ * of +1/4 or -1/4 (docs/VQ.md gives the construction). Each book is the lattice times a scale of
+ * at most 7 significant bits (exact in fp16; entry 0 is a quarter of it in every element), which
+ * the quantizer chooses per book and residual for the least error, and keeps the lattice's index
+ * order (no reordering by use). The books are stored whole, and every call that reads them works
+ * on any books; CUDA's VQ-GeMV and VQ-GeMM decode the lattice instead (a 4 KB table of patterns,
+ * signs and shift from the index, the scale from entry 0), so with this format the books must be
+ * such scaled lattices, as qf_vq_quantize writes them. */
 #define QF_VQ_LATTICE_E8P 1
 
 typedef struct {
   int iterations;    /* Lloyd iterations per codebook; 0 means 10 (k-means only) */
   uint64_t seed;     /* k-means++ seeding; 0 means a fixed default */
-  int lattice;       /* 0: codebooks learned by k-means; QF_VQ_LATTICE_E8P: the E8P lattice */
 } qf_vq_quantize_opts;
 
 typedef struct {
@@ -422,7 +426,7 @@ typedef struct {
 /* Offline quantizer (CPU contexts only): per scope and residual, k-means++ seeding and Lloyd
  * iterations on the (residual) vectors, entries rounded to entry_dtype before the next residual
  * is formed, then the entries of each codebook reordered by use, most used first. With a lattice
- * (opts->lattice), each residual's book is the scaled lattice and every vector takes the entry
+ * (fmt->lattice), each residual's book is the scaled lattice and every vector takes the entry
  * qf_vq_encode would pick (nearest in fp32, lowest index on ties), found by a lattice search.
  *  w  [N, K] fp32, fp16 or bf16, rows may be strided.  stats may be NULL. */
 qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt,

@@ -73,7 +73,7 @@ class GemmScaledOpts(ctypes.Structure):
 class VqFormat(ctypes.Structure):
     _fields_ = [("vector_size", ctypes.c_int), ("index_bits", ctypes.c_int), ("residuals", ctypes.c_int),
                 ("scope_rows", ctypes.c_int), ("scope_cols", ctypes.c_int), ("entry_dtype", ctypes.c_int),
-                ("row_scale", ctypes.c_int)]
+                ("row_scale", ctypes.c_int), ("lattice", ctypes.c_int)]
 
 
 class VqSizes(ctypes.Structure):
@@ -82,7 +82,7 @@ class VqSizes(ctypes.Structure):
 
 
 class VqQuantizeOpts(ctypes.Structure):
-    _fields_ = [("iterations", ctypes.c_int), ("seed", ctypes.c_uint64), ("lattice", ctypes.c_int)]
+    _fields_ = [("iterations", ctypes.c_int), ("seed", ctypes.c_uint64)]
 
 
 class VqStats(ctypes.Structure):
@@ -304,7 +304,7 @@ class Context:
         if preset is not None and _lib.qf_vq_format_preset(VQ_PRESETS[preset], ctypes.byref(f)):
             raise ValueError(f"unknown preset {preset!r}")
         for k, v in fields.items():
-            setattr(f, k, DTYPES[v] if k == "entry_dtype" else v)
+            setattr(f, k, DTYPES[v] if k == "entry_dtype" else VQ_LATTICES[v] if k == "lattice" else v)
         return f
 
     def vq_sizes(self, fmt, n, k):
@@ -313,12 +313,12 @@ class Context:
         self._check(_lib.qf_vq_sizes_of(self._ctx, ctypes.byref(fmt), n, k, ctypes.byref(sz)))
         return sz
 
-    def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0, lattice=None):
-        """lattice: None (k-means codebooks) or "e8p" (QuIP#'s E8P books, for the "quip-4" preset)."""
+    def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0):
+        """k-means codebooks, or the scaled E8P lattice where fmt.lattice says so (the "quip-4" preset)."""
         keep = [_Arg(t) for t in (w, codes, codebooks)]
         sc = _Arg(scales) if scales is not None else None
         st = VqStats()
-        o = VqQuantizeOpts(iterations, seed, VQ_LATTICES[lattice])
+        o = VqQuantizeOpts(iterations, seed)
         self._check(_lib.qf_vq_quantize(self._ctx, keep[0].ptr(), ctypes.byref(fmt), ctypes.byref(o), keep[1].ptr(),
                                         keep[2].ptr(), sc.ptr() if sc else None, ctypes.byref(st)))
         return st

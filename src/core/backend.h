@@ -125,9 +125,9 @@ typedef struct {
   int packed;      /* codes in the table GeMV's packed layout (qf_vq_pack_gemv) */
 } qf_vq_tensors;
 
-/* lattice: 0 (k-means books) or QF_VQ_LATTICE_E8P (the E8P book, scaled per residual). */
+/* k-means books, or with t->fmt.lattice the E8P book scaled per book and residual. */
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
-                             int lattice, qf_vq_stats *stats);
+                             qf_vq_stats *stats);
 /* The encoders' fp32 squared distance, summed in element order (what the CPU reference rounds). */
 static inline float qf_cpu_vq_dist2(const float *a, const float *b, int d) {
   float s = 0.0f;

@@ -23,11 +23,11 @@ static qf_status no_cuda_kernel(qf_ctx *ctx, const char *op) {
 
 qf_status qf_vq_format_preset(qf_vq_preset preset, qf_vq_format *out) {
   static const qf_vq_format presets[] = {
-      [QF_VQ_GPTVQ_2] = {4, 8, 1, 256, 256, QF_F16, 0},
-      [QF_VQ_CQ_2] = {4, 8, 1, 0, 4, QF_F16, 0},
-      [QF_VQ_CQ_4] = {2, 8, 1, 0, 2, QF_F16, 0},
-      [QF_VQ_AQLM_3] = {8, 12, 2, 0, 0, QF_F16, 0},
-      [QF_VQ_QUIP_4] = {8, 16, 2, 0, 0, QF_F16, 1},
+      [QF_VQ_GPTVQ_2] = {4, 8, 1, 256, 256, QF_F16, 0, 0},
+      [QF_VQ_CQ_2] = {4, 8, 1, 0, 4, QF_F16, 0, 0},
+      [QF_VQ_CQ_4] = {2, 8, 1, 0, 2, QF_F16, 0, 0},
+      [QF_VQ_AQLM_3] = {8, 12, 2, 0, 0, QF_F16, 0, 0},
+      [QF_VQ_QUIP_4] = {8, 16, 2, 0, 0, QF_F16, 1, QF_VQ_LATTICE_E8P},
   };
   if (!out) return QF_ERR_NULL;
   if ((unsigned)preset >= sizeof presets / sizeof presets[0]) return QF_ERR_VALUE;
@@ -43,6 +43,13 @@ static qf_status sizes(qf_ctx *ctx, const char *op, const qf_vq_format *f, int64
                    "%s: fmt {vector_size %d, index_bits %d, residuals %d, scope %d x %d, entries %s} is out of range "
                    "(vector_size 1-16, index_bits 1-16, residuals 1-4, scopes >= 0, fp16 or bf16 entries)",
                    op, f->vector_size, f->index_bits, f->residuals, f->scope_rows, f->scope_cols, qf_dtype_name(f->entry_dtype));
+  if (f->lattice != 0 && f->lattice != QF_VQ_LATTICE_E8P)
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: lattice=%d is unknown (0: k-means codebooks, %d: E8P)", op, f->lattice,
+                   QF_VQ_LATTICE_E8P);
+  if (f->lattice == QF_VQ_LATTICE_E8P && (f->vector_size != 8 || f->index_bits != 16 || f->entry_dtype != QF_F16))
+    return qf_fail(ctx, QF_ERR_VALUE,
+                   "%s: the E8P lattice needs vector_size 8, index_bits 16 and fp16 entries (fmt has %d, %d, %s)", op,
+                   f->vector_size, f->index_bits, qf_dtype_name(f->entry_dtype));
   if (f->scope_cols % f->vector_size)
     return qf_fail(ctx, QF_ERR_VALUE, "%s: scope_cols=%d is not a multiple of vector_size=%d", op, f->scope_cols, f->vector_size);
   if (K % f->vector_size || (f->scope_cols && K % f->scope_cols))
@@ -107,16 +114,8 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
   if ((st = check_quantized(ctx, op, fmt, wm.rows, wm.cols, codes, codebooks, scales, &t))) return st;
   const int iterations = opts && opts->iterations > 0 ? opts->iterations : 10;
   const uint64_t seed = opts && opts->seed ? opts->seed : 0x9E3779B97F4A7C15ull;
-  const int lattice = opts ? opts->lattice : 0;
-  if (lattice != 0 && lattice != QF_VQ_LATTICE_E8P)
-    return qf_fail(ctx, QF_ERR_VALUE, "%s: lattice=%d is unknown (0: k-means codebooks, %d: E8P)", op, lattice,
-                   QF_VQ_LATTICE_E8P);
-  if (lattice == QF_VQ_LATTICE_E8P && (fmt->vector_size != 8 || fmt->index_bits != 16 || fmt->entry_dtype != QF_F16))
-    return qf_fail(ctx, QF_ERR_VALUE,
-                   "%s: the E8P lattice needs vector_size 8, index_bits 16 and fp16 entries (fmt has %d, %d, %s)", op,
-                   fmt->vector_size, fmt->index_bits, qf_dtype_name(fmt->entry_dtype));
   if (wm.rows * wm.cols == 0) return QF_OK;
-  return qf_cpu_vq_quantize(ctx, &wm, &t, iterations, seed, lattice, stats);
+  return qf_cpu_vq_quantize(ctx, &wm, &t, iterations, seed, stats);
 }
 
 qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *codebooks, const DLTensor *scales,

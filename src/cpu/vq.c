@@ -137,7 +137,8 @@ static float row_target(const qf_mat *w, int64_t n, int row_scale, float *out) {
 }
 
 qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
-                             int lattice, qf_vq_stats *stats) {
+                             qf_vq_stats *stats) {
+  const int lattice = t->fmt.lattice;
   const int64_t N = t->N, K = t->K, E = t->sz.entries;
   const int vs = t->fmt.vector_size, R = t->fmt.residuals;
   const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : N, cols = t->fmt.scope_cols ? t->fmt.scope_cols : K;

@@ -10,13 +10,9 @@
 #include <math.h>
 
 #include "core/backend.h"
+#include "formats/vq.h"
 
-/* The 29 patterns of squared norm 12, as the positions holding 1/2 (the other five hold 3/2), in
- * E8P's order. The 22nd and the 28th are the same pattern, as in QuIP#'s table: 256 of the 65,536
- * indices repeat a point of a lower index. */
-static const uint8_t kNorm12[29] = {0x0E, 0x0D, 0x0B, 0x07, 0xC8, 0xA8, 0x98, 0x68, 0x58, 0x38,
-                                    0xC4, 0xA4, 0x94, 0x64, 0x54, 0x34, 0xC2, 0xA2, 0x92, 0x62,
-                                    0x52, 0x31, 0xC1, 0xA1, 0x91, 0x61, 0x51, 0x31, 0x8C};
+static const uint8_t kNorm12[29] = QF_E8P_NORM12_HALVES;
 
 void qf_cpu_e8p_table(qf_e8p_table *tb) {
   int p = 0;

@@ -5,6 +5,14 @@
 
 #include "formats/formats.h"
 
+/* The E8P lattice book (qfuse.h, QF_VQ_LATTICE_E8P): after its 227 patterns of squared norm <= 10
+ * come 29 of squared norm 12, given here as the positions holding 1/2 (the other five hold 3/2),
+ * in E8P's order; the 22nd and the 28th are the same pattern. The CPU table (src/cpu/vq_e8p.c)
+ * and the CUDA decoder's (src/cuda/vq/vq_e8p.cuh) are built from it. */
+#define QF_E8P_NORM12_HALVES                                                                               \
+  {0x0E, 0x0D, 0x0B, 0x07, 0xC8, 0xA8, 0x98, 0x68, 0x58, 0x38, 0xC4, 0xA4, 0x94, 0x64, 0x54,             \
+   0x34, 0xC2, 0xA2, 0x92, 0x62, 0x52, 0x31, 0xC1, 0xA1, 0x91, 0x61, 0x51, 0x31, 0x8C}
+
 /* Index j of a row's little-endian bit stream of `bits`-bit indices (bits <= 16). */
 QF_HD uint32_t qf_vq_get_index(const uint8_t *row, int64_t j, int bits) {
   int64_t bit = j * bits;

@@ -32,7 +32,7 @@ typedef enum { OP_GROUP, OP_TOKEN, OP_RMS, OP_GEMM_BS, OP_GEMM_SCALED, OP_VQ_DEQ
 static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_quant", "qf_gemm_fp8_blockscale",
                               "qf_gemm_scaled", "qf_vq_dequantize"};
 
-static const qf_vq_format vq_fmt = {4, 8, 1, 0, 0, QF_F16, 0};
+static const qf_vq_format vq_fmt = {4, 8, 1, 0, 0, QF_F16, 0, 0};
 
 /* Valid arguments of each op; the outputs are the args listed in outs. */
 static void valid(op_id op, args *a, int *outs, int *n_outs) {

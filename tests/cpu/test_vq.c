@@ -109,7 +109,7 @@ static void test_known_clusters(void) {
     int c = (int)(rng_next(&s) % C);
     for (int d = 0; d < 4; d++) w[v * 4 + d] = truth[c][d] + 0.05f * rng_normal(&s);
   }
-  qf_vq_format f = {4, 3, 1, 0, 0, QF_F16, 0};
+  qf_vq_format f = {4, 3, 1, 0, 0, QF_F16, 0, 0};
   vq_buf b;
   vq_alloc(&b, &f, N, K);
   qf_vq_stats st;
@@ -150,7 +150,7 @@ static void test_hot_entries(void) {
     float cx = hot ? (float)(rng_next(&s) % 3) : 10.0f * rng_normal(&s), cy = hot ? 0.0f : 10.0f * rng_normal(&s);
     w[v * 2] = cx + 0.001f * rng_normal(&s), w[v * 2 + 1] = cy + 0.001f * rng_normal(&s);
   }
-  qf_vq_format f = {2, 6, 1, 0, 0, QF_F16, 0};
+  qf_vq_format f = {2, 6, 1, 0, 0, QF_F16, 0, 0};
   vq_buf b;
   vq_alloc(&b, &f, N, K);
   qf_vq_stats st;
@@ -236,7 +236,7 @@ static void test_errors(void) {
     uint32_t u[N * K + 4];
   } out;
   for (int i = 0; i < N * K; i++) w[i] = (float)(i % 13) - 6.0f;
-  qf_vq_format good = {4, 4, 1, 8, 32, QF_F16, 0};
+  qf_vq_format good = {4, 4, 1, 8, 32, QF_F16, 0, 0};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     vq_buf b;
     vq_alloc(&b, &good, N, K);
@@ -281,7 +281,7 @@ static void test_encode(void) {
   float *w = malloc(N * K * sizeof *w);
   uint64_t s = 77;
   for (int i = 0; i < N * K; i++) w[i] = rng_normal(&s) * (1.0f + (float)(i / K % 5));
-  const qf_vq_format fmts[] = {{4, 8, 1, 256, 256, QF_F16, 0}, {4, 6, 2, 0, 0, QF_BF16, 1}};
+  const qf_vq_format fmts[] = {{4, 8, 1, 256, 256, QF_F16, 0, 0}, {4, 6, 2, 0, 0, QF_BF16, 1, 0}};
   for (int fi = 0; fi < 2; fi++) {
     vq_buf b, e;
     vq_alloc(&b, &fmts[fi], N, K);
@@ -316,7 +316,7 @@ static void test_gemm_reference(void) {
   uint64_t s = 8;
   for (int i = 0; i < N * K; i++) w[i] = rng_normal(&s);
   for (int i = 0; i < M * K; i++) x[i] = rng_normal(&s);
-  qf_vq_format f = {8, 8, 2, 16, 64, QF_F16, 1};
+  qf_vq_format f = {8, 8, 2, 16, 64, QF_F16, 1, 0};
   vq_buf b;
   vq_alloc(&b, &f, N, K);
   CHECK(quantize(&b, w, N, K, 5, NULL) == QF_OK && dequantize(&b, wd, QF_F32, N, K) == QF_OK, "quantize + dequantize");
@@ -348,8 +348,8 @@ static void test_pack_gemv(void) {
     qf_vq_format f;
     int64_t N, K;
   } cases[] = {
-      {{8, 12, 2, 0, 0, QF_F16, 1}, 700, 328}, /* AQLM-3-like: two tiles, a partial last chunk */
-      {{4, 10, 1, 0, 0, QF_BF16, 0}, 100, 80},
+      {{8, 12, 2, 0, 0, QF_F16, 1, 0}, 700, 328}, /* AQLM-3-like: two tiles, a partial last chunk */
+      {{4, 10, 1, 0, 0, QF_BF16, 0, 0}, 100, 80},
   };
   uint64_t s = 77;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -478,16 +478,16 @@ static void test_e8p(void) {
   uint64_t s = 4242;
   for (int i = 0; i < N * K; i++) w[i] = rng_normal(&s) * (1.0f + (float)(i / K % 3));
   qf_vq_format f;
-  CHECK(qf_vq_format_preset(QF_VQ_QUIP_4, &f) == QF_OK && f.vector_size == 8 && f.index_bits == 16 && f.residuals == 2,
+  CHECK(qf_vq_format_preset(QF_VQ_QUIP_4, &f) == QF_OK && f.vector_size == 8 && f.index_bits == 16 && f.residuals == 2 &&
+            f.lattice == QF_VQ_LATTICE_E8P,
         "QuIP#-4 preset");
   vq_buf b;
   vq_alloc(&b, &f, N, K);
   CHECK(b.sz.bits_per_value == 4.0, "QuIP#-4: 4 bits per value");
   tensor2d wt;
   tensor2d_init(&wt, w, QF_F32, N, K, K, kDLCPU);
-  qf_vq_quantize_opts o = {.lattice = QF_VQ_LATTICE_E8P};
   qf_vq_stats st;
-  CHECK(qf_vq_quantize(ctx, &wt.t, &f, &o, &b.ct, &b.bt, &b.st, &st) == QF_OK, "E8P quantize: %s", qf_ctx_last_error(ctx));
+  CHECK(qf_vq_quantize(ctx, &wt.t, &f, NULL, &b.ct, &b.bt, &b.st, &st) == QF_OK, "E8P quantize: %s", qf_ctx_last_error(ctx));
   printf("QuIP#-4  %4d x %-4d %.2f bits/value: relative MSE %.4f, %lld of %lld entries unused\n", N, K,
          b.sz.bits_per_value, st.rel_mse, (long long)st.unused_entries, (long long)st.entries);
 
@@ -533,18 +533,22 @@ static void test_e8p(void) {
   CHECK(fabs(err / ref - st.rel_mse) < 1e-6 && st.rel_mse < 0.013, "QuIP#-4 relative MSE %g (reported %g), bound 0.013",
         err / ref, st.rel_mse);
 
-  /* formats and options the lattice cannot serve */
-  qf_vq_format aqlm;
-  qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
-  vq_buf a;
-  vq_alloc(&a, &aqlm, N, K);
-  CHECK(qf_vq_quantize(ctx, &wt.t, &aqlm, &o, &a.ct, &a.bt, NULL, NULL) == QF_ERR_VALUE &&
+  /* formats the lattice cannot serve, refused by every call that takes a format */
+  qf_vq_format bad;
+  qf_vq_format_preset(QF_VQ_AQLM_3, &bad);
+  bad.lattice = QF_VQ_LATTICE_E8P;
+  qf_vq_sizes sz;
+  CHECK(qf_vq_sizes_of(ctx, &bad, N, K, &sz) == QF_ERR_VALUE &&
             strstr(qf_ctx_last_error(ctx), "E8P lattice needs vector_size 8, index_bits 16"),
         "E8P on AQLM-3's 12-bit indices refused");
-  vq_free(&a);
-  o.lattice = 7;
-  CHECK(qf_vq_quantize(ctx, &wt.t, &f, &o, &b.ct, &b.bt, &b.st, NULL) == QF_ERR_VALUE &&
-            strstr(qf_ctx_last_error(ctx), "lattice=7"),
+  bad = f;
+  bad.entry_dtype = QF_BF16;
+  CHECK(qf_vq_quantize(ctx, &wt.t, &bad, NULL, &b.ct, &b.bt, &b.st, NULL) == QF_ERR_VALUE &&
+            strstr(qf_ctx_last_error(ctx), "fp16 entries"),
+        "E8P with bf16 entries refused");
+  bad = f;
+  bad.lattice = 7;
+  CHECK(qf_vq_dequantize(ctx, &b.ct, &b.bt, &b.st, &bad, &wt.t) == QF_ERR_VALUE && strstr(qf_ctx_last_error(ctx), "lattice=7"),
         "unknown lattice refused");
   vq_free(&b);
   free(w), free(back);

@@ -76,7 +76,7 @@ static DLTensor w_scales(vq_weight *w, int gpu) {
   return dl_tensor(gpu ? w->d_scales : w->h_scales, QF_F32, 1, w->sshape, gpu ? kDLCUDA : kDLCPU);
 }
 
-static int make_weight(qf_ctx *cpu, vq_weight *w, const char *name, qf_vq_format f, int lattice, int64_t N, int64_t K,
+static int make_weight(qf_ctx *cpu, vq_weight *w, const char *name, qf_vq_format f, int64_t N, int64_t K,
                        uint64_t *seed) {
   memset(w, 0, sizeof *w);
   w->name = name, w->f = f, w->N = N, w->K = K;
@@ -95,7 +95,7 @@ static int make_weight(qf_ctx *cpu, vq_weight *w, const char *name, qf_vq_format
   tensor2d wt;
   tensor2d_init(&wt, weights, QF_F32, N, K, K, kDLCPU);
   DLTensor ct = w_codes(w, 0), bt = w_books(w, 0), st = w_scales(w, 0);
-  qf_vq_quantize_opts o = {.iterations = 3, .seed = 77, .lattice = lattice};
+  qf_vq_quantize_opts o = {.iterations = 3, .seed = 77};
   qf_vq_stats stats;
   qf_status s = qf_vq_quantize(cpu, &wt.t, &f, &o, &ct, &bt, f.row_scale ? &st : NULL, &stats);
   free(weights);
@@ -143,6 +143,7 @@ static void dequantize_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, qf_dtype dt,
 
 /* Coverage of the launch shapes the forced calls produced: placements, x tiles of 8, 16 and 32
  * rows (index m_tiles8), direct and element-wise B, parts of x (index 1-3) and of the entries. */
+static int ran_lattice; /* lattice_case comparisons */
 static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
@@ -479,6 +480,44 @@ static void gemm_env(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, uint64_t
   free(hx);
 }
 
+/* A lattice format (QuIP#-4): the GeMV and GeMM decode the E8P lattice from each index (vq_e8p.cuh)
+ * instead of reading the books. The decoded entries are the books' bits, so y must equal, bit for
+ * bit, the same kernels' y on the same books read as books (the format without its lattice), with
+ * the heuristic's tile height and forced ones of 16 and 64 rows; y poisoned before each call. */
+static void lattice_case(qf_ctx *gpu, vq_weight *w, int64_t M, qf_dtype xt, qf_dtype yt, uint64_t *seed) {
+  const int64_t N = w->N, K = w->K;
+  void *hx = malloc((size_t)(M * K) * esz(xt));
+  for (int64_t i = 0; i < M * K; i++) float_put(hx, xt, (size_t)i, rng_normal(seed));
+  pair X, Y, Z;
+  pair_init(&X, (size_t)(M * K) * esz(xt), hx);
+  pair_init(&Y, (size_t)(M * N) * esz(yt), NULL);
+  pair_init(&Z, (size_t)(M * N) * esz(yt), NULL);
+  qf_vq_tensors lat = {w->f, w->sz, N, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL, 0};
+  qf_vq_tensors books = lat;
+  books.fmt.lattice = 0;
+  const qf_mat xm = {X.dev, xt, M, K, K}, ym = {Y.dev, yt, M, N, N}, zm = {Z.dev, yt, M, N, N};
+  for (int mm = M > QF_VQ_GEMV_MAX_M; mm < 2; mm++)
+    for (int f = 0; f < 3; f++) {
+      char desc[200];
+      const int bn = f == 0 ? 0 : f == 1 ? 16 : 64;
+      snprintf(desc, sizeof desc, "%s: %s M=%" PRId64 " x %s y %s, tile height %d: lattice against books", w->name,
+               mm ? "VQ-GeMM" : "VQ-GeMV", M, qf_dtype_name(xt), qf_dtype_name(yt), bn);
+      CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+      CUDA_OK(cudaMemset(Z.dev, POISON, Z.bytes));
+      const int tiles8 = mm ? QF_VQ_GEMM_M_TILES8 : 0;
+      qf_status a = qf_cuda_vq_mma_with(gpu, &xm, &lat, &ym, QF_VQ_BOOKS_IN_GLOBAL, tiles8, bn, NULL);
+      qf_status b = qf_cuda_vq_mma_with(gpu, &xm, &books, &zm, QF_VQ_BOOKS_IN_GLOBAL, tiles8, bn, NULL);
+      CHECK(a == QF_OK && b == QF_OK, "%s: %s / %s", desc, qf_status_str(a), qf_status_str(b));
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy(Y.ref, Y.dev, Y.bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(Z.ref, Z.dev, Z.bytes, cudaMemcpyDeviceToHost));
+      CHECK(!memcmp(Y.ref, Z.ref, Y.bytes) && !dev_poisoned(Y.dev, Y.bytes), "%s: y differs or is unwritten", desc);
+      ran_lattice++;
+    }
+  pair_free(&X), pair_free(&Y), pair_free(&Z);
+  free(hx);
+}
+
 int main(void) {
   qf_ctx *gpu, *cpu;
   open_contexts(&gpu, &cpu);
@@ -492,37 +531,37 @@ int main(void) {
   qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
   qf_vq_format_preset(QF_VQ_QUIP_4, &quip4);
   aqlm.row_scale = 1;
-  const qf_vq_format odd_bits = {8, 5, 2, 64, 128, QF_BF16, 1};  /* 5-bit indices straddle words */
-  const qf_vq_format generic = {3, 7, 3, 0, 96, QF_F16, 0};      /* no vector-size kernel of its own */
-  const qf_vq_format pairs = {2, 6, 2, 32, 64, QF_F16, 1};         /* vector size 2, 6-bit indices */
-  const qf_vq_format quads10 = {4, 10, 1, 0, 0, QF_BF16, 0};       /* vector size 4, 10-bit indices */
-  const qf_vq_format gptvq_bf16 = {4, 8, 1, 256, 256, QF_BF16, 1}; /* 8-bit codes, bf16 entries */
-  const qf_vq_format pairs8 = {2, 8, 1, 0, 128, QF_F16, 0};        /* vector size 2, 8-bit indices */
-  const qf_vq_format octs8 = {8, 8, 2, 0, 0, QF_F16, 0};           /* vector size 8, 8-bit indices (banked) */
-  const qf_vq_format pairs8_wide = {2, 8, 1, 256, 512, QF_BF16, 1}; /* vector size 2, 256 x 512 scopes (banked) */
+  const qf_vq_format odd_bits = {8, 5, 2, 64, 128, QF_BF16, 1, 0};  /* 5-bit indices straddle words */
+  const qf_vq_format generic = {3, 7, 3, 0, 96, QF_F16, 0, 0};      /* no vector-size kernel of its own */
+  const qf_vq_format pairs = {2, 6, 2, 32, 64, QF_F16, 1, 0};         /* vector size 2, 6-bit indices */
+  const qf_vq_format quads10 = {4, 10, 1, 0, 0, QF_BF16, 0, 0};       /* vector size 4, 10-bit indices */
+  const qf_vq_format gptvq_bf16 = {4, 8, 1, 256, 256, QF_BF16, 1, 0}; /* 8-bit codes, bf16 entries */
+  const qf_vq_format pairs8 = {2, 8, 1, 0, 128, QF_F16, 0, 0};        /* vector size 2, 8-bit indices */
+  const qf_vq_format octs8 = {8, 8, 2, 0, 0, QF_F16, 0, 0};           /* vector size 8, 8-bit indices (banked) */
+  const qf_vq_format pairs8_wide = {2, 8, 1, 256, 512, QF_BF16, 1, 0}; /* vector size 2, 256 x 512 scopes (banked) */
   const struct {
     const char *name;
     qf_vq_format f;
     int64_t N, K, quick_N, quick_K;
-    int lattice; /* QuIP#-4: E8P books (1 MiB each), public calls only (no shared placement holds them) */
   } cases[] = {
-      {"GPTVQ-2", gptvq, 512, 512, 256, 256, 0},
-      {"CQ-2", cq2, 1024, 256, 256, 128, 0},
-      {"CQ-4", cq4, 1024, 256, 256, 128, 0},
-      {"AQLM-3 (row scales)", aqlm, 256, 512, 64, 256, 0},
-      {"VQ<8,5,2> bf16, 64 x 128 scopes", odd_bits, 192, 384, 64, 256, 0},
-      {"VQ<3,7,3>, 96-column scopes", generic, 160, 288, 32, 192, 0},
-      {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048, 0},
-      {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256, 0},
-      {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136, 0},
-      {"AQLM-3 (row scales), three 512-row tiles", aqlm, 1100, 256, 600, 128, 0},
-      {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192, 0},
-      {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516, 0},
-      {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512, 0},
-      {"VQ<2,8,1> fp16, 128-column books", pairs8, 112, 640, 48, 384, 0},
-      {"VQ<8,8,2> fp16, one book per row", octs8, 200, 768, 48, 512, 0},
-      {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512, 0},
-      {"QuIP#-4 (E8P lattice, row scales)", quip4, 72, 512, 40, 256, QF_VQ_LATTICE_E8P},
+      {"GPTVQ-2", gptvq, 512, 512, 256, 256},
+      {"CQ-2", cq2, 1024, 256, 256, 128},
+      {"CQ-4", cq4, 1024, 256, 256, 128},
+      {"AQLM-3 (row scales)", aqlm, 256, 512, 64, 256},
+      {"VQ<8,5,2> bf16, 64 x 128 scopes", odd_bits, 192, 384, 64, 256},
+      {"VQ<3,7,3>, 96-column scopes", generic, 160, 288, 32, 192},
+      {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048},
+      {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256},
+      {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136},
+      {"AQLM-3 (row scales), three 512-row tiles", aqlm, 1100, 256, 600, 128},
+      {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192},
+      {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516},
+      {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512},
+      {"VQ<2,8,1> fp16, 128-column books", pairs8, 112, 640, 48, 384},
+      {"VQ<8,8,2> fp16, one book per row", octs8, 200, 768, 48, 512},
+      {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512},
+      {"QuIP#-4 (E8P lattice, row scales)", quip4, 72, 512, 40, 256},
+      {"QuIP#-4 odd N and K", quip4, 37, 1032, 21, 264},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 16};
   const int64_t Ms_mm[] = {17, 33, 129, 1000}; /* VQ-GeMM */
@@ -531,8 +570,9 @@ int main(void) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     vq_weight w;
     const int64_t N = quick ? cases[c].quick_N : cases[c].N, K = quick ? cases[c].quick_K : cases[c].K;
-    if (!make_weight(cpu, &w, cases[c].name, cases[c].f, cases[c].lattice, N, K, &seed)) continue;
-    const int may_force = !cases[c].lattice;
+    if (!make_weight(cpu, &w, cases[c].name, cases[c].f, N, K, &seed)) continue;
+    /* QuIP#-4: its 1 MiB books fit no shared placement; the public calls, and lattice_case */
+    const int may_force = !cases[c].f.lattice;
 
     for (int d = 0; d < 3; d++) {
       dequantize_case(gpu, cpu, &w, dts[d], K);     /* a vector's outputs stored in one access */
@@ -559,6 +599,8 @@ int main(void) {
           gemm_case(gpu, cpu, &w, M, dts[a], dts[b], may_force, &seed);
         }
     if (c == 0) gemm_env(gpu, cpu, &w, 1, &seed), gemm_env(gpu, cpu, &w, 40, &seed);
+    if (w.f.lattice)
+      for (size_t mi = 0; mi < 3; mi++) lattice_case(gpu, &w, (int64_t[]){1, 16, 40}[mi], dts[mi], dts[(mi + 1) % 3], &seed);
     free_weight(&w);
   }
   CHECK(ran_shared > 0 && ran_global > 0, "both codebook placements ran (shared %d, global %d)", ran_shared, ran_global);
@@ -586,6 +628,7 @@ int main(void) {
   CHECK(ran_packed > 0 && ran_packed_splits > 0 && ran_packed_row_ranges > 0,
         "the table GeMV ran on packed codes (%d; several K ranges %d, several row ranges %d)", ran_packed,
         ran_packed_splits, ran_packed_row_ranges);
+  CHECK(ran_lattice > 0, "the E8P decoder ran against the books (%d)", ran_lattice);
   CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
         ran_elementwise);
   CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,

@@ -549,7 +549,7 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
   free_cache(&c);
 
   /* shared where the books do not fit, with either score technique: one 65536-entry book of 256 KB */
-  const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0};
+  const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0, 0};
   if (!make_cache(cpu, &c, "VQ<2,16,1> QF_VQ_BOOKS", big, 1, 8, 1, 64, 0, seed)) return;
   call_init(&k, &c, 1, va, 0, seed);
   setenv("QF_VQ_BOOKS", "shared", 1);
@@ -606,11 +606,11 @@ int main(void) {
           }
 
   /* generic formats and shapes */
-  const qf_vq_format bits6 = {8, 6, 2, 0, 32, QF_BF16, 0};  /* 6-bit indices, 2 residuals, bf16, 4 vectors per book */
-  const qf_vq_format per_row = {4, 8, 1, 0, 0, QF_F16, 0};  /* one book for the whole row */
-  const qf_vq_format bits5 = {4, 5, 3, 0, 96, QF_F16, 0};   /* 96-column books: heads straddle books */
-  const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0};     /* one 65536-entry book: single-buffered codes */
-  const qf_vq_format row_bf16 = {4, 8, 1, 0, 0, QF_BF16, 0}; /* banked: bf16 entries, every vector on one book */
+  const qf_vq_format bits6 = {8, 6, 2, 0, 32, QF_BF16, 0, 0};  /* 6-bit indices, 2 residuals, bf16, 4 vectors per book */
+  const qf_vq_format per_row = {4, 8, 1, 0, 0, QF_F16, 0, 0};  /* one book for the whole row */
+  const qf_vq_format bits5 = {4, 5, 3, 0, 96, QF_F16, 0, 0};   /* 96-column books: heads straddle books */
+  const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0, 0};     /* one 65536-entry book: single-buffered codes */
+  const qf_vq_format row_bf16 = {4, 8, 1, 0, 0, QF_BF16, 0, 0}; /* banked: bf16 entries, every vector on one book */
   const struct {
     const char *name;
     qf_vq_format f;
@@ -650,7 +650,7 @@ int main(void) {
   nan_inf_case(gpu, cpu, 128, &seed); /* the banked kernel's format */
   env_switch_case(gpu, cpu, &seed);
 
-  const qf_vq_format vs3 = {3, 8, 1, 0, 3, QF_F16, 0}, rows4 = {4, 8, 1, 4, 4, QF_F16, 0};
+  const qf_vq_format vs3 = {3, 8, 1, 0, 3, QF_F16, 0, 0}, rows4 = {4, 8, 1, 4, 4, QF_F16, 0, 0};
   refused(gpu, cpu, "vector_size 3", vs3, 48, 0, QF_ERR_UNSUPPORTED, "vector_size=3", &seed);
   refused(gpu, cpu, "CQ-2 head_dim 512", cq2, 512, 0, QF_ERR_UNSUPPORTED, "head_dim=512", &seed);
   refused(gpu, cpu, "codebooks per 4 tokens", rows4, 64, 0, QF_ERR_UNSUPPORTED, "scope_rows=4", &seed);

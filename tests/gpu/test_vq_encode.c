@@ -132,8 +132,8 @@ int main(void) {
       {"CQ-4", cq4, 512, 256},
       {"AQLM-3", aqlm, 128, 256},
       {"AQLM-3 (row scales)", aqlm_scaled, 128, 264},
-      {"VQ<8,5,2> bf16, row scales, 64 x 128 scopes", {8, 5, 2, 64, 128, QF_BF16, 1}, 192, 384},
-      {"VQ<3,7,3>, 96-column scopes", {3, 7, 3, 0, 96, QF_F16, 0}, 96, 2112},
+      {"VQ<8,5,2> bf16, row scales, 64 x 128 scopes", {8, 5, 2, 64, 128, QF_BF16, 1, 0}, 192, 384},
+      {"VQ<3,7,3>, 96-column scopes", {3, 7, 3, 0, 96, QF_F16, 0, 0}, 96, 2112},
   };
   const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
 

@@ -3,11 +3,12 @@
  *
  * Shapes: the linear layers of Llama-7B (N, K) in {(4096, 4096), (11008, 4096), (4096, 11008)} and
  * Llama-65B {(8192, 8192), (22016, 8192), (8192, 22016)}, M in {1, 16, 64, 256}; formats GPTVQ-2
- * and AQLM-3 (with fp32 row scales, as AQLM stores them), QuIP#-4 (its two 1 MiB E8P books read as
- * materialized books: no kernel forms the entries from the index bits yet); fp16 x and y. CQ-2 / CQ-4 are KV-cache
+ * and AQLM-3 (with fp32 row scales, as AQLM stores them), QuIP#-4 (the E8P lattice decoded from the
+ * index bits) and "quip4-books" (the same books, 1 MiB each, read as books); fp16 x and y. CQ-2 / CQ-4 are KV-cache
  * formats (a codebook per 2 or 4 channels shared by every token: as weights their books would
  * outweigh the codes) and get no rows here.
- * The quantized weights are random codes and random fp16 codebooks made on the host: the kernels'
+ * The quantized weights are random codes and random fp16 codebooks made on the host (QuIP#-4: the
+ * lattice books qf_vq_quantize makes for a 16 x 64 weight, as the decoder needs them): the kernels'
  * time does not depend on the values, and k-means on a 22016 x 8192 matrix (qf_vq_quantize, CPU)
  * would take hours. The peer's fp16 weight is a constant pattern (0x2C2C, about 0.065 per element).
  *
@@ -23,7 +24,8 @@
  *    use for the shape is skipped with a line saying why (no row).
  *  - "<fmt>,fp16,unfused": the ablation's no-fusion baseline, qf_vq_dequantize into an fp16 weight
  *    then the peer's cuBLASLt GEMM on it, timed together.
- * Bytes (the floor's and GB/s): codes + codebooks + scales + x + y, the bytes the kernel must move;
+ * Bytes (the floor's and GB/s): codes + codebooks + scales + x + y, the bytes the kernel must move
+ * (a lattice format's books are decoded, not read: codes + scales + x + y);
  * flops 2 M N K with the fp16 tensor peak taken as half the measured FP8 ceiling. The issue's goal:
  * VQ-GeMV at M = 1 at >= 75% of the copy bandwidth on those bytes (pct_floor >= 75). The peer
  * "cublaslt_f16" reads the fp16 weight (2 N K bytes) + x + y. */
@@ -67,6 +69,35 @@ typedef struct {
   size_t code_bytes, book_bytes, scale_bytes;
 } vqb_weight;
 
+/* The books of a lattice format with one book per residual (sz: the bench weight's sizes), made by
+ * qf_vq_quantize on a CPU context from a 16 x 64 weight. */
+static int vqb_lattice_books(qf_vq_format f, qf_vq_sizes sz, uint16_t *books) {
+  enum { N = 16, K = 64 };
+  qf_vq_sizes small;
+  qf_ctx *cpu = NULL;
+  if (sz.n_books != 1 || qf_ctx_create(&cpu, QF_DEVICE_CPU, 0) != QF_OK) return 0;
+  float w[N * K], scales[N];
+  uint64_t seed = 0xE8Full;
+  for (int i = 0; i < N * K; i++) w[i] = (float)((double)(vqb_rand(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+  uint8_t *codes = NULL;
+  int ok = qf_vq_sizes_of(cpu, &f, N, K, &small) == QF_OK &&
+           (codes = malloc((size_t)(f.residuals * N * small.row_bytes))) != NULL;
+  if (ok) {
+    int64_t ws[2] = {N, K}, cs[3] = {f.residuals, N, small.row_bytes}, bs[4] = {f.residuals, 1, sz.entries, f.vector_size},
+            ss[1] = {N};
+    const DLDevice host = {kDLCPU, 0};
+    DLTensor wt = {.data = w, .device = host, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F32), .shape = ws};
+    DLTensor ct = {.data = codes, .device = host, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = cs};
+    DLTensor bt = {.data = books, .device = host, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = bs};
+    DLTensor st = {.data = scales, .device = host, .ndim = 1, .dtype = qf_dtype_to_dl(QF_F32), .shape = ss};
+    ok = qf_vq_quantize(cpu, &wt, &f, NULL, &ct, &bt, f.row_scale ? &st : NULL, NULL) == QF_OK;
+    if (!ok) fprintf(stderr, "bench_vq_gemm: lattice books: %s\n", qf_ctx_last_error(cpu));
+  }
+  free(codes);
+  qf_ctx_destroy(cpu);
+  return ok;
+}
+
 static int vqb_weight_make(qf_ctx *ctx, vqb_weight *w, const char *name, qf_vq_format f, int64_t N, int64_t K) {
   memset(w, 0, sizeof *w);
   w->name = name, w->f = f, w->N = N, w->K = K;
@@ -94,7 +125,12 @@ static int vqb_weight_make(qf_ctx *ctx, vqb_weight *w, const char *name, qf_vq_f
     }
     ok = vqb_cuda(cudaMemcpy(w->codes, h, w->code_bytes, cudaMemcpyHostToDevice), "codes to the device");
   }
-  if (ok) {
+  if (ok && f.lattice) {
+    /* a lattice format's books (one per residual, whatever N and K): those the quantizer makes
+     * for a small weight of the same format */
+    ok = vqb_lattice_books(f, w->sz, (uint16_t *)h) &&
+         vqb_cuda(cudaMemcpy(w->books, h, w->book_bytes, cudaMemcpyHostToDevice), "codebooks to the device");
+  } else if (ok) {
     /* entries: uniform in [-0.05, 0.05) as fp16 */
     uint16_t *e = (uint16_t *)h;
     for (size_t i = 0; i < w->book_bytes / 2; i++)
@@ -243,7 +279,8 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
     char shape[64], variant[64], why[512] = "";
     snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
     const double flops = 2.0 * (double)M * (double)N * (double)K;
-    const double bytes = (double)(w->code_bytes + w->book_bytes + w->scale_bytes) + 2.0 * (double)(M * K + M * N);
+    const double books = w->f.lattice ? 0.0 : (double)w->book_bytes; /* (a lattice is decoded, not read) */
+    const double bytes = (double)(w->code_bytes + w->scale_bytes) + books + 2.0 * (double)(M * K + M * N);
     const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, why, sizeof why);
     const int variants[6] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED,
                              QF_VQ_BOOKS_LUT};
@@ -321,15 +358,17 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
     peer_us[i] = qfb_time_us(b, vqb_run_lt, &c);
   }
 
-  qf_vq_format gptvq, aqlm, quip4;
+  qf_vq_format gptvq, aqlm, quip4, quip4_books;
   qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
   qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
   qf_vq_format_preset(QF_VQ_QUIP_4, &quip4);
   aqlm.row_scale = 1;
+  quip4_books = quip4;
+  quip4_books.lattice = 0; /* the same books read as books: what the E8P decoder saves */
   const struct {
     const char *name;
     qf_vq_format f;
-  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}, {"quip4", quip4}};
+  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}, {"quip4", quip4}, {"quip4-books", quip4_books}};
   rc = 0;
   for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
     vqb_weight w;

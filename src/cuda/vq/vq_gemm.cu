@@ -91,6 +91,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   p.quads = static_cast<int>((K + 3) / 4);
   p.vs = f.vector_size;
   p.bits = f.index_bits;
+  p.lattice = f.lattice;
   p.residuals = f.residuals;
   p.entries = static_cast<int>(w->sz.entries);
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);

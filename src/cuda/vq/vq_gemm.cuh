@@ -55,6 +55,7 @@
 
 #include "cuda/ptx/arch.cuh"
 #include "cuda/vq/vq_common.cuh"
+#include "cuda/vq/vq_e8p.cuh"
 #include "cuda/vq/vq_gemm_heuristic.h"
 
 struct CodebookInGlobal {
@@ -74,6 +75,7 @@ struct vq_mma_params {
   int x_dtype, y_dtype;       // qf_dtype
   int M, N, K, vectors, quads;  // vectors = K / vs, quads = ceil(K / 4)
   int vs, bits, residuals, entries;
+  int lattice;                // QF_VQ_LATTICE_E8P: entries decoded from the index (vq_e8p.cuh), not read
   uint32_t row_words;         // words per code row
   int vectors_per_book;       // along K: scope_cols / vs, or all vectors
   int book_shift;             // log2(vectors_per_book) for a power of two (31: one book per row), else -1
@@ -200,12 +202,15 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
   constexpr int kEP = std::is_same<E, vq_f16>::value && std::is_same<T, __nv_bfloat16>::value ? 2 : 1;  // entry parts
   constexpr int kXP = std::is_same<T, __half>::value ? 1 : 3;  // the most x parts
   constexpr int kV = kVS ? 16 / kVS : 1;                         // a lane's vectors per sub-chunk
-  constexpr bool kByteCodes = kCodes == 8, kWindow = kCodes == 12;
-  constexpr int kWQ = kByteCodes ? (kV + 3) / 4 : kWindow ? 1 : 0;  // its code words per sub-chunk and row
+  // kCodes 16: the E8P lattice's 16-bit indices, a lane's two vectors of a sub-chunk in one word
+  constexpr bool kByteCodes = kCodes == 8, kWindow = kCodes == 12, kE8P = kCodes == 16;
+  constexpr int kWQ = kByteCodes ? (kV + 3) / 4 : kWindow || kE8P ? 1 : 0;  // its code words per sub-chunk and row
   static_assert(kMT == 1 || kMT == 2 || kMT == 4, "x tiles of 8, 16 or 32 rows");
   static_assert(kVS == 0 || kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4, 8, or 0 for any other");
   static_assert(!kByteCodes || kVS != 0, "8-bit codes have their own path for vector sizes 2, 4 and 8");
   static_assert(!kWindow || kVS == 8, "12-bit windows hold a lane's two 8-element vectors of a sub-chunk");
+  static_assert(!kE8P || (kVS == 8 && std::is_same<E, vq_f16>::value && !Placement::kShared),
+                "the E8P decoder: vector size 8, fp16 entries, books left in global memory (only entry 0 is read)");
   static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<E, vq_f16>::value,
                 "fp16 tensor-core operands only with fp16 entries");
 
@@ -327,19 +332,24 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
         const int64_t b0 = kCareful ? 0 : static_cast<int64_t>(book_of(p, j0)) * book_elems;
 #pragma unroll
         for (int h = 0; h < 2; h++) bq[h] = reinterpret_cast<const entry_t *>(brow[h] + r * book_res + b0);
-        auto entry = [&](int h, int v) -> const uint16_t * {
-          const int j = j0 + v;
-          uint32_t idx;
+        auto index = [&](int h, int v) -> uint32_t {
           if constexpr (kByteCodes && !kCareful)
-            idx = byte_of(cw[h][v >> 2], static_cast<uint32_t>((j0 & 3) + (v & 3)));
+            return byte_of(cw[h][v >> 2], static_cast<uint32_t>((j0 & 3) + (v & 3)));
           else if constexpr (kWindow && !kCareful)
-            idx = (cw[h][0] >> (12 * v)) & 0xfffu;
+            return (cw[h][0] >> (12 * v)) & 0xfffu;
+          else if constexpr (kE8P && !kCareful)
+            return (cw[h][0] >> (16 * v)) & 0xffffu;
           else
-            idx = vq_index(code_r[h], static_cast<uint32_t>(j), p.bits, p.row_words);
-          if constexpr (kCareful)
-            return reinterpret_cast<const uint16_t *>(bq[h] + idx + static_cast<int64_t>(book_of(p, j)) * p.entries);
-          return reinterpret_cast<const uint16_t *>(bq[h] + idx);
+            return vq_index(code_r[h], static_cast<uint32_t>(j0 + v), p.bits, p.row_words);
         };
+        // Vector j0 + v's book as an array of entries (kCareful: j's own book).
+        auto book = [&](int h, int v) {
+          if constexpr (kCareful)
+            return bq[h] + static_cast<int64_t>(book_of(p, j0 + v)) * p.entries;
+          else
+            return bq[h];
+        };
+        auto entry = [&](int h, int v) { return reinterpret_cast<const uint16_t *>(book(h, v) + index(h, v)); };
         auto live = [&](int v) { return !kCareful || j0 + v < p.vectors; };
         [[maybe_unused]] uint4 e8[2];
 #pragma unroll
@@ -350,6 +360,12 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
             if constexpr (kVS == 4) {
               const uint2 e = live(s) ? ld64<kGlobal>(entry(h, s)) : make_uint2(0u, 0u);
               w01[h] = e.x, w23[h] = e.y;
+            } else if constexpr (kE8P) {  // one lattice point decoded: steps s and s + 1
+              if (s % 2 == 0)
+                e8[h] = live(s / 2) ? vq_e8p_decode(index(h, s / 2), ld16<true>(reinterpret_cast<const uint16_t *>(book(h, s / 2))))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+              w01[h] = s % 2 ? e8[h].z : e8[h].x;
+              w23[h] = s % 2 ? e8[h].w : e8[h].y;
             } else if constexpr (kVS == 8) {  // one 16-byte entry: steps s and s + 1
               if (s % 2 == 0) e8[h] = live(s / 2) ? ld128<kGlobal>(entry(h, s / 2)) : make_uint4(0u, 0u, 0u, 0u);
               w01[h] = s % 2 ? e8[h].z : e8[h].x;
@@ -406,6 +422,10 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
             const uint32_t wi = static_cast<uint32_t>((c * kChunkQuads + q * 16 + t * 4) * 4 / kVS) / 4u + e;
             w[h][e] = wi < p.row_words ? __ldg(crow[h] + r * code_res + wi) : 0u;
           }
+      } else if constexpr (kE8P) {  // the 32 bits of vectors j0 and j0 + 1 (j0 = the lane's first)
+        const uint32_t wi = static_cast<uint32_t>(c * kChunkQuads + q * 16 + t * 4) / 4u;
+#pragma unroll
+        for (int h = 0; h < 2; h++) w[h][0] = wi < p.row_words ? __ldg(crow[h] + r * code_res + wi) : 0u;
       } else if constexpr (kWindow) {  // the 24 bits of vectors j0 and j0 + 1 (j0 = the lane's first)
         // Past the row (the sub-chunks of a ragged last chunk, which the careful path decodes
         // instead) the window stops at the row's last word: its bits are never used, and a clamp
@@ -525,13 +545,15 @@ namespace vq_mma_detail {
 using kernel_t = void (*)(vq_mma_params);
 
 // Decoders: 8-bit codes with vector size 2, 4, 8; other index widths with 2, 4, 8; any vector
-// size; 12-bit codes with vector size 8.
+// size; 12-bit codes with vector size 8; then the E8P lattice (16-bit codes, vector size 8, fp16
+// entries in global memory; pick_decoder has no kernel for it elsewhere).
 #define QF_VQ_MMA_DECODERS(X) X(2, 8) X(4, 8) X(8, 8) X(2, 0) X(4, 0) X(8, 0) X(0, 0) X(8, 12)
-constexpr int kDecoders = 8;
+constexpr int kDecoders = 9, kE8pSlot = 8;
 // (entry, operand) types: bf16 entries; fp16 entries under bf16; fp16 under fp16.
 constexpr int kTypes = 3;
 
-inline int decoder_slot(int vs, int bits) {
+inline int decoder_slot(int vs, int bits, int lattice) {
+  if (lattice == QF_VQ_LATTICE_E8P) return kE8pSlot;
   const int v = QF_VQ_MMA_VS_BUCKET(vs);
   if (v == 0) return 6;
   if (v == 8 && bits == 12) return 7;
@@ -540,6 +562,8 @@ inline int decoder_slot(int vs, int bits) {
 
 template <int kMT, class Placement, typename E, typename T>
 kernel_t pick_decoder(int slot) {
+  if constexpr (std::is_same<E, vq_f16>::value && !Placement::kShared)
+    if (slot == kE8pSlot) return vq_mma_kernel<kMT, 8, 16, E, T, Placement>;
   int i = 0;
 #define QF_VQ_MMA_DECODER_CASE(VS, CODES) \
   if (slot == i++) return vq_mma_kernel<kMT, VS, CODES, E, T, Placement>;
@@ -558,10 +582,12 @@ qf_status vq_mma_launch(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_con
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: bf16 entries need bf16 tensor-core operands", op);
   if (cfg.m_tiles8 != kMT) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for x tiles of %d rows", op, cfg.tile_m);
   const int types = bf16_entries ? 0 : cfg.mma_bf16 ? 1 : 2;
-  const int dec = decoder_slot(p.vs, p.bits), slot = types * kDecoders + dec;
+  const int dec = decoder_slot(p.vs, p.bits, p.lattice), slot = types * kDecoders + dec;
   const kernel_t kernel = types == 0   ? pick_decoder<kMT, Placement, vq_bf16, __nv_bfloat16>(dec)
                           : types == 1 ? pick_decoder<kMT, Placement, vq_f16, __nv_bfloat16>(dec)
                                        : pick_decoder<kMT, Placement, vq_f16, __half>(dec);
+  if (!kernel)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the E8P lattice is decoded with the books left in global memory", op);
 
   // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
   static std::atomic<uint64_t> opted_in[kTypes * kDecoders];

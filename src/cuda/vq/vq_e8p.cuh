@@ -1,0 +1,72 @@
+// The E8P lattice decoder of VQ-GeMV and VQ-GeMM (qfuse.h, QF_VQ_LATTICE_E8P): an entry of a book
+// that is the lattice times a scale, computed from its index instead of read from the 1 MiB book.
+//
+// NOTES:
+// - A 4 KB table holds the 256 patterns of absolute values as fp16 (16 bytes a pattern, one
+//   vector's load), built at compile time the way the CPU table is (src/cpu/vq_e8p.c); value 0's
+//   sign bit holds whether the pattern's sum is odd, so that the parity rule is one XOR. Read
+//   through L1, where it stays: each lookup is an L1 hit, against an L2 or DRAM access into the
+//   book for the entry itself.
+// - Index bits 7-1 flip the signs of values 1-7, value 0 flips when they hold an odd number of
+//   minus signs (XOR the pattern's parity bit); bit 0 picks the shift +1/4 or -1/4. The value is
+//   then scale * (+-a) + scale * shift in one fp16 fma: a has at most 3 significant bits and the
+//   scale at most 7, so the product, the shift (scale / 4, the book's entry 0) and their sum are
+//   exact in fp16, and the decoded bits equal the stored entry's.
+#pragma once
+
+#include <cstdint>
+#include <cuda_fp16.h>
+
+#include "formats/vq.h"
+
+struct vq_e8p_table {
+  uint32_t w[256][4];  // pattern p: values 2i (low half) and 2i + 1 (high half) of word i, fp16
+};
+
+constexpr uint32_t vq_e8p_half(int twice) {  // fp16 bits of twice / 2 for twice in {1, 3, 5}
+  return twice == 1 ? 0x3800u : twice == 3 ? 0x3E00u : 0x4100u;
+}
+
+constexpr vq_e8p_table vq_e8p_build() {
+  vq_e8p_table t{};
+  int p = 0;
+  // The 3^8 vectors of {1/2, 3/2, 5/2}^8 in lexicographic order, kept where the squared norm is
+  // at most 10 (sum of (2 d + 1)^2 at most 40), then the 29 of norm 12.
+  for (int code = 0; code < 6561; code++) {
+    int d[8] = {}, c = code, norm4 = 0, sum = 0;
+    for (int j = 7; j >= 0; j--) d[j] = c % 3, c /= 3;
+    for (int j = 0; j < 8; j++) norm4 += (2 * d[j] + 1) * (2 * d[j] + 1), sum += d[j];
+    if (norm4 > 40) continue;
+    for (int i = 0; i < 4; i++) t.w[p][i] = vq_e8p_half(2 * d[2 * i] + 1) | vq_e8p_half(2 * d[2 * i + 1] + 1) << 16;
+    t.w[p][0] |= static_cast<uint32_t>((sum + 4) & 1) << 15;  // the values' sum: digits + 8 / 2
+    p++;
+  }
+  constexpr uint8_t halves[29] = QF_E8P_NORM12_HALVES;
+  for (int i = 0; i < 29; i++, p++) {
+    for (int k = 0; k < 4; k++)
+      t.w[p][k] = vq_e8p_half(halves[i] >> (2 * k) & 1 ? 1 : 3) | vq_e8p_half(halves[i] >> (2 * k + 1) & 1 ? 1 : 3) << 16;
+    t.w[p][0] |= 1u << 15;  // 5 * 3/2 + 3 * 1/2 = 9: odd
+  }
+  return t;
+}
+
+__device__ const vq_e8p_table kVqE8p = vq_e8p_build();
+
+// Entry idx of a book whose entry 0 has `quarter` (fp16 bits: the book's scale / 4) in every
+// value, as 4 words of fp16 pairs.
+__device__ __forceinline__ uint4 vq_e8p_decode(uint32_t idx, uint32_t quarter) {
+  uint4 e = __ldg(reinterpret_cast<const uint4 *>(kVqE8p.w[idx >> 8]));
+  const uint32_t f = idx >> 1 & 127u;
+  e.x ^= (__popc(f) & 1u) << 15 | (f >> 6 & 1u) << 31;
+  e.y ^= (f >> 5 & 1u) << 15 | (f >> 4 & 1u) << 31;
+  e.z ^= (f >> 3 & 1u) << 15 | (f >> 2 & 1u) << 31;
+  e.w ^= (f >> 1 & 1u) << 15 | (f & 1u) << 31;
+  const __half q = __ushort_as_half(static_cast<unsigned short>(quarter));
+  const __half2 scale = __half2half2(__hmul(q, __float2half(4.0f)));
+  const __half2 shift = __half2half2(idx & 1u ? q : __hneg(q));
+  auto fma = [&](uint32_t w) {
+    const __half2 v = __hfma2(*reinterpret_cast<const __half2 *>(&w), scale, shift);
+    return *reinterpret_cast<const uint32_t *>(&v);
+  };
+  return make_uint4(fma(e.x), fma(e.y), fma(e.z), fma(e.w));
+}

@@ -1,7 +1,7 @@
 /* qf_vq_dequantize and qf_vq_gemm (VQ-GeMV for M of 1 to 16, VQ-GeMM on the tensor cores above) on
  * CUDA against the CPU reference through the public API. Gaussian weights are quantized on the CPU
  * (qf_vq_quantize, 3 Lloyd iterations; QuIP#-4 on its E8P lattice books, through the public calls
- * only: no shared placement holds its 1 MiB books) in every paper configuration plus custom formats (5-bit
+ * and lattice_case: no shared placement holds its 1 MiB books) in every paper configuration plus custom formats (5-bit
  * indices with two bf16 residuals and both scopes set; vector_size 3 with 7-bit indices and three
  * residuals, the element-wise path; vector size 2 with 6-bit and with 8-bit indices; vector size 4
  * with 10-bit indices and K = 4 past a whole chunk; GPTVQ-2 with bf16 entries) and two shapes with

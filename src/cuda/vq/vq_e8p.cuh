@@ -4,9 +4,12 @@
 // NOTES:
 // - A 4 KB table holds the 256 patterns of absolute values as fp16 (16 bytes a pattern, one
 //   vector's load), built at compile time the way the CPU table is (src/cpu/vq_e8p.c); value 0's
-//   sign bit holds whether the pattern's sum is odd, so that the parity rule is one XOR. Read
-//   through L1, where it stays: each lookup is an L1 hit, against an L2 or DRAM access into the
-//   book for the entry itself.
+//   sign bit holds whether the pattern's sum is odd, so that the parity rule is one XOR. The
+//   GeMV reads it through L1; the GeMM (x tiles of 32 rows) stages 8 copies of it in shared
+//   memory (32 KB), pattern p of copy c at 16-byte slot 8 p + c, so that a quarter warp's 8 lanes
+//   (one 128-byte wavefront of 16-byte loads) each read their own copy, c = lane % 8, and never
+//   meet in a bank. Staged, the GeMM ran 9-15% faster at M = 64; the GeMV ran 3-16% slower at
+//   M = 1 and between 13% faster and 9% slower at M = 16 (H200, A/B run twice, docs/VQ.md).
 // - Index bits 7-1 flip the signs of values 1-7, value 0 flips when they hold an odd number of
 //   minus signs (XOR the pattern's parity bit); bit 0 picks the shift +1/4 or -1/4. The value is
 //   then scale * (+-a) + scale * shift in one fp16 fma: a has at most 3 significant bits and the
@@ -52,10 +55,22 @@ constexpr vq_e8p_table vq_e8p_build() {
 
 __device__ const vq_e8p_table kVqE8p = vq_e8p_build();
 
+// The table in global memory, as 256 patterns of 16 bytes.
+__device__ __forceinline__ const uint4 *vq_e8p_global() { return reinterpret_cast<const uint4 *>(kVqE8p.w); }
+
+// The 8 interleaved copies of the table into shared memory (QF_VQ_E8P_TABLE_BYTES), by the
+// block's threads; the caller synchronizes.
+__device__ __forceinline__ void vq_e8p_stage(uint4 *patterns) {
+  for (int i = static_cast<int>(threadIdx.x); i < 256 * 8; i += static_cast<int>(blockDim.x))
+    patterns[i] = __ldg(reinterpret_cast<const uint4 *>(kVqE8p.w[i / 8]));
+}
+
 // Entry idx of a book whose entry 0 has `quarter` (fp16 bits: the book's scale / 4) in every
-// value, as 4 words of fp16 pairs.
-__device__ __forceinline__ uint4 vq_e8p_decode(uint32_t idx, uint32_t quarter) {
-  uint4 e = __ldg(reinterpret_cast<const uint4 *>(kVqE8p.w[idx >> 8]));
+// value, as 4 words of fp16 pairs. `patterns`: kShared, the staged table plus this lane's copy
+// (lane % 8); else vq_e8p_global().
+template <bool kShared>
+__device__ __forceinline__ uint4 vq_e8p_decode(const uint4 *patterns, uint32_t idx, uint32_t quarter) {
+  uint4 e = kShared ? patterns[(idx >> 8) * 8] : __ldg(patterns + (idx >> 8));
   const uint32_t f = idx >> 1 & 127u;
   e.x ^= (__popc(f) & 1u) << 15 | (f >> 6 & 1u) << 31;
   e.y ^= (f >> 5 & 1u) << 15 | (f >> 4 & 1u) << 31;

@@ -69,7 +69,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
     return qf_cuda_vq_gemm_tiled_with(ctx, x, w, y, 0, used);
   const qf_vq_mma_problem pb = {M, N, K, f.vector_size, f.index_bits, f.residuals, f.scope_rows, f.scope_cols,
                                 w->sz.books_per_row, w->sz.entries, static_cast<int>(x->dtype),
-                                static_cast<int>(f.entry_dtype)};
+                                static_cast<int>(f.entry_dtype), f.lattice};
   qf_vq_mma_config cfg;
   if (!qf_vq_mma_pick(&pb, ctx->sm_count, ctx->smem_optin, placement, m_tiles8, bn, &cfg))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,

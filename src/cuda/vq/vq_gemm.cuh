@@ -204,6 +204,7 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
   constexpr int kV = kVS ? 16 / kVS : 1;                         // a lane's vectors per sub-chunk
   // kCodes 16: the E8P lattice's 16-bit indices, a lane's two vectors of a sub-chunk in one word
   constexpr bool kByteCodes = kCodes == 8, kWindow = kCodes == 12, kE8P = kCodes == 16;
+  constexpr bool kE8PShared = kE8P && QF_VQ_E8P_SHARED(kMT);  // the pattern table staged in shared memory
   constexpr int kWQ = kByteCodes ? (kV + 3) / 4 : kWindow || kE8P ? 1 : 0;  // its code words per sub-chunk and row
   static_assert(kMT == 1 || kMT == 2 || kMT == 4, "x tiles of 8, 16 or 32 rows");
   static_assert(kVS == 0 || kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4, 8, or 0 for any other");
@@ -216,7 +217,9 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t *books_s = reinterpret_cast<uint16_t *>(smem);
-  float *red = reinterpret_cast<float *>(smem + p.books_smem_bytes);  // [warp][kMT][lane][4]
+  // kE8PShared: the pattern table after the books (none in global placement), then the partial sums
+  uint4 *patterns_s = reinterpret_cast<uint4 *>(smem + p.books_smem_bytes);
+  float *red = reinterpret_cast<float *>(smem + p.books_smem_bytes + (kE8PShared ? QF_VQ_E8P_TABLE_BYTES : 0));  // [warp][kMT][lane][4]
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -227,6 +230,13 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
   const int64_t book_res = (kShared ? static_cast<int64_t>(p.books_per_row) : p.n_books) * book_elems;
   const int x_size = p.x_dtype == QF_F32 ? 4 : 2;
   const bool ragged = p.K % QF_VQ_MMA_CHUNK != 0;  // the last chunk crosses K
+
+  if constexpr (kE8PShared) {
+    vq_e8p_stage(patterns_s);
+    __syncthreads();
+  }
+  // The E8P patterns: this lane's copy in shared memory (its bank group), or the table in global memory.
+  [[maybe_unused]] const uint4 *patterns = kE8PShared ? patterns_s + (lane & 7) : vq_e8p_global();
 
   const int t_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * p.tiles / gridDim.x);
   const int t_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * p.tiles / gridDim.x);
@@ -362,7 +372,8 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
               w01[h] = e.x, w23[h] = e.y;
             } else if constexpr (kE8P) {  // one lattice point decoded: steps s and s + 1
               if (s % 2 == 0)
-                e8[h] = live(s / 2) ? vq_e8p_decode(index(h, s / 2), ld16<true>(reinterpret_cast<const uint16_t *>(book(h, s / 2))))
+                e8[h] = live(s / 2) ? vq_e8p_decode<kE8PShared>(patterns, index(h, s / 2),
+                                                                ld16<true>(reinterpret_cast<const uint16_t *>(book(h, s / 2))))
                                     : make_uint4(0u, 0u, 0u, 0u);
               w01[h] = s % 2 ? e8[h].z : e8[h].x;
               w23[h] = s % 2 ? e8[h].w : e8[h].y;
@@ -598,9 +609,11 @@ qf_status vq_mma_launch(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_con
   if (per_sm < 1)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: a block of %d threads with %zu bytes of shared memory does not fit an SM",
                    op, kThreads, cfg.smem_bytes);
-  // Shared placement: a persistent grid, so each copy of the books serves a run of tiles.
+  // Shared placement (and the E8P decoder's staged table): a persistent grid, so each copy of the
+  // books serves a run of tiles.
   const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
-  const int64_t grid = Placement::kShared && p.tiles > slots ? slots : p.tiles;
+  const bool staged = Placement::kShared || (dec == kE8pSlot && QF_VQ_E8P_SHARED(kMT));
+  const int64_t grid = staged && p.tiles > slots ? slots : p.tiles;
   kernel<<<static_cast<unsigned>(grid), kThreads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, op);
 }

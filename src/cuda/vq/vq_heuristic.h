@@ -61,7 +61,14 @@ typedef struct {
   int vector_size, index_bits, residuals, scope_rows, scope_cols;
   int64_t books_per_row, entries;
   int x_dtype, entry_dtype; /* qf_dtype */
+  int lattice;              /* qf_vq_format.lattice (the E8P decoder) */
 } qf_vq_mma_problem;
+
+/* The E8P decoder's pattern table in shared memory, for x tiles of 32 rows (the GeMM; the GeMV
+ * reads it through L1): 8 copies of 256 patterns of 16 bytes, interleaved so that the 8 lanes of a
+ * quarter warp read 8 different bank groups (vq_e8p.cuh). */
+#define QF_VQ_E8P_TABLE_BYTES (256 * 8 * 16)
+#define QF_VQ_E8P_SHARED(m_tiles8) ((m_tiles8) == 4)
 
 typedef struct {
   int m_tiles8;        /* 1, 2 or 4: n8 tiles of x per block tile (the kernel's compile-time shape) */
@@ -76,6 +83,7 @@ typedef struct {
                           aligned rows, K % 4 == 0); else element by element */
   int64_t tiles_n, tiles_m, tiles;
   size_t books_bytes;  /* shared-memory books of one row scope (0 in global placement) */
+  size_t table_bytes;  /* the E8P decoder's pattern table in shared memory (0: none, or read through L1) */
   size_t red_bytes;    /* the warps' partial sums */
   size_t smem_bytes;   /* dynamic shared memory per block */
   int splits;          /* K ranges per row tile over blocks (banked placement; 1 otherwise) */
@@ -96,9 +104,10 @@ static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size
   const int64_t sms = sm_count > 0 ? sm_count : 1;
   const int f16_mma = pb->x_dtype == QF_F16 && pb->entry_dtype == QF_F16;
   const size_t red = (size_t)QF_VQ_MMA_WARPS * (size_t)m_tiles8 * 128u * 4u;
+  const size_t table = pb->lattice && QF_VQ_E8P_SHARED(m_tiles8) ? QF_VQ_E8P_TABLE_BYTES : 0;
   const size_t books = ((size_t)pb->residuals * (size_t)pb->books_per_row * (size_t)pb->entries *
                             (size_t)pb->vector_size * 2u + 15u) / 16u * 16u;
-  const int books_fit = books + red <= smem_optin && (pb->scope_rows == 0 || pb->scope_rows % QF_VQ_MMA_TILE_N == 0);
+  const int books_fit = books + table + red <= smem_optin && (pb->scope_rows == 0 || pb->scope_rows % QF_VQ_MMA_TILE_N == 0);
   const int64_t tiles_m = (pb->M + 8 * m_tiles8 - 1) / (8 * m_tiles8);
   const int64_t tiles16 = (pb->N + QF_VQ_MMA_TILE_N - 1) / QF_VQ_MMA_TILE_N * tiles_m;
   if (bn != 0 && !qf_vq_mma_tile_ok(bn)) return 0;
@@ -111,7 +120,7 @@ static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size
     if (pb->scope_rows && rows > pb->scope_rows) rows = pb->scope_rows;
     const double uses = (double)rows * (double)(pb->K / pb->vector_size) /
                         ((double)pb->books_per_row * (double)pb->entries);
-    placement = books_fit && books + red <= smem_optin / 2 && uses >= 1.0 && (!bn || !pb->scope_rows ||
+    placement = books_fit && books + table + red <= smem_optin / 2 && uses >= 1.0 && (!bn || !pb->scope_rows ||
                 pb->scope_rows % bn == 0) ? QF_VQ_BOOKS_IN_SHARED : QF_VQ_BOOKS_IN_GLOBAL;
   }
   if (placement == QF_VQ_BOOKS_IN_SHARED && !books_fit) return 0;
@@ -142,8 +151,9 @@ static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size
   cfg->tiles_m = tiles_m;
   cfg->tiles = cfg->tiles_n * tiles_m;
   cfg->books_bytes = shared ? books : 0;
+  cfg->table_bytes = table;
   cfg->red_bytes = red;
-  cfg->smem_bytes = cfg->books_bytes + red;
+  cfg->smem_bytes = cfg->books_bytes + table + red;
   cfg->splits = 1;
   return 1;
 }

@@ -27,7 +27,10 @@
 //   the code words of the warp's next (chunk, residual) load while this one computes. 12-bit
 //   indices with vs = 8 (AQLM) have a path of their own: a lane's two vectors of a sub-chunk
 //   take 24 consecutive bits, loaded ahead the same way as one 32-bit window (a funnel shift of
-//   two words) and split with shifts. Other index widths read each index from the code row
+//   two words) and split with shifts. The E8P lattice (the format's `lattice`, kCodes 16) takes a
+//   lane's two 16-bit indices of a sub-chunk as one code word and decodes each entry from its
+//   index (vq_e8p.cuh) instead of loading it: of the books only entry 0 (the scale) is read.
+//   Other index widths read each index from the code row
 //   through L1 (vq_index); other vector sizes
 //   decode element by element (kVS = 0). The chunk that crosses K, and books narrower than a
 //   lane's 16 columns (the CQ formats), run a careful variant: per-vector books and masks, and

@@ -12,22 +12,11 @@
 #include "core/backend.h"
 #include "formats/vq.h"
 
-static const uint8_t kNorm12[29] = QF_E8P_NORM12_HALVES;
-
 void qf_cpu_e8p_table(qf_e8p_table *tb) {
-  int p = 0;
-  for (int code = 0; code < 6561; code++) { /* 3^8 digit strings, value = digit + 1/2, first digit most significant */
-    int d[8], c = code, norm4 = 0, sum = 0;
-    for (int j = 7; j >= 0; j--) d[j] = c % 3, c /= 3;
-    for (int j = 0; j < 8; j++) norm4 += (2 * d[j] + 1) * (2 * d[j] + 1), sum += d[j];
-    if (norm4 > 40) continue; /* squared norm > 10 */
-    for (int j = 0; j < 8; j++) tb->a[j][p] = (float)d[j] + 0.5f;
-    tb->odd[p++] = (uint8_t)((sum + 4) & 1); /* sum of the values: sum of digits + 8 / 2 */
-  }
-  for (int i = 0; i < 29; i++, p++) {
-    for (int j = 0; j < 8; j++) tb->a[j][p] = (kNorm12[i] >> j) & 1 ? 0.5f : 1.5f;
-    tb->odd[p] = 1; /* 5 * 3/2 + 3 * 1/2 = 9 */
-  }
+  uint8_t twice[QF_E8P_PATTERNS][8];
+  qf_e8p_patterns(twice, tb->odd);
+  for (int p = 0; p < QF_E8P_PATTERNS; p++)
+    for (int j = 0; j < 8; j++) tb->a[j][p] = 0.5f * (float)twice[p][j];
 }
 
 /* Index idx of the book scaled by beta, as 8 floats (exact: beta has at most 7 significant bits). */

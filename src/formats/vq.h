@@ -5,13 +5,37 @@
 
 #include "formats/formats.h"
 
-/* The E8P lattice book (qfuse.h, QF_VQ_LATTICE_E8P): after its 227 patterns of squared norm <= 10
- * come 29 of squared norm 12, given here as the positions holding 1/2 (the other five hold 3/2),
- * in E8P's order; the 22nd and the 28th are the same pattern. The CPU table (src/cpu/vq_e8p.c)
- * and the CUDA decoder's (src/cuda/vq/vq_e8p.cuh) are built from it. */
-#define QF_E8P_NORM12_HALVES                                                                               \
-  {0x0E, 0x0D, 0x0B, 0x07, 0xC8, 0xA8, 0x98, 0x68, 0x58, 0x38, 0xC4, 0xA4, 0x94, 0x64, 0x54,             \
-   0x34, 0xC2, 0xA2, 0x92, 0x62, 0x52, 0x31, 0xC1, 0xA1, 0x91, 0x61, 0x51, 0x31, 0x8C}
+/* (constexpr in C++, so that the CUDA decoder builds its table at compile time) */
+#ifdef __cplusplus
+#define QF_CONSTEXPR constexpr
+#else
+#define QF_CONSTEXPR
+#endif
+
+/* The E8P lattice book's 256 patterns of absolute values (qfuse.h, QF_VQ_LATTICE_E8P), the one
+ * definition behind the CPU table (src/cpu/vq_e8p.c) and the CUDA decoder's (vq_e8p.cuh):
+ * twice[p][j] is twice value j of pattern p (1, 3 or 5), odd[p] whether the pattern's sum is odd.
+ * First the 227 vectors of {1/2, 3/2, 5/2}^8 with squared norm <= 10 in lexicographic order, then
+ * 29 of squared norm 12 (five 3/2 and three 1/2; the positions of the 1/2 below, in E8P's order,
+ * the 22nd and the 28th the same pattern). */
+static QF_CONSTEXPR inline void qf_e8p_patterns(uint8_t twice[256][8], uint8_t odd[256]) {
+  const uint8_t halves[29] = {0x0E, 0x0D, 0x0B, 0x07, 0xC8, 0xA8, 0x98, 0x68, 0x58, 0x38,
+                              0xC4, 0xA4, 0x94, 0x64, 0x54, 0x34, 0xC2, 0xA2, 0x92, 0x62,
+                              0x52, 0x31, 0xC1, 0xA1, 0x91, 0x61, 0x51, 0x31, 0x8C};
+  int p = 0;
+  for (int code = 0; code < 6561; code++) { /* 3^8 digit strings, value = digit + 1/2, first digit most significant */
+    int d[8] = {0}, c = code, norm4 = 0, sum = 0;
+    for (int j = 7; j >= 0; j--) d[j] = c % 3, c /= 3;
+    for (int j = 0; j < 8; j++) norm4 += (2 * d[j] + 1) * (2 * d[j] + 1), sum += d[j];
+    if (norm4 > 40) continue; /* squared norm > 10 */
+    for (int j = 0; j < 8; j++) twice[p][j] = (uint8_t)(2 * d[j] + 1);
+    odd[p++] = (uint8_t)((sum + 4) & 1); /* sum of the values: sum of digits + 8 / 2 */
+  }
+  for (int i = 0; i < 29; i++, p++) {
+    for (int j = 0; j < 8; j++) twice[p][j] = (halves[i] >> j) & 1 ? 1 : 3;
+    odd[p] = 1; /* 5 * 3/2 + 3 * 1/2 = 9 */
+  }
+}
 
 /* Index j of a row's little-endian bit stream of `bits`-bit indices (bits <= 16). */
 QF_HD uint32_t qf_vq_get_index(const uint8_t *row, int64_t j, int bits) {

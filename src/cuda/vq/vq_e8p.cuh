@@ -3,8 +3,9 @@
 //
 // NOTES:
 // - A 4 KB table holds the 256 patterns of absolute values as fp16 (16 bytes a pattern, one
-//   vector's load), built at compile time the way the CPU table is (src/cpu/vq_e8p.c); value 0's
-//   sign bit holds whether the pattern's sum is odd, so that the parity rule is one XOR. The
+//   vector's load), built at compile time from qf_e8p_patterns (formats/vq.h), as the CPU table
+//   is; value 0's sign bit holds whether the pattern's sum is odd, so that the parity rule is one
+//   XOR. The
 //   GeMV reads it through L1; the GeMM (x tiles of 32 rows) stages 8 copies of it in shared
 //   memory (32 KB), pattern p of copy c at 16-byte slot 8 p + c, so that a quarter warp's 8 lanes
 //   (one 128-byte wavefront of 16-byte loads) each read their own copy, c = lane % 8, and never
@@ -31,24 +32,12 @@ constexpr uint32_t vq_e8p_half(int twice) {  // fp16 bits of twice / 2 for twice
 }
 
 constexpr vq_e8p_table vq_e8p_build() {
+  uint8_t twice[256][8] = {}, odd[256] = {};
+  qf_e8p_patterns(twice, odd);
   vq_e8p_table t{};
-  int p = 0;
-  // The 3^8 vectors of {1/2, 3/2, 5/2}^8 in lexicographic order, kept where the squared norm is
-  // at most 10 (sum of (2 d + 1)^2 at most 40), then the 29 of norm 12.
-  for (int code = 0; code < 6561; code++) {
-    int d[8] = {}, c = code, norm4 = 0, sum = 0;
-    for (int j = 7; j >= 0; j--) d[j] = c % 3, c /= 3;
-    for (int j = 0; j < 8; j++) norm4 += (2 * d[j] + 1) * (2 * d[j] + 1), sum += d[j];
-    if (norm4 > 40) continue;
-    for (int i = 0; i < 4; i++) t.w[p][i] = vq_e8p_half(2 * d[2 * i] + 1) | vq_e8p_half(2 * d[2 * i + 1] + 1) << 16;
-    t.w[p][0] |= static_cast<uint32_t>((sum + 4) & 1) << 15;  // the values' sum: digits + 8 / 2
-    p++;
-  }
-  constexpr uint8_t halves[29] = QF_E8P_NORM12_HALVES;
-  for (int i = 0; i < 29; i++, p++) {
-    for (int k = 0; k < 4; k++)
-      t.w[p][k] = vq_e8p_half(halves[i] >> (2 * k) & 1 ? 1 : 3) | vq_e8p_half(halves[i] >> (2 * k + 1) & 1 ? 1 : 3) << 16;
-    t.w[p][0] |= 1u << 15;  // 5 * 3/2 + 3 * 1/2 = 9: odd
+  for (int p = 0; p < 256; p++) {
+    for (int i = 0; i < 4; i++) t.w[p][i] = vq_e8p_half(twice[p][2 * i]) | vq_e8p_half(twice[p][2 * i + 1]) << 16;
+    t.w[p][0] |= static_cast<uint32_t>(odd[p]) << 15;  // value 0's sign bit: the parity
   }
   return t;
 }

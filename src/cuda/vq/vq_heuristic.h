@@ -83,9 +83,8 @@ typedef struct {
                           aligned rows, K % 4 == 0); else element by element */
   int64_t tiles_n, tiles_m, tiles;
   size_t books_bytes;  /* shared-memory books of one row scope (0 in global placement) */
-  size_t table_bytes;  /* the E8P decoder's pattern table in shared memory (0: none, or read through L1) */
   size_t red_bytes;    /* the warps' partial sums */
-  size_t smem_bytes;   /* dynamic shared memory per block */
+  size_t smem_bytes;   /* dynamic shared memory per block (with the E8P table, QF_VQ_E8P_SHARED) */
   int splits;          /* K ranges per row tile over blocks (banked placement; 1 otherwise) */
 } qf_vq_mma_config;
 typedef qf_vq_mma_config qf_vq_gemv_config;
@@ -151,7 +150,6 @@ static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size
   cfg->tiles_m = tiles_m;
   cfg->tiles = cfg->tiles_n * tiles_m;
   cfg->books_bytes = shared ? books : 0;
-  cfg->table_bytes = table;
   cfg->red_bytes = red;
   cfg->smem_bytes = cfg->books_bytes + table + red;
   cfg->splits = 1;

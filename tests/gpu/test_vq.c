@@ -1,7 +1,7 @@
 /* qf_vq_dequantize and qf_vq_gemm (VQ-GeMV for M of 1 to 16, VQ-GeMM on the tensor cores above) on
  * CUDA against the CPU reference through the public API. Gaussian weights are quantized on the CPU
- * (qf_vq_quantize, 3 Lloyd iterations; QuIP#-4 on its E8P lattice books, through the public calls
- * and lattice_case: no shared placement holds its 1 MiB books) in every paper configuration plus custom formats (5-bit
+ * (qf_vq_quantize, 3 Lloyd iterations; QuIP#-4 on its E8P lattice books, which no shared placement
+ * holds: those forced calls are refused) in every paper configuration plus custom formats (5-bit
  * indices with two bf16 residuals and both scopes set; vector_size 3 with 7-bit indices and three
  * residuals, the element-wise path; vector size 2 with 6-bit and with 8-bit indices; vector size 4
  * with 10-bit indices and K = 4 past a whole chunk; GPTVQ-2 with bf16 entries) and two shapes with
@@ -26,7 +26,9 @@
  *    for M > 16, with its split-K forced to 1, 3 and one split per 64 columns; the table GeMV
  *    (vq_gemv_lut.cu: M = 1, one book per residual: AQLM-3, VQ<4,10,1>, VQ<8,8,2>) likewise, with its
  *    split-K forced to 1, 3 and one range per item, each with the rows per block that fit and with
- *    64 (several row ranges). The shapes cover: K a multiple of the kernel's 256-column
+ *    64 (several row ranges); the E8P GeMV (vq_gemv_e8p.cu, the banked placement of a lattice
+ *    format: QuIP#-4 with fp16 x and K a multiple of 256) likewise, with its split-K forced to 1,
+ *    3 and one range per chunk. The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -148,7 +150,8 @@ static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ra
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
     ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_one_split, ran_lut_splits,
-    ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges;
+    ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p, ran_e8p_one_split,
+    ran_e8p_splits;
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -383,7 +386,8 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
               "%s: ran placement %d, tiles of %d x %d rows", d3, used.placement, used.tile_n, used.tile_m);
         ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
         ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
-        if (used.placement == QF_VQ_BOOKS_BANKED) ran_banked++, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
+        if (used.placement == QF_VQ_BOOKS_BANKED && w->f.lattice) ran_e8p++;
+        else if (used.placement == QF_VQ_BOOKS_BANKED) ran_banked++, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         if (used.placement == QF_VQ_BOOKS_LUT) {
           ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         } else if (used.placement == QF_VQ_BOOKS_TILED) {
@@ -407,8 +411,10 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
       }
   }
   if (forced && M <= QF_VQ_GEMV_MAX_M && qf_cuda_vq_banked_refusal(&xm, &t) == NULL)
-    forced_splits(gpu, qf_cuda_vq_gemv_banked_with, "banked", QF_VQ_BOOKS_BANKED, K / QF_VQ_MMA_CHUNK, &xm, &t, &ym,
-                  &Y, yld, tol, desc, &ran_banked_one_split, &ran_banked_splits);
+    forced_splits(gpu, qf_cuda_vq_gemv_banked_with, w->f.lattice ? "banked (E8P)" : "banked", QF_VQ_BOOKS_BANKED,
+                  K / QF_VQ_MMA_CHUNK, &xm, &t, &ym, &Y, yld, tol, desc,
+                  w->f.lattice ? &ran_e8p_one_split : &ran_banked_one_split,
+                  w->f.lattice ? &ran_e8p_splits : &ran_banked_splits);
   if (forced && qf_cuda_vq_lut_refusal(&xm, &t) == NULL) {
     /* the table GeMV's K ranges over items (8-vector chunks x residuals), with as many rows per
      * block as fit and with 64 (several row ranges) */
@@ -562,6 +568,7 @@ int main(void) {
       {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512},
       {"QuIP#-4 (E8P lattice, row scales)", quip4, 72, 512, 40, 256},
       {"QuIP#-4 odd N and K", quip4, 37, 1032, 21, 264},
+      {"QuIP#-4, two 128-row tiles, 8 chunks", quip4, 200, 2048, 136, 1024},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 16};
   const int64_t Ms_mm[] = {17, 33, 129, 1000}; /* VQ-GeMM */
@@ -571,8 +578,6 @@ int main(void) {
     vq_weight w;
     const int64_t N = quick ? cases[c].quick_N : cases[c].N, K = quick ? cases[c].quick_K : cases[c].K;
     if (!make_weight(cpu, &w, cases[c].name, cases[c].f, N, K, &seed)) continue;
-    /* QuIP#-4: its 1 MiB books fit no shared placement; the public calls, and lattice_case */
-    const int may_force = !cases[c].f.lattice;
 
     for (int d = 0; d < 3; d++) {
       dequantize_case(gpu, cpu, &w, dts[d], K);     /* a vector's outputs stored in one access */
@@ -586,7 +591,7 @@ int main(void) {
           /* the forced placements on a rotating third of the dtype pairs (all of them when quick);
            * on a third of those the GeMM kernel runs this small M too */
           const int forced = quick || (a + b + (int)mi) % 3 == 0 ? 1 + ((a + 2 * b + (int)mi) % 3 == 0) : 0;
-          gemm_case(gpu, cpu, &w, Ms[mi], dts[a], dts[b], may_force * forced, &seed);
+          gemm_case(gpu, cpu, &w, Ms[mi], dts[a], dts[b], forced, &seed);
         }
     for (size_t mi = 0; mi < sizeof Ms_mm / sizeof Ms_mm[0]; mi++)
       for (int a = 0; a < 3; a++)
@@ -596,7 +601,7 @@ int main(void) {
           const int64_t M = Ms_mm[mi];
           if ((M >= 128 || quick) && a != b) continue;
           if (M == 1000 && (quick ? a != 1 : a == 2)) continue;
-          gemm_case(gpu, cpu, &w, M, dts[a], dts[b], may_force, &seed);
+          gemm_case(gpu, cpu, &w, M, dts[a], dts[b], 1, &seed);
         }
     if (c == 0) gemm_env(gpu, cpu, &w, 1, &seed), gemm_env(gpu, cpu, &w, 40, &seed);
     if (w.f.lattice)
@@ -629,6 +634,8 @@ int main(void) {
         "the table GeMV ran on packed codes (%d; several K ranges %d, several row ranges %d)", ran_packed,
         ran_packed_splits, ran_packed_row_ranges);
   CHECK(ran_lattice > 0, "the E8P decoder ran against the books (%d)", ran_lattice);
+  CHECK(ran_e8p > 0 && ran_e8p_one_split > 0 && ran_e8p_splits > 0,
+        "the E8P GeMV ran (%d; one split %d, several %d)", ran_e8p, ran_e8p_one_split, ran_e8p_splits);
   CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
         ran_elementwise);
   CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,

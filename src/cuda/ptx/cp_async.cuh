@@ -23,6 +23,16 @@ __device__ __forceinline__ void cp_async_cg_shared_global_16(uint32_t dst, const
   QF_ASM_SM90("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
+// cp.async.commit_group: closes this thread's group of the cp.async issued since the last one.
+__device__ __forceinline__ void cp_async_commit_group() { QF_ASM_SM90("cp.async.commit_group;\n" ::: "memory"); }
+
+// cp.async.wait_group N: waits until at most N of this thread's committed groups are pending (the
+// older ones' writes are then visible to this thread).
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  QF_ASM_SM90("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // cp.async.wait_all (a commit_group and wait_group 0 in one): waits until every cp.async this
 // thread issued has completed (its writes are then visible to this thread).
 __device__ __forceinline__ void cp_async_wait_all() { QF_ASM_SM90("cp.async.wait_all;\n" ::: "memory"); }

@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
   const bool ragged = p.K % QF_VQ_MMA_CHUNK != 0;  // the last chunk crosses K
 
   if constexpr (kE8PShared) {
-    vq_e8p_stage(patterns_s);
+    vq_e8p_stage<kThreads>(patterns_s);
     __syncthreads();
   }
   // The E8P patterns: this lane's copy in shared memory (its bank group), or the table in global memory.

@@ -33,7 +33,8 @@
 // - Limits (else QF_ERR_UNSUPPORTED with the reason, and the other placements serve the call):
 //   8-bit indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 16-byte aligned
 //   rows, codes 16-byte aligned, K a multiple of 256, scope_rows 0 or a multiple of 256,
-//   scope_cols 0 or a multiple of 256, M <= 16.
+//   scope_cols 0 or a multiple of 256, M <= 16. A lattice format (QuIP#-4) takes the E8P GeMV of
+//   vq_gemv_e8p.cu under this placement: its pattern table's bank-private copies are its books.
 // - Numerics: those of vq_gemm.cuh's fast path (exact operands; the tensor core's fp32 sum over a
 //   64-column sub-chunk into a zeroed fragment, one round-to-nearest add per sub-chunk), then the
 //   split partials added in split order; the row scale multiplies the finished sum.
@@ -354,6 +355,7 @@ banked_kernel_t pick_banked(int mt, int vs) {
 extern "C" const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_tensors *w) {
   using namespace vq_banked_detail;
   const qf_vq_format &f = w->fmt;
+  if (f.lattice) return qf_cuda_vq_e8p_refusal(x, w);
   if (x->rows > QF_VQ_GEMV_MAX_M) return "the banked GeMV takes M of 1 to 16";
   if (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8))
     return "the banked GeMV needs 8-bit indices and vector size 2, 4 or 8";
@@ -371,6 +373,7 @@ extern "C" const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_te
 extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
                                                  int splits, qf_vq_mma_config *used) {
   using namespace vq_banked_detail;
+  if (w->fmt.lattice) return qf_cuda_vq_gemv_e8p_with(ctx, x, w, y, splits, used);
   if (const char *why = qf_cuda_vq_banked_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   const qf_vq_format &f = w->fmt;
   if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;

@@ -171,14 +171,28 @@ qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors 
 
 /* Why the banked VQ-GeMV (vq_gemv_banked.cu) cannot take this call, or NULL when it can: 8-bit
  * indices, vector size 2, 4 or 8, x of the entries' 16-bit type with 16-byte aligned rows, codes
- * 16-byte aligned, K and the codebook scopes multiples of 256, M <= 16. */
+ * 16-byte aligned, K and the codebook scopes multiples of 256, M <= 16. For a lattice format the
+ * banked placement is the E8P GeMV (vq_gemv_e8p.cu), and this is qf_cuda_vq_e8p_refusal. */
 const char *qf_cuda_vq_banked_refusal(const qf_mat *x, const qf_vq_tensors *w);
 
 /* The banked VQ-GeMV with its split-K forced (splits > 0: K ranges per 256-row tile; 0: the
- * heuristic's, as many as fill one wave of blocks), for the tests and the bench.
- * QF_ERR_UNSUPPORTED with the reason when the kernel cannot take the call. */
+ * heuristic's, as many as fill one wave of blocks), for the tests and the bench; for a lattice
+ * format, qf_cuda_vq_gemv_e8p_with. QF_ERR_UNSUPPORTED with the reason when the kernel cannot
+ * take the call. */
 qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
                                       qf_vq_mma_config *used);
+
+/* Why the E8P VQ-GeMV (vq_gemv_e8p.cu: the E8P lattice decoded from the index bits with the
+ * pattern table's 8 bank-private copies in shared memory) cannot take this call, or NULL when it
+ * can: lattice E8P with at most 2 residuals, fp16 x with 16-byte aligned rows, codes 16-byte
+ * aligned, K a multiple of 256, scopes of 0 or multiples of 16 rows and 256 columns, M <= 16. */
+const char *qf_cuda_vq_e8p_refusal(const qf_mat *x, const qf_vq_tensors *w);
+
+/* The E8P VQ-GeMV with its split-K forced (splits > 0: K ranges per 128-row tile, at most one per
+ * 256-column chunk; 0: the heuristic's). QF_ERR_UNSUPPORTED with the reason when the kernel
+ * cannot take the call. */
+qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                                   qf_vq_mma_config *used);
 
 /* Why the table VQ-GeMV (vq_gemv_lut.cu) cannot take this call, or NULL when it can: M = 1, one
  * codebook per residual (scopes 0 x 0), vector size 8 with 12- or 8-bit indices or vector size 4

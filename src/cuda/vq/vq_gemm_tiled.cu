@@ -47,7 +47,12 @@
 // - Split-K when the tiles leave SMs idle: each of `splits` K ranges leaves an fp32 partial tile
 //   in the workspace and the tile's last unit adds them in split order (a call repeats bit for
 //   bit), as in the banked GeMV.
-// - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, one or two
+// - E8P lattice formats (QuIP#-4): each W chunk is decoded from its 16-bit index with the
+//   pattern table's 8 bank-private copies, staged once per block where the banked book would be
+//   (vq_e8p.cuh), and the scale from entry 0 of the k-step's book; only the indices are copied
+//   per k-step (16 bytes per W row). The decoded entries equal the books', so the numerics are
+//   those below.
+// - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, or the E8P lattice; one or two
 //   residuals, x of the entries' type with 16-byte aligned rows, K a multiple of 64, codebook
 //   scopes of 0 or a multiple of 128 rows and of 64 columns. Rows of x past M read zeros, rows of
 //   W past N decode row N - 1; neither is stored.
@@ -60,6 +65,7 @@
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tma_map.h"
+#include "cuda/vq/vq_e8p.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
 
@@ -77,6 +83,7 @@ constexpr int kBankedBytes = 256 * 128;  // a book's bank-private copies: entry 
 constexpr int kThreads = 256; // two warpgroups
 constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
+constexpr int64_t kE8pBookValues = 65536 * 8;  // fp16 values of one E8P book
 
 // W rows of a warpgroup (its wgmma N): 64 x rows by all 128 W rows (BM = 128), or by 64 (BM = 64).
 constexpr int warpgroup_n(int bm) { return bm == 128 ? 128 : 64; }
@@ -101,15 +108,19 @@ struct params {
   int *counters;          // splits > 1: [tiles], zero between calls
 };
 
-template <int VS, int R, int BM>
+// E8P (the lattice decoded from 16-bit indices, vq_e8p.cuh): a k-step's indices are 16 bytes
+// per W row; no books are copied (the pattern table is staged once per block, the scale is entry
+// 0 of each book).
+template <int VS, int R, int BM, bool E8P>
 struct shape {
   static constexpr int kWN = warpgroup_n(BM);
-  static constexpr int kCodeWords = 8 / VS;           // a thread's 32 columns of 8-bit indices
+  static constexpr int kCodeWords = E8P ? 2 : 8 / VS;  // a thread's 32 columns of 8-bit (E8P: 16-bit) indices
+  static constexpr int kStepCodeBytes = E8P ? 16 : 64 / VS;  // a W row's indices of a k-step
   static constexpr int kCodePitch = code_pitch(VS);
-  static constexpr int kBookBytes = kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
+  static constexpr int kBookBytes = E8P ? 0 : kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
   static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
   static constexpr int kDBytes = R * (kBookBytes + kCodeBytes);  // one k-step's books and indices
-  static constexpr bool kBanked = banked_books(R);
+  static constexpr bool kBanked = !E8P && banked_books(R);
   static constexpr int kXStages = x_stages(R), kDStages = d_stages(R);
   static_assert(kXBytes % 1024 == 0 && kWBytes % 1024 == 0 && kDBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary");
@@ -121,15 +132,16 @@ __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
   return tile + r * kRowBytes + ((c ^ (r & 7)) << 4);
 }
 
-template <typename T, int VS, int R, int BM>
+template <typename T, int VS, int R, int BM, bool E8P>
 __global__ void __launch_bounds__(kThreads, 2)
     vq_gemm_tiled_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
                          const params p) {
-  using S = shape<VS, R, BM>;
+  using S = shape<VS, R, BM, E8P>;
   constexpr int kWN = S::kWN, kXStages = S::kXStages, kDStages = S::kDStages;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
-  // x ring, then the books-and-indices ring, then the two W buffers, then the banked book
+  // x ring, then the books-and-indices ring, then the two W buffers, then the banked book (E8P:
+  // the pattern table's 8 copies)
   auto x_tile = [&](int s) { return base + s * S::kXBytes; };
   auto d_stage = [&](int s) { return base + kXStages * S::kXBytes + s * S::kDBytes; };
   auto book = [&](int s, int r) { return d_stage(s) + r * S::kBookBytes; };
@@ -153,6 +165,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // indices (TMA boxes of kCodePitch bytes by 128 rows, starting on a 16-byte boundary: vs = 8's
   // 8 bytes per k-step sit in the first or second half) into d stage kt % kDStages, each counted
   // on its stage's barrier. Local k-step i uses its stages in phase (i / stages) % 2 ----
+  if constexpr (E8P)  // the pattern table (read after the barrier below)
+    vq_e8p_stage<kThreads>(reinterpret_cast<uint4 *>(smem + (banked - static_cast<uint32_t>(__cvta_generic_to_shared(smem)))));
   if (tid == 0) {
     for (int i = 0; i < kXStages + kDStages; i++) mbarrier_init(bar(i), 1);
     fence_mbarrier_init();
@@ -172,8 +186,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t b = book_of(kt);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      cp_async_bulk_g2s(book(s, r), p.books + ((r * p.n_books + b) * kEntries) * VS, S::kBookBytes, bar(kXStages + s));
-      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kXStages + s), kt * (64 / VS) & ~15, r * p.N + n0);
+      if constexpr (!E8P)
+        cp_async_bulk_g2s(book(s, r), p.books + ((r * p.n_books + b) * kEntries) * VS, S::kBookBytes, bar(kXStages + s));
+      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kXStages + s), kt * S::kStepCodeBytes & ~15, r * p.N + n0);
     }
   };
   auto wait_x = [&](int i) { mbarrier_wait_parity(bar(i % kXStages), (i / kXStages) & 1); };
@@ -206,9 +221,24 @@ __global__ void __launch_bounds__(kThreads, 2)
   const uint32_t copy_at = (lane * VS * 2) & 127;
   // All lookups first, then the stores (the shared-memory accesses keep their program order).
   auto decode = [&](int kt, int s, int b) {
-    const uint32_t at = code_at + (kt * (64 / VS) & 15);
+    const uint32_t at = code_at + (kt * S::kStepCodeBytes & 15);
 #pragma unroll
     for (int r = 0; r < R; r++) {
+      if constexpr (E8P) {  // vectors c = 0..3 of the thread's 32 columns, each one 16-byte chunk
+        const uint2 v = ld_shared_v2(code_box(s, r) + at);
+        const uint32_t q = __ldg(p.books + (r * p.n_books + book_of(kt)) * kE8pBookValues);  // entry 0: scale / 4
+        const __half2 scale = __half2half2(__hmul(__ushort_as_half(static_cast<unsigned short>(q)), __float2half(4.0f)));
+        const uint32_t neg_quarter = (q | q << 16) ^ 0x80008000u;
+        uint4 e[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          const uint32_t w = c < 2 ? v.x : v.y, idx = c & 1 ? w >> 16 : w & 0xFFFFu;
+          e[c] = vq_e8p_entry(ld_shared_v4(banked + (idx >> 8) * 128 + (lane & 7) * 16), idx, scale, neg_quarter);
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], e[c]);
+        continue;
+      }
       uint32_t codes[S::kCodeWords];
       if constexpr (S::kCodeWords == 4) {
         const uint4 v = ld_shared_v4(code_box(s, r) + at);
@@ -364,8 +394,8 @@ using kernel_t = void (*)(CUtensorMap, CUtensorMap, params);
 
 template <typename T, int R, int BM>
 kernel_t pick(int vs) {
-  return vs == 2 ? vq_gemm_tiled_kernel<T, 2, R, BM> : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM>
-                                                                : vq_gemm_tiled_kernel<T, 8, R, BM>;
+  return vs == 2 ? vq_gemm_tiled_kernel<T, 2, R, BM, false> : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM, false>
+                                                                       : vq_gemm_tiled_kernel<T, 8, R, BM, false>;
 }
 
 template <typename T>
@@ -374,11 +404,17 @@ kernel_t pick(int vs, int residuals, int bm) {
   return bm == 64 ? pick<T, 2, 64>(vs) : pick<T, 2, 128>(vs);
 }
 
+kernel_t pick_e8p(int residuals, int bm) {
+  if (residuals == 1) return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 1, 64, true> : vq_gemm_tiled_kernel<__half, 8, 1, 128, true>;
+  return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 2, 64, true> : vq_gemm_tiled_kernel<__half, 8, 2, 128, true>;
+}
+
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
-size_t smem_bytes(int vs, int residuals, int bm) {
-  const size_t d_stage = static_cast<size_t>(residuals) * (kEntries * vs * 2 + kBN * code_pitch(vs));
+size_t smem_bytes(int vs, int residuals, int bm, bool e8p) {
+  const size_t book = e8p ? 0 : kEntries * vs * 2, d_stage = static_cast<size_t>(residuals) * (book + kBN * code_pitch(vs));
+  const size_t after_w = e8p ? QF_VQ_E8P_TABLE_BYTES : banked_books(residuals) ? kBankedBytes : 0;
   return x_stages(residuals) * static_cast<size_t>(bm) * kRowBytes + d_stages(residuals) * d_stage +
-         2u * residuals * kBN * kRowBytes + (banked_books(residuals) ? kBankedBytes : 0) + 1024;
+         2u * residuals * kBN * kRowBytes + after_w + 1024;
 }
 
 }  // namespace vq_tiled_detail
@@ -392,8 +428,8 @@ const char kOp[] = "qf_vq_gemm";
 extern "C" const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w) {
   using namespace vq_tiled_detail;
   const qf_vq_format &f = w->fmt;
-  if (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8))
-    return "the tiled VQ-GeMM needs 8-bit indices and vector size 2, 4 or 8";
+  if (!f.lattice && (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8)))
+    return "the tiled VQ-GeMM needs 8-bit indices and vector size 2, 4 or 8, or the E8P lattice";
   if (f.residuals > 2) return "the tiled VQ-GeMM takes one or two residuals";
   if (x->dtype != f.entry_dtype) return "the tiled VQ-GeMM needs x of the codebook entries' type (fp16 or bf16)";
   if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0 || (x->rows > 1 && x->ld % 8 != 0))
@@ -416,11 +452,13 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   if (M == 0 || N == 0) return QF_OK;
   const int bm = M <= 64 ? 64 : 128;  // rows of x per tile
   const bool bf16 = f.entry_dtype == QF_BF16;
-  const kernel_t kernel = bf16 ? pick<__nv_bfloat16>(f.vector_size, f.residuals, bm)
-                               : pick<__half>(f.vector_size, f.residuals, bm);
-  const size_t smem = smem_bytes(f.vector_size, f.residuals, bm);
-  static std::atomic<uint64_t> opted_in[2][2][2][3];
-  const int vs_slot = f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
+  const bool e8p = f.lattice == QF_VQ_LATTICE_E8P;
+  const kernel_t kernel = e8p    ? pick_e8p(f.residuals, bm)
+                          : bf16 ? pick<__nv_bfloat16>(f.vector_size, f.residuals, bm)
+                                 : pick<__half>(f.vector_size, f.residuals, bm);
+  const size_t smem = smem_bytes(f.vector_size, f.residuals, bm, e8p);
+  static std::atomic<uint64_t> opted_in[2][2][2][4];
+  const int vs_slot = e8p ? 3 : f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
   if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted_in[bf16][f.residuals - 1][bm / 128][vs_slot]);
       st != QF_OK)
     return st;
@@ -490,8 +528,9 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
     used->tiles_m = tiles_m;
     used->tiles = tiles * splits;
     used->splits = splits;
-    used->books_bytes = static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2 +
-                        (banked_books(f.residuals) ? kBankedBytes : 0);
+    used->books_bytes = e8p ? QF_VQ_E8P_TABLE_BYTES
+                            : static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2 +
+                                  (banked_books(f.residuals) ? kBankedBytes : 0);
     used->smem_bytes = smem;
   }
   kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_x, tmap_codes, p);

@@ -454,11 +454,15 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * 8-bit indices, vector size 2, 4 or 8, K and the codebook scopes multiples of 256 and x of the
  * entries' type (16-byte aligned rows), CUDA runs the banked GeMV (bank-private codebook copies
  * in shared memory, split-K over blocks with a fixed-order reduction through the context's
- * workspace). For M > 16 with 8-bit indices, vector size 2, 4 or 8, one or two residuals, x of the
- * entries' type (16-byte aligned rows), K a multiple of 64 and codebook scopes of 0 or multiples of
- * 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W decoded once per 128-row block tile
- * into shared memory, wgmma against x tiles; x and the entries then enter as themselves and the
- * tensor cores accumulate each block's K range in fp32, split-K as above). For M = 1 with one
+ * workspace); an E8P lattice format (QuIP#-4) with fp16 x, K and scope_cols multiples of 256,
+ * scope_rows 0 or a multiple of 16 runs the E8P GeMV instead (the entries decoded from the index
+ * bits into the MMA's operands, each residual's share of 256 columns summed by the tensor core,
+ * then the same reduction). For M > 16 with 8-bit indices, vector size 2, 4 or 8, or the E8P
+ * lattice, one or two residuals, x of the entries' type (16-byte aligned rows), K a multiple of 64
+ * and codebook scopes of 0 or multiples of 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W
+ * decoded once per 128-row block tile into shared memory, wgmma against x tiles; x and the
+ * entries then enter as themselves and the tensor cores accumulate each block's K range in fp32,
+ * split-K as above). For M = 1 with one
  * codebook per residual (AQLM), vector size 8 with 12- or 8-bit indices or 4 with 10-bit ones and
  * N at least half the entries, CUDA runs the table GeMV: per chunk of 8 vectors the products of
  * every entry with x's vectors (fp32 fma chains: exact products) in a shared-memory table, then

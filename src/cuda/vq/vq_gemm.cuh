@@ -542,6 +542,30 @@ inline qf_status vq_gemm_offset_limits(qf_ctx *ctx, const char *op, const qf_mat
   return QF_OK;
 }
 
+// The opt-in to `smem` bytes of dynamic shared memory and how many blocks of `threads` fit an SM
+// (QF_ERR_UNSUPPORTED when none: "the <name>'s block does not fit an SM"), for the launchers of
+// the banked and E8P GeMVs and the tiled GeMM.
+template <typename Kernel>
+qf_status vq_blocks_per_sm(qf_ctx *ctx, const char *op, const char *name, Kernel kernel, int threads, size_t smem,
+                           std::atomic<uint64_t> &opted_in, int *per_sm) {
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, op, kernel, smem, opted_in); st != QF_OK) return st;
+  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, threads, smem);
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
+  if (*per_sm < 1) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %s's block does not fit an SM", op, name);
+  return QF_OK;
+}
+
+// Split-K's workspace: the counters, then `partial_bytes` for the units' fp32 partials.
+inline qf_status vq_split_workspace(qf_ctx *ctx, const char *op, size_t partial_bytes, int **counters,
+                                    float **partials) {
+  void *ws = nullptr;
+  if (qf_status st = qf_cuda_workspace(ctx, op, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
+    return st;
+  *counters = static_cast<int *>(ws);
+  *partials = reinterpret_cast<float *>(*counters + kQfWorkspaceCounters);
+  return QF_OK;
+}
+
 // The call's tensors in the fields that the parameters of every VQ weight kernel share
 // (vq_mma_params, vq_banked_params).
 template <class Params>

@@ -459,13 +459,11 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   const size_t smem = smem_bytes(f.vector_size, f.residuals, bm, e8p);
   static std::atomic<uint64_t> opted_in[2][2][2][4];
   const int vs_slot = e8p ? 3 : f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
-  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted_in[bf16][f.residuals - 1][bm / 128][vs_slot]);
+  int per_sm = 0;
+  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tiled VQ-GeMM", kernel, kThreads, smem,
+                                      opted_in[bf16][f.residuals - 1][bm / 128][vs_slot], &per_sm);
       st != QF_OK)
     return st;
-  int per_sm = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
-  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
-  if (per_sm < 1) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the tiled VQ-GeMM's block does not fit an SM", kOp);
 
   const int ksteps = static_cast<int>(K / kBK);
   const int64_t tiles_m = (M + bm - 1) / bm, tiles_n = (N + kBN - 1) / kBN, tiles = tiles_m * tiles_n;
@@ -505,12 +503,8 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   p.tiles_m = static_cast<int>(tiles_m);
   p.splits = splits;
   if (splits > 1) {
-    void *ws = nullptr;
     const size_t partial_bytes = static_cast<size_t>(tiles) * splits * warpgroup_n(bm) / 8 * kThreads * sizeof(float4);
-    if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
-      return st;
-    p.counters = static_cast<int *>(ws);
-    p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
+    if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   if (used) {
     *used = qf_vq_mma_config{};

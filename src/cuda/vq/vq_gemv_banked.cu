@@ -384,11 +384,11 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   const size_t smem = 2u * static_cast<size_t>(w->sz.entries) * kRowBytes + 2u * 8u * mt * kXRowBytes;
   static std::atomic<uint64_t> opted_in[2][2][3];
   const int vs_slot = f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
-  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted_in[bf16][mt - 1][vs_slot]); st != QF_OK) return st;
   int per_sm = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
-  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
-  if (per_sm < 1) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked GeMV's block does not fit an SM", kOp);
+  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "banked GeMV", kernel, kThreads, smem,
+                                      opted_in[bf16][mt - 1][vs_slot], &per_sm);
+      st != QF_OK)
+    return st;
 
   // Split: as many K ranges per row tile as fill one wave of blocks, at most one per chunk.
   const int chunks = static_cast<int>(K / QF_VQ_MMA_CHUNK);
@@ -421,12 +421,8 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   p.tiles_n = tiles_n;
   p.splits = splits;
   if (splits > 1) {
-    void *ws = nullptr;
     const size_t partial_bytes = static_cast<size_t>(tiles_n) * splits * kRowTiles * mt * kThreads * sizeof(float4);
-    if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
-      return st;
-    p.counters = static_cast<int *>(ws);
-    p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
+    if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   if (used) {
     *used = qf_vq_mma_config{};

@@ -15,11 +15,12 @@
 //   Blocks are persistent (the table is staged once per block) and take units round robin.
 // - Permuted K (a dot product may visit K in any order if both operands follow it): lane
 //   (g, c) owns vectors 8c to 8c + 7 of each chunk, so its indices of a chunk, row and residual
-//   are 16 consecutive bytes, one load a chunk ahead. Step s (0..7) takes vector 8c + s: words 0
+//   are 16 consecutive bytes, which it copies (cp.async) into its warp's ring in shared memory
+//   two chunks ahead and reads back with one 16-byte load at the chunk's start. Step s (0..7) takes vector 8c + s: words 0
 //   and 1 of the decoded entry are the lane's A registers of one k16 MMA (logical columns 2c,
 //   2c + 1 and 2c + 8, 2c + 9), words 2 and 3 those of a second; rows g and g + 8 from the lane's
 //   two code rows. B is x's same 8 values of row g of each n8 tile, one 16-byte load (from L1)
-//   a step ahead; the codes and the books' scales load a chunk ahead.
+//   a step ahead; the books' scales load a chunk ahead.
 // - Numerics: every product is exact (the decoded fp16 entries equal the books', x is fp16); the
 //   tensor core sums each residual's share of a chunk (256 columns) into a zeroed fragment (x
 //   tiles of 8 rows: two independent MMA chains; of 16: one fragment for both residuals), added
@@ -45,7 +46,7 @@ struct vq_e8p_params {
   void *y;                // [M, N], row pitch y_ld elements
   int64_t x_ld, y_ld, n_books;
   int y_dtype;
-  int M, N, chunks, residuals;
+  int M, N, chunks;
   uint32_t row_words;
   int chunks_per_book;  // 256-column chunks per book along K
   int book_shift;       // log2(chunks_per_book) when a power of two (31: one book along K), else -1
@@ -280,11 +281,11 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
                                                          : (mt == 1 ? vq_gemv_e8p_kernel<1, 2> : vq_gemv_e8p_kernel<2, 2>);
   const size_t smem = QF_VQ_E8P_TABLE_BYTES + static_cast<size_t>(kWarps) * kStages * f.residuals * 2 * 32 * 16;
   static std::atomic<uint64_t> opted_in[2][2];
-  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted_in[mt - 1][f.residuals - 1]); st != QF_OK) return st;
   int per_sm = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem);
-  if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
-  if (per_sm < 1) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the E8P GeMV's block does not fit an SM", kOp);
+  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "E8P GeMV", kernel, kThreads, smem,
+                                      opted_in[mt - 1][f.residuals - 1], &per_sm);
+      st != QF_OK)
+    return st;
 
   // Split: a call takes about as long as its busiest SM. An SM's blocks share its issue slots:
   // with 2 or more units an SM takes ceil(units / SMs) times a unit's time, and a unit costs its
@@ -314,7 +315,6 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
   p.M = static_cast<int>(M);
   p.N = static_cast<int>(N);
   p.chunks = chunks;
-  p.residuals = f.residuals;
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
   p.book_shift = f.scope_cols ? -1 : 31;
@@ -325,12 +325,8 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
   p.splits = splits;
   p.units = tiles * splits;
   if (splits > 1) {
-    void *ws = nullptr;
     const size_t partial_bytes = static_cast<size_t>(tiles) * splits * mt * kThreads * sizeof(float4);
-    if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
-      return st;
-    p.counters = static_cast<int *>(ws);
-    p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
+    if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   const int64_t grid = p.units < sms * per_sm ? p.units : sms * per_sm;
   if (used) {

@@ -13,14 +13,18 @@
 //   range of 256-column chunks; the K ranges of a tile (splits) leave fp32 partials that the
 //   tile's last unit adds in split order (a call repeats bit for bit), as in the banked GeMV.
 //   Blocks are persistent (the table is staged once per block) and take units round robin.
-// - Permuted K (a dot product may visit K in any order if both operands follow it): lane
-//   (g, c) owns vectors 8c to 8c + 7 of each chunk, so its indices of a chunk, row and residual
-//   are 16 consecutive bytes, which it copies (cp.async) into its warp's ring in shared memory
-//   two chunks ahead and reads back with one 16-byte load at the chunk's start. Step s (0..7) takes vector 8c + s: words 0
-//   and 1 of the decoded entry are the lane's A registers of one k16 MMA (logical columns 2c,
-//   2c + 1 and 2c + 8, 2c + 9), words 2 and 3 those of a second; rows g and g + 8 from the lane's
-//   two code rows. B is x's same 8 values of row g of each n8 tile, one 16-byte load (from L1)
-//   a step ahead; the books' scales load a chunk ahead.
+// - Permuted K (a dot product may visit K in any order if both operands follow it): at step s
+//   (0..7) of a chunk lane (g, c) takes the chunk's vector 4s + c, so the 4 lanes of a row read
+//   x as 64 contiguous bytes a step (vectors 8c + s, 16 bytes per lane 128 bytes apart, ran
+//   M = 16 1.35-1.6x slower and M = 1 0-2% faster). Words 0 and 1 of the decoded entry are the
+//   lane's A registers of one k16 MMA (logical columns 2c, 2c + 1 and 2c + 8, 2c + 9), words 2
+//   and 3 those of a second; rows g and g + 8 from the lane's two code rows. B is x's same 8
+//   values of row g of each n8 tile, one 16-byte load (from L1) a step ahead.
+// - Codes: the 4 lanes of a row copy its 64 bytes of a chunk (cp.async, 16 bytes each) into
+//   their warp's ring in shared memory two chunks ahead (rows at an 80-byte pitch, so that a
+//   step's word reads hit 8 bank groups); after the copies land (each lane's wait, then the
+//   warp's barrier) each lane reads the 4-byte word that holds its index, a step at a time. The
+//   books' scales load a chunk ahead.
 // - Numerics: every product is exact (the decoded fp16 entries equal the books', x is fp16); the
 //   tensor core sums each residual's share of a chunk (256 columns) into a zeroed fragment (x
 //   tiles of 8 rows: two independent MMA chains; of 16: one fragment for both residuals), added
@@ -73,15 +77,18 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
   // residual, row half (g or g + 8), lane: 16 bytes each.
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int last_unit;
-  constexpr int kSlotBytes = 32 * 16, kWarpRing = kStages * kR * 2 * kSlotBytes;
+  // A slot holds 8 rows' 64 bytes of a chunk at an 80-byte pitch (the word reads below then hit
+  // 8 different bank groups).
+  constexpr int kRowPitch = 80, kSlotBytes = 8 * kRowPitch, kWarpRing = kStages * kR * 2 * kSlotBytes;
   vq_e8p_stage<kThreads>(reinterpret_cast<uint4 *>(smem));
   __syncthreads();
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int g = lane >> 2, c = lane & 3;
   const uint32_t copy = (lane & 7) * 16;  // this lane's copy of a pattern: byte offset in its 128-byte slot row
+  const uint32_t half = 16 * (c & 1);     // this lane's index in a code word
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + QF_VQ_E8P_TABLE_BYTES +
-                        warp * kWarpRing + lane * 16;  // this lane's 16 bytes of slot 0
+                        warp * kWarpRing + g * kRowPitch;  // row g of slot 0
   auto slot = [&](int stage, int r, int h) { return ring + ((stage * kR + r) * 2 + h) * kSlotBytes; };
   const int64_t res_vecs = static_cast<int64_t>(p.N) * p.row_words / 4;  // 16-byte code vectors per residual
   // Lane c's x values of a chunk, row g of each n8 tile: 16 bytes a step. Rows past M read row
@@ -89,7 +96,7 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
   const uint4 *xrow[kMT];
 #pragma unroll
   for (int j = 0; j < kMT; j++)
-    xrow[j] = reinterpret_cast<const uint4 *>(static_cast<const __half *>(p.x) + min(8 * j + g, p.M - 1) * p.x_ld) + 8 * c;
+    xrow[j] = reinterpret_cast<const uint4 *>(static_cast<const __half *>(p.x) + min(8 * j + g, p.M - 1) * p.x_ld) + c;
 
   for (int unit = static_cast<int>(blockIdx.x); unit < p.units; unit += static_cast<int>(gridDim.x)) {
     const int tile = unit / p.splits, split = unit % p.splits;
@@ -113,7 +120,8 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
 #pragma unroll
         for (int r = 0; r < kR; r++)
 #pragma unroll
-          for (int h = 0; h < 2; h++) cp_async_cg_shared_global_16(slot((ch - c_begin) % kStages, r, h), crow[r][h] + 4 * ch);
+          for (int h = 0; h < 2; h++)
+            cp_async_cg_shared_global_16(slot((ch - c_begin) % kStages, r, h) + 16 * c, crow[r][h] + 4 * ch);
       cp_async_commit_group();
     };
     auto load_scales = [&](int ch, uint32_t (&q)[kR]) {
@@ -124,7 +132,7 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
 
     float acc[kMT][4];
     vq_zero(acc);
-    uint4 cur[kR][2], xq[kMT], xn[kMT];
+    uint4 xq[kMT], xn[kMT];
     uint32_t q_cur[kR], q_nxt[kR];
 #pragma unroll
     for (int k = 0; k < kStages - 1; k++) copy_chunk(c_begin + k);
@@ -134,13 +142,14 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
       for (int j = 0; j < kMT; j++) xn[j] = __ldg(xrow[j] + 32 * c_begin);
     }
     for (int ch = c_begin; ch < c_end; ch++) {
+      __syncwarp();  // the warp is done with the slot the next copy refills
       copy_chunk(ch + kStages - 1);
-      cp_async_wait_group<kStages - 1>();  // chunk ch has landed (this lane's own bytes)
+      cp_async_wait_group<kStages - 1>();  // chunk ch has landed (this lane's copies) ...
+      __syncwarp();                        // ... and the other lanes' (their words are read too)
+      const uint32_t stage = slot((ch - c_begin) % kStages, 0, 0);
 #pragma unroll
       for (int r = 0; r < kR; r++) {
         q_cur[r] = q_nxt[r];
-#pragma unroll
-        for (int h = 0; h < 2; h++) cur[r][h] = ld_shared_v4(slot((ch - c_begin) % kStages, r, h));
       }
       if (ch + 1 < c_end) load_scales(ch + 1, q_nxt);
       __half2 scale[kR];
@@ -163,17 +172,17 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
 #pragma unroll
         for (int j = 0; j < kMT; j++) {
           xq[j] = xn[j];
-          xn[j] = __ldg(xrow[j] + 32 * next_ch + next_s);
+          xn[j] = __ldg(xrow[j] + 32 * next_ch + 4 * next_s);
         }
 #pragma unroll
         for (int r = 0; r < kR; r++) {
           uint4 e[2];
 #pragma unroll
           for (int h = 0; h < 2; h++) {
-            const uint4 &v = cur[r][h];
-            const uint32_t w = s < 2 ? v.x : s < 4 ? v.y : s < 6 ? v.z : v.w;
-            const uint32_t idx = s & 1 ? w >> 16 : w & 0xFFFFu;
-            const uint32_t pattern = ((s & 1 ? w >> 17 : w >> 1) & 0x7F80u) | copy;  // idx >> 8: 128 bytes each
+            // vector 4s + c of the row: the word of vectors 4s + (c & 2) and + 1, half c & 1
+            const uint32_t w = ld_shared_b32(stage + (r * 2 + h) * kSlotBytes + 8 * s + 2 * (c & 2));
+            const uint32_t idx = (w >> half) & 0xFFFFu;
+            const uint32_t pattern = ((w >> (half + 1)) & 0x7F80u) | copy;  // idx >> 8: 128 bytes each
             e[h] = vq_e8p_entry(*reinterpret_cast<const uint4 *>(smem + pattern), idx, scale[r], neg_quarter[r]);
           }
           const uint32_t a0[4] = {e[0].x, e[1].x, e[0].y, e[1].y}, a1[4] = {e[0].z, e[1].z, e[0].w, e[1].w};
@@ -279,7 +288,7 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
   const int mt = M <= 8 ? 1 : 2;
   void (*const kernel)(vq_e8p_params) = f.residuals == 1 ? (mt == 1 ? vq_gemv_e8p_kernel<1, 1> : vq_gemv_e8p_kernel<2, 1>)
                                                          : (mt == 1 ? vq_gemv_e8p_kernel<1, 2> : vq_gemv_e8p_kernel<2, 2>);
-  const size_t smem = QF_VQ_E8P_TABLE_BYTES + static_cast<size_t>(kWarps) * kStages * f.residuals * 2 * 32 * 16;
+  const size_t smem = QF_VQ_E8P_TABLE_BYTES + static_cast<size_t>(kWarps) * kStages * f.residuals * 2 * 8 * 80;
   static std::atomic<uint64_t> opted_in[2][2];
   int per_sm = 0;
   if (qf_status st = vq_blocks_per_sm(ctx, kOp, "E8P GeMV", kernel, kThreads, smem,

@@ -22,8 +22,9 @@
  *    qf_cuda_vq_gemm_mma_with for the GeMM, which also runs a few small M), so both kernel
  *    policies run everywhere they can; the banked GeMV (vq_gemv_banked.cu) where its limits allow
  *    it (refused with y untouched elsewhere), also with its split-K forced to 1, 3 and one split
- *    per chunk, and refused for more splits than chunks; the tiled GeMM (vq_gemm_tiled.cu) likewise
- *    for M > 16, with its split-K forced to 1, 3 and one split per 64 columns; the table GeMV
+ *    per chunk, and refused for more splits than chunks; the tiled GeMM (vq_gemm_tiled.cu, with its
+ *    E8P decoder for QuIP#-4) likewise for M > 16, with its split-K forced to 1, 3 and one split
+ *    per 64 columns; the table GeMV
  *    (vq_gemv_lut.cu: M = 1, one book per residual: AQLM-3, VQ<4,10,1>, VQ<8,8,2>) likewise, with its
  *    split-K forced to 1, 3 and one range per item, each with the rows per block that fit and with
  *    64 (several row ranges); the E8P GeMV (vq_gemv_e8p.cu, the banked placement of a lattice

@@ -5,12 +5,12 @@
 // - A 4 KB table holds the 256 patterns of absolute values as fp16 (16 bytes a pattern, one
 //   vector's load), built at compile time from qf_e8p_patterns (formats/vq.h), as the CPU table
 //   is; value 0's sign bit holds the pattern's parity (below). The general kernel (vq_gemm.cuh)
-//   reads it through L1 at x tiles of 8 and 16 rows; the GeMM (x tiles of 32 rows) and the E8P
-//   GeMV (vq_gemv_e8p.cu) stage 8 copies of it in shared
+//   reads it through L1 at x tiles of 8 and 16 rows; at x tiles of 32 rows, and the E8P GeMV
+//   (vq_gemv_e8p.cu) and the tiled GeMM (vq_gemm_tiled.cu), stage 8 copies of it in shared
 //   memory (32 KB), pattern p of copy c at 16-byte slot 8 p + c, so that a quarter warp's 8 lanes
 //   (one 128-byte wavefront of 16-byte loads) each read their own copy, c = lane % 8, and never
-//   meet in a bank. Staged, the GeMM ran 9-15% faster at M = 64; the general kernel's GeMV ran
-//   3-16% slower at M = 1 and between 13% faster and 9% slower at M = 16 (H200, docs/VQ.md).
+//   meet in a bank. Staged, the general kernel's GeMM ran 9-15% faster at M = 64, its GeMV 3-16%
+//   slower at M = 1 and between 13% faster and 9% slower at M = 16 (H200, docs/VQ.md).
 // - Index bits 7-1 flip the signs of values 1-7 (bit 8 - j for value j), value 0 flips when they
 //   hold an odd number of minus signs; bit 0 picks the shift +1/4 or -1/4. The signs take two
 //   integer ops per word: idx * (2^(7 + 2i) + 2^(24 + 2i)) carries bit 8 - 2i to bit 15 and bit

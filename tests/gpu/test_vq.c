@@ -11,7 +11,7 @@
  *    is the same fp32 computation on both sides), with dense rows (a vector's outputs stored in one
  *    access) and odd-pitched rows (element by element); outputs poisoned before the call, gaps and
  *    a sentinel after w compared too.
- *  - gemm: M in {1, 2, 3, 8, 16} (GeMV: x tiles of 8 and 16 rows) and {17, 33, 129, 1000}
+ *  - gemm: M in {1, 2, 3, 8, 9, 16} (GeMV: x tiles of 8 and 16 rows) and {17, 33, 129, 1000}
  *    (GeMM: 32 rows), fp32 / fp16 / bf16 x and y (every pairing for the small M, the same dtype on
  *    both sides for the large ones), x rows strided for even M (the gaps hold NaN, so a kernel
  *    reading them poisons y) and contiguous for odd M (so x of the MMA's type takes the direct B
@@ -152,7 +152,7 @@ static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ra
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
     ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_one_split, ran_lut_splits,
     ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p, ran_e8p_one_split,
-    ran_e8p_splits;
+    ran_e8p_splits, ran_banked16, ran_e8p16; /* the last two: x tiles of 16 rows */
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -387,8 +387,9 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
               "%s: ran placement %d, tiles of %d x %d rows", d3, used.placement, used.tile_n, used.tile_m);
         ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
         ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
-        if (used.placement == QF_VQ_BOOKS_BANKED && w->f.lattice) ran_e8p++;
-        else if (used.placement == QF_VQ_BOOKS_BANKED) ran_banked++, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
+        if (used.placement == QF_VQ_BOOKS_BANKED && w->f.lattice) ran_e8p++, ran_e8p16 += used.m_tiles8 == 2;
+        else if (used.placement == QF_VQ_BOOKS_BANKED)
+          ran_banked++, ran_banked16 += used.m_tiles8 == 2, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         if (used.placement == QF_VQ_BOOKS_LUT) {
           ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         } else if (used.placement == QF_VQ_BOOKS_TILED) {
@@ -571,7 +572,7 @@ int main(void) {
       {"QuIP#-4 odd N and K", quip4, 37, 1032, 21, 264},
       {"QuIP#-4, two 128-row tiles, 8 chunks", quip4, 200, 2048, 136, 1024},
   };
-  const int64_t Ms[] = {1, 2, 3, 8, 16};
+  const int64_t Ms[] = {1, 2, 3, 8, 9, 16}; /* 9: x tiles of 16 rows with contiguous x rows (the banked and E8P GeMVs) */
   const int64_t Ms_mm[] = {17, 33, 129, 1000}; /* VQ-GeMM */
   const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
 
@@ -635,8 +636,10 @@ int main(void) {
         "the table GeMV ran on packed codes (%d; several K ranges %d, several row ranges %d)", ran_packed,
         ran_packed_splits, ran_packed_row_ranges);
   CHECK(ran_lattice > 0, "the E8P decoder ran against the books (%d)", ran_lattice);
-  CHECK(ran_e8p > 0 && ran_e8p_one_split > 0 && ran_e8p_splits > 0,
-        "the E8P GeMV ran (%d; one split %d, several %d)", ran_e8p, ran_e8p_one_split, ran_e8p_splits);
+  CHECK(ran_e8p > 0 && ran_e8p_one_split > 0 && ran_e8p_splits > 0 && ran_e8p16 > 0,
+        "the E8P GeMV ran (%d; one split %d, several %d; x tiles of 16 rows %d)", ran_e8p, ran_e8p_one_split,
+        ran_e8p_splits, ran_e8p16);
+  CHECK(ran_banked16 > 0, "the banked GeMV ran x tiles of 16 rows (%d)", ran_banked16);
   CHECK(ran_direct > 0 && ran_elementwise > 0, "direct and element-wise B loads ran (%d, %d)", ran_direct,
         ran_elementwise);
   CHECK(ran_x_parts[1] > 0 && ran_x_parts[2] > 0 && ran_x_parts[3] > 0 && ran_entry_parts2 > 0 && ran_mma_f16 > 0,

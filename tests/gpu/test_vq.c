@@ -547,6 +547,12 @@ int main(void) {
   const qf_vq_format pairs8 = {2, 8, 1, 0, 128, QF_F16, 0, 0};        /* vector size 2, 8-bit indices */
   const qf_vq_format octs8 = {8, 8, 2, 0, 0, QF_F16, 0, 0};           /* vector size 8, 8-bit indices (banked) */
   const qf_vq_format pairs8_wide = {2, 8, 1, 256, 512, QF_BF16, 1, 0}; /* vector size 2, 256 x 512 scopes (banked) */
+  /* E8P lattices with codebook scopes: a book per 64 x 512 block and one residual (the E8P GeMV's
+   * book per row scope and chunk range); per 128 x 256 block and two residuals, without row scales
+   * (the tiled GeMM too; its rows' spread exceeds what one book scale fits, so its rel_mse is high:
+   * what is tested is that every kernel computes the reference's product of those books) */
+  const qf_vq_format e8p_1 = {8, 16, 1, 64, 512, QF_F16, 1, QF_VQ_LATTICE_E8P};
+  const qf_vq_format e8p_2 = {8, 16, 2, 128, 256, QF_F16, 0, QF_VQ_LATTICE_E8P};
   const struct {
     const char *name;
     qf_vq_format f;
@@ -571,6 +577,8 @@ int main(void) {
       {"QuIP#-4 (E8P lattice, row scales)", quip4, 72, 512, 40, 256},
       {"QuIP#-4 odd N and K", quip4, 37, 1032, 21, 264},
       {"QuIP#-4, two 128-row tiles, 8 chunks", quip4, 200, 2048, 136, 1024},
+      {"E8P <8,16,1>, 64 x 512 scopes, row scales", e8p_1, 200, 2048, 136, 1024},
+      {"E8P <8,16,2>, 128 x 256 scopes", e8p_2, 272, 1024, 136, 512},
   };
   const int64_t Ms[] = {1, 2, 3, 8, 9, 16}; /* 9: x tiles of 16 rows with contiguous x rows (the banked and E8P GeMVs) */
   const int64_t Ms_mm[] = {17, 33, 129, 1000}; /* VQ-GeMM */

@@ -52,9 +52,9 @@
 //   (vq_e8p.cuh), and the scale from entry 0 of the k-step's book; only the indices are copied
 //   per k-step (16 bytes per W row). The decoded entries equal the books', so the numerics are
 //   those below.
-// - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, or the E8P lattice; one or two
-//   residuals, x of the entries' type with 16-byte aligned rows, K a multiple of 64, codebook
-//   scopes of 0 or a multiple of 128 rows and of 64 columns. Rows of x past M read zeros, rows of
+// - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, or the E8P
+//   lattice; one or two residuals, x of the entries' type with 16-byte aligned rows, K a multiple
+//   of 64, codebook scopes of 0 or a multiple of 128 rows and of 64 columns. Rows of x past M read zeros, rows of
 //   W past N decode row N - 1; neither is stored.
 #include <atomic>
 #include <type_traits>
@@ -405,7 +405,8 @@ kernel_t pick(int vs, int residuals, int bm) {
 }
 
 kernel_t pick_e8p(int residuals, int bm) {
-  if (residuals == 1) return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 1, 64, true> : vq_gemm_tiled_kernel<__half, 8, 1, 128, true>;
+  if (residuals == 1)
+    return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 1, 64, true> : vq_gemm_tiled_kernel<__half, 8, 1, 128, true>;
   return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 2, 64, true> : vq_gemm_tiled_kernel<__half, 8, 2, 128, true>;
 }
 

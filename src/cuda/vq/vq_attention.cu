@@ -219,10 +219,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.entries = static_cast<int>(a->k.sz.entries);
   p.row_words = static_cast<uint32_t>(a->k.sz.row_bytes / 4);
   p.vectors_per_book = static_cast<int>(pb.vectors_per_book);
-  p.book_shift = -1;
-  if ((pb.vectors_per_book & (pb.vectors_per_book - 1)) == 0)
-    for (p.book_shift = 0; (INT64_C(1) << p.book_shift) < pb.vectors_per_book; p.book_shift++) {
-    }
+  p.book_shift = vq_book_shift(pb.vectors_per_book, false);
   p.books_per_head = cfg.books_per_head;
   p.code_words = cfg.code_words;
   p.stages = cfg.stages;

@@ -51,6 +51,16 @@ __device__ __forceinline__ uint32_t vq_index(const uint32_t *row, uint32_t j, in
   return vq_code_window(row, j * static_cast<uint32_t>(bits), words) & ((1u << bits) - 1u);
 }
 
+// Host: the shift that stands for the division in a book index along K (`unit >> shift` for
+// `unit / per_book`, the kernels divide when it is -1): 31 when one book spans K (every unit index
+// is below 2^31), log2(per_book) for a power of two, else -1.
+inline int vq_book_shift(int64_t per_book, bool one_book) {
+  if (one_book) return 31;
+  for (int sh = 0; sh < 31; sh++)
+    if ((INT64_C(1) << sh) == per_book) return sh;
+  return -1;
+}
+
 // Host: the weight's fields that the parameters of every VQ kernel over a quantized matrix share
 // (codes, books, scales, n_books), from its qf_vq_tensors.
 template <class Params, class Tensors>

@@ -77,11 +77,25 @@ __device__ __forceinline__ uint4 vq_e8p_signed(uint4 e, uint32_t idx) {
   return e;
 }
 
-// Entry idx of a book with the given scale (both halves) from its pattern e: scale * (+-a) +-
-// scale / 4 per value. neg_quarter: -scale / 4 in both halves (fp16 bits).
-__device__ __forceinline__ uint4 vq_e8p_entry(uint4 e, uint32_t idx, __half2 scale, uint32_t neg_quarter) {
+// fp16 values of one E8P book (2^16 entries of 8): book b's entry 0 starts at books + b * this.
+constexpr int64_t kVqE8pBookValues = 65536 * 8;
+
+// A book's scale as the decoder uses it, from `quarter` (fp16 bits of entry 0's values: the
+// scale / 4): the scale and -scale / 4, each in both halves.
+struct vq_e8p_scale {
+  __half2 scale;
+  uint32_t neg_quarter;
+};
+__device__ __forceinline__ vq_e8p_scale vq_e8p_scale_of(uint32_t quarter) {
+  const __half q = __ushort_as_half(static_cast<unsigned short>(quarter));
+  return {__half2half2(__hmul(q, __float2half(4.0f))), (quarter | quarter << 16) ^ 0x80008000u};
+}
+
+// Entry idx of a book of scale s from its pattern e: scale * (+-a) +- scale / 4 per value.
+__device__ __forceinline__ uint4 vq_e8p_entry(uint4 e, uint32_t idx, const vq_e8p_scale &s) {
   e = vq_e8p_signed(e, idx);
-  const uint32_t shift_bits = neg_quarter ^ (idx * 0x80008000u & 0x80008000u);  // bit 0 set: +scale / 4
+  const __half2 scale = s.scale;
+  const uint32_t shift_bits = s.neg_quarter ^ (idx * 0x80008000u & 0x80008000u);  // bit 0 set: +scale / 4
   const __half2 shift = *reinterpret_cast<const __half2 *>(&shift_bits);
   auto fma = [&](uint32_t w) {
     const __half2 v = __hfma2(*reinterpret_cast<const __half2 *>(&w), scale, shift);
@@ -96,6 +110,5 @@ __device__ __forceinline__ uint4 vq_e8p_entry(uint4 e, uint32_t idx, __half2 sca
 template <bool kShared>
 __device__ __forceinline__ uint4 vq_e8p_decode(const uint4 *patterns, uint32_t idx, uint32_t quarter) {
   const uint4 e = kShared ? patterns[(idx >> 8) * 8] : __ldg(patterns + (idx >> 8));
-  const __half q = __ushort_as_half(static_cast<unsigned short>(quarter));
-  return vq_e8p_entry(e, idx, __half2half2(__hmul(q, __float2half(4.0f))), (quarter | quarter << 16) ^ 0x80008000u);
+  return vq_e8p_entry(e, idx, vq_e8p_scale_of(quarter));
 }

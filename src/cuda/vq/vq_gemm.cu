@@ -96,13 +96,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   p.entries = static_cast<int>(w->sz.entries);
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.vectors_per_book = f.scope_cols ? f.scope_cols / f.vector_size : p.vectors;
-  p.book_shift = -1;
-  if (f.scope_cols == 0) {
-    p.book_shift = 31;  // one book along K: every vector index is below 2^31
-  } else if ((p.vectors_per_book & (p.vectors_per_book - 1)) == 0) {
-    for (p.book_shift = 0; (1 << p.book_shift) < p.vectors_per_book; p.book_shift++) {
-    }
-  }
+  p.book_shift = vq_book_shift(p.vectors_per_book, f.scope_cols == 0);
   // A lane's vectors of a sub-chunk (16 columns) start at a multiple of 16 / vs: one book when
   // that count divides the vectors of a book.
   const int lane_vectors = QF_VQ_MMA_VS_BUCKET(f.vector_size) ? 16 / f.vector_size : 1;

@@ -555,6 +555,19 @@ qf_status vq_blocks_per_sm(qf_ctx *ctx, const char *op, const char *name, Kernel
   return QF_OK;
 }
 
+// A split-K (K ranges per tile) the launchers can run: at most one range per unit of K (`units`
+// of them, named `unit`), the tiles within the workspace's counters once split, and tiles x
+// splits within the grid. QF_ERR_UNSUPPORTED / QF_ERR_SHAPE with the numbers otherwise.
+inline qf_status vq_split_check(qf_ctx *ctx, const char *op, int splits, int64_t units, const char *unit,
+                                int64_t tiles) {
+  if (splits > units || (splits > 1 && tiles > kQfWorkspaceCounters))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d K splits of %lld %s over %lld tiles (at most %d counters)", op,
+                   splits, static_cast<long long>(units), unit, static_cast<long long>(tiles), kQfWorkspaceCounters);
+  if (tiles * splits > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", op, static_cast<long long>(tiles * splits));
+  return QF_OK;
+}
+
 // Split-K's workspace: the counters, then `partial_bytes` for the units' fp32 partials.
 inline qf_status vq_split_workspace(qf_ctx *ctx, const char *op, size_t partial_bytes, int **counters,
                                     float **partials) {

@@ -83,7 +83,6 @@ constexpr int kBankedBytes = 256 * 128;  // a book's bank-private copies: entry 
 constexpr int kThreads = 256; // two warpgroups
 constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
-constexpr int64_t kE8pBookValues = 65536 * 8;  // fp16 values of one E8P book
 
 // W rows of a warpgroup (its wgmma N): 64 x rows by all 128 W rows (BM = 128), or by 64 (BM = 64).
 constexpr int warpgroup_n(int bm) { return bm == 128 ? 128 : 64; }
@@ -226,14 +225,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int r = 0; r < R; r++) {
       if constexpr (E8P) {  // vectors c = 0..3 of the thread's 32 columns, each one 16-byte chunk
         const uint2 v = ld_shared_v2(code_box(s, r) + at);
-        const uint32_t q = __ldg(p.books + (r * p.n_books + book_of(kt)) * kE8pBookValues);  // entry 0: scale / 4
-        const __half2 scale = __half2half2(__hmul(__ushort_as_half(static_cast<unsigned short>(q)), __float2half(4.0f)));
-        const uint32_t neg_quarter = (q | q << 16) ^ 0x80008000u;
+        const vq_e8p_scale scale = vq_e8p_scale_of(__ldg(p.books + (r * p.n_books + book_of(kt)) * kVqE8pBookValues));
         uint4 e[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) {
           const uint32_t w = c < 2 ? v.x : v.y, idx = c & 1 ? w >> 16 : w & 0xFFFFu;
-          e[c] = vq_e8p_entry(ld_shared_v4(banked + (idx >> 8) * 128 + (lane & 7) * 16), idx, scale, neg_quarter);
+          e[c] = vq_e8p_entry(ld_shared_v4(banked + (idx >> 8) * 128 + (lane & 7) * 16), idx, scale);
         }
 #pragma unroll
         for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], e[c]);
@@ -481,11 +478,7 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
       if (waves * splits < best_waves * s) best_waves = waves, splits = s;
     }
   }
-  if (splits > ksteps || (splits > 1 && tiles > kQfWorkspaceCounters))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d K splits of %d k-steps over %lld tiles (at most %d counters)", kOp,
-                   splits, ksteps, static_cast<long long>(tiles), kQfWorkspaceCounters);
-  if (tiles * splits > INT32_MAX)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", kOp, static_cast<long long>(tiles * splits));
+  if (qf_status st = vq_split_check(ctx, kOp, splits, ksteps, "k-steps", tiles); st != QF_OK) return st;
 
   CUtensorMap tmap_x = {}, tmap_codes = {};
   if (qf_status st = qf_cuda_make_tmap(ctx, kOp, &tmap_x, "x", *x, bm); st != QF_OK) return st;

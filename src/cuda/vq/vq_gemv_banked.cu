@@ -56,7 +56,7 @@ struct vq_banked_params {
   int M, N, chunks, residuals, entries;
   uint32_t row_words;
   int chunks_per_book;  // 256-column chunks per book along K (scope_cols / 256; all of them for one book per row)
-  int book_shift;       // log2(chunks_per_book) when a power of two, else -1
+  int book_shift;       // log2(chunks_per_book) when a power of two (31: one book along K), else -1
   int books_per_row, scope_rows;
   int tiles_n, splits;
   float *partials;  // splits > 1: [tiles_n][splits][kRowTiles * kMT][256 threads] float4
@@ -398,11 +398,7 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
     splits = static_cast<int>(slots / tiles_n < 1 ? 1 : slots / tiles_n > chunks ? chunks : slots / tiles_n);
     if (tiles_n > kQfWorkspaceCounters) splits = 1;
   }
-  if (splits > chunks || (splits > 1 && tiles_n > kQfWorkspaceCounters))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d K splits of %d chunks over %d row tiles (at most %d counters)", kOp,
-                   splits, chunks, tiles_n, kQfWorkspaceCounters);
-  if (static_cast<int64_t>(tiles_n) * splits > INT32_MAX)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", kOp, static_cast<long long>(tiles_n) * splits);
+  if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "chunks", tiles_n); st != QF_OK) return st;
 
   vq_banked_params p = {};
   vq_weight_call_params(p, x, w, y);
@@ -413,9 +409,7 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   p.entries = static_cast<int>(w->sz.entries);
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
-  p.book_shift = -1;
-  for (int sh = 0; sh < 31 && p.book_shift < 0; sh++)
-    if (p.chunks_per_book == 1 << sh) p.book_shift = sh;
+  p.book_shift = vq_book_shift(p.chunks_per_book, f.scope_cols == 0);
   p.books_per_row = static_cast<int>(w->sz.books_per_row);
   p.scope_rows = f.scope_rows;
   p.tiles_n = tiles_n;

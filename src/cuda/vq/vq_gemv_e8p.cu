@@ -66,7 +66,6 @@ constexpr int kWarps = 8, kThreads = kWarps * 32, kRows = kWarps * 16;
 constexpr int kStages = 3;  // code chunks in a warp's ring
 constexpr int kMaxSplits = 8;  // the heuristic's (a forced split may take up to one per chunk)
 constexpr int kBatch = 8;      // partials loaded at once by the last unit
-constexpr int64_t kBookValues = 65536 * 8;  // fp16 values of one E8P book
 
 }  // namespace vq_e8p_detail
 
@@ -127,7 +126,7 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
     auto load_scales = [&](int ch, uint32_t (&q)[kR]) {
       const int kb = p.book_shift >= 0 ? ch >> p.book_shift : ch / p.chunks_per_book;
 #pragma unroll
-      for (int r = 0; r < kR; r++) q[r] = __ldg(p.books + (static_cast<int64_t>(r) * p.n_books + book_first + kb) * kBookValues);
+      for (int r = 0; r < kR; r++) q[r] = __ldg(p.books + (static_cast<int64_t>(r) * p.n_books + book_first + kb) * kVqE8pBookValues);
     };
 
     float acc[kMT][4];
@@ -152,13 +151,9 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
         q_cur[r] = q_nxt[r];
       }
       if (ch + 1 < c_end) load_scales(ch + 1, q_nxt);
-      __half2 scale[kR];
-      uint32_t neg_quarter[kR];
+      vq_e8p_scale scale[kR];
 #pragma unroll
-      for (int r = 0; r < kR; r++) {
-        scale[r] = __half2half2(__hmul(__ushort_as_half(static_cast<unsigned short>(q_cur[r])), __float2half(4.0f)));
-        neg_quarter[r] = (q_cur[r] | q_cur[r] << 16) ^ 0x80008000u;
-      }
+      for (int r = 0; r < kR; r++) scale[r] = vq_e8p_scale_of(q_cur[r]);
 
       // One fragment per residual at kMT = 1 (two independent MMA chains; at kMT = 2 the two
       // tiles' chains are independent already and registers are short), zeroed per chunk.
@@ -183,7 +178,7 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
             const uint32_t w = ld_shared_b32(stage + (r * 2 + h) * kSlotBytes + 8 * s + 2 * (c & 2));
             const uint32_t idx = (w >> half) & 0xFFFFu;
             const uint32_t pattern = ((w >> (half + 1)) & 0x7F80u) | copy;  // idx >> 8: 128 bytes each
-            e[h] = vq_e8p_entry(*reinterpret_cast<const uint4 *>(smem + pattern), idx, scale[r], neg_quarter[r]);
+            e[h] = vq_e8p_entry(*reinterpret_cast<const uint4 *>(smem + pattern), idx, scale[r]);
           }
           const uint32_t a0[4] = {e[0].x, e[1].x, e[0].y, e[1].y}, a1[4] = {e[0].z, e[1].z, e[0].w, e[1].w};
 #pragma unroll
@@ -313,11 +308,7 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
     }
     if (tiles > kQfWorkspaceCounters) splits = 1;
   }
-  if (splits > chunks || (splits > 1 && tiles > kQfWorkspaceCounters))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d K splits of %d chunks over %d row tiles (at most %d counters)", kOp,
-                   splits, chunks, tiles, kQfWorkspaceCounters);
-  if (static_cast<int64_t>(tiles) * splits > INT32_MAX)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld units exceed the grid", kOp, static_cast<long long>(tiles) * splits);
+  if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "chunks", tiles); st != QF_OK) return st;
 
   vq_e8p_params p = {};
   vq_weight_call_params(p, x, w, y);
@@ -326,9 +317,7 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
   p.chunks = chunks;
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
-  p.book_shift = f.scope_cols ? -1 : 31;
-  for (int sh = 0; sh < 31 && p.book_shift < 0; sh++)
-    if (p.chunks_per_book == 1 << sh) p.book_shift = sh;
+  p.book_shift = vq_book_shift(p.chunks_per_book, f.scope_cols == 0);
   p.books_per_row = static_cast<int>(w->sz.books_per_row);
   p.scope_rows = f.scope_rows;
   p.splits = splits;

@@ -64,9 +64,10 @@ typedef struct {
   int lattice;              /* qf_vq_format.lattice (the E8P decoder) */
 } qf_vq_mma_problem;
 
-/* The E8P decoder's pattern table in shared memory, for x tiles of 32 rows (the GeMM; the GeMV
- * reads it through L1): 8 copies of 256 patterns of 16 bytes, interleaved so that the 8 lanes of a
- * quarter warp read 8 different bank groups (vq_e8p.cuh). */
+/* The E8P decoder's pattern table in shared memory: 8 copies of 256 patterns of 16 bytes,
+ * interleaved so that the 8 lanes of a quarter warp read 8 different bank groups (vq_e8p.cuh). The
+ * general kernel stages it for x tiles of 32 rows (QF_VQ_E8P_SHARED; x tiles of 8 and 16 read it
+ * through L1); the E8P GeMV and the tiled GeMM's E8P decoder always stage it. */
 #define QF_VQ_E8P_TABLE_BYTES (256 * 8 * 16)
 #define QF_VQ_E8P_SHARED(m_tiles8) ((m_tiles8) == 4)
 

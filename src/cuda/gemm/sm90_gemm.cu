@@ -73,9 +73,9 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
     if ((st = qf_cuda_make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN)) != QF_OK) return st;
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
-  // copy) when its start and pitch are 16-byte aligned.
-  p.tma_store = sizeof(OutT) == 2 && p.c == nullptr && reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 &&
-                (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
+  // copy) when its start and pitch are 16-byte aligned and the tile has whole 64-column boxes.
+  p.tma_store = sm90_gemm_staged(kBlockN, int(sizeof(OutT))) && p.c == nullptr &&
+                reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 && (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
   auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT>;
@@ -95,6 +95,9 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
   QF_SM90_GEMM_TILES(QF_SM90_GEMM_CASE)
   if constexpr (sm90_gemm_wide(R)) {
     QF_SM90_GEMM_WIDE_TILES(QF_SM90_GEMM_CASE)
+  }
+  if constexpr (sm90_gemm_narrow(R)) {
+    QF_SM90_GEMM_NARROW_TILES(QF_SM90_GEMM_CASE)
   }
   if constexpr (sm90_gemm_tall(R)) {
     QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)

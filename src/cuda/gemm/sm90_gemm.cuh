@@ -40,6 +40,9 @@
 //     set, too large for two; the warpgroups run free (taking turns at completion ran
 //     0-3% slower, at issue 3-5%; H100, M = 4096), and a tile row spans two weight-scale blocks,
 //     each column group of 8 promoted with its own block's scale.
+//   - 128 x 112 tiles (scaled FP8 at 65-128 rows, whole tiles where they leave the busiest SM
+//     fewer columns): the two-set loop; 16-bit D is stored straight from the fragment (the
+//     staging tile is made of 64-column boxes).
 //   - 256 x 128 tiles (block-scaled, M > 128 where the waves model prefers them): two consumer
 //     warpgroups of 128 rows, each running its two 64-row sub-tiles one after the other into
 //     one accumulator set and promoting each into its own total (64 + 128 registers); the
@@ -118,6 +121,12 @@ __host__ __device__ constexpr bool sm90_gemm_two_sets(Sm90Recipe r) { return r !
 // Whether the recipe has the 128 x 192 tile (NOTES): the FP8 recipes, whose promotion applies a
 // weight-scale block per column group.
 __host__ __device__ constexpr bool sm90_gemm_wide(Sm90Recipe r) { return r != Sm90Recipe::kScaledInt8; }
+// Whether the recipe has the 128 x 112 tile (65-128 rows, NOTES): the scaled FP8 one, whose tiles
+// may start anywhere in a 128-column block (it has no weight-scale blocks).
+__host__ __device__ constexpr bool sm90_gemm_narrow(Sm90Recipe r) { return r == Sm90Recipe::kScaledFp8; }
+// Whether 16-bit D of a BLOCK_N-column tile leaves through the staging tile and TMA: the staging
+// tile is made of 64-column (128-byte) boxes, so BLOCK_N must be a multiple of 64.
+__host__ __device__ constexpr bool sm90_gemm_staged(int block_n, int out_bytes) { return out_bytes == 2 && block_n % 64 == 0; }
 // Whether the recipe has the 256 x 128 tile (NOTES): the block-scaled one.
 __host__ __device__ constexpr bool sm90_gemm_tall(Sm90Recipe r) { return r == Sm90Recipe::kBlockScaledFp8; }
 
@@ -171,7 +180,7 @@ __device__ __forceinline__ void sm90_gemm_split_range(int num_kb, int splits, in
 // azp_adj), staged a unit ahead by the producer warpgroup's second warp.
 __host__ __device__ constexpr bool sm90_gemm_epilogue_factors(Sm90Recipe r) { return r != Sm90Recipe::kBlockScaledFp8; }
 
-// Shared memory: kStages A tiles, kStages B tiles, the D staging tile (16-bit D: BLOCK_M x BLOCK_N),
+// Shared memory: kStages A tiles, kStages B tiles, the D staging tile (staged 16-bit D: BLOCK_M x BLOCK_N),
 // kStages x BLOCK_M As, with kHasFactors two buffers of epilogue factors (per buffer sb, bias,
 // azp_adj [BLOCK_N] and sa, zero point [BLOCK_M], 4 bytes each), then the full and empty barriers
 // of the stages and of the two factor buffers.
@@ -183,7 +192,7 @@ template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors
 struct sm90_gemm_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
-  static constexpr uint32_t kScalesA = kStaging + (kOutBytes == 2 ? kBlockM * kBlockN * 2 : 0);
+  static constexpr uint32_t kScalesA = kStaging + (sm90_gemm_staged(kBlockN, kOutBytes) ? kBlockM * kBlockN * 2 : 0);
   static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
   static constexpr uint32_t kFactors = kScalesA + kStages * kBlockM * 4;
   static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
@@ -246,13 +255,15 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
-  static_assert(sizeof(OutT) == 4 || kBlockN % 64 == 0, "the staging tile is made of 64-column (128-byte) boxes");
+  constexpr bool kStaged = sm90_gemm_staged(kBlockN, int(sizeof(OutT)));  // D may leave through TMA (p.tma_store)
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "one or two consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
   // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
   // two: the first 128 - n0 % 128 columns take the first block's scale, the rest the next one's.
-  static_assert(128 % kBlockN == 0 || kBlockN == 192, "a tile spans at most two B scale blocks");
-  constexpr bool kTwoScaleBlocks = kBlockN > 128;
+  // The scaled FP8 recipe, which has no scale blocks, has 112-column tiles too.
+  static_assert(128 % kBlockN == 0 || kBlockN == 192 || (kBlockN == 112 && R == Sm90Recipe::kScaledFp8),
+                "a tile spans at most two B scale blocks");
+  constexpr bool kTwoScaleBlocks = kBlockN == 192;
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
@@ -740,7 +751,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       }
 
       // ---- epilogue through the staging tile and TMA (16-bit D, no C) ----
-      if constexpr (sizeof(OutT) == 2) {
+      if constexpr (kStaged) {
         if (p.tma_store) {
           // Each of this warpgroup's 64-row sub-tiles (one, or two on 256-row tiles) has its own
           // part of the staging tile: kBlockN / 64 boxes of 64 rows x 128 bytes, 16-byte chunk c

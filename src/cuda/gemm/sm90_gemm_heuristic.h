@@ -13,6 +13,8 @@
 #define QF_SM90_GEMM_TILES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
 // The wide tiles (FP8 recipes only): a tile row spans two weight-scale blocks; chosen by their own rule.
 #define QF_SM90_GEMM_WIDE_TILES(X) X(128, 192)
+// The narrow tile (scaled FP8 only, which has no weight-scale blocks); chosen by its own rule.
+#define QF_SM90_GEMM_NARROW_TILES(X) X(128, 112)
 // The tall tile (block-scaled only, never split): two warpgroups of 128 rows each.
 #define QF_SM90_GEMM_TALL_TILES(X) X(256, 128)
 
@@ -24,7 +26,7 @@
 constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   // 256 x 128: three stages (144 KB) next to the whole 64 KB staging tile (16-bit D), four without
   if (block_m > 128) return out_bytes == 2 ? 3 : 4;
-  const int budget = 200 * 1024 - (out_bytes == 2 ? block_m * block_n * 2 : 0);
+  const int budget = 200 * 1024 - (sm90_gemm_staged(block_n, out_bytes) ? block_m * block_n * 2 : 0);
   const int fit = budget / ((block_m + block_n) * 128);
   return fit < 4 ? 4 : fit < 12 ? fit : 12;
 }
@@ -120,6 +122,18 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   if (two_sets && M > 64 && M <= 128 && best.block_m * best.block_n < 128 * 128) {
     const int64_t t = (N + 127) / 128;
     if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16)) best.block_m = 128, best.block_n = 128;
+  }
+  // 65-128 rows on the scaled FP8 recipe: whole 128 x 112 tiles instead of 128 x 128 ones where
+  // the busiest SM then has fewer columns to stream and units are long (64 K-blocks or more):
+  // (128, 57344, 8192) has 448 tiles of 128 columns on 132 SMs, 52 SMs running four, and 512 of
+  // 112, 116 SMs running four of them: 135.4 -> 129.5 and 139.5 -> 133.7 us in two calls (0.98x
+  // -> 1.02x and 0.99x -> 1.04x cuBLASLt; H200, each run twice). Not where units are short:
+  // (128, 28672, 4096), 32 K-blocks, 36.1 -> 36.9 us. Nor split: block-scaled (128, 7168, 16384),
+  // 128 units of 128 x 112 instead of 112 of 128 x 128 (a select per column group picking the
+  // weight-scale block), 5% slower.
+  if (sm90_gemm_narrow(recipe) && M > 64 && M <= 128 && best.block_m == 128 && best.block_n == 128 && num_kb >= 64) {
+    const int64_t t128 = (N + 127) / 128, t112 = (N + 111) / 112;
+    if (t112 >= sms && (t112 + sms - 1) / sms * 112 < (t128 + sms - 1) / sms * 128) best.block_n = 112;
   }
   // 65-128 rows on the FP8 recipes, where the two rows of 64 x 64 tiles fit in one wave: one row
   // of 128 x 64 tiles with twice the K ranges instead (B read once, a quarter less operand traffic

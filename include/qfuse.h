@@ -468,7 +468,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * every entry with x's vectors (fp32 fma chains: exact products) in a shared-memory table, then
  * one lookup per vector of a row, the 8 lookups of a chunk added in a fixed tree and the chunks
  * in order (split-K as above). The environment
- * variable QF_VQ_BOOKS (auto, global, shared, banked, tiled, lut) forces the codebook placement of
+ * variable QF_VQ_BOOKS (auto, global, shared, banked, tiled, lut, registers) forces the codebook placement of
  * the CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be aligned to their
  * element size. */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,

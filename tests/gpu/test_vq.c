@@ -29,7 +29,8 @@
  *    split-K forced to 1, 3 and one range per item, each with the rows per block that fit and with
  *    64 (several row ranges); the E8P GeMV (vq_gemv_e8p.cu, the banked placement of a lattice
  *    format: QuIP#-4 with fp16 x and K a multiple of 256) likewise, with its split-K forced to 1,
- *    3 and one range per chunk. The shapes cover: K a multiple of the kernel's 256-column
+ *    3 and one range per chunk; the register tier over the shared books (GPTVQ-2 and VQ<2,8,1>
+ *    with 256 x 512 scopes; refused elsewhere) likewise. The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -147,6 +148,7 @@ static void dequantize_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, qf_dtype dt,
 /* Coverage of the launch shapes the forced calls produced: placements, x tiles of 8, 16 and 32
  * rows (index m_tiles8), direct and element-wise B, parts of x (index 1-3) and of the entries. */
 static int ran_lattice; /* lattice_case comparisons */
+static int ran_registers_vs[2]; /* runs of the register tier, [vector size 2] */
 static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
@@ -331,9 +333,12 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   const qf_vq_tensors t = {w->f, w->sz, N, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL, 0};
   const qf_mat xm = {X.dev, xt, M, K, xld}, ym = {Y.dev, yt, M, N, yld};
   const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED,
-                            QF_VQ_BOOKS_LUT};
-  static const char *const place_names[] = {"?", "global", "shared", "banked", "tiled", "lut"};
-  for (int i = 0; forced && i < 5; i++) {
+                            QF_VQ_BOOKS_LUT, QF_VQ_BOOKS_REGISTERS};
+  static const char *const place_names[] = {"?", "global", "shared", "banked", "tiled", "lut", "registers"};
+  const qf_vq_mma_problem hot_pb = {.index_bits = w->f.index_bits, .vector_size = w->f.vector_size,
+                                    .scope_rows = w->f.scope_rows, .scope_cols = w->f.scope_cols,
+                                    .entries = w->sz.entries, .lattice = w->f.lattice};
+  for (int i = 0; forced && i < 6; i++) {
     char d2[240];
     snprintf(d2, sizeof d2, "%s, books in %s", desc, place_names[placements[i]]);
     /* v 0: the GeMV, for its M; v 1: the GeMM, for M above the GeMV's and for small M too when
@@ -369,10 +374,17 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
           continue;
         }
-        if (st == QF_ERR_UNSUPPORTED && placements[i] == QF_VQ_BOOKS_IN_SHARED) {
+        if (placements[i] == QF_VQ_BOOKS_REGISTERS && (mm || !qf_vq_hot_ok(&hot_pb))) {
+          /* the register tier: VQ-GeMV's x tiles, 8-bit indices with vs 2 or 4, one book per warp
+           * and chunk only: refused, y untouched */
+          CHECK(st == QF_ERR_UNSUPPORTED, "%s: register tier outside its limits gave %s", d3, qf_status_str(st));
+          CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
+          continue;
+        }
+        if (st == QF_ERR_UNSUPPORTED && (placements[i] == QF_VQ_BOOKS_IN_SHARED || placements[i] == QF_VQ_BOOKS_REGISTERS)) {
           /* books too large (counted) or a forced tile that straddles row scopes; y untouched */
           const int straddles = bn && w->f.scope_rows && w->f.scope_rows % bn;
-          if (!straddles) refused_shared++;
+          if (!straddles && placements[i] == QF_VQ_BOOKS_IN_SHARED) refused_shared++;
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
           continue;
         }
@@ -387,6 +399,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
               "%s: ran placement %d, tiles of %d x %d rows", d3, used.placement, used.tile_n, used.tile_m);
         ran_shared += used.placement == QF_VQ_BOOKS_IN_SHARED;
         ran_global += used.placement == QF_VQ_BOOKS_IN_GLOBAL;
+        if (used.placement == QF_VQ_BOOKS_REGISTERS) ran_registers_vs[w->f.vector_size == 2]++;
         if (used.placement == QF_VQ_BOOKS_BANKED && w->f.lattice) ran_e8p++, ran_e8p16 += used.m_tiles8 == 2;
         else if (used.placement == QF_VQ_BOOKS_BANKED)
           ran_banked++, ran_banked16 += used.m_tiles8 == 2, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
@@ -619,6 +632,8 @@ int main(void) {
     free_weight(&w);
   }
   CHECK(ran_shared > 0 && ran_global > 0, "both codebook placements ran (shared %d, global %d)", ran_shared, ran_global);
+  CHECK(ran_registers_vs[0] > 0 && ran_registers_vs[1] > 0, "the register tier ran with vector sizes 4 (%d) and 2 (%d)",
+        ran_registers_vs[0], ran_registers_vs[1]);
   CHECK(ran_tiles8[1] > 0 && ran_tiles8[2] > 0 && ran_tiles8[4] > 0, "x tiles of 8, 16 and 32 rows ran (%d, %d, %d)",
         ran_tiles8[1], ran_tiles8[2], ran_tiles8[4]);
   CHECK(ran_warps_k[1] > 0 && ran_warps_k[2] > 0 && ran_warps_k[4] > 0 && ran_warps_k[8] > 0,

@@ -16,7 +16,10 @@
  *  - "<fmt>,fp16,auto=GC|SC|banked|tiled|lut": the public qf_vq_gemm (the heuristic's codebook placement, named);
  *  - "<fmt>,fp16,GC" and "<fmt>,fp16,SC": the placement forced (the paper's baselines: codebooks
  *    read through L1/L2, codebooks staged in shared memory), through qf_cuda_vq_gemm_with (M <= 16)
- *    or qf_cuda_vq_gemm_mma_with (M > 16); "<fmt>,fp16,banked": the banked VQ-GeMV (bank-private
+ *    or qf_cuda_vq_gemm_mma_with (M > 16); "<fmt>,fp16,SC+reg": SC with the codebook cache's
+ *    register tier (the 32 hottest entries of a warp's book in registers, read by shuffle; M <= 16,
+ *    8-bit indices with vs 2 or 4: GPTVQ-2; the codes are uniform here, so 32 of 256 entries take
+ *    an eighth of the lookups); "<fmt>,fp16,banked": the banked VQ-GeMV (bank-private
  *    book copies, codebook-centric split-K; M <= 16, 8-bit formats); "<fmt>,fp16,tiled": the tiled
  *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16); "<fmt>,fp16,lut": the table
  *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1, AQLM-3); "<fmt>,fp16,lut-packed": the
@@ -177,11 +180,12 @@ static int vqb_run(void *arg) {
 }
 
 static const char *placement_name(int p) {
-  return p == QF_VQ_BOOKS_IN_SHARED ? "SC"
-         : p == QF_VQ_BOOKS_BANKED  ? "banked"
-         : p == QF_VQ_BOOKS_TILED   ? "tiled"
-         : p == QF_VQ_BOOKS_LUT     ? "lut"
-                                    : "GC";
+  return p == QF_VQ_BOOKS_IN_SHARED   ? "SC"
+         : p == QF_VQ_BOOKS_REGISTERS ? "SC+reg"
+         : p == QF_VQ_BOOKS_BANKED    ? "banked"
+         : p == QF_VQ_BOOKS_TILED     ? "tiled"
+         : p == QF_VQ_BOOKS_LUT       ? "lut"
+                                      : "GC";
 }
 
 /* The placement a call of this shape runs (QF_VQ_BOOKS_AUTO: the heuristic's choice), by one
@@ -282,9 +286,9 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
     const double books = w->f.lattice ? 0.0 : (double)w->book_bytes; /* (a lattice is decoded, not read) */
     const double bytes = (double)(w->code_bytes + w->scale_bytes) + books + 2.0 * (double)(M * K + M * N);
     const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, why, sizeof why);
-    const int variants[6] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED,
-                             QF_VQ_BOOKS_LUT};
-    for (int v = 0; v < 6; v++) {
+    const int variants[7] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_REGISTERS,
+                             QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED, QF_VQ_BOOKS_LUT};
+    for (int v = 0; v < 7; v++) {
       if (v == 0)
         snprintf(variant, sizeof variant, "%s,fp16,auto=%s", w->name, auto_used ? placement_name(auto_used) : "?");
       else

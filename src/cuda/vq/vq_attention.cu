@@ -113,10 +113,11 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   if (!element_aligned(&a->q) || !element_aligned(&a->o))
     return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: q (%p) and o (%p) must be aligned to their elements", kOp, a->q.data, a->o.data);
 
-  if (placement == QF_VQ_BOOKS_TILED || placement == QF_VQ_BOOKS_LUT)
+  if (placement == QF_VQ_BOOKS_TILED || placement == QF_VQ_BOOKS_LUT || placement == QF_VQ_BOOKS_REGISTERS)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %s placement is %s's; attention takes global, shared or banked "
-                   "codebooks", kOp, placement == QF_VQ_BOOKS_LUT ? "lut" : "tiled",
-                   placement == QF_VQ_BOOKS_LUT ? "VQ-GeMV" : "VQ-GeMM");
+                   "codebooks", kOp,
+                   placement == QF_VQ_BOOKS_LUT ? "lut" : placement == QF_VQ_BOOKS_TILED ? "tiled" : "registers",
+                   placement == QF_VQ_BOOKS_TILED ? "VQ-GeMM" : "VQ-GeMV");
 
   const int64_t V = a->D / vs, row_vectors = a->Hkv * V;
   const qf_vq_attention_problem pb = {a->B, a->Hq, a->Hkv, a->D, a->seq_len, vs, f.index_bits, f.residuals,

@@ -4,8 +4,8 @@
 // layouts (the VQ-GeMV's bank-private copies, vq_gemv_banked.cu; VQ attention's tables and books
 // interleaved by vector, vq_attention_banked.cuh; refused where they do not apply), "tiled" the
 // VQ-GeMM that decodes W once per block tile (vq_gemm_tiled.cu; VQ-GeMM only), "lut" the VQ-GeMV
-// through tables of entry . x products (vq_gemv_lut.cu; M = 1, one book per residual), for the
-// ablation.
+// through tables of entry . x products (vq_gemv_lut.cu; M = 1, one book per residual), "registers"
+// the shared placement with the codebook cache's register tier (VQ-GeMV), for the ablation.
 #pragma once
 
 #include <cstdlib>
@@ -39,8 +39,12 @@ inline qf_status qf_vq_books_from_env(qf_ctx *ctx, const char *op, int *placemen
     *placement = QF_VQ_BOOKS_LUT;
     return QF_OK;
   }
-  return qf_fail(ctx, QF_ERR_VALUE, "%s: QF_VQ_BOOKS=\"%.64s\": expected auto, global, shared, banked, tiled or lut", op,
-                 v);
+  if (std::strcmp(v, "registers") == 0) {
+    *placement = QF_VQ_BOOKS_REGISTERS;
+    return QF_OK;
+  }
+  return qf_fail(ctx, QF_ERR_VALUE,
+                 "%s: QF_VQ_BOOKS=\"%.64s\": expected auto, global, shared, banked, tiled, lut or registers", op, v);
 }
 
 // A refusal (QF_ERR_UNSUPPORTED) of a placement that QF_VQ_BOOKS forced gets the variable named

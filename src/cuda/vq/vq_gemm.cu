@@ -71,6 +71,13 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                                 w->sz.books_per_row, w->sz.entries, static_cast<int>(x->dtype),
                                 static_cast<int>(f.entry_dtype), f.lattice};
   qf_vq_mma_config cfg;
+  if (placement == QF_VQ_BOOKS_REGISTERS && (!qf_vq_hot_ok(&pb) || m_tiles8 > 2))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: the register tier takes VQ-GeMV's x tiles (M <= 16) of 8-bit indices with vector size 2 or 4, "
+                   "32 entries or more, row scopes of 0 or multiples of 16 rows and column scopes of 0 or multiples of "
+                   "256 (here M=%lld, %d-bit, vector_size %d, %lld entries, scope %d x %d)",
+                   kOp, static_cast<long long>(M), f.index_bits, f.vector_size, static_cast<long long>(w->sz.entries),
+                   f.scope_rows, f.scope_cols);
   if (!qf_vq_mma_pick(&pb, ctx->sm_count, ctx->smem_optin, placement, m_tiles8, bn, &cfg))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
                    "%s: codebooks in shared memory are not possible here (%d residuals of %lld books of %lld entries "
@@ -117,6 +124,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   p.books_smem_bytes = static_cast<uint32_t>(cfg.books_bytes);
 
   const bool bf16 = f.entry_dtype == QF_BF16, shared = cfg.placement == QF_VQ_BOOKS_IN_SHARED;
+  if (cfg.placement == QF_VQ_BOOKS_REGISTERS) return qf_cuda_vq_gemv_run_registers(ctx, p, cfg, bf16);
   if (m_tiles8 == QF_VQ_GEMM_M_TILES8)
     return shared ? qf_cuda_vq_gemm_mma_run_shared(ctx, p, cfg, bf16) : qf_cuda_vq_gemm_mma_run_global(ctx, p, cfg, bf16);
   return shared ? qf_cuda_vq_gemv_run_shared(ctx, p, cfg, bf16) : qf_cuda_vq_gemv_run_global(ctx, p, cfg, bf16);

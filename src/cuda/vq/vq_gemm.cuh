@@ -49,7 +49,12 @@
 // - Codebook placement is a compile-time policy for the ablation: CodebookInShared (the paper's
 //   SC) copies the books of the tile's row scope into shared memory when a block's run of tiles
 //   enters a new scope (persistent grid; the tile height divides scope_rows); CodebookInGlobal (GC) reads each
-//   row's own entries through L1/L2 (one block per tile).
+//   row's own entries through L1/L2 (one block per tile). CodebookHotInRegisters adds the
+//   codebook cache's register tier to SC (8-bit indices, vs 2 and 4, a warp's 16 rows and a
+//   chunk's 256 columns in one book, which the launcher checks): per sub-chunk lane l loads
+//   entry l of the warp's book into registers, and a lookup takes the entry from lane idx % 32
+//   by shuffle, then from shared memory where idx >= 32. The quantizer orders entries hottest
+//   first, so the 32 in registers are the most used ones.
 // - Edges: rows of W past N read row N - 1 and rows of x past M read zeros (never stored);
 //   vectors past K are masked to zero in A and B. x and y rows may be strided.
 #pragma once
@@ -62,10 +67,13 @@
 #include "cuda/vq/vq_gemm_heuristic.h"
 
 struct CodebookInGlobal {
-  static constexpr bool kShared = false;
+  static constexpr bool kShared = false, kHot = false;
 };
 struct CodebookInShared {
-  static constexpr bool kShared = true;
+  static constexpr bool kShared = true, kHot = false;
+};
+struct CodebookHotInRegisters {  // SC with the 32 hottest entries of the warp's book in registers
+  static constexpr bool kShared = true, kHot = true;
 };
 
 struct vq_mma_params {
@@ -217,6 +225,7 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
                 "the E8P decoder: vector size 8, fp16 entries, books left in global memory (only entry 0 is read)");
   static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<E, vq_f16>::value,
                 "fp16 tensor-core operands only with fp16 entries");
+  static_assert(!Placement::kHot || (kByteCodes && (kVS == 2 || kVS == 4)), "the register tier: 8-bit codes, vs 2 or 4");
 
   extern __shared__ __align__(16) uint8_t smem[];
   uint16_t *books_s = reinterpret_cast<uint16_t *>(smem);
@@ -364,6 +373,32 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
         };
         auto entry = [&](int h, int v) { return reinterpret_cast<const uint16_t *>(book(h, v) + index(h, v)); };
         auto live = [&](int v) { return !kCareful || j0 + v < p.vectors; };
+        // The register tier (not in the careful variant): entry `lane` of the warp's book (every row
+        // and lane of the warp use the same one); a lookup shuffles from lane idx % 32 and, for
+        // idx >= 32, loads from shared memory instead.
+        constexpr bool kHot = Placement::kHot && !kCareful;
+        [[maybe_unused]] entry_t hot{};
+        if constexpr (kHot) hot = *(bq[0] + lane);
+        auto lookup = [&](int h, int v) -> entry_t {
+          if constexpr (kHot) {
+            const uint32_t i = index(h, v);
+            entry_t e;
+            if constexpr (kVS == 4) {
+              e.x = __shfl_sync(0xffffffffu, hot.x, static_cast<int>(i & 31u));
+              e.y = __shfl_sync(0xffffffffu, hot.y, static_cast<int>(i & 31u));
+            } else {
+              e = __shfl_sync(0xffffffffu, hot, static_cast<int>(i & 31u));
+            }
+            if (i >= 32u) e = *(bq[h] + i);
+            return e;
+          } else if constexpr (kVS == 4) {
+            return ld64<kGlobal>(entry(h, v));
+          } else if constexpr (kVS == 2) {
+            return ld32<kGlobal>(entry(h, v));
+          } else {
+            return entry_t{};  // (vs 8 loads its entries itself)
+          }
+        };
         [[maybe_unused]] uint4 e8[2];
 #pragma unroll
         for (int s = 0; s < 4; s++) {
@@ -371,7 +406,7 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
 #pragma unroll
           for (int h = 0; h < 2; h++) {
             if constexpr (kVS == 4) {
-              const uint2 e = live(s) ? ld64<kGlobal>(entry(h, s)) : make_uint2(0u, 0u);
+              const uint2 e = live(s) ? lookup(h, s) : make_uint2(0u, 0u);
               w01[h] = e.x, w23[h] = e.y;
             } else if constexpr (kE8P) {  // one lattice point decoded: steps s and s + 1
               if (s % 2 == 0)
@@ -385,8 +420,8 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
               w01[h] = s % 2 ? e8[h].z : e8[h].x;
               w23[h] = s % 2 ? e8[h].w : e8[h].y;
             } else {  // two 4-byte entries per step
-              w01[h] = live(2 * s) ? ld32<kGlobal>(entry(h, 2 * s)) : 0u;
-              w23[h] = live(2 * s + 1) ? ld32<kGlobal>(entry(h, 2 * s + 1)) : 0u;
+              w01[h] = live(2 * s) ? lookup(h, 2 * s) : 0u;
+              w23[h] = live(2 * s + 1) ? lookup(h, 2 * s + 1) : 0u;
             }
           }
           mma_step(direct, u0 + s, w01, w23, part);
@@ -520,10 +555,12 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
 
 #include "cuda/common.cuh"
 
-// The launchers (vq_gemv_{global,shared}.cu: x tiles of 8 and 16 rows; vq_gemm_{global,shared}.cu:
-// 32 rows), each placement and x tile in its own translation unit.
+// The launchers (vq_gemv_{global,shared,registers}.cu: x tiles of 8 and 16 rows;
+// vq_gemm_{global,shared}.cu: 32 rows), each placement and x tile in its own translation unit.
 qf_status qf_cuda_vq_gemv_run_global(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg, bool bf16_entries);
 qf_status qf_cuda_vq_gemv_run_shared(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg, bool bf16_entries);
+qf_status qf_cuda_vq_gemv_run_registers(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg,
+                                        bool bf16_entries);
 qf_status qf_cuda_vq_gemm_mma_run_global(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg,
                                          bool bf16_entries);
 qf_status qf_cuda_vq_gemm_mma_run_shared(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_config &cfg,
@@ -613,14 +650,18 @@ inline int decoder_slot(int vs, int bits, int lattice) {
 
 template <int kMT, class Placement, typename E, typename T>
 kernel_t pick_decoder(int slot) {
-  if constexpr (std::is_same<E, vq_f16>::value && !Placement::kShared)
-    if (slot == kE8pSlot) return vq_mma_kernel<kMT, 8, 16, E, T, Placement>;
-  int i = 0;
+  if constexpr (Placement::kHot) {  // (8-bit codes, vs 2 and 4 only)
+    return slot == 0 ? vq_mma_kernel<kMT, 2, 8, E, T, Placement> : slot == 1 ? vq_mma_kernel<kMT, 4, 8, E, T, Placement> : nullptr;
+  } else {
+    if constexpr (std::is_same<E, vq_f16>::value && !Placement::kShared)
+      if (slot == kE8pSlot) return vq_mma_kernel<kMT, 8, 16, E, T, Placement>;
+    int i = 0;
 #define QF_VQ_MMA_DECODER_CASE(VS, CODES) \
   if (slot == i++) return vq_mma_kernel<kMT, VS, CODES, E, T, Placement>;
-  QF_VQ_MMA_DECODERS(QF_VQ_MMA_DECODER_CASE)
+    QF_VQ_MMA_DECODERS(QF_VQ_MMA_DECODER_CASE)
 #undef QF_VQ_MMA_DECODER_CASE
-  return nullptr;
+    return nullptr;
+  }
 }
 
 }  // namespace vq_mma_detail
@@ -638,7 +679,9 @@ qf_status vq_mma_launch(qf_ctx *ctx, const vq_mma_params &p, const qf_vq_mma_con
                           : types == 1 ? pick_decoder<kMT, Placement, vq_f16, __nv_bfloat16>(dec)
                                        : pick_decoder<kMT, Placement, vq_f16, __half>(dec);
   if (!kernel)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the E8P lattice is decoded with the books left in global memory", op);
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: no kernel for this decoder and placement (the E8P lattice leaves the books in global memory; "
+                   "the register tier takes 8-bit codes with vector size 2 or 4)", op);
 
   // Raised to the device's limit: the heuristic has sized the block's shared memory within it.
   static std::atomic<uint64_t> opted_in[kTypes * kDecoders];

@@ -39,7 +39,9 @@ extern "C" {
  * VQ-GeMM also TILED, the kernel of vq_gemm_tiled.cu (each k-step's books staged in shared memory
  * and W decoded there once per block tile, then mma.sync against x tiles); for VQ-GeMV at M = 1 also
  * LUT, the kernel of vq_gemv_lut.cu (tables of entry . x products in shared memory, one lookup per
- * vector of a row; one book per residual). */
+ * vector of a row; one book per residual); for VQ-GeMV also REGISTERS, CodebookHotInRegisters:
+ * IN_SHARED with the codebook cache's register tier (the 32 hottest entries of a warp's book in
+ * registers, read by shuffle; qf_vq_hot_ok says where it applies). */
 typedef enum {
   QF_VQ_BOOKS_AUTO = 0,
   QF_VQ_BOOKS_IN_GLOBAL = 1,
@@ -47,6 +49,7 @@ typedef enum {
   QF_VQ_BOOKS_BANKED = 3,
   QF_VQ_BOOKS_TILED = 4,
   QF_VQ_BOOKS_LUT = 5,
+  QF_VQ_BOOKS_REGISTERS = 6,
 } qf_vq_books_placement;
 
 #define QF_VQ_GEMV_MAX_M 16
@@ -74,7 +77,7 @@ typedef struct {
 typedef struct {
   int m_tiles8;        /* 1, 2 or 4: n8 tiles of x per block tile (the kernel's compile-time shape) */
   int tile_n, tile_m;  /* rows of W (16 x 8 / warps_k) and of x per block tile */
-  int placement;       /* QF_VQ_BOOKS_IN_GLOBAL or QF_VQ_BOOKS_IN_SHARED */
+  int placement;       /* QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED or QF_VQ_BOOKS_REGISTERS */
   int mma_bf16;        /* 0: fp16 tensor-core operands, 1: bf16 */
   int x_parts;         /* 16-bit parts of x: 1, 2 or 3 */
   int entry_parts;     /* 16-bit parts of an entry: 1 or 2 */
@@ -90,15 +93,24 @@ typedef struct {
 } qf_vq_mma_config;
 typedef qf_vq_mma_config qf_vq_gemv_config;
 
+/* Whether the register tier (QF_VQ_BOOKS_REGISTERS) applies: 8-bit indices and vector size 2
+ * or 4 (the decoders it has), 32 entries or more, and one book for a warp's 16 rows (scope_rows 0
+ * or a multiple of 16) and a chunk's 256 columns (scope_cols 0 or a multiple of 256), so that
+ * every lane of a warp looks up the same book. */
+static inline int qf_vq_hot_ok(const qf_vq_mma_problem *pb) {
+  return !pb->lattice && pb->index_bits == 8 && (pb->vector_size == 2 || pb->vector_size == 4) && pb->entries >= 32 &&
+         pb->scope_rows % QF_VQ_MMA_TILE_N == 0 && pb->scope_cols % QF_VQ_MMA_CHUNK == 0;
+}
+
 /* A tile height (rows of W per block) the kernel has: 16 x 8 / warps_k. */
 static inline int qf_vq_mma_tile_ok(int bn) { return bn == 16 || bn == 32 || bn == 64 || bn == 128; }
 
 /* Fills *cfg for the problem on a device of sm_count SMs and smem_optin bytes of shared memory
  * per block, for an x tile of m_tiles8 n8 tiles (1, 2 or 4). placement QF_VQ_BOOKS_AUTO lets the
  * heuristic choose; bn 16, 32, 64 or 128 forces the tile height (0: the heuristic's). Returns 0
- * when what is forced cannot be used (a bn the kernel lacks; shared placement with books that do
- * not fit next to the partial sums, or a scope_rows that the tile height does not divide), 1
- * otherwise. */
+ * when what is forced cannot be used (a bn the kernel lacks; shared or register placement with
+ * books that do not fit next to the partial sums, or a scope_rows that the tile height does not
+ * divide; the register tier where qf_vq_hot_ok says no, or for x tiles of 32 rows), 1 otherwise. */
 static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size_t smem_optin, int placement,
                                  int m_tiles8, int bn, qf_vq_mma_config *cfg) {
   const int64_t sms = sm_count > 0 ? sm_count : 1;
@@ -123,9 +135,10 @@ static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size
     placement = books_fit && books + table + red <= smem_optin / 2 && uses >= 1.0 && (!bn || !pb->scope_rows ||
                 pb->scope_rows % bn == 0) ? QF_VQ_BOOKS_IN_SHARED : QF_VQ_BOOKS_IN_GLOBAL;
   }
-  if (placement == QF_VQ_BOOKS_IN_SHARED && !books_fit) return 0;
-  if (placement != QF_VQ_BOOKS_IN_SHARED) placement = QF_VQ_BOOKS_IN_GLOBAL;
-  const int shared = placement == QF_VQ_BOOKS_IN_SHARED;
+  if (placement == QF_VQ_BOOKS_REGISTERS && (!qf_vq_hot_ok(pb) || m_tiles8 > 2)) return 0;
+  if ((placement == QF_VQ_BOOKS_IN_SHARED || placement == QF_VQ_BOOKS_REGISTERS) && !books_fit) return 0;
+  if (placement != QF_VQ_BOOKS_IN_SHARED && placement != QF_VQ_BOOKS_REGISTERS) placement = QF_VQ_BOOKS_IN_GLOBAL;
+  const int shared = placement != QF_VQ_BOOKS_IN_GLOBAL;
 
   /* Tile height: the tallest (the most row groups sharing each x fragment) that still gives
    * nearly two blocks per SM, else 16; in shared placement one that divides scope_rows. */

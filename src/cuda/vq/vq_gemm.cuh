@@ -651,7 +651,9 @@ inline int decoder_slot(int vs, int bits, int lattice) {
 template <int kMT, class Placement, typename E, typename T>
 kernel_t pick_decoder(int slot) {
   if constexpr (Placement::kHot) {  // (8-bit codes, vs 2 and 4 only)
-    return slot == 0 ? vq_mma_kernel<kMT, 2, 8, E, T, Placement> : slot == 1 ? vq_mma_kernel<kMT, 4, 8, E, T, Placement> : nullptr;
+    return slot == 0   ? vq_mma_kernel<kMT, 2, 8, E, T, Placement>
+           : slot == 1 ? vq_mma_kernel<kMT, 4, 8, E, T, Placement>
+                       : nullptr;
   } else {
     if constexpr (std::is_same<E, vq_f16>::value && !Placement::kShared)
       if (slot == kE8pSlot) return vq_mma_kernel<kMT, 8, 16, E, T, Placement>;

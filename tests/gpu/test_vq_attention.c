@@ -23,8 +23,9 @@
  *  - Refusals leave o and lse untouched: vector_size 3, head_dim 512, codebooks that change along
  *    the tokens (QF_ERR_UNSUPPORTED), a misaligned fp16 q (QF_ERR_ALIGNMENT).
  *  - QF_VQ_BOOKS (the public call's placement switch): global and shared give the bytes of the
- *    forced calls (same score technique), shared where the books do not fit and an unknown value
- *    are refused. The test clears the variable for everything else.
+ *    forced calls (same score technique), shared where the books do not fit, the VQ-GeMV's
+ *    register tier and an unknown value are refused. The test clears the variable for everything
+ *    else.
  *  - Forced choices that cannot be used (shared books or score tables that do not fit) are refused
  *    with a message about shared memory and write nothing; the LUT runs with 1, 4 and 8 query
  *    heads per block (CQ-4 at D = 128 holds one head's tables only), blocks whose units cross batch
@@ -537,14 +538,23 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
     CHECK(!memcmp(k.o_first, k.o_got, k.o_bytes) && !memcmp(k.lse_first, k.lse_got, k.lse_bytes),
           "%s: differs from the forced call", desc);
   }
-  setenv("QF_VQ_BOOKS", "registers", 1);
-  poison_device(&k);
-  st = api_call(gpu, &k, 1);
-  unsetenv("QF_VQ_BOOKS");
-  CHECK(st == QF_ERR_VALUE && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL, "QF_VQ_BOOKS=registers: %s (%s)",
-        qf_status_str(st), qf_ctx_last_error(gpu));
-  CUDA_OK(cudaDeviceSynchronize());
-  CHECK(dev_holds(k.d_o, k.o_bytes, OUT_POISON) && dev_holds(k.d_lse, k.lse_bytes, OUT_POISON), "QF_VQ_BOOKS=registers: o or lse written");
+  /* an unknown placement (QF_ERR_VALUE), and the VQ-GeMV's register tier (QF_ERR_UNSUPPORTED,
+   * the variable named); o and lse untouched */
+  const struct {
+    const char *value;
+    qf_status want;
+  } refused[] = {{"nowhere", QF_ERR_VALUE}, {"registers", QF_ERR_UNSUPPORTED}};
+  for (int i = 0; i < 2; i++) {
+    setenv("QF_VQ_BOOKS", refused[i].value, 1);
+    poison_device(&k);
+    st = api_call(gpu, &k, 1);
+    unsetenv("QF_VQ_BOOKS");
+    CHECK(st == refused[i].want && strstr(qf_ctx_last_error(gpu), "QF_VQ_BOOKS") != NULL, "QF_VQ_BOOKS=%s: %s (%s)",
+          refused[i].value, qf_status_str(st), qf_ctx_last_error(gpu));
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(dev_holds(k.d_o, k.o_bytes, OUT_POISON) && dev_holds(k.d_lse, k.lse_bytes, OUT_POISON),
+          "QF_VQ_BOOKS=%s: o or lse written", refused[i].value);
+  }
   call_free(&k);
   free_cache(&c);
 

@@ -20,7 +20,9 @@
  *    register tier (the 32 hottest entries of a warp's book in registers, read by shuffle; M <= 16,
  *    8-bit indices with vs 2 or 4: GPTVQ-2; the codes are uniform here, so 32 of 256 entries take
  *    an eighth of the lookups); "<fmt>,fp16,banked": the banked VQ-GeMV (bank-private
- *    book copies, codebook-centric split-K; M <= 16, 8-bit formats); "<fmt>,fp16,tiled": the tiled
+ *    book copies, codebook-centric split-K; M <= 16, 8-bit formats; QuIP#-4: the E8P GeMV);
+ *    "<fmt>,fp16,banked-1split": the same with its split-K forced to one range (the codebook cache
+ *    without the dataflow's split, for the ablation); "<fmt>,fp16,tiled": the tiled
  *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16); "<fmt>,fp16,lut": the table
  *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1, AQLM-3); "<fmt>,fp16,lut-packed": the
  *    public call on the codes packed for it (qf_vq_pack_gemv, done once, untimed). A placement the kernel cannot
@@ -155,7 +157,8 @@ static void vqb_weight_free(vqb_weight *w) {
   memset(w, 0, sizeof *w);
 }
 
-/* One qf_vq_gemm call: the public one (placement < 0) or a forced placement. */
+/* One qf_vq_gemm call: the public one (placement < 0) or a forced placement; the banked one with
+ * its split-K forced to `splits` (> 0) too. */
 typedef struct {
   qf_ctx *ctx;
   vqb_weight *w;
@@ -163,13 +166,15 @@ typedef struct {
   int64_t xshape[2], yshape[2];
   qf_mat xm, ym;
   qf_vq_tensors t;
-  int placement;
+  int placement, splits;
 } vqb_call;
 
 static int vqb_run(void *arg) {
   vqb_call *c = arg;
   qf_status st;
-  if (c->placement < 0)
+  if (c->splits > 0)
+    st = qf_cuda_vq_gemv_banked_with(c->ctx, &c->xm, &c->t, &c->ym, c->splits, NULL);
+  else if (c->placement < 0)
     st = qf_vq_gemm(c->ctx, &c->x, &c->codes, &c->books, c->w->f.row_scale ? &c->scales : NULL, &c->w->f, &c->y);
   else if (c->xm.rows <= QF_VQ_GEMV_MAX_M)
     st = qf_cuda_vq_gemm_with(c->ctx, &c->xm, &c->t, &c->ym, c->placement, NULL);
@@ -299,6 +304,12 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
       }
       c.placement = variants[v];
       rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
+      if (variants[v] == QF_VQ_BOOKS_BANKED) {  /* the codebook cache without the dataflow's split-K */
+        snprintf(variant, sizeof variant, "%s,fp16,banked-1split", w->name);
+        c.splits = 1;
+        rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
+        c.splits = 0;
+      }
     }
     if (M == 1 && qf_cuda_vq_lut_refusal(&c.xm, &c.t) == NULL) {  /* the table GeMV on packed codes */
       int64_t pshape[4];

@@ -251,6 +251,12 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = sm90_gemm_consumers(kBlockM);
   constexpr int kSub = kBlockM / 64 / kConsumers;  // 64-row sub-tiles per consumer warpgroup
+  // setmaxnreg: the producer warpgroup keeps kProducerRegs, the consumers share the rest of the
+  // SM's 64 K registers (multiples of 8). 256-row tiles: 24 / 240, block-scaled M = 4096 0.7-1.7%
+  // and M = 512 up to 2% faster than at 40 / 232 (H200, two calls, each run twice); the other
+  // tiles keep 40 / 232 (their producer code spills at 24).
+  constexpr int kProducerRegs = kSub > 1 ? 24 : 40;
+  constexpr int kConsumerRegs = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
   static_assert(kSub == 1 || (sm90_gemm_tall(R) && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
@@ -310,8 +316,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (wg == kConsumers) {
     // ---- producer: one warp keeps the ring full ----
-    // (256-row tiles: 24, so that their consumers get 240; the other tiles' producer code spills at 24)
-    if constexpr (kConsumers > 1) setmaxnreg_dec<(kSub > 1 ? 24 : 40)>();
+    if constexpr (kConsumers > 1) setmaxnreg_dec<kProducerRegs>();
     const int lane = threadIdx.x % 32;
     if (threadIdx.x / 32 == kConsumers * 4 && p.num_kb > 0) {
       if (lane == 0) {
@@ -384,9 +389,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     }
   } else {
     // ---- consumers: wgmma per K-block, FP32 promotion (or int32 accumulation), epilogue ----
-    // 256-row tiles: 240 (128 x 24 + 256 x 240 registers fill the SM's 64 K): block-scaled M = 4096
-    // 0.7-1.7% and M = 512 up to 2% faster than at 232 (H200, two calls, each run twice)
-    if constexpr (kConsumers > 1) setmaxnreg_inc<(kSub > 1 ? 240 : 232)>();
+    if constexpr (kConsumers > 1) setmaxnreg_inc<kConsumerRegs>();
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     // and tile_row + 8 (wgmma D layout); sub-tile j: + 64 j
     const int tile_row = wg * 64 * kSub + warp * 16 + lane / 4;

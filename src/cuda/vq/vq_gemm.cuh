@@ -592,6 +592,28 @@ qf_status vq_blocks_per_sm(qf_ctx *ctx, const char *op, const char *name, Kernel
   return QF_OK;
 }
 
+// The launch shape the banked and E8P GeMVs report (their `used`): x tiles of 8 mt rows, row
+// tiles of `rows` rows of W (tiles_n of them, each split into `splits` K ranges over blocks), the
+// banked placement, one 16-bit part of x and of each entry, x loaded straight into B fragments.
+inline qf_vq_mma_config vq_gemv_shape(int mt, int rows, int warps, int64_t tiles_n, int splits, size_t smem) {
+  qf_vq_mma_config c = {};
+  c.m_tiles8 = mt;
+  c.tile_n = rows;
+  c.tile_m = 8 * mt;
+  c.placement = QF_VQ_BOOKS_BANKED;
+  c.x_parts = 1;
+  c.entry_parts = 1;
+  c.warps = warps;
+  c.warps_k = 1;
+  c.x_direct = 1;
+  c.tiles_n = tiles_n;
+  c.tiles_m = 1;
+  c.tiles = tiles_n * splits;
+  c.splits = splits;
+  c.smem_bytes = smem;
+  return c;
+}
+
 // A split-K (K ranges per tile) the launchers can run: at most one range per unit of K (`units`
 // of them, named `unit`), the tiles within the workspace's counters once split, and tiles x
 // splits within the grid. QF_ERR_UNSUPPORTED / QF_ERR_SHAPE with the numbers otherwise.

@@ -419,23 +419,9 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
     if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   if (used) {
-    *used = qf_vq_mma_config{};
-    used->m_tiles8 = mt;
-    used->tile_n = kRows;
-    used->tile_m = 8 * mt;
-    used->placement = QF_VQ_BOOKS_BANKED;
+    *used = vq_gemv_shape(mt, kRows, kWarps, tiles_n, splits, smem);
     used->mma_bf16 = bf16;
-    used->x_parts = 1;
-    used->entry_parts = 1;
-    used->warps = kWarps;
-    used->warps_k = 1;
-    used->x_direct = 1;
-    used->tiles_n = tiles_n;
-    used->tiles_m = 1;
-    used->tiles = static_cast<int64_t>(tiles_n) * splits;
-    used->splits = splits;
     used->books_bytes = smem;
-    used->smem_bytes = smem;
   }
   kernel<<<static_cast<unsigned>(tiles_n * splits), kThreads, smem, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);

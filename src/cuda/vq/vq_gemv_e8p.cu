@@ -327,23 +327,7 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
     if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   const int64_t grid = p.units < sms * per_sm ? p.units : sms * per_sm;
-  if (used) {
-    *used = qf_vq_mma_config{};
-    used->m_tiles8 = mt;
-    used->tile_n = kRows;
-    used->tile_m = 8 * mt;
-    used->placement = QF_VQ_BOOKS_BANKED;
-    used->x_parts = 1;
-    used->entry_parts = 1;
-    used->warps = kWarps;
-    used->warps_k = 1;
-    used->x_direct = 1;
-    used->tiles_n = tiles;
-    used->tiles_m = 1;
-    used->tiles = p.units;
-    used->splits = splits;
-    used->smem_bytes = smem;
-  }
+  if (used) *used = vq_gemv_shape(mt, kRows, kWarps, tiles, splits, smem);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }

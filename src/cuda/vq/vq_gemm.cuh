@@ -650,6 +650,23 @@ void vq_weight_call_params(Params &p, const qf_mat *x, const qf_vq_tensors *w, c
   p.y_dtype = y->dtype;
 }
 
+// The shape and codebook-scope fields the chunked GeMVs share (vq_banked_params, vq_e8p_params):
+// M, N, chunks of 256 columns, code-row words, chunks per book along K and its shift, books per
+// row, scope_rows; with the call's tensors.
+template <class Params>
+void vq_chunked_call_params(Params &p, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int chunks) {
+  vq_weight_call_params(p, x, w, y);
+  const qf_vq_format &f = w->fmt;
+  p.M = static_cast<int>(x->rows);
+  p.N = static_cast<int>(w->N);
+  p.chunks = chunks;
+  p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
+  p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
+  p.book_shift = vq_book_shift(p.chunks_per_book, f.scope_cols == 0);
+  p.books_per_row = static_cast<int>(w->sz.books_per_row);
+  p.scope_rows = f.scope_rows;
+}
+
 namespace vq_mma_detail {
 
 using kernel_t = void (*)(vq_mma_params);

@@ -401,17 +401,9 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "chunks", tiles_n); st != QF_OK) return st;
 
   vq_banked_params p = {};
-  vq_weight_call_params(p, x, w, y);
-  p.M = static_cast<int>(M);
-  p.N = static_cast<int>(N);
-  p.chunks = chunks;
+  vq_chunked_call_params(p, x, w, y, chunks);
   p.residuals = f.residuals;
   p.entries = static_cast<int>(w->sz.entries);
-  p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
-  p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
-  p.book_shift = vq_book_shift(p.chunks_per_book, f.scope_cols == 0);
-  p.books_per_row = static_cast<int>(w->sz.books_per_row);
-  p.scope_rows = f.scope_rows;
   p.tiles_n = tiles_n;
   p.splits = splits;
   if (splits > 1) {

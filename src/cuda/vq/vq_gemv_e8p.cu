@@ -311,15 +311,7 @@ extern "C" qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, cons
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "chunks", tiles); st != QF_OK) return st;
 
   vq_e8p_params p = {};
-  vq_weight_call_params(p, x, w, y);
-  p.M = static_cast<int>(M);
-  p.N = static_cast<int>(N);
-  p.chunks = chunks;
-  p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
-  p.chunks_per_book = f.scope_cols ? f.scope_cols / QF_VQ_MMA_CHUNK : chunks;
-  p.book_shift = vq_book_shift(p.chunks_per_book, f.scope_cols == 0);
-  p.books_per_row = static_cast<int>(w->sz.books_per_row);
-  p.scope_rows = f.scope_rows;
+  vq_chunked_call_params(p, x, w, y, chunks);
   p.splits = splits;
   p.units = tiles * splits;
   if (splits > 1) {

@@ -18,10 +18,10 @@ struct Problem {
   int64_t M, N, K;
 };
 
-template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT>
+template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
+          int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT)))>
 qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
   const char *kOp = pr.op;
-  constexpr int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT)));
   constexpr size_t kSmem =
       sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), sm90_gemm_epilogue_factors(R)>::kBytes;
   if (kSmem > ctx->smem_optin)
@@ -90,6 +90,11 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
 
 template <Sm90Recipe R, typename OutT>
 qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p, const sm90_gemm_config &cfg) {
+  // The deeper ring of 128 x 128 tiles (sm90_gemm_heuristic.h: scaled FP8), with a one-box staging tile.
+  if constexpr (R == Sm90Recipe::kScaledFp8) {
+    if (cfg.block_m == 128 && cfg.block_n == 128 && cfg.stages == kSm90DeepStages128)
+      return launch<R, 128, 128, OutT, kSm90DeepStages128>(ctx, pr, p, cfg);
+  }
 #define QF_SM90_GEMM_CASE(BM, BN) \
   if (cfg.block_m == BM && cfg.block_n == BN) return launch<R, BM, BN, OutT>(ctx, pr, p, cfg);
   QF_SM90_GEMM_TILES(QF_SM90_GEMM_CASE)

@@ -96,6 +96,9 @@
 //   BLOCK_N fragment into a staging tile in shared memory, in the 128-byte swizzled layout (a
 //   warp's 32 stores hit 32 different banks), and one thread stores it with TMA; the warpgroup goes
 //   on with the next tile at once and waits for the copy only before it reuses the staging tile.
+//   A ring deeper than fits next to the whole staging tile (the launcher's choice for scaled FP8
+//   128 x 128 tiles up to 128 rows: 6 stages, not 5) stages one 64-column box per warpgroup at a
+//   time, each box waiting for the previous one's copy to have read it.
 //   Otherwise (fp32 D, C, pitches TMA cannot take) the fragment is stored directly, masked.
 #pragma once
 
@@ -188,11 +191,19 @@ __host__ __device__ constexpr bool sm90_gemm_epilogue_factors(Sm90Recipe r) { re
 // two, each running its 128 rows as two 64-row sub-tiles.
 __host__ __device__ constexpr int sm90_gemm_consumers(int block_m) { return block_m > 128 ? 2 : block_m / 64; }
 
+// The staging tile's columns: the tile's, or one 64-column box (stored box after box) where the
+// whole staging tile does not fit next to kStages stages (a deeper ring chosen by the launcher).
+__host__ __device__ constexpr int sm90_gemm_staging_cols(int block_m, int block_n, int stages) {
+  return stages * (block_m + block_n) * 128 + block_m * block_n * 2 + stages * block_m * 4 + 2048 > 227 * 1024 ? 64
+                                                                                                             : block_n;
+}
+
 template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors>
 struct sm90_gemm_smem {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
+  static constexpr int kStagingCols = sm90_gemm_staging_cols(kBlockM, kBlockN, kStages);
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
-  static constexpr uint32_t kScalesA = kStaging + (sm90_gemm_staged(kBlockN, kOutBytes) ? kBlockM * kBlockN * 2 : 0);
+  static constexpr uint32_t kScalesA = kStaging + (sm90_gemm_staged(kBlockN, kOutBytes) ? kBlockM * kStagingCols * 2 : 0);
   static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
   static constexpr uint32_t kFactors = kScalesA + kStages * kBlockM * 4;
   static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
@@ -760,38 +771,44 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       if constexpr (kStaged) {
         if (p.tma_store) {
           // Each of this warpgroup's 64-row sub-tiles (one, or two on 256-row tiles) has its own
-          // part of the staging tile: kBlockN / 64 boxes of 64 rows x 128 bytes, 16-byte chunk c
-          // of row r at chunk c ^ (r % 8) (the 128-byte swizzle).
-          auto staging = [&](int sub) { return base + Smem::kStaging + (wg * kSub + sub) * 64 * kBlockN * 2; };
+          // part of the staging tile: kCols / 64 boxes of 64 rows x 128 bytes, 16-byte chunk c of
+          // row r at chunk c ^ (r % 8) (the 128-byte swizzle). A part narrower than the tile
+          // (kCols 64, a deeper ring) takes the tile's boxes one after the other.
+          constexpr int kCols = Smem::kStagingCols;
+          auto staging = [&](int sub) { return base + Smem::kStaging + (wg * kSub + sub) * 64 * kCols * 2; };
           const bool leader = threadIdx.x % 128 == 0;
-          if (leader) cp_async_bulk_wait_group_read<0>();  // the previous tile's copies have read the staging tile
-          named_barrier_sync(2 + wg, 128);
 #pragma unroll
-          for (int sub = 0; sub < kSub; sub++) {
-            uint8_t *stage_ptr = smem_raw + (staging(sub) - smem_u32);
-            const float *t = total + sub * (kBlockN / 2);
-#pragma unroll
-            for (int j = 0; j < kBlockN / 8; j++)
-#pragma unroll
-              for (int h = 0; h < 2; h++) {
-                const int r = warp * 16 + lane / 4 + 8 * h;
-                const uint32_t off = (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
-                *reinterpret_cast<uint32_t *>(stage_ptr + off) = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
-              }
-          }
-          fence_proxy_async_shared_cta();
-          named_barrier_sync(2 + wg, 128);
-          if (leader) {
+          for (int b0 = 0; b0 < kBlockN / 64; b0 += kCols / 64) {
+            if (leader) cp_async_bulk_wait_group_read<0>();  // the previous copies have read the staging tile
+            named_barrier_sync(2 + wg, 128);
 #pragma unroll
             for (int sub = 0; sub < kSub; sub++) {
-              const uint32_t stage = staging(sub);
-              const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
-              if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
+              uint8_t *stage_ptr = smem_raw + (staging(sub) - smem_u32);
+              const float *t = total + sub * (kBlockN / 2);
 #pragma unroll
-                for (int b = 0; b < kBlockN / 64; b++) cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + b * 8192, n0 + 64 * b, row0);
-              }
+              for (int j = 8 * b0; j < 8 * b0 + kCols / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                  const int r = warp * 16 + lane / 4 + 8 * h;
+                  const uint32_t off = (j / 8 - b0) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
+                  *reinterpret_cast<uint32_t *>(stage_ptr + off) = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
+                }
             }
-            cp_async_bulk_commit_group();
+            fence_proxy_async_shared_cta();
+            named_barrier_sync(2 + wg, 128);
+            if (leader) {
+#pragma unroll
+              for (int sub = 0; sub < kSub; sub++) {
+                const uint32_t stage = staging(sub);
+                const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
+                if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
+#pragma unroll
+                  for (int b = b0; b < b0 + kCols / 64; b++)
+                    cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, n0 + 64 * b, row0);
+                }
+              }
+              cp_async_bulk_commit_group();
+            }
           }
           continue;
         }

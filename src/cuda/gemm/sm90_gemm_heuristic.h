@@ -31,8 +31,17 @@ constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   return fit < 4 ? 4 : fit < 12 ? fit : 12;
 }
 
+// The scaled FP8 recipe's 128 x 128 tiles up to 128 rows (a weight stream) run this many stages
+// instead: one more than fits next to the whole staging tile, which then holds one 64-column box
+// per warpgroup. H200, two calls of two alternating runs (bench/results/h200-dev-gemm-m128-deep-
+// ring-ab.jsonl): (128, 28672, 4096) 37.0 -> 35.9 and 35.7 -> 33.9 us (0.92x -> 0.97x cuBLASLt),
+// (128, 8192, 28672) 69.8 -> 67.3 and 67.7 -> 66.8, the other M = 128 rows within 1%. The
+// block-scaled recipe lost 3-4% on (7168, 16384) and (32768, 512) that way.
+constexpr int kSm90DeepStages128 = 6;
+
 struct sm90_gemm_config {
   int block_m, block_n;
+  int stages;        // 0: the tile's sm90_gemm_stages; else kSm90DeepStages128 (128 x 128 only)
   int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
   int splits;        // K-block ranges per split tile (split-K); 1: none
   int64_t whole_tiles;  // the tiles (first in walk order) that run whole: all of them unless split
@@ -71,7 +80,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     if (tiles <= sms || tail == 0 || tail * tail_den > sms || num_kb < 8) return 0;
     return sms / tail < most ? sms / tail : most;
   };
-  sm90_gemm_config best = {128, 128, 8, 1, 0};
+  sm90_gemm_config best = {128, 128, 0, 8, 1, 0};
   double best_cost = -1.0;
   // A tie goes to the larger tile; on the FP8 recipes at 65-128 rows, between equal areas, to the
   // one tile row (128 x 64, B read once) over two (64 x 128): at M = 128 FP8 (6144, 4096) 16.9 ->
@@ -150,6 +159,8 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 3.5% faster ((1, 24576, 1536) 12.8 -> 12.35 us, (64, ...) 13.4 -> 12.95; H200, run twice).
   if (wide && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
     best.block_m = 128, best.block_n = 192;
+  if (recipe == Sm90Recipe::kScaledFp8 && M <= 128 && best.block_m == 128 && best.block_n == 128)
+    best.stages = kSm90DeepStages128;
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m > 128) return best;  // (never split)

@@ -92,6 +92,8 @@
 //   paid 5-11% when the mainloop drained the tensor pipe every K-block; with two accumulator
 //   sets the pair's lockstep costs more than the traffic saves: every block-scaled M = 4096 shape
 //   ran 4-10% faster without them (H200, A/B run twice), and the multicast path was removed.
+//   At decode, pairs of neighbouring tiles sharing A by multicast (cuBLASLt's structure for
+//   (128, 32768, 512)) ran every block-scaled row that took them 7-23% slower (docs/GEMM.md).
 // - Epilogue of 16-bit D without C (the common case): each consumer warpgroup writes its 64 x
 //   BLOCK_N fragment into a staging tile in shared memory, in the 128-byte swizzled layout (a
 //   warp's 32 stores hit 32 different banks), and one thread stores it with TMA; the warpgroup goes

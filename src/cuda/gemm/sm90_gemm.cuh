@@ -193,17 +193,11 @@ __host__ __device__ constexpr bool sm90_gemm_epilogue_factors(Sm90Recipe r) { re
 // two, each running its 128 rows as two 64-row sub-tiles.
 __host__ __device__ constexpr int sm90_gemm_consumers(int block_m) { return block_m > 128 ? 2 : block_m / 64; }
 
-// The staging tile's columns: the tile's, or one 64-column box (stored box after box) where the
-// whole staging tile does not fit next to kStages stages (a deeper ring chosen by the launcher).
-__host__ __device__ constexpr int sm90_gemm_staging_cols(int block_m, int block_n, int stages) {
-  return stages * (block_m + block_n) * 128 + block_m * block_n * 2 + stages * block_m * 4 + 2048 > 227 * 1024 ? 64
-                                                                                                             : block_n;
-}
-
-template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors>
-struct sm90_gemm_smem {
+// The layout with a staging tile of kStagingCols columns per 64-row part.
+template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors, int kStagingColsAt>
+struct sm90_gemm_smem_at {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
-  static constexpr int kStagingCols = sm90_gemm_staging_cols(kBlockM, kBlockN, kStages);
+  static constexpr int kStagingCols = kStagingColsAt;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
   static constexpr uint32_t kScalesA = kStaging + (sm90_gemm_staged(kBlockN, kOutBytes) ? kBlockM * kStagingCols * 2 : 0);
   static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
@@ -212,6 +206,14 @@ struct sm90_gemm_smem {
   // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
   static constexpr size_t kBytes = kBarriers + (2 * kStages + (kHasFactors ? 4 : 0)) * sizeof(uint64_t) + 1024;
 };
+// The staging tile holds the whole tile, or one 64-column box per part (stored box after box)
+// where the whole one does not fit next to kStages stages (a deeper ring chosen by the launcher).
+template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors>
+struct sm90_gemm_smem
+    : sm90_gemm_smem_at<kBlockM, kBlockN, kStages, kOutBytes, kHasFactors,
+                        sm90_gemm_smem_at<kBlockM, kBlockN, kStages, kOutBytes, kHasFactors, kBlockN>::kBytes <= 227 * 1024
+                            ? kBlockN
+                            : 64> {};
 
 // Grouped raster order: down `group` tile rows of one tile column, then the next column, so that
 // the CTAs of a wave share few A and B tiles in L2.

@@ -71,20 +71,21 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                                 w->sz.books_per_row, w->sz.entries, static_cast<int>(x->dtype),
                                 static_cast<int>(f.entry_dtype), f.lattice};
   qf_vq_mma_config cfg;
-  if (placement == QF_VQ_BOOKS_REGISTERS && (!qf_vq_hot_ok(&pb) || m_tiles8 > 2))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
-                   "%s: the register tier takes VQ-GeMV's x tiles (M <= 16) of 8-bit indices with vector size 2 or 4, "
-                   "32 entries or more, row scopes of 0 or multiples of 16 rows and column scopes of 0 or multiples of "
-                   "256 (here M=%lld, %d-bit, vector_size %d, %lld entries, scope %d x %d)",
-                   kOp, static_cast<long long>(M), f.index_bits, f.vector_size, static_cast<long long>(w->sz.entries),
-                   f.scope_rows, f.scope_cols);
-  if (!qf_vq_mma_pick(&pb, ctx->sm_count, ctx->smem_optin, placement, m_tiles8, bn, &cfg))
+  if (!qf_vq_mma_pick(&pb, ctx->sm_count, ctx->smem_optin, placement, m_tiles8, bn, &cfg)) {
+    if (placement == QF_VQ_BOOKS_REGISTERS && !qf_vq_hot_fits(&pb, m_tiles8))
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                     "%s: the register tier takes VQ-GeMV's x tiles (M <= 16) of 8-bit indices with vector size 2 or "
+                     "4, 32 entries or more, row scopes of 0 or multiples of 16 rows and column scopes of 0 or "
+                     "multiples of 256 (here M=%lld, %d-bit, vector_size %d, %lld entries, scope %d x %d)",
+                     kOp, static_cast<long long>(M), f.index_bits, f.vector_size,
+                     static_cast<long long>(w->sz.entries), f.scope_rows, f.scope_cols);
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
                    "%s: codebooks in shared memory are not possible here (%d residuals of %lld books of %lld entries "
                    "of vector_size %d per row scope, scope %d x %d, tile height %d, %zu bytes of shared memory per "
                    "block)",
                    kOp, f.residuals, static_cast<long long>(w->sz.books_per_row), static_cast<long long>(w->sz.entries),
                    f.vector_size, f.scope_rows, f.scope_cols, bn, ctx->smem_optin);
+  }
   if (cfg.tiles > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld output tiles exceed the grid", kOp, static_cast<long long>(cfg.tiles));
 

@@ -102,6 +102,10 @@ static inline int qf_vq_hot_ok(const qf_vq_mma_problem *pb) {
          pb->scope_rows % QF_VQ_MMA_TILE_N == 0 && pb->scope_cols % QF_VQ_MMA_CHUNK == 0;
 }
 
+/* Whether the register tier runs this problem with x tiles of m_tiles8 n8 tiles: where
+ * qf_vq_hot_ok says so, for the VQ-GeMV's x tiles (8 or 16 rows). */
+static inline int qf_vq_hot_fits(const qf_vq_mma_problem *pb, int m_tiles8) { return qf_vq_hot_ok(pb) && m_tiles8 <= 2; }
+
 /* A tile height (rows of W per block) the kernel has: 16 x 8 / warps_k. */
 static inline int qf_vq_mma_tile_ok(int bn) { return bn == 16 || bn == 32 || bn == 64 || bn == 128; }
 
@@ -135,7 +139,7 @@ static inline int qf_vq_mma_pick(const qf_vq_mma_problem *pb, int sm_count, size
     placement = books_fit && books + table + red <= smem_optin / 2 && uses >= 1.0 && (!bn || !pb->scope_rows ||
                 pb->scope_rows % bn == 0) ? QF_VQ_BOOKS_IN_SHARED : QF_VQ_BOOKS_IN_GLOBAL;
   }
-  if (placement == QF_VQ_BOOKS_REGISTERS && (!qf_vq_hot_ok(pb) || m_tiles8 > 2)) return 0;
+  if (placement == QF_VQ_BOOKS_REGISTERS && !qf_vq_hot_fits(pb, m_tiles8)) return 0;
   if ((placement == QF_VQ_BOOKS_IN_SHARED || placement == QF_VQ_BOOKS_REGISTERS) && !books_fit) return 0;
   if (placement != QF_VQ_BOOKS_IN_SHARED && placement != QF_VQ_BOOKS_REGISTERS) placement = QF_VQ_BOOKS_IN_GLOBAL;
   const int shared = placement != QF_VQ_BOOKS_IN_GLOBAL;

@@ -327,6 +327,22 @@ int main(void) {
     one_case(gpu, cpu, &g, &seed);
   }
 
+  /* 256 x 128 tiles with a split last wave, each split unit adding a share of the tile's partials
+   * (on 132 SMs): (4096, 2112, 7168) runs 264 whole tiles and 8 split 16 ways (bf16 D, staged
+   * epilogue for the whole ones); (2000, 2112, 4160) 132 whole and 4 split 16 ways, the last
+   * tile row 208 rows deep and a partial last K-block, with fp32 D and C at odd pitches (scalar
+   * stores), then bf16 D at an odd pitch. */
+  if (!quick) {
+    gemm_case g = {.M = 4096, .N = 2112, .K = 7168, .dt = QF_BF16};
+    g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+    one_case(gpu, cpu, &g, &seed);
+    for (int v = 0; v < 2; v++) {
+      gemm_case h = {.M = 2000, .N = 2112, .K = 4160, .dt = v ? QF_BF16 : QF_F32, .c_mode = !v};
+      h.lda = h.K, h.ldb = h.K, h.ldd = h.N + 3, h.ldc = h.N + 1;
+      one_case(gpu, cpu, &h, &seed);
+    }
+  }
+
   qf_ctx_destroy(gpu);
   qf_ctx_destroy(cpu);
   return check_finish("gpu_gemm_fp8_blockscale");

@@ -19,7 +19,7 @@ struct Problem {
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
-          int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT)))>
+          int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT))), bool kTallSplit = false>
 qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
   const char *kOp = pr.op;
   constexpr size_t kSmem =
@@ -41,9 +41,15 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const bool c_pairs = p.c == nullptr || ((p.c_ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
   p.splits = cfg.splits;
-  if (kBlockM > 128 && p.splits > 1)  // (the heuristic never splits them)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile runs whole tiles only", kOp, kBlockM, kBlockN);
   p.whole_tiles = static_cast<int>(cfg.whole_tiles);
+  const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
+  const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
+  // The units of a split 256-row tile wait for each other, so each must have a CTA of its own
+  // (one CTA per SM: the grid's CTAs are resident together): all split units in the grid's last
+  // round, at most one per CTA.
+  if (kBlockM > 128 && p.splits > 1 && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d split units of %dx%d tiles do not fit the last round of %d CTAs",
+                   kOp, units - p.whole_tiles, kBlockM, kBlockN, grid);
   if (p.splits > 1) {
     // The counters sit at a fixed place, the workspace's counter area (zero between calls);
     // the heuristic splits fewer tiles than there are SMs, far fewer than it holds.
@@ -78,12 +84,10 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
                 reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 && (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
-  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT>;
+  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, kTallSplit>;
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = sm90_gemm_consumers(kBlockM) * 128 + 128;
-  const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
-  const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
   kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
   return qf_cuda_check_launch(ctx, kOp);
 }
@@ -105,6 +109,9 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     QF_SM90_GEMM_NARROW_TILES(QF_SM90_GEMM_CASE)
   }
   if constexpr (sm90_gemm_tall(R)) {
+    // (the split last wave has an instantiation of its own)
+    if (cfg.block_m == 256 && cfg.block_n == 128 && cfg.splits > 1)
+      return launch<R, 256, 128, OutT, sm90_gemm_stages(256, 128, int(sizeof(OutT))), true>(ctx, pr, p, cfg);
     QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)
   }
 #undef QF_SM90_GEMM_CASE

@@ -60,7 +60,8 @@
 //     run: (4096, 7168, 16384) 719.1 -> 674.5 us, (4096, 4096, 7168) 185.9 -> 176.0, M = 512
 //     (7168, 16384) 103.9 -> 98.6, but (4096, 32768, 512) 137.5 -> 140.4 (H200, run twice). The
 //     ring runs on across units: restarting each unit at stage 0, as the two-set loop does,
-//     idled the producer at every unit's end, (4096, 32768, 512) 153.8 us. Never split.
+//     idled the producer at every unit's end, (4096, 32768, 512) 153.8 us. A split last wave
+//     (below) runs in an instantiation of its own (kTallSplit).
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -88,6 +89,13 @@
 //   counter; the unit that counts last adds the partials in split order (deterministic: the same
 //   sums for every run), runs the epilogue and puts the counter back to zero for the next call.
 //   Only threads holding rows below M write and read partials (M = 1: 4 threads of 128).
+//   A split 256 x 128 tile's partial is 128 KB, too much for one CTA to add up: there every unit
+//   writes its partial, waits until all units of the tile have (they run in the grid's last round,
+//   one per CTA, so they are all resident), then copies its share (a 1 / splits slice of the
+//   thread-major words) of every partial into its idle ring, adds them in split order and stores
+//   them; the last to count a second time resets the counter. ((4096, 2112, 7168): 264 whole
+//   tiles and 8 split 16 ways, 108 -> 101-105 us; the writes and reads of the partials still cost
+//   about 10 us, so the heuristic splits these tiles only where units run 32 K-blocks or more.)
 // - No clusters. Pairs of CTAs along M sharing B by TMA multicast (a quarter less L2 traffic)
 //   paid 5-11% when the mainloop drained the tensor pipe every K-block; with two accumulator
 //   sets the pair's lockstep costs more than the traffic saves: every block-scaled M = 4096 shape
@@ -255,7 +263,10 @@ __device__ __forceinline__ uint32_t word_of(int32_t v) { return static_cast<uint
 __device__ __forceinline__ void add_word(float &v, uint32_t w) { v += __uint_as_float(w); }
 __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_cast<int32_t>(w); }
 
-template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT>
+// kTallSplit: the 256-row tile's instantiation whose last wave may be split (NOTES, split-K);
+// the whole-tile one has none of that code (code never taken has cost this kernel 1.5-3% through
+// ptxas's register allocation: docs/GEMM.md, stream-K).
+template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, bool kTallSplit = false>
 __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
@@ -273,6 +284,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr int kProducerRegs = kSub > 1 ? 24 : 40;
   constexpr int kConsumerRegs = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
   static_assert(kSub == 1 || (sm90_gemm_tall(R) && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
+  static_assert(!kTallSplit || kSub > 1, "the spread reduction is the 256-row tile's");
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
@@ -288,6 +300,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
+  static_assert(!kTallSplit || kStages * (Smem::kABytes + Smem::kBBytes) >= kBlockM * kBlockN * 4,
+                "the ring holds a split tile's shares of every partial");
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -707,7 +721,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
 
       // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
       // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
-      if (kSub == 1 && u.splits > 1) {  // (256-row tiles never split: the launcher refuses it)
+      if (kSub == 1 && u.splits > 1) {  // (256-row tiles: below)
         constexpr int kThreads = kConsumers * 128;
         const int t = threadIdx.x;  // consumers are threads [0, kThreads)
         uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(u.part) * u.splits * (kThreads * kBlockN / 8);
@@ -741,6 +755,75 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           }
         }
         if (t == 0) p.counters[u.part] = 0;
+      }
+
+      // ---- split 256-row tiles: each unit of the tile sums a share of the partials ----
+      // Every unit leaves its partial and counts itself; once all have (the tile's units run at
+      // once: the launcher gives each its own CTA), each adds its share of every partial in split
+      // order and stores it, and the last to count again puts the counter back to zero.
+      if constexpr (kTallSplit) {
+        if (u.splits > 1) {
+          constexpr int kThreads = kConsumers * 128, kQuads = kSub * kBlockN / 8;  // 4-value groups per thread
+          const int t = threadIdx.x;
+          // A partial is [quad i][thread t][4]: values 4i .. 4i + 3 of thread t, 16 bytes apart
+          // from thread t + 1's.
+          float4 *part = reinterpret_cast<float4 *>(p.partials) + int64_t(u.part) * u.splits * (kQuads * kThreads);
+#pragma unroll
+          for (int i = 0; i < kQuads; i++)
+            __stcg(part + (int64_t(u.split) * kQuads + i) * kThreads + t,
+                   make_float4(total[4 * i], total[4 * i + 1], total[4 * i + 2], total[4 * i + 3]));
+          __threadfence();
+          named_barrier_sync(1, kThreads);
+          volatile int *counter = p.counters + u.part;
+          if (t == 0) {
+            atomicAdd(p.counters + u.part, 1);
+            while (*counter < u.splits) {
+            }
+          }
+          named_barrier_sync(1, kThreads);
+          __threadfence();
+          // This unit's share: quads [i0, i0 + n) of every thread (quad i: sub-tile i / 16, column
+          // group i % 16, the thread's two rows, as the epilogue below). Those rows of every
+          // partial, contiguous, come into the ring (idle: this is the CTA's last unit) by 16-byte
+          // cp.async, all in flight at once (one L2 round trip, where loads from the partials
+          // waited for one partial after another), and are summed in split order.
+          const int i0 = u.split * kQuads / u.splits, n = (u.split + 1) * kQuads / u.splits - i0;
+          const int share = n * kThreads;  // 16-byte words of one partial's share
+          for (int c = t; c < u.splits * share; c += kThreads) {
+            const int other = c / share, w = c % share;
+            cp_async_cg_shared_global_16(base + c * 16, part + (int64_t(other) * kQuads + i0) * kThreads + w);
+          }
+          cp_async_commit_group();
+          cp_async_wait_all();
+          named_barrier_sync(1, kThreads);
+          const float4 *ring = reinterpret_cast<const float4 *>(smem_raw + (base - smem_u32));
+          OutT *d = static_cast<OutT *>(p.d);
+          for (int k = 0; k < n; k++) {
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int other = 0; other < u.splits; other++) {
+              const float4 w = ring[(other * n + k) * kThreads + t];
+              v[0] += w.x, v[1] += w.y, v[2] += w.z, v[3] += w.w;
+            }
+            const int i = i0 + k, col = n0 + 8 * (i % (kBlockN / 8)) + tile_col;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+              const int row = r0 + 64 * (i / (kBlockN / 8)) + 8 * h;
+              if (row >= p.M || col >= p.N) continue;
+              float x = v[2 * h], y = v[2 * h + 1];
+              if (p.c != nullptr) x += p.c[row * p.c_ld + col], y += p.c[row * p.c_ld + col + 1];
+              OutT *o = d + row * p.d_ld + col;
+              if (p.pairs) {
+                store_pair(o, x, y);
+              } else {
+                store_one(o, x);
+                store_one(o + 1, y);
+              }
+            }
+          }
+          named_barrier_sync(1, kThreads);
+          if (t == 0 && atomicAdd(p.counters + u.part, 1) == 2 * u.splits - 1) *counter = 0;
+          continue;
+        }
       }
 
       // ---- the scaled recipes' dequantization: total = sa * sb * (acc - zp) + bias ----

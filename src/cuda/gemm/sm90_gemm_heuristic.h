@@ -15,7 +15,7 @@
 #define QF_SM90_GEMM_WIDE_TILES(X) X(128, 192)
 // The narrow tile (scaled FP8 only, which has no weight-scale blocks); chosen by its own rule.
 #define QF_SM90_GEMM_NARROW_TILES(X) X(128, 112)
-// The tall tile (block-scaled only, never split): two warpgroups of 128 rows each.
+// The tall tile (block-scaled only): two warpgroups of 128 rows each.
 #define QF_SM90_GEMM_TALL_TILES(X) X(256, 128)
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
@@ -65,8 +65,8 @@ struct sm90_gemm_config {
 // 128 x 128 ran 12% faster (two accumulator sets; H200, run twice). Ties of equal areas (64 x 128
 // and 128 x 64 at M = 65-128) go to 128 x 64 on the FP8 recipes and keep the first on INT8.
 // The FP8 recipes (two_sets: the two-set loop; wide: the 128 x 192 tile) have their own rules at
-// 65-128 rows; the block-scaled recipe has the 256 x 128 tile too, costed by the same model in
-// whole waves, never split.
+// 65-128 rows; the block-scaled recipe has the 256 x 128 tile too, costed by the same model
+// (its last wave split only where units are long: below).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
   const bool two_sets = sm90_gemm_two_sets(recipe), wide = sm90_gemm_wide(recipe), tall = sm90_gemm_tall(recipe);
   const int sms = sm_count > 0 ? sm_count : 1;
@@ -109,10 +109,19 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
 #undef QF_SM90_GEMM_TRY
   // 256 x 128 tiles where they cost less: a quarter less operand traffic per product than
   // 128 x 128 (NOTES of sm90_gemm.cuh). Block-scaled M = 4096, five of the six bench shapes
-  // 1.7-3.7% faster; (2112, 7168) keeps 128 x 128 with its last wave split.
+  // 1.7-3.7% faster. Their thin last wave is split as the others' is, where units are long (at
+  // least 32 K-blocks): each split unit writes and reads a whole 128 KB fp32 tile, which costs
+  // about 10 us however it is done (H200, timing-only builds), so (4096, 24576, 1536), split 3
+  // ways, ran 246 -> 253-257 us and (2048, 7168, 2048), split 2 ways, 51.5 -> 59.5-62.3 us, while
+  // (4096, 2112, 7168) went 107.7-108.6 -> 101.4-104.6 us (16 ways; 8: 106.7, 4: 112.5),
+  // (2048, 2112, 7168) 58.4-61.1 -> 56.3-58.0 and (2048, 7168, 16384) 360.7-373.6 -> 351.7-360.8
+  // (2 ways, from 128 x 128 tiles; three calls of two alternated runs each).
+  auto tall_splits = [&](int64_t tiles) -> int64_t { return num_kb >= 32 ? tail_splits(tiles) : 0; };
   if (tall && M > 128) {
-    const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128);
-    const double cost = cost_of(static_cast<double>((tiles + sms - 1) / sms), 256, 128);
+    const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128), split = tall_splits(tiles);
+    const double waves = split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1
+                               : static_cast<double>((tiles + sms - 1) / sms);
+    const double cost = cost_of(waves, 256, 128);
     if (cost < best_cost) best_cost = cost, best.block_m = 256, best.block_n = 128;
   }
   // K ranges per tile when the tiles leave SMs idle (decode).
@@ -163,11 +172,15 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     best.stages = kSm90DeepStages128;
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
-  if (best.block_m > 128) return best;  // (never split)
-  if (const int64_t split = decode_splits(tiles); split > 1) {
-    best.splits = static_cast<int>(split);
-    best.whole_tiles = 0;
-  } else if (const int64_t split = tail_splits(tiles)) {  // the last wave's tiles fill it, split along K
+  if (best.block_m <= 128) {
+    if (const int64_t split = decode_splits(tiles); split > 1) {
+      best.splits = static_cast<int>(split);
+      best.whole_tiles = 0;
+      return best;
+    }
+  }
+  // the last wave's tiles fill it, split along K
+  if (const int64_t split = best.block_m > 128 ? tall_splits(tiles) : tail_splits(tiles)) {
     best.splits = static_cast<int>(split);
     best.whole_tiles = tiles - tiles % sms;
   }

@@ -91,11 +91,11 @@
 //   Only threads holding rows below M write and read partials (M = 1: 4 threads of 128).
 //   A split 256 x 128 tile's partial is 128 KB, too much for one CTA to add up: there every unit
 //   writes its partial, waits until all units of the tile have (they run in the grid's last round,
-//   one per CTA, so they are all resident), then copies its share (a 1 / splits slice of the
-//   thread-major words) of every partial into its idle ring, adds them in split order and stores
-//   them; the last to count a second time resets the counter. ((4096, 2112, 7168): 264 whole
-//   tiles and 8 split 16 ways, 108 -> 101-105 us; the writes and reads of the partials still cost
-//   about 10 us, so the heuristic splits these tiles only where units run 32 K-blocks or more.)
+//   one per CTA, so they are all resident), then copies its share (1 / splits of each thread's
+//   values) of every partial into its idle ring, adds them in split order and stores them; the
+//   last to count a second time resets the counter. ((4096, 2112, 7168): 264 whole tiles and 8
+//   split 16 ways, 106.8 -> 99.8 us; the writes and reads of the partials still cost about 10 us,
+//   so the heuristic splits these tiles only where units run 32 K-blocks or more.)
 // - No clusters. Pairs of CTAs along M sharing B by TMA multicast (a quarter less L2 traffic)
 //   paid 5-11% when the mainloop drained the tensor pipe every K-block; with two accumulator
 //   sets the pair's lockstep costs more than the traffic saves: every block-scaled M = 4096 shape
@@ -763,15 +763,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // order and stores it, and the last to count again puts the counter back to zero.
       if constexpr (kTallSplit) {
         if (u.splits > 1) {
-          constexpr int kThreads = kConsumers * 128, kQuads = kSub * kBlockN / 8;  // 4-value groups per thread
+          constexpr int kThreads = kConsumers * 128, kValues = kSub * kBlockN / 2;  // per thread
           const int t = threadIdx.x;
-          // A partial is [quad i][thread t][4]: values 4i .. 4i + 3 of thread t, 16 bytes apart
-          // from thread t + 1's.
-          float4 *part = reinterpret_cast<float4 *>(p.partials) + int64_t(u.part) * u.splits * (kQuads * kThreads);
+          // A partial is [value j][thread t]: each store of a warp writes 128 contiguous bytes (16-
+          // byte stores, [j / 4][t][4], ran (4096, 2112, 7168) 3% slower).
+          float *part = p.partials + int64_t(u.part) * u.splits * (kThreads * kValues);
 #pragma unroll
-          for (int i = 0; i < kQuads; i++)
-            __stcg(part + (int64_t(u.split) * kQuads + i) * kThreads + t,
-                   make_float4(total[4 * i], total[4 * i + 1], total[4 * i + 2], total[4 * i + 3]));
+          for (int j = 0; j < kValues; j++) __stcg(part + (int64_t(u.split) * kValues + j) * kThreads + t, total[j]);
           __threadfence();
           named_barrier_sync(1, kThreads);
           volatile int *counter = p.counters + u.part;
@@ -782,42 +780,38 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           }
           named_barrier_sync(1, kThreads);
           __threadfence();
-          // This unit's share: quads [i0, i0 + n) of every thread (quad i: sub-tile i / 16, column
-          // group i % 16, the thread's two rows, as the epilogue below). Those rows of every
-          // partial, contiguous, come into the ring (idle: this is the CTA's last unit) by 16-byte
-          // cp.async, all in flight at once (one L2 round trip, where loads from the partials
-          // waited for one partial after another), and are summed in split order.
-          const int i0 = u.split * kQuads / u.splits, n = (u.split + 1) * kQuads / u.splits - i0;
-          const int share = n * kThreads;  // 16-byte words of one partial's share
-          for (int c = t; c < u.splits * share; c += kThreads) {
-            const int other = c / share, w = c % share;
-            cp_async_cg_shared_global_16(base + c * 16, part + (int64_t(other) * kQuads + i0) * kThreads + w);
+          // This unit's share: the thread's column pairs [q0, q0 + n) (pair q: values 2q and 2q + 1,
+          // sub-tile q / 32, column group q % 32 / 2, row + 8 for odd q, as the epilogue below).
+          // Those rows of every partial, contiguous, come into the ring (idle: this is the CTA's
+          // last unit) by 16-byte cp.async, all in flight at once (loads straight from the
+          // partials, one partial after another, ran (2048, 7168, 2048) 71.0 us against 62.3),
+          // and are summed in split order.
+          const int q0 = u.split * (kValues / 2) / u.splits, n = (u.split + 1) * (kValues / 2) / u.splits - q0;
+          const int share = 2 * n * kThreads;  // floats of one partial's share
+          for (int c = t; c < u.splits * share / 4; c += kThreads) {
+            const int other = c / (share / 4), w = c % (share / 4);
+            cp_async_cg_shared_global_16(base + (other * share + 4 * w) * 4,
+                                         part + (int64_t(other) * kValues + 2 * q0) * kThreads + 4 * w);
           }
           cp_async_commit_group();
           cp_async_wait_all();
           named_barrier_sync(1, kThreads);
-          const float4 *ring = reinterpret_cast<const float4 *>(smem_raw + (base - smem_u32));
+          const float *ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32));
           OutT *d = static_cast<OutT *>(p.d);
           for (int k = 0; k < n; k++) {
-            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int other = 0; other < u.splits; other++) {
-              const float4 w = ring[(other * n + k) * kThreads + t];
-              v[0] += w.x, v[1] += w.y, v[2] += w.z, v[3] += w.w;
-            }
-            const int i = i0 + k, col = n0 + 8 * (i % (kBlockN / 8)) + tile_col;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-              const int row = r0 + 64 * (i / (kBlockN / 8)) + 8 * h;
-              if (row >= p.M || col >= p.N) continue;
-              float x = v[2 * h], y = v[2 * h + 1];
-              if (p.c != nullptr) x += p.c[row * p.c_ld + col], y += p.c[row * p.c_ld + col + 1];
-              OutT *o = d + row * p.d_ld + col;
-              if (p.pairs) {
-                store_pair(o, x, y);
-              } else {
-                store_one(o, x);
-                store_one(o + 1, y);
-              }
+            float x = 0.0f, y = 0.0f;
+            for (int other = 0; other < u.splits; other++)
+              x += ring[other * share + 2 * k * kThreads + t], y += ring[other * share + (2 * k + 1) * kThreads + t];
+            const int q = q0 + k;
+            const int row = r0 + 64 * (q / (kBlockN / 4)) + 8 * (q % 2), col = n0 + 8 * (q % (kBlockN / 4) / 2) + tile_col;
+            if (row >= p.M || col >= p.N) continue;
+            if (p.c != nullptr) x += p.c[row * p.c_ld + col], y += p.c[row * p.c_ld + col + 1];
+            OutT *o = d + row * p.d_ld + col;
+            if (p.pairs) {
+              store_pair(o, x, y);
+            } else {
+              store_one(o, x);
+              store_one(o + 1, y);
             }
           }
           named_barrier_sync(1, kThreads);

@@ -110,12 +110,12 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 256 x 128 tiles where they cost less: a quarter less operand traffic per product than
   // 128 x 128 (NOTES of sm90_gemm.cuh). Block-scaled M = 4096, five of the six bench shapes
   // 1.7-3.7% faster. Their thin last wave is split as the others' is, where units are long (at
-  // least 32 K-blocks): each split unit writes and reads a whole 128 KB fp32 tile, which costs
-  // about 10 us however it is done (H200, timing-only builds), so (4096, 24576, 1536), split 3
-  // ways, ran 246 -> 253-257 us and (2048, 7168, 2048), split 2 ways, 51.5 -> 59.5-62.3 us, while
-  // (4096, 2112, 7168) went 107.7-108.6 -> 101.4-104.6 us (16 ways; 8: 106.7, 4: 112.5),
-  // (2048, 2112, 7168) 58.4-61.1 -> 56.3-58.0 and (2048, 7168, 16384) 360.7-373.6 -> 351.7-360.8
-  // (2 ways, from 128 x 128 tiles; three calls of two alternated runs each).
+  // least 32 K-blocks): each split unit writes and reads a whole 128 KB fp32 tile, about 10 us
+  // (H200, timing-only builds), so (4096, 24576, 1536), split 3 ways, ran 244.5 -> 253.0 us and
+  // (2048, 7168, 2048), split 2 ways, 51.5 -> 62.3, while in two calls (4096, 2112, 7168) went
+  // 107.7 -> 101.4 and 106.8 -> 99.8 us (16 ways; at most 8 or 4 ran 2% and 7% slower than 16),
+  // (2048, 2112, 7168) 60.6 -> 56.8 and 60.4 -> 55.4, (2048, 7168, 16384) 360.7 -> 351.7 and
+  // 360.8 -> 346.1 (2 ways, from 128 x 128 tiles; two alternated runs each).
   auto tall_splits = [&](int64_t tiles) -> int64_t { return num_kb >= 32 ? tail_splits(tiles) : 0; };
   if (tall && M > 128) {
     const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128), split = tall_splits(tiles);

@@ -50,6 +50,9 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   if (kBlockM > 128 && p.splits > 1 && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d split units of %dx%d tiles do not fit the last round of %d CTAs",
                    kOp, units - p.whole_tiles, kBlockM, kBlockN, grid);
+  if (kTallSplit && p.splits > 1 && !sm90_gemm_tall_share_fits(p.splits, kStages))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: a %dx%d tile split %d ways has shares too large for its %d-stage ring",
+                   kOp, kBlockM, kBlockN, p.splits, kStages);
   if (p.splits > 1) {
     // The counters sit at a fixed place, the workspace's counter area (zero between calls);
     // the heuristic splits fewer tiles than there are SMs, far fewer than it holds.

@@ -223,6 +223,14 @@ struct sm90_gemm_smem
                             ? kBlockN
                             : 64> {};
 
+// Whether a split 256 x 128 tile's unit can gather its share of all `splits` partials into a ring
+// of `stages` stages (48 KB each): the largest share is ceil(64 / splits) of each thread's 64
+// column pairs, 2 KB per pair and partial (NOTES, split-K). 3 stages hold 72 pairs, which 15
+// ways (15 x 5) exceed.
+__host__ __device__ constexpr bool sm90_gemm_tall_share_fits(int splits, int stages) {
+  return splits * ((64 + splits - 1) / splits) * 2048 <= stages * (256 + 128) * 128;
+}
+
 // Grouped raster order: down `group` tile rows of one tile column, then the next column, so that
 // the CTAs of a wave share few A and B tiles in L2.
 __device__ __forceinline__ void sm90_gemm_tile_coords(int tile, int tiles_m, int tiles_n, int group, int &m_blk,
@@ -300,8 +308,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
-  static_assert(!kTallSplit || kStages * (Smem::kABytes + Smem::kBBytes) >= kBlockM * kBlockN * 4,
-                "the ring holds a split tile's shares of every partial");
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));

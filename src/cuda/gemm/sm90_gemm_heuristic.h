@@ -116,7 +116,12 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 107.7 -> 101.4 and 106.8 -> 99.8 us (16 ways; at most 8 or 4 ran 2% and 7% slower than 16),
   // (2048, 2112, 7168) 60.6 -> 56.8 and 60.4 -> 55.4, (2048, 7168, 16384) 360.7 -> 351.7 and
   // 360.8 -> 346.1 (2 ways, from 128 x 128 tiles; two alternated runs each).
-  auto tall_splits = [&](int64_t tiles) -> int64_t { return num_kb >= 32 ? tail_splits(tiles) : 0; };
+  // (and at most as many ways as a unit's ring holds the shares of, with 16-bit D's three stages)
+  auto tall_splits = [&](int64_t tiles) -> int64_t {
+    int64_t split = num_kb >= 32 ? tail_splits(tiles) : 0;
+    while (split > 1 && !sm90_gemm_tall_share_fits(static_cast<int>(split), sm90_gemm_stages(256, 128, 2))) split--;
+    return split > 1 ? split : 0;
+  };
   if (tall && M > 128) {
     const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128), split = tall_splits(tiles);
     const double waves = split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1

@@ -1,5 +1,7 @@
 // CUDA context setup: select the device and read the facts the heuristics need; the context's
-// device scratch.
+// device scratch; the SMs of the context's stream.
+#include <cudaTypedefs.h>
+
 #include "cuda/common.cuh"
 
 extern "C" qf_status qf_cuda_ctx_init(qf_ctx *ctx, int device_id) {
@@ -47,4 +49,33 @@ qf_status qf_cuda_workspace(qf_ctx *ctx, const char *op, size_t bytes, void **ou
   }
   *out = ctx->workspace;
   return QF_OK;
+}
+
+namespace {
+
+// A driver entry point through the runtime (libqfuse does not link libcuda itself), or null.
+void *driver_fn(const char *name, int version) {
+  void *f = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    cudaGetLastError();  // not sticky
+    f = nullptr;
+  }
+  return f;
+}
+
+}  // namespace
+
+int qf_cuda_stream_sms(const qf_ctx *ctx) {
+  static const auto get_green = reinterpret_cast<PFN_cuStreamGetGreenCtx_v12040>(driver_fn("cuStreamGetGreenCtx", 12040));
+  static const auto get_resource =
+      reinterpret_cast<PFN_cuGreenCtxGetDevResource_v12040>(driver_fn("cuGreenCtxGetDevResource", 12040));
+  CUgreenCtx green = nullptr;
+  CUdevResource sms = {};
+  if (get_green == nullptr || get_resource == nullptr ||
+      get_green(reinterpret_cast<CUstream>(ctx->stream), &green) != CUDA_SUCCESS || green == nullptr ||
+      get_resource(green, &sms, CU_DEV_RESOURCE_TYPE_SM) != CUDA_SUCCESS || sms.sm.smCount == 0)
+    return ctx->sm_count;
+  return static_cast<int>(sms.sm.smCount) < ctx->sm_count ? static_cast<int>(sms.sm.smCount) : ctx->sm_count;
 }

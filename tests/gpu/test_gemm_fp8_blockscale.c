@@ -20,6 +20,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <cudaTypedefs.h>
+
 #include "check.h"
 #include "gpu.h"
 #include "tensors.h"
@@ -34,6 +36,7 @@ typedef struct {
   int c_mode;             /* 0: no C; 1: separate C; 2: C is D (fp32 only) */
   int exact;              /* operands in {0, +-0.5, +-1, +-2}, power-of-two scales */
   int64_t lda, ldb, ldd, ldc;
+  cudaStream_t stream;    /* the stream the GPU context runs on (NULL: the default one) */
 } gemm_case;
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
@@ -175,6 +178,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
   CHECK(qf_gemm_fp8_blockscale(gpu, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, &gopts) == QF_OK, "%s: gpu: %s", what,
         qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
+  if (g->stream) CUDA_OK(cudaStreamSynchronize(g->stream));
   uint8_t *got = malloc(dbytes);
   CUDA_OK(cudaMemcpy(got, dd, dbytes, cudaMemcpyDeviceToHost));
   /* Split tiles (decode shapes, and the thin last wave of larger ones) sum their partial tiles in a
@@ -184,6 +188,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
     uint8_t *again = malloc(dbytes);
     CHECK(qf_gemm_fp8_blockscale(gpu, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, &gopts) == QF_OK, "%s: gpu, again: %s", what,
           qf_ctx_last_error(gpu));
+    if (g->stream) CUDA_OK(cudaStreamSynchronize(g->stream));
     CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
     CHECK(memcmp(got, again, dbytes) == 0, "%s: a second run gave different bytes", what);
     free(again);
@@ -235,6 +240,65 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
   if (g->c_mode == 1) cudaFree(dc);
   if (!full) free(ra), free(ras);
   free(a), free(b), free(as), free(bs), free(rows), free(ref), free(c), free(got);
+}
+
+/* Driver entry point `name` (ABI `version`) through the runtime into *fn (a function pointer of
+ * `size` bytes; copied, since ISO C has no cast from void * to a function pointer); 0 if absent. */
+static int driver_fn(const char *name, int version, void *fn, size_t size) {
+  void *f = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || f == NULL) {
+    cudaGetLastError();
+    return 0;
+  }
+  memcpy(fn, &f, size);
+  return 1;
+}
+
+/* The GEMM on a stream of a green context that holds 8 SMs: its persistent grid must fit the
+ * partition. Sized for the whole device, (4096, 2112, 7168) split its 256 x 128 tiles' last wave
+ * 16 ways, and the 16 units of a tile, which wait for each other, could not all be resident on 8
+ * SMs: the call never finished (H200: the library before the guard ran this case into its 60 s
+ * limit). */
+static void green_context_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
+  PFN_cuDeviceGetDevResource_v12040 get_device;
+  PFN_cuDevSmResourceSplitByCount_v12040 split;
+  PFN_cuDevResourceGenerateDesc_v12040 describe;
+  PFN_cuGreenCtxCreate_v12040 create;
+  PFN_cuGreenCtxStreamCreate_v12050 stream_create;
+  PFN_cuGreenCtxDestroy_v12040 destroy;
+  PFN_cuStreamDestroy_v4000 stream_destroy;
+  const int found = driver_fn("cuDeviceGetDevResource", 12040, &get_device, sizeof get_device) &&
+                    driver_fn("cuDevSmResourceSplitByCount", 12040, &split, sizeof split) &&
+                    driver_fn("cuDevResourceGenerateDesc", 12040, &describe, sizeof describe) &&
+                    driver_fn("cuGreenCtxCreate", 12040, &create, sizeof create) &&
+                    driver_fn("cuGreenCtxStreamCreate", 12050, &stream_create, sizeof stream_create) &&
+                    driver_fn("cuGreenCtxDestroy", 12040, &destroy, sizeof destroy) &&
+                    driver_fn("cuStreamDestroy", 4000, &stream_destroy, sizeof stream_destroy);
+  CHECK(found, "green contexts: driver entry points missing");
+  if (!found) return;
+  int device = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUdevResource all, part, rest;
+  unsigned groups = 1;
+  CUdevResourceDesc desc;
+  CUgreenCtx green = NULL;
+  CUstream stream = NULL;
+  CHECK(get_device((CUdevice)device, &all, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS &&
+            split(&part, &groups, &all, &rest, 0, 8) == CUDA_SUCCESS && groups == 1 &&
+            describe(&desc, &part, 1) == CUDA_SUCCESS &&
+            create(&green, desc, (CUdevice)device, CU_GREEN_CTX_DEFAULT_STREAM) == CUDA_SUCCESS &&
+            stream_create(&stream, green, CU_STREAM_NON_BLOCKING, 0) == CUDA_SUCCESS,
+        "green contexts: a partition of 8 SMs could not be made");
+  if (stream == NULL) return;
+  CHECK(part.sm.smCount < 16, "green contexts: the partition has %u SMs", part.sm.smCount);
+  CHECK(qf_ctx_set_stream(gpu, stream) == QF_OK, "qf_ctx_set_stream: %s", qf_ctx_last_error(gpu));
+  gemm_case g = {.M = 4096, .N = 2112, .K = 7168, .dt = QF_BF16, .stream = (cudaStream_t)stream};
+  g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+  one_case(gpu, cpu, &g, seed);
+  CHECK(qf_ctx_set_stream(gpu, NULL) == QF_OK, "qf_ctx_set_stream: %s", qf_ctx_last_error(gpu));
+  CHECK(stream_destroy(stream) == CUDA_SUCCESS && destroy(green) == CUDA_SUCCESS, "green contexts: teardown");
 }
 
 int main(void) {
@@ -342,6 +406,8 @@ int main(void) {
       one_case(gpu, cpu, &h, &seed);
     }
   }
+
+  if (!quick) green_context_case(gpu, cpu, &seed);
 
   qf_ctx_destroy(gpu);
   qf_ctx_destroy(cpu);

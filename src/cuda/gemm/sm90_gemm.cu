@@ -16,6 +16,7 @@ struct Problem {
   const char *op;
   qf_mat a, b, d;
   int64_t M, N, K;
+  int sms;  // the SMs the stream's work can occupy (qf_cuda_stream_sms): one CTA each at most
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
@@ -43,10 +44,10 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   p.splits = cfg.splits;
   p.whole_tiles = static_cast<int>(cfg.whole_tiles);
   const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
-  const int grid = units < ctx->sm_count ? units : (ctx->sm_count > 0 ? ctx->sm_count : 1);
+  const int grid = units < pr.sms ? units : (pr.sms > 0 ? pr.sms : 1);
   // The units of a split 256-row tile wait for each other, so each must have a CTA of its own
-  // (one CTA per SM: the grid's CTAs are resident together): all split units in the grid's last
-  // round, at most one per CTA.
+  // (one CTA per SM the stream can use: the grid's CTAs are resident together): all split units
+  // in the grid's last round, at most one per CTA.
   if (kBlockM > 128 && p.splits > 1 && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d split units of %dx%d tiles do not fit the last round of %d CTAs",
                    kOp, units - p.whole_tiles, kBlockM, kBlockN, grid);
@@ -128,7 +129,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", pr.op,
                    static_cast<long long>(pr.M), static_cast<long long>(pr.N), static_cast<long long>(pr.K));
-  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, ctx->sm_count, R);
+  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, pr.sms, R);
   switch (pr.d.dtype) {
     case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
     case QF_F16: return dispatch_tile<R, __half>(ctx, pr, p, cfg);
@@ -140,7 +141,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
 
 extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_fp8_blockscale", a->a, a->b, a->d, a->M, a->N, a->K};
+  const Problem pr = {"qf_gemm_fp8_blockscale", a->a, a->b, a->d, a->M, a->N, a->K, qf_cuda_stream_sms(ctx)};
   sm90_gemm_params p = {};
   p.a_scales = a->a_scales;
   p.as_m = a->as_m;
@@ -156,7 +157,7 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
 
 extern "C" qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K};
+  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, qf_cuda_stream_sms(ctx)};
   // int8: |acc| <= 2^14 K and |zp| <= 2^14 K must leave acc - zp inside int32.
   if (a->a.dtype == QF_I8 && a->K > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: int8 K=%lld exceeds 65535 (the int32 accumulator's range)", pr.op,

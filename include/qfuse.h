@@ -77,7 +77,8 @@ typedef struct qf_ctx qf_ctx;
 qf_status qf_ctx_create(qf_ctx **out, qf_device device, int device_id);
 void qf_ctx_destroy(qf_ctx *ctx);
 /* Every later launch on this context goes to this cudaStream_t (NULL: the legacy default
- * stream). QF_ERR_UNSUPPORTED on a CPU context. */
+ * stream). A stream of a green context confines the launches to its SMs: their number is read
+ * here, and the persistent kernels size their grids by it. QF_ERR_UNSUPPORTED on a CPU context. */
 qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
 /* Detailed message of the last failed call on ctx, "" if none failed yet. Valid until the next
  * call on ctx. */

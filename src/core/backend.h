@@ -12,6 +12,9 @@ extern "C" {
 /* ---- device (src/cuda/device.cu) ---- */
 qf_status qf_cuda_ctx_init(qf_ctx *ctx, int device_id);
 void qf_cuda_ctx_release(qf_ctx *ctx);
+/* The SMs that work on ctx->stream can occupy: its green context's share where the stream belongs
+ * to one (a partition the device properties do not show), else ctx->sm_count. */
+int qf_cuda_stream_sms(const qf_ctx *ctx);
 
 /* ---- quant ---- */
 typedef struct {

@@ -70,6 +70,9 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream) {
   if (ctx->device != QF_DEVICE_CUDA)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "qf_ctx_set_stream: the context is not a CUDA context");
   ctx->stream = cuda_stream;
+#ifdef QF_WITH_CUDA
+  ctx->stream_sms = qf_cuda_stream_sms(ctx);
+#endif
   return QF_OK;
 }
 

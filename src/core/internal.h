@@ -21,6 +21,8 @@ struct qf_ctx {
   int cc_major, cc_minor;
   size_t l2_bytes;
   size_t smem_optin; /* max dynamic shared memory per block after opt-in */
+  int stream_sms;    /* SMs the stream's work can occupy: its green context's, else sm_count (set
+                        with the stream) */
   /* Device scratch (CUDA only): grown on demand by qf_cuda_workspace, freed with the context. */
   void *workspace;
   size_t workspace_bytes;

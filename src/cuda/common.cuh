@@ -22,11 +22,6 @@ static inline qf_status qf_cuda_check_launch(qf_ctx *ctx, const char *op) {
 
 static inline cudaStream_t qf_stream(const qf_ctx *ctx) { return static_cast<cudaStream_t>(ctx->stream); }
 
-// The SMs that work on the context's stream can occupy: its green context's share where the stream
-// belongs to one (a partition the device properties do not show), else the device's SM count.
-// Persistent grids whose CTAs wait for each other must not outnumber them.
-int qf_cuda_stream_sms(const qf_ctx *ctx);
-
 // Raises `kernel`'s dynamic shared-memory limit to `bytes` (past 48 KB it needs this opt-in, per
 // kernel and device). Done once per device and kernel: `done` is that kernel's own flag word, one
 // bit per device (a repeated cudaFuncSetAttribute costs host time small launches notice; devices

@@ -22,6 +22,7 @@ extern "C" qf_status qf_cuda_ctx_init(qf_ctx *ctx, int device_id) {
   ctx->cc_minor = p.minor;
   ctx->l2_bytes = static_cast<size_t>(p.l2CacheSize);
   ctx->smem_optin = p.sharedMemPerBlockOptin;
+  ctx->stream_sms = ctx->sm_count;  // the legacy default stream; qf_ctx_set_stream updates it
   return QF_OK;
 }
 
@@ -67,7 +68,7 @@ void *driver_fn(const char *name, int version) {
 
 }  // namespace
 
-int qf_cuda_stream_sms(const qf_ctx *ctx) {
+extern "C" int qf_cuda_stream_sms(const qf_ctx *ctx) {
   static const auto get_green = reinterpret_cast<PFN_cuStreamGetGreenCtx_v12040>(driver_fn("cuStreamGetGreenCtx", 12040));
   static const auto get_resource =
       reinterpret_cast<PFN_cuGreenCtxGetDevResource_v12040>(driver_fn("cuGreenCtxGetDevResource", 12040));

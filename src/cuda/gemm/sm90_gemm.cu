@@ -16,7 +16,7 @@ struct Problem {
   const char *op;
   qf_mat a, b, d;
   int64_t M, N, K;
-  int sms;  // the SMs the stream's work can occupy (qf_cuda_stream_sms): one CTA each at most
+  int sms;  // the SMs the stream's work can occupy (ctx->stream_sms): one CTA each at most
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
@@ -141,7 +141,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
 
 extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_fp8_blockscale", a->a, a->b, a->d, a->M, a->N, a->K, qf_cuda_stream_sms(ctx)};
+  const Problem pr = {"qf_gemm_fp8_blockscale", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms};
   sm90_gemm_params p = {};
   p.a_scales = a->a_scales;
   p.as_m = a->as_m;
@@ -157,7 +157,7 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
 
 extern "C" qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, qf_cuda_stream_sms(ctx)};
+  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms};
   // int8: |acc| <= 2^14 K and |zp| <= 2^14 K must leave acc - zp inside int32.
   if (a->a.dtype == QF_I8 && a->K > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: int8 K=%lld exceeds 65535 (the int32 accumulator's range)", pr.op,

@@ -22,6 +22,10 @@ static inline qf_status qf_cuda_check_launch(qf_ctx *ctx, const char *op) {
 
 static inline cudaStream_t qf_stream(const qf_ctx *ctx) { return static_cast<cudaStream_t>(ctx->stream); }
 
+// Driver API entry point `name` of ABI `version` through the runtime (libqfuse does not link
+// libcuda itself), or null when the driver lacks it.
+void *qf_cuda_driver_fn(const char *name, int version);
+
 // Raises `kernel`'s dynamic shared-memory limit to `bytes` (past 48 KB it needs this opt-in, per
 // kernel and device). Done once per device and kernel: `done` is that kernel's own flag word, one
 // bit per device (a repeated cudaFuncSetAttribute costs host time small launches notice; devices

@@ -52,10 +52,7 @@ qf_status qf_cuda_workspace(qf_ctx *ctx, const char *op, size_t bytes, void **ou
   return QF_OK;
 }
 
-namespace {
-
-// A driver entry point through the runtime (libqfuse does not link libcuda itself), or null.
-void *driver_fn(const char *name, int version) {
+void *qf_cuda_driver_fn(const char *name, int version) {
   void *f = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   if (cudaGetDriverEntryPointByVersion(name, &f, version, cudaEnableDefault, &found) != cudaSuccess ||
@@ -66,12 +63,10 @@ void *driver_fn(const char *name, int version) {
   return f;
 }
 
-}  // namespace
-
 extern "C" int qf_cuda_stream_sms(const qf_ctx *ctx) {
-  static const auto get_green = reinterpret_cast<PFN_cuStreamGetGreenCtx_v12040>(driver_fn("cuStreamGetGreenCtx", 12040));
+  static const auto get_green = reinterpret_cast<PFN_cuStreamGetGreenCtx_v12040>(qf_cuda_driver_fn("cuStreamGetGreenCtx", 12040));
   static const auto get_resource =
-      reinterpret_cast<PFN_cuGreenCtxGetDevResource_v12040>(driver_fn("cuGreenCtxGetDevResource", 12040));
+      reinterpret_cast<PFN_cuGreenCtxGetDevResource_v12040>(qf_cuda_driver_fn("cuGreenCtxGetDevResource", 12040));
   CUgreenCtx green = nullptr;
   CUdevResource sms = {};
   if (get_green == nullptr || get_resource == nullptr ||

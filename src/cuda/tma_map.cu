@@ -6,19 +6,9 @@
 
 namespace {
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point, so libqfuse does not link
-// libcuda itself. Looked up once.
+// cuTensorMapEncodeTiled, looked up once (its absence is reported by the caller).
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void *f = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();  // not sticky; reported by the caller
-      f = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
+  static const auto fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(qf_cuda_driver_fn("cuTensorMapEncodeTiled", 12000));
   return fn;
 }
 

@@ -260,6 +260,25 @@ __device__ __forceinline__ void store_pair(float *p, float x, float y) { *reinte
 __device__ __forceinline__ void store_one(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void store_one(__half *p, float x) { *p = __float2half_rn(x); }
 __device__ __forceinline__ void store_one(float *p, float x) { *p = x; }
+// o[0], o[1] = (x, y) plus c[0], c[1] where there is C (c not null): one column pair of the
+// direct epilogue, by 2-element accesses where `pairs` allows them.
+template <typename OutT>
+__device__ __forceinline__ void store_cols(OutT *o, const float *c, float x, float y, bool pairs) {
+  if (c != nullptr) {
+    if (pairs) {
+      const float2 cv = *reinterpret_cast<const float2 *>(c);
+      x += cv.x, y += cv.y;
+    } else {
+      x += c[0], y += c[1];
+    }
+  }
+  if (pairs) {
+    store_pair(o, x, y);
+  } else {
+    store_one(o, x);
+    store_one(o + 1, y);
+  }
+}
 __device__ __forceinline__ uint32_t pack_pair(float, float, float) { return 0; }  // never staged (16-bit: pack.cuh)
 __device__ __forceinline__ float bias_at(const __nv_bfloat16 *b, int n) { return __bfloat162float(b[n]); }
 __device__ __forceinline__ float bias_at(const __half *b, int n) { return __half2float(b[n]); }
@@ -811,14 +830,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
             const int q = q0 + k;
             const int row = r0 + 64 * (q / (kBlockN / 4)) + 8 * (q % 2), col = n0 + 8 * (q % (kBlockN / 4) / 2) + tile_col;
             if (row >= p.M || col >= p.N) continue;
-            if (p.c != nullptr) x += p.c[row * p.c_ld + col], y += p.c[row * p.c_ld + col + 1];
-            OutT *o = d + row * p.d_ld + col;
-            if (p.pairs) {
-              store_pair(o, x, y);
-            } else {
-              store_one(o, x);
-              store_one(o + 1, y);
-            }
+            store_cols(d + row * p.d_ld + col, p.c != nullptr ? p.c + row * p.c_ld + col : nullptr, x, y, p.pairs);
           }
           named_barrier_sync(1, kThreads);
           if (t == 0 && atomicAdd(p.counters + u.part, 1) == 2 * u.splits - 1) *counter = 0;
@@ -915,21 +927,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           for (int j = 0; j < kBlockN / 8; j++) {
             if (n0 + 8 * j + tile_col >= p.N) continue;  // even; N is a multiple of 16, so the pair's second is < N too
             const int i = sub * (kBlockN / 2) + 4 * j + 2 * h;
-            float x = total[i], y = total[i + 1];
-            if (c != nullptr) {
-              if (p.pairs) {
-                const float2 cv = *reinterpret_cast<const float2 *>(c + 8 * j);
-                x += cv.x, y += cv.y;
-              } else {
-                x += c[8 * j], y += c[8 * j + 1];
-              }
-            }
-            if (p.pairs) {
-              store_pair(o + 8 * j, x, y);
-            } else {
-              store_one(o + 8 * j, x);
-              store_one(o + 8 * j + 1, y);
-            }
+            store_cols(o + 8 * j, c != nullptr ? c + 8 * j : nullptr, total[i], total[i + 1], p.pairs);
           }
         }
     }

@@ -92,13 +92,15 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   };
   // The model's cost of `waves` waves of BM x BN tiles.
   auto cost_of = [](double waves, int bm, int bn) { return waves * (bm * bn + 64.0 * (bm + bn)); };
-  // For M > 128 a split last wave counts as 1 / splits of a wave plus a tenth for its partial sums.
+  // The waves of `tiles` tiles whose last wave is split `split` ways (0: whole): for M > 128 a split
+  // last wave counts as 1 / splits of a wave plus a tenth for its partial sums.
+  auto waves_of = [&](int64_t tiles, int64_t split) {
+    return split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1 : static_cast<double>((tiles + sms - 1) / sms);
+  };
 #define QF_SM90_GEMM_TRY(BM, BN)                                                                      \
   {                                                                                                   \
     const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), split = M > 128 ? tail_splits(tiles) : 0; \
-    const double waves = split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1                 \
-                               : static_cast<double>((tiles + sms - 1) / sms);                        \
-    const double cost = cost_of(waves, BM, BN);                                                       \
+    const double cost = cost_of(waves_of(tiles, split), BM, BN);                                      \
     if (best_cost < 0.0 || cost < best_cost || (cost == best_cost && prefer(BM, BN))) {                 \
       best_cost = cost;                                                                               \
       best.block_m = BM;                                                                              \
@@ -123,10 +125,8 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     return split > 1 ? split : 0;
   };
   if (tall && M > 128) {
-    const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128), split = tall_splits(tiles);
-    const double waves = split ? static_cast<double>(tiles / sms) + 1.0 / split + 0.1
-                               : static_cast<double>((tiles + sms - 1) / sms);
-    const double cost = cost_of(waves, 256, 128);
+    const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128);
+    const double cost = cost_of(waves_of(tiles, tall_splits(tiles)), 256, 128);
     if (cost < best_cost) best_cost = cost, best.block_m = 256, best.block_n = 128;
   }
   // K ranges per tile when the tiles leave SMs idle (decode).

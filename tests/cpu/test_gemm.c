@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cuda/fastdiv.h"
 #include "qfuse.h"
 #include "tensors.h"
 
@@ -126,7 +127,32 @@ static void test_errors(void) {
   }
 }
 
+/* The GPU GEMM's fast division (src/cuda/fastdiv.h, the same code on both sides) against the
+ * division: every n < 2^16 for d < 2^12, then the edges (multiples of d and their neighbours,
+ * 2^31 - 1) and random n for divisors up to 2^31 - 1. */
+static void test_fastdiv(void) {
+  uint64_t seed = 7;
+  long bad = 0;
+  for (uint32_t d = 1; d < 4096; d++) {
+    const qf_fastdiv f = qf_fastdiv_make(d);
+    for (int n = 0; n < 65536; n++) bad += qf_fastdiv_div(n, f) != n / (int)d;
+  }
+  for (int i = 0; i < 200000; i++) {
+    const int sh = (int)(rng_next(&seed) % 31);
+    uint32_t d = (uint32_t)((rng_next(&seed) >> 33) & ((1u << sh) | ((1u << sh) - 1)));
+    if (i % 4 == 0) d = (1u << sh) + (uint32_t)(i % 3) - 1; /* 2^k - 1, 2^k, 2^k + 1 */
+    if (d == 0 || d > 0x7fffffffu) d = 1 + (uint32_t)i % 1000;
+    const qf_fastdiv f = qf_fastdiv_make(d);
+    const int64_t k = (int64_t)((rng_next(&seed) >> 33) / d);
+    const int n[5] = {(int)(rng_next(&seed) >> 33), 0x7fffffff, (int)(k * d < 0x80000000LL ? k * d : 0),
+                      (int)(k * d + d - 1 < 0x80000000LL ? k * d + d - 1 : 5), (int)(k * d + d < 0x80000000LL ? k * d + d : 9)};
+    for (int j = 0; j < 5; j++) bad += qf_fastdiv_div(n[j], f) != n[j] / (int)d;
+  }
+  CHECK(bad == 0, "fastdiv: %ld quotients differ from the division", bad);
+}
+
 int main(void) {
+  test_fastdiv();
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   test_formula();
   test_errors();

@@ -42,6 +42,11 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const bool c_pairs = p.c == nullptr || ((p.c_ld % 2 == 0 || pr.M == 1) && reinterpret_cast<uintptr_t>(p.c) % 8 == 0);
   p.pairs = d_pairs && c_pairs;
   p.splits = cfg.splits;
+  p.by_splits = qf_fastdiv_make(static_cast<uint32_t>(p.splits));
+  p.by_group = qf_fastdiv_make(static_cast<uint32_t>(p.raster_group));
+  const int last_rows = p.tiles_m % p.raster_group;
+  p.by_last_rows = qf_fastdiv_make(static_cast<uint32_t>(last_rows > 0 ? last_rows : p.raster_group));
+  p.by_group_tiles = qf_fastdiv_make(static_cast<uint32_t>(p.raster_group * p.tiles_n));
   p.whole_tiles = static_cast<int>(cfg.whole_tiles);
   const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
   const int grid = units < pr.sms ? units : (pr.sms > 0 ? pr.sms : 1);

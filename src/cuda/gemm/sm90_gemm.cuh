@@ -88,7 +88,11 @@
 //   are coalesced; int32 for kScaledInt8, whose sum stays exact), and counts itself on the tile's
 //   counter; the unit that counts last adds the partials in split order (deterministic: the same
 //   sums for every run), runs the epilogue and puts the counter back to zero for the next call.
-//   Only threads holding rows below M write and read partials (M = 1: 4 threads of 128).
+//   The count is one thread's acq_rel atomic after a barrier of the CTA, not a __threadfence
+//   (fence.sc) in every thread before and after it: in-kernel clock stamps put the handshake and
+//   the sum at 4,400 of the 15,000 cycles of (64, 2112, 7168) split 4 ways, and the lighter
+//   handshake took 0.27-0.58 us off the split decode shapes (H200). Only threads holding rows
+//   below M write and read partials (M = 1: 4 threads of 128).
 //   A split 256 x 128 tile's partial is 128 KB, too much for one CTA to add up: there every unit
 //   writes its partial, waits until all units of the tile have (they run in the grid's last round,
 //   one per CTA, so they are all resident), then copies its share (1 / splits of each thread's
@@ -119,10 +123,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/fastdiv.h"
 #include "cuda/pack.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/sync.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
@@ -155,6 +161,9 @@ struct sm90_gemm_params {
   int64_t d_ld;
   int M, N, num_kb;
   int tiles_m, tiles_n, raster_group;
+  // The walk's divisors: splits, raster_group, the last group's tile rows (tiles_m - its first
+  // row), raster_group * tiles_n (fast divisions: sm90_gemm_unit_of and sm90_gemm_tile_coords)
+  qf_fastdiv by_splits, by_group, by_last_rows, by_group_tiles;
   int pairs;              // d and c rows allow 2-element accesses at even columns
   int whole_tiles;        // the first tiles (in walk order) run whole; the rest are split
   int splits;             // K-block ranges per split tile (1: no split)
@@ -176,17 +185,25 @@ struct sm90_gemm_params {
 struct sm90_gemm_unit {
   int tile, split, splits, part;
 };
+// (Fast divisions: a unit's first K-block is issued sooner, the walk's divisions having taken
+// about 800 of the 1,700 cycles from a decode kernel's start to its first copy.)
 __device__ __forceinline__ sm90_gemm_unit sm90_gemm_unit_of(const sm90_gemm_params &p, int unit) {
   if (unit < p.whole_tiles) return {unit, 0, 1, 0};
-  const int u = unit - p.whole_tiles;
-  return {p.whole_tiles + u / p.splits, u % p.splits, p.splits, u / p.splits};
+  const int u = unit - p.whole_tiles, part = qf_fastdiv_div(u, p.by_splits);
+  return {p.whole_tiles + part, u - part * p.splits, p.splits, part};
 }
 
-// The K-blocks [begin, end) of range `split` of `splits` over num_kb, as even as they come.
-__device__ __forceinline__ void sm90_gemm_split_range(int num_kb, int splits, int split, int &begin, int &end) {
-  const int base = num_kb / splits, extra = num_kb % splits;
-  begin = split * base + min(split, extra);
-  end = begin + base + (split < extra ? 1 : 0);
+// The K-blocks [begin, end) of range `split` of the unit's `splits` (p.splits, or 1) over
+// num_kb, as even as they come.
+__device__ __forceinline__ void sm90_gemm_split_range(const sm90_gemm_params &p, const sm90_gemm_unit &u, int &begin,
+                                                      int &end) {
+  if (u.splits == 1) {
+    begin = 0, end = p.num_kb;
+    return;
+  }
+  const int base = qf_fastdiv_div(p.num_kb, p.by_splits), extra = p.num_kb - base * p.splits;
+  begin = u.split * base + min(u.split, extra);
+  end = begin + base + (u.split < extra ? 1 : 0);
 }
 
 // Whether the recipe's epilogue takes per-row and per-column factors (sa, zero points, sb, bias,
@@ -233,14 +250,12 @@ __host__ __device__ constexpr bool sm90_gemm_tall_share_fits(int splits, int sta
 
 // Grouped raster order: down `group` tile rows of one tile column, then the next column, so that
 // the CTAs of a wave share few A and B tiles in L2.
-__device__ __forceinline__ void sm90_gemm_tile_coords(int tile, int tiles_m, int tiles_n, int group, int &m_blk,
-                                                      int &n_blk) {
-  const int per_group = group * tiles_n;
-  const int g = tile / per_group;
-  const int rows = min(group, tiles_m - g * group);
-  const int in_group = tile - g * per_group;
-  m_blk = g * group + in_group % rows;
-  n_blk = in_group / rows;
+__device__ __forceinline__ void sm90_gemm_tile_coords(const sm90_gemm_params &p, int tile, int &m_blk, int &n_blk) {
+  const int g = qf_fastdiv_div(tile, p.by_group_tiles);
+  const bool last = p.tiles_m - g * p.raster_group < p.raster_group;  // a last group of fewer rows
+  const int in_group = tile - g * p.raster_group * p.tiles_n;
+  n_blk = qf_fastdiv_div(in_group, last ? p.by_last_rows : p.by_group);
+  m_blk = g * p.raster_group + in_group - n_blk * (last ? p.tiles_m - g * p.raster_group : p.raster_group);
 }
 
 // f(std::integral_constant<int, v>{}) for the runtime v in [0, sizeof...(I)): a runtime stage
@@ -345,6 +360,11 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   float *factors = reinterpret_cast<float *>(smem_raw + (base - smem_u32) + Smem::kFactors);
   enum { kSb = 0, kBias = kBlockN, kAdj = 2 * kBlockN, kSa = 3 * kBlockN, kZp = 3 * kBlockN + kBlockM };
 
+  // The tensor maps' first use, the producer's first copies, waits for them: fetch them first.
+  if (threadIdx.x == kConsumers * 128 && p.num_kb > 0) {
+    prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_b);
+  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; s++) {
       // + one cp.async arrival per producer lane when As takes no bulk copy
@@ -364,7 +384,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   const int num_units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
   const int first_unit = blockIdx.x, unit_step = gridDim.x;
   auto unit_tile = [&](const sm90_gemm_unit &u, int &m_blk, int &n_blk) {
-    sm90_gemm_tile_coords(u.tile, p.tiles_m, p.tiles_n, p.raster_group, m_blk, n_blk);
+    sm90_gemm_tile_coords(p, u.tile, m_blk, n_blk);
   };
   // (through a shuffle so that the compiler knows it is warp-uniform: descriptors in uniform registers)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -373,10 +393,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     if constexpr (kConsumers > 1) setmaxnreg_dec<kProducerRegs>();
     const int lane = threadIdx.x % 32;
     if (threadIdx.x / 32 == kConsumers * 4 && p.num_kb > 0) {
-      if (lane == 0) {
-        prefetch_tensormap(&tmap_a);
-        prefetch_tensormap(&tmap_b);
-      }
       int s = 0;
       uint32_t empty_phases = 0;  // bit s: the parity stage s's empty barrier completes next, ^ 1
       for (int unit = first_unit; unit < num_units; unit += unit_step) {
@@ -384,7 +400,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         int m_blk, n_blk, kb_begin, kb_end;
         const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
         unit_tile(u, m_blk, n_blk);
-        sm90_gemm_split_range(p.num_kb, u.splits, u.split, kb_begin, kb_end);
+        sm90_gemm_split_range(p, u, kb_begin, kb_end);
         // Bulk As: the tile's rows below M (a multiple of 4 then: whole 16-byte units). Rows past M
         // keep what an earlier stage left: their results are never stored.
         const int64_t as_rows =
@@ -520,7 +536,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       };
       int m_blk, n_blk, kb_begin, kb_end;
       unit_tile(u, m_blk, n_blk);
-      sm90_gemm_split_range(p.num_kb, u.splits, u.split, kb_begin, kb_end);
+      sm90_gemm_split_range(p, u, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
@@ -760,15 +776,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
             __stcg(part + int64_t(u.split) * (kThreads * kBlockN / 8) + i * kThreads + t,
                    make_uint4(word_of(result(4 * i)), word_of(result(4 * i + 1)), word_of(result(4 * i + 2)),
                               word_of(result(4 * i + 3))));
-        __threadfence();
         named_barrier_sync(1, kThreads);
-        if (t == 0) last_unit = atomicAdd(p.counters + u.part, 1) == u.splits - 1;
+        if (t == 0) last_unit = atom_add_acq_rel_gpu(p.counters + u.part, 1) == u.splits - 1;
         named_barrier_sync(1, kThreads);
         if (!last_unit) {
           release_factors();
           continue;
         }
-        __threadfence();
 #pragma unroll
         for (int i = 0; i < kBlockN / 2; i++) result(i) = 0;
         for (int other = 0; live && other < u.splits; other++) {
@@ -795,16 +809,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           float *part = p.partials + int64_t(u.part) * u.splits * (kThreads * kValues);
 #pragma unroll
           for (int j = 0; j < kValues; j++) __stcg(part + (int64_t(u.split) * kValues + j) * kThreads + t, total[j]);
-          __threadfence();
           named_barrier_sync(1, kThreads);
-          volatile int *counter = p.counters + u.part;
           if (t == 0) {
-            atomicAdd(p.counters + u.part, 1);
-            while (*counter < u.splits) {
+            atom_add_acq_rel_gpu(p.counters + u.part, 1);
+            while (ld_acquire_gpu(p.counters + u.part) < u.splits) {
             }
           }
           named_barrier_sync(1, kThreads);
-          __threadfence();
           // This unit's share: the thread's column pairs [q0, q0 + n) (pair q: values 2q and 2q + 1,
           // sub-tile q / 32, column group q % 32 / 2, row + 8 for odd q, as the epilogue below).
           // Those rows of every partial, contiguous, come into the ring (idle: this is the CTA's
@@ -833,7 +844,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
             store_cols(d + row * p.d_ld + col, p.c != nullptr ? p.c + row * p.c_ld + col : nullptr, x, y, p.pairs);
           }
           named_barrier_sync(1, kThreads);
-          if (t == 0 && atomicAdd(p.counters + u.part, 1) == 2 * u.splits - 1) *counter = 0;
+          if (t == 0 && atomicAdd(p.counters + u.part, 1) == 2 * u.splits - 1) p.counters[u.part] = 0;
           continue;
         }
       }

@@ -795,10 +795,12 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           result(i) = 0;
         }
         for (int other = 0; live && other < u.splits; other++) {
-          if (kKeepOwn && other == u.split) {
+          if constexpr (kKeepOwn) {
+            if (other == u.split) {
 #pragma unroll
-            for (int i = 0; i < kBlockN / 2; i++) add_word(result(i), own[kKeepOwn ? i : 0]);
-            continue;
+              for (int i = 0; i < kBlockN / 2; i++) add_word(result(i), own[i]);
+              continue;
+            }
           }
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; i++) {

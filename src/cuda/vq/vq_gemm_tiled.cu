@@ -62,6 +62,7 @@
 #include "cuda/common.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/shared.cuh"
+#include "cuda/ptx/sync.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tma_map.h"
@@ -342,12 +343,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < kWN / 8; j++)
       __stcg(part + static_cast<int64_t>(split) * kSlots + j * kThreads + tid,
              make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
-    __threadfence();
     __syncthreads();
-    if (tid == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+    if (tid == 0) last_unit = atom_add_acq_rel_gpu(p.counters + tile, 1) == p.splits - 1;
     __syncthreads();
     if (!last_unit) return;
-    __threadfence();
 #pragma unroll
     for (int j = 0; j < kWN / 8; j++)
       for (int other = 0; other < p.splits; other++) {

@@ -42,6 +42,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/ptx/shared.cuh"
+#include "cuda/ptx/sync.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
 
@@ -298,12 +299,10 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
         if (8 * j + 2 * t < p.M)
           __stcg(part + static_cast<int64_t>(split) * kSlots + (nt * kMT + j) * kThreads + threadIdx.x,
                  make_float4(acc[nt][j][0], acc[nt][j][1], acc[nt][j][2], acc[nt][j][3]));
-    __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+    if (threadIdx.x == 0) last_unit = atom_add_acq_rel_gpu(p.counters + tile, 1) == p.splits - 1;
     __syncthreads();
     if (!last_unit) return;
-    __threadfence();
 #pragma unroll
     for (int nt = 0; nt < kRowTiles; nt++)
 #pragma unroll

@@ -38,6 +38,7 @@
 #include "cuda/common.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/shared.cuh"
+#include "cuda/ptx/sync.cuh"
 #include "cuda/vq/vq_e8p.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
@@ -206,12 +207,10 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
       for (int j = 0; j < kMT; j++)
         if (8 * j + 2 * c < p.M)
           __stcg(part + split * kSlots + j * kThreads + threadIdx.x, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
-      __threadfence();
       __syncthreads();
-      if (threadIdx.x == 0) last_unit = atomicAdd(p.counters + tile, 1) == p.splits - 1;
+      if (threadIdx.x == 0) last_unit = atom_add_acq_rel_gpu(p.counters + tile, 1) == p.splits - 1;
       __syncthreads();
       if (!last_unit) continue;  // every thread of the block reads it before the next unit's barrier
-      __threadfence();
 #pragma unroll
       for (int j = 0; j < kMT; j++) {
         if (8 * j + 2 * c >= p.M) continue;

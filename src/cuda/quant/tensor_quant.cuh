@@ -13,6 +13,9 @@
 //   tensors keep every lane busy; each thread issues kUnroll rows' loads before reducing them.
 //   A grid of a few blocks per SM walks the rows, which keeps the atomics to a few thousand, and
 //   a block skips its atomic when the stored value is already at least its own.
+// - The fused kernel's grid barrier counts with acq_rel atomics and spins on an acquire load
+//   (src/cuda/ptx/sync.cuh) instead of fence.sc around relaxed atomics: M = 1 to 128 3-7% faster
+//   ((128, 7168) 6.26 -> 5.79 us; H200, A/B run twice).
 // - The grid walks the rows last to first, and pass 2 walks them first to last: the rows this pass
 //   read last are still in the L2 when pass 2 starts, and pass 2 wants them first. Walking both
 //   the same way, pass 2 asks first for the rows evicted first and misses on all of them once x
@@ -21,6 +24,7 @@
 //   a whole L2 of hits would give (pass 2's own q lines share the L2, and its hashing is not LRU).
 #pragma once
 
+#include "cuda/ptx/sync.cuh"
 #include "cuda/quant/token_quant.cuh"
 
 constexpr int kAmaxThreads = 256;
@@ -115,14 +119,14 @@ __global__ void __launch_bounds__(kFusedThreads) tensor_dynamic_fused_kernel(Ten
   if (threadIdx.x == 0) {
     const unsigned int bits = qf_f32_bits(qf_group_scale(amax, p.qmax, 0, 0.0f, p.scale_min, 0));
     atomicMax(p.ws, bits);
-    __threadfence();
-    atomicAdd(p.ws + 1, 1u);
-    while (*reinterpret_cast<volatile unsigned int *>(p.ws + 1) < gridDim.x) __nanosleep(64);
-    __threadfence();
+    // (the count releases the merge above; the spin's load acquires every block's)
+    atom_add_acq_rel_gpu(reinterpret_cast<int *>(p.ws + 1), 1);
+    while (ld_acquire_gpu(reinterpret_cast<const int *>(p.ws + 1)) < static_cast<int>(gridDim.x)) __nanosleep(64);
     slots[0] = __uint_as_float(*reinterpret_cast<volatile unsigned int *>(p.ws));
     if (blockIdx.x == 0) *p.scale = slots[0];
-    __threadfence();  // the read above is done before the count says so: the reset cannot overtake it
-    if (atomicAdd(p.ws + 2, 1u) == gridDim.x - 1) p.ws[0] = 0, p.ws[1] = 0, p.ws[2] = 0;  // the last to leave
+    // the read above is done before the count says so (release): the reset cannot overtake it
+    if (atom_add_acq_rel_gpu(reinterpret_cast<int *>(p.ws + 2), 1) == static_cast<int>(gridDim.x) - 1)
+      p.ws[0] = 0, p.ws[1] = 0, p.ws[2] = 0;  // the last to leave
   }
   __syncthreads();
   const float inv = inv_scale(slots[0]);

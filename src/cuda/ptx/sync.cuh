@@ -1,10 +1,11 @@
-// GPU-scope release / acquire on a global counter, the handshake between the CTAs of a split
-// tile. One asm statement each.
+// GPU-scope release / acquire on a global counter: the handshakes between CTAs (the units of a
+// split tile in the GEMM and VQ kernels, the grid barrier of the fused per-tensor quant). One asm
+// statement each.
 //
-// NOTES: __threadfence() is fence.sc.gpu, a sequentially consistent fence that every consumer
-// thread of a split unit paid twice per handshake. The pattern here orders the same writes: the
-// CTA's threads meet at a barrier, then one thread's release (or acquire) at GPU scope covers
-// what the others wrote before (or read after) the barrier.
+// NOTES: __threadfence() is fence.sc.gpu, a sequentially consistent fence, which every thread of
+// a split unit paid twice per handshake. The pattern here orders the same writes: the CTA's
+// threads meet at a barrier, then one thread's release (or acquire) at GPU scope covers what the
+// others wrote before (or read after) the barrier.
 #pragma once
 
 // atom.acq_rel.gpu add: adds v to *p and returns the value before, releasing this CTA's earlier

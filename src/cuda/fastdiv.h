@@ -15,18 +15,18 @@
 #include "formats/formats.h"
 
 typedef struct {
-  uint32_t d, mul, shift;
+  uint32_t mul, shift;
 } qf_fastdiv;
 
 /* The divisor d, 1 <= d < 2^31. */
 static inline qf_fastdiv qf_fastdiv_make(uint32_t d) {
   uint32_t s = 0;
   while (((uint64_t)1 << s) < d) s++;
-  const qf_fastdiv f = {d, (uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << s) - d)) / d + 1), s};
+  const qf_fastdiv f = {(uint32_t)((((uint64_t)1 << 32) * (((uint64_t)1 << s) - d)) / d + 1), s};
   return f;
 }
 
-/* n / f.d for 0 <= n < 2^31. */
+/* n / d for 0 <= n < 2^31, f made from d. */
 QF_HD int qf_fastdiv_div(int n, qf_fastdiv f) {
 #ifdef __CUDA_ARCH__
   const uint32_t hi = __umulhi((uint32_t)n, f.mul);

@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include <cudaTypedefs.h>
 
@@ -301,6 +302,72 @@ static void green_context_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
   CHECK(stream_destroy(stream) == CUDA_SUCCESS && destroy(green) == CUDA_SUCCESS, "green contexts: teardown");
 }
 
+/* Split 256 x 128 tiles, whose units wait for each other, from two contexts on two streams at
+ * once, four calls each: every call must finish (the cooperative launch starts a grid only when
+ * all its CTAs fit) and give the bytes of the same call run alone. */
+static void concurrent_streams_case(qf_ctx *gpu, uint64_t *seed) {
+  const int64_t M = 4096, N = 2112, K = 7168, KB = K / 128, NB = (N + 127) / 128;
+  const size_t dbytes = (size_t)(M * N) * 2;
+  uint8_t *a = malloc((size_t)(M * K)), *b = malloc((size_t)(N * K));
+  float *as = malloc((size_t)(KB * M) * sizeof(float)), *bs = malloc((size_t)(NB * KB) * sizeof(float));
+  fill_e4m3(a, (size_t)(M * K), 0, seed);
+  fill_e4m3(b, (size_t)(N * K), 0, seed);
+  for (int64_t i = 0; i < KB * M; i++) as[i] = draw_scale(seed, 1e-2, 1e2, 0, 4);
+  for (int64_t i = 0; i < NB * KB; i++) bs[i] = draw_scale(seed, 1e-2, 1e2, 0, 4);
+  uint8_t *da = dev_alloc((size_t)(M * K)), *db = dev_alloc((size_t)(N * K));
+  float *das = dev_alloc((size_t)(KB * M) * sizeof(float)), *dbs = dev_alloc((size_t)(NB * KB) * sizeof(float));
+  uint8_t *dd[3] = {dev_alloc(dbytes), dev_alloc(dbytes), dev_alloc(dbytes)};
+  CUDA_OK(cudaMemcpy(da, a, (size_t)(M * K), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db, b, (size_t)(N * K), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(das, as, (size_t)(KB * M) * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dbs, bs, (size_t)(NB * KB) * sizeof(float), cudaMemcpyHostToDevice));
+  tensor2d ga, gas, gb, gbs, gd[3];
+  tensor2d_init(&ga, da, QF_E4M3FN, M, K, K, kDLCUDA);
+  tensor2d_init(&gas, das, QF_F32, KB, M, M, kDLCUDA);
+  tensor2d_init(&gb, db, QF_E4M3FN, N, K, K, kDLCUDA);
+  tensor2d_init(&gbs, dbs, QF_F32, NB, KB, KB, kDLCUDA);
+  for (int i = 0; i < 3; i++) tensor2d_init(&gd[i], dd[i], QF_BF16, M, N, N, kDLCUDA);
+
+  /* the call alone */
+  CHECK(qf_gemm_fp8_blockscale(gpu, &ga.t, &gas.t, &gb.t, &gbs.t, &gd[0].t, NULL) == QF_OK, "concurrent: alone: %s",
+        qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  uint8_t *want = malloc(dbytes), *got = malloc(dbytes);
+  CUDA_OK(cudaMemcpy(want, dd[0], dbytes, cudaMemcpyDeviceToHost));
+
+  /* two contexts (each its own split counters), two streams, four calls each, no sync between */
+  qf_ctx *other = NULL;
+  CHECK(qf_ctx_create(&other, QF_DEVICE_CUDA, 0) == QF_OK, "concurrent: a second context");
+  cudaStream_t st[2];
+  for (int i = 0; i < 2; i++) CUDA_OK(cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking));
+  qf_ctx *ctxs[2] = {gpu, other};
+  for (int i = 0; i < 2; i++) CHECK(qf_ctx_set_stream(ctxs[i], st[i]) == QF_OK, "qf_ctx_set_stream");
+  for (int r = 0; r < 4; r++)
+    for (int i = 0; i < 2; i++)
+      CHECK(qf_gemm_fp8_blockscale(ctxs[i], &ga.t, &gas.t, &gb.t, &gbs.t, &gd[1 + i].t, NULL) == QF_OK,
+            "concurrent: stream %d, call %d: %s", i, r, qf_ctx_last_error(ctxs[i]));
+  /* Both streams must drain within a minute (the eight calls take about a millisecond). */
+  const time_t t0 = time(NULL);
+  int done = 0;
+  while (!done && time(NULL) - t0 < 60)
+    done = cudaStreamQuery(st[0]) == cudaSuccess && cudaStreamQuery(st[1]) == cudaSuccess;
+  if (!done) { /* a hung GPU would hang the teardown too: report and leave at once */
+    fprintf(stderr, "FAIL concurrent: the two streams' split GEMMs did not finish within 60 s\n");
+    fflush(stderr);
+    _Exit(1);
+  }
+  for (int i = 0; i < 2; i++) {
+    CUDA_OK(cudaMemcpy(got, dd[1 + i], dbytes, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(got, want, dbytes) == 0, "concurrent: stream %d gave other bytes than the call alone", i);
+  }
+  for (int i = 0; i < 2; i++) CHECK(qf_ctx_set_stream(ctxs[i], NULL) == QF_OK, "qf_ctx_set_stream");
+  for (int i = 0; i < 2; i++) CUDA_OK(cudaStreamDestroy(st[i]));
+  qf_ctx_destroy(other);
+  for (int i = 0; i < 3; i++) cudaFree(dd[i]);
+  cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs);
+  free(a), free(b), free(as), free(bs), free(want), free(got);
+}
+
 int main(void) {
   qf_ctx *gpu, *cpu;
   open_contexts(&gpu, &cpu);
@@ -407,6 +474,7 @@ int main(void) {
     }
   }
 
+  if (!quick) concurrent_streams_case(gpu, &seed);
   if (!quick) green_context_case(gpu, cpu, &seed);
 
   qf_ctx_destroy(gpu);

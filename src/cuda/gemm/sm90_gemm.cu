@@ -51,8 +51,8 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
   const int grid = units < pr.sms ? units : (pr.sms > 0 ? pr.sms : 1);
   // The units of a split 256-row tile wait for each other, so each must have a CTA of its own
-  // (one CTA per SM the stream can use: the grid's CTAs are resident together): all split units
-  // in the grid's last round, at most one per CTA.
+  // (one CTA per SM the stream can use, launched cooperatively below: the grid's CTAs are resident
+  // together): all split units in the grid's last round, at most one per CTA.
   if (kBlockM > 128 && p.splits > 1 && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d split units of %dx%d tiles do not fit the last round of %d CTAs",
                    kOp, units - p.whole_tiles, kBlockM, kBlockN, grid);
@@ -97,6 +97,24 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = sm90_gemm_consumers(kBlockM) * 128 + 128;
+  if (kTallSplit && p.splits > 1) {
+    // A cooperative launch: the grid starts only once all its CTAs can be resident together, so
+    // that no split unit waits on a CTA that cannot start until some other kernel leaves (two
+    // such GEMMs on two streams, each holding part of the SMs, would wait on each other).
+    cudaLaunchAttribute coop = {};
+    coop.id = cudaLaunchAttributeCooperative;
+    coop.val.cooperative = 1;
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(static_cast<unsigned>(grid));
+    lc.blockDim = dim3(static_cast<unsigned>(threads));
+    lc.dynamicSmemBytes = kSmem;
+    lc.stream = qf_stream(ctx);
+    lc.attrs = &coop;
+    lc.numAttrs = 1;
+    const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, tmap_a, tmap_b, tmap_d, p);
+    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaLaunchKernelEx", err);
+    return qf_cuda_check_launch(ctx, kOp);
+  }
   kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
   return qf_cuda_check_launch(ctx, kOp);
 }

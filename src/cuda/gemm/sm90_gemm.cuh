@@ -92,12 +92,18 @@
 //   (fence.sc) in every thread before and after it: in-kernel clock stamps put the handshake and
 //   the sum at 4,400 of the 15,000 cycles of (64, 2112, 7168) split 4 ways, and the lighter
 //   handshake took 0.27-0.58 us off the split decode shapes (H200). Only threads holding rows
-//   below M write and read partials (M = 1: 4 threads of 128).
+//   below M write and read partials (M = 1: 4 threads of 128). What the split still costs, from
+//   timing-only builds without the partials and the handshake: 1.2-2.8 us of the split decode
+//   shapes (H200). The sum spread over all units of the tile instead (each adding a share, as the
+//   256 x 128 tiles do below) ran them 0.7-2.3 us slower: every unit then waits for the last one
+//   and for one more round trip (docs/GEMM.md).
 //   A split 256 x 128 tile's partial is 128 KB, too much for one CTA to add up: there every unit
 //   writes its partial, waits until all units of the tile have (they run in the grid's last round,
-//   one per CTA, so they are all resident), then copies its share (1 / splits of each thread's
-//   values) of every partial into its idle ring, adds them in split order and stores them; the
-//   last to count a second time resets the counter. ((4096, 2112, 7168): 264 whole tiles and 8
+//   one per CTA of a cooperative launch, so they are all resident), then copies its share (1 /
+//   splits of each thread's values) of every partial into its idle ring, adds them in split
+//   order and stores them; the last to count a second time resets the counter. A plain launch
+//   could start part of the grid while other kernels hold the remaining SMs, and two such GEMMs
+//   on two streams could then wait on each other. ((4096, 2112, 7168): 264 whole tiles and 8
 //   split 16 ways, 106.8 -> 99.8 us; the writes and reads of the partials still cost about 10 us,
 //   so the heuristic splits these tiles only where units run 32 K-blocks or more.)
 // - No clusters. Pairs of CTAs along M sharing B by TMA multicast (a quarter less L2 traffic)

@@ -20,7 +20,8 @@ struct Problem {
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
-          int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT))), bool kTallSplit = false>
+          int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT))), bool kTallSplit = false,
+          bool kLongK = false>
 qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
   const char *kOp = pr.op;
   constexpr size_t kSmem =
@@ -93,7 +94,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
                 reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 && (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
-  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, kTallSplit>;
+  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, kTallSplit, kLongK>;
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = sm90_gemm_consumers(kBlockM) * 128 + 128;
@@ -139,6 +140,9 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     // (the split last wave has an instantiation of its own)
     if (cfg.block_m == 256 && cfg.block_n == 128 && cfg.splits > 1)
       return launch<R, 256, 128, OutT, sm90_gemm_stages(256, 128, int(sizeof(OutT))), true>(ctx, pr, p, cfg);
+    // (and the whole tiles of units of 32 K-blocks or more another: kLongK)
+    if (cfg.block_m == 256 && cfg.block_n == 128 && (pr.K + 127) / 128 >= 32)
+      return launch<R, 256, 128, OutT, sm90_gemm_stages(256, 128, int(sizeof(OutT))), false, true>(ctx, pr, p, cfg);
     QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)
   }
 #undef QF_SM90_GEMM_CASE

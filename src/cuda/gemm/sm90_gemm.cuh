@@ -61,7 +61,13 @@
 //     (7168, 16384) 103.9 -> 98.6, but (4096, 32768, 512) 137.5 -> 140.4 (H200, run twice). The
 //     ring runs on across units: restarting each unit at stage 0, as the two-set loop does,
 //     idled the producer at every unit's end, (4096, 32768, 512) 153.8 us. A split last wave
-//     (below) runs in an instantiation of its own (kTallSplit).
+//     (below) runs in an instantiation of its own (kTallSplit), and so do units of 32 K-blocks or
+//     more (kLongK): there the consumers find their tile by division instructions and store each
+//     sub-tile between its own pair of barriers, in its own bulk group, which the short units
+//     lose to (the fast divisions took (4096, 32768, 512) 138.5 -> 134.9 us, one pair of
+//     barriers 145.0 -> 138.8) and the long ones gain from: (4096, 7168, 16384) 694.1 -> 684.9
+//     and 693.9 -> 685.7 us in two calls, (512, 7168, 16384) 99.4 -> 97.1, (4096, 4096, 7168)
+//     1%, the short-K shapes unchanged (H200).
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -264,6 +270,15 @@ __device__ __forceinline__ void sm90_gemm_tile_coords(const sm90_gemm_params &p,
   m_blk = g * p.raster_group + in_group - n_blk * (last ? p.tiles_m - g * p.raster_group : p.raster_group);
 }
 
+// The same by division instructions: the long-K 256 x 128 kernel's consumers ran 0.7-1.3% slower
+// with the fast divisions above (which the producers and every other kernel keep; NOTES).
+__device__ __forceinline__ void sm90_gemm_tile_coords_div(const sm90_gemm_params &p, int tile, int &m_blk, int &n_blk) {
+  const int per_group = p.raster_group * p.tiles_n, g = tile / per_group;
+  const int rows = min(p.raster_group, p.tiles_m - g * p.raster_group), in_group = tile - g * per_group;
+  m_blk = g * p.raster_group + in_group % rows;
+  n_blk = in_group / rows;
+}
+
 // f(std::integral_constant<int, v>{}) for the runtime v in [0, sizeof...(I)): a runtime stage
 // made a compile-time one.
 template <class F, int... I>
@@ -313,8 +328,11 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 
 // kTallSplit: the 256-row tile's instantiation whose last wave may be split (NOTES, split-K);
 // the whole-tile one has none of that code (code never taken has cost this kernel 1.5-3% through
-// ptxas's register allocation: docs/GEMM.md, stream-K).
-template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, bool kTallSplit = false>
+// ptxas's register allocation: docs/GEMM.md, stream-K). kLongK: the 256-row tile's whole-tile
+// instantiation for units of 32 K-blocks or more, whose consumers find their tile by division
+// instructions and store each sub-tile between its own pair of barriers (NOTES).
+template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, bool kTallSplit = false,
+          bool kLongK = false>
 __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
@@ -541,7 +559,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         }
       };
       int m_blk, n_blk, kb_begin, kb_end;
-      unit_tile(u, m_blk, n_blk);
+      if constexpr (kLongK) sm90_gemm_tile_coords_div(p, u.tile, m_blk, n_blk);
+      else unit_tile(u, m_blk, n_blk);
       sm90_gemm_split_range(p, u, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
@@ -909,37 +928,42 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           constexpr int kCols = Smem::kStagingCols;
           auto staging = [&](int sub) { return base + Smem::kStaging + (wg * kSub + sub) * 64 * kCols * 2; };
           const bool leader = threadIdx.x % 128 == 0;
+          // (kLongK: each sub-tile between its own pair of barriers, in its own bulk group)
+          constexpr int kPer = kLongK ? 1 : kSub;  // sub-tiles written between one pair of barriers
 #pragma unroll
           for (int b0 = 0; b0 < kBlockN / 64; b0 += kCols / 64) {
             if (leader) cp_async_bulk_wait_group_read<0>();  // the previous copies have read the staging tile
-            named_barrier_sync(2 + wg, 128);
 #pragma unroll
-            for (int sub = 0; sub < kSub; sub++) {
-              uint8_t *stage_ptr = smem_raw + (staging(sub) - smem_u32);
-              const float *t = total + sub * (kBlockN / 2);
+            for (int s0 = 0; s0 < kSub; s0 += kPer) {
+              named_barrier_sync(2 + wg, 128);
 #pragma unroll
-              for (int j = 8 * b0; j < 8 * b0 + kCols / 8; j++)
+              for (int sub = s0; sub < s0 + kPer; sub++) {
+                uint8_t *stage_ptr = smem_raw + (staging(sub) - smem_u32);
+                const float *t = total + sub * (kBlockN / 2);
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                  const int r = warp * 16 + lane / 4 + 8 * h;
-                  const uint32_t off = (j / 8 - b0) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
-                  *reinterpret_cast<uint32_t *>(stage_ptr + off) = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
-                }
-            }
-            fence_proxy_async_shared_cta();
-            named_barrier_sync(2 + wg, 128);
-            if (leader) {
+                for (int j = 8 * b0; j < 8 * b0 + kCols / 8; j++)
 #pragma unroll
-              for (int sub = 0; sub < kSub; sub++) {
-                const uint32_t stage = staging(sub);
-                const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
-                if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
-#pragma unroll
-                  for (int b = b0; b < b0 + kCols / 64; b++)
-                    cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, n0 + 64 * b, row0);
-                }
+                  for (int h = 0; h < 2; h++) {
+                    const int r = warp * 16 + lane / 4 + 8 * h;
+                    const uint32_t off = (j / 8 - b0) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
+                    *reinterpret_cast<uint32_t *>(stage_ptr + off) = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
+                  }
               }
-              cp_async_bulk_commit_group();
+              fence_proxy_async_shared_cta();
+              named_barrier_sync(2 + wg, 128);
+              if (leader) {
+#pragma unroll
+                for (int sub = s0; sub < s0 + kPer; sub++) {
+                  const uint32_t stage = staging(sub);
+                  const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
+                  if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
+#pragma unroll
+                    for (int b = b0; b < b0 + kCols / 64; b++)
+                      cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, n0 + 64 * b, row0);
+                  }
+                }
+                cp_async_bulk_commit_group();
+              }
             }
           }
           continue;

@@ -40,16 +40,32 @@ qf_status qf_cuda_smem_opt_in(qf_ctx *ctx, const char *op, Kernel kernel, size_t
   return QF_OK;
 }
 
-// A launch configuration for clusters of `cluster` CTAs along x (cudaLaunchKernelEx); `attr` is
-// the caller's storage for the one attribute.
-static inline cudaLaunchConfig_t qf_cluster_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                                          unsigned cluster, cudaLaunchAttribute *attr) {
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = cluster, attr->val.clusterDim.y = 1, attr->val.clusterDim.z = 1;
+// A launch configuration (cudaLaunchKernelEx) with the one attribute *attr, the caller's storage.
+static inline cudaLaunchConfig_t qf_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                                  cudaLaunchAttribute *attr) {
   cudaLaunchConfig_t lc = {};
   lc.gridDim = grid, lc.blockDim = block, lc.dynamicSmemBytes = smem, lc.stream = stream;
   lc.attrs = attr, lc.numAttrs = 1;
   return lc;
+}
+
+// ... for clusters of `cluster` CTAs along x.
+static inline cudaLaunchConfig_t qf_cluster_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                                          unsigned cluster, cudaLaunchAttribute *attr) {
+  *attr = {};
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = cluster, attr->val.clusterDim.y = 1, attr->val.clusterDim.z = 1;
+  return qf_launch_config(grid, block, smem, stream, attr);
+}
+
+// ... for a cooperative launch: the grid starts only once all its CTAs can be resident together
+// (for CTAs that wait for each other).
+static inline cudaLaunchConfig_t qf_cooperative_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                                              cudaLaunchAttribute *attr) {
+  *attr = {};
+  attr->id = cudaLaunchAttributeCooperative;
+  attr->val.cooperative = 1;
+  return qf_launch_config(grid, block, smem, stream, attr);
 }
 
 // The context's device scratch, at least `bytes`, zero-filled when it is (re)allocated. It starts

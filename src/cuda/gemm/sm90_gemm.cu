@@ -20,10 +20,10 @@ struct Problem {
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
-          int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT))), bool kTallSplit = false,
-          bool kLongK = false>
+          int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT))), Sm90Variant V = Sm90Variant::kAny>
 qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
   const char *kOp = pr.op;
+  constexpr bool kTallSplit = V == Sm90Variant::kTallSplit;
   constexpr size_t kSmem =
       sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), sm90_gemm_epilogue_factors(R)>::kBytes;
   if (kSmem > ctx->smem_optin)
@@ -94,7 +94,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
                 reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 && (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
-  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, kTallSplit, kLongK>;
+  auto kernel = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, V>;
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = sm90_gemm_consumers(kBlockM) * 128 + 128;
@@ -102,16 +102,9 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
     // A cooperative launch: the grid starts only once all its CTAs can be resident together, so
     // that no split unit waits on a CTA that cannot start until some other kernel leaves (two
     // such GEMMs on two streams, each holding part of the SMs, would wait on each other).
-    cudaLaunchAttribute coop = {};
-    coop.id = cudaLaunchAttributeCooperative;
-    coop.val.cooperative = 1;
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3(static_cast<unsigned>(grid));
-    lc.blockDim = dim3(static_cast<unsigned>(threads));
-    lc.dynamicSmemBytes = kSmem;
-    lc.stream = qf_stream(ctx);
-    lc.attrs = &coop;
-    lc.numAttrs = 1;
+    cudaLaunchAttribute coop;
+    const cudaLaunchConfig_t lc =
+        qf_cooperative_launch_config(dim3(static_cast<unsigned>(grid)), dim3(threads), kSmem, qf_stream(ctx), &coop);
     const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, tmap_a, tmap_b, tmap_d, p);
     if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaLaunchKernelEx", err);
     return qf_cuda_check_launch(ctx, kOp);
@@ -137,12 +130,12 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     QF_SM90_GEMM_NARROW_TILES(QF_SM90_GEMM_CASE)
   }
   if constexpr (sm90_gemm_tall(R)) {
-    // (the split last wave has an instantiation of its own)
+    // (the split last wave has an instantiation of its own, and so do whole tiles of long units)
+    constexpr int kTallStages = sm90_gemm_stages(256, 128, int(sizeof(OutT)));
     if (cfg.block_m == 256 && cfg.block_n == 128 && cfg.splits > 1)
-      return launch<R, 256, 128, OutT, sm90_gemm_stages(256, 128, int(sizeof(OutT))), true>(ctx, pr, p, cfg);
-    // (and the whole tiles of units of 32 K-blocks or more another: kLongK)
-    if (cfg.block_m == 256 && cfg.block_n == 128 && (pr.K + 127) / 128 >= 32)
-      return launch<R, 256, 128, OutT, sm90_gemm_stages(256, 128, int(sizeof(OutT))), false, true>(ctx, pr, p, cfg);
+      return launch<R, 256, 128, OutT, kTallStages, Sm90Variant::kTallSplit>(ctx, pr, p, cfg);
+    if (cfg.block_m == 256 && cfg.block_n == 128 && (pr.K + 127) / 128 >= kSm90LongUnit)
+      return launch<R, 256, 128, OutT, kTallStages, Sm90Variant::kTallLongK>(ctx, pr, p, cfg);
     QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)
   }
 #undef QF_SM90_GEMM_CASE

@@ -62,7 +62,7 @@
 //     ring runs on across units: restarting each unit at stage 0, as the two-set loop does,
 //     idled the producer at every unit's end, (4096, 32768, 512) 153.8 us. A split last wave
 //     (below) runs in an instantiation of its own (kTallSplit), and so do units of 32 K-blocks or
-//     more (kLongK): there the consumers find their tile by division instructions and store each
+//     more (kTallLongK): there the consumers find their tile by division instructions and store each
 //     sub-tile between its own pair of barriers, in its own bulk group, which the short units
 //     lose to (the fast divisions took (4096, 32768, 512) 138.5 -> 134.9 us, one pair of
 //     barriers 145.0 -> 138.8) and the long ones gain from: (4096, 7168, 16384) 694.1 -> 684.9
@@ -326,17 +326,20 @@ __device__ __forceinline__ uint32_t word_of(int32_t v) { return static_cast<uint
 __device__ __forceinline__ void add_word(float &v, uint32_t w) { v += __uint_as_float(w); }
 __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_cast<int32_t>(w); }
 
-// kTallSplit: the 256-row tile's instantiation whose last wave may be split (NOTES, split-K);
-// the whole-tile one has none of that code (code never taken has cost this kernel 1.5-3% through
-// ptxas's register allocation: docs/GEMM.md, stream-K). kLongK: the 256-row tile's whole-tile
-// instantiation for units of 32 K-blocks or more, whose consumers find their tile by division
-// instructions and store each sub-tile between its own pair of barriers (NOTES).
-template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, bool kTallSplit = false,
-          bool kLongK = false>
+// The instantiations of the 256-row tile (NOTES): kTallSplit, the one whose last wave may be
+// split (split-K); the whole-tile ones have none of that code (code never taken has cost this
+// kernel 1.5-3% through ptxas's register allocation: docs/GEMM.md, stream-K). kTallLongK, whole
+// tiles of units of kSm90LongUnit K-blocks or more, whose consumers find their tile by division
+// instructions and store each sub-tile between its own pair of barriers. Other tiles: kAny.
+enum class Sm90Variant { kAny, kTallSplit, kTallLongK };
+constexpr int kSm90LongUnit = 32;  // K-blocks of a unit from which it counts as long
+
+template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, Sm90Variant V = Sm90Variant::kAny>
 __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
+  constexpr bool kTallSplit = V == Sm90Variant::kTallSplit, kLongK = V == Sm90Variant::kTallLongK;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
   // FP8 on tiles of up to 128 x 128 keeps two K-blocks in flight per warpgroup (see the NOTES).
   constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM <= 128 && kBlockN <= 128;

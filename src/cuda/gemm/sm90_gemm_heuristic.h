@@ -120,7 +120,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 360.8 -> 346.1 (2 ways, from 128 x 128 tiles; two alternated runs each).
   // (and at most as many ways as a unit's ring holds the shares of, with 16-bit D's three stages)
   auto tall_splits = [&](int64_t tiles) -> int64_t {
-    int64_t split = num_kb >= 32 ? tail_splits(tiles) : 0;
+    int64_t split = num_kb >= kSm90LongUnit ? tail_splits(tiles) : 0;
     while (split > 1 && !sm90_gemm_tall_share_fits(static_cast<int>(split), sm90_gemm_stages(256, 128, 2))) split--;
     return split > 1 ? split : 0;
   };

@@ -36,10 +36,11 @@ qf_status launch_fused(qf_ctx *ctx, const qf_tensor_dynamic_args *a, bool *done)
   p.scale_min = a->scale_min;
   p.scale = a->scale;
   p.ws = static_cast<unsigned int *>(ws);  // counters 0-2, zero between calls
-  void *args[] = {&p};
-  err = cudaLaunchCooperativeKernel(reinterpret_cast<const void *>(kernel), dim3(static_cast<unsigned>(blocks)),
-                                    dim3(kFusedThreads), args, 0, qf_stream(ctx));
-  if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaLaunchCooperativeKernel", err);
+  cudaLaunchAttribute coop;
+  const cudaLaunchConfig_t lc =
+      qf_cooperative_launch_config(dim3(static_cast<unsigned>(blocks)), dim3(kFusedThreads), 0, qf_stream(ctx), &coop);
+  err = cudaLaunchKernelEx(&lc, kernel, p);
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaLaunchKernelEx", err);
   *done = true;
   return qf_cuda_check_launch(ctx, op);
 }

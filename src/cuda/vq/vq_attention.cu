@@ -124,8 +124,9 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
                                       a->k.sz.entries, f.scope_cols ? f.scope_cols / vs : row_vectors};
   // The banked kernel (vq_attention_banked.cuh): forced, or auto (below).
   const char *banked_refusal = qf_vq_attn_banked_refusal(&pb);
-  const bool codes_aligned = reinterpret_cast<uintptr_t>(a->k.codes) % 16 == 0 && reinterpret_cast<uintptr_t>(a->v.codes) % 16 == 0;
-  if (!banked_refusal && !codes_aligned) banked_refusal = "it takes K and V codes aligned to 16 bytes";
+  const bool operands_aligned = reinterpret_cast<uintptr_t>(a->k.codes) % 16 == 0 && reinterpret_cast<uintptr_t>(a->v.codes) % 16 == 0 &&
+                             reinterpret_cast<uintptr_t>(a->k.books) % 16 == 0 && reinterpret_cast<uintptr_t>(a->v.books) % 16 == 0;
+  if (!banked_refusal && !operands_aligned) banked_refusal = "it takes K and V codes and codebooks aligned to 16 bytes";
   qf_vq_attention_config cfg;
   if (placement == QF_VQ_BOOKS_BANKED) {
     if (banked_refusal) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked codebook placement: %s", kOp, banked_refusal);

@@ -7,12 +7,13 @@
 // - A block serves one query head h (kv head g = h / group) with one or two halves of 8 warps.
 //   Each half is a virtual block of the launch plan: its own contiguous run of units (batch entry,
 //   chunk), score table, code ring and barrier (named barrier 1 + half); the halves share head g's
-//   V books, copied into shared memory once per block (one cp.async per entry, in flight with the
-//   first code tiles). Two halves give 16 warps per SM where one block's shared memory allows
-//   only one block.
+//   V books, copied into shared memory once per block (while the first code tiles land). Two
+//   halves give 16 warps per SM where one block's shared memory allows only one block.
+// - Book reads (the V books' copy and the K entries of a table): a lane reads 32-byte chunks of
+//   one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive
+//   vectors, four chunks in flight, and stores entry by entry into the layouts below.
 // - Layouts: the score table is lut[e][j] = q-part j . K entry e of vector j (fp32, q scaled by
-//   sm_scale log2(e)), rebuilt whenever the half's batch entry changes (16-32 K entries in flight
-//   per thread); the V books are vbook[e][j] = V entry e of vector j. Entry e of every vector shares
+//   sm_scale log2(e)), rebuilt whenever the half's batch entry changes; the V books are vbook[e][j] = V entry e of vector j. Entry e of every vector shares
 //   a row and vector j sits in bank j mod 32 (table) or banks 2j, 2j + 1 mod 32 (4-element fp16
 //   entries), so 32 lanes that look up 32 different vectors never conflict, whatever the indices.
 // - Scores, one token per lane: a warp scores 32 tokens; at step j lane t takes vector t ^ j of its
@@ -76,15 +77,25 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   const int u_begin = vblock < p.vblocks ? static_cast<int>(static_cast<int64_t>(vblock) * p.units / p.vblocks) : 0;
   const int u_end = vblock < p.vblocks ? static_cast<int>(static_cast<int64_t>(vblock + 1) * p.units / p.vblocks) : 0;
 
-  // ---- head g's V books, interleaved by vector (the whole block) ----
-  // Thread i handles vector j = i % S, entries e0, e0 + kStep, ... (e0 = i / S) of a book.
+  // Books are read in 32-byte chunks (kCE entries of one vector, a whole sector): the lanes of a
+  // warp take 32 consecutive vectors, so each load brings 32 full sectors and each store of an
+  // entry into a [256][S] layout falls into the lanes' own banks. (One entry per lane took a
+  // sector for 4 or 8 bytes of it.)
+  constexpr int kCE = 32 / kEB;  // entries per chunk
   const int64_t book_elems = static_cast<int64_t>(p.entries) * kVS;
-  {
-    const int j = threadIdx.x % kS, step = blockDim.x / kS;
-    const uint16_t *src = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
-    for (int e = threadIdx.x / kS; e < 256; e += step) __pipeline_memcpy_async(vbook_s + (e * kS + j) * kEB, src + e * kVS, kEB);
-    __pipeline_commit();
-  }
+  constexpr int kChunks = 256 / kCE;  // per vector
+  auto load_chunks = [&](const uint16_t *book, int c0, int cstep, uint4 (&r)[4][2]) {
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const uint4 *src = reinterpret_cast<const uint4 *>(book + min(c0 + u * cstep, kChunks - 1) * kCE * kVS);
+      r[u][0] = __ldg(src), r[u][1] = __ldg(src + 1);
+    }
+  };
+  // Word w of a chunk (w < 8): entry w / (kEB / 4) of the chunk, its 32-bit part w % (kEB / 4).
+  auto chunk_word = [](const uint4 (&r)[2], int w) {
+    const uint4 &h = r[w / 4];
+    return (w & 3) == 0 ? h.x : (w & 3) == 1 ? h.y : (w & 3) == 2 ? h.z : h.w;
+  };
 
   // Tile t's code bytes of head g into ring slot `stage`: thread i copies token i's K and V rows.
   const int64_t row_bytes = static_cast<int64_t>(p.row_words) * 4;
@@ -104,8 +115,26 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
   if (u_begin < u_end) stage_codes(t, 0);
   else __pipeline_commit();  // an empty group keeps the count
-  __pipeline_wait_prior(1);  // the books' group (the older) is complete
-  __syncthreads();  // every thread's book copies landed; the last block-wide barrier
+
+  // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
+  {
+    const int j = threadIdx.x % kS, cstep = blockDim.x / kS;
+    const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
+    for (int c0 = threadIdx.x / kS; c0 < kChunks; c0 += 4 * cstep) {
+      uint4 r[4][2];
+      load_chunks(book, c0, cstep, r);
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int i = 0; i < kCE; i++) {
+          if (c0 + u * cstep >= kChunks) break;  // (a block of two halves over 32 chunks per vector)
+          uint8_t *dst = vbook_s + (((c0 + u * cstep) * kCE + i) * kS + j) * kEB;
+          if constexpr (kEB == 8) *reinterpret_cast<uint2 *>(dst) = make_uint2(chunk_word(r[u], 2 * i), chunk_word(r[u], 2 * i + 1));
+          else *reinterpret_cast<uint32_t *>(dst) = chunk_word(r[u], i);
+        }
+    }
+  }
+  __syncthreads();  // the V books are in place; the last block-wide barrier
   if (u_begin >= u_end) return;
 
   float m = -INFINITY, l = 0.0f;  // this warp's running max (log2 units) and this lane's sum of p
@@ -123,25 +152,29 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
       for (int i = tid; i < kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
       vq_attn_half_sync(half);
-      // Thread i: vector j = i % S, entries e0, e0 + kStep, ... (e0 = i / S).
-      constexpr int kStep = kHalf / kS, kPer = 256 / kStep, kBatch = 64 / kVS;  // K entries in flight per thread
-      static_assert(kPer % kBatch == 0, "whole batches");
-      const int j = tid % kS, e0 = tid / kS;
+      // Thread i: vector j = i % S, chunks c0, c0 + kStep, ... (c0 = i / S), four in flight.
+      constexpr int kStep = kHalf / kS;
+      static_assert(kChunks % (4 * kStep) == 0, "whole batches");
+      const int j = tid % kS;
       float qv[kVS];
 #pragma unroll
       for (int c = 0; c < kVS; c++) qv[c] = q_s[j * kVS + c];
       const uint16_t *kbook = p.books[0] + vq_attn_book(p, g * kS + j) * book_elems;
-      for (int u0 = 0; u0 < kPer; u0 += kBatch) {
-        float ent[kBatch][kVS];
+      for (int c0 = tid / kS; c0 < kChunks; c0 += 4 * kStep) {
+        uint4 r[4][2];
+        load_chunks(kbook, c0, kStep, r);
 #pragma unroll
-        for (int u = 0; u < kBatch; u++) vq_load_entry<kVS, true>(E{}, kbook + (e0 + (u0 + u) * kStep) * kVS, ent[u]);
+        for (int u = 0; u < 4; u++)
 #pragma unroll
-        for (int u = 0; u < kBatch; u++) {
-          float dot = 0.0f;
+          for (int i = 0; i < kCE; i++) {
+            float dot = 0.0f;
 #pragma unroll
-          for (int c = 0; c < kVS; c++) dot = fmaf(qv[c], ent[u][c], dot);
-          lut_s[(e0 + (u0 + u) * kStep) * kS + j] = dot;
-        }
+            for (int c = 0; c < kVS; c++) {
+              const uint32_t w = chunk_word(r[u], (i * kVS + c) / 2);
+              dot = fmaf(qv[c], c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w), dot);
+            }
+            lut_s[((c0 + u * kStep) * kCE + i) * kS + j] = dot;
+          }
       }
       lut_b = t.b;
     }

@@ -17,6 +17,8 @@
  *  - Each run: o and lse poisoned with 0xFF (NaN) before; every element compared; the row gaps
  *    and a sentinel tail past o and lse unchanged; the public call run twice and compared byte for
  *    byte (the kernels have a fixed summation order).
+ *  - V codebooks 8 bytes past a 16-byte boundary: refused by the public call (alignment) and by
+ *    the forced banked placement, nothing written.
  *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
  *    give NaN (or a dropped token) exactly where the CPU has them (CQ-2 at head_dim 64 and 128, the
  *    second for the banked kernel).
@@ -475,6 +477,39 @@ static void nan_inf_case(qf_ctx *gpu, qf_ctx *cpu, int64_t D, uint64_t *seed) {
   free_cache(&c);
 }
 
+/* ---- codebooks not 16-byte aligned ---------------------------------------------------------- */
+
+/* The banked kernel reads codebooks 16 bytes at a time: V books 8 bytes past a 16-byte boundary
+ * are refused by the public call (QF_ERR_ALIGNMENT) and by the backend's forced banked placement
+ * (QF_ERR_UNSUPPORTED), writing nothing. */
+static void misaligned_books_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
+  qf_vq_format f;
+  qf_vq_format_preset(QF_VQ_CQ_2, &f);
+  kv_cache c;
+  if (!make_cache(cpu, &c, "CQ-2 V books at +8 bytes", f, 2, 300, 2, 128, 0, seed)) return;
+  uint8_t *buf = dev_alloc(c.book_bytes + 16);
+  CUDA_OK(cudaMemcpy(buf + 8, c.d_books[1], c.book_bytes, cudaMemcpyDeviceToDevice));
+  void *aligned = c.d_books[1];
+  c.d_books[1] = buf + 8;
+  call k;
+  const variant va = {QF_F16, QF_F32, 0.0f, 0};
+  call_init(&k, &c, 2, va, 0, seed);
+  poison_device(&k);
+  qf_status st = api_call(gpu, &k, 1);
+  CHECK(st == QF_ERR_ALIGNMENT && strstr(qf_ctx_last_error(gpu), "16-byte aligned") != NULL, "%s: returned %s (%s)", c.name,
+        qf_status_str(st), qf_ctx_last_error(gpu));
+  st = forced_call(gpu, &k, QF_VQ_BOOKS_BANKED, QF_VQ_ATTN_SCORES_LUT, NULL);
+  CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(gpu), "aligned to 16") != NULL,
+        "%s: forced banked returned %s (%s)", c.name, qf_status_str(st), qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  CHECK(dev_holds(k.d_o, k.o_bytes, OUT_POISON) && dev_holds(k.d_lse, k.lse_bytes, OUT_POISON),
+        "%s: refused, yet o or lse written", c.name);
+  call_free(&k);
+  c.d_books[1] = aligned;
+  CUDA_OK(cudaFree(buf));
+  free_cache(&c);
+}
+
 /* ---- refusals ------------------------------------------------------------------------------- */
 
 static void refused(qf_ctx *gpu, qf_ctx *cpu, const char *name, qf_vq_format f, int64_t D, int misalign, qf_status want,
@@ -659,6 +694,7 @@ int main(void) {
   nan_inf_case(gpu, cpu, 64, &seed);
   nan_inf_case(gpu, cpu, 128, &seed); /* the banked kernel's format */
   env_switch_case(gpu, cpu, &seed);
+  misaligned_books_case(gpu, cpu, &seed);
 
   const qf_vq_format vs3 = {3, 8, 1, 0, 3, QF_F16, 0, 0}, rows4 = {4, 8, 1, 4, 4, QF_F16, 0, 0};
   refused(gpu, cpu, "vector_size 3", vs3, 48, 0, QF_ERR_UNSUPPORTED, "vector_size=3", &seed);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "cuda/common.cuh"
+#include "cuda/tma_map.h"
 #include "cuda/vq/vq_books_env.h"
 #include "cuda/vq/vq_attention_banked.cuh"
 
@@ -235,6 +236,14 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.vblocks = static_cast<int>(cfg.blocks);
   p.half_bytes = static_cast<uint32_t>((cfg.smem_bytes - cfg.books_bytes) / cfg.halves);
 
+  if (cfg.placement == QF_VQ_BOOKS_BANKED) {  // the code tiles' TMA maps: boxes of a tile's tokens x one head's indices
+    const qf_vq_tensors *c[2] = {&a->k, &a->v};
+    for (int m = 0; m < 2; m++)
+      if ((st = qf_cuda_make_tmap_bytes(ctx, kOp, &p.tmap_codes[m], m ? "V codes" : "K codes", c[m]->codes, p.N,
+                                        c[m]->sz.row_bytes, c[m]->sz.row_bytes, static_cast<uint32_t>(V),
+                                        QF_VQ_ATTN_TILE)) != QF_OK)
+        return st;
+  }
   const dim3 grid(static_cast<unsigned>((cfg.blocks + cfg.halves - 1) / cfg.halves), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
   kernel<<<grid, threads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
   if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK) return st;

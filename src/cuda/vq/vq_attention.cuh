@@ -46,6 +46,7 @@
 //   then L2).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_pipeline_primitives.h>
 
 #include "cuda/vq/vq_attention_heuristic.h"
@@ -72,6 +73,7 @@ static_assert(kVqAttnTile == kVqAttnThreads, "scoring gives each thread one toke
 static_assert(kVqAttnThreads % 32 == 0, "blocks are whole warps");
 
 struct vq_attention_params {
+  CUtensorMap tmap_codes[2];  // banked kernel: K, V code rows in boxes of kVqAttnTile rows x S bytes
   const uint32_t *codes[2];  // K, V: [R, N, row_words], N = B * seq_len
   const uint16_t *books[2];  // K, V: [R, n_books, entries, vs], fp16 or bf16 bits
   const void *q;             // [B, Hq * D], row pitch q_ld elements

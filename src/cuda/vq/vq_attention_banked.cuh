@@ -28,17 +28,17 @@
 //   probability from shared memory (four tokens per 16-byte broadcast load, where a shuffle per
 //   token was 1-3% slower), reads the token's V index of its vector and the entry, and adds
 //   p * entry into fp32 accumulators.
-// - Code tiles of 256 tokens (32 per warp) are copied with 16-byte cp.async into a ring of two per
-//   half (the next one in flight while one is computed). Head g's indices are bytes
-//   g S .. g S + S - 1 of a code row, so rows, codes and head offsets are 16-byte aligned (the
-//   launcher checks).
+// - Code tiles of 256 tokens (32 per warp) come by TMA (a box of the head's K indices and one of
+//   its V indices, on the slot's mbarrier) into a ring of two per half (the next one in flight
+//   while one is computed). Head g's indices are bytes g S .. g S + S - 1 of a code row: codes and
+//   rows are 16-byte aligned, as TMA needs (the launcher checks).
 // - NaN and Inf as in vq_attention.cuh: max ignores NaN scores, a NaN score makes p, l and o NaN,
 //   an Inf score gives exp2(inf - inf) = NaN, a unit without a finite score keeps m = -Inf and
 //   adds nothing (weights exp2(-Inf)) or NaN to the merge.
 #pragma once
 
-#include <cuda_pipeline_primitives.h>
-
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/tma.cuh"
 #include "cuda/vq/vq_attention.cuh"
 
 constexpr int kVqAttnBankedThreads = 2 * kVqAttnThreads;  // two halves at most
@@ -59,9 +59,10 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   constexpr int kTile = kVqAttnTile;  // 32 tokens per warp
   constexpr int kHalf = kVqAttnThreads;
 
-  // Shared memory: the V books, then per half its table, code ring (K rows, then V rows), q and the
-  // warps' partials.
-  extern __shared__ __align__(16) uint8_t smem[];
+  // Shared memory: the V books, then per half (128-byte aligned) its table, code ring (K rows, then
+  // V rows), q, the warps' partials and the ring's two mbarriers.
+  extern __shared__ __align__(128) uint8_t smem_banked[];
+  uint8_t *smem = smem_banked;
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
   uint8_t *vbook_s = smem;                                                            // [256][kS] entries
   uint8_t *own = smem + p.books_bytes + half * p.half_bytes;
@@ -71,6 +72,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   float *q_s = reinterpret_cast<float *>(own + p.lut_bytes + p.codes_bytes);         // [kD]
   float *red_s = q_s + kD;                                                            // [warps][kD + 2]
   float *p_s = red_s + kVqAttnWarps * (kD + 2);                                       // [warps][32]
+  const uint32_t ring_bar = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kVqAttnWarps * 32));  // [2] mbarriers
 
   const int h = blockIdx.y, g = h / p.group;
   const int vblock = blockIdx.x * p.halves + half;  // this half's run of units
@@ -97,24 +99,26 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
     return (w & 3) == 0 ? h.x : (w & 3) == 1 ? h.y : (w & 3) == 2 ? h.z : h.w;
   };
 
-  // Tile t's code bytes of head g into ring slot `stage`: thread i copies token i's K and V rows.
-  const int64_t row_bytes = static_cast<int64_t>(p.row_words) * 4;
+  // Tile t's code bytes of head g into ring slot `stage`: two TMA boxes of kTile rows (tokens) x kS
+  // bytes (the head's indices), K and V, on the slot's mbarrier; thread 0 of the half issues them.
+  // Rows past the tile's tokens (the next batch entry's, or zeros past the cache) are never used.
   auto stage_codes = [&](const vq_attn_tile &t, int stage) {
-    if (tid < t.count) {
-      const int64_t n = t.b * p.seq_len + t.t0 + tid;
-      const uint8_t *ks = reinterpret_cast<const uint8_t *>(p.codes[0]) + n * row_bytes + g * kS;
-      const uint8_t *vs = reinterpret_cast<const uint8_t *>(p.codes[1]) + n * row_bytes + g * kS;
-      uint8_t *kd = kcodes_s + (stage * kTile + tid) * kS, *vd = vcodes_s + (stage * kTile + tid) * kS;
-#pragma unroll
-      for (int c = 0; c < kS; c += 16) __pipeline_memcpy_async(kd + c, ks + c, 16), __pipeline_memcpy_async(vd + c, vs + c, 16);
+    if (tid == 0) {
+      const uint32_t bar = ring_bar + 8 * stage;
+      const int32_t row = static_cast<int32_t>(t.b * p.seq_len + t.t0);
+      mbarrier_arrive_expect_tx(bar, 2 * kTile * kS);
+      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kcodes_s + stage * kTile * kS)), &p.tmap_codes[0], bar, g * kS, row);
+      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vcodes_s + stage * kTile * kS)), &p.tmap_codes[1], bar, g * kS, row);
     }
-    __pipeline_commit();
   };
 
   // The code ring of two slots: the first tile now, then each tile's successor while it is computed.
   vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
+  if (tid == 0) {
+    mbarrier_init(ring_bar, 1), mbarrier_init(ring_bar + 8, 1);
+    fence_mbarrier_init();
+  }
   if (u_begin < u_end) stage_codes(t, 0);
-  else __pipeline_commit();  // an empty group keeps the count
 
   // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
   {
@@ -141,13 +145,14 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   float acc[kSPL][kVS];
   vq_zero(acc);
 
-  int64_t lut_b = -1;  // the batch entry the table was built for
+  int64_t lut_b = -1;     // the batch entry the table was built for
+  uint32_t phases = 0u;  // bit s: the parity of ring slot s's next completion
   for (int stage = 0; t.unit < u_end; stage ^= 1, t = vq_attn_next(p, t)) {
     vq_attn_half_sync(half);  // every warp is done with the previous tile's slot, the table and red_s
     const vq_attn_tile next = vq_attn_next(p, t);
     if (next.unit < u_end) stage_codes(next, stage ^ 1);
-    else __pipeline_commit();  // an empty group keeps the count
-    __pipeline_wait_prior(1);  // this tile's group is complete
+    mbarrier_wait_parity(ring_bar + 8 * stage, (phases >> stage) & 1u);  // this tile's codes landed
+    phases ^= 1u << stage;
     if (t.b != lut_b) {  // a new batch entry: q[b, h], scaled, then its table
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
       for (int i = tid; i < kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
@@ -178,7 +183,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       }
       lut_b = t.b;
     }
-    vq_attn_half_sync(half);  // codes landed (every thread's copies), table built
+    vq_attn_half_sync(half);  // table built
 
     const int tok0 = warp * 32, n = min(32, t.count - tok0);  // this warp's tokens of the tile
     if (n > 0) {

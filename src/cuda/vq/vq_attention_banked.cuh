@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   constexpr int kTile = kVqAttnTile;  // 32 tokens per warp
   constexpr int kHalf = kVqAttnThreads;
 
-  // Shared memory: the V books, then per half (128-byte aligned) its table, code ring (K rows, then
+  // Shared memory: the V books, then per half (256-byte aligned) its table, code ring (K rows, then
   // V rows), q, the warps' partials and the ring's two mbarriers.
   extern __shared__ __align__(128) uint8_t smem_banked[];
   uint8_t *smem = smem_banked;
@@ -188,12 +188,15 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
     const int tok0 = warp * 32, n = min(32, t.count - tok0);  // this warp's tokens of the tile
     if (n > 0) {
       // ---- scores: lane t, its token's vector t ^ j at step j ----
-      const uint8_t *kr = kcodes_s + (stage * kTile + tok0 + lane) * kS;
+      // Byte offsets from smem: the index of vector t ^ j is at krow ^ j (rows of kS bytes start at
+      // multiples of kS) and its table column at lcol ^ 4 j (the table starts at a multiple of 4 kS).
+      const uint32_t krow = static_cast<uint32_t>(kcodes_s - smem) + (stage * kTile + tok0 + lane) * kS + lane;
+      const uint32_t lcol = static_cast<uint32_t>(reinterpret_cast<uint8_t *>(lut_s) - smem) + 4 * lane;
       float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < kS; j++) {
-        const int col = lane ^ j;
-        a[j & 3] += lut_s[kr[col] * kS + col];
+        const uint32_t idx = smem[krow ^ j];
+        a[j & 3] += *reinterpret_cast<const float *>(smem + ((lcol ^ (4 * j)) + idx * (4 * kS)));
       }
       const float s = lane < n ? (a[0] + a[1]) + (a[2] + a[3]) : -INFINITY;
 
@@ -221,7 +224,8 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 #pragma unroll
         for (int i = 0; i < kSPL; i++) {
           float e[kVS];
-          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(vbook_s + (vr[k * kS + 32 * i] * kS + lane + 32 * i) * kEB), e);
+          const uint32_t col = static_cast<uint32_t>(vbook_s - smem) + (lane + 32 * i) * kEB;  // entry e at col + e kS kEB
+          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(smem + (col + vr[k * kS + 32 * i] * (kS * kEB))), e);
 #pragma unroll
           for (int c = 0; c < kVS; c++) acc[i][c] = fmaf(pk, e[c], acc[i][c]);
         }

@@ -150,12 +150,13 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   }
   // Auto: the banked kernel wherever it applies without GQA (it beat every other plan on Llama-7B
   // heads), and with GQA where the blocks are busy enough for the global placement (batch 8: 2-2.6x
-  // faster than it) or the vectors have 4 elements (CQ-2 at batch 1: 26.4 against 28.2 us for the
-  // shared placement, in kernel time; 30.2 against 32.1 us in the event-timed run before). For
-  // 2-element vectors at batch 1 the shared placement, which decodes each V vector once for the
-  // group's heads, is faster (CQ-4: 41.6 against 55.3 us; docs/VQ.md).
+  // faster than it), the vectors have 4 elements (CQ-2 at batch 1: 26.4 against 28.2 us for the
+  // shared placement, in kernel time) or groups have at most 4 query heads (CQ-4 at batch 1, 8 kv
+  // heads of 4: 30.4 against 41.0 us since the book chunks and TMA code tiles). With larger groups
+  // at small batch the shared placement decodes each V vector once for more heads (docs/VQ.md).
   if (placement == QF_VQ_BOOKS_AUTO && scores == QF_VQ_ATTN_SCORES_AUTO &&
-      (pb.Hq == pb.Hkv || cfg.placement == QF_VQ_BOOKS_IN_GLOBAL || pb.vector_size >= 4) && !banked_refusal)
+      (pb.Hq == pb.Hkv || cfg.placement == QF_VQ_BOOKS_IN_GLOBAL || pb.vector_size >= 4 || pb.Hq / pb.Hkv <= 4) &&
+      !banked_refusal)
     qf_vq_attention_banked_layout(&pb, ctx->smem_optin, &cfg);  // keeps cfg when it does not fit
   if (a->Hkv * cfg.head_tiles > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,

@@ -11,7 +11,8 @@
 //   halves give 16 warps per SM where one block's shared memory allows only one block.
 // - Book reads (the V books' copy and the K entries of a table): a lane reads 32-byte chunks of
 //   one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive
-//   vectors, four chunks in flight, and stores entry by entry into the layouts below.
+//   vectors, eight (V books) or four (tables) chunks in flight, and stores entry by entry into the
+//   layouts below.
 // - Layouts: the score table is lut[e][j] = q-part j . K entry e of vector j (fp32, q scaled by
 //   sm_scale log2(e)), rebuilt whenever the half's batch entry changes; the V books are vbook[e][j] = V entry e of vector j. Entry e of every vector shares
 //   a row and vector j sits in bank j mod 32 (table) or banks 2j, 2j + 1 mod 32 (4-element fp16
@@ -86,10 +87,11 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   constexpr int kCE = 32 / kEB;  // entries per chunk
   const int64_t book_elems = static_cast<int64_t>(p.entries) * kVS;
   constexpr int kChunks = 256 / kCE;  // per vector
-  auto load_chunks = [&](const uint16_t *book, int c0, int cstep, uint4 (&r)[4][2]) {
+  auto load_chunks = [&](const uint16_t *book, int c0, int cstep, auto &r) {  // r: uint4[chunks][2]
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-      const uint4 *src = reinterpret_cast<const uint4 *>(book + min(c0 + u * cstep, kChunks - 1) * kCE * kVS);
+    for (int u = 0; u < int(sizeof(r) / sizeof(r[0])); u++) {
+      if (c0 + u * cstep >= kChunks) break;  // (more threads than a batch's chunks: a block of two halves)
+      const uint4 *src = reinterpret_cast<const uint4 *>(book + (c0 + u * cstep) * kCE * kVS);
       r[u][0] = __ldg(src), r[u][1] = __ldg(src + 1);
     }
   };
@@ -124,14 +126,14 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   {
     const int j = threadIdx.x % kS, cstep = blockDim.x / kS;
     const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
-    for (int c0 = threadIdx.x / kS; c0 < kChunks; c0 += 4 * cstep) {
-      uint4 r[4][2];
+    for (int c0 = threadIdx.x / kS; c0 < kChunks; c0 += 8 * cstep) {
+      uint4 r[8][2];  // eight chunks in flight (nothing else is live yet)
       load_chunks(book, c0, cstep, r);
 #pragma unroll
-      for (int u = 0; u < 4; u++)
+      for (int u = 0; u < 8; u++)
 #pragma unroll
         for (int i = 0; i < kCE; i++) {
-          if (c0 + u * cstep >= kChunks) break;  // (a block of two halves over 32 chunks per vector)
+          if (c0 + u * cstep >= kChunks) break;
           uint8_t *dst = vbook_s + (((c0 + u * cstep) * kCE + i) * kS + j) * kEB;
           if constexpr (kEB == 8) *reinterpret_cast<uint2 *>(dst) = make_uint2(chunk_word(r[u], 2 * i), chunk_word(r[u], 2 * i + 1));
           else *reinterpret_cast<uint32_t *>(dst) = chunk_word(r[u], i);

@@ -149,9 +149,10 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 
   int64_t lut_b = -1;     // the batch entry the table was built for
   uint32_t phases = 0u;  // bit s: the parity of ring slot s's next completion
-  for (int stage = 0; t.unit < u_end; stage ^= 1, t = vq_attn_next(p, t)) {
+  vq_attn_tile next;
+  for (int stage = 0; t.unit < u_end; stage ^= 1, t = next) {
     vq_attn_half_sync(half);  // every warp is done with the previous tile's slot, the table and red_s
-    const vq_attn_tile next = vq_attn_next(p, t);
+    next = vq_attn_next(p, t);
     if (next.unit < u_end) stage_codes(next, stage ^ 1);
     mbarrier_wait_parity(ring_bar + 8 * stage, (phases >> stage) & 1u);  // this tile's codes landed
     phases ^= 1u << stage;

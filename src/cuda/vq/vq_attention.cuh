@@ -197,8 +197,16 @@ __device__ __forceinline__ vq_attn_tile vq_attn_tile_at(const vq_attention_param
   return t;
 }
 
+// The tile after t: the next unit's first, or t's successor in its unit (no division).
 __device__ __forceinline__ vq_attn_tile vq_attn_next(const vq_attention_params &p, const vq_attn_tile &t) {
-  return t.last ? vq_attn_tile_at(p, t.unit + 1, -1) : vq_attn_tile_at(p, t.unit, t.t0 + kVqAttnTile);
+  if (t.last) return vq_attn_tile_at(p, t.unit + 1, -1);
+  vq_attn_tile n = t;
+  const int64_t begin = t.chunk * p.chunk_len, end = begin + p.chunk_len < p.seq_len ? begin + p.chunk_len : p.seq_len;
+  n.t0 = t.t0 + kVqAttnTile;
+  n.count = static_cast<int>(end - n.t0 < kVqAttnTile ? end - n.t0 : kVqAttnTile);
+  n.first = false;
+  n.last = n.t0 + n.count == end;
+  return n;
 }
 
 // Starts the copies of tile t's code words (K and V, every residual) into code buffer `stage`,

@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
           }
       }
       lut_b = t.b;
+      vq_attn_half_sync(half);  // table built
     }
-    vq_attn_half_sync(half);  // table built
 
     const int tok0 = warp * 32, n = min(32, t.count - tok0);  // this warp's tokens of the tile
     if (n > 0) {

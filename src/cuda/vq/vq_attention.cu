@@ -125,8 +125,8 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
                                       a->k.sz.entries, f.scope_cols ? f.scope_cols / vs : row_vectors};
   // The banked kernel (vq_attention_banked.cuh): forced, or auto (below).
   const char *banked_refusal = qf_vq_attn_banked_refusal(&pb);
-  const bool operands_aligned = reinterpret_cast<uintptr_t>(a->k.codes) % 16 == 0 && reinterpret_cast<uintptr_t>(a->v.codes) % 16 == 0 &&
-                             reinterpret_cast<uintptr_t>(a->k.books) % 16 == 0 && reinterpret_cast<uintptr_t>(a->v.books) % 16 == 0;
+  auto aligned16 = [](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const bool operands_aligned = aligned16(a->k.codes) && aligned16(a->v.codes) && aligned16(a->k.books) && aligned16(a->v.books);
   if (!banked_refusal && !operands_aligned) banked_refusal = "it takes K and V codes and codebooks aligned to 16 bytes";
   qf_vq_attention_config cfg;
   if (placement == QF_VQ_BOOKS_BANKED) {

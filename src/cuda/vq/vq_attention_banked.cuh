@@ -14,9 +14,10 @@
 //   vectors, eight (V books) or four (tables) chunks in flight, and stores entry by entry into the
 //   layouts below.
 // - Layouts: the score table is lut[e][j] = q-part j . K entry e of vector j (fp32, q scaled by
-//   sm_scale log2(e)), rebuilt whenever the half's batch entry changes; the V books are vbook[e][j] = V entry e of vector j. Entry e of every vector shares
-//   a row and vector j sits in bank j mod 32 (table) or banks 2j, 2j + 1 mod 32 (4-element fp16
-//   entries), so 32 lanes that look up 32 different vectors never conflict, whatever the indices.
+//   sm_scale log2(e)), rebuilt whenever the half's batch entry changes; the V books are
+//   vbook[e][j] = V entry e of vector j. Entry e of every vector shares a row and vector j sits in
+//   bank j mod 32 (table) or banks 2j, 2j + 1 mod 32 (4-element fp16 entries), so 32 lanes that
+//   look up 32 different vectors never conflict, whatever the indices.
 // - Scores, one token per lane: a warp scores 32 tokens; at step j lane t takes vector t ^ j of its
 //   token (a permutation of the vectors for every j), so the 32 table reads of a step fall into 32
 //   banks, and so do the index bytes (rows of 32 bytes: bank 8 (t mod 4) + ((t ^ j) >> 2); rows of
@@ -109,8 +110,10 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       const uint32_t bar = ring_bar + 8 * stage;
       const int32_t row = static_cast<int32_t>(t.b * p.seq_len + t.t0);
       mbarrier_arrive_expect_tx(bar, 2 * kTile * kS);
-      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kcodes_s + stage * kTile * kS)), &p.tmap_codes[0], bar, g * kS, row);
-      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vcodes_s + stage * kTile * kS)), &p.tmap_codes[1], bar, g * kS, row);
+      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kcodes_s + stage * kTile * kS)),
+                                  &p.tmap_codes[0], bar, g * kS, row);
+      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vcodes_s + stage * kTile * kS)),
+                                  &p.tmap_codes[1], bar, g * kS, row);
     }
   };
 
@@ -135,8 +138,10 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
         for (int i = 0; i < kCE; i++) {
           if (c0 + u * cstep >= kChunks) break;
           uint8_t *dst = vbook_s + (((c0 + u * cstep) * kCE + i) * kS + j) * kEB;
-          if constexpr (kEB == 8) *reinterpret_cast<uint2 *>(dst) = make_uint2(chunk_word(r[u], 2 * i), chunk_word(r[u], 2 * i + 1));
-          else *reinterpret_cast<uint32_t *>(dst) = chunk_word(r[u], i);
+          if constexpr (kEB == 8)
+            *reinterpret_cast<uint2 *>(dst) = make_uint2(chunk_word(r[u], 2 * i), chunk_word(r[u], 2 * i + 1));
+          else
+            *reinterpret_cast<uint32_t *>(dst) = chunk_word(r[u], i);
         }
     }
   }

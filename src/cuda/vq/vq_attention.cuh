@@ -183,29 +183,33 @@ struct vq_attn_tile {
   bool first, last;  // the unit's first and last tile
 };
 
-__device__ __forceinline__ vq_attn_tile vq_attn_tile_at(const vq_attention_params &p, int unit, int64_t t0) {
+// t's token count and whether it is its unit's last tile, from t.t0 and t.chunk.
+__device__ __forceinline__ void vq_attn_tile_span(const vq_attention_params &p, vq_attn_tile &t) {
+  const int64_t begin = t.chunk * p.chunk_len, end = begin + p.chunk_len < p.seq_len ? begin + p.chunk_len : p.seq_len;
+  t.count = static_cast<int>(end - t.t0 < kVqAttnTile ? end - t.t0 : kVqAttnTile);
+  t.last = t.t0 + t.count == end;
+}
+
+// Unit `unit`'s first tile.
+__device__ __forceinline__ vq_attn_tile vq_attn_tile_at(const vq_attention_params &p, int unit) {
   vq_attn_tile t;
   t.unit = unit;
   const int b = unit / p.n_chunks;  // 32-bit: units and chunks are counted in int
   t.b = b;
   t.chunk = unit - b * p.n_chunks;
-  const int64_t begin = t.chunk * p.chunk_len, end = begin + p.chunk_len < p.seq_len ? begin + p.chunk_len : p.seq_len;
-  t.t0 = t0 < 0 ? begin : t0;  // t0 < 0: the unit's first tile
-  t.count = static_cast<int>(end - t.t0 < kVqAttnTile ? end - t.t0 : kVqAttnTile);
-  t.first = t.t0 == begin;
-  t.last = t.t0 + t.count == end;
+  t.t0 = t.chunk * p.chunk_len;
+  t.first = true;
+  vq_attn_tile_span(p, t);
   return t;
 }
 
 // The tile after t: the next unit's first, or t's successor in its unit (no division).
 __device__ __forceinline__ vq_attn_tile vq_attn_next(const vq_attention_params &p, const vq_attn_tile &t) {
-  if (t.last) return vq_attn_tile_at(p, t.unit + 1, -1);
+  if (t.last) return vq_attn_tile_at(p, t.unit + 1);
   vq_attn_tile n = t;
-  const int64_t begin = t.chunk * p.chunk_len, end = begin + p.chunk_len < p.seq_len ? begin + p.chunk_len : p.seq_len;
   n.t0 = t.t0 + kVqAttnTile;
-  n.count = static_cast<int>(end - n.t0 < kVqAttnTile ? end - n.t0 : kVqAttnTile);
   n.first = false;
-  n.last = n.t0 + n.count == end;
+  vq_attn_tile_span(p, n);
   return n;
 }
 
@@ -261,7 +265,7 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
   static_assert(kVS == 2 || kVS == 4 || kVS == 8, "vector sizes 2, 4 and 8");
   static_assert(kHeads == 1 || kHeads == 4 || kHeads == 8, "head buckets 1, 4 and 8");
 
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem[];  // (128: the banked kernel's TMA ring shares the declaration)
   uint16_t *books_s = reinterpret_cast<uint16_t *>(smem);                            // [K (decode only), V][R][books_per_head][entries][vs]
   float *lut_s = reinterpret_cast<float *>(smem + p.books_bytes);                    // [kHeads][R][V][entries] (LUT only)
   uint32_t *codes_s = reinterpret_cast<uint32_t *>(smem + p.books_bytes + p.lut_bytes);        // [stages][K, V][R][kTile][code_words]
@@ -337,7 +341,7 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
   vq_zero(acc);
 
   int64_t lut_b = -1;  // the batch entry the score tables were built for
-  vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
+  vq_attn_tile t = vq_attn_tile_at(p, u_begin);
   if (p.stages == 2) vq_attn_stage_codes(p, t, 0, codes_s, w0, words);
   for (int it = 0; t.unit < u_end; it++, t = vq_attn_next(p, t)) {
     const int stage = p.stages == 2 ? (it & 1) : 0;

@@ -63,8 +63,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 
   // Shared memory: the V books, then per half (256-byte aligned) its table, code ring (K rows, then
   // V rows), q, the warps' partials and the ring's two mbarriers.
-  extern __shared__ __align__(128) uint8_t smem_banked[];
-  uint8_t *smem = smem_banked;
+  extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
   uint8_t *vbook_s = smem;                                                            // [256][kS] entries
   uint8_t *own = smem + p.books_bytes + half * p.half_bytes;
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   };
 
   // The code ring of two slots: the first tile now, then each tile's successor while it is computed.
-  vq_attn_tile t = vq_attn_tile_at(p, u_begin, -1);
+  vq_attn_tile t = vq_attn_tile_at(p, u_begin);
   if (tid == 0) {
     mbarrier_init(ring_bar, 1), mbarrier_init(ring_bar + 8, 1);
     fence_mbarrier_init();

@@ -7,21 +7,26 @@
 // - A block serves one query head h (kv head g = h / group) with one or two halves of 8 warps.
 //   Each half is a virtual block of the launch plan: its own contiguous run of units (batch entry,
 //   chunk), score table, code ring and barrier (named barrier 1 + half); the halves share head g's
-//   V books, copied into shared memory once per block (while the first code tiles land). Two
-//   halves give 16 warps per SM where one block's shared memory allows only one block.
+//   V books, copied into shared memory once per block (while the first code tiles land), and the
+//   table rows. Two halves (S = 32) give 16 warps per SM where one block's shared memory allows
+//   only one block.
 // - Book reads (the V books' copy and the K entries of a table): a lane reads 32-byte chunks of
 //   one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive
 //   vectors, eight (V books) or four (tables) chunks in flight, and stores entry by entry into the
 //   layouts below.
-// - Layouts: the score table is lut[e][j] = q-part j . K entry e of vector j (fp32, q scaled by
-//   sm_scale log2(e)), rebuilt whenever the half's batch entry changes; the V books are
+// - Layouts: the score table is lut[e][half S + j] = q-part j . K entry e of vector j (fp32, q
+//   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
+//   side for S = 32), rebuilt whenever the half's batch entry changes; the V books are
 //   vbook[e][j] = V entry e of vector j. Entry e of every vector shares a row and vector j sits in
 //   bank j mod 32 (table) or banks 2j, 2j + 1 mod 32 (4-element fp16 entries), so 32 lanes that
-//   look up 32 different vectors never conflict, whatever the indices.
+//   look up 32 different vectors never conflict, whatever the indices. The tables start at byte 0
+//   of the shared memory, so a table value's byte offset is idx * 256 + its column's.
 // - Scores, one token per lane: a warp scores 32 tokens; at step j lane t takes vector t ^ j of its
 //   token (a permutation of the vectors for every j), so the 32 table reads of a step fall into 32
-//   banks, and so do the index bytes (rows of 32 bytes: bank 8 (t mod 4) + ((t ^ j) >> 2); rows of
-//   64 bytes, S = 64, meet two lanes per bank). A score is the sum of S table values in four
+//   banks. Steps 4m .. 4m + 3 take their four index bytes from one 32-bit word of the code row
+//   (rows of 32 bytes: the lanes' words in 32 banks; rows of 64 bytes, S = 64, two lanes per bank),
+//   and one byte permute of that word and of the columns makes each lookup's offset (the SASS
+//   before had four address instructions per step). A score is the sum of S table values in four
 //   partial sums.
 // - Softmax, online per warp: each warp keeps its own running max m, per-lane sums l and
 //   accumulators over its 32 tokens of every tile; the half merges its warps at the end of a unit,
@@ -60,17 +65,20 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   constexpr int kEB = 2 * kVS;        // entry bytes
   constexpr int kTile = kVqAttnTile;  // 32 tokens per warp
   constexpr int kHalf = kVqAttnThreads;
+  constexpr int kRow = 256;           // bytes of a table row
+  constexpr int kVRow = kS * kEB;     // bytes of a V-book row
 
-  // Shared memory: the V books, then per half (256-byte aligned) its table, code ring (K rows, then
-  // V rows), q, the warps' partials and the ring's two mbarriers.
+  // Shared memory: the score tables (rows of 64 fp32: half h's table in columns h S .. h S + S - 1),
+  // the V books, then per half (256-byte aligned) its code ring (K rows, then V rows), q, the warps'
+  // partials and the ring's two mbarriers. The launcher gives two halves only where 2 S <= 64.
   extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
-  uint8_t *vbook_s = smem;                                                            // [256][kS] entries
+  float *lut_s = reinterpret_cast<float *>(smem) + half * kS;                         // [256][64], columns of this half
+  uint8_t *vbook_s = smem + 256 * kRow;                                               // [256][kS] entries
   uint8_t *own = smem + p.books_bytes + half * p.half_bytes;
-  float *lut_s = reinterpret_cast<float *>(own);                                      // [256][kS]
-  uint8_t *kcodes_s = own + p.lut_bytes;                                              // [2][kTile][kS]
+  uint8_t *kcodes_s = own;                                                            // [2][kTile][kS]
   uint8_t *vcodes_s = kcodes_s + 2 * kTile * kS;                                      // [2][kTile][kS]
-  float *q_s = reinterpret_cast<float *>(own + p.lut_bytes + p.codes_bytes);         // [kD]
+  float *q_s = reinterpret_cast<float *>(own + p.codes_bytes);                       // [kD]
   float *red_s = q_s + kD;                                                            // [warps][kD + 2]
   float *p_s = red_s + kVqAttnWarps * (kD + 2);                                       // [warps][32]
   const uint32_t ring_bar = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kVqAttnWarps * 32));  // [2] mbarriers
@@ -185,7 +193,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
               const uint32_t w = chunk_word(r[u], (i * kVS + c) / 2);
               dot = fmaf(qv[c], c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w), dot);
             }
-            lut_s[((c0 + u * kStep) * kCE + i) * kS + j] = dot;
+            lut_s[((c0 + u * kStep) * kCE + i) * (kRow / 4) + j] = dot;
           }
       }
       lut_b = t.b;
@@ -194,16 +202,26 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 
     const int tok0 = warp * 32, n = min(32, t.count - tok0);  // this warp's tokens of the tile
     if (n > 0) {
-      // ---- scores: lane t, its token's vector t ^ j at step j ----
-      // Byte offsets from smem: the index of vector t ^ j is at krow ^ j (rows of kS bytes start at
-      // multiples of kS) and its table column at lcol ^ 4 j (the table starts at a multiple of 4 kS).
-      const uint32_t krow = static_cast<uint32_t>(kcodes_s - smem) + (stage * kTile + tok0 + lane) * kS + lane;
-      const uint32_t lcol = static_cast<uint32_t>(reinterpret_cast<uint8_t *>(lut_s) - smem) + 4 * lane;
+      // ---- scores: lane t, its token's vector t ^ j at step j = 4 m + r ----
+      // The four indices of steps 4 m .. 4 m + 3 are the bytes (t & 3) ^ r of word (t >> 2) ^ m of the
+      // token's code row (one load; the 32 lanes' words fall into 32 banks for S = 32), and the
+      // table value of step j sits at byte offset idx 256 + c_j from smem, c_j = 4 (half S + (t ^ j))
+      // < 256: one byte permute of the word and of a register holding c_j, c_j+1 and two zero bytes
+      // is that offset. c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of t ^ j above 2.
+      const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (stage * kTile + tok0 + lane) * kS + 4 * (lane >> 2);
+      auto col = [&](int j) { return 4u * static_cast<uint32_t>(half * kS + (lane ^ j)); };
+      const uint32_t c01 = col(0) | col(1) << 8, c23 = col(2) | col(3) << 8;
+      uint32_t sel[4];  // result bytes: c_j, the index, two zeros
+#pragma unroll
+      for (int r = 0; r < 4; r++) sel[r] = 0x7600u | static_cast<uint32_t>((lane & 3) ^ r) << 4 | (4u + (r & 1));
       float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int j = 0; j < kS; j++) {
-        const uint32_t idx = smem[krow ^ j];
-        a[j & 3] += *reinterpret_cast<const float *>(smem + ((lcol ^ (4 * j)) + idx * (4 * kS)));
+      for (int mi = 0; mi < kS / 4; mi++) {
+        const uint32_t w = *reinterpret_cast<const uint32_t *>(smem + (kw ^ (4u * mi)));
+        const uint32_t lo = c01 ^ (16u * mi * 0x0101u), hi = c23 ^ (16u * mi * 0x0101u);
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+          a[r] += *reinterpret_cast<const float *>(smem + __byte_perm(w, r < 2 ? lo : hi, sel[r]));
       }
       const float s = lane < n ? (a[0] + a[1]) + (a[2] + a[3]) : -INFINITY;
 
@@ -227,12 +245,18 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       pw[lane] = pr;
       __syncwarp();
       const uint8_t *vr = vcodes_s + (stage * kTile + tok0) * kS + lane;
+      uint32_t vcol[kSPL];  // byte offset of entry 0 of the lane's vectors: entry e at vcol + e kVRow
+#pragma unroll
+      for (int i = 0; i < kSPL; i++) {
+        vcol[i] = static_cast<uint32_t>(vbook_s - smem) + (lane + 32 * i) * kEB;
+        asm("" : "+r"(vcol[i]));  // one shift-add per entry address, not the compiler's (idx S + lane) kEB + base
+      }
       auto value = [&](int k, float pk) {
 #pragma unroll
         for (int i = 0; i < kSPL; i++) {
           float e[kVS];
-          const uint32_t col = static_cast<uint32_t>(vbook_s - smem) + (lane + 32 * i) * kEB;  // entry e at col + e kS kEB
-          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(smem + (col + vr[k * kS + 32 * i] * (kS * kEB))), e);
+          const uint32_t idx = vr[k * kS + 32 * i];
+          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(smem + (vcol[i] + idx * kVRow)), e);
 #pragma unroll
           for (int c = 0; c < kVS; c++) acc[i][c] = fmaf(pk, e[c], acc[i][c]);
         }

@@ -213,23 +213,24 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
   return NULL;
 }
 
-/* Shared memory of the banked kernel: the V books [256][S] entries, then per half (8 warps) the
- * score table [256][S] fp32, a ring of two code tiles of QF_VQ_ATTN_TILE tokens (K and V rows of S
- * bytes), q [D], the warps' partials [WARPS][D + 2] and probabilities [WARPS][32] and the ring's
- * two mbarriers, rounded up to 256 bytes. Two halves
- * when they fit (16 warps per SM), else one. Fills everything but the split (one query head per
- * block; cfg->blocks will count halves); 0 when not even one half fits. The format must pass
- * qf_vq_attn_banked_refusal. */
+/* Shared memory of the banked kernel: the score tables, rows of 64 fp32 per entry (256 rows; each
+ * half's table in S of the columns, so that a lookup's byte offset is the index times 256 plus its
+ * column), the V books [256][S] entries (256-byte rows), then per half (8 warps) a ring of two code
+ * tiles of QF_VQ_ATTN_TILE tokens (K and V rows of S bytes), q [D], the warps' partials
+ * [WARPS][D + 2] and probabilities [WARPS][32] and the ring's two mbarriers, rounded up to 256
+ * bytes. Two halves where their tables share the rows (S = 32) and they fit (16 warps per SM), else
+ * one. Fills everything but the split (one query head per block; cfg->blocks will count halves); 0
+ * when not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
-  const size_t books = 256u * (size_t)S * (size_t)pb->vector_size * 2u, lut = 256u * (size_t)S * 4u;
+  const size_t lut = 256u * 256u, books = lut + 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
   /* q, the warps' partials and probabilities, the code ring's two mbarriers */
   const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2 + 32)) * 4u + 16u;
-  /* 256-byte aligned: TMA writes the ring (128), the kernel's table addressing (4 S) */
-  const size_t half = (lut + 2u * tile + fixed + 255u) / 256u * 256u;
-  const int halves = books + 2u * half <= smem_optin ? 2 : 1;
+  /* 256-byte aligned: TMA writes the ring (128), the kernel's word addressing (S) */
+  const size_t half = (2u * tile + fixed + 255u) / 256u * 256u;
+  const int halves = S == 32 && books + 2u * half <= smem_optin ? 2 : 1;
   if (books + half > smem_optin) return 0;
   cfg->placement = QF_VQ_BOOKS_BANKED;
   cfg->scores = QF_VQ_ATTN_SCORES_LUT;

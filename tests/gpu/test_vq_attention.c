@@ -13,7 +13,9 @@
  *    so a kernel reading them poisons o). Then generic formats: 6- and 5-bit indices that straddle
  *    words, 2 and 3 residuals, bf16 entries, one book per row, scopes that do not divide a head
  *    (96 columns), head_dim 80, 96 and 256 (books too large for shared memory), a 65536-entry book
- *    whose code tile fits only single-buffered, groups of 3 and 12 (two head tiles).
+ *    whose code tile fits only single-buffered, groups of 3 and 12 (two head tiles), CQ-4 with 64
+ *    heads and 5 batch entries (the banked kernel's two halves on one table, runs that cross batch
+ *    entries).
  *  - Each run: o and lse poisoned with 0xFF (NaN) before; every element compared; the row gaps
  *    and a sentinel tail past o and lse unchanged; the public call run twice and compared byte for
  *    byte (the kernels have a fixed summation order).
@@ -164,6 +166,7 @@ typedef struct {
 static int ran_shared, ran_global, ran_chunks, ran_multi_unit, ran_multi_tile, ran_head_tiles, ran_single_stage;
 static int ran_lut[9], ran_lut_shared, ran_lut_batches, ran_lut_refused; /* ran_lut[heads per block] */
 static int ran_banked[3], ran_banked_halves[3], ran_banked_batches, ran_banked_chunks, ran_banked_refused; /* [vectors / 32] */
+static int ran_banked_paired, ran_banked_paired_batches; /* S = 64, two halves on one table */
 static double worst_o, worst_lse; /* the largest error / tolerance seen */
 
 typedef struct {
@@ -393,6 +396,8 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
       ran_banked_halves[used.halves == 2 ? 2 : 1]++;
       ran_banked_batches += used.units > used.blocks && c->B > 1;
       ran_banked_chunks += used.n_chunks > 1;
+      ran_banked_paired += S == 64 && used.halves == 2;
+      ran_banked_paired_batches += S == 64 && used.halves == 2 && used.units > used.blocks && c->B > 1;
     }
     /* shared books or score tables too large: nothing written (global decode always fits here) */
     if (st == QF_ERR_UNSUPPORTED && (placement == QF_VQ_BOOKS_IN_SHARED || scores == QF_VQ_ATTN_SCORES_LUT)) {
@@ -678,6 +683,8 @@ int main(void) {
       {"CQ-4 64 heads", cq4, 1, 4096, 600, 64, 128, 1, 0},
       /* more batch entries than blocks per head: runs that cross batch entries (the LUT rebuilt) */
       {"CQ-2 64 heads 5 batch entries", cq2, 5, 300, 300, 64, 128, 1, 0},
+      /* banked CQ-4 with two halves on one table (chunks 2c, 2c + 1), runs crossing batch entries */
+      {"CQ-4 64 heads 5 batch entries", cq4, 5, 1100, 600, 64, 128, 1, 0},
   };
   for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++) {
     kv_cache c;
@@ -718,6 +725,9 @@ int main(void) {
         "several batch entries per half (%d), split sequences (%d), and was refused outside its formats (%d)",
         ran_banked[1], ran_banked[2], ran_banked_halves[1], ran_banked_halves[2], ran_banked_batches, ran_banked_chunks,
         ran_banked_refused);
+  CHECK(ran_banked_paired > 0 && ran_banked_paired_batches > 0,
+        "the banked kernel ran CQ-4 with two halves on one table (%d), with runs of several batch entries (%d)",
+        ran_banked_paired, ran_banked_paired_batches);
   printf("worst error / tolerance: o %.3f, lse %.3f\n", worst_o, worst_lse);
 
   qf_ctx_destroy(gpu);

@@ -183,7 +183,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
                    threads, cfg.smem_bytes);
   const size_t counters = kQfWorkspaceCounters * sizeof(int);
   qf_vq_attention_split(&pb, ctx->sm_count, per_sm, counters, &cfg);
-  if (qf_vq_attention_banked_fill(&cfg, a->Hkv, ctx->sm_count)) threads = kVqAttnThreads;  // one half per block
+  if (qf_vq_attention_banked_fill(&cfg, a->Hkv, V, ctx->sm_count)) threads = kVqAttnThreads;  // one half per block
   if (cfg.units > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld (batch entry, chunk) units exceed the kernel's 32-bit counts", kOp,
                    static_cast<long long>(cfg.units));

@@ -68,25 +68,33 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   constexpr int kRow = 256;           // bytes of a table row
   constexpr int kVRow = kS * kEB;     // bytes of a V-book row
 
-  // Shared memory: the score tables (rows of 64 fp32: half h's table in columns h S .. h S + S - 1),
-  // the V books, then per half (256-byte aligned) its code ring (K rows, then V rows), q, the warps'
-  // partials and the ring's two mbarriers. The launcher gives two halves only where 2 S <= 64.
+  // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half its own columns
+  // half S .. half S + S - 1, S = 64 one table for both), the V books, then per half (256-byte
+  // aligned) its code slot (K rows, then V rows), the warps' partials and probabilities, q and the
+  // slot's two mbarriers (K, V).
   extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
-  float *lut_s = reinterpret_cast<float *>(smem) + half * kS;                         // [256][64], columns of this half
+  const int col0 = kS == 32 ? half * kS : 0;                                          // the half's first table column
+  float *lut_s = reinterpret_cast<float *>(smem) + col0;                              // [256][64]
   uint8_t *vbook_s = smem + 256 * kRow;                                               // [256][kS] entries
   uint8_t *own = smem + p.books_bytes + half * p.half_bytes;
-  uint8_t *kcodes_s = own;                                                            // [2][kTile][kS]
-  uint8_t *vcodes_s = kcodes_s + 2 * kTile * kS;                                      // [2][kTile][kS]
-  float *q_s = reinterpret_cast<float *>(own + p.codes_bytes);                       // [kD]
-  float *red_s = q_s + kD;                                                            // [warps][kD + 2]
+  uint8_t *kcodes_s = own;                                                            // [kTile][kS]
+  uint8_t *vcodes_s = kcodes_s + kTile * kS;                                          // [kTile][kS]
+  float *red_s = reinterpret_cast<float *>(vcodes_s + kTile * kS);                    // [warps][kD + 2]
   float *p_s = red_s + kVqAttnWarps * (kD + 2);                                       // [warps][32]
-  const uint32_t ring_bar = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kVqAttnWarps * 32));  // [2] mbarriers
+  float *q_s = p_s + kVqAttnWarps * 32;                                               // [kD]
+  const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(q_s + kD)), bar_v = bar_k + 8;
 
+  // This half's run of units: u_begin, u_begin + stride, ... below u_end. Halves that share the
+  // table (S = 64, two halves) take chunks 2c and 2c + 1 of the same batch entries: the block's
+  // run is one of pairs of units, half h takes unit 2 pair + h.
+  const bool paired = kS == 64 && p.halves == 2;
   const int h = blockIdx.y, g = h / p.group;
-  const int vblock = blockIdx.x * p.halves + half;  // this half's run of units
-  const int u_begin = vblock < p.vblocks ? static_cast<int>(static_cast<int64_t>(vblock) * p.units / p.vblocks) : 0;
-  const int u_end = vblock < p.vblocks ? static_cast<int>(static_cast<int64_t>(vblock + 1) * p.units / p.vblocks) : 0;
+  const int runs = paired ? p.vblocks / 2 : p.vblocks, run = paired ? blockIdx.x : blockIdx.x * p.halves + half;
+  const int run_units = paired ? p.units / 2 : p.units, stride = paired ? 2 : 1;
+  const int r0 = run < runs ? static_cast<int>(static_cast<int64_t>(run) * run_units / runs) : 0;
+  const int r1 = run < runs ? static_cast<int>(static_cast<int64_t>(run + 1) * run_units / runs) : 0;
+  const int u_begin = paired ? 2 * r0 + half : r0, u_end = paired ? 2 * r1 : r1;
 
   // Books are read in 32-byte chunks (kCE entries of one vector, a whole sector): the lanes of a
   // warp take 32 consecutive vectors, so each load brings 32 full sectors and each store of an
@@ -109,28 +117,28 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
     return (w & 3) == 0 ? h.x : (w & 3) == 1 ? h.y : (w & 3) == 2 ? h.z : h.w;
   };
 
-  // Tile t's code bytes of head g into ring slot `stage`: two TMA boxes of kTile rows (tokens) x kS
-  // bytes (the head's indices), K and V, on the slot's mbarrier; thread 0 of the half issues them.
-  // Rows past the tile's tokens (the next batch entry's, or zeros past the cache) are never used.
-  auto stage_codes = [&](const vq_attn_tile &t, int stage) {
+  // Tile t's code bytes of head g, K (kv 0) or V (kv 1): a TMA box of kTile rows (tokens) x kS
+  // bytes (the head's indices) on the part's mbarrier; thread 0 of the half issues it. Rows past
+  // the tile's tokens (the next batch entry's, or zeros past the cache) are never used.
+  auto stage_codes = [&](const vq_attn_tile &t, int kv) {
     if (tid == 0) {
-      const uint32_t bar = ring_bar + 8 * stage;
-      const int32_t row = static_cast<int32_t>(t.b * p.seq_len + t.t0);
-      mbarrier_arrive_expect_tx(bar, 2 * kTile * kS);
-      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kcodes_s + stage * kTile * kS)),
-                                  &p.tmap_codes[0], bar, g * kS, row);
-      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vcodes_s + stage * kTile * kS)),
-                                  &p.tmap_codes[1], bar, g * kS, row);
+      const uint32_t bar = kv ? bar_v : bar_k;
+      mbarrier_arrive_expect_tx(bar, kTile * kS);
+      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kv ? vcodes_s : kcodes_s)),
+                                  &p.tmap_codes[kv], bar, g * kS, static_cast<int32_t>(t.b * p.seq_len + t.t0));
     }
   };
+  // The tile after t in this half's run.
+  auto advance = [&](const vq_attn_tile &t) { return t.last ? vq_attn_tile_at(p, t.unit + stride) : vq_attn_next(p, t); };
 
-  // The code ring of two slots: the first tile now, then each tile's successor while it is computed.
+  // One code slot per half, its K and V parts refilled apart: the next tile's K indices land while
+  // this tile's values are computed, its V indices while the next scores are.
   vq_attn_tile t = vq_attn_tile_at(p, u_begin);
   if (tid == 0) {
-    mbarrier_init(ring_bar, 1), mbarrier_init(ring_bar + 8, 1);
+    mbarrier_init(bar_k, 1), mbarrier_init(bar_v, 1);
     fence_mbarrier_init();
   }
-  if (u_begin < u_end) stage_codes(t, 0);
+  if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
 
   // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
   {
@@ -152,64 +160,68 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
         }
     }
   }
-  __syncthreads();  // the V books are in place; the last block-wide barrier
-  if (u_begin >= u_end) return;
+  __syncthreads();  // the V books are in place
+  if (u_begin >= u_end) return;  // (both halves of a paired block, or a half that takes no barrier with the other)
 
   float m = -INFINITY, l = 0.0f;  // this warp's running max (log2 units) and this lane's sum of p
   float acc[kSPL][kVS];
   vq_zero(acc);
 
-  int64_t lut_b = -1;     // the batch entry the table was built for
-  uint32_t phases = 0u;  // bit s: the parity of ring slot s's next completion
-  vq_attn_tile next;
-  for (int stage = 0; t.unit < u_end; stage ^= 1, t = next) {
-    vq_attn_half_sync(half);  // every warp is done with the previous tile's slot, the table and red_s
-    next = vq_attn_next(p, t);
-    if (next.unit < u_end) stage_codes(next, stage ^ 1);
-    mbarrier_wait_parity(ring_bar + 8 * stage, (phases >> stage) & 1u);  // this tile's codes landed
-    phases ^= 1u << stage;
-    if (t.b != lut_b) {  // a new batch entry: q[b, h], scaled, then its table
+  int64_t lut_b = -1;  // the batch entry the table was built for
+  uint32_t phase = 0u;  // parity of the K and V parts' next completion
+  const int tok0 = warp * 32;  // this warp's tokens of a tile
+  while (t.unit < u_end) {
+    const vq_attn_tile next = advance(t);
+    const bool more = next.unit < u_end;
+    if (t.b != lut_b) {  // a new batch entry: q[b, h], scaled, then its table (while the tile's codes land)
+      // Built by the half, or by the block where the halves share it (both are done with the last
+      // one: the halves of a paired block meet here at the same units).
+      if (paired) __syncthreads();
+      const int bt = paired ? threadIdx.x : tid, threads = paired ? 2 * kHalf : kHalf;
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
       for (int i = tid; i < kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
       vq_attn_half_sync(half);
-      // Thread i: vector j = i % S, chunks c0, c0 + kStep, ... (c0 = i / S), four in flight.
-      constexpr int kStep = kHalf / kS;
-      static_assert(kChunks % (4 * kStep) == 0, "whole batches");
-      const int j = tid % kS;
+      // Thread i: vector j = i % S, chunks c0, c0 + step, ... (c0 = i / S), four in flight. (Each
+      // half staged the same q.)
+      const int j = bt % kS, step = threads / kS;
       float qv[kVS];
 #pragma unroll
       for (int c = 0; c < kVS; c++) qv[c] = q_s[j * kVS + c];
       const uint16_t *kbook = p.books[0] + vq_attn_book(p, g * kS + j) * book_elems;
-      for (int c0 = tid / kS; c0 < kChunks; c0 += 4 * kStep) {
+      for (int c0 = bt / kS; c0 < kChunks; c0 += 4 * step) {
         uint4 r[4][2];
-        load_chunks(kbook, c0, kStep, r);
+        load_chunks(kbook, c0, step, r);
 #pragma unroll
         for (int u = 0; u < 4; u++)
 #pragma unroll
           for (int i = 0; i < kCE; i++) {
+            if (c0 + u * step >= kChunks) break;
             float dot = 0.0f;
 #pragma unroll
             for (int c = 0; c < kVS; c++) {
               const uint32_t w = chunk_word(r[u], (i * kVS + c) / 2);
               dot = fmaf(qv[c], c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w), dot);
             }
-            lut_s[((c0 + u * kStep) * kCE + i) * (kRow / 4) + j] = dot;
+            lut_s[((c0 + u * step) * kCE + i) * (kRow / 4) + j] = dot;
           }
       }
       lut_b = t.b;
-      vq_attn_half_sync(half);  // table built
+      if (paired) __syncthreads();  // table built
+      else vq_attn_half_sync(half);
     }
 
-    const int tok0 = warp * 32, n = min(32, t.count - tok0);  // this warp's tokens of the tile
+    const int n = min(32, t.count - tok0);  // this warp's tokens of the tile
+    float pr = 0.0f;
+    mbarrier_wait_parity(bar_k, phase);  // the tile's K indices landed
     if (n > 0) {
       // ---- scores: lane t, its token's vector t ^ j at step j = 4 m + r ----
       // The four indices of steps 4 m .. 4 m + 3 are the bytes (t & 3) ^ r of word (t >> 2) ^ m of the
       // token's code row (one load; the 32 lanes' words fall into 32 banks for S = 32), and the
-      // table value of step j sits at byte offset idx 256 + c_j from smem, c_j = 4 (half S + (t ^ j))
+      // table value of step j sits at byte offset idx 256 + c_j from smem, c_j = 4 (col0 + (t ^ j))
       // < 256: one byte permute of the word and of a register holding c_j, c_j+1 and two zero bytes
       // is that offset. c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of t ^ j above 2.
-      const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (stage * kTile + tok0 + lane) * kS + 4 * (lane >> 2);
-      auto col = [&](int j) { return 4u * static_cast<uint32_t>(half * kS + (lane ^ j)); };
+      const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (tok0 + lane) * kS + 4 * (lane >> 2);
+      auto col = [&](int j) { return 4u * static_cast<uint32_t>(col0 + (lane ^ j)); };
       const uint32_t c01 = col(0) | col(1) << 8, c23 = col(2) | col(3) << 8;
       uint32_t sel[4];  // result bytes: c_j, the index, two zeros
 #pragma unroll
@@ -231,20 +243,27 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
       const float m_new = fmaxf(m, mx);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no finite score yet: p = exp2(s) is 0 or NaN
-      const float pr = exp2f(s - m_use), corr = exp2f(m - m_use);
+      const float corr = exp2f(m - m_use);
+      pr = exp2f(s - m_use);
       l = l * corr + pr;
       m = m_new;
 #pragma unroll
       for (int i = 0; i < kSPL; i++)
 #pragma unroll
         for (int c = 0; c < kVS; c++) acc[i][c] *= corr;
+    }
+    vq_attn_half_sync(half);  // every warp is done with the K indices
+    if (more) stage_codes(next, 0);
+    mbarrier_wait_parity(bar_v, phase);  // the tile's V indices landed
+    phase ^= 1u;
 
+    if (n > 0) {
       // ---- values: lane j's vectors j (and j + 32) of each token ----
       // The warp's probabilities through shared memory: four per 16-byte broadcast load.
       float *pw = p_s + warp * 32;
       pw[lane] = pr;
       __syncwarp();
-      const uint8_t *vr = vcodes_s + (stage * kTile + tok0) * kS + lane;
+      const uint8_t *vr = vcodes_s + tok0 * kS + lane;
       uint32_t vcol[kSPL];  // byte offset of entry 0 of the lane's vectors: entry e at vcol + e kVRow
 #pragma unroll
       for (int i = 0; i < kSPL; i++) {
@@ -270,8 +289,9 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       } else {
         for (int k = 0; k < n; k++) value(k, pw[k]);
       }
-      __syncwarp();  // every lane has read pw before the next tile writes it
     }
+    vq_attn_half_sync(half);  // every warp is done with the V indices and its probabilities
+    if (more) stage_codes(next, 1);
 
     // ---- end of a unit: the warps' (m, l, o~) merged in warp order into the unit's partial ----
     if (t.last) {
@@ -299,5 +319,6 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       m = -INFINITY, l = 0.0f;
       vq_zero(acc);
     }
+    t = next;
   }
 }

@@ -214,24 +214,24 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
   return NULL;
 }
 
-/* Shared memory of the banked kernel: the score tables, rows of 64 fp32 per entry (256 rows; each
- * half's table in S of the columns, so that a lookup's byte offset is the index times 256 plus its
- * column), the V books [256][S] entries (256-byte rows), then per half (8 warps) a ring of two code
- * tiles of QF_VQ_ATTN_TILE tokens (K and V rows of S bytes), q [D], the warps' partials
- * [WARPS][D + 2] and probabilities [WARPS][32] and the ring's two mbarriers, rounded up to 256
- * bytes. Two halves where their tables share the rows (S = 32) and they fit (16 warps per SM), else
- * one. Fills everything but the split (one query head per block; cfg->blocks will count halves); 0
- * when not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
+/* Shared memory of the banked kernel: the score tables, rows of 64 fp32 per entry (256 rows; so
+ * that a lookup's byte offset is the index times 256 plus its column: for S = 32 each half's table
+ * in 32 of the columns, for S = 64 one table that both halves use), the V books [256][S] entries,
+ * then per half (8 warps) a code slot of one tile of QF_VQ_ATTN_TILE tokens (K and V rows of S
+ * bytes), the warps' partials [WARPS][D + 2] and probabilities [WARPS][32], q [D] and the slot's
+ * two mbarriers, rounded up to 256 bytes. Two halves when they fit (16 warps per SM), else one.
+ * Fills everything but the split (one query head per block; cfg->blocks will count halves); 0 when
+ * not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
   const size_t lut = 256u * 256u, books = lut + 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
-  /* q, the warps' partials and probabilities, the code ring's two mbarriers */
+  /* the warps' partials and probabilities, q, the code slot's two mbarriers */
   const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2 + 32)) * 4u + 16u;
-  /* 256-byte aligned: TMA writes the ring (128), the kernel's word addressing (S) */
-  const size_t half = (2u * tile + fixed + 255u) / 256u * 256u;
-  const int halves = S == 32 && books + 2u * half <= smem_optin ? 2 : 1;
+  /* 256-byte aligned: TMA writes the slot (128), the kernel's word addressing (S) */
+  const size_t half = (tile + fixed + 255u) / 256u * 256u;
+  const int halves = books + 2u * half <= smem_optin ? 2 : 1;
   if (books + half > smem_optin) return 0;
   cfg->placement = QF_VQ_BOOKS_BANKED;
   cfg->scores = QF_VQ_ATTN_SCORES_LUT;
@@ -242,7 +242,7 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
   cfg->books_per_head = cfg->code_words = cfg->lanes_per_token = cfg->vectors_per_lane = 0; /* the other kernels' */
   cfg->books_bytes = books;
   cfg->lut_bytes = lut;
-  cfg->codes_bytes = 2u * tile;
+  cfg->codes_bytes = tile;
   cfg->smem_bytes = books + (size_t)halves * half;
   cfg->chunk_len = cfg->n_chunks = cfg->units = cfg->blocks = 0;
   cfg->scratch_bytes = 0;
@@ -265,23 +265,29 @@ static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int 
   const int64_t slots = cfg->placement == QF_VQ_BOOKS_BANKED ? sms * per_sm * cfg->halves : QF_VQ_ATTN_WAVES * sms * per_sm;
   const int64_t want = slots / tiles > 1 ? slots / tiles : 1;
   const int64_t seq_tiles = (pb->seq_len + QF_VQ_ATTN_TILE - 1) / QF_VQ_ATTN_TILE;
+  /* the banked kernel's halves share one table for S = 64: they take chunks 2c and 2c + 1 */
+  const int paired = cfg->placement == QF_VQ_BOOKS_BANKED && cfg->halves == 2 && pb->D / pb->vector_size == 64;
   int64_t n_chunks = (want + pb->B - 1) / pb->B;
   if (n_chunks > seq_tiles) n_chunks = seq_tiles;
+  if (paired && n_chunks % 2 != 0) n_chunks += n_chunks < seq_tiles ? 1 : -1;
   if (n_chunks < 1) n_chunks = 1;
   cfg->chunk_len = (seq_tiles + n_chunks - 1) / n_chunks * QF_VQ_ATTN_TILE;
   cfg->n_chunks = (pb->seq_len + cfg->chunk_len - 1) / cfg->chunk_len; /* no empty chunk */
   cfg->units = pb->B * cfg->n_chunks;
   cfg->blocks = cfg->units < want ? cfg->units : want;
+  if (paired && cfg->blocks % 2 != 0 && cfg->blocks > 1) cfg->blocks--;
   cfg->scratch_bytes = counters_bytes + qf_vq_attn_part_o_bytes(pb->B, pb->Hq, cfg->n_chunks, pb->D) +
                        (size_t)(pb->B * pb->Hq * cfg->n_chunks) * 2u * 4u;
 }
 
 /* After the split, a banked plan of two halves per block with no more halves than SMs (short
  * sequences: units are whole tiles of QF_VQ_ATTN_TILE tokens) runs one half per block instead: a
- * block per SM, not half the SMs idle. Returns 1 when it changed the plan. */
-static inline int qf_vq_attention_banked_fill(qf_vq_attention_config *cfg, int64_t Hkv, int sm_count) {
+ * block per SM, not half the SMs idle. So does a plan whose halves share a table (S = 64) where the
+ * chunks or the halves do not pair up. Returns 1 when it changed the plan. */
+static inline int qf_vq_attention_banked_fill(qf_vq_attention_config *cfg, int64_t Hkv, int64_t vectors, int sm_count) {
   if (cfg->placement != QF_VQ_BOOKS_BANKED || cfg->halves != 2) return 0;
-  if (cfg->blocks * Hkv * cfg->head_tiles > (int64_t)sm_count) return 0;
+  const int unpaired = vectors == 64 && (cfg->n_chunks % 2 != 0 || cfg->blocks % 2 != 0);
+  if (!unpaired && cfg->blocks * Hkv * cfg->head_tiles > (int64_t)sm_count) return 0;
   cfg->smem_bytes = cfg->books_bytes + (cfg->smem_bytes - cfg->books_bytes) / 2u;
   cfg->halves = 1;
   return 1;

@@ -141,6 +141,9 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
 
   // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
+  // Vector v's column: v, or for S = 64 (v & 1) 32 + v / 2, so that lane j's vectors 2j and 2j + 1
+  // (adjacent index bytes: one 16-bit load) sit in columns j and 32 + j, bank j for both.
+  auto vcolumn = [](int v) { return kSPL == 2 ? (v & 1) * 32 + (v >> 1) : v; };
   {
     const int j = threadIdx.x % kS, cstep = blockDim.x / kS;
     const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
@@ -152,7 +155,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 #pragma unroll
         for (int i = 0; i < kCE; i++) {
           if (c0 + u * cstep >= kChunks) break;
-          uint8_t *dst = vbook_s + (((c0 + u * cstep) * kCE + i) * kS + j) * kEB;
+          uint8_t *dst = vbook_s + (((c0 + u * cstep) * kCE + i) * kS + vcolumn(j)) * kEB;
           if constexpr (kEB == 8)
             *reinterpret_cast<uint2 *>(dst) = make_uint2(chunk_word(r[u], 2 * i), chunk_word(r[u], 2 * i + 1));
           else
@@ -258,13 +261,13 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
     phase ^= 1u;
 
     if (n > 0) {
-      // ---- values: lane j's vectors j (and j + 32) of each token ----
+      // ---- values: lane j's vector j (S = 32) or vectors 2j and 2j + 1 (S = 64) of each token ----
       // The warp's probabilities through shared memory: four per 16-byte broadcast load.
       float *pw = p_s + warp * 32;
       pw[lane] = pr;
       __syncwarp();
-      const uint8_t *vr = vcodes_s + tok0 * kS + lane;
-      uint32_t vcol[kSPL];  // byte offset of entry 0 of the lane's vectors: entry e at vcol + e kVRow
+      const uint8_t *vr = vcodes_s + tok0 * kS + kSPL * lane;
+      uint32_t vcol[kSPL];  // byte offset of entry 0 of the lane's vectors (columns lane + 32 i): entry e at vcol + e kVRow
 #pragma unroll
       for (int i = 0; i < kSPL; i++) {
         vcol[i] = static_cast<uint32_t>(vbook_s - smem) + (lane + 32 * i) * kEB;
@@ -274,8 +277,14 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 #pragma unroll
         for (int i = 0; i < kSPL; i++) {
           float e[kVS];
-          const uint32_t idx = vr[k * kS + 32 * i];
-          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(smem + (vcol[i] + idx * kVRow)), e);
+          uint32_t off;
+          if constexpr (kSPL == 2) {  // the two indices in one load; vcol < 2^24 and its byte 1 is 0, kVRow 256
+            static_assert(kSPL == 1 || kVRow == 256, "an index times kVRow is byte 1");
+            off = __byte_perm(*reinterpret_cast<const uint16_t *>(vr + k * kS), vcol[i], i == 0 ? 0x7604u : 0x7614u);
+          } else {
+            off = vcol[i] + vr[k * kS] * kVRow;
+          }
+          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(smem + off), e);
 #pragma unroll
           for (int c = 0; c < kVS; c++) acc[i][c] = fmaf(pk, e[c], acc[i][c]);
         }
@@ -301,7 +310,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 #pragma unroll
       for (int i = 0; i < kSPL; i++)
 #pragma unroll
-        for (int c = 0; c < kVS; c++) mine[(lane + 32 * i) * kVS + c] = acc[i][c];
+        for (int c = 0; c < kVS; c++) mine[(kSPL == 2 ? 2 * lane + i : lane) * kVS + c] = acc[i][c];
       if (lane == 0) mine[kD] = m, mine[kD + 1] = l;
       vq_attn_half_sync(half);
       float M = -INFINITY;

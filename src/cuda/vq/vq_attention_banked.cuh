@@ -5,19 +5,21 @@
 //
 // NOTES:
 // - A block serves one query head h (kv head g = h / group) with one or two halves of 8 warps.
-//   Each half is a virtual block of the launch plan: its own contiguous run of units (batch entry,
-//   chunk), score table, code ring and barrier (named barrier 1 + half); the halves share head g's
-//   V books, copied into shared memory once per block (while the first code tiles land), and the
-//   table rows. Two halves (S = 32) give 16 warps per SM where one block's shared memory allows
-//   only one block.
+//   Each half is a virtual block of the launch plan: its own run of units (batch entry, chunk),
+//   code slot and barrier (named barrier 1 + half); the halves share head g's V books, copied into
+//   shared memory once per block (while the first code tiles land), and the table rows. For S = 32
+//   each half has its own table; for S = 64 (64 KB) the halves share one: they take chunks 2c and
+//   2c + 1 of the same batch entries (the launcher pairs them) and the block builds each table
+//   between two block-wide barriers. Two halves give 16 warps per SM where one block's shared
+//   memory allows only one block.
 // - Book reads (the V books' copy and the K entries of a table): a lane reads 32-byte chunks of
 //   one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive
 //   vectors, eight (V books) or four (tables) chunks in flight, and stores entry by entry into the
 //   layouts below.
-// - Layouts: the score table is lut[e][half S + j] = q-part j . K entry e of vector j (fp32, q
+// - Layouts: the score table is lut[e][col0 + j] = q-part j . K entry e of vector j (fp32, q
 //   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
-//   side for S = 32), rebuilt whenever the half's batch entry changes; the V books are
-//   vbook[e][j] = V entry e of vector j. Entry e of every vector shares a row and vector j sits in
+//   side for S = 32, col0 = half S), rebuilt whenever the batch entry changes; the V books are
+//   vbook[e][j] = V entry e of vector j (S = 64: vector 2j + i in column 32 i + j). Entry e of every vector shares a row and vector j sits in
 //   bank j mod 32 (table) or banks 2j, 2j + 1 mod 32 (4-element fp16 entries), so 32 lanes that
 //   look up 32 different vectors never conflict, whatever the indices. The tables start at byte 0
 //   of the shared memory, so a table value's byte offset is idx * 256 + its column's.
@@ -31,14 +33,17 @@
 // - Softmax, online per warp: each warp keeps its own running max m, per-lane sums l and
 //   accumulators over its 32 tokens of every tile; the half merges its warps at the end of a unit,
 //   in warp order (no atomics: a call repeats bit for bit).
-// - Values, one vector per lane (two for S = 64): for each of the warp's tokens the lane takes the
-//   probability from shared memory (four tokens per 16-byte broadcast load, where a shuffle per
-//   token was 1-3% slower), reads the token's V index of its vector and the entry, and adds
-//   p * entry into fp32 accumulators.
+// - Values, one vector per lane (two for S = 64, 2j and 2j + 1: their indices in one 16-bit
+//   load): for each of the warp's tokens the lane takes the probability from shared memory (four
+//   tokens per 16-byte broadcast load, where a shuffle per token was 1-3% slower), reads the
+//   token's V index of its vector and the entry, and adds p * entry into fp32 accumulators.
 // - Code tiles of 256 tokens (32 per warp) come by TMA (a box of the head's K indices and one of
-//   its V indices, on the slot's mbarrier) into a ring of two per half (the next one in flight
-//   while one is computed). Head g's indices are bytes g S .. g S + S - 1 of a code row: codes and
-//   rows are 16-byte aligned, as TMA needs (the launcher checks).
+//   its V indices) into the half's one slot, whose K and V parts have an mbarrier each: the next
+//   tile's K indices are copied once every warp is done with this tile's scores, its V indices
+//   once the values are done, so each copy has the other phase to land (two slots, a ring, were
+//   no faster for S = 32; S = 64 has room for one per half). Head g's indices are bytes
+//   g S .. g S + S - 1 of a code row: codes and rows are 16-byte aligned, as TMA needs (the
+//   launcher checks).
 // - NaN and Inf as in vq_attention.cuh: max ignores NaN scores, a NaN score makes p, l and o NaN,
 //   an Inf score gives exp2(inf - inf) = NaN, a unit without a finite score keeps m = -Inf and
 //   adds nothing (weights exp2(-Inf)) or NaN to the merge.
@@ -279,7 +284,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
           float e[kVS];
           uint32_t off;
           if constexpr (kSPL == 2) {  // the two indices in one load; vcol < 2^24 and its byte 1 is 0, kVRow 256
-            static_assert(kSPL == 1 || kVRow == 256, "an index times kVRow is byte 1");
+            static_assert(kVRow == 256, "an index times kVRow is byte 1");
             off = __byte_perm(*reinterpret_cast<const uint16_t *>(vr + k * kS), vcol[i], i == 0 ? 0x7604u : 0x7614u);
           } else {
             off = vcol[i] + vr[k * kS] * kVRow;

@@ -19,10 +19,11 @@
 // - Layouts: the score table is lut[e][col0 + j] = q-part j . K entry e of vector j (fp32, q
 //   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
 //   side for S = 32, col0 = half S), rebuilt whenever the batch entry changes; the V books are
-//   vbook[e][j] = V entry e of vector j (S = 64: vector 2j + i in column 32 i + j). Entry e of every vector shares a row and vector j sits in
-//   bank j mod 32 (table) or banks 2j, 2j + 1 mod 32 (4-element fp16 entries), so 32 lanes that
-//   look up 32 different vectors never conflict, whatever the indices. The tables start at byte 0
-//   of the shared memory, so a table value's byte offset is idx * 256 + its column's.
+//   vbook[e][j] = V entry e of vector j (S = 64: vector 2j + i in column 32 i + j). Entry e of
+//   every vector shares a row and vector j sits in bank j mod 32 (table) or banks 2j, 2j + 1 mod
+//   32 (4-element fp16 entries), so 32 lanes that look up 32 different vectors never conflict,
+//   whatever the indices. The tables start at byte 0 of the shared memory, so a table value's
+//   byte offset is idx * 256 + its column's.
 // - Scores, one token per lane: a warp scores 32 tokens; at step j lane t takes vector t ^ j of its
 //   token (a permutation of the vectors for every j), so the 32 table reads of a step fall into 32
 //   banks. Steps 4m .. 4m + 3 take their four index bytes from one 32-bit word of the code row

@@ -183,7 +183,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
                    threads, cfg.smem_bytes);
   const size_t counters = kQfWorkspaceCounters * sizeof(int);
   qf_vq_attention_split(&pb, ctx->sm_count, per_sm, counters, &cfg);
-  if (qf_vq_attention_banked_fill(&cfg, a->Hkv, V, ctx->sm_count)) threads = kVqAttnThreads;  // one half per block
+  if (qf_vq_attention_banked_fill(&cfg, &pb, ctx->sm_count)) threads = kVqAttnThreads;  // one half per block
   if (cfg.units > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld (batch entry, chunk) units exceed the kernel's 32-bit counts", kOp,
                    static_cast<long long>(cfg.units));
@@ -235,7 +235,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.codes_bytes = static_cast<uint32_t>(cfg.codes_bytes);
   p.halves = cfg.halves;
   p.vblocks = static_cast<int>(cfg.blocks);
-  p.half_bytes = static_cast<uint32_t>((cfg.smem_bytes - cfg.books_bytes) / cfg.halves);
+  p.half_bytes = static_cast<uint32_t>((cfg.smem_bytes - cfg.lut_bytes - cfg.books_bytes) / cfg.halves);
 
   if (cfg.placement == QF_VQ_BOOKS_BANKED) {  // the code tiles' TMA maps: boxes of a tile's tokens x one head's indices
     const qf_vq_tensors *c[2] = {&a->k, &a->v};

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   const int col0 = kS == 32 ? half * kS : 0;                                          // the half's first table column
   float *lut_s = reinterpret_cast<float *>(smem) + col0;                              // [256][64]
   uint8_t *vbook_s = smem + 256 * kRow;                                               // [256][kS] entries
-  uint8_t *own = smem + p.books_bytes + half * p.half_bytes;
+  uint8_t *own = vbook_s + p.books_bytes + half * p.half_bytes;
   uint8_t *kcodes_s = own;                                                            // [kTile][kS]
   uint8_t *vcodes_s = kcodes_s + kTile * kS;                                          // [kTile][kS]
   float *red_s = reinterpret_cast<float *>(vcodes_s + kTile * kS);                    // [warps][kD + 2]
@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(q_s + kD)), bar_v = bar_k + 8;
 
   // This half's run of units: u_begin, u_begin + stride, ... below u_end. Halves that share the
-  // table (S = 64, two halves) take chunks 2c and 2c + 1 of the same batch entries: the block's
-  // run is one of pairs of units, half h takes unit 2 pair + h.
+  // table (S = 64, two halves; qf_vq_attn_banked_paired) take chunks 2c and 2c + 1 of the same
+  // batch entries: the block's run is one of pairs of units, half h takes unit 2 pair + h.
   const bool paired = kS == 64 && p.halves == 2;
   const int h = blockIdx.y, g = h / p.group;
   const int runs = paired ? p.vblocks / 2 : p.vblocks, run = paired ? blockIdx.x : blockIdx.x * p.halves + half;

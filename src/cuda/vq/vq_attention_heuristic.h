@@ -225,14 +225,14 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
-  const size_t lut = 256u * 256u, books = lut + 256u * (size_t)S * (size_t)pb->vector_size * 2u;
+  const size_t lut = 256u * 256u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
   /* the warps' partials and probabilities, q, the code slot's two mbarriers */
   const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2 + 32)) * 4u + 16u;
   /* 256-byte aligned: TMA writes the slot (128), the kernel's word addressing (S) */
   const size_t half = (tile + fixed + 255u) / 256u * 256u;
-  const int halves = books + 2u * half <= smem_optin ? 2 : 1;
-  if (books + half > smem_optin) return 0;
+  const int halves = lut + books + 2u * half <= smem_optin ? 2 : 1;
+  if (lut + books + half > smem_optin) return 0;
   cfg->placement = QF_VQ_BOOKS_BANKED;
   cfg->scores = QF_VQ_ATTN_SCORES_LUT;
   cfg->heads = 1;
@@ -243,7 +243,7 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
   cfg->books_bytes = books;
   cfg->lut_bytes = lut;
   cfg->codes_bytes = tile;
-  cfg->smem_bytes = books + (size_t)halves * half;
+  cfg->smem_bytes = lut + books + (size_t)halves * half;
   cfg->chunk_len = cfg->n_chunks = cfg->units = cfg->blocks = 0;
   cfg->scratch_bytes = 0;
   return 1;
@@ -252,6 +252,13 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
 /* Bytes of the partial outputs in the workspace, after its counters. */
 static inline size_t qf_vq_attn_part_o_bytes(int64_t B, int64_t Hq, int64_t n_chunks, int64_t D) {
   return ((size_t)(B * Hq * n_chunks * D) * 4u + 255u) / 256u * 256u;
+}
+
+/* Whether a banked plan's two halves share one table (S = 64: the kernel derives the same from its
+ * S and p.halves): they take chunks 2c and 2c + 1 of the same batch entries, so the split makes
+ * the chunk count and the halves even where it can. */
+static inline int qf_vq_attn_banked_paired(const qf_vq_attention_problem *pb, const qf_vq_attention_config *cfg) {
+  return cfg->placement == QF_VQ_BOOKS_BANKED && cfg->halves == 2 && pb->D / pb->vector_size == 64;
 }
 
 /* The split, once the occupancy of the chosen kernel is known (blocks_per_sm >= 1): chunks,
@@ -265,8 +272,7 @@ static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int 
   const int64_t slots = cfg->placement == QF_VQ_BOOKS_BANKED ? sms * per_sm * cfg->halves : QF_VQ_ATTN_WAVES * sms * per_sm;
   const int64_t want = slots / tiles > 1 ? slots / tiles : 1;
   const int64_t seq_tiles = (pb->seq_len + QF_VQ_ATTN_TILE - 1) / QF_VQ_ATTN_TILE;
-  /* the banked kernel's halves share one table for S = 64: they take chunks 2c and 2c + 1 */
-  const int paired = cfg->placement == QF_VQ_BOOKS_BANKED && cfg->halves == 2 && pb->D / pb->vector_size == 64;
+  const int paired = qf_vq_attn_banked_paired(pb, cfg);
   int64_t n_chunks = (want + pb->B - 1) / pb->B;
   if (n_chunks > seq_tiles) n_chunks = seq_tiles;
   if (paired && n_chunks % 2 != 0) n_chunks += n_chunks < seq_tiles ? 1 : -1;
@@ -284,11 +290,12 @@ static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int 
  * sequences: units are whole tiles of QF_VQ_ATTN_TILE tokens) runs one half per block instead: a
  * block per SM, not half the SMs idle. So does a plan whose halves share a table (S = 64) where the
  * chunks or the halves do not pair up. Returns 1 when it changed the plan. */
-static inline int qf_vq_attention_banked_fill(qf_vq_attention_config *cfg, int64_t Hkv, int64_t vectors, int sm_count) {
+static inline int qf_vq_attention_banked_fill(qf_vq_attention_config *cfg, const qf_vq_attention_problem *pb, int sm_count) {
   if (cfg->placement != QF_VQ_BOOKS_BANKED || cfg->halves != 2) return 0;
-  const int unpaired = vectors == 64 && (cfg->n_chunks % 2 != 0 || cfg->blocks % 2 != 0);
-  if (!unpaired && cfg->blocks * Hkv * cfg->head_tiles > (int64_t)sm_count) return 0;
-  cfg->smem_bytes = cfg->books_bytes + (cfg->smem_bytes - cfg->books_bytes) / 2u;
+  const int unpaired = qf_vq_attn_banked_paired(pb, cfg) && (cfg->n_chunks % 2 != 0 || cfg->blocks % 2 != 0);
+  if (!unpaired && cfg->blocks * pb->Hkv * cfg->head_tiles > (int64_t)sm_count) return 0;
+  const size_t shared = cfg->lut_bytes + cfg->books_bytes; /* the block's, then the halves' */
+  cfg->smem_bytes = shared + (cfg->smem_bytes - shared) / 2u;
   cfg->halves = 1;
   return 1;
 }

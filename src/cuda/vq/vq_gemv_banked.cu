@@ -26,8 +26,8 @@
 //   padded to 16 bytes), loaded 16 bytes at a time an item ahead, and its x quads of a
 //   sub-chunk 32 consecutive bytes of the staged tile.
 // - Split-K over blocks (the global reduction): a row tile's chunks are split into `splits`
-//   ranges, so that tiles x splits fill the SMs with two items a range at least (a range of
-//   one item loads its book and codes with nothing to overlap them: (4096, 4096) at M = 1 ran
+//   ranges, so that tiles x splits fill the SMs with two chunks a range at least (a range of
+//   one chunk loads its book and codes with nothing to overlap them: (4096, 4096) at M = 1 ran
 //   16 ranges of one chunk in 9.3 us, 8 of two in 8.8). Each unit leaves its fp32 partial in the
 //   workspace and counts itself done on the tile's counter; the last one adds the partials in
 //   split order (the same sums on every run), scales the rows and writes y, and puts the counter
@@ -396,7 +396,7 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
   const int tiles_n = static_cast<int>((N + kRows - 1) / kRows);
   const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
   if (splits <= 0) {
-    const int most = chunks / 2 < 1 ? 1 : chunks / 2;  // two items a unit at least: the next one's book and codes load under this one
+    const int most = chunks / 2 < 1 ? 1 : chunks / 2;  // two chunks a range at least: the next one's book and codes load under this one
     splits = static_cast<int>(slots / tiles_n < 1 ? 1 : slots / tiles_n > most ? most : slots / tiles_n);
     if (tiles_n > kQfWorkspaceCounters) splits = 1;
   }

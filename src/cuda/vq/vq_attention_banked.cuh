@@ -273,10 +273,10 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       pw[lane] = pr;
       __syncwarp();
       const uint8_t *vr = vcodes_s + tok0 * kS + kSPL * lane;
-      uint32_t vcol[kSPL];  // byte offset of entry 0 of the lane's vectors (columns lane + 32 i): entry e at vcol + e kVRow
+      uint32_t vcol[kSPL];  // byte offset of entry 0 of the lane's vectors kSPL lane + i: entry e at vcol + e kVRow
 #pragma unroll
       for (int i = 0; i < kSPL; i++) {
-        vcol[i] = static_cast<uint32_t>(vbook_s - smem) + (lane + 32 * i) * kEB;
+        vcol[i] = static_cast<uint32_t>(vbook_s - smem) + vcolumn(kSPL * lane + i) * kEB;
         asm("" : "+r"(vcol[i]));  // one shift-add per entry address, not the compiler's (idx S + lane) kEB + base
       }
       auto value = [&](int k, float pk) {
@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 #pragma unroll
       for (int i = 0; i < kSPL; i++)
 #pragma unroll
-        for (int c = 0; c < kVS; c++) mine[(kSPL == 2 ? 2 * lane + i : lane) * kVS + c] = acc[i][c];
+        for (int c = 0; c < kVS; c++) mine[(kSPL * lane + i) * kVS + c] = acc[i][c];
       if (lane == 0) mine[kD] = m, mine[kD + 1] = l;
       vq_attn_half_sync(half);
       float M = -INFINITY;

@@ -76,8 +76,9 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 
   // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half its own columns
   // half S .. half S + S - 1, S = 64 one table for both), the V books, then per half (256-byte
-  // aligned) its code slot (K rows, then V rows), the warps' partials and probabilities, q and the
-  // slot's two mbarriers (K, V).
+  // aligned) its code slot (K rows, then V rows), the warps' probabilities and the slot's two
+  // mbarriers (K, V). The warps' partials at the end of a unit take the slot's V rows (refilled
+  // after the merge) and q, staged for a table build, the probabilities' place.
   extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
   const int col0 = kS == 32 ? half * kS : 0;                                          // the half's first table column
@@ -86,10 +87,11 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   uint8_t *own = vbook_s + p.books_bytes + half * p.half_bytes;
   uint8_t *kcodes_s = own;                                                            // [kTile][kS]
   uint8_t *vcodes_s = kcodes_s + kTile * kS;                                          // [kTile][kS]
-  float *red_s = reinterpret_cast<float *>(vcodes_s + kTile * kS);                    // [warps][kD + 2]
-  float *p_s = red_s + kVqAttnWarps * (kD + 2);                                       // [warps][32]
-  float *q_s = p_s + kVqAttnWarps * 32;                                               // [kD]
-  const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(q_s + kD)), bar_v = bar_k + 8;
+  float *p_s = reinterpret_cast<float *>(vcodes_s + kTile * kS);                      // [warps][32]
+  float *red_s = reinterpret_cast<float *>(vcodes_s);                                 // [warps][kD + 2]
+  float *q_s = p_s;                                                                   // [kD]
+  static_assert(kVqAttnWarps * (kD + 2) * 4 <= kTile * kS && kD <= kVqAttnWarps * 32, "aliases fit");
+  const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kVqAttnWarps * 32)), bar_v = bar_k + 8;
 
   // This half's run of units: u_begin, u_begin + stride, ... below u_end. Halves that share the
   // table (S = 64, two halves; qf_vq_attn_banked_paired) take chunks 2c and 2c + 1 of the same
@@ -306,7 +308,6 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       }
     }
     vq_attn_half_sync(half);  // every warp is done with the V indices and its probabilities
-    if (more) stage_codes(next, 1);
 
     // ---- end of a unit: the warps' (m, l, o~) merged in warp order into the unit's partial ----
     if (t.last) {
@@ -333,7 +334,10 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       }
       m = -INFINITY, l = 0.0f;
       vq_zero(acc);
+      fence_proxy_async_shared_cta();  // the partials' accesses before the V rows' refill
+      vq_attn_half_sync(half);
     }
+    if (more) stage_codes(next, 1);
     t = next;
   }
 }

@@ -208,8 +208,8 @@ static inline int qf_vq_attention_layout(const qf_vq_attention_problem *pb, int 
 static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_problem *pb) {
   if (pb->index_bits != 8 || pb->residuals != 1) return "it takes one residual of 8-bit indices";
   if (pb->vector_size != 2 && pb->vector_size != 4) return "it takes vector sizes 2 and 4";
-  if (pb->D / pb->vector_size != 32 && pb->D / pb->vector_size != 64)
-    return "it takes heads of 32 or 64 vectors (head_dim / vector_size)";
+  if (pb->D / pb->vector_size != 32 && (pb->D / pb->vector_size != 64 || pb->vector_size != 2))
+    return "it takes heads of 32 vectors (head_dim / vector_size) of 2 or 4 elements, or of 64 of 2";
   if (pb->B * pb->seq_len > INT32_MAX) return "it takes fewer than 2^31 cached tokens (TMA row coordinates)";
   return NULL;
 }
@@ -218,8 +218,9 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
  * that a lookup's byte offset is the index times 256 plus its column: for S = 32 each half's table
  * in 32 of the columns, for S = 64 one table that both halves use), the V books [256][S] entries,
  * then per half (8 warps) a code slot of one tile of QF_VQ_ATTN_TILE tokens (K and V rows of S
- * bytes), the warps' partials [WARPS][D + 2] and probabilities [WARPS][32], q [D] and the slot's
- * two mbarriers, rounded up to 256 bytes. Two halves when they fit (16 warps per SM), else one.
+ * bytes; the warps' partials take the V rows at the end of a unit), the warps' probabilities
+ * [WARPS][32] (q's place during a table build) and the slot's two mbarriers, rounded up to 256
+ * bytes. Two halves when they fit (16 warps per SM), else one.
  * Fills everything but the split (one query head per block; cfg->blocks will count halves); 0 when
  * not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
@@ -227,8 +228,8 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
   const int64_t S = pb->D / pb->vector_size;
   const size_t lut = 256u * 256u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
-  /* the warps' partials and probabilities, q, the code slot's two mbarriers */
-  const size_t fixed = ((size_t)pb->D + (size_t)QF_VQ_ATTN_WARPS * (size_t)(pb->D + 2 + 32)) * 4u + 16u;
+  /* the warps' probabilities, the code slot's two mbarriers */
+  const size_t fixed = (size_t)QF_VQ_ATTN_WARPS * 32u * 4u + 16u;
   /* 256-byte aligned: TMA writes the slot (128), the kernel's word addressing (S) */
   const size_t half = (tile + fixed + 255u) / 256u * 256u;
   const int halves = lut + books + 2u * half <= smem_optin ? 2 : 1;

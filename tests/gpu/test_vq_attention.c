@@ -15,7 +15,7 @@
  *    (96 columns), head_dim 80, 96 and 256 (books too large for shared memory), a 65536-entry book
  *    whose code tile fits only single-buffered, groups of 3 and 12 (two head tiles), CQ-4 with 64
  *    heads and 5 batch entries (the banked kernel's two halves on one table, runs that cross batch
- *    entries).
+ *    entries), CQ-2 groups of 6 and 4 (the banked kernel with 2 and 4 query heads per block).
  *  - Each run: o and lse poisoned with 0xFF (NaN) before; every element compared; the row gaps
  *    and a sentinel tail past o and lse unchanged; the public call run twice and compared byte for
  *    byte (the kernels have a fixed summation order).
@@ -167,6 +167,7 @@ static int ran_shared, ran_global, ran_chunks, ran_multi_unit, ran_multi_tile, r
 static int ran_lut[9], ran_lut_shared, ran_lut_batches, ran_lut_refused; /* ran_lut[heads per block] */
 static int ran_banked[3], ran_banked_halves[3], ran_banked_batches, ran_banked_chunks, ran_banked_refused; /* [vectors / 32] */
 static int ran_banked_paired, ran_banked_paired_batches; /* S = 64, two halves on one table */
+static int ran_banked_group[5], ran_banked_group_batches; /* [query heads per block]; runs crossing batch entries */
 static double worst_o, worst_lse; /* the largest error / tolerance seen */
 
 typedef struct {
@@ -398,6 +399,8 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
       ran_banked_chunks += used.n_chunks > 1;
       ran_banked_paired += S == 64 && used.halves == 2;
       ran_banked_paired_batches += S == 64 && used.halves == 2 && used.units > used.blocks && c->B > 1;
+      if (used.heads >= 1 && used.heads <= 4) ran_banked_group[used.heads]++;
+      ran_banked_group_batches += used.heads > 1 && used.units > used.blocks && c->B > 1;
     }
     /* shared books or score tables too large: nothing written (global decode always fits here) */
     if (st == QF_ERR_UNSUPPORTED && (placement == QF_VQ_BOOKS_IN_SHARED || scores == QF_VQ_ATTN_SCORES_LUT)) {
@@ -677,6 +680,9 @@ int main(void) {
       {"VQ<4,8,1> bf16 one book per row", row_bf16, 2, 300, 300, 2, 128, 2, 0},
       {"VQ<2,16,1> one 65536-entry book", big, 1, 300, 300, 1, 256, 1, 0},
       {"CQ-2 group 3", cq2, 3, 300, 300, 2, 64, 3, 0},
+      /* banked CQ-2 with a group's query heads in one block (two per block for a group of 6) */
+      {"CQ-2 group 6", cq2, 3, 1000, 600, 2, 128, 6, 0},
+      {"CQ-2 group 4, 5 batch entries", cq2, 5, 300, 300, 16, 128, 4, 0},
       {"CQ-4 group 12 (two head tiles)", cq4, 2, 600, 600, 1, 128, 12, 0},
       /* many heads: few blocks per head, so units of several tiles and blocks of several units */
       {"CQ-2 32 heads", cq2, 3, 1000, 600, 32, 128, 1, 0},
@@ -728,6 +734,10 @@ int main(void) {
   CHECK(ran_banked_paired > 0 && ran_banked_paired_batches > 0,
         "the banked kernel ran CQ-4 with two halves on one table (%d), with runs of several batch entries (%d)",
         ran_banked_paired, ran_banked_paired_batches);
+  CHECK(ran_banked_group[1] > 0 && ran_banked_group[2] > 0 && ran_banked_group[4] > 0 && ran_banked_group_batches > 0,
+        "the banked kernel ran with 1, 2 and 4 query heads per block (%d, %d, %d), grouped with runs of several batch "
+        "entries (%d)",
+        ran_banked_group[1], ran_banked_group[2], ran_banked_group[4], ran_banked_group_batches);
   printf("worst error / tolerance: o %.3f, lse %.3f\n", worst_o, worst_lse);
 
   qf_ctx_destroy(gpu);

@@ -65,18 +65,22 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
              : pick_books<VqAttnScoresByDecode>(shared, bf16, heads, vs, slot);
 }
 
-// The banked kernels, after the others in the opt-in slots: (S, vs) in {(32, 4), (32, 2), (64, 2)}
-// x entry dtype.
-constexpr int kBankedKernels = 3 * 2;
+// The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
+// {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4)} x entry dtype.
+constexpr int kBankedKernels = 5 * 2;
 
-chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int &slot) {
-  const int shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
+chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, int &slot) {
+  int shape = -1;
+  if (heads == 1) shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
+  else if (vectors == 32 && vs == 4) shape = heads == 2 ? 3 : heads == 4 ? 4 : -1;
   if (shape < 0) return nullptr;
   slot = kKernels + 2 * shape + (bf16 ? 1 : 0);
   switch (shape) {
     case 0: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16> : vq_attention_banked_kernel<32, 4, vq_f16>;
     case 1: return bf16 ? vq_attention_banked_kernel<32, 2, vq_bf16> : vq_attention_banked_kernel<32, 2, vq_f16>;
-    default: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16> : vq_attention_banked_kernel<64, 2, vq_f16>;
+    case 2: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16> : vq_attention_banked_kernel<64, 2, vq_f16>;
+    case 3: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 2> : vq_attention_banked_kernel<32, 4, vq_f16, 2>;
+    default: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 4> : vq_attention_banked_kernel<32, 4, vq_f16, 4>;
   }
 }
 
@@ -166,7 +170,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const bool bf16 = f.entry_dtype == QF_BF16;
   const chunk_kernel_t kernel =
       cfg.placement == QF_VQ_BOOKS_BANKED
-          ? pick_banked(bf16, static_cast<int>(V), vs, slot)
+          ? pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, slot)
           : pick(cfg.scores == QF_VQ_ATTN_SCORES_LUT, cfg.placement == QF_VQ_BOOKS_IN_SHARED, bf16, cfg.heads, vs, slot);
   if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
 

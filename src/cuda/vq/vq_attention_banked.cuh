@@ -12,18 +12,23 @@
 //   2c + 1 of the same batch entries (the launcher pairs them) and the block builds each table
 //   between two block-wide barriers. Two halves give 16 warps per SM where one block's shared
 //   memory allows only one block.
+// - Grouped query heads (kG = 2 or 4; S = 32 and 4-element entries, CQ-2 at D = 128): a block of
+//   one half serves query heads h .. h + kG - 1 of one kv head, each with its table, so that the
+//   values phase loads and converts each V entry once for all of them (GQA: 4 query heads per kv
+//   head in Llama-3). Its shared memory: kG tables of 32 KB, the V books, one code slot.
 // - Book reads (the V books' copy and the K entries of a table): a lane reads 32-byte chunks of
 //   one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive
 //   vectors, eight (V books) or four (tables) chunks in flight, and stores entry by entry into the
 //   layouts below.
 // - Layouts: the score table is lut[e][col0 + j] = q-part j . K entry e of vector j (fp32, q
 //   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
-//   side for S = 32, col0 = half S), rebuilt whenever the batch entry changes; the V books are
+//   side for S = 32, col0 = half S; grouped heads: head i's in columns 32 (i % 2) of the (i / 2)-th
+//   64 KB of rows), rebuilt whenever the batch entry changes; the V books are
 //   vbook[e][j] = V entry e of vector j (S = 64: vector 2j + i in column 32 i + j). Entry e of
 //   every vector shares a row and vector j sits in bank j mod 32 (table) or banks 2j, 2j + 1 mod
 //   32 (4-element fp16 entries), so 32 lanes that look up 32 different vectors never conflict,
 //   whatever the indices. The tables start at byte 0 of the shared memory, so a table value's
-//   byte offset is idx * 256 + its column's.
+//   byte offset is idx * 256 + its column's (+ 64 KB for grouped heads 2 and 3).
 // - Scores, one token per lane: a warp scores 32 tokens; at step j lane t takes vector t ^ j of its
 //   token (a permutation of the vectors for every j), so the 32 table reads of a step fall into 32
 //   banks. Steps 4m .. 4m + 3 take their four index bytes from one 32-bit word of the code row
@@ -37,7 +42,8 @@
 // - Values, one vector per lane (two for S = 64, 2j and 2j + 1: their indices in one 16-bit
 //   load): for each of the warp's tokens the lane takes the probability from shared memory (four
 //   tokens per 16-byte broadcast load, where a shuffle per token was 1-3% slower), reads the
-//   token's V index of its vector and the entry, and adds p * entry into fp32 accumulators.
+//   token's V index of its vector and the entry, and adds p * entry into fp32 accumulators (one
+//   set per query head of the block).
 // - Code tiles of 256 tokens (32 per warp) come by TMA (a box of the head's K indices and one of
 //   its V indices) into the half's one slot, whose K and V parts have an mbarrier each: the next
 //   tile's K indices are copied once every warp is done with this tile's scores, its V indices
@@ -61,11 +67,12 @@ __device__ __forceinline__ void vq_attn_half_sync(int half) {
   asm volatile("bar.sync %0, %1;" ::"r"(half + 1), "r"(kVqAttnThreads) : "memory");
 }
 
-template <int kS, int kVS, typename E>
-__global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
+template <int kS, int kVS, typename E, int kG = 1>
+__global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThreads, 1)
     vq_attention_banked_kernel(const __grid_constant__ vq_attention_params p) {
   static_assert(kS == 32 || kS == 64, "one or two vectors per lane");
   static_assert(kVS == 2 || kVS == 4, "entries of 4 or 8 bytes");
+  static_assert(kG == 1 || (kS == 32 && (kG == 2 || kG == 4)), "a group's tables: two per 64 KB of rows");
   constexpr int kD = kS * kVS;        // head dim
   constexpr int kSPL = kS / 32;       // vectors per lane in the values phase
   constexpr int kEB = 2 * kVS;        // entry bytes
@@ -73,31 +80,35 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   constexpr int kHalf = kVqAttnThreads;
   constexpr int kRow = 256;           // bytes of a table row
   constexpr int kVRow = kS * kEB;     // bytes of a V-book row
+  constexpr int kLutBytes = (kG + 1) / 2 * 256 * kRow;  // the score tables
 
-  // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half its own columns
-  // half S .. half S + S - 1, S = 64 one table for both), the V books, then per half (256-byte
+  // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half, or each grouped
+  // head, its own 32 columns, S = 64 one table for both halves), the V books, then per half (256-byte
   // aligned) its code slot (K rows, then V rows), the warps' probabilities and the slot's two
-  // mbarriers (K, V). The warps' partials at the end of a unit take the slot's V rows (refilled
-  // after the merge) and q, staged for a table build, the probabilities' place.
+  // mbarriers (K, V); probabilities and q per grouped head. The warps' partials at the end of a
+  // unit take the slot's V rows (refilled after the merge) and q, staged for a table build, the
+  // probabilities' place.
   extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
-  const int col0 = kS == 32 ? half * kS : 0;                                          // the half's first table column
-  float *lut_s = reinterpret_cast<float *>(smem) + col0;                              // [256][64]
-  uint8_t *vbook_s = smem + 256 * kRow;                                               // [256][kS] entries
+  uint8_t *vbook_s = smem + kLutBytes;                                                // [256][kS] entries
   uint8_t *own = vbook_s + p.books_bytes + half * p.half_bytes;
   uint8_t *kcodes_s = own;                                                            // [kTile][kS]
   uint8_t *vcodes_s = kcodes_s + kTile * kS;                                          // [kTile][kS]
-  float *p_s = reinterpret_cast<float *>(vcodes_s + kTile * kS);                      // [warps][32]
+  float *p_s = reinterpret_cast<float *>(vcodes_s + kTile * kS);                      // [kG][warps][32]
   float *red_s = reinterpret_cast<float *>(vcodes_s);                                 // [warps][kD + 2]
-  float *q_s = p_s;                                                                   // [kD]
-  static_assert(kVqAttnWarps * (kD + 2) * 4 <= kTile * kS && kD <= kVqAttnWarps * 32, "aliases fit");
-  const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kVqAttnWarps * 32)), bar_v = bar_k + 8;
+  float *q_s = p_s;                                                                   // [kG][kD]
+  static_assert(kVqAttnWarps * (kD + 2) * 4 <= kTile * kS && kD <= kTile, "aliases fit");
+  const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kG * kTile)), bar_v = bar_k + 8;
+  // Query head i's table (i < kG; with kG = 1 the half's): byte offset `region` from smem, in
+  // columns `col0` .. col0 + kS - 1 of its 256 rows (S = 32: two tables per 64 KB of rows).
+  auto table_region = [&](int i) { return kG == 1 ? 0 : (i >> 1) * 256 * kRow; };  // (a compile-time constant)
+  auto table_col0 = [&](int i) { return kS == 32 ? ((kG == 1 ? half : i) & 1) * kS : 0; };
 
   // This half's run of units: u_begin, u_begin + stride, ... below u_end. Halves that share the
   // table (S = 64, two halves; qf_vq_attn_banked_paired) take chunks 2c and 2c + 1 of the same
   // batch entries: the block's run is one of pairs of units, half h takes unit 2 pair + h.
   const bool paired = kS == 64 && p.halves == 2;
-  const int h = blockIdx.y, g = h / p.group;
+  const int h = blockIdx.y * kG, g = h / p.group;  // the block's query heads h .. h + kG - 1
   const int runs = paired ? p.vblocks / 2 : p.vblocks, run = paired ? blockIdx.x : blockIdx.x * p.halves + half;
   const int run_units = paired ? p.units / 2 : p.units, stride = paired ? 2 : 1;
   const int r0 = run < runs ? static_cast<int>(static_cast<int64_t>(run) * run_units / runs) : 0;
@@ -174,8 +185,10 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
   __syncthreads();  // the V books are in place
   if (u_begin >= u_end) return;  // (both halves of a paired block, or a half that takes no barrier with the other)
 
-  float m = -INFINITY, l = 0.0f;  // this warp's running max (log2 units) and this lane's sum of p
-  float acc[kSPL][kVS];
+  float m[kG], l[kG];  // per query head: this warp's running max (log2 units) and this lane's sum of p
+  float acc[kG][kSPL][kVS];
+#pragma unroll
+  for (int i = 0; i < kG; i++) m[i] = -INFINITY, l[i] = 0.0f;
   vq_zero(acc);
 
   int64_t lut_b = -1;  // the batch entry the table was built for
@@ -189,15 +202,17 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
       // one: the halves of a paired block meet here at the same units).
       if (paired) __syncthreads();
       const int bt = paired ? threadIdx.x : tid, threads = paired ? 2 * kHalf : kHalf;
-      const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
-      for (int i = tid; i < kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
+      const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;  // (the group's heads: kG kD values)
+      for (int i = tid; i < kG * kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
       vq_attn_half_sync(half);
-      // Thread i: vector j = i % S, chunks c0, c0 + step, ... (c0 = i / S), four in flight. (Each
-      // half staged the same q.)
+      // Thread i: vector j = i % S, chunks c0, c0 + step, ... (c0 = i / S), four in flight, each
+      // entry dotted with the q part of every head of the block. (Each half staged the same q.)
       const int j = bt % kS, step = threads / kS;
-      float qv[kVS];
+      float qv[kG][kVS];
 #pragma unroll
-      for (int c = 0; c < kVS; c++) qv[c] = q_s[j * kVS + c];
+      for (int hh = 0; hh < kG; hh++)
+#pragma unroll
+        for (int c = 0; c < kVS; c++) qv[hh][c] = q_s[hh * kD + j * kVS + c];
       const uint16_t *kbook = p.books[0] + vq_attn_book(p, g * kS + j) * book_elems;
       for (int c0 = bt / kS; c0 < kChunks; c0 += 4 * step) {
         uint4 r[4][2];
@@ -207,13 +222,19 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 #pragma unroll
           for (int i = 0; i < kCE; i++) {
             if (c0 + u * step >= kChunks) break;
-            float dot = 0.0f;
+            float e[kVS];
 #pragma unroll
             for (int c = 0; c < kVS; c++) {
               const uint32_t w = chunk_word(r[u], (i * kVS + c) / 2);
-              dot = fmaf(qv[c], c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w), dot);
+              e[c] = c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w);
             }
-            lut_s[((c0 + u * step) * kCE + i) * (kRow / 4) + j] = dot;
+#pragma unroll
+            for (int hh = 0; hh < kG; hh++) {
+              float dot = 0.0f;
+#pragma unroll
+              for (int c = 0; c < kVS; c++) dot = fmaf(qv[hh][c], e[c], dot);
+              reinterpret_cast<float *>(smem + table_region(hh))[((c0 + u * step) * kCE + i) * (kRow / 4) + table_col0(hh) + j] = dot;
+            }
           }
       }
       lut_b = t.b;
@@ -222,46 +243,63 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
     }
 
     const int n = min(32, t.count - tok0);  // this warp's tokens of the tile
-    float pr = 0.0f;
+    float pr[kG];  // the lane's token's probability, per query head
     mbarrier_wait_parity(bar_k, phase);  // the tile's K indices landed
     if (n > 0) {
       // ---- scores: lane t, its token's vector t ^ j at step j = 4 m + r ----
       // The four indices of steps 4 m .. 4 m + 3 are the bytes (t & 3) ^ r of word (t >> 2) ^ m of the
       // token's code row (one load; the 32 lanes' words fall into 32 banks for S = 32), and the
-      // table value of step j sits at byte offset idx 256 + c_j from smem, c_j = 4 (col0 + (t ^ j))
-      // < 256: one byte permute of the word and of a register holding c_j, c_j+1 and two zero bytes
-      // is that offset. c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of t ^ j above 2.
+      // table value of step j sits at byte offset idx 256 + c_j from its table's region, c_j = 4
+      // (col0 + (t ^ j)) < 256: one byte permute of the word and of a register holding c_j, c_j+1
+      // and two zero bytes is that offset (one per column parity: heads i and i + 2 share it).
+      // c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of t ^ j above 2.
       const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (tok0 + lane) * kS + 4 * (lane >> 2);
-      auto col = [&](int j) { return 4u * static_cast<uint32_t>(col0 + (lane ^ j)); };
-      const uint32_t c01 = col(0) | col(1) << 8, c23 = col(2) | col(3) << 8;
+      constexpr int kPar = kG == 1 ? 1 : 2;  // column parities of the block's tables
+      uint32_t c01[kPar], c23[kPar];
+#pragma unroll
+      for (int q = 0; q < kPar; q++) {
+        auto col = [&](int j) { return 4u * static_cast<uint32_t>(table_col0(q) + (lane ^ j)); };
+        c01[q] = col(0) | col(1) << 8, c23[q] = col(2) | col(3) << 8;
+      }
       uint32_t sel[4];  // result bytes: c_j, the index, two zeros
 #pragma unroll
       for (int r = 0; r < 4; r++) sel[r] = 0x7600u | static_cast<uint32_t>((lane & 3) ^ r) << 4 | (4u + (r & 1));
-      float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float a[kG][4];
+#pragma unroll
+      for (int i = 0; i < kG; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.0f;
 #pragma unroll
       for (int mi = 0; mi < kS / 4; mi++) {
         const uint32_t w = *reinterpret_cast<const uint32_t *>(smem + (kw ^ (4u * mi)));
-        const uint32_t lo = c01 ^ (16u * mi * 0x0101u), hi = c23 ^ (16u * mi * 0x0101u);
 #pragma unroll
-        for (int r = 0; r < 4; r++)
-          a[r] += *reinterpret_cast<const float *>(smem + __byte_perm(w, r < 2 ? lo : hi, sel[r]));
+        for (int q = 0; q < kPar; q++) {
+          const uint32_t lo = c01[q] ^ (16u * mi * 0x0101u), hi = c23[q] ^ (16u * mi * 0x0101u);
+#pragma unroll
+          for (int r = 0; r < 4; r++) {
+            const uint32_t off = __byte_perm(w, r < 2 ? lo : hi, sel[r]);
+#pragma unroll
+            for (int i = q; i < kG; i += kPar) a[i][r] += *reinterpret_cast<const float *>(smem + table_region(i) + off);
+          }
+        }
       }
-      const float s = lane < n ? (a[0] + a[1]) + (a[2] + a[3]) : -INFINITY;
 
-      // ---- online softmax over the warp's tokens ----
-      float mx = s;
+      // ---- online softmax over the warp's tokens, per query head ----
 #pragma unroll
-      for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-      const float m_new = fmaxf(m, mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no finite score yet: p = exp2(s) is 0 or NaN
-      const float corr = exp2f(m - m_use);
-      pr = exp2f(s - m_use);
-      l = l * corr + pr;
-      m = m_new;
+      for (int i = 0; i < kG; i++) {
+        const float si = lane < n ? (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]) : -INFINITY;
+        float mx = si;
 #pragma unroll
-      for (int i = 0; i < kSPL; i++)
+        for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+        const float m_new = fmaxf(m[i], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no finite score yet: p = exp2(s) is 0 or NaN
+        const float corr = exp2f(m[i] - m_use);
+        pr[i] = exp2f(si - m_use);
+        l[i] = l[i] * corr + pr[i];
+        m[i] = m_new;
 #pragma unroll
-        for (int c = 0; c < kVS; c++) acc[i][c] *= corr;
+        for (int v = 0; v < kSPL; v++)
+#pragma unroll
+          for (int c = 0; c < kVS; c++) acc[i][v][c] *= corr;
+      }
     }
     vq_attn_half_sync(half);  // every warp is done with the K indices
     if (more) stage_codes(next, 0);
@@ -270,9 +308,11 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
 
     if (n > 0) {
       // ---- values: lane j's vector j (S = 32) or vectors 2j and 2j + 1 (S = 64) of each token ----
-      // The warp's probabilities through shared memory: four per 16-byte broadcast load.
+      // The warp's probabilities through shared memory: four per 16-byte broadcast load. Each
+      // entry is loaded once for the block's query heads.
       float *pw = p_s + warp * 32;
-      pw[lane] = pr;
+#pragma unroll
+      for (int i = 0; i < kG; i++) pw[i * kTile + lane] = pr[i];
       __syncwarp();
       const uint8_t *vr = vcodes_s + tok0 * kS + kSPL * lane;
       uint32_t vcol[kSPL];  // byte offset of entry 0 of the lane's vectors kSPL lane + i: entry e at vcol + e kVRow
@@ -281,7 +321,7 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
         vcol[i] = static_cast<uint32_t>(vbook_s - smem) + vcolumn(kSPL * lane + i) * kEB;
         asm("" : "+r"(vcol[i]));  // one shift-add per entry address, not the compiler's (idx S + lane) kEB + base
       }
-      auto value = [&](int k, float pk) {
+      auto value = [&](int k, const float (&pk)[kG]) {
 #pragma unroll
         for (int i = 0; i < kSPL; i++) {
           float e[kVS];
@@ -294,48 +334,65 @@ __global__ void __launch_bounds__(kVqAttnBankedThreads, 1)
           }
           vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(smem + off), e);
 #pragma unroll
-          for (int c = 0; c < kVS; c++) acc[i][c] = fmaf(pk, e[c], acc[i][c]);
+          for (int hh = 0; hh < kG; hh++)
+#pragma unroll
+            for (int c = 0; c < kVS; c++) acc[hh][i][c] = fmaf(pk[hh], e[c], acc[hh][i][c]);
         }
       };
       if (n == 32) {  // a whole warp of tokens: unrolled, every load in flight
 #pragma unroll
         for (int k = 0; k < 32; k += 4) {
-          const float4 p4 = *reinterpret_cast<const float4 *>(pw + k);
-          value(k, p4.x), value(k + 1, p4.y), value(k + 2, p4.z), value(k + 3, p4.w);
+          float4 p4[kG];
+#pragma unroll
+          for (int i = 0; i < kG; i++) p4[i] = *reinterpret_cast<const float4 *>(pw + i * kTile + k);
+          float pk[4][kG];
+#pragma unroll
+          for (int i = 0; i < kG; i++) pk[0][i] = p4[i].x, pk[1][i] = p4[i].y, pk[2][i] = p4[i].z, pk[3][i] = p4[i].w;
+          value(k, pk[0]), value(k + 1, pk[1]), value(k + 2, pk[2]), value(k + 3, pk[3]);
         }
       } else {
-        for (int k = 0; k < n; k++) value(k, pw[k]);
+        for (int k = 0; k < n; k++) {
+          float pk[kG];
+#pragma unroll
+          for (int i = 0; i < kG; i++) pk[i] = pw[i * kTile + k];
+          value(k, pk);
+        }
       }
     }
     vq_attn_half_sync(half);  // every warp is done with the V indices and its probabilities
 
-    // ---- end of a unit: the warps' (m, l, o~) merged in warp order into the unit's partial ----
+    // ---- end of a unit: per query head, the warps' (m, l, o~) merged in warp order into the
+    // unit's partial ----
     if (t.last) {
 #pragma unroll
-      for (int d = 16; d > 0; d >>= 1) l += __shfl_xor_sync(0xffffffffu, l, d);
-      float *mine = red_s + warp * (kD + 2);
+      for (int hh = 0; hh < kG; hh++) {
+        float lh = l[hh];
 #pragma unroll
-      for (int i = 0; i < kSPL; i++)
+        for (int d = 16; d > 0; d >>= 1) lh += __shfl_xor_sync(0xffffffffu, lh, d);
+        float *mine = red_s + warp * (kD + 2);
 #pragma unroll
-        for (int c = 0; c < kVS; c++) mine[(kSPL * lane + i) * kVS + c] = acc[i][c];
-      if (lane == 0) mine[kD] = m, mine[kD + 1] = l;
-      vq_attn_half_sync(half);
-      float M = -INFINITY;
+        for (int i = 0; i < kSPL; i++)
 #pragma unroll
-      for (int w = 0; w < kVqAttnWarps; w++) M = fmaxf(M, red_s[w * (kD + 2) + kD]);
-      const float M_use = M == -INFINITY ? 0.0f : M;
-      const int64_t part = (t.b * p.Hq + h) * p.n_chunks + t.chunk;
-      for (int d = tid; d < kD + 1; d += kHalf) {  // d = kD: the sum of p
-        float sum = 0.0f;
+          for (int c = 0; c < kVS; c++) mine[(kSPL * lane + i) * kVS + c] = acc[hh][i][c];
+        if (lane == 0) mine[kD] = m[hh], mine[kD + 1] = lh;
+        vq_attn_half_sync(half);
+        float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < kVqAttnWarps; w++) sum = fmaf(exp2f(red_s[w * (kD + 2) + kD] - M_use), red_s[w * (kD + 2) + d + (d == kD)], sum);
-        if (d < kD) p.part_o[part * kD + d] = sum;
-        else p.part_ml[part * 2] = M, p.part_ml[part * 2 + 1] = sum;
+        for (int w = 0; w < kVqAttnWarps; w++) M = fmaxf(M, red_s[w * (kD + 2) + kD]);
+        const float M_use = M == -INFINITY ? 0.0f : M;
+        const int64_t part = (t.b * p.Hq + h + hh) * p.n_chunks + t.chunk;
+        for (int d = tid; d < kD + 1; d += kHalf) {  // d = kD: the sum of p
+          float sum = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kVqAttnWarps; w++) sum = fmaf(exp2f(red_s[w * (kD + 2) + kD] - M_use), red_s[w * (kD + 2) + d + (d == kD)], sum);
+          if (d < kD) p.part_o[part * kD + d] = sum;
+          else p.part_ml[part * 2] = M, p.part_ml[part * 2 + 1] = sum;
+        }
+        m[hh] = -INFINITY, l[hh] = 0.0f;
+        fence_proxy_async_shared_cta();  // the partials' accesses before the next head's, or the V rows' refill
+        vq_attn_half_sync(half);
       }
-      m = -INFINITY, l = 0.0f;
       vq_zero(acc);
-      fence_proxy_async_shared_cta();  // the partials' accesses before the V rows' refill
-      vq_attn_half_sync(half);
     }
     if (more) stage_codes(next, 1);
     t = next;

@@ -75,7 +75,7 @@ typedef struct {
 typedef struct {
   int placement;        /* QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED or QF_VQ_BOOKS_BANKED */
   int scores;           /* QF_VQ_ATTN_SCORES_DECODE or QF_VQ_ATTN_SCORES_LUT */
-  int heads;            /* query heads per block: the kernel's bucket, 1, 4 or 8 */
+  int heads;            /* query heads per block: the kernel's bucket, 1, 4 or 8 (banked: 1, 2 or 4) */
   int head_tiles;       /* blocks along one kv head's query heads: ceil(group / heads) */
   int stages;           /* code tiles in shared memory: 2 (the next one in flight) or 1 */
   int halves;           /* banked: halves of 8 warps per block, each a block of the split (1 elsewhere) */
@@ -223,21 +223,31 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
  * bytes. Two halves when they fit (16 warps per SM), else one.
  * Fills everything but the split (one query head per block; cfg->blocks will count halves); 0 when
  * not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
+/* Query heads per block of the banked kernel: where a kv head's group has an even count of query
+ * heads and 32 vectors of 4 elements (CQ-2 at D = 128), 4 or 2 of them share a block, whose values
+ * phase decodes each V entry once for all of them (their tables: 32 KB each); one elsewhere. */
+static inline int qf_vq_attn_banked_heads(const qf_vq_attention_problem *pb) {
+  const int64_t group = pb->Hq / pb->Hkv;
+  if (pb->D / pb->vector_size != 32 || pb->vector_size != 4 || group % 2 != 0) return 1;
+  return group % 4 == 0 ? 4 : 2;
+}
+
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
-  const size_t lut = 256u * 256u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
+  const int heads = qf_vq_attn_banked_heads(pb);
+  const size_t lut = (size_t)(heads + 1) / 2u * 256u * 256u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
-  /* the warps' probabilities, the code slot's two mbarriers */
-  const size_t fixed = (size_t)QF_VQ_ATTN_WARPS * 32u * 4u + 16u;
+  /* the warps' probabilities per head, the code slot's two mbarriers */
+  const size_t fixed = (size_t)heads * QF_VQ_ATTN_TILE * 4u + 16u;
   /* 256-byte aligned: TMA writes the slot (128), the kernel's word addressing (S) */
   const size_t half = (tile + fixed + 255u) / 256u * 256u;
-  const int halves = lut + books + 2u * half <= smem_optin ? 2 : 1;
+  const int halves = heads == 1 && lut + books + 2u * half <= smem_optin ? 2 : 1;
   if (lut + books + half > smem_optin) return 0;
   cfg->placement = QF_VQ_BOOKS_BANKED;
   cfg->scores = QF_VQ_ATTN_SCORES_LUT;
-  cfg->heads = 1;
-  cfg->head_tiles = (int)(pb->Hq / pb->Hkv);
+  cfg->heads = heads;
+  cfg->head_tiles = (int)(pb->Hq / pb->Hkv / heads);
   cfg->stages = 2;
   cfg->halves = halves;
   cfg->books_per_head = cfg->code_words = cfg->lanes_per_token = cfg->vectors_per_lane = 0; /* the other kernels' */

@@ -66,13 +66,14 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
 }
 
 // The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
-// {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4)} x entry dtype.
-constexpr int kBankedKernels = 5 * 2;
+// {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype.
+constexpr int kBankedKernels = 6 * 2;
 
 chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, int &slot) {
   int shape = -1;
   if (heads == 1) shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
   else if (vectors == 32 && vs == 4) shape = heads == 2 ? 3 : heads == 4 ? 4 : -1;
+  else if (vectors == 64 && vs == 2 && heads == 2) shape = 5;
   if (shape < 0) return nullptr;
   slot = kKernels + 2 * shape + (bf16 ? 1 : 0);
   switch (shape) {
@@ -80,7 +81,8 @@ chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, int &slot)
     case 1: return bf16 ? vq_attention_banked_kernel<32, 2, vq_bf16> : vq_attention_banked_kernel<32, 2, vq_f16>;
     case 2: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16> : vq_attention_banked_kernel<64, 2, vq_f16>;
     case 3: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 2> : vq_attention_banked_kernel<32, 4, vq_f16, 2>;
-    default: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 4> : vq_attention_banked_kernel<32, 4, vq_f16, 4>;
+    case 4: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 4> : vq_attention_banked_kernel<32, 4, vq_f16, 4>;
+    default: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16, 2> : vq_attention_banked_kernel<64, 2, vq_f16, 2>;
   }
 }
 

@@ -12,10 +12,10 @@
 //   2c + 1 of the same batch entries (the launcher pairs them) and the block builds each table
 //   between two block-wide barriers. Two halves give 16 warps per SM where one block's shared
 //   memory allows only one block.
-// - Grouped query heads (kG = 2 or 4; S = 32 and 4-element entries, CQ-2 at D = 128): a block of
-//   one half serves query heads h .. h + kG - 1 of one kv head, each with its table, so that the
-//   values phase loads and converts each V entry once for all of them (GQA: 4 query heads per kv
-//   head in Llama-3). Its shared memory: kG tables of 32 KB, the V books, one code slot.
+// - Grouped query heads (kG = 2 or 4 for S = 32, 2 for S = 64): a block of one half serves query
+//   heads h .. h + kG - 1 of one kv head, each with its table, so that the values phase loads and
+//   converts each V entry once for all of them (GQA: 4 query heads per kv head in Llama-3). Its
+//   shared memory: kG tables (32 or 64 KB each), the V books, one code slot.
 // - Book reads (the V books' copy and the K entries of a table): a lane reads 32-byte chunks of
 //   one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive
 //   vectors, eight (V books) or four (tables) chunks in flight, and stores entry by entry into the
@@ -23,12 +23,12 @@
 // - Layouts: the score table is lut[e][col0 + j] = q-part j . K entry e of vector j (fp32, q
 //   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
 //   side for S = 32, col0 = half S; grouped heads: head i's in columns 32 (i % 2) of the (i / 2)-th
-//   64 KB of rows), rebuilt whenever the batch entry changes; the V books are
+//   64 KB of rows, for S = 64 the i-th), rebuilt whenever the batch entry changes; the V books are
 //   vbook[e][j] = V entry e of vector j (S = 64: vector 2j + i in column 32 i + j). Entry e of
 //   every vector shares a row and vector j sits in bank j mod 32 (table) or banks 2j, 2j + 1 mod
 //   32 (4-element fp16 entries), so 32 lanes that look up 32 different vectors never conflict,
 //   whatever the indices. The tables start at byte 0 of the shared memory, so a table value's
-//   byte offset is idx * 256 + its column's (+ 64 KB for grouped heads 2 and 3).
+//   byte offset is idx * 256 + its column's (+ 64 KB per table region of grouped heads).
 // - Scores, one token per lane: a warp scores 32 tokens; at step j lane t takes vector t ^ j of its
 //   token (a permutation of the vectors for every j), so the 32 table reads of a step fall into 32
 //   banks. Steps 4m .. 4m + 3 take their four index bytes from one 32-bit word of the code row
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     vq_attention_banked_kernel(const __grid_constant__ vq_attention_params p) {
   static_assert(kS == 32 || kS == 64, "one or two vectors per lane");
   static_assert(kVS == 2 || kVS == 4, "entries of 4 or 8 bytes");
-  static_assert(kG == 1 || (kS == 32 && (kG == 2 || kG == 4)), "a group's tables: two per 64 KB of rows");
+  static_assert(kG == 1 || (kS == 32 && (kG == 2 || kG == 4)) || (kS == 64 && kG == 2), "the group's tables fit");
   constexpr int kD = kS * kVS;        // head dim
   constexpr int kSPL = kS / 32;       // vectors per lane in the values phase
   constexpr int kEB = 2 * kVS;        // entry bytes
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   constexpr int kHalf = kVqAttnThreads;
   constexpr int kRow = 256;           // bytes of a table row
   constexpr int kVRow = kS * kEB;     // bytes of a V-book row
-  constexpr int kLutBytes = (kG + 1) / 2 * 256 * kRow;  // the score tables
+  constexpr int kLutBytes = (kS == 32 ? (kG + 1) / 2 : kG) * 256 * kRow;  // the score tables
 
   // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half, or each grouped
   // head, its own 32 columns, S = 64 one table for both halves), the V books, then per half (256-byte
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kG * kTile)), bar_v = bar_k + 8;
   // Query head i's table (i < kG; with kG = 1 the half's): byte offset `region` from smem, in
   // columns `col0` .. col0 + kS - 1 of its 256 rows (S = 32: two tables per 64 KB of rows).
-  auto table_region = [&](int i) { return kG == 1 ? 0 : (i >> 1) * 256 * kRow; };  // (a compile-time constant)
+  auto table_region = [&](int i) { return kG == 1 ? 0 : (kS == 32 ? i >> 1 : i) * 256 * kRow; };  // (compile-time)
   auto table_col0 = [&](int i) { return kS == 32 ? ((kG == 1 ? half : i) & 1) * kS : 0; };
 
   // This half's run of units: u_begin, u_begin + stride, ... below u_end. Halves that share the
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       // and two zero bytes is that offset (one per column parity: heads i and i + 2 share it).
       // c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of t ^ j above 2.
       const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (tok0 + lane) * kS + 4 * (lane >> 2);
-      constexpr int kPar = kG == 1 ? 1 : 2;  // column parities of the block's tables
+      constexpr int kPar = kG == 1 || kS == 64 ? 1 : 2;  // column parities of the block's tables
       uint32_t c01[kPar], c23[kPar];
 #pragma unroll
       for (int q = 0; q < kPar; q++) {

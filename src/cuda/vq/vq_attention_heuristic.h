@@ -224,19 +224,21 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
  * Fills everything but the split (one query head per block; cfg->blocks will count halves); 0 when
  * not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
 /* Query heads per block of the banked kernel: where a kv head's group has an even count of query
- * heads and 32 vectors of 4 elements (CQ-2 at D = 128), 4 or 2 of them share a block, whose values
- * phase decodes each V entry once for all of them (their tables: 32 KB each); one elsewhere. */
+ * heads, 4 or 2 of them share a block for 32 vectors of 4 elements (CQ-2 at D = 128; tables of
+ * 32 KB each), 2 for 64 vectors of 2 (CQ-4; 64 KB each), whose values phase decodes each V entry
+ * once for all of them; one elsewhere. */
 static inline int qf_vq_attn_banked_heads(const qf_vq_attention_problem *pb) {
-  const int64_t group = pb->Hq / pb->Hkv;
-  if (pb->D / pb->vector_size != 32 || pb->vector_size != 4 || group % 2 != 0) return 1;
-  return group % 4 == 0 ? 4 : 2;
+  const int64_t group = pb->Hq / pb->Hkv, S = pb->D / pb->vector_size;
+  if (group % 2 != 0) return 1;
+  if (S == 32 && pb->vector_size == 4) return group % 4 == 0 ? 4 : 2;
+  return S == 64 && pb->vector_size == 2 ? 2 : 1;
 }
 
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
   const int heads = qf_vq_attn_banked_heads(pb);
-  const size_t lut = (size_t)(heads + 1) / 2u * 256u * 256u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
+  const size_t lut = (size_t)(S == 32 ? (heads + 1) / 2 : heads) * 256u * 256u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
   /* the warps' probabilities per head, the code slot's two mbarriers */
   const size_t fixed = (size_t)heads * QF_VQ_ATTN_TILE * 4u + 16u;

@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       // token's code row (one load; the 32 lanes' words fall into 32 banks for S = 32), and the
       // table value of step j sits at byte offset idx 256 + c_j from its table's region, c_j = 4
       // (col0 + (t ^ j)) < 256: one byte permute of the word and of a register holding c_j, c_j+1
-      // and two zero bytes is that offset (one per column parity: heads i and i + 2 share it).
+      // and two zero bytes is that offset (one per column parity of the block's tables: grouped
+      // heads i and i + 2 share it, for S = 64 all of them).
       // c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of t ^ j above 2.
       const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (tok0 + lane) * kS + 4 * (lane >> 2);
       constexpr int kPar = kG == 1 || kS == 64 ? 1 : 2;  // column parities of the block's tables

@@ -15,7 +15,8 @@
  *    (96 columns), head_dim 80, 96 and 256 (books too large for shared memory), a 65536-entry book
  *    whose code tile fits only single-buffered, groups of 3 and 12 (two head tiles), CQ-4 with 64
  *    heads and 5 batch entries (the banked kernel's two halves on one table, runs that cross batch
- *    entries), CQ-2 groups of 6 and 4 (the banked kernel with 2 and 4 query heads per block).
+ *    entries), CQ-2 groups of 6 and 4 (the banked kernel with 2 and 4 query heads per block), with
+ *    bf16 entries CQ-2 group 4 and CQ-4 group 2.
  *  - Each run: o and lse poisoned with 0xFF (NaN) before; every element compared; the row gaps
  *    and a sentinel tail past o and lse unchanged; the public call run twice and compared byte for
  *    byte (the kernels have a fixed summation order).
@@ -664,6 +665,8 @@ int main(void) {
   const qf_vq_format bits5 = {4, 5, 3, 0, 96, QF_F16, 0, 0};   /* 96-column books: heads straddle books */
   const qf_vq_format big = {2, 16, 1, 0, 0, QF_F16, 0, 0};     /* one 65536-entry book: single-buffered codes */
   const qf_vq_format row_bf16 = {4, 8, 1, 0, 0, QF_BF16, 0, 0}; /* banked: bf16 entries, every vector on one book */
+  qf_vq_format cq2_bf16 = cq2, cq4_bf16 = cq4; /* the grouped banked kernels with bf16 entries */
+  cq2_bf16.entry_dtype = QF_BF16, cq4_bf16.entry_dtype = QF_BF16;
   const struct {
     const char *name;
     qf_vq_format f;
@@ -683,6 +686,8 @@ int main(void) {
       /* banked CQ-2 with a group's query heads in one block (two per block for a group of 6) */
       {"CQ-2 group 6", cq2, 3, 1000, 600, 2, 128, 6, 0},
       {"CQ-2 group 4, 5 batch entries", cq2, 5, 300, 300, 16, 128, 4, 0},
+      {"CQ-2 bf16 group 4", cq2_bf16, 2, 300, 300, 2, 128, 4, 0},
+      {"CQ-4 bf16 group 2", cq4_bf16, 3, 600, 300, 2, 128, 2, 0},
       {"CQ-4 group 12 (two head tiles)", cq4, 2, 600, 600, 1, 128, 12, 0},
       /* many heads: few blocks per head, so units of several tiles and blocks of several units */
       {"CQ-2 32 heads", cq2, 3, 1000, 600, 32, 128, 1, 0},

@@ -4,14 +4,14 @@
 // It leaves the same per-chunk partials (m, l, o~) for vq_attention_merge_kernel.
 //
 // NOTES:
-// - A block serves one query head h (kv head g = h / group) with one or two halves of 8 warps.
-//   Each half is a virtual block of the launch plan: its own run of units (batch entry, chunk),
-//   code slot and barrier (named barrier 1 + half); the halves share head g's V books, copied into
-//   shared memory once per block (while the first code tiles land), and the table rows. For S = 32
-//   each half has its own table; for S = 64 (64 KB) the halves share one: they take chunks 2c and
-//   2c + 1 of the same batch entries (the launcher pairs them) and the block builds each table
-//   between two block-wide barriers. Two halves give 16 warps per SM where one block's shared
-//   memory allows only one block.
+// - A block serves one query head h (kv head g = h / group; or kG of them, below) with one or two
+//   halves of 8 warps. Each half is a virtual block of the launch plan: its own run of units
+//   (batch entry, chunk), code slot and barrier (named barrier 1 + half); the halves share head
+//   g's V books, copied into shared memory once per block (while the first code tiles land), and
+//   the table rows. For S = 32 each half has its own table; for S = 64 (64 KB) the halves share
+//   one: they take chunks 2c and 2c + 1 of the same batch entries (the launcher pairs them) and
+//   the block builds each table between two block-wide barriers. Two halves give 16 warps per SM
+//   where one block's shared memory allows only one block.
 // - Grouped query heads (kG = 2 or 4 for S = 32, 2 for S = 64): a block of one half serves query
 //   heads h .. h + kG - 1 of one kv head, each with its table, so that the values phase loads and
 //   converts each V entry once for all of them (GQA: 4 query heads per kv head in Llama-3). Its
@@ -80,7 +80,6 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   constexpr int kHalf = kVqAttnThreads;
   constexpr int kRow = 256;           // bytes of a table row
   constexpr int kVRow = kS * kEB;     // bytes of a V-book row
-  constexpr int kLutBytes = (kS == 32 ? (kG + 1) / 2 : kG) * 256 * kRow;  // the score tables
 
   // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half, or each grouped
   // head, its own 32 columns, S = 64 one table for both halves), the V books, then per half (256-byte
@@ -90,7 +89,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // probabilities' place.
   extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
-  uint8_t *vbook_s = smem + kLutBytes;                                                // [256][kS] entries
+  uint8_t *vbook_s = smem + p.lut_bytes;                                              // [256][kS] entries
   uint8_t *own = vbook_s + p.books_bytes + half * p.half_bytes;
   uint8_t *kcodes_s = own;                                                            // [kTile][kS]
   uint8_t *vcodes_s = kcodes_s + kTile * kS;                                          // [kTile][kS]

@@ -214,15 +214,6 @@ static inline const char *qf_vq_attn_banked_refusal(const qf_vq_attention_proble
   return NULL;
 }
 
-/* Shared memory of the banked kernel: the score tables, rows of 64 fp32 per entry (256 rows; so
- * that a lookup's byte offset is the index times 256 plus its column: for S = 32 each half's table
- * in 32 of the columns, for S = 64 one table that both halves use), the V books [256][S] entries,
- * then per half (8 warps) a code slot of one tile of QF_VQ_ATTN_TILE tokens (K and V rows of S
- * bytes; the warps' partials take the V rows at the end of a unit), the warps' probabilities
- * [WARPS][32] (q's place during a table build) and the slot's two mbarriers, rounded up to 256
- * bytes. Two halves when they fit (16 warps per SM), else one.
- * Fills everything but the split (one query head per block; cfg->blocks will count halves); 0 when
- * not even one half fits. The format must pass qf_vq_attn_banked_refusal. */
 /* Query heads per block of the banked kernel: where a kv head's group has an even count of query
  * heads, 4 or 2 of them share a block for 32 vectors of 4 elements (CQ-2 at D = 128; tables of
  * 32 KB each), 2 for 64 vectors of 2 (CQ-4; 64 KB each), whose values phase decodes each V entry
@@ -234,6 +225,17 @@ static inline int qf_vq_attn_banked_heads(const qf_vq_attention_problem *pb) {
   return S == 64 && pb->vector_size == 2 ? 2 : 1;
 }
 
+/* Shared memory of the banked kernel: the score tables, rows of 64 fp32 per entry (256 rows; so
+ * that a lookup's byte offset is the index times 256 plus its column: for S = 32 each half's or
+ * grouped head's table in 32 of the columns, two per 64 KB of rows, for S = 64 one table per
+ * 64 KB, shared by two halves), the V books [256][S] entries, then per half (8 warps) a code slot
+ * of one tile of QF_VQ_ATTN_TILE tokens (K and V rows of S bytes; the warps' partials take the V
+ * rows at the end of a unit), the warps' probabilities [heads][TILE] (q's place during a table
+ * build) and the slot's two mbarriers, rounded up to 256 bytes. Two halves when they fit and a
+ * block serves one query head (16 warps per SM), else one.
+ * Fills everything but the split (cfg->heads query heads per block, qf_vq_attn_banked_heads;
+ * cfg->blocks will count halves); 0 when not even one half fits. The format must pass
+ * qf_vq_attn_banked_refusal. */
 static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *pb, size_t smem_optin,
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;

@@ -168,6 +168,7 @@ static int ran_shared, ran_global, ran_chunks, ran_multi_unit, ran_multi_tile, r
 static int ran_lut[9], ran_lut_shared, ran_lut_batches, ran_lut_refused; /* ran_lut[heads per block] */
 static int ran_banked[3], ran_banked_halves[3], ran_banked_batches, ran_banked_chunks, ran_banked_refused; /* [vectors / 32] */
 static int ran_banked_paired, ran_banked_paired_batches; /* S = 64, two halves on one table */
+static int ran_banked_writes_o[2]; /* o and lse from the banked kernel: one chunk, paired halves' two chunks */
 static int ran_banked_group[5], ran_banked_group_batches; /* [query heads per block]; runs crossing batch entries */
 static double worst_o, worst_lse; /* the largest error / tolerance seen */
 
@@ -400,6 +401,8 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
       ran_banked_chunks += used.n_chunks > 1;
       ran_banked_paired += S == 64 && used.halves == 2;
       ran_banked_paired_batches += S == 64 && used.halves == 2 && used.units > used.blocks && c->B > 1;
+      ran_banked_writes_o[0] += used.n_chunks == 1 && (used.heads == 1 || S == 64);
+      ran_banked_writes_o[1] += S == 64 && used.halves == 2 && used.n_chunks == 2;
       if (used.heads >= 1 && used.heads <= 4) ran_banked_group[used.heads]++;
       ran_banked_group_batches += used.heads > 1 && used.units > used.blocks && c->B > 1;
     }
@@ -739,6 +742,9 @@ int main(void) {
   CHECK(ran_banked_paired > 0 && ran_banked_paired_batches > 0,
         "the banked kernel ran CQ-4 with two halves on one table (%d), with runs of several batch entries (%d)",
         ran_banked_paired, ran_banked_paired_batches);
+  CHECK(ran_banked_writes_o[0] > 0 && ran_banked_writes_o[1] > 0,
+        "the banked kernel wrote o and lse itself for one chunk (%d) and for a block's paired halves' two chunks (%d)",
+        ran_banked_writes_o[0], ran_banked_writes_o[1]);
   CHECK(ran_banked_group[1] > 0 && ran_banked_group[2] > 0 && ran_banked_group[4] > 0 && ran_banked_group_batches > 0,
         "the banked kernel ran with 1, 2 and 4 query heads per block (%d, %d, %d), grouped with runs of several batch "
         "entries (%d)",

@@ -252,8 +252,14 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
         return st;
   }
   const dim3 grid(static_cast<unsigned>((cfg.blocks + cfg.halves - 1) / cfg.halves), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
+  p.o = a->o.data;
+  p.lse = a->lse;
+  p.o_ld = a->o.ld;
+  p.o_dtype = a->o.dtype;
+  p.write_o = qf_vq_attn_banked_writes_o(&pb, &cfg);
   kernel<<<grid, threads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
   if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK) return st;
+  if (p.write_o) return QF_OK;
 
   vq_attention_merge_params mp = {};
   mp.part_o = part_o;

@@ -93,6 +93,12 @@ struct vq_attention_params {
   uint32_t books_bytes, lut_bytes, codes_bytes;  // shared-memory carve-out
   int halves, vblocks;       // banked kernel: halves per block, virtual blocks (halves) per head tile
   uint32_t half_bytes;       // banked kernel: shared memory of one half
+  // Banked kernel: write_o (qf_vq_attn_banked_writes_o) where it writes o and lse itself, as the
+  // merge kernel would (vq_attention_merge_kernel), which then does not run.
+  void *o;                   // [B, Hq * D], row pitch o_ld elements, of dtype o_dtype (qf_dtype)
+  float *lse;                // [B, Hq]
+  int64_t o_ld;
+  int o_dtype, write_o;
 };
 
 struct vq_attention_merge_params {

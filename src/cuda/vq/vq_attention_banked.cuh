@@ -80,6 +80,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   constexpr int kHalf = kVqAttnThreads;
   constexpr int kRow = 256;           // bytes of a table row
   constexpr int kVRow = kS * kEB;     // bytes of a V-book row
+  // Whether a unit that spans the whole sequence may write o and lse itself (p.write_o, p.n_chunks
+  // 1; the host's qf_vq_attn_banked_writes_o has the same rule): not in the grouped kernels of
+  // S = 32, which the code made 1.7% slower (H200, batch 8 x 4096) without ever taking it there.
+  constexpr bool kFusedMerge = kG == 1 || kS == 64;
 
   // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half, or each grouped
   // head, its own 32 columns, S = 64 one table for both halves), the V books, then per half (256-byte
@@ -380,13 +384,45 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
 #pragma unroll
         for (int w = 0; w < kVqAttnWarps; w++) M = fmaxf(M, red_s[w * (kD + 2) + kD]);
         const float M_use = M == -INFINITY ? 0.0f : M;
-        const int64_t part = (t.b * p.Hq + h + hh) * p.n_chunks + t.chunk;
-        for (int d = tid; d < kD + 1; d += kHalf) {  // d = kD: the sum of p
+        // The warps' sums of column d (d = kD: of p), weighted by exp2(m_w - M), in warp order.
+        auto warp_sum = [&](int d) {
           float sum = 0.0f;
 #pragma unroll
           for (int w = 0; w < kVqAttnWarps; w++) sum = fmaf(exp2f(red_s[w * (kD + 2) + kD] - M_use), red_s[w * (kD + 2) + d + (d == kD)], sum);
-          if (d < kD) p.part_o[part * kD + d] = sum;
-          else p.part_ml[part * 2] = M, p.part_ml[part * 2 + 1] = sum;
+          return sum;
+        };
+        const int64_t bh = t.b * p.Hq + h + hh;
+        if (kFusedMerge && p.write_o && p.n_chunks == 1) {
+          // The unit is the whole sequence: o and lse here, with the merge kernel's arithmetic for
+          // one chunk (weight exp2(M - M): 1, or NaN without a finite score), so the same bits.
+          const float wgt = exp2f(M - M), L = fmaf(wgt, warp_sum(kD), 0.0f);
+          for (int d = tid; d < kD; d += kHalf)
+            vq_store_as(p.o, p.o_dtype, t.b * p.o_ld + static_cast<int64_t>(h + hh) * kD + d, fmaf(wgt, warp_sum(d), 0.0f) / L);
+          if (tid == 0) p.lse[bh] = (M + log2f(L)) * 0.693147180559945309f;
+        } else if (kS == 64 && kG == 1 && p.write_o && paired && p.n_chunks == 2) {
+          // The halves hold chunks 0 and 1 of (b, h): each leaves its partial (o~, l, M) in its
+          // probabilities' place, and half 0 merges the two with the merge kernel's arithmetic.
+          static_assert(kVqAttnWarps * 32 >= kD + 2, "a partial fits the probabilities' place");
+          for (int d = tid; d < kD + 1; d += kHalf) p_s[d] = warp_sum(d);
+          if (tid == 0) p_s[kD + 1] = M;
+          __syncthreads();
+          if (half == 0) {
+            const float *c0 = p_s, *c1 = reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(p_s) + p.half_bytes);
+            const float Mb = fmaxf(fmaxf(-INFINITY, c0[kD + 1]), c1[kD + 1]);
+            const float w0 = exp2f(c0[kD + 1] - Mb), w1 = exp2f(c1[kD + 1] - Mb);
+            const float L = fmaf(w1, c1[kD], fmaf(w0, c0[kD], 0.0f));
+            for (int d = tid; d < kD; d += kHalf)
+              vq_store_as(p.o, p.o_dtype, t.b * p.o_ld + static_cast<int64_t>(h) * kD + d, fmaf(w1, c1[d], fmaf(w0, c0[d], 0.0f)) / L);
+            if (tid == 0) p.lse[bh] = (Mb + log2f(L)) * 0.693147180559945309f;
+          }
+          __syncthreads();  // (the partials' place takes the next tile's probabilities)
+        } else {
+          const int64_t part = bh * p.n_chunks + t.chunk;
+          for (int d = tid; d < kD + 1; d += kHalf) {  // d = kD: the sum of p
+            const float sum = warp_sum(d);
+            if (d < kD) p.part_o[part * kD + d] = sum;
+            else p.part_ml[part * 2] = M, p.part_ml[part * 2 + 1] = sum;
+          }
         }
         m[hh] = -INFINITY, l[hh] = 0.0f;
         fence_proxy_async_shared_cta();  // the partials' accesses before the next head's, or the V rows' refill

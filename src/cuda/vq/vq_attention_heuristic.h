@@ -276,6 +276,16 @@ static inline int qf_vq_attn_banked_paired(const qf_vq_attention_problem *pb, co
   return cfg->placement == QF_VQ_BOOKS_BANKED && cfg->halves == 2 && pb->D / pb->vector_size == 64;
 }
 
+/* Whether the banked kernel writes o and lse itself, so that the merge kernel does not run
+ * (vq_attention_banked.cuh, kFusedMerge and the paired merge): where a unit spans the sequence, in
+ * every banked kernel but the grouped ones of S = 32, and where a block's paired halves hold the
+ * two chunks of a (b, h). */
+static inline int qf_vq_attn_banked_writes_o(const qf_vq_attention_problem *pb, const qf_vq_attention_config *cfg) {
+  if (cfg->placement != QF_VQ_BOOKS_BANKED) return 0;
+  if (cfg->n_chunks == 1) return cfg->heads == 1 || pb->D / pb->vector_size == 64;
+  return qf_vq_attn_banked_paired(pb, cfg) && cfg->n_chunks == 2;
+}
+
 /* The split, once the occupancy of the chosen kernel is known (blocks_per_sm >= 1): chunks,
  * units, blocks per head tile and workspace bytes (counters_bytes first, left untouched). */
 static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int sm_count, int blocks_per_sm,

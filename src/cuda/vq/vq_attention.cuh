@@ -2,7 +2,8 @@
 //   o[b, h] = softmax(sm_scale q[b, h] . K[b, t, g]) . V[b, t, g],   lse[b, h] = log sum_t exp(...)
 // with g the kv head of query head h (GQA), in two kernels: vq_attention_chunk_kernel leaves, for
 // every (b, h) and chunk of the sequence, the partial (m, l, o~) of that chunk in the workspace;
-// vq_attention_merge_kernel combines a (b, h)'s chunks with the LSE rule and writes o and lse.
+// vq_attention_merge_kernel combines a (b, h)'s chunks with the LSE rule and writes o and lse
+// (the banked kernel does that itself where it can: vq_attention_banked.cuh, p.write_o).
 //
 // NOTES:
 // - A block serves one head tile (a kv head g and up to kHeads of its query heads) and a contiguous

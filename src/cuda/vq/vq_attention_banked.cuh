@@ -1,7 +1,8 @@
 // VQ decode attention with bank-interleaved tables (placement QF_VQ_BOOKS_BANKED): the chunk
 // kernel of vq_attention.cuh for one residual of 8-bit indices and S = D / vs = 32 or 64 vectors
 // per head, laid out so that no shared-memory lookup of a warp meets another lane in its bank.
-// It leaves the same per-chunk partials (m, l, o~) for vq_attention_merge_kernel.
+// It leaves the same per-chunk partials (m, l, o~) for vq_attention_merge_kernel, or (p.write_o)
+// writes o and lse itself where a unit spans the sequence or a paired block holds both chunks.
 //
 // NOTES:
 // - A block serves one query head h (kv head g = h / group; or kG of them, below) with one or two

@@ -401,6 +401,7 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
       ran_banked_chunks += used.n_chunks > 1;
       ran_banked_paired += S == 64 && used.halves == 2;
       ran_banked_paired_batches += S == 64 && used.halves == 2 && used.units > used.blocks && c->B > 1;
+      /* (qf_vq_attn_banked_writes_o's rule, by path) */
       ran_banked_writes_o[0] += used.n_chunks == 1 && (used.heads == 1 || S == 64);
       ran_banked_writes_o[1] += S == 64 && used.halves == 2 && used.n_chunks == 2;
       if (used.heads >= 1 && used.heads <= 4) ran_banked_group[used.heads]++;

@@ -534,22 +534,34 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
   }
 }
 
-// o[b, h] = sum_c w_c o~_c / sum_c w_c l_c and lse[b, h] = ln 2 * (M + log2(sum_c w_c l_c)), with
-// M = max_c m_c and w_c = exp2(m_c - M), each (b, h) by one block in a fixed order.
+// The LSE rule over n chunk partials (m_c, l_c, o~_c) in chunk order: M = max_c m_c, w_c =
+// exp2(m_c - M), L = sum_c w_c l_c; store(d, sum_c w_c o~_c[d] / L) for d = d0, d0 + step, ...
+// below D; returns lse = ln 2 (M + log2 L). m(c), l(c) and o(c, d) give the partials. The merge
+// kernel and the banked kernel's own merges (vq_attention_banked.cuh) share it: the same bits.
+template <typename Mf, typename Lf, typename Of, typename Store>
+__device__ __forceinline__ float vq_attn_merge(int n, Mf m, Lf l, Of o, int d0, int step, int D, Store store) {
+  float M = -INFINITY;
+  for (int c = 0; c < n; c++) M = fmaxf(M, m(c));
+  float L = 0.0f;
+  for (int c = 0; c < n; c++) L = fmaf(exp2f(m(c) - M), l(c), L);
+  for (int d = d0; d < D; d += step) {
+    float a = 0.0f;
+    for (int c = 0; c < n; c++) a = fmaf(exp2f(m(c) - M), o(c, d), a);
+    store(d, a / L);
+  }
+  return (M + log2f(L)) * 0.693147180559945309f;
+}
+
+// o[b, h] and lse[b, h] from the (b, h)'s chunks (vq_attn_merge), each (b, h) by one block.
 template <typename Out>
 __global__ void __launch_bounds__(128) vq_attention_merge_kernel(const __grid_constant__ vq_attention_merge_params p) {
   const int64_t bh = blockIdx.x, b = bh / p.Hq, h = bh - b * p.Hq;
   const float *ml = p.part_ml + bh * p.n_chunks * 2;
   const float *po = p.part_o + bh * p.n_chunks * p.D;
-  float M = -INFINITY;
-  for (int c = 0; c < p.n_chunks; c++) M = fmaxf(M, ml[2 * c]);
-  float L = 0.0f;
-  for (int c = 0; c < p.n_chunks; c++) L = fmaf(exp2f(ml[2 * c] - M), ml[2 * c + 1], L);
   Out *o = static_cast<Out *>(p.o) + b * p.o_ld + h * p.D;
-  for (int d = threadIdx.x; d < p.D; d += blockDim.x) {
-    float a = 0.0f;
-    for (int c = 0; c < p.n_chunks; c++) a = fmaf(exp2f(ml[2 * c] - M), po[static_cast<int64_t>(c) * p.D + d], a);
-    vq_store(o + d, a / L);
-  }
-  if (threadIdx.x == 0) p.lse[bh] = (M + log2f(L)) * 0.693147180559945309f;
+  const float lse = vq_attn_merge(
+      p.n_chunks, [&](int c) { return ml[2 * c]; }, [&](int c) { return ml[2 * c + 1]; },
+      [&](int c, int d) { return po[static_cast<int64_t>(c) * p.D + d]; }, static_cast<int>(threadIdx.x),
+      static_cast<int>(blockDim.x), p.D, [&](int d, float v) { vq_store(o + d, v); });
+  if (threadIdx.x == 0) p.lse[bh] = lse;
 }

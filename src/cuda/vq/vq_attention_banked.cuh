@@ -393,28 +393,28 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
           return sum;
         };
         const int64_t bh = t.b * p.Hq + h + hh;
+        const int64_t orow = t.b * p.o_ld + static_cast<int64_t>(h + hh) * kD;  // (b, h + hh)'s o
+        auto store_o = [&](int d, float v) { vq_store_as(p.o, p.o_dtype, orow + d, v); };
         if (kFusedMerge && p.write_o && p.n_chunks == 1) {
-          // The unit is the whole sequence: o and lse here, with the merge kernel's arithmetic for
-          // one chunk (weight exp2(M - M): 1, or NaN without a finite score), so the same bits.
-          const float wgt = exp2f(M - M), L = fmaf(wgt, warp_sum(kD), 0.0f);
-          for (int d = tid; d < kD; d += kHalf)
-            vq_store_as(p.o, p.o_dtype, t.b * p.o_ld + static_cast<int64_t>(h + hh) * kD + d, fmaf(wgt, warp_sum(d), 0.0f) / L);
-          if (tid == 0) p.lse[bh] = (M + log2f(L)) * 0.693147180559945309f;
+          // The unit is the whole sequence: o and lse here, the merge of its one chunk.
+          const float l_sum = warp_sum(kD);
+          const float lse = vq_attn_merge(
+              1, [&](int) { return M; }, [&](int) { return l_sum; }, [&](int, int d) { return warp_sum(d); }, tid, kHalf,
+              kD, store_o);
+          if (tid == 0) p.lse[bh] = lse;
         } else if (kS == 64 && kG == 1 && p.write_o && paired && p.n_chunks == 2) {
           // The halves hold chunks 0 and 1 of (b, h): each leaves its partial (o~, l, M) in its
-          // probabilities' place, and half 0 merges the two with the merge kernel's arithmetic.
+          // probabilities' place, and half 0 merges the two.
           static_assert(kVqAttnWarps * 32 >= kD + 2, "a partial fits the probabilities' place");
           for (int d = tid; d < kD + 1; d += kHalf) p_s[d] = warp_sum(d);
           if (tid == 0) p_s[kD + 1] = M;
           __syncthreads();
           if (half == 0) {
-            const float *c0 = p_s, *c1 = reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(p_s) + p.half_bytes);
-            const float Mb = fmaxf(fmaxf(-INFINITY, c0[kD + 1]), c1[kD + 1]);
-            const float w0 = exp2f(c0[kD + 1] - Mb), w1 = exp2f(c1[kD + 1] - Mb);
-            const float L = fmaf(w1, c1[kD], fmaf(w0, c0[kD], 0.0f));
-            for (int d = tid; d < kD; d += kHalf)
-              vq_store_as(p.o, p.o_dtype, t.b * p.o_ld + static_cast<int64_t>(h) * kD + d, fmaf(w1, c1[d], fmaf(w0, c0[d], 0.0f)) / L);
-            if (tid == 0) p.lse[bh] = (Mb + log2f(L)) * 0.693147180559945309f;
+            auto chunk = [&](int c) { return reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(p_s) + c * p.half_bytes); };
+            const float lse = vq_attn_merge(
+                2, [&](int c) { return chunk(c)[kD + 1]; }, [&](int c) { return chunk(c)[kD]; },
+                [&](int c, int d) { return chunk(c)[d]; }, tid, kHalf, kD, store_o);
+            if (tid == 0) p.lse[bh] = lse;
           }
           __syncthreads();  // (the partials' place takes the next tile's probabilities)
         } else {

@@ -120,6 +120,7 @@ def _load():
     lib.qf_ctx_create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
     lib.qf_ctx_destroy.argtypes = [ctypes.c_void_p]
     lib.qf_ctx_set_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.qf_ctx_set_pdl.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.qf_ctx_last_error.restype = ctypes.c_char_p
     lib.qf_ctx_last_error.argtypes = [ctypes.c_void_p]
     lib.qf_dtype_to_dl.restype = DLDataType
@@ -227,6 +228,11 @@ class Context:
     def set_stream(self, stream_handle):
         """Launch on this cudaStream_t (an int, e.g. torch.cuda.current_stream().cuda_stream)."""
         self._check(_lib.qf_ctx_set_stream(self._ctx, ctypes.c_void_p(stream_handle)))
+
+    def set_pdl(self, enable=True):
+        """Programmatic dependent launch for the GEMMs (qf_ctx_set_pdl): each may start while the
+        kernel before it in the stream finishes, and waits for it before touching its data."""
+        self._check(_lib.qf_ctx_set_pdl(self._ctx, 1 if enable else 0))
 
     def _check(self, status):
         if status:

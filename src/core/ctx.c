@@ -76,4 +76,12 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream) {
   return QF_OK;
 }
 
+qf_status qf_ctx_set_pdl(qf_ctx *ctx, int enable) {
+  if (!ctx) return QF_ERR_NULL;
+  if (ctx->device != QF_DEVICE_CUDA)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "qf_ctx_set_pdl: the context is not a CUDA context");
+  ctx->pdl = enable != 0;
+  return QF_OK;
+}
+
 const char *qf_ctx_last_error(const qf_ctx *ctx) { return ctx ? ctx->error : "ctx is NULL"; }

@@ -23,6 +23,7 @@ struct qf_ctx {
   size_t smem_optin; /* max dynamic shared memory per block after opt-in */
   int stream_sms;    /* SMs the stream's work can occupy: its green context's, else sm_count (set
                         with the stream) */
+  int pdl;           /* qf_ctx_set_pdl: the GEMMs launch as programmatic dependents */
   /* Device scratch (CUDA only): grown on demand by qf_cuda_workspace, freed with the context. */
   void *workspace;
   size_t workspace_bytes;

@@ -68,6 +68,16 @@ static inline cudaLaunchConfig_t qf_cooperative_launch_config(dim3 grid, dim3 bl
   return qf_launch_config(grid, block, smem, stream, attr);
 }
 
+// ... for a programmatic dependent launch (qf_ctx_set_pdl): the kernel may start while the one
+// before it in the stream finishes; it must wait for it (griddep_wait) before touching its data.
+static inline cudaLaunchConfig_t qf_pdl_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                                      cudaLaunchAttribute *attr) {
+  *attr = {};
+  attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr->val.programmaticStreamSerializationAllowed = 1;
+  return qf_launch_config(grid, block, smem, stream, attr);
+}
+
 // The context's device scratch, at least `bytes`, zero-filled when it is (re)allocated. It starts
 // with kQfWorkspaceCounters int counters that every kernel leaves at zero when it finishes (a
 // fixed place: the rest of the buffer holds whatever the last call left). Growing it allocates

@@ -50,6 +50,9 @@ static void test_ctx(void) {
   CHECK(strcmp(qf_ctx_last_error(ctx), "") == 0, "fresh context has no error");
   CHECK(qf_ctx_set_stream(ctx, NULL) == QF_ERR_UNSUPPORTED, "a CPU context has no stream");
   CHECK(strstr(qf_ctx_last_error(ctx), "qf_ctx_set_stream") != NULL, "message names the function");
+  CHECK(qf_ctx_set_pdl(ctx, 1) == QF_ERR_UNSUPPORTED, "a CPU context has no programmatic dependent launch");
+  CHECK(strstr(qf_ctx_last_error(ctx), "qf_ctx_set_pdl") != NULL, "message names the function");
+  CHECK(qf_ctx_set_pdl(NULL, 1) == QF_ERR_NULL, "qf_ctx_set_pdl(NULL)");
   qf_ctx_destroy(ctx);
   qf_ctx_destroy(NULL);
   /* Without a GPU (CI) a CUDA context is refused; with one it works. Either way *out is consistent. */

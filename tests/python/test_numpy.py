@@ -25,6 +25,11 @@ class TestQuantPerTensor(unittest.TestCase):
     def test_version(self):
         self.assertRegex(qfuse.version(), r"^\d+\.\d+\.\d+$")
 
+    def test_cpu_context_has_no_pdl(self):
+        with self.assertRaises(qfuse.QfuseError) as cm:
+            self.ctx.set_pdl(True)
+        self.assertIn("qf_ctx_set_pdl", str(cm.exception))
+
     def test_e4m3fn_nearest(self):
         x = (self.rng.standard_normal((5, 48)) * 30).astype(np.float32)
         scale = np.array([0.25], np.float32)

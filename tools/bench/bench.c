@@ -191,6 +191,12 @@ void qfb_close(qfb *b) {
 const char *qfb_device_name(const qfb *b) { return b ? b->device : "unknown"; }
 int qfb_sm_count(const qfb *b) { return b ? b->sm_count : 0; }
 size_t qfb_l2_bytes(const qfb *b) { return b ? b->l2_bytes : 0; }
+qfb_timing qfb_set_timing(qfb *b, qfb_timing t) {
+  const qfb_timing old = b->timing;
+  if (t == QFB_TIMING_EVENT || qfb_ktimer_open()) b->timing = t;
+  return old;
+}
+
 int qfb_reps(const qfb *b) { return b ? b->reps : 0; }
 int qfb_uses_gpu(const qfb *b) { return b ? b->use_gpu : 0; }
 

@@ -71,6 +71,11 @@ int qfb_uses_gpu(const qfb *b);
  * Returns a negative value, after printing why, if fn returns nonzero or a CUDA error occurs. */
 double qfb_time_us(qfb *b, int (*fn)(void *arg), void *arg);
 
+/* Sets the session's timing (for the measurements and rows that follow) and returns the one it
+ * had; kernel timing where CUPTI is missing stays event timing. For rows whose work overlaps
+ * across kernels (programmatic dependent launch), which only event timing sees. */
+qfb_timing qfb_set_timing(qfb *b, qfb_timing t);
+
 typedef struct {
   const char *op, *variant, *shape; /* e.g. "quant_per_tensor", "bf16->e4m3fn", "M=4096,K=7168" */
   double us;                        /* median time; <= 0 means the measurement failed */

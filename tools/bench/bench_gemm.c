@@ -311,12 +311,96 @@ static int scaled_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, const int64_t *
   free(h), free(hs);
   return rc;
 }
+
+/* ---- gemm_fp8_blockscale_chain: qf_quant_group, then the GEMM reading its output ---- */
+
+typedef struct {
+  qf_ctx *ctx;
+  DLTensor x, a, as, b, bs, d;
+  int64_t xshape[2], ashape[2], asshape[2], asstride[2], bshape[2], bsshape[2], dshape[2];
+} chain_call;
+
+static int run_chain(void *arg) {
+  chain_call *c = arg;
+  const qf_group_quant_opts o = {.group_size = 128, .scale_layout = QF_SCALE_COL_MAJOR_TMA};
+  qf_status st = qf_quant_group(c->ctx, &c->x, &c->a, &c->as, &o);
+  if (st == QF_OK) st = qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+  if (st != QF_OK) fprintf(stderr, "gemm_fp8_blockscale_chain: %s\n", qf_ctx_last_error(c->ctx));
+  return st != QF_OK;
+}
+
+/* The two calls on a context with programmatic dependent launch (qf_ctx_set_pdl) against the
+ * same calls on one without, event-timed (the overlap is across kernels); the peer's time is the
+ * mean of a run before and one after, so that clock drift does not fall on one side. */
+static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int64_t M, int64_t N, int64_t K) {
+  const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
+  const size_t x_bytes = (size_t)(M * K) * 2, b_bytes = (size_t)(N * K);
+  uint8_t *h = malloc(x_bytes > b_bytes ? x_bytes : b_bytes);
+  float *hs = malloc(sizeof(float) * (size_t)(NB * KB));
+  void *x = NULL, *a = NULL, *bm = NULL, *d = NULL;
+  float *as = NULL, *bs = NULL;
+  uint64_t seed = 0xC4A1Dull ^ (uint64_t)(M * 131 + N * 7 + K);
+  int rc = 1;
+  if (!h || !hs || cudaMalloc(&x, x_bytes) || cudaMalloc(&a, (size_t)(M * K)) || cudaMalloc(&bm, b_bytes) ||
+      cudaMalloc(&d, (size_t)(M * N) * 2) || cudaMalloc((void **)&as, sizeof(float) * (size_t)(KB * Mp)) ||
+      cudaMalloc((void **)&bs, sizeof(float) * (size_t)(NB * KB)))
+    goto done;
+  for (size_t i = 0; i < x_bytes / 2; i++) {
+    seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+    ((uint16_t *)h)[i] = qf_bf16_from_f32((float)((int)(seed >> 40) % 2001 - 1000) * 0.002f);
+  }
+  if (cudaMemcpy(x, h, x_bytes, cudaMemcpyHostToDevice)) goto done;
+  fill_operand(h, b_bytes, 1, &seed);
+  fill_scales(hs, NB * KB);
+  if (cudaMemcpy(bm, h, b_bytes, cudaMemcpyHostToDevice) ||
+      cudaMemcpy(bs, hs, sizeof(float) * (size_t)(NB * KB), cudaMemcpyHostToDevice))
+    goto done;
+
+  chain_call c = {.ctx = pdl};
+  c.xshape[0] = M, c.xshape[1] = K;
+  c.ashape[0] = M, c.ashape[1] = K;
+  c.asshape[0] = KB, c.asshape[1] = M, c.asstride[0] = Mp, c.asstride[1] = 1;
+  c.bshape[0] = N, c.bshape[1] = K;
+  c.bsshape[0] = NB, c.bsshape[1] = KB;
+  c.dshape[0] = M, c.dshape[1] = N;
+  c.x = dev_tensor(x, QF_BF16, c.xshape, NULL);
+  c.a = dev_tensor(a, QF_E4M3FN, c.ashape, NULL);
+  c.as = dev_tensor(as, QF_F32, c.asshape, c.asstride);
+  c.b = dev_tensor(bm, QF_E4M3FN, c.bshape, NULL);
+  c.bs = dev_tensor(bs, QF_F32, c.bsshape, NULL);
+  c.d = dev_tensor(d, QF_BF16, c.dshape, NULL);
+  chain_call p = c; /* (its tensors' shapes stay c's) */
+  p.ctx = plain;
+
+  char shape[64];
+  snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
+  /* x read, A written and read, the scales, B, its scales and D */
+  const double bytes = 4.0 * (double)(M * K) + 8.0 * (double)(KB * M) + (double)(N * K) + 4.0 * (double)(NB * KB) +
+                       2.0 * (double)(M * N);
+  qfb_row row = {.op = "gemm_fp8_blockscale_chain", .variant = "quant_group+gemm,pdl", .shape = shape, .bytes = bytes,
+                 .flops = 2.0 * (double)M * (double)N * (double)K};
+  const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
+  const double before = qfb_time_us(b, run_chain, &p);
+  row.us = qfb_time_us(b, run_chain, &c);
+  row.peer_us = 0.5 * (before + qfb_time_us(b, run_chain, &p));
+  row.peer = "no_pdl (same calls)";
+  row.floor_us = qfb_floor_us(b, bytes, row.flops, 0);
+  qfb_emit(b, &row);
+  qfb_set_timing(b, was);
+  rc = row.us > 0 && before > 0 ? 0 : 1;
+done:
+  if (rc) fprintf(stderr, "bench_gemm: chain M=%lld N=%lld K=%lld failed\n", (long long)M, (long long)N, (long long)K);
+  cudaFree(x), cudaFree(a), cudaFree(bm), cudaFree(d), cudaFree(as), cudaFree(bs);
+  free(h), free(hs);
+  return rc;
+}
 #endif
 
 int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int blockscale = qfb_op_selected(sel->ops, "gemm_fp8_blockscale");
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
-  if (!(blockscale || scaled) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  const int chain = qfb_op_selected(sel->ops, "gemm_fp8_blockscale_chain");
+  if (!(blockscale || scaled || chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -339,6 +423,20 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
         rc |= scaled_rows(b, ctx, lt, fp8, scaled_ms, sizeof scaled_ms / sizeof scaled_ms[0], scaled_nk[j][0],
                         scaled_nk[j][1], sel, rows);
   qfb_lt_close(lt);
+  /* the chains at decode, where a kernel's start and its first bytes weigh most */
+  qf_ctx *pdl = NULL;
+  if (chain && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
+    fprintf(stderr, "bench_gemm: no context with programmatic dependent launch\n");
+    rc = 1;
+  }
+  static const int64_t chain_ms[] = {1, 16, 64, 128};
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl; j++)
+    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
+      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
+      rc |= chain_shape(b, ctx, pdl, chain_ms[i], nk[j][0], nk[j][1]);
+      ++*rows;
+    }
+  qf_ctx_destroy(pdl);
   return rc;
 #else
   (void)ctx, (void)rows;

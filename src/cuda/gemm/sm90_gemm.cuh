@@ -138,6 +138,7 @@
 #include "cuda/fastdiv.h"
 #include "cuda/pack.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/sync.cuh"
@@ -334,7 +335,10 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 enum class Sm90Variant { kAny, kTallSplit, kTallLongK };
 constexpr int kSm90LongUnit = 32;  // K-blocks of a unit from which it counts as long
 
-template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, Sm90Variant V = Sm90Variant::kAny>
+// kPdl: launched as a programmatic dependent (qf_ctx_set_pdl), an instantiation of its own: the
+// same code behind a run-time flag made the decode shapes 1.5-4% slower with PDL off (docs/GEMM.md).
+template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, Sm90Variant V = Sm90Variant::kAny,
+          bool kPdl = false>
 __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
@@ -392,6 +396,12 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     prefetch_tensormap(&tmap_a);
     prefetch_tensormap(&tmap_b);
   }
+  // Programmatic dependent launch (kPdl, qf_ctx_set_pdl): this CTA may have started while the
+  // kernel before it still runs; its set-up overlaps that kernel, and it waits for it (below) before
+  // anything reads A, the scales, C or the workspace or writes anything. A kernel launched after
+  // this one the same way may start once every CTA is here. (Asking the L2 for the first unit's
+  // weight tiles before the wait, 8 or 12 K-blocks, made the chains slower: docs/GEMM.md.)
+  if constexpr (kPdl) griddep_launch_dependents();
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; s++) {
       // + one cp.async arrival per producer lane when As takes no bulk copy
@@ -406,6 +416,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     fence_proxy_async_shared_cta();
   }
   __syncthreads();
+  if constexpr (kPdl) griddep_wait();
 
   // The walk: units as sm90_gemm_unit_of numbers them.
   const int num_units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;

@@ -104,6 +104,7 @@ qf_status run(qf_ctx *ctx, const char *op, const qf_group_quant_args *a) {
   GroupQuantParams p;
   qf_status st = make_params(ctx, op, a, G, ceil_log2(kGroupEntries<Tin, ACT, G>), &p);
   if (st != QF_OK) return st;
+  p.pdl = ctx->pdl;
   // 16-byte vectors need every row start aligned: 16 bytes of input (the up half starts at column
   // K, a multiple of 32 elements), 8 bytes of output; the data pointers are 16-byte aligned.
   const bool vec = (a->x.ld * int64_t(sizeof(Tin))) % 16 == 0 && a->q.ld % 8 == 0;

@@ -15,7 +15,7 @@ qf_status launch(qf_ctx *ctx, const qf_quant_tensor_args *a) {
   dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(a->x.rows < 65535 ? a->x.rows : 65535));
   auto kernel = vec ? quant_per_tensor_kernel<Tin, Tout, 8> : quant_per_tensor_kernel<Tin, Tout, 1>;
   kernel<<<grid, threads, 0, qf_stream(ctx)>>>(static_cast<const Tin *>(a->x.data), a->x.ld, static_cast<Tout *>(a->q.data),
-                                              a->q.ld, a->scale, a->x.rows, a->x.cols);
+                                              a->q.ld, a->scale, a->x.rows, a->x.cols, ctx->pdl);
   return qf_cuda_check_launch(ctx, "qf_quant_per_tensor");
 }
 

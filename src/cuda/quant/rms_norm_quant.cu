@@ -50,6 +50,7 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   p.x_ld = a->x.ld, p.res_ld = a->residual.ld, p.q_ld = a->q.ld, p.rows = a->x.rows;
   p.cols = static_cast<int>(a->x.cols);
   p.eps = a->eps, p.scales = a->scales;
+  p.pdl = ctx->pdl;
   p.group_shift = a->group_size == 32 ? 5 : a->group_size == 64 ? 6 : 7;  // per token: unused
   p.split = split, p.slice = static_cast<int>(slice);
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;

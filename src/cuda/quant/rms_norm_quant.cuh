@@ -50,6 +50,7 @@
 #include "cuda/ptx/arith.cuh"
 #include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/prefetch.cuh"
 #include "cuda/quant/token_quant.cuh"
@@ -68,6 +69,7 @@ struct RmsNormQuantParams {
   int split;        // CTAs per row: the cluster size (1: one block per row, no cluster)
   int slice;        // columns per CTA when split > 1 (a multiple of 256)
   qf_scale_out scales;
+  int pdl;  // qf_ctx_set_pdl: let a programmatic dependent (a GEMM) start at once
 };
 
 // y rounded to T as qf_bf16_from_f32 / qf_f16_from_f32 do: RNE (the hardware conversion), with
@@ -238,6 +240,9 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
         }
       }
     }
+    // qf_ctx_set_pdl: a dependent GEMM may start now. (After the first row's loads: at the
+    // kernel's start, the flag's read held every warp back, M <= 16 2-4% slower with PDL off.)
+    if (p.pdl && it == 0) griddep_launch_dependents();
     // This thread's chunks of `ahead` are in registers now: the next row's can come in.
     if constexpr (AHEAD) {
       const int64_t next = r + gridDim.x / split;

@@ -19,6 +19,7 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
   p.x = a->x.data, p.q = a->q.data;
   p.x_ld = a->x.ld, p.q_ld = a->q.ld, p.rows = a->x.rows, p.cols = static_cast<int>(a->x.cols);
   p.scales = a->scales, p.azp = a->azp, p.scale_min = a->scale_min, p.ub = a->ub;
+  p.pdl = ctx->pdl;
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
   constexpr int kVptMax = row_vpt_max(sizeof(Tin));  // 8 for 16-bit inputs, 4 for fp32
   auto kernel = cfg.access == S ? token_quant_kernel<Tin, Tout, ZP, S, 1>

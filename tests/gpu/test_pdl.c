@@ -1,0 +1,123 @@
+/* Programmatic dependent launch (qf_ctx_set_pdl) on CUDA: a quantization kernel and the GEMM that
+ * reads its output, launched back to back without a synchronization, for R rounds of different
+ * activations through the same A and scale buffers. Every round's D must equal, byte for byte,
+ * the D of the same two calls with PDL off and the device synchronized between them (the GEMMs
+ * give the same bytes for the same inputs); a GEMM that read A or its scales before the
+ * quantization had finished would compute from the round before's. The rounds' D differ from one
+ * another (checked), so a stale A cannot pass.
+ * Chains: qf_quant_group (1 x 128 groups, COL_MAJOR_TMA scales) -> qf_gemm_fp8_blockscale, and
+ * qf_quant_token -> qf_gemm_scaled (per-token scales, which the epilogue's factor warp reads), on
+ * shapes that split K (partials and counters written after the wait), one unsplit decode shape
+ * and one of 256 x 128 tiles. */
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "gpu.h"
+#include "tensors.h"
+
+enum { ROUNDS = 6 };
+
+typedef struct {
+  int64_t M, N, K;
+  int scaled; /* 0: quant_group -> gemm_fp8_blockscale; 1: quant_token -> gemm_scaled */
+} chain_case;
+
+/* A finite e4m3fn code (0x7F and 0xFF are the NaNs). */
+static uint8_t draw_e4m3(uint64_t *seed) {
+  uint8_t b = (uint8_t)(rng_next(seed) >> 56);
+  return (b & 0x7F) == 0x7F ? (uint8_t)(b ^ 1) : b;
+}
+
+static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *seed) {
+  const int64_t M = c->M, N = c->N, K = c->K, KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
+  const size_t xbytes = (size_t)(M * K) * 2, dbytes = (size_t)(M * N) * 2;
+  const size_t as_count = c->scaled ? (size_t)M : (size_t)(KB * Mp), bs_count = c->scaled ? (size_t)N : (size_t)(NB * KB);
+  char name[96];
+  snprintf(name, sizeof name, "%s (%lld, %lld, %lld)", c->scaled ? "quant_token -> gemm_scaled" : "quant_group -> gemm_fp8_blockscale",
+           (long long)M, (long long)N, (long long)K);
+
+  /* inputs: ROUNDS activations, one weight and its scales */
+  uint16_t *x = malloc(xbytes * ROUNDS);
+  uint8_t *b = malloc((size_t)(N * K));
+  float *bs = malloc(bs_count * sizeof(float));
+  for (size_t i = 0; i < (size_t)(M * K) * ROUNDS; i++) x[i] = qf_bf16_from_f32(rng_normal(seed));
+  for (size_t i = 0; i < (size_t)(N * K); i++) b[i] = draw_e4m3(seed);
+  for (size_t i = 0; i < bs_count; i++) bs[i] = 0.01f + rng_uniform(seed);
+  uint8_t *dx = dev_alloc(xbytes * ROUNDS), *da = dev_alloc((size_t)(M * K)), *db = dev_alloc((size_t)(N * K));
+  float *das = dev_alloc(as_count * sizeof(float)), *dbs = dev_alloc(bs_count * sizeof(float));
+  uint8_t *dd = dev_alloc(dbytes * ROUNDS);
+  CUDA_OK(cudaMemcpy(dx, x, xbytes * ROUNDS, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db, b, (size_t)(N * K), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dbs, bs, bs_count * sizeof(float), cudaMemcpyHostToDevice));
+
+  tensor2d ga, gas, gb, gbs;
+  tensor2d_init(&ga, da, QF_E4M3FN, M, K, K, kDLCUDA);
+  tensor2d_init(&gb, db, QF_E4M3FN, N, K, K, kDLCUDA);
+  int64_t as_shape[1] = {M}, bs_shape[1] = {N};
+  DLTensor as1 = dl_tensor(das, QF_F32, 1, as_shape, kDLCUDA), bs1 = dl_tensor(dbs, QF_F32, 1, bs_shape, kDLCUDA);
+  tensor2d_init(&gas, das, QF_F32, KB, M, Mp, kDLCUDA);
+  tensor2d_init(&gbs, dbs, QF_F32, NB, KB, KB, kDLCUDA);
+  const qf_group_quant_opts gopts = {.group_size = 128, .scale_layout = QF_SCALE_COL_MAJOR_TMA};
+
+  /* round r: x_r -> A, scales -> D_r */
+  int ok = 1;
+  uint8_t *want = malloc(dbytes * ROUNDS), *got = malloc(dbytes * ROUNDS);
+  for (int pass = 0; pass < 3 && ok; pass++) {
+    qf_ctx *ctx = pass == 0 ? plain : pdl; /* pass 0: the reference, synchronized between calls */
+    CUDA_OK(cudaMemset(dd, 0xFF, dbytes * ROUNDS));
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int r = 0; r < ROUNDS && ok; r++) {
+      tensor2d gx, gd;
+      tensor2d_init(&gx, dx + xbytes * r, QF_BF16, M, K, K, kDLCUDA);
+      tensor2d_init(&gd, dd + dbytes * r, QF_BF16, M, N, N, kDLCUDA);
+      qf_status st = c->scaled ? qf_quant_token(ctx, &gx.t, &ga.t, &as1, NULL, NULL)
+                               : qf_quant_group(ctx, &gx.t, &ga.t, &gas.t, &gopts);
+      ok &= CHECK(st == QF_OK, "%s: quantization: %s", name, qf_ctx_last_error(ctx));
+      if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
+      st = c->scaled ? qf_gemm_scaled(ctx, &ga.t, &as1, &gb.t, &bs1, &gd.t, NULL)
+                     : qf_gemm_fp8_blockscale(ctx, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, NULL);
+      ok &= CHECK(st == QF_OK, "%s: GEMM: %s", name, qf_ctx_last_error(ctx));
+      if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(pass == 0 ? want : got, dd, dbytes * ROUNDS, cudaMemcpyDeviceToHost));
+    if (pass == 0) {
+      for (int r = 1; r < ROUNDS; r++)
+        ok &= CHECK(memcmp(want + dbytes * r, want + dbytes * (r - 1), dbytes) != 0, "%s: rounds %d and %d gave the same D",
+                    name, r - 1, r);
+      continue;
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+      size_t bad = 0;
+      for (size_t i = 0; i < dbytes; i++) bad += got[dbytes * r + i] != want[dbytes * r + i];
+      ok &= CHECK(bad == 0, "%s: PDL pass %d, round %d: %zu of %zu bytes differ from the synchronized chain", name, pass, r,
+                  bad, dbytes);
+    }
+  }
+  free(want), free(got), free(x), free(b), free(bs);
+  cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs), cudaFree(dd);
+}
+
+int main(void) {
+  qf_ctx *plain, *cpu, *pdl = NULL;
+  open_contexts(&plain, &cpu);
+  if (!CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "a PDL context"))
+    return check_finish("gpu_pdl");
+  uint64_t seed = 0x9D1C4A1Bu;
+  const chain_case cases[] = {
+      {16, 2112, 7168, 0},  /* 64 x 64 tiles split along K */
+      {128, 4096, 7168, 0}, /* 128-row tiles split along K */
+      {1, 7168, 2048, 0},   /* M = 1: scales copied per lane (M not a multiple of 4) */
+      {512, 8448, 640, 0},  /* one wave of 256 x 128 tiles */
+      {16, 4096, 7168, 1},  /* scaled FP8, split along K */
+      {128, 6144, 4096, 1},
+  };
+  const int quick = quick_mode();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (!quick || cases[i].K <= 2048) run_case(plain, pdl, &cases[i], &seed);
+  qf_ctx_destroy(pdl);
+  qf_ctx_destroy(plain);
+  qf_ctx_destroy(cpu);
+  return check_finish("gpu_pdl");
+}

@@ -312,10 +312,13 @@ static int scaled_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, const int64_t *
   return rc;
 }
 
-/* ---- gemm_fp8_blockscale_chain: qf_quant_group, then the GEMM reading its output ---- */
+/* ---- the chains: a quantization, then the GEMM reading its output ----
+ * gemm_fp8_blockscale_chain: qf_quant_group (1 x 128, TMA-aligned scales), qf_gemm_fp8_blockscale;
+ * gemm_scaled_chain: qf_quant_token (e4m3), qf_gemm_scaled (per-token x per-channel scales). */
 
 typedef struct {
   qf_ctx *ctx;
+  int scaled;
   DLTensor x, a, as, b, bs, d;
   int64_t xshape[2], ashape[2], asshape[2], asstride[2], bshape[2], bsshape[2], dshape[2];
 } chain_call;
@@ -323,27 +326,32 @@ typedef struct {
 static int run_chain(void *arg) {
   chain_call *c = arg;
   const qf_group_quant_opts o = {.group_size = 128, .scale_layout = QF_SCALE_COL_MAJOR_TMA};
-  qf_status st = qf_quant_group(c->ctx, &c->x, &c->a, &c->as, &o);
-  if (st == QF_OK) st = qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
-  if (st != QF_OK) fprintf(stderr, "gemm_fp8_blockscale_chain: %s\n", qf_ctx_last_error(c->ctx));
+  qf_status st = c->scaled ? qf_quant_token(c->ctx, &c->x, &c->a, &c->as, NULL, NULL)
+                           : qf_quant_group(c->ctx, &c->x, &c->a, &c->as, &o);
+  if (st == QF_OK)
+    st = c->scaled ? qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL)
+                   : qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+  if (st != QF_OK) fprintf(stderr, "chain: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
 
 /* The two calls on a context with programmatic dependent launch (qf_ctx_set_pdl) against the
  * same calls on one without, event-timed (the overlap is across kernels); the peer's time is the
  * mean of a run before and one after, so that clock drift does not fall on one side. */
-static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int64_t M, int64_t N, int64_t K) {
+static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int scaled, int64_t M, int64_t N, int64_t K) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
+  /* the scales: block-scaled [KB, Mp] and [NB, KB], scaled [M] and [N] */
+  const size_t as_n = (size_t)(scaled ? M : KB * Mp), bs_n = (size_t)(scaled ? N : NB * KB);
   const size_t x_bytes = (size_t)(M * K) * 2, b_bytes = (size_t)(N * K);
   uint8_t *h = malloc(x_bytes > b_bytes ? x_bytes : b_bytes);
-  float *hs = malloc(sizeof(float) * (size_t)(NB * KB));
+  float *hs = malloc(sizeof(float) * bs_n);
   void *x = NULL, *a = NULL, *bm = NULL, *d = NULL;
   float *as = NULL, *bs = NULL;
   uint64_t seed = 0xC4A1Dull ^ (uint64_t)(M * 131 + N * 7 + K);
   int rc = 1;
   if (!h || !hs || cudaMalloc(&x, x_bytes) || cudaMalloc(&a, (size_t)(M * K)) || cudaMalloc(&bm, b_bytes) ||
-      cudaMalloc(&d, (size_t)(M * N) * 2) || cudaMalloc((void **)&as, sizeof(float) * (size_t)(KB * Mp)) ||
-      cudaMalloc((void **)&bs, sizeof(float) * (size_t)(NB * KB)))
+      cudaMalloc(&d, (size_t)(M * N) * 2) || cudaMalloc((void **)&as, sizeof(float) * as_n) ||
+      cudaMalloc((void **)&bs, sizeof(float) * bs_n))
     goto done;
   for (size_t i = 0; i < x_bytes / 2; i++) {
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
@@ -351,17 +359,17 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int64_t M, int64_t N,
   }
   if (cudaMemcpy(x, h, x_bytes, cudaMemcpyHostToDevice)) goto done;
   fill_operand(h, b_bytes, 1, &seed);
-  fill_scales(hs, NB * KB);
+  fill_scales(hs, (int64_t)bs_n);
   if (cudaMemcpy(bm, h, b_bytes, cudaMemcpyHostToDevice) ||
-      cudaMemcpy(bs, hs, sizeof(float) * (size_t)(NB * KB), cudaMemcpyHostToDevice))
+      cudaMemcpy(bs, hs, sizeof(float) * bs_n, cudaMemcpyHostToDevice))
     goto done;
 
-  chain_call c = {.ctx = pdl};
+  chain_call c = {.ctx = pdl, .scaled = scaled};
   c.xshape[0] = M, c.xshape[1] = K;
   c.ashape[0] = M, c.ashape[1] = K;
-  c.asshape[0] = KB, c.asshape[1] = M, c.asstride[0] = Mp, c.asstride[1] = 1;
+  c.asshape[0] = scaled ? M : KB, c.asshape[1] = scaled ? 1 : M, c.asstride[0] = scaled ? 1 : Mp, c.asstride[1] = 1;
   c.bshape[0] = N, c.bshape[1] = K;
-  c.bsshape[0] = NB, c.bsshape[1] = KB;
+  c.bsshape[0] = scaled ? 1 : NB, c.bsshape[1] = scaled ? N : KB;
   c.dshape[0] = M, c.dshape[1] = N;
   c.x = dev_tensor(x, QF_BF16, c.xshape, NULL);
   c.a = dev_tensor(a, QF_E4M3FN, c.ashape, NULL);
@@ -375,9 +383,10 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int64_t M, int64_t N,
   char shape[64];
   snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
   /* x read, A written and read, the scales, B, its scales and D */
-  const double bytes = 4.0 * (double)(M * K) + 8.0 * (double)(KB * M) + (double)(N * K) + 4.0 * (double)(NB * KB) +
-                       2.0 * (double)(M * N);
-  qfb_row row = {.op = "gemm_fp8_blockscale_chain", .variant = "quant_group+gemm,pdl", .shape = shape, .bytes = bytes,
+  const double scale_words = 2.0 * (double)as_n + (double)bs_n; /* As written and read, Bs read */
+  const double bytes = 4.0 * (double)(M * K) + 4.0 * scale_words + (double)(N * K) + 2.0 * (double)(M * N);
+  qfb_row row = {.op = scaled ? "gemm_scaled_chain" : "gemm_fp8_blockscale_chain",
+                 .variant = scaled ? "quant_token+gemm,pdl" : "quant_group+gemm,pdl", .shape = shape, .bytes = bytes,
                  .flops = 2.0 * (double)M * (double)N * (double)K};
   const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
   const double before = qfb_time_us(b, run_chain, &p);
@@ -400,7 +409,8 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int blockscale = qfb_op_selected(sel->ops, "gemm_fp8_blockscale");
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
   const int chain = qfb_op_selected(sel->ops, "gemm_fp8_blockscale_chain");
-  if (!(blockscale || scaled || chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  const int scaled_chain = qfb_op_selected(sel->ops, "gemm_scaled_chain");
+  if (!(blockscale || scaled || chain || scaled_chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -425,15 +435,21 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   qfb_lt_close(lt);
   /* the chains at decode, where a kernel's start and its first bytes weigh most */
   qf_ctx *pdl = NULL;
-  if (chain && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
+  if ((chain || scaled_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
     fprintf(stderr, "bench_gemm: no context with programmatic dependent launch\n");
     rc = 1;
   }
   static const int64_t chain_ms[] = {1, 16, 64, 128};
-  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl; j++)
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl && chain; j++)
     for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
       if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
-      rc |= chain_shape(b, ctx, pdl, chain_ms[i], nk[j][0], nk[j][1]);
+      rc |= chain_shape(b, ctx, pdl, 0, chain_ms[i], nk[j][0], nk[j][1]);
+      ++*rows;
+    }
+  for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0] && pdl && scaled_chain; j++)
+    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
+      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && scaled_nk[j][1] != sel->k)) continue;
+      rc |= chain_shape(b, ctx, pdl, 1, chain_ms[i], scaled_nk[j][0], scaled_nk[j][1]);
       ++*rows;
     }
   qf_ctx_destroy(pdl);

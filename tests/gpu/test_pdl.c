@@ -8,7 +8,9 @@
  * Chains: qf_quant_group (1 x 128 groups, COL_MAJOR_TMA scales) -> qf_gemm_fp8_blockscale, and
  * qf_quant_token -> qf_gemm_scaled (per-token scales, which the epilogue's factor warp reads), on
  * shapes that split K (partials and counters written after the wait), one unsplit decode shape
- * and one of 256 x 128 tiles. */
+ * and one of 256 x 128 tiles. Where N is a multiple of 128 the block-scaled chain goes on with
+ * qf_quant_group of the GEMM's D (launched as the GEMM's dependent: it must wait for D), each
+ * round into its own buffers, compared the same way. */
 #include <stdint.h>
 #include <string.h>
 
@@ -47,6 +49,10 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
   uint8_t *dx = dev_alloc(xbytes * ROUNDS), *da = dev_alloc((size_t)(M * K)), *db = dev_alloc((size_t)(N * K));
   float *das = dev_alloc(as_count * sizeof(float)), *dbs = dev_alloc(bs_count * sizeof(float));
   uint8_t *dd = dev_alloc(dbytes * ROUNDS);
+  /* D quantized again (block-scaled chains with N a multiple of 128): [M, N] e4m3 and [N / 128, Mp] scales per round */
+  const int requant = !c->scaled && N % 128 == 0;
+  const size_t q2bytes = (size_t)(M * N), s2bytes = (size_t)((N / 128) * Mp) * sizeof(float), r2bytes = q2bytes + s2bytes;
+  uint8_t *dq2 = requant ? dev_alloc(r2bytes * ROUNDS) : NULL;
   CUDA_OK(cudaMemcpy(dx, x, xbytes * ROUNDS, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(db, b, (size_t)(N * K), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dbs, bs, bs_count * sizeof(float), cudaMemcpyHostToDevice));
@@ -63,9 +69,11 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
   /* round r: x_r -> A, scales -> D_r */
   int ok = 1;
   uint8_t *want = malloc(dbytes * ROUNDS), *got = malloc(dbytes * ROUNDS);
+  uint8_t *want2 = requant ? malloc(r2bytes * ROUNDS) : NULL, *got2 = requant ? malloc(r2bytes * ROUNDS) : NULL;
   for (int pass = 0; pass < 3 && ok; pass++) {
     qf_ctx *ctx = pass == 0 ? plain : pdl; /* pass 0: the reference, synchronized between calls */
     CUDA_OK(cudaMemset(dd, 0xFF, dbytes * ROUNDS));
+    if (requant) CUDA_OK(cudaMemset(dq2, 0xFF, r2bytes * ROUNDS));
     CUDA_OK(cudaDeviceSynchronize());
     for (int r = 0; r < ROUNDS && ok; r++) {
       tensor2d gx, gd;
@@ -79,9 +87,18 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
                      : qf_gemm_fp8_blockscale(ctx, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, NULL);
       ok &= CHECK(st == QF_OK, "%s: GEMM: %s", name, qf_ctx_last_error(ctx));
       if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
+      if (requant) {
+        tensor2d gq2, gs2;
+        tensor2d_init(&gq2, dq2 + r2bytes * r, QF_E4M3FN, M, N, N, kDLCUDA);
+        tensor2d_init(&gs2, dq2 + r2bytes * r + q2bytes, QF_F32, N / 128, M, Mp, kDLCUDA);
+        ok &= CHECK(qf_quant_group(ctx, &gd.t, &gq2.t, &gs2.t, &gopts) == QF_OK, "%s: D's quantization: %s", name,
+                    qf_ctx_last_error(ctx));
+        if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
+      }
     }
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(pass == 0 ? want : got, dd, dbytes * ROUNDS, cudaMemcpyDeviceToHost));
+    if (requant) CUDA_OK(cudaMemcpy(pass == 0 ? want2 : got2, dq2, r2bytes * ROUNDS, cudaMemcpyDeviceToHost));
     if (pass == 0) {
       for (int r = 1; r < ROUNDS; r++)
         ok &= CHECK(memcmp(want + dbytes * r, want + dbytes * (r - 1), dbytes) != 0, "%s: rounds %d and %d gave the same D",
@@ -93,10 +110,15 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
       for (size_t i = 0; i < dbytes; i++) bad += got[dbytes * r + i] != want[dbytes * r + i];
       ok &= CHECK(bad == 0, "%s: PDL pass %d, round %d: %zu of %zu bytes differ from the synchronized chain", name, pass, r,
                   bad, dbytes);
+      if (!requant) continue;
+      bad = 0;
+      for (size_t i = 0; i < r2bytes; i++) bad += got2[r2bytes * r + i] != want2[r2bytes * r + i];
+      ok &= CHECK(bad == 0, "%s: PDL pass %d, round %d: D's quantization: %zu of %zu bytes differ from the synchronized chain",
+                  name, pass, r, bad, r2bytes);
     }
   }
-  free(want), free(got), free(x), free(b), free(bs);
-  cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs), cudaFree(dd);
+  free(want), free(got), free(want2), free(got2), free(x), free(b), free(bs);
+  cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs), cudaFree(dd), cudaFree(dq2);
 }
 
 int main(void) {

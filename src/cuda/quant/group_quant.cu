@@ -95,6 +95,13 @@ qf_status launch(qf_ctx *ctx, const char *op, const GroupQuantParams &p) {
   const int64_t slots = int64_t(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
   const int64_t tiles = int64_t(p.row_tiles) * p.col_tiles;
   const unsigned grid = static_cast<unsigned>(tiles < slots ? tiles : slots);
+  if (ctx->pdl) {  // a programmatic dependent (qf_ctx_set_pdl), the same resources
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t lc = qf_pdl_launch_config(dim3(grid), dim3(kGroupThreads), 0, qf_stream(ctx), &attr);
+    const cudaError_t err = cudaLaunchKernelEx(&lc, group_quant_kernel<Tin, Tout, G, ACT, ACC, true>, p);
+    if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaLaunchKernelEx", err);
+    return qf_cuda_check_launch(ctx, op);
+  }
   kernel<<<grid, kGroupThreads, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, op);
 }
@@ -104,7 +111,6 @@ qf_status run(qf_ctx *ctx, const char *op, const qf_group_quant_args *a) {
   GroupQuantParams p;
   qf_status st = make_params(ctx, op, a, G, ceil_log2(kGroupEntries<Tin, ACT, G>), &p);
   if (st != QF_OK) return st;
-  p.pdl = ctx->pdl;
   // 16-byte vectors need every row start aligned: 16 bytes of input (the up half starts at column
   // K, a multiple of 32 elements), 8 bytes of output; the data pointers are 16-byte aligned.
   const bool vec = (a->x.ld * int64_t(sizeof(Tin))) % 16 == 0 && a->q.ld % 8 == 0;

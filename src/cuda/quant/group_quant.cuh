@@ -87,7 +87,6 @@ struct GroupQuantParams {
   int log_tile_rows;   // a warp tile is (1 << log_tile_rows) rows x the rest of its entries in groups
   int log_warps_g;     // warps of a block side by side along the groups
   uint32_t row_tiles, col_tiles;
-  int pdl;             // qf_ctx_set_pdl: let a programmatic dependent (a GEMM) start at once
 };
 
 // ---- inputs -------------------------------------------------------------------------------
@@ -243,9 +242,14 @@ __device__ __forceinline__ void glu_x8(float (&g)[8], float (&u)[8], float alpha
 
 // Plain: at most 80 registers, 3 blocks (24 warps) per SM, each warp with up to two tiles of
 // loads in flight. Gated: 128 registers (eight values' activation temporaries), 2 blocks.
-template <typename Tin, typename Tout, int G, GroupAct ACT, GroupAccess ACC>
+// kPdl (qf_ctx_set_pdl): launched as a programmatic dependent, an instantiation of its own (a
+// run-time flag read ahead of the first loads cost the small shapes 1.4-2.3% with PDL off): it
+// waits for the kernel before it (a GEMM writing x) before touching memory, and lets the GEMM
+// after it start once its first loads are in flight.
+template <typename Tin, typename Tout, int G, GroupAct ACT, GroupAccess ACC, bool kPdl = false>
 __global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kNone ? 3 : 2)
     group_quant_kernel(const GroupQuantParams p) {
+  if constexpr (kPdl) griddep_wait();
   constexpr int kLanes = G / 16, kSlots = 32 / kLanes, kVecs = kGroupVecs<Tin, ACT>;
   constexpr int kEntries = kGroupEntries<Tin, ACT, G>;
   constexpr bool kGlu = ACT != GroupAct::kNone;
@@ -325,9 +329,7 @@ __global__ void __launch_bounds__(kGroupThreads, ACT == GroupAct::kNone ? 3 : 2)
 
   Origin next{};
   if (tile_r < p.row_tiles) load_tile(next = origin(tile_r, tile_c));
-  // qf_ctx_set_pdl: a dependent GEMM may start now. (Here, with the first loads in flight: at the
-  // kernel's start, the flag's read held the loads back, M = 16 1.4-2.3% slower with PDL off.)
-  if (p.pdl) griddep_launch_dependents();
+  if constexpr (kPdl) griddep_launch_dependents();  // (with the first loads in flight)
 
   while (tile_r < p.row_tiles) {
     const Origin cur = next;

@@ -230,9 +230,9 @@ class Context:
         self._check(_lib.qf_ctx_set_stream(self._ctx, ctypes.c_void_p(stream_handle)))
 
     def set_pdl(self, enable=True):
-        """Programmatic dependent launch (qf_ctx_set_pdl): the GEMMs and the group quantization may
-        start while the kernel before them in the stream finishes, and wait for it before touching
-        its data."""
+        """Programmatic dependent launch (qf_ctx_set_pdl): the GEMMs and the group, token and
+        per-tensor quantizations may start while the kernel before them in the stream finishes,
+        and wait for it before touching its data."""
         self._check(_lib.qf_ctx_set_pdl(self._ctx, 1 if enable else 0))
 
     def _check(self, status):

@@ -8,9 +8,10 @@
  * Chains: qf_quant_group (1 x 128 groups, COL_MAJOR_TMA scales) -> qf_gemm_fp8_blockscale, and
  * qf_quant_token -> qf_gemm_scaled (per-token scales, which the epilogue's factor warp reads), on
  * shapes that split K (partials and counters written after the wait), one unsplit decode shape
- * and one of 256 x 128 tiles. Where N is a multiple of 128 the block-scaled chain goes on with
- * qf_quant_group of the GEMM's D (launched as the GEMM's dependent: it must wait for D), each
- * round into its own buffers, compared the same way. */
+ * and one of 256 x 128 tiles. The chains go on with a quantization of the GEMM's D, launched as
+ * the GEMM's dependent (it must wait for D), each round into its own buffers, compared the same
+ * way: qf_quant_group of the block-scaled D (where N is a multiple of 128), qf_quant_token and
+ * qf_quant_per_tensor of the scaled one. */
 #include <stdint.h>
 #include <string.h>
 
@@ -49,10 +50,16 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
   uint8_t *dx = dev_alloc(xbytes * ROUNDS), *da = dev_alloc((size_t)(M * K)), *db = dev_alloc((size_t)(N * K));
   float *das = dev_alloc(as_count * sizeof(float)), *dbs = dev_alloc(bs_count * sizeof(float));
   uint8_t *dd = dev_alloc(dbytes * ROUNDS);
-  /* D quantized again (block-scaled chains with N a multiple of 128): [M, N] e4m3 and [N / 128, Mp] scales per round */
-  const int requant = !c->scaled && N % 128 == 0;
-  const size_t q2bytes = (size_t)(M * N), s2bytes = (size_t)((N / 128) * Mp) * sizeof(float), r2bytes = q2bytes + s2bytes;
+  /* D quantized again, per round: [M, N] e4m3 and its scales (block-scaled, N a multiple of 128:
+   * [N / 128, Mp]; scaled: per token [M], then per tensor another [M, N] e4m3) */
+  const int requant = c->scaled || N % 128 == 0;
+  const size_t q2bytes = (size_t)(M * N), s2bytes = (c->scaled ? (size_t)M : (size_t)((N / 128) * Mp)) * sizeof(float);
+  const size_t r2bytes = q2bytes + s2bytes + (c->scaled ? q2bytes : 0);
   uint8_t *dq2 = requant ? dev_alloc(r2bytes * ROUNDS) : NULL;
+  float one = 1.0f, *done = dev_alloc(sizeof(float)); /* the per-tensor scale */
+  CUDA_OK(cudaMemcpy(done, &one, sizeof one, cudaMemcpyHostToDevice));
+  int64_t one_shape[1] = {1};
+  DLTensor gone = dl_tensor(done, QF_F32, 1, one_shape, kDLCUDA);
   CUDA_OK(cudaMemcpy(dx, x, xbytes * ROUNDS, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(db, b, (size_t)(N * K), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dbs, bs, bs_count * sizeof(float), cudaMemcpyHostToDevice));
@@ -88,12 +95,20 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
       ok &= CHECK(st == QF_OK, "%s: GEMM: %s", name, qf_ctx_last_error(ctx));
       if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
       if (requant) {
-        tensor2d gq2, gs2;
-        tensor2d_init(&gq2, dq2 + r2bytes * r, QF_E4M3FN, M, N, N, kDLCUDA);
-        tensor2d_init(&gs2, dq2 + r2bytes * r + q2bytes, QF_F32, N / 128, M, Mp, kDLCUDA);
-        ok &= CHECK(qf_quant_group(ctx, &gd.t, &gq2.t, &gs2.t, &gopts) == QF_OK, "%s: D's quantization: %s", name,
-                    qf_ctx_last_error(ctx));
+        uint8_t *base = dq2 + r2bytes * r;
+        tensor2d gq2, gs2, gq3;
+        tensor2d_init(&gq2, base, QF_E4M3FN, M, N, N, kDLCUDA);
+        tensor2d_init(&gs2, base + q2bytes, QF_F32, N / 128, M, Mp, kDLCUDA);
+        tensor2d_init(&gq3, base + q2bytes + s2bytes, QF_E4M3FN, M, N, N, kDLCUDA);
+        DLTensor s2 = dl_tensor(base + q2bytes, QF_F32, 1, as_shape, kDLCUDA);
+        st = c->scaled ? qf_quant_token(ctx, &gd.t, &gq2.t, &s2, NULL, NULL) : qf_quant_group(ctx, &gd.t, &gq2.t, &gs2.t, &gopts);
+        ok &= CHECK(st == QF_OK, "%s: D's quantization: %s", name, qf_ctx_last_error(ctx));
         if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
+        if (c->scaled) {
+          ok &= CHECK(qf_quant_per_tensor(ctx, &gd.t, &gone, &gq3.t) == QF_OK, "%s: D's quantization: %s", name,
+                      qf_ctx_last_error(ctx));
+          if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
+        }
       }
     }
     CUDA_OK(cudaDeviceSynchronize());
@@ -118,7 +133,7 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
     }
   }
   free(want), free(got), free(want2), free(got2), free(x), free(b), free(bs);
-  cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs), cudaFree(dd), cudaFree(dq2);
+  cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs), cudaFree(dd), cudaFree(dq2), cudaFree(done);
 }
 
 int main(void) {

@@ -9,14 +9,19 @@
 #include "cuda/quant/vec.cuh"
 #include "cuda/ptx/griddep.cuh"
 
-template <typename Tin, typename Tout, int VEC>
+// kPdl (qf_ctx_set_pdl): launched as a programmatic dependent, an instantiation of its own that
+// waits for the kernel before it (a GEMM writing x) before touching memory.
+template <typename Tin, typename Tout, int VEC, bool kPdl = false>
 __global__ void quant_per_tensor_kernel(const Tin *__restrict__ x, int64_t x_ld, Tout *__restrict__ q, int64_t q_ld,
-                                        const float *__restrict__ scale, int64_t rows, int64_t cols, int pdl) {
+                                        const float *__restrict__ scale, int64_t rows, int64_t cols) {
+  if constexpr (kPdl) {
+    griddep_wait();
+    griddep_launch_dependents();  // (a dependent GEMM may start now)
+  }
   static_assert(VEC == 1 || VEC == 8, "8-wide vectors or scalars");
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
   if (c >= cols) return;
   const float s = *scale;
-  if (pdl) griddep_launch_dependents();  // (qf_ctx_set_pdl: a dependent GEMM may start now)
 
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const Tin *xr = x + r * x_ld;

@@ -19,15 +19,24 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
   p.x = a->x.data, p.q = a->q.data;
   p.x_ld = a->x.ld, p.q_ld = a->q.ld, p.rows = a->x.rows, p.cols = static_cast<int>(a->x.cols);
   p.scales = a->scales, p.azp = a->azp, p.scale_min = a->scale_min, p.ub = a->ub;
-  p.pdl = ctx->pdl;
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
   constexpr int kVptMax = row_vpt_max(sizeof(Tin));  // 8 for 16-bit inputs, 4 for fp32
-  auto kernel = cfg.access == S ? token_quant_kernel<Tin, Tout, ZP, S, 1>
-                : cfg.vpt == 1  ? token_quant_kernel<Tin, Tout, ZP, V, 1>
-                : cfg.vpt == 2  ? token_quant_kernel<Tin, Tout, ZP, V, 2>
-                : cfg.vpt == 4  ? token_quant_kernel<Tin, Tout, ZP, V, 4>
-                                : token_quant_kernel<Tin, Tout, ZP, V, kVptMax>;
-  kernel<<<row_blocks(a->x.rows), cfg.threads, 0, qf_stream(ctx)>>>(p);
+  auto pick = [&](auto pdl) {
+    constexpr bool kPdl = decltype(pdl)::value;
+    return cfg.access == S ? token_quant_kernel<Tin, Tout, ZP, S, 1, kPdl>
+           : cfg.vpt == 1  ? token_quant_kernel<Tin, Tout, ZP, V, 1, kPdl>
+           : cfg.vpt == 2  ? token_quant_kernel<Tin, Tout, ZP, V, 2, kPdl>
+           : cfg.vpt == 4  ? token_quant_kernel<Tin, Tout, ZP, V, 4, kPdl>
+                           : token_quant_kernel<Tin, Tout, ZP, V, kVptMax, kPdl>;
+  };
+  if (ctx->pdl) {  // a programmatic dependent (qf_ctx_set_pdl)
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t lc = qf_pdl_launch_config(dim3(row_blocks(a->x.rows)), dim3(cfg.threads), 0, qf_stream(ctx), &attr);
+    const cudaError_t err = cudaLaunchKernelEx(&lc, pick(std::true_type{}), p);
+    if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_quant_token", "cudaLaunchKernelEx", err);
+    return qf_cuda_check_launch(ctx, "qf_quant_token");
+  }
+  pick(std::false_type{})<<<row_blocks(a->x.rows), cfg.threads, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, "qf_quant_token");
 }
 

@@ -230,14 +230,17 @@ struct TokenQuantParams {
   int32_t *azp;       // ZeroPoint::kPerToken only
   float scale_min;
   const float *ub;    // NULL: no upper bound
-  int pdl;  // qf_ctx_set_pdl: let a programmatic dependent (a GEMM) start at once
 };
 
-template <typename Tin, typename Tout, ZeroPoint ZP, RowAccess ACC, int VPT>
+// kPdl (qf_ctx_set_pdl): launched as a programmatic dependent, an instantiation of its own: it waits
+// for the kernel before it (a GEMM writing x) before touching memory and lets the GEMM after it
+// start at once.
+template <typename Tin, typename Tout, ZeroPoint ZP, RowAccess ACC, int VPT, bool kPdl = false>
 __global__ void __launch_bounds__(kRowThreadsMax) token_quant_kernel(TokenQuantParams p) {
-  // qf_ctx_set_pdl: a dependent GEMM may start now. (Inside the row loop, after the first row's
-  // loads, it made the asymmetric INT8 rows at M >= 4096 5-8% slower with PDL off.)
-  if (p.pdl) griddep_launch_dependents();
+  if constexpr (kPdl) {
+    griddep_wait();
+    griddep_launch_dependents();
+  }
   static_assert(ZP == ZeroPoint::kNone || std::is_same<Tout, int8_out_t>::value, "zero points are INT8 only");
   static_assert(VPT >= 1 && VPT <= row_vpt_max(sizeof(Tin)), "chunks per thread");
   __shared__ float slots_a[32], slots_b[32];

@@ -23,7 +23,8 @@ struct qf_ctx {
   size_t smem_optin; /* max dynamic shared memory per block after opt-in */
   int stream_sms;    /* SMs the stream's work can occupy: its green context's, else sm_count (set
                         with the stream) */
-  int pdl;           /* qf_ctx_set_pdl: the GEMMs launch as programmatic dependents */
+  int pdl;           /* qf_ctx_set_pdl: the GEMMs and quantization kernels launch as programmatic
+                        dependents (qf_cuda_launch) */
   /* Device scratch (CUDA only): grown on demand by qf_cuda_workspace, freed with the context. */
   void *workspace;
   size_t workspace_bytes;

@@ -78,6 +78,28 @@ static inline cudaLaunchConfig_t qf_pdl_launch_config(dim3 grid, dim3 block, siz
   return qf_launch_config(grid, block, smem, stream, attr);
 }
 
+// Launches kernel k as lc configures it (cluster, cooperative or programmatic dependent); a
+// refused launch is reported for op.
+template <typename Kernel, typename... Args>
+qf_status qf_cuda_launch_ex(qf_ctx *ctx, const char *op, const cudaLaunchConfig_t &lc, Kernel k, Args... args) {
+  const cudaError_t err = cudaLaunchKernelEx(&lc, k, args...);
+  if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaLaunchKernelEx", err);
+  return qf_cuda_check_launch(ctx, op);
+}
+
+// Launches `plain`, or on a context with qf_ctx_set_pdl `dependent` (the kernel's kPdl
+// instantiation, which waits for the kernel before it) as a programmatic dependent.
+template <typename Kernel, typename... Args>
+qf_status qf_cuda_launch(qf_ctx *ctx, const char *op, Kernel plain, Kernel dependent, dim3 grid, dim3 block, size_t smem,
+                         Args... args) {
+  if (ctx->pdl) {
+    cudaLaunchAttribute attr;
+    return qf_cuda_launch_ex(ctx, op, qf_pdl_launch_config(grid, block, smem, qf_stream(ctx), &attr), dependent, args...);
+  }
+  plain<<<grid, block, smem, qf_stream(ctx)>>>(args...);
+  return qf_cuda_check_launch(ctx, op);
+}
+
 // The context's device scratch, at least `bytes`, zero-filled when it is (re)allocated. It starts
 // with kQfWorkspaceCounters int counters that every kernel leaves at zero when it finishes (a
 // fixed place: the rest of the buffer holds whatever the last call left). Growing it allocates

@@ -98,32 +98,23 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = sm90_gemm_consumers(kBlockM) * 128 + 128;
-  cudaLaunchAttribute attr;
-  auto launch_ex = [&](auto k, const cudaLaunchConfig_t &lc) {
-    const cudaError_t err = cudaLaunchKernelEx(&lc, k, tmap_a, tmap_b, tmap_d, p);
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaLaunchKernelEx", err);
-    return qf_cuda_check_launch(ctx, kOp);
-  };
-  if (kTallSplit && p.splits > 1) {
-    // A cooperative launch: the grid starts only once all its CTAs can be resident together, so
-    // that no split unit waits on a CTA that cannot start until some other kernel leaves (two
-    // such GEMMs on two streams, each holding part of the SMs, would wait on each other).
-    return launch_ex(kernel, qf_cooperative_launch_config(dim3(static_cast<unsigned>(grid)), dim3(threads), kSmem,
-                                                          qf_stream(ctx), &attr));
+  if constexpr (kTallSplit) {
+    // A cooperative launch (its split units wait for each other): the grid starts only once all
+    // its CTAs can be resident together, so that no split unit waits on a CTA that cannot start
+    // until some other kernel leaves (two such GEMMs on two streams, each holding part of the SMs,
+    // would wait on each other).
+    cudaLaunchAttribute coop;
+    return qf_cuda_launch_ex(
+        ctx, kOp, qf_cooperative_launch_config(dim3(static_cast<unsigned>(grid)), dim3(threads), kSmem, qf_stream(ctx), &coop),
+        kernel, tmap_a, tmap_b, tmap_d, p);
+  } else {
+    // With qf_ctx_set_pdl, the kernel's kPdl instantiation as a programmatic dependent (sm90_gemm.cuh).
+    auto dependent = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, V, true>;
+    static std::atomic<uint64_t> dependent_opted_in{0};
+    if (ctx->pdl && (st = qf_cuda_smem_opt_in(ctx, kOp, dependent, kSmem, dependent_opted_in)) != QF_OK) return st;
+    return qf_cuda_launch(ctx, kOp, kernel, dependent, dim3(static_cast<unsigned>(grid)), dim3(threads), kSmem, tmap_a,
+                          tmap_b, tmap_d, p);
   }
-  if constexpr (!kTallSplit) {  // (its units wait for each other: always the cooperative launch above)
-    if (ctx->pdl) {
-      // A programmatic dependent: the kernel's own instantiation, which waits for the kernel
-      // before it (sm90_gemm.cuh).
-      auto dependent = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, V, true>;
-      static std::atomic<uint64_t> dependent_opted_in{0};
-      if ((st = qf_cuda_smem_opt_in(ctx, kOp, dependent, kSmem, dependent_opted_in)) != QF_OK) return st;
-      return launch_ex(dependent,
-                       qf_pdl_launch_config(dim3(static_cast<unsigned>(grid)), dim3(threads), kSmem, qf_stream(ctx), &attr));
-    }
-  }
-  kernel<<<grid, threads, kSmem, qf_stream(ctx)>>>(tmap_a, tmap_b, tmap_d, p);
-  return qf_cuda_check_launch(ctx, kOp);
 }
 
 template <Sm90Recipe R, typename OutT>

@@ -95,15 +95,9 @@ qf_status launch(qf_ctx *ctx, const char *op, const GroupQuantParams &p) {
   const int64_t slots = int64_t(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
   const int64_t tiles = int64_t(p.row_tiles) * p.col_tiles;
   const unsigned grid = static_cast<unsigned>(tiles < slots ? tiles : slots);
-  if (ctx->pdl) {  // a programmatic dependent (qf_ctx_set_pdl), the same resources
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t lc = qf_pdl_launch_config(dim3(grid), dim3(kGroupThreads), 0, qf_stream(ctx), &attr);
-    const cudaError_t err = cudaLaunchKernelEx(&lc, group_quant_kernel<Tin, Tout, G, ACT, ACC, true>, p);
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaLaunchKernelEx", err);
-    return qf_cuda_check_launch(ctx, op);
-  }
-  kernel<<<grid, kGroupThreads, 0, qf_stream(ctx)>>>(p);
-  return qf_cuda_check_launch(ctx, op);
+  // (the kPdl instantiation has the same resources)
+  return qf_cuda_launch(ctx, op, kernel, group_quant_kernel<Tin, Tout, G, ACT, ACC, true>, dim3(grid), dim3(kGroupThreads), 0,
+                        p);
 }
 
 template <typename Tin, typename Tout, int G, GroupAct ACT>

@@ -13,19 +13,11 @@ qf_status launch(qf_ctx *ctx, const qf_quant_tensor_args *a) {
   const int64_t col_blocks = (a->x.cols + threads * per_thread - 1) / (threads * per_thread);
   if (col_blocks > 0x7fffffff) return qf_fail(ctx, QF_ERR_SHAPE, "qf_quant_per_tensor: rows of %lld elements are too long", (long long)a->x.cols);
   dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(a->x.rows < 65535 ? a->x.rows : 65535));
-  const Tin *x = static_cast<const Tin *>(a->x.data);
-  Tout *q = static_cast<Tout *>(a->q.data);
-  if (ctx->pdl) {  // a programmatic dependent (qf_ctx_set_pdl)
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t lc = qf_pdl_launch_config(grid, dim3(threads), 0, qf_stream(ctx), &attr);
-    auto kernel = vec ? quant_per_tensor_kernel<Tin, Tout, 8, true> : quant_per_tensor_kernel<Tin, Tout, 1, true>;
-    const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, x, a->x.ld, q, a->q.ld, a->scale, a->x.rows, a->x.cols);
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_quant_per_tensor", "cudaLaunchKernelEx", err);
-    return qf_cuda_check_launch(ctx, "qf_quant_per_tensor");
-  }
   auto kernel = vec ? quant_per_tensor_kernel<Tin, Tout, 8> : quant_per_tensor_kernel<Tin, Tout, 1>;
-  kernel<<<grid, threads, 0, qf_stream(ctx)>>>(x, a->x.ld, q, a->q.ld, a->scale, a->x.rows, a->x.cols);
-  return qf_cuda_check_launch(ctx, "qf_quant_per_tensor");
+  auto dependent = vec ? quant_per_tensor_kernel<Tin, Tout, 8, true> : quant_per_tensor_kernel<Tin, Tout, 1, true>;
+  return qf_cuda_launch(ctx, "qf_quant_per_tensor", kernel, dependent, grid, dim3(threads), 0,
+                        static_cast<const Tin *>(a->x.data), a->x.ld, static_cast<Tout *>(a->q.data), a->q.ld, a->scale,
+                        a->x.rows, a->x.cols);
 }
 
 template <typename Tin>

@@ -84,9 +84,7 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   cudaLaunchAttribute attr;
   const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(row_groups * split)), dim3(cfg.threads),
                                                          smem, qf_stream(ctx), static_cast<unsigned>(split), &attr);
-  const cudaError_t err = cudaLaunchKernelEx(&lc, kernel, p);
-  if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_rms_norm_quant", "cudaLaunchKernelEx", err);
-  return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");
+  return qf_cuda_launch_ex(ctx, "qf_rms_norm_quant", lc, kernel, p);
 }
 
 template <typename T, ScaleGranularity GRAN>

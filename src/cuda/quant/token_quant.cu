@@ -29,15 +29,8 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
            : cfg.vpt == 4  ? token_quant_kernel<Tin, Tout, ZP, V, 4, kPdl>
                            : token_quant_kernel<Tin, Tout, ZP, V, kVptMax, kPdl>;
   };
-  if (ctx->pdl) {  // a programmatic dependent (qf_ctx_set_pdl)
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t lc = qf_pdl_launch_config(dim3(row_blocks(a->x.rows)), dim3(cfg.threads), 0, qf_stream(ctx), &attr);
-    const cudaError_t err = cudaLaunchKernelEx(&lc, pick(std::true_type{}), p);
-    if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_quant_token", "cudaLaunchKernelEx", err);
-    return qf_cuda_check_launch(ctx, "qf_quant_token");
-  }
-  pick(std::false_type{})<<<row_blocks(a->x.rows), cfg.threads, 0, qf_stream(ctx)>>>(p);
-  return qf_cuda_check_launch(ctx, "qf_quant_token");
+  return qf_cuda_launch(ctx, "qf_quant_token", pick(std::false_type{}), pick(std::true_type{}), dim3(row_blocks(a->x.rows)),
+                        dim3(cfg.threads), 0, p);
 }
 
 template <typename Tin>

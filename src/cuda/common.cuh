@@ -49,13 +49,18 @@ static inline cudaLaunchConfig_t qf_launch_config(dim3 grid, dim3 block, size_t 
   return lc;
 }
 
-// ... for clusters of `cluster` CTAs along x.
+// ... for clusters of `cluster` CTAs along x (1: no cluster) and, with `pdl`, as a programmatic
+// dependent (below); attrs holds up to two attributes.
 static inline cudaLaunchConfig_t qf_cluster_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                                          unsigned cluster, cudaLaunchAttribute *attr) {
-  *attr = {};
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = cluster, attr->val.clusterDim.y = 1, attr->val.clusterDim.z = 1;
-  return qf_launch_config(grid, block, smem, stream, attr);
+                                                          unsigned cluster, bool pdl, cudaLaunchAttribute (&attrs)[2]) {
+  attrs[0] = {}, attrs[1] = {};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = cluster, attrs[0].val.clusterDim.y = 1, attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc = qf_launch_config(grid, block, smem, stream, cluster > 1 ? attrs : attrs + 1);
+  lc.numAttrs = (cluster > 1) + pdl;
+  return lc;
 }
 
 // ... for a cooperative launch: the grid starts only once all its CTAs can be resident together

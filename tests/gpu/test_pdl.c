@@ -11,7 +11,13 @@
  * and one of 256 x 128 tiles. The chains go on with a quantization of the GEMM's D, launched as
  * the GEMM's dependent (it must wait for D), each round into its own buffers, compared the same
  * way: qf_quant_group of the block-scaled D (where N is a multiple of 128), qf_quant_token and
- * qf_quant_per_tensor of the scaled one. */
+ * qf_quant_per_tensor of the scaled one. Last, qf_rms_norm_quant of D with a residual (the add,
+ * the norm and a quantization for the next GEMM, as between two layers), launched as the
+ * dependent of the kernel before it: per 128 groups where N is a multiple of 128, else per token;
+ * its residual (overwritten with y), q and scales compared the same way. It launches as a
+ * dependent where its grid is at most half the SMs (M <= 64 here; rows of 16384 at M = 8 over
+ * clusters of CTAs), as a plain kernel otherwise (rows of 18432 at M = 512: the clusters that
+ * copy rows ahead). */
 #include <stdint.h>
 #include <string.h>
 
@@ -56,6 +62,19 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
   const size_t q2bytes = (size_t)(M * N), s2bytes = (c->scaled ? (size_t)M : (size_t)((N / 128) * Mp)) * sizeof(float);
   const size_t r2bytes = q2bytes + s2bytes + (c->scaled ? q2bytes : 0);
   uint8_t *dq2 = requant ? dev_alloc(r2bytes * ROUNDS) : NULL;
+  /* RMSNorm + quant of D, per round: residual [M, N] bf16, q [M, N] e4m3, scales (per 128 groups
+   * where N is a multiple of 128: [N / 128, Mp] column-major; else per token [M]); weight [N] */
+  const int rms_groups = N % 128 == 0;
+  const size_t s3bytes = (rms_groups ? (size_t)((N / 128) * Mp) : (size_t)M) * sizeof(float);
+  const size_t r3bytes = dbytes + q2bytes + s3bytes;
+  uint16_t *res = malloc(dbytes), *w = malloc((size_t)N * 2);
+  for (size_t i = 0; i < (size_t)(M * N); i++) res[i] = qf_bf16_from_f32(rng_normal(seed));
+  for (int64_t i = 0; i < N; i++) w[i] = qf_bf16_from_f32(0.5f + rng_uniform(seed));
+  uint8_t *dq3 = dev_alloc(r3bytes * ROUNDS), *dw = dev_alloc((size_t)N * 2);
+  CUDA_OK(cudaMemcpy(dw, w, (size_t)N * 2, cudaMemcpyHostToDevice));
+  int64_t w_shape[1] = {N};
+  DLTensor gw = dl_tensor(dw, QF_BF16, 1, w_shape, kDLCUDA);
+  const qf_rms_norm_quant_opts ropts = {.group_size = rms_groups ? 128 : -1, .group = {.scale_layout = QF_SCALE_COL_MAJOR_TMA}};
   float one = 1.0f, *done = dev_alloc(sizeof(float)); /* the per-tensor scale */
   CUDA_OK(cudaMemcpy(done, &one, sizeof one, cudaMemcpyHostToDevice));
   int64_t one_shape[1] = {1};
@@ -77,10 +96,13 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
   int ok = 1;
   uint8_t *want = malloc(dbytes * ROUNDS), *got = malloc(dbytes * ROUNDS);
   uint8_t *want2 = requant ? malloc(r2bytes * ROUNDS) : NULL, *got2 = requant ? malloc(r2bytes * ROUNDS) : NULL;
+  uint8_t *want3 = malloc(r3bytes * ROUNDS), *got3 = malloc(r3bytes * ROUNDS);
   for (int pass = 0; pass < 3 && ok; pass++) {
     qf_ctx *ctx = pass == 0 ? plain : pdl; /* pass 0: the reference, synchronized between calls */
     CUDA_OK(cudaMemset(dd, 0xFF, dbytes * ROUNDS));
     if (requant) CUDA_OK(cudaMemset(dq2, 0xFF, r2bytes * ROUNDS));
+    CUDA_OK(cudaMemset(dq3, 0xFF, r3bytes * ROUNDS));
+    for (int r = 0; r < ROUNDS; r++) CUDA_OK(cudaMemcpy(dq3 + r3bytes * r, res, dbytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaDeviceSynchronize());
     for (int r = 0; r < ROUNDS && ok; r++) {
       tensor2d gx, gd;
@@ -110,10 +132,20 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
           if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
         }
       }
+      uint8_t *base3 = dq3 + r3bytes * r;
+      tensor2d gres, gq3, gs3;
+      tensor2d_init(&gres, base3, QF_BF16, M, N, N, kDLCUDA);
+      tensor2d_init(&gq3, base3 + dbytes, QF_E4M3FN, M, N, N, kDLCUDA);
+      tensor2d_init(&gs3, base3 + dbytes + q2bytes, QF_F32, N / 128, M, Mp, kDLCUDA);
+      DLTensor s3 = dl_tensor(base3 + dbytes + q2bytes, QF_F32, 1, as_shape, kDLCUDA);
+      st = qf_rms_norm_quant(ctx, &gd.t, &gres.t, &gw, &gq3.t, rms_groups ? &gs3.t : &s3, &ropts);
+      ok &= CHECK(st == QF_OK, "%s: RMSNorm + quant of D: %s", name, qf_ctx_last_error(ctx));
+      if (pass == 0) CUDA_OK(cudaDeviceSynchronize());
     }
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(pass == 0 ? want : got, dd, dbytes * ROUNDS, cudaMemcpyDeviceToHost));
     if (requant) CUDA_OK(cudaMemcpy(pass == 0 ? want2 : got2, dq2, r2bytes * ROUNDS, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(pass == 0 ? want3 : got3, dq3, r3bytes * ROUNDS, cudaMemcpyDeviceToHost));
     if (pass == 0) {
       for (int r = 1; r < ROUNDS; r++)
         ok &= CHECK(memcmp(want + dbytes * r, want + dbytes * (r - 1), dbytes) != 0, "%s: rounds %d and %d gave the same D",
@@ -125,6 +157,10 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
       for (size_t i = 0; i < dbytes; i++) bad += got[dbytes * r + i] != want[dbytes * r + i];
       ok &= CHECK(bad == 0, "%s: PDL pass %d, round %d: %zu of %zu bytes differ from the synchronized chain", name, pass, r,
                   bad, dbytes);
+      bad = 0;
+      for (size_t i = 0; i < r3bytes; i++) bad += got3[r3bytes * r + i] != want3[r3bytes * r + i];
+      ok &= CHECK(bad == 0, "%s: PDL pass %d, round %d: RMSNorm + quant: %zu of %zu bytes differ from the synchronized chain",
+                  name, pass, r, bad, r3bytes);
       if (!requant) continue;
       bad = 0;
       for (size_t i = 0; i < r2bytes; i++) bad += got2[r2bytes * r + i] != want2[r2bytes * r + i];
@@ -132,8 +168,9 @@ static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *
                   name, pass, r, bad, r2bytes);
     }
   }
-  free(want), free(got), free(want2), free(got2), free(x), free(b), free(bs);
+  free(want), free(got), free(want2), free(got2), free(want3), free(got3), free(x), free(b), free(bs), free(res), free(w);
   cudaFree(dx), cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs), cudaFree(dd), cudaFree(dq2), cudaFree(done);
+  cudaFree(dq3), cudaFree(dw);
 }
 
 int main(void) {
@@ -149,6 +186,8 @@ int main(void) {
       {512, 8448, 640, 0},  /* one wave of 256 x 128 tiles */
       {16, 4096, 7168, 1},  /* scaled FP8, split along K */
       {128, 6144, 4096, 1},
+      {8, 16384, 1024, 0},   /* RMSNorm rows over clusters of CTAs */
+      {512, 18432, 512, 0},  /* RMSNorm rows over clusters that copy rows ahead */
   };
   const int quick = quick_mode();
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

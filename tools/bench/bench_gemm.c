@@ -314,23 +314,33 @@ static int scaled_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, const int64_t *
 
 /* ---- the chains: a quantization, then the GEMM reading its output ----
  * gemm_fp8_blockscale_chain: qf_quant_group (1 x 128, TMA-aligned scales), qf_gemm_fp8_blockscale;
- * gemm_scaled_chain: qf_quant_token (e4m3), qf_gemm_scaled (per-token x per-channel scales). */
+ * gemm_scaled_chain: qf_quant_token (e4m3), qf_gemm_scaled (per-token x per-channel scales);
+ * gemm_rms_chain: qf_gemm_fp8_blockscale, then qf_rms_norm_quant of its D with a residual (a
+ * layer's last GEMM and the next one's input: per 1 x 128 groups, TMA-aligned scales, where N is
+ * a multiple of 128, else per token). */
+
+enum { CHAIN_GROUP, CHAIN_TOKEN, CHAIN_RMS };
 
 typedef struct {
   qf_ctx *ctx;
-  int scaled;
+  int kind;
   DLTensor x, a, as, b, bs, d;
+  DLTensor res, w, q, qs; /* CHAIN_RMS */
   int64_t xshape[2], ashape[2], asshape[2], asstride[2], bshape[2], bsshape[2], dshape[2];
+  int64_t wshape[1], qsshape[2], qsstride[2];
 } chain_call;
 
 static int run_chain(void *arg) {
   chain_call *c = arg;
   const qf_group_quant_opts o = {.group_size = 128, .scale_layout = QF_SCALE_COL_MAJOR_TMA};
-  qf_status st = c->scaled ? qf_quant_token(c->ctx, &c->x, &c->a, &c->as, NULL, NULL)
-                           : qf_quant_group(c->ctx, &c->x, &c->a, &c->as, &o);
+  const qf_rms_norm_quant_opts ro = {.group_size = c->qs.ndim == 2 ? 128 : -1, .group = o};
+  qf_status st = c->kind == CHAIN_TOKEN ? qf_quant_token(c->ctx, &c->x, &c->a, &c->as, NULL, NULL)
+                 : c->kind == CHAIN_GROUP ? qf_quant_group(c->ctx, &c->x, &c->a, &c->as, &o)
+                                          : QF_OK;
   if (st == QF_OK)
-    st = c->scaled ? qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL)
-                   : qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+    st = c->kind == CHAIN_TOKEN ? qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL)
+                                : qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+  if (st == QF_OK && c->kind == CHAIN_RMS) st = qf_rms_norm_quant(c->ctx, &c->d, &c->res, &c->w, &c->q, &c->qs, &ro);
   if (st != QF_OK) fprintf(stderr, "chain: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
@@ -338,20 +348,27 @@ static int run_chain(void *arg) {
 /* The two calls on a context with programmatic dependent launch (qf_ctx_set_pdl) against the
  * same calls on one without, event-timed (the overlap is across kernels); the peer's time is the
  * mean of a run before and one after, so that clock drift does not fall on one side. */
-static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int scaled, int64_t M, int64_t N, int64_t K) {
+static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, int64_t N, int64_t K) {
+  const int scaled = kind == CHAIN_TOKEN, rms = kind == CHAIN_RMS, rms_groups = N % 128 == 0;
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
   /* the scales: block-scaled [KB, Mp] and [NB, KB], scaled [M] and [N] */
   const size_t as_n = (size_t)(scaled ? M : KB * Mp), bs_n = (size_t)(scaled ? N : NB * KB);
   const size_t x_bytes = (size_t)(M * K) * 2, b_bytes = (size_t)(N * K);
   uint8_t *h = malloc(x_bytes > b_bytes ? x_bytes : b_bytes);
   float *hs = malloc(sizeof(float) * bs_n);
-  void *x = NULL, *a = NULL, *bm = NULL, *d = NULL;
+  void *x = NULL, *a = NULL, *bm = NULL, *d = NULL, *res = NULL, *w = NULL, *q = NULL, *qs = NULL;
   float *as = NULL, *bs = NULL;
   uint64_t seed = 0xC4A1Dull ^ (uint64_t)(M * 131 + N * 7 + K);
   int rc = 1;
   if (!h || !hs || cudaMalloc(&x, x_bytes) || cudaMalloc(&a, (size_t)(M * K)) || cudaMalloc(&bm, b_bytes) ||
       cudaMalloc(&d, (size_t)(M * N) * 2) || cudaMalloc((void **)&as, sizeof(float) * as_n) ||
       cudaMalloc((void **)&bs, sizeof(float) * bs_n))
+    goto done;
+  const size_t qs_n = (size_t)(rms_groups ? (N / 128) * Mp : M);
+  /* residual and weight: every bf16 0x3C3C (0.0115) and 0x3F3F (0.75) */
+  if (rms && (cudaMalloc(&res, (size_t)(M * N) * 2) || cudaMalloc(&w, (size_t)N * 2) || cudaMalloc(&q, (size_t)(M * N)) ||
+              cudaMalloc(&qs, sizeof(float) * qs_n) || cudaMemset(res, 0x3C, (size_t)(M * N) * 2) ||
+              cudaMemset(w, 0x3F, (size_t)N * 2)))
     goto done;
   for (size_t i = 0; i < x_bytes / 2; i++) {
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
@@ -363,8 +380,10 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int scaled, int64_t M
   if (cudaMemcpy(bm, h, b_bytes, cudaMemcpyHostToDevice) ||
       cudaMemcpy(bs, hs, sizeof(float) * bs_n, cudaMemcpyHostToDevice))
     goto done;
+  /* CHAIN_RMS quantizes no A: e4m3 0x30 (0.5) with scales of 0x3C3C3C3C (0.0115) */
+  if (rms && (cudaMemset(a, 0x30, (size_t)(M * K)) || cudaMemset(as, 0x3C, sizeof(float) * as_n))) goto done;
 
-  chain_call c = {.ctx = pdl, .scaled = scaled};
+  chain_call c = {.ctx = pdl, .kind = kind};
   c.xshape[0] = M, c.xshape[1] = K;
   c.ashape[0] = M, c.ashape[1] = K;
   c.asshape[0] = scaled ? M : KB, c.asshape[1] = scaled ? 1 : M, c.asstride[0] = scaled ? 1 : Mp, c.asstride[1] = 1;
@@ -377,16 +396,29 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int scaled, int64_t M
   c.b = dev_tensor(bm, QF_E4M3FN, c.bshape, NULL);
   c.bs = dev_tensor(bs, QF_F32, c.bsshape, NULL);
   c.d = dev_tensor(d, QF_BF16, c.dshape, NULL);
+  if (rms) {
+    c.wshape[0] = N;
+    c.qsshape[0] = rms_groups ? N / 128 : M, c.qsshape[1] = M, c.qsstride[0] = Mp, c.qsstride[1] = 1;
+    c.res = dev_tensor(res, QF_BF16, c.dshape, NULL);
+    c.w = dev_tensor(w, QF_BF16, c.wshape, NULL);
+    c.w.ndim = 1;
+    c.q = dev_tensor(q, QF_E4M3FN, c.dshape, NULL);
+    c.qs = dev_tensor(qs, QF_F32, c.qsshape, rms_groups ? c.qsstride : NULL);
+    c.qs.ndim = rms_groups ? 2 : 1;
+  }
   chain_call p = c; /* (its tensors' shapes stay c's) */
   p.ctx = plain;
 
   char shape[64];
   snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
-  /* x read, A written and read, the scales, B, its scales and D */
-  const double scale_words = 2.0 * (double)as_n + (double)bs_n; /* As written and read, Bs read */
-  const double bytes = 4.0 * (double)(M * K) + 4.0 * scale_words + (double)(N * K) + 2.0 * (double)(M * N);
-  qfb_row row = {.op = scaled ? "gemm_scaled_chain" : "gemm_fp8_blockscale_chain",
-                 .variant = scaled ? "quant_token+gemm,pdl" : "quant_group+gemm,pdl", .shape = shape, .bytes = bytes,
+  /* x read, A written and read, the scales, B, its scales and D (CHAIN_RMS: A and its scales
+   * read; D read again, the residual read and written, q and its scales written, the weight) */
+  const double scale_words = (rms ? 1.0 : 2.0) * (double)as_n + (double)bs_n; /* As written and read, Bs read */
+  const double a_bytes = (rms ? 1.0 : 4.0) * (double)(M * K), d_bytes = (rms ? 7.0 : 2.0) * (double)(M * N);
+  const double bytes = a_bytes + 4.0 * scale_words + (double)(N * K) + d_bytes + (rms ? 4.0 * (double)qs_n + 2.0 * (double)N : 0);
+  static const char *const ops[] = {"gemm_fp8_blockscale_chain", "gemm_scaled_chain", "gemm_rms_chain"};
+  static const char *const variants[] = {"quant_group+gemm,pdl", "quant_token+gemm,pdl", "gemm+rms_norm_quant,pdl"};
+  qfb_row row = {.op = ops[kind], .variant = variants[kind], .shape = shape, .bytes = bytes,
                  .flops = 2.0 * (double)M * (double)N * (double)K};
   const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
   const double before = qfb_time_us(b, run_chain, &p);
@@ -400,6 +432,7 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int scaled, int64_t M
 done:
   if (rc) fprintf(stderr, "bench_gemm: chain M=%lld N=%lld K=%lld failed\n", (long long)M, (long long)N, (long long)K);
   cudaFree(x), cudaFree(a), cudaFree(bm), cudaFree(d), cudaFree(as), cudaFree(bs);
+  cudaFree(res), cudaFree(w), cudaFree(q), cudaFree(qs);
   free(h), free(hs);
   return rc;
 }
@@ -410,7 +443,8 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
   const int chain = qfb_op_selected(sel->ops, "gemm_fp8_blockscale_chain");
   const int scaled_chain = qfb_op_selected(sel->ops, "gemm_scaled_chain");
-  if (!(blockscale || scaled || chain || scaled_chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  const int rms_chain = qfb_op_selected(sel->ops, "gemm_rms_chain");
+  if (!(blockscale || scaled || chain || scaled_chain || rms_chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -435,7 +469,7 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   qfb_lt_close(lt);
   /* the chains at decode, where a kernel's start and its first bytes weigh most */
   qf_ctx *pdl = NULL;
-  if ((chain || scaled_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
+  if ((chain || scaled_chain || rms_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
     fprintf(stderr, "bench_gemm: no context with programmatic dependent launch\n");
     rc = 1;
   }
@@ -443,13 +477,19 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl && chain; j++)
     for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
       if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
-      rc |= chain_shape(b, ctx, pdl, 0, chain_ms[i], nk[j][0], nk[j][1]);
+      rc |= chain_shape(b, ctx, pdl, CHAIN_GROUP, chain_ms[i], nk[j][0], nk[j][1]);
+      ++*rows;
+    }
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl && rms_chain; j++)
+    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
+      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
+      rc |= chain_shape(b, ctx, pdl, CHAIN_RMS, chain_ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
   for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0] && pdl && scaled_chain; j++)
     for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
       if ((sel->m && chain_ms[i] != sel->m) || (sel->k && scaled_nk[j][1] != sel->k)) continue;
-      rc |= chain_shape(b, ctx, pdl, 1, chain_ms[i], scaled_nk[j][0], scaled_nk[j][1]);
+      rc |= chain_shape(b, ctx, pdl, CHAIN_TOKEN, chain_ms[i], scaled_nk[j][0], scaled_nk[j][1]);
       ++*rows;
     }
   qf_ctx_destroy(pdl);

@@ -32,6 +32,17 @@ bool rows_aligned(const void *data, int64_t ld, size_t elem, size_t bytes) {
   return reinterpret_cast<uintptr_t>(data) % bytes == 0 && (ld * elem) % bytes == 0;
 }
 
+// The instantiation for the row configuration: kPdl for a context with qf_ctx_set_pdl.
+template <typename T, typename Tout, ScaleGranularity GRAN, bool kPdl>
+void (*row_kernel(const RowConfig &cfg))(RmsNormQuantParams) {
+  constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
+  return cfg.access == S ? rms_norm_quant_kernel<T, Tout, GRAN, S, 1, false, kPdl>
+         : cfg.vpt == 1  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 1, false, kPdl>
+         : cfg.vpt == 2  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 2, false, kPdl>
+         : cfg.vpt == 4  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 4, false, kPdl>
+                         : rms_norm_quant_kernel<T, Tout, GRAN, V, 8, false, kPdl>;
+}
+
 template <typename T, typename Tout, ScaleGranularity GRAN>
 qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   if (a->x.cols > kRowColsMax)
@@ -53,12 +64,6 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   p.pdl = ctx->pdl;
   p.group_shift = a->group_size == 32 ? 5 : a->group_size == 64 ? 6 : 7;  // per token: unused
   p.split = split, p.slice = static_cast<int>(slice);
-  constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
-  auto kernel = cfg.access == S ? rms_norm_quant_kernel<T, Tout, GRAN, S, 1>
-                : cfg.vpt == 1  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 1>
-                : cfg.vpt == 2  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 2>
-                : cfg.vpt == 4  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 4>
-                                : rms_norm_quant_kernel<T, Tout, GRAN, V, 8>;
   // One CTA (cluster) per row. Per group, for rows split over clusters: as many clusters as fit
   // the GPU at once, each copying its next row into shared memory one row ahead (H200, K = 18432:
   // 80 -> 87% of copy16 at M = 16384; the per-token kernel and shorter rows ran slower that way).
@@ -66,10 +71,11 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   const int64_t slice_chunks = (slice + 7) / 8;
   const size_t ahead_bytes = size_t(16) * cfg.vpt * cfg.threads * (a->residual.data ? 2 : 1);
   size_t smem = 0;
+  auto kernel = row_kernel<T, Tout, GRAN, false>(cfg);
   if constexpr (GRAN == ScaleGranularity::kPerGroup) {
-    if (split > 1 && cfg.access == V && cfg.vpt == 4 && slice_chunks <= int64_t(cfg.vpt) * cfg.threads &&
+    if (split > 1 && cfg.access == RowAccess::kVec16 && cfg.vpt == 4 && slice_chunks <= int64_t(cfg.vpt) * cfg.threads &&
         ahead_bytes <= 48 * 1024) {
-      auto ahead_kernel = rms_norm_quant_kernel<T, Tout, GRAN, V, 4, true>;
+      auto ahead_kernel = rms_norm_quant_kernel<T, Tout, GRAN, RowAccess::kVec16, 4, true>;
       int per_sm = 0;
       const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ahead_kernel, cfg.threads, ahead_bytes);
       if (err != cudaSuccess) return qf_cuda_fail(ctx, "qf_rms_norm_quant", "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
@@ -77,13 +83,19 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
       if (resident > 0 && a->x.rows > resident) row_groups = resident, kernel = ahead_kernel, smem = ahead_bytes;
     }
   }
-  if (split == 1) {
-    kernel<<<static_cast<unsigned>(row_groups), cfg.threads, smem, qf_stream(ctx)>>>(p);
-    return qf_cuda_check_launch(ctx, "qf_rms_norm_quant");
-  }
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(row_groups * split)), dim3(cfg.threads),
-                                                         smem, qf_stream(ctx), static_cast<unsigned>(split), &attr);
+  // With qf_ctx_set_pdl, a grid of at most half the SMs (decode) launches as a programmatic
+  // dependent (its kPdl instantiation). A larger one would not gain: its CTAs, launched while the
+  // GEMM before it runs, crowd onto the few SMs that the GEMM leaves idle, several per SM, where
+  // they then run after it at a fraction of the bandwidth the other SMs have free (H100, GEMM then
+  // this kernel: M = 128 rows 0.96-0.99x the time of the same two calls without PDL, M <= 64
+  // 1.02-1.13x; docs/GEMM.md).
+  const int64_t ctas = row_groups * split;
+  const bool dependent = ctx->pdl && ctas * 2 <= ctx->sm_count;
+  if (dependent) kernel = row_kernel<T, Tout, GRAN, true>(cfg);
+  // Clusters of `split` CTAs (none for 1).
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(ctas)), dim3(cfg.threads), smem,
+                                                         qf_stream(ctx), static_cast<unsigned>(split), dependent, attrs);
   return qf_cuda_launch_ex(ctx, "qf_rms_norm_quant", lc, kernel, p);
 }
 

@@ -100,7 +100,12 @@ __host__ __device__ constexpr int rms_max_regs(int vpt) { return vpt >= 8 ? 96 :
 
 // AHEAD: a CTA visits several rows (the grid holds fewer CTAs than rows) and copies its next
 // row's chunks into shared memory one row ahead (NOTES).
-template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT, bool AHEAD = false>
+// kPdl (qf_ctx_set_pdl, grids of at most half the SMs): launched as a programmatic dependent, an
+// instantiation of its own as the other quantization kernels': it sets up its cluster barriers,
+// then waits for the kernel before it (the GEMM that wrote x or the residual) before touching
+// memory. On a context with qf_ctx_set_pdl either instantiation lets the kernel after it (the
+// next GEMM) start once its first row is loaded.
+template <typename T, typename Tout, ScaleGranularity GRAN, RowAccess ACC, int VPT, bool AHEAD = false, bool kPdl = false>
 __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuantParams p) {
   static_assert(!AHEAD || ACC == RowAccess::kVec16, "rows ahead on the vector path");
   static_assert(sizeof(T) == 2, "bf16 or fp16 rows");
@@ -115,15 +120,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
   const int tile_chunks = blockDim.x * VPT;
   const int tiles = ((cols + 7) / 8 + tile_chunks - 1) / tile_chunks;
   const qf_scale_out &so = p.scales;
-  const float qmax = qmax_of<Tout>(), ub = so.ub ? *so.ub : 0.0f;
   const T *w = static_cast<const T *>(p.weight) + c0;
-
-  if (kPerGroup && blockIdx.x == 0 && so.pad_rows > 0) {
-    const int64_t groups = p.cols >> p.group_shift;
-    const int64_t n = so.format == QF_SCALE_UE8M0_PACKED ? (groups + 3) / 4 * 4 : groups;
-    for (int64_t e = threadIdx.x; e < so.pad_rows * n; e += blockDim.x)
-      qf_store_group_scale(so.data, so.ld, so.layout, so.format, p.rows + e / n, e % n, 0.0f);
-  }
 
   // Split rows: the exchange of one value per CTA (above). exchange(kind, v, slots, op): v
   // pushed into slot [rank] of every CTA, then this CTA's slots folded in rank order.
@@ -135,6 +132,15 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
       for (int k = 0; k < 4; k++) mbarrier_init(bar_addr(k / 2, k % 2), 1);
     fence_mbarrier_init();
     cluster_sync_relaxed();  // the peers' barriers exist before anything is pushed to them
+  }
+  if constexpr (kPdl) griddep_wait();
+  const float qmax = qmax_of<Tout>(), ub = so.ub ? *so.ub : 0.0f;
+
+  if (kPerGroup && blockIdx.x == 0 && so.pad_rows > 0) {
+    const int64_t groups = p.cols >> p.group_shift;
+    const int64_t n = so.format == QF_SCALE_UE8M0_PACKED ? (groups + 3) / 4 * 4 : groups;
+    for (int64_t e = threadIdx.x; e < so.pad_rows * n; e += blockDim.x)
+      qf_store_group_scale(so.data, so.ld, so.layout, so.format, p.rows + e / n, e % n, 0.0f);
   }
   int it = 0;  // rows this CTA has done: slot parity it % 2, barrier phase (it / 2) % 2
   auto exchange = [&](int kind, auto v, auto (&slots)[2][8], auto op) {
@@ -242,7 +248,7 @@ __global__ void __maxnreg__(rms_max_regs(VPT)) rms_norm_quant_kernel(RmsNormQuan
     }
     // qf_ctx_set_pdl: a dependent GEMM may start now. (After the first row's loads: at the
     // kernel's start, the flag's read held every warp back, M <= 16 2-4% slower with PDL off.)
-    if (p.pdl && it == 0) griddep_launch_dependents();
+    if ((kPdl || p.pdl) && it == 0) griddep_launch_dependents();
     // This thread's chunks of `ahead` are in registers now: the next row's can come in.
     if constexpr (AHEAD) {
       const int64_t next = r + gridDim.x / split;

@@ -317,17 +317,20 @@ static int scaled_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, const int64_t *
  * gemm_scaled_chain: qf_quant_token (e4m3), qf_gemm_scaled (per-token x per-channel scales);
  * gemm_rms_chain: qf_gemm_fp8_blockscale, then qf_rms_norm_quant of its D with a residual (a
  * layer's last GEMM and the next one's input: per 1 x 128 groups, TMA-aligned scales, where N is
- * a multiple of 128, else per token). */
+ * a multiple of 128, else per token);
+ * gemm_silu_chain: qf_gemm_fp8_blockscale, then qf_silu_mul_quant_group of its D as [gate | up]
+ * (the gate / up projection and the down projection's input: 1 x 128 groups of N / 2 columns,
+ * TMA-aligned scales; N / 2 a multiple of 128). */
 
-enum { CHAIN_GROUP, CHAIN_TOKEN, CHAIN_RMS };
+enum { CHAIN_GROUP, CHAIN_TOKEN, CHAIN_RMS, CHAIN_SILU };
 
 typedef struct {
   qf_ctx *ctx;
   int kind;
   DLTensor x, a, as, b, bs, d;
-  DLTensor res, w, q, qs; /* CHAIN_RMS */
+  DLTensor res, w, q, qs; /* CHAIN_RMS; q and qs CHAIN_SILU too */
   int64_t xshape[2], ashape[2], asshape[2], asstride[2], bshape[2], bsshape[2], dshape[2];
-  int64_t wshape[1], qsshape[2], qsstride[2];
+  int64_t wshape[1], qshape[2], qsshape[2], qsstride[2];
 } chain_call;
 
 static int run_chain(void *arg) {
@@ -341,6 +344,7 @@ static int run_chain(void *arg) {
     st = c->kind == CHAIN_TOKEN ? qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL)
                                 : qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
   if (st == QF_OK && c->kind == CHAIN_RMS) st = qf_rms_norm_quant(c->ctx, &c->d, &c->res, &c->w, &c->q, &c->qs, &ro);
+  if (st == QF_OK && c->kind == CHAIN_SILU) st = qf_silu_mul_quant_group(c->ctx, &c->d, &c->q, &c->qs, NULL, &o);
   if (st != QF_OK) fprintf(stderr, "chain: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
@@ -349,7 +353,9 @@ static int run_chain(void *arg) {
  * same calls on one without, event-timed (the overlap is across kernels); the peer's time is the
  * mean of a run before and one after, so that clock drift does not fall on one side. */
 static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, int64_t N, int64_t K) {
-  const int scaled = kind == CHAIN_TOKEN, rms = kind == CHAIN_RMS, rms_groups = N % 128 == 0;
+  const int scaled = kind == CHAIN_TOKEN, rms = kind == CHAIN_RMS, silu = kind == CHAIN_SILU;
+  const int groups = silu || N % 128 == 0; /* the quantized output per 128 groups, else per token */
+  const int64_t qcols = silu ? N / 2 : N; /* the quantized output's columns */
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
   /* the scales: block-scaled [KB, Mp] and [NB, KB], scaled [M] and [N] */
   const size_t as_n = (size_t)(scaled ? M : KB * Mp), bs_n = (size_t)(scaled ? N : NB * KB);
@@ -364,11 +370,11 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
       cudaMalloc(&d, (size_t)(M * N) * 2) || cudaMalloc((void **)&as, sizeof(float) * as_n) ||
       cudaMalloc((void **)&bs, sizeof(float) * bs_n))
     goto done;
-  const size_t qs_n = (size_t)(rms_groups ? (N / 128) * Mp : M);
+  const size_t qs_n = (size_t)(groups ? (qcols / 128) * Mp : M);
   /* residual and weight: every bf16 0x3C3C (0.0115) and 0x3F3F (0.75) */
-  if (rms && (cudaMalloc(&res, (size_t)(M * N) * 2) || cudaMalloc(&w, (size_t)N * 2) || cudaMalloc(&q, (size_t)(M * N)) ||
-              cudaMalloc(&qs, sizeof(float) * qs_n) || cudaMemset(res, 0x3C, (size_t)(M * N) * 2) ||
-              cudaMemset(w, 0x3F, (size_t)N * 2)))
+  if ((rms || silu) && (cudaMalloc(&q, (size_t)(M * qcols)) || cudaMalloc(&qs, sizeof(float) * qs_n))) goto done;
+  if (rms && (cudaMalloc(&res, (size_t)(M * N) * 2) || cudaMalloc(&w, (size_t)N * 2) ||
+              cudaMemset(res, 0x3C, (size_t)(M * N) * 2) || cudaMemset(w, 0x3F, (size_t)N * 2)))
     goto done;
   for (size_t i = 0; i < x_bytes / 2; i++) {
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
@@ -380,8 +386,8 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
   if (cudaMemcpy(bm, h, b_bytes, cudaMemcpyHostToDevice) ||
       cudaMemcpy(bs, hs, sizeof(float) * bs_n, cudaMemcpyHostToDevice))
     goto done;
-  /* CHAIN_RMS quantizes no A: e4m3 0x30 (0.5) with scales of 0x3C3C3C3C (0.0115) */
-  if (rms && (cudaMemset(a, 0x30, (size_t)(M * K)) || cudaMemset(as, 0x3C, sizeof(float) * as_n))) goto done;
+  /* CHAIN_RMS and CHAIN_SILU quantize no A: e4m3 0x30 (0.5) with scales of 0x3C3C3C3C (0.0115) */
+  if ((rms || silu) && (cudaMemset(a, 0x30, (size_t)(M * K)) || cudaMemset(as, 0x3C, sizeof(float) * as_n))) goto done;
 
   chain_call c = {.ctx = pdl, .kind = kind};
   c.xshape[0] = M, c.xshape[1] = K;
@@ -396,15 +402,18 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
   c.b = dev_tensor(bm, QF_E4M3FN, c.bshape, NULL);
   c.bs = dev_tensor(bs, QF_F32, c.bsshape, NULL);
   c.d = dev_tensor(d, QF_BF16, c.dshape, NULL);
-  if (rms) {
+  if (rms || silu) {
     c.wshape[0] = N;
-    c.qsshape[0] = rms_groups ? N / 128 : M, c.qsshape[1] = M, c.qsstride[0] = Mp, c.qsstride[1] = 1;
+    c.qshape[0] = M, c.qshape[1] = qcols;
+    c.qsshape[0] = groups ? qcols / 128 : M, c.qsshape[1] = M, c.qsstride[0] = Mp, c.qsstride[1] = 1;
+    c.q = dev_tensor(q, QF_E4M3FN, c.qshape, NULL);
+    c.qs = dev_tensor(qs, QF_F32, c.qsshape, groups ? c.qsstride : NULL);
+    c.qs.ndim = groups ? 2 : 1;
+  }
+  if (rms) {
     c.res = dev_tensor(res, QF_BF16, c.dshape, NULL);
     c.w = dev_tensor(w, QF_BF16, c.wshape, NULL);
     c.w.ndim = 1;
-    c.q = dev_tensor(q, QF_E4M3FN, c.dshape, NULL);
-    c.qs = dev_tensor(qs, QF_F32, c.qsshape, rms_groups ? c.qsstride : NULL);
-    c.qs.ndim = rms_groups ? 2 : 1;
   }
   chain_call p = c; /* (its tensors' shapes stay c's) */
   p.ctx = plain;
@@ -414,10 +423,13 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
   /* x read, A written and read, the scales, B, its scales and D (CHAIN_RMS: A and its scales
    * read; D read again, the residual read and written, q and its scales written, the weight) */
   const double scale_words = (rms ? 1.0 : 2.0) * (double)as_n + (double)bs_n; /* As written and read, Bs read */
-  const double a_bytes = (rms ? 1.0 : 4.0) * (double)(M * K), d_bytes = (rms ? 7.0 : 2.0) * (double)(M * N);
-  const double bytes = a_bytes + 4.0 * scale_words + (double)(N * K) + d_bytes + (rms ? 4.0 * (double)qs_n + 2.0 * (double)N : 0);
-  static const char *const ops[] = {"gemm_fp8_blockscale_chain", "gemm_scaled_chain", "gemm_rms_chain"};
-  static const char *const variants[] = {"quant_group+gemm,pdl", "quant_token+gemm,pdl", "gemm+rms_norm_quant,pdl"};
+  const double a_bytes = (rms || silu ? 1.0 : 4.0) * (double)(M * K);
+  const double d_bytes = (rms ? 7.0 : silu ? 4.5 : 2.0) * (double)(M * N); /* CHAIN_SILU: D read, q [M, N / 2] */
+  const double bytes = a_bytes + 4.0 * scale_words + (double)(N * K) + d_bytes + (rms || silu ? 4.0 * (double)qs_n : 0) +
+                       (rms ? 2.0 * (double)N : 0);
+  static const char *const ops[] = {"gemm_fp8_blockscale_chain", "gemm_scaled_chain", "gemm_rms_chain", "gemm_silu_chain"};
+  static const char *const variants[] = {"quant_group+gemm,pdl", "quant_token+gemm,pdl", "gemm+rms_norm_quant,pdl",
+                                         "gemm+silu_mul_quant_group,pdl"};
   qfb_row row = {.op = ops[kind], .variant = variants[kind], .shape = shape, .bytes = bytes,
                  .flops = 2.0 * (double)M * (double)N * (double)K};
   const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
@@ -444,7 +456,8 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int chain = qfb_op_selected(sel->ops, "gemm_fp8_blockscale_chain");
   const int scaled_chain = qfb_op_selected(sel->ops, "gemm_scaled_chain");
   const int rms_chain = qfb_op_selected(sel->ops, "gemm_rms_chain");
-  if (!(blockscale || scaled || chain || scaled_chain || rms_chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  const int silu_chain = qfb_op_selected(sel->ops, "gemm_silu_chain");
+  if (!(blockscale || scaled || chain || scaled_chain || rms_chain || silu_chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -469,7 +482,7 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   qfb_lt_close(lt);
   /* the chains at decode, where a kernel's start and its first bytes weigh most */
   qf_ctx *pdl = NULL;
-  if ((chain || scaled_chain || rms_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
+  if ((chain || scaled_chain || rms_chain || silu_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
     fprintf(stderr, "bench_gemm: no context with programmatic dependent launch\n");
     rc = 1;
   }
@@ -484,6 +497,12 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
       if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
       rc |= chain_shape(b, ctx, pdl, CHAIN_RMS, chain_ms[i], nk[j][0], nk[j][1]);
+      ++*rows;
+    }
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl && silu_chain; j++)
+    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
+      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k) || (nk[j][0] / 2) % 128) continue;
+      rc |= chain_shape(b, ctx, pdl, CHAIN_SILU, chain_ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
   for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0] && pdl && scaled_chain; j++)

@@ -86,7 +86,8 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * overlap that kernel, and they wait for it to complete before they read A, the scales, C or bias
  * or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and
  * qf_quant_per_tensor launch the same way (they wait for the kernel before them, e.g. the GEMM
- * that wrote x), and so does qf_rms_norm_quant where its grid is at most half the SMs (decode).
+ * that wrote x), and so does qf_rms_norm_quant at decode (one block a row up to one per SM, or
+ * clusters of blocks up to half the SMs).
  * On such a context those let the GEMM after them start early; after any other kernel it starts
  * when that kernel's blocks have all exited. Every other
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as

@@ -15,9 +15,9 @@
  * the norm and a quantization for the next GEMM, as between two layers), launched as the
  * dependent of the kernel before it: per 128 groups where N is a multiple of 128, else per token;
  * its residual (overwritten with y), q and scales compared the same way. It launches as a
- * dependent where its grid is at most half the SMs (M <= 64 here; rows of 16384 at M = 8 over
- * clusters of CTAs), as a plain kernel otherwise (rows of 18432 at M = 512: the clusters that
- * copy rows ahead). */
+ * dependent at decode (one CTA a row up to M = 128 here; rows of 16384 at M = 8 over clusters of
+ * CTAs), as a plain kernel otherwise (M = 512; rows of 18432 at M = 512: the clusters that copy
+ * rows ahead). */
 #include <stdint.h>
 #include <string.h>
 

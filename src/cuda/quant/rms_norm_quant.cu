@@ -32,16 +32,28 @@ bool rows_aligned(const void *data, int64_t ld, size_t elem, size_t bytes) {
   return reinterpret_cast<uintptr_t>(data) % bytes == 0 && (ld * elem) % bytes == 0;
 }
 
-// The instantiation for the row configuration: kPdl for a context with qf_ctx_set_pdl.
+// The instantiation for the row configuration (of row_variants, in this order): kPdl to launch as
+// a programmatic dependent.
+constexpr int kRowVariants = 5;
+int row_variant(const RowConfig &cfg) {
+  return cfg.access == RowAccess::kScalar ? 0 : cfg.vpt == 1 ? 1 : cfg.vpt == 2 ? 2 : cfg.vpt == 4 ? 3 : 4;
+}
 template <typename T, typename Tout, ScaleGranularity GRAN, bool kPdl>
 void (*row_kernel(const RowConfig &cfg))(RmsNormQuantParams) {
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
-  return cfg.access == S ? rms_norm_quant_kernel<T, Tout, GRAN, S, 1, false, kPdl>
-         : cfg.vpt == 1  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 1, false, kPdl>
-         : cfg.vpt == 2  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 2, false, kPdl>
-         : cfg.vpt == 4  ? rms_norm_quant_kernel<T, Tout, GRAN, V, 4, false, kPdl>
-                         : rms_norm_quant_kernel<T, Tout, GRAN, V, 8, false, kPdl>;
+  switch (row_variant(cfg)) {
+    case 0: return rms_norm_quant_kernel<T, Tout, GRAN, S, 1, false, kPdl>;
+    case 1: return rms_norm_quant_kernel<T, Tout, GRAN, V, 1, false, kPdl>;
+    case 2: return rms_norm_quant_kernel<T, Tout, GRAN, V, 2, false, kPdl>;
+    case 3: return rms_norm_quant_kernel<T, Tout, GRAN, V, 4, false, kPdl>;
+    default: return rms_norm_quant_kernel<T, Tout, GRAN, V, 8, false, kPdl>;
+  }
 }
+
+// Dynamic shared memory that leaves room for one CTA per SM (over half of an sm_90 SM's 228 KB;
+// the kernel uses none of it): a dependent launch's CTAs, which become resident while the GEMM
+// before them runs, then cannot pile onto the SMs it leaves idle (NOTES at the launch).
+constexpr size_t kOneCtaPerSmBytes = 120 * 1024;
 
 template <typename T, typename Tout, ScaleGranularity GRAN>
 qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
@@ -83,15 +95,26 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
       if (resident > 0 && a->x.rows > resident) row_groups = resident, kernel = ahead_kernel, smem = ahead_bytes;
     }
   }
-  // With qf_ctx_set_pdl, a grid of at most half the SMs (decode) launches as a programmatic
-  // dependent (its kPdl instantiation). A larger one would not gain: its CTAs, launched while the
-  // GEMM before it runs, crowd onto the few SMs that the GEMM leaves idle, several per SM, where
-  // they then run after it at a fraction of the bandwidth the other SMs have free (H100, GEMM then
-  // this kernel: M = 128 rows 0.96-0.99x the time of the same two calls without PDL, M <= 64
-  // 1.02-1.13x; docs/GEMM.md).
+  // With qf_ctx_set_pdl, decode grids launch as programmatic dependents (the kPdl instantiation):
+  // one CTA a row up to one per SM, each CTA holding kOneCtaPerSmBytes, and clusters of split rows
+  // up to half the SMs. The CTAs of a dependent become resident while the GEMM before it runs; left
+  // free, they crowd onto the SMs that the GEMM leaves idle, several per SM, and run there after it
+  // at a fraction of the bandwidth (M = 128 rows 0.95-0.99x the time of the same two calls without
+  // PDL); one per SM, M = 128 ran 1.04-1.07x (H200). Clusters held to one CTA per SM wait for whole
+  // free groups of SMs (0.87-0.89x), and clusters on more than half the SMs crowd as above
+  // (docs/GEMM.md).
   const int64_t ctas = row_groups * split;
-  const bool dependent = ctx->pdl && ctas * 2 <= ctx->sm_count;
-  if (dependent) kernel = row_kernel<T, Tout, GRAN, true>(cfg);
+  const bool one_per_sm = split == 1 && ctas <= ctx->sm_count;
+  const bool dependent = ctx->pdl && smem == 0 && (one_per_sm || ctas * 2 <= ctx->sm_count);
+  if (dependent) {
+    kernel = row_kernel<T, Tout, GRAN, true>(cfg);
+    if (one_per_sm) {
+      static std::atomic<uint64_t> opted_in[kRowVariants];
+      smem = kOneCtaPerSmBytes;
+      const qf_status st = qf_cuda_smem_opt_in(ctx, "qf_rms_norm_quant", kernel, smem, opted_in[row_variant(cfg)]);
+      if (st != QF_OK) return st;
+    }
+  }
   // Clusters of `split` CTAs (none for 1).
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(ctas)), dim3(cfg.threads), smem,

@@ -100,7 +100,7 @@ __host__ __device__ constexpr int rms_max_regs(int vpt) { return vpt >= 8 ? 96 :
 
 // AHEAD: a CTA visits several rows (the grid holds fewer CTAs than rows) and copies its next
 // row's chunks into shared memory one row ahead (NOTES).
-// kPdl (qf_ctx_set_pdl, grids of at most half the SMs): launched as a programmatic dependent, an
+// kPdl (qf_ctx_set_pdl, decode grids: the launcher's rule): launched as a programmatic dependent, an
 // instantiation of its own as the other quantization kernels': it sets up its cluster barriers,
 // then waits for the kernel before it (the GEMM that wrote x or the residual) before touching
 // memory. On a context with qf_ctx_set_pdl either instantiation lets the kernel after it (the

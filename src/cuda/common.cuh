@@ -40,6 +40,13 @@ qf_status qf_cuda_smem_opt_in(qf_ctx *ctx, const char *op, Kernel kernel, size_t
   return QF_OK;
 }
 
+// Dynamic shared memory that leaves room for one CTA per SM (over half of an sm_90 SM's 228 KB;
+// the kernel need not use it). The row kernels launched as programmatic dependents at decode
+// (one CTA a row: qf_quant_token, qf_rms_norm_quant) hold it: their CTAs become resident while the
+// GEMM before them runs, and left free they pile onto the SMs the GEMM leaves idle, several per
+// SM, and run there after it at a fraction of the bandwidth (docs/GEMM.md).
+constexpr size_t kQfOneCtaPerSmBytes = 120 * 1024;
+
 // A launch configuration (cudaLaunchKernelEx) with the one attribute *attr, the caller's storage.
 static inline cudaLaunchConfig_t qf_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                                   cudaLaunchAttribute *attr) {

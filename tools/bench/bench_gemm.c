@@ -320,15 +320,17 @@ static int scaled_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, const int64_t *
  * a multiple of 128, else per token);
  * gemm_silu_chain: qf_gemm_fp8_blockscale, then qf_silu_mul_quant_group of its D as [gate | up]
  * (the gate / up projection and the down projection's input: 1 x 128 groups of N / 2 columns,
- * TMA-aligned scales; N / 2 a multiple of 128). */
+ * TMA-aligned scales; N / 2 a multiple of 128);
+ * gemm_token_chain: qf_gemm_scaled (per-token x per-channel scales), then qf_quant_token of its D
+ * (e4m3, per-token scales). */
 
-enum { CHAIN_GROUP, CHAIN_TOKEN, CHAIN_RMS, CHAIN_SILU };
+enum { CHAIN_GROUP, CHAIN_TOKEN, CHAIN_RMS, CHAIN_SILU, CHAIN_TOKEN_AFTER };
 
 typedef struct {
   qf_ctx *ctx;
   int kind;
   DLTensor x, a, as, b, bs, d;
-  DLTensor res, w, q, qs; /* CHAIN_RMS; q and qs CHAIN_SILU too */
+  DLTensor res, w, q, qs; /* CHAIN_RMS; q and qs CHAIN_SILU and CHAIN_TOKEN_AFTER too */
   int64_t xshape[2], ashape[2], asshape[2], asstride[2], bshape[2], bsshape[2], dshape[2];
   int64_t wshape[1], qshape[2], qsshape[2], qsstride[2];
 } chain_call;
@@ -341,10 +343,11 @@ static int run_chain(void *arg) {
                  : c->kind == CHAIN_GROUP ? qf_quant_group(c->ctx, &c->x, &c->a, &c->as, &o)
                                           : QF_OK;
   if (st == QF_OK)
-    st = c->kind == CHAIN_TOKEN ? qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL)
-                                : qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+    st = c->kind == CHAIN_TOKEN || c->kind == CHAIN_TOKEN_AFTER ? qf_gemm_scaled(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL)
+                                                                : qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
   if (st == QF_OK && c->kind == CHAIN_RMS) st = qf_rms_norm_quant(c->ctx, &c->d, &c->res, &c->w, &c->q, &c->qs, &ro);
   if (st == QF_OK && c->kind == CHAIN_SILU) st = qf_silu_mul_quant_group(c->ctx, &c->d, &c->q, &c->qs, NULL, &o);
+  if (st == QF_OK && c->kind == CHAIN_TOKEN_AFTER) st = qf_quant_token(c->ctx, &c->d, &c->q, &c->qs, NULL, NULL);
   if (st != QF_OK) fprintf(stderr, "chain: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
@@ -353,8 +356,9 @@ static int run_chain(void *arg) {
  * same calls on one without, event-timed (the overlap is across kernels); the peer's time is the
  * mean of a run before and one after, so that clock drift does not fall on one side. */
 static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, int64_t N, int64_t K) {
-  const int scaled = kind == CHAIN_TOKEN, rms = kind == CHAIN_RMS, silu = kind == CHAIN_SILU;
-  const int groups = silu || N % 128 == 0; /* the quantized output per 128 groups, else per token */
+  const int after = kind == CHAIN_TOKEN_AFTER, scaled = kind == CHAIN_TOKEN || after, rms = kind == CHAIN_RMS;
+  const int silu = kind == CHAIN_SILU, requant = rms || silu || after; /* quantizes D, not x */
+  const int groups = !after && (silu || N % 128 == 0); /* the quantized output per 128 groups, else per token */
   const int64_t qcols = silu ? N / 2 : N; /* the quantized output's columns */
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
   /* the scales: block-scaled [KB, Mp] and [NB, KB], scaled [M] and [N] */
@@ -372,7 +376,7 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
     goto done;
   const size_t qs_n = (size_t)(groups ? (qcols / 128) * Mp : M);
   /* residual and weight: every bf16 0x3C3C (0.0115) and 0x3F3F (0.75) */
-  if ((rms || silu) && (cudaMalloc(&q, (size_t)(M * qcols)) || cudaMalloc(&qs, sizeof(float) * qs_n))) goto done;
+  if (requant && (cudaMalloc(&q, (size_t)(M * qcols)) || cudaMalloc(&qs, sizeof(float) * qs_n))) goto done;
   if (rms && (cudaMalloc(&res, (size_t)(M * N) * 2) || cudaMalloc(&w, (size_t)N * 2) ||
               cudaMemset(res, 0x3C, (size_t)(M * N) * 2) || cudaMemset(w, 0x3F, (size_t)N * 2)))
     goto done;
@@ -386,8 +390,8 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
   if (cudaMemcpy(bm, h, b_bytes, cudaMemcpyHostToDevice) ||
       cudaMemcpy(bs, hs, sizeof(float) * bs_n, cudaMemcpyHostToDevice))
     goto done;
-  /* CHAIN_RMS and CHAIN_SILU quantize no A: e4m3 0x30 (0.5) with scales of 0x3C3C3C3C (0.0115) */
-  if ((rms || silu) && (cudaMemset(a, 0x30, (size_t)(M * K)) || cudaMemset(as, 0x3C, sizeof(float) * as_n))) goto done;
+  /* the chains that quantize D quantize no A: e4m3 0x30 (0.5) with scales of 0x3C3C3C3C (0.0115) */
+  if (requant && (cudaMemset(a, 0x30, (size_t)(M * K)) || cudaMemset(as, 0x3C, sizeof(float) * as_n))) goto done;
 
   chain_call c = {.ctx = pdl, .kind = kind};
   c.xshape[0] = M, c.xshape[1] = K;
@@ -402,7 +406,7 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
   c.b = dev_tensor(bm, QF_E4M3FN, c.bshape, NULL);
   c.bs = dev_tensor(bs, QF_F32, c.bsshape, NULL);
   c.d = dev_tensor(d, QF_BF16, c.dshape, NULL);
-  if (rms || silu) {
+  if (requant) {
     c.wshape[0] = N;
     c.qshape[0] = M, c.qshape[1] = qcols;
     c.qsshape[0] = groups ? qcols / 128 : M, c.qsshape[1] = M, c.qsstride[0] = Mp, c.qsstride[1] = 1;
@@ -422,14 +426,16 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
   snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
   /* x read, A written and read, the scales, B, its scales and D (CHAIN_RMS: A and its scales
    * read; D read again, the residual read and written, q and its scales written, the weight) */
-  const double scale_words = (rms ? 1.0 : 2.0) * (double)as_n + (double)bs_n; /* As written and read, Bs read */
-  const double a_bytes = (rms || silu ? 1.0 : 4.0) * (double)(M * K);
-  const double d_bytes = (rms ? 7.0 : silu ? 4.5 : 2.0) * (double)(M * N); /* CHAIN_SILU: D read, q [M, N / 2] */
-  const double bytes = a_bytes + 4.0 * scale_words + (double)(N * K) + d_bytes + (rms || silu ? 4.0 * (double)qs_n : 0) +
+  const double scale_words = (requant ? 1.0 : 2.0) * (double)as_n + (double)bs_n; /* As written and read, Bs read */
+  const double a_bytes = (requant ? 1.0 : 4.0) * (double)(M * K);
+  /* D read again: CHAIN_RMS the residual read and written, q; CHAIN_SILU q [M, N / 2]; CHAIN_TOKEN_AFTER q */
+  const double d_bytes = (rms ? 7.0 : silu ? 4.5 : after ? 5.0 : 2.0) * (double)(M * N);
+  const double bytes = a_bytes + 4.0 * scale_words + (double)(N * K) + d_bytes + (requant ? 4.0 * (double)qs_n : 0) +
                        (rms ? 2.0 * (double)N : 0);
-  static const char *const ops[] = {"gemm_fp8_blockscale_chain", "gemm_scaled_chain", "gemm_rms_chain", "gemm_silu_chain"};
+  static const char *const ops[] = {"gemm_fp8_blockscale_chain", "gemm_scaled_chain", "gemm_rms_chain", "gemm_silu_chain",
+                                    "gemm_token_chain"};
   static const char *const variants[] = {"quant_group+gemm,pdl", "quant_token+gemm,pdl", "gemm+rms_norm_quant,pdl",
-                                         "gemm+silu_mul_quant_group,pdl"};
+                                         "gemm+silu_mul_quant_group,pdl", "gemm_scaled+quant_token,pdl"};
   qfb_row row = {.op = ops[kind], .variant = variants[kind], .shape = shape, .bytes = bytes,
                  .flops = 2.0 * (double)M * (double)N * (double)K};
   const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
@@ -457,7 +463,9 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int scaled_chain = qfb_op_selected(sel->ops, "gemm_scaled_chain");
   const int rms_chain = qfb_op_selected(sel->ops, "gemm_rms_chain");
   const int silu_chain = qfb_op_selected(sel->ops, "gemm_silu_chain");
-  if (!(blockscale || scaled || chain || scaled_chain || rms_chain || silu_chain) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  const int token_chain = qfb_op_selected(sel->ops, "gemm_token_chain");
+  if (!(blockscale || scaled || chain || scaled_chain || rms_chain || silu_chain || token_chain) || !qfb_uses_gpu(b))
+    return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -482,7 +490,7 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   qfb_lt_close(lt);
   /* the chains at decode, where a kernel's start and its first bytes weigh most */
   qf_ctx *pdl = NULL;
-  if ((chain || scaled_chain || rms_chain || silu_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
+  if ((chain || scaled_chain || rms_chain || silu_chain || token_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
     fprintf(stderr, "bench_gemm: no context with programmatic dependent launch\n");
     rc = 1;
   }
@@ -509,6 +517,12 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
       if ((sel->m && chain_ms[i] != sel->m) || (sel->k && scaled_nk[j][1] != sel->k)) continue;
       rc |= chain_shape(b, ctx, pdl, CHAIN_TOKEN, chain_ms[i], scaled_nk[j][0], scaled_nk[j][1]);
+      ++*rows;
+    }
+  for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0] && pdl && token_chain; j++)
+    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
+      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && scaled_nk[j][1] != sel->k)) continue;
+      rc |= chain_shape(b, ctx, pdl, CHAIN_TOKEN_AFTER, chain_ms[i], scaled_nk[j][0], scaled_nk[j][1]);
       ++*rows;
     }
   qf_ctx_destroy(pdl);

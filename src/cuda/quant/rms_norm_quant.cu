@@ -50,11 +50,6 @@ void (*row_kernel(const RowConfig &cfg))(RmsNormQuantParams) {
   }
 }
 
-// Dynamic shared memory that leaves room for one CTA per SM (over half of an sm_90 SM's 228 KB;
-// the kernel uses none of it): a dependent launch's CTAs, which become resident while the GEMM
-// before them runs, then cannot pile onto the SMs it leaves idle (NOTES at the launch).
-constexpr size_t kOneCtaPerSmBytes = 120 * 1024;
-
 template <typename T, typename Tout, ScaleGranularity GRAN>
 qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   if (a->x.cols > kRowColsMax)
@@ -96,7 +91,7 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
     }
   }
   // With qf_ctx_set_pdl, decode grids launch as programmatic dependents (the kPdl instantiation):
-  // one CTA a row up to one per SM, each CTA holding kOneCtaPerSmBytes, and clusters of split rows
+  // one CTA a row up to one per SM, each CTA holding kQfOneCtaPerSmBytes, and clusters of split rows
   // up to half the SMs. The CTAs of a dependent become resident while the GEMM before it runs; left
   // free, they crowd onto the SMs that the GEMM leaves idle, several per SM, and run there after it
   // at a fraction of the bandwidth (M = 128 rows 0.95-0.99x the time of the same two calls without
@@ -110,7 +105,7 @@ qf_status launch(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
     kernel = row_kernel<T, Tout, GRAN, true>(cfg);
     if (one_per_sm) {
       static std::atomic<uint64_t> opted_in[kRowVariants];
-      smem = kOneCtaPerSmBytes;
+      smem = kQfOneCtaPerSmBytes;
       const qf_status st = qf_cuda_smem_opt_in(ctx, "qf_rms_norm_quant", kernel, smem, opted_in[row_variant(cfg)]);
       if (st != QF_OK) return st;
     }

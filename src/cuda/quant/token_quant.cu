@@ -21,16 +21,30 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
   p.scales = a->scales, p.azp = a->azp, p.scale_min = a->scale_min, p.ub = a->ub;
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
   constexpr int kVptMax = row_vpt_max(sizeof(Tin));  // 8 for 16-bit inputs, 4 for fp32
+  const int variant = cfg.access == S ? 0 : cfg.vpt == 1 ? 1 : cfg.vpt == 2 ? 2 : cfg.vpt == 4 ? 3 : 4;
   auto pick = [&](auto pdl) {
     constexpr bool kPdl = decltype(pdl)::value;
-    return cfg.access == S ? token_quant_kernel<Tin, Tout, ZP, S, 1, kPdl>
-           : cfg.vpt == 1  ? token_quant_kernel<Tin, Tout, ZP, V, 1, kPdl>
-           : cfg.vpt == 2  ? token_quant_kernel<Tin, Tout, ZP, V, 2, kPdl>
-           : cfg.vpt == 4  ? token_quant_kernel<Tin, Tout, ZP, V, 4, kPdl>
-                           : token_quant_kernel<Tin, Tout, ZP, V, kVptMax, kPdl>;
+    switch (variant) {
+      case 0: return token_quant_kernel<Tin, Tout, ZP, S, 1, kPdl>;
+      case 1: return token_quant_kernel<Tin, Tout, ZP, V, 1, kPdl>;
+      case 2: return token_quant_kernel<Tin, Tout, ZP, V, 2, kPdl>;
+      case 3: return token_quant_kernel<Tin, Tout, ZP, V, 4, kPdl>;
+      default: return token_quant_kernel<Tin, Tout, ZP, V, kVptMax, kPdl>;
+    }
   };
-  return qf_cuda_launch(ctx, "qf_quant_token", pick(std::false_type{}), pick(std::true_type{}), dim3(row_blocks(a->x.rows)),
-                        dim3(cfg.threads), 0, p);
+  const auto dependent = pick(std::true_type{});
+  // With qf_ctx_set_pdl, up to a row per SM: one CTA per SM (kQfOneCtaPerSmBytes, common.cuh).
+  // H200, W8A8 GEMM then this kernel at M = 1 to 128: 1.05x the time of the two calls without PDL
+  // against 1.03-1.04x with the CTAs left free (M = 128 1.02-1.08x against 0.99-1.04x).
+  size_t smem = 0;
+  if (ctx->pdl && a->x.rows <= ctx->sm_count) {
+    static std::atomic<uint64_t> opted_in[5];  // per variant
+    smem = kQfOneCtaPerSmBytes;
+    const qf_status st = qf_cuda_smem_opt_in(ctx, "qf_quant_token", dependent, smem, opted_in[variant]);
+    if (st != QF_OK) return st;
+  }
+  return qf_cuda_launch(ctx, "qf_quant_token", pick(std::false_type{}), dependent, dim3(row_blocks(a->x.rows)),
+                        dim3(cfg.threads), smem, p);
 }
 
 template <typename Tin>

@@ -87,9 +87,8 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and
  * qf_quant_per_tensor launch the same way (they wait for the kernel before them, e.g. the GEMM
  * that wrote x), and so does qf_rms_norm_quant at decode (one block a row up to one per SM, or
- * clusters of blocks up to half the SMs).
- * On such a context those let the GEMM after them start early; after any other kernel it starts
- * when that kernel's blocks have all exited. Every other
+ * clusters of blocks up to half the SMs). On such a context those let the GEMM after them start
+ * early; after any other kernel it starts when that kernel's blocks have all exited. Every other
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as
  * usual. QF_ERR_UNSUPPORTED on a CPU context. */
 qf_status qf_ctx_set_pdl(qf_ctx *ctx, int enable);

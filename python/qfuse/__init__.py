@@ -231,9 +231,8 @@ class Context:
 
     def set_pdl(self, enable=True):
         """Programmatic dependent launch (qf_ctx_set_pdl): the GEMMs and the group, token and
-        per-tensor quantizations (RMSNorm + quant at decode) may start
-        while the kernel before them in the stream finishes, and wait for it before touching its
-        data."""
+        per-tensor quantizations (RMSNorm + quant at decode) may start while the kernel before them
+        in the stream finishes, and wait for it before touching its data."""
         self._check(_lib.qf_ctx_set_pdl(self._ctx, 1 if enable else 0))
 
     def _check(self, status):

@@ -38,7 +38,7 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
   // against 1.03-1.04x with the CTAs left free (M = 128 1.02-1.08x against 0.99-1.04x).
   size_t smem = 0;
   if (ctx->pdl && a->x.rows <= ctx->sm_count) {
-    static std::atomic<uint64_t> opted_in[5];  // per variant
+    static std::atomic<uint64_t> opted_in[5];  // one flag word per variant (the switch above)
     smem = kQfOneCtaPerSmBytes;
     const qf_status st = qf_cuda_smem_opt_in(ctx, "qf_quant_token", dependent, smem, opted_in[variant]);
     if (st != QF_OK) return st;

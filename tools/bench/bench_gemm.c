@@ -324,7 +324,12 @@ static int scaled_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, int fp8, const int64_t *
  * gemm_token_chain: qf_gemm_scaled (per-token x per-channel scales), then qf_quant_token of its D
  * (e4m3, per-token scales). */
 
-enum { CHAIN_GROUP, CHAIN_TOKEN, CHAIN_RMS, CHAIN_SILU, CHAIN_TOKEN_AFTER };
+enum { CHAIN_GROUP, CHAIN_TOKEN, CHAIN_RMS, CHAIN_SILU, CHAIN_TOKEN_AFTER, CHAIN_KINDS };
+static const char *const chain_ops[CHAIN_KINDS] = {"gemm_fp8_blockscale_chain", "gemm_scaled_chain", "gemm_rms_chain",
+                                                   "gemm_silu_chain", "gemm_token_chain"};
+static const char *const chain_variants[CHAIN_KINDS] = {"quant_group+gemm,pdl", "quant_token+gemm,pdl",
+                                                        "gemm+rms_norm_quant,pdl", "gemm+silu_mul_quant_group,pdl",
+                                                        "gemm_scaled+quant_token,pdl"};
 
 typedef struct {
   qf_ctx *ctx;
@@ -432,11 +437,7 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
   const double d_bytes = (rms ? 7.0 : silu ? 4.5 : after ? 5.0 : 2.0) * (double)(M * N);
   const double bytes = a_bytes + 4.0 * scale_words + (double)(N * K) + d_bytes + (requant ? 4.0 * (double)qs_n : 0) +
                        (rms ? 2.0 * (double)N : 0);
-  static const char *const ops[] = {"gemm_fp8_blockscale_chain", "gemm_scaled_chain", "gemm_rms_chain", "gemm_silu_chain",
-                                    "gemm_token_chain"};
-  static const char *const variants[] = {"quant_group+gemm,pdl", "quant_token+gemm,pdl", "gemm+rms_norm_quant,pdl",
-                                         "gemm+silu_mul_quant_group,pdl", "gemm_scaled+quant_token,pdl"};
-  qfb_row row = {.op = ops[kind], .variant = variants[kind], .shape = shape, .bytes = bytes,
+  qfb_row row = {.op = chain_ops[kind], .variant = chain_variants[kind], .shape = shape, .bytes = bytes,
                  .flops = 2.0 * (double)M * (double)N * (double)K};
   const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
   const double before = qfb_time_us(b, run_chain, &p);
@@ -459,13 +460,11 @@ done:
 int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int blockscale = qfb_op_selected(sel->ops, "gemm_fp8_blockscale");
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
-  const int chain = qfb_op_selected(sel->ops, "gemm_fp8_blockscale_chain");
-  const int scaled_chain = qfb_op_selected(sel->ops, "gemm_scaled_chain");
-  const int rms_chain = qfb_op_selected(sel->ops, "gemm_rms_chain");
-  const int silu_chain = qfb_op_selected(sel->ops, "gemm_silu_chain");
-  const int token_chain = qfb_op_selected(sel->ops, "gemm_token_chain");
-  if (!(blockscale || scaled || chain || scaled_chain || rms_chain || silu_chain || token_chain) || !qfb_uses_gpu(b))
-    return 0; /* the CPU reference is float64: not timed */
+  int chains = 0;
+#ifdef QF_WITH_CUDA
+  for (int kind = 0; kind < CHAIN_KINDS; kind++) chains |= qfb_op_selected(sel->ops, chain_ops[kind]);
+#endif
+  if (!(blockscale || scaled || chains) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -490,41 +489,25 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   qfb_lt_close(lt);
   /* the chains at decode, where a kernel's start and its first bytes weigh most */
   qf_ctx *pdl = NULL;
-  if ((chain || scaled_chain || rms_chain || silu_chain || token_chain) && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
+  if (chains && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
     fprintf(stderr, "bench_gemm: no context with programmatic dependent launch\n");
     rc = 1;
   }
+  /* each kind on its GEMM's weights: the block-scaled bench's, or the W8A8 one's */
   static const int64_t chain_ms[] = {1, 16, 64, 128};
-  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl && chain; j++)
-    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
-      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
-      rc |= chain_shape(b, ctx, pdl, CHAIN_GROUP, chain_ms[i], nk[j][0], nk[j][1]);
-      ++*rows;
-    }
-  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl && rms_chain; j++)
-    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
-      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
-      rc |= chain_shape(b, ctx, pdl, CHAIN_RMS, chain_ms[i], nk[j][0], nk[j][1]);
-      ++*rows;
-    }
-  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && pdl && silu_chain; j++)
-    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
-      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k) || (nk[j][0] / 2) % 128) continue;
-      rc |= chain_shape(b, ctx, pdl, CHAIN_SILU, chain_ms[i], nk[j][0], nk[j][1]);
-      ++*rows;
-    }
-  for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0] && pdl && scaled_chain; j++)
-    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
-      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && scaled_nk[j][1] != sel->k)) continue;
-      rc |= chain_shape(b, ctx, pdl, CHAIN_TOKEN, chain_ms[i], scaled_nk[j][0], scaled_nk[j][1]);
-      ++*rows;
-    }
-  for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0] && pdl && token_chain; j++)
-    for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
-      if ((sel->m && chain_ms[i] != sel->m) || (sel->k && scaled_nk[j][1] != sel->k)) continue;
-      rc |= chain_shape(b, ctx, pdl, CHAIN_TOKEN_AFTER, chain_ms[i], scaled_nk[j][0], scaled_nk[j][1]);
-      ++*rows;
-    }
+  for (int kind = 0; kind < CHAIN_KINDS && pdl; kind++) {
+    if (!qfb_op_selected(sel->ops, chain_ops[kind])) continue;
+    const int w8a8 = kind == CHAIN_TOKEN || kind == CHAIN_TOKEN_AFTER;
+    const int64_t(*wk)[2] = w8a8 ? scaled_nk : nk;
+    const size_t weights = w8a8 ? sizeof scaled_nk / sizeof scaled_nk[0] : sizeof nk / sizeof nk[0];
+    for (size_t j = 0; j < weights; j++)
+      for (size_t i = 0; i < sizeof chain_ms / sizeof chain_ms[0]; i++) {
+        if ((sel->m && chain_ms[i] != sel->m) || (sel->k && wk[j][1] != sel->k)) continue;
+        if (kind == CHAIN_SILU && (wk[j][0] / 2) % 128) continue; /* groups of 128 of N / 2 */
+        rc |= chain_shape(b, ctx, pdl, kind, chain_ms[i], wk[j][0], wk[j][1]);
+        ++*rows;
+      }
+  }
   qf_ctx_destroy(pdl);
   return rc;
 #else

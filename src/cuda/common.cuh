@@ -47,6 +47,15 @@ qf_status qf_cuda_smem_opt_in(qf_ctx *ctx, const char *op, Kernel kernel, size_t
 // SM, and run there after it at a fraction of the bandwidth (docs/GEMM.md).
 constexpr size_t kQfOneCtaPerSmBytes = 120 * 1024;
 
+// The programmatic stream serialization attribute (qf_ctx_set_pdl): the kernel may start while the
+// one before it in the stream finishes; it must wait for it (griddep_wait) before touching its data.
+static inline cudaLaunchAttribute qf_pdl_attribute() {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return attr;
+}
+
 // A launch configuration (cudaLaunchKernelEx) with the one attribute *attr, the caller's storage.
 static inline cudaLaunchConfig_t qf_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                                   cudaLaunchAttribute *attr) {
@@ -60,11 +69,10 @@ static inline cudaLaunchConfig_t qf_launch_config(dim3 grid, dim3 block, size_t 
 // dependent (below); attrs holds up to two attributes.
 static inline cudaLaunchConfig_t qf_cluster_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                                           unsigned cluster, bool pdl, cudaLaunchAttribute (&attrs)[2]) {
-  attrs[0] = {}, attrs[1] = {};
+  attrs[0] = {};
   attrs[0].id = cudaLaunchAttributeClusterDimension;
   attrs[0].val.clusterDim.x = cluster, attrs[0].val.clusterDim.y = 1, attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1] = qf_pdl_attribute();
   cudaLaunchConfig_t lc = qf_launch_config(grid, block, smem, stream, cluster > 1 ? attrs : attrs + 1);
   lc.numAttrs = (cluster > 1) + pdl;
   return lc;
@@ -80,13 +88,10 @@ static inline cudaLaunchConfig_t qf_cooperative_launch_config(dim3 grid, dim3 bl
   return qf_launch_config(grid, block, smem, stream, attr);
 }
 
-// ... for a programmatic dependent launch (qf_ctx_set_pdl): the kernel may start while the one
-// before it in the stream finishes; it must wait for it (griddep_wait) before touching its data.
+// ... for a programmatic dependent launch (qf_pdl_attribute).
 static inline cudaLaunchConfig_t qf_pdl_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                                       cudaLaunchAttribute *attr) {
-  *attr = {};
-  attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr->val.programmaticStreamSerializationAllowed = 1;
+  *attr = qf_pdl_attribute();
   return qf_launch_config(grid, block, smem, stream, attr);
 }
 

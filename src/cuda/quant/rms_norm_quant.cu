@@ -32,12 +32,8 @@ bool rows_aligned(const void *data, int64_t ld, size_t elem, size_t bytes) {
   return reinterpret_cast<uintptr_t>(data) % bytes == 0 && (ld * elem) % bytes == 0;
 }
 
-// The instantiation for the row configuration, numbered by row_variant (kRowVariants of them);
-// kPdl to launch as a programmatic dependent.
-constexpr int kRowVariants = 5;
-int row_variant(const RowConfig &cfg) {
-  return cfg.access == RowAccess::kScalar ? 0 : cfg.vpt == 1 ? 1 : cfg.vpt == 2 ? 2 : cfg.vpt == 4 ? 3 : 4;
-}
+// The instantiation for the row configuration (row_variant, token_quant.cuh); kPdl to launch as a
+// programmatic dependent.
 template <typename T, typename Tout, ScaleGranularity GRAN, bool kPdl>
 void (*row_kernel(const RowConfig &cfg))(RmsNormQuantParams) {
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;

@@ -21,10 +21,9 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
   p.scales = a->scales, p.azp = a->azp, p.scale_min = a->scale_min, p.ub = a->ub;
   constexpr RowAccess S = RowAccess::kScalar, V = RowAccess::kVec16;
   constexpr int kVptMax = row_vpt_max(sizeof(Tin));  // 8 for 16-bit inputs, 4 for fp32
-  const int variant = cfg.access == S ? 0 : cfg.vpt == 1 ? 1 : cfg.vpt == 2 ? 2 : cfg.vpt == 4 ? 3 : 4;
   auto pick = [&](auto pdl) {
     constexpr bool kPdl = decltype(pdl)::value;
-    switch (variant) {
+    switch (row_variant(cfg)) {
       case 0: return token_quant_kernel<Tin, Tout, ZP, S, 1, kPdl>;
       case 1: return token_quant_kernel<Tin, Tout, ZP, V, 1, kPdl>;
       case 2: return token_quant_kernel<Tin, Tout, ZP, V, 2, kPdl>;
@@ -38,9 +37,9 @@ qf_status launch(qf_ctx *ctx, const qf_token_quant_args *a) {
   // against 1.03-1.04x with the CTAs left free (M = 128 1.02-1.08x against 0.99-1.04x).
   size_t smem = 0;
   if (ctx->pdl && a->x.rows <= ctx->sm_count) {
-    static std::atomic<uint64_t> opted_in[5];  // one flag word per variant (the switch above)
+    static std::atomic<uint64_t> opted_in[kRowVariants];
     smem = kQfOneCtaPerSmBytes;
-    const qf_status st = qf_cuda_smem_opt_in(ctx, "qf_quant_token", dependent, smem, opted_in[variant]);
+    const qf_status st = qf_cuda_smem_opt_in(ctx, "qf_quant_token", dependent, smem, opted_in[row_variant(cfg)]);
     if (st != QF_OK) return st;
   }
   return qf_cuda_launch(ctx, "qf_quant_token", pick(std::false_type{}), dependent, dim3(row_blocks(a->x.rows)),

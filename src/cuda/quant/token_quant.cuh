@@ -214,6 +214,13 @@ static inline RowConfig row_config(int64_t cols, int elem_bytes, bool vec, int64
   return {static_cast<int>(threads), static_cast<int>(vpt), vec ? RowAccess::kVec16 : RowAccess::kScalar};
 }
 
+// The row kernels' instantiation for a configuration, numbered 0 .. kRowVariants - 1: the scalar
+// path, then 1, 2, 4 and the most chunks per thread (per-kernel flags, e.g. shared-memory opt-in).
+constexpr int kRowVariants = 5;
+static inline int row_variant(const RowConfig &cfg) {
+  return cfg.access == RowAccess::kScalar ? 0 : cfg.vpt == 1 ? 1 : cfg.vpt == 2 ? 2 : cfg.vpt == 4 ? 3 : 4;
+}
+
 // One block per row; more rows than a grid holds are looped over.
 static inline unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(rows < 0x7fffffff ? rows : 0x7fffffff); }
 

@@ -315,6 +315,45 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
                                  const DLTensor *b, const DLTensor *b_scales, DLTensor *d,
                                  const qf_gemm_blockscale_opts *opts);
 
+/* ---- GEMM: grouped block-scaled FP8 for MoE experts (contiguous layout) -----------------
+ *
+ * The tokens routed to each expert are rows of one A, grouped by expert in runs that start on
+ * a multiple of 128 rows (the layout of DeepSeek-V3's grouped GEMMs: each expert's run padded to
+ * 128 rows). Row block mb (rows 128 mb .. 128 mb + 127) belongs to expert e = expert_ids[mb]:
+ *   Y[m, n] = sum over K-blocks kb of As[m, kb] * Bs[e, n / 128, kb] * (A[m, kb] . B[e, n, kb])
+ * with the blockwise promotion of qf_gemm_fp8_blockscale. expert_ids[mb] = -1 marks a block of
+ * padding: its rows of D are left untouched. Rows of a block past its expert's tokens are computed
+ * like the others, from whatever A and As hold there.
+ *  epilogue QF_GROUPED_NONE:   D [M, N], D[m, n] = Y[m, n].
+ *  epilogue QF_GROUPED_SWIGLU: B holds an expert's gate and up projections interleaved by 8 rows
+ *            (rows 16 j .. 16 j + 7: gate rows 8 j .. 8 j + 7; rows 16 j + 8 .. 16 j + 15: the
+ *            matching up rows), so N = 2 I; D [M, I],
+ *            D[m, 8 j + c] = silu(Y[m, 16 j + c]) * Y[m, 16 j + 8 + c], silu(g) = g / (1 + e^-g),
+ *            computed in fp32 (float64 on the CPU reference).
+ *  a           [M, K] e4m3fn as in qf_gemm_fp8_blockscale; a_scales likewise (column-major
+ *              [KB, Mp] or, with opts->a_scales_row_major, [M, KB]).
+ *  b           [E, N, K] e4m3fn, K contiguous, experts stacked (strides {N * pitch, pitch, 1}).
+ *  b_scales    fp32 [E, ceil(N/128), KB], contiguous.
+ *  expert_ids  int32 [ceil(M/128)], any stride (a per-row expert index taken every 128 rows is
+ *              one): values in [-1, E). The CPU backend refuses others with QF_ERR_VALUE; the CUDA
+ *              backend reads them on the device and leaves the D rows of such a block untouched.
+ *  d           [M, N] or, SwiGLU, [M, N / 2]: bf16, fp16 or fp32, rows may be strided.
+ * Any M >= 1; N and K multiples of 16; 64-bit offsets. */
+typedef enum {
+  QF_GROUPED_NONE = 0,   /* D = Y */
+  QF_GROUPED_SWIGLU = 1  /* D = silu(gate) * up of interleaved gate / up rows */
+} qf_grouped_epilogue;
+
+typedef struct {
+  qf_grouped_epilogue epilogue;
+  int a_scales_row_major;  /* nonzero: a_scales is [M, KB] row-major instead of [KB, Mp] */
+} qf_gemm_grouped_opts;
+
+qf_status qf_gemm_fp8_blockscale_grouped(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales,
+                                         const DLTensor *b, const DLTensor *b_scales,
+                                         const DLTensor *expert_ids, DLTensor *d,
+                                         const qf_gemm_grouped_opts *opts);
+
 /* ---- GEMM: W8A8 scaled GEMM with dequantization epilogues -------------------------------
  *
  * D[m, n] = sa * sb * (acc[m, n] - zp[m, n]) + bias[n], with acc = A^ . B^T accumulated exactly

@@ -95,6 +95,12 @@ typedef struct {
   const float *b_scales;   /* [ceil(N/128), KB] contiguous */
   qf_mat c;                /* c.data NULL when absent; fp32 [M, N] */
   int64_t M, N, K;
+  /* qf_gemm_fp8_blockscale_grouped (experts 1 and expert_ids NULL otherwise): b [experts * N, K],
+   * b_scales [experts, ceil(N/128), KB]; row block mb's expert at expert_ids[mb * ids_stride];
+   * swiglu: d [M, N / 2] (qf_grouped_epilogue) */
+  int64_t experts, ids_stride;
+  const int32_t *expert_ids;
+  int swiglu;
 } qf_gemm_blockscale_args;
 
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);

@@ -1,4 +1,5 @@
 /* CPU reference of the GEMM family: float64 accumulation of the documented formulas. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,24 +14,47 @@ static void store_out(const qf_mat *d, int64_t m, int64_t n, double v) {
   else ((uint16_t *)row)[n] = qf_f16_from_f32(f);
 }
 
+/* qf_gemm_fp8_blockscale, and its grouped form: row block mb (128 rows) multiplies expert
+ * expert_ids[mb]'s rows of b (all refused before anything is written when one is out of range),
+ * and SwiGLU pairs gate and up columns interleaved by 8. */
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *g) {
-  (void)ctx;
+  const char *op = g->expert_ids ? "qf_gemm_fp8_blockscale_grouped" : "qf_gemm_fp8_blockscale";
+  const int64_t KB = (g->K + 127) / 128, NB = (g->N + 127) / 128, MB = (g->M + 127) / 128;
+  for (int64_t mb = 0; g->expert_ids && mb < MB; mb++) {
+    const int32_t e = g->expert_ids[mb * g->ids_stride];
+    if (e < -1 || e >= g->experts)
+      return qf_fail(ctx, QF_ERR_VALUE, "%s: expert_ids[%lld]=%d is outside [-1, %lld)", op, (long long)mb, (int)e,
+                     (long long)g->experts);
+  }
   double lut[256];
   for (int c = 0; c < 256; c++) lut[c] = qf_e4m3fn_to_f32((uint8_t)c);
-  const int64_t KB = (g->K + 127) / 128;
+  double *y = malloc((size_t)g->N * sizeof *y); /* one row of A.B^T */
+  if (!y) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "%s: no memory for a row of %lld values", op, (long long)g->N);
   for (int64_t m = 0; m < g->M; m++) {
+    const int32_t e = g->expert_ids ? g->expert_ids[(m / 128) * g->ids_stride] : 0;
+    if (e < 0) continue; /* padding: D untouched */
     const uint8_t *ar = (const uint8_t *)g->a.data + m * g->a.ld;
     for (int64_t n = 0; n < g->N; n++) {
-      const uint8_t *br = (const uint8_t *)g->b.data + n * g->b.ld;
+      const uint8_t *br = (const uint8_t *)g->b.data + (e * g->N + n) * g->b.ld;
+      const float *bs = g->b_scales + (e * NB + n / 128) * KB;
       double acc = g->c.data ? ((const float *)g->c.data)[m * g->c.ld + n] : 0.0;
       for (int64_t kb = 0; kb < KB; kb++) {
         double dot = 0.0; /* exact: 128 products of two e4m3 values fit a double's mantissa */
         for (int64_t k = kb * 128; k < g->K && k < kb * 128 + 128; k++) dot += lut[ar[k]] * lut[br[k]];
-        acc += (double)g->a_scales[m * g->as_m + kb * g->as_k] * (double)g->b_scales[(n / 128) * KB + kb] * dot;
+        acc += (double)g->a_scales[m * g->as_m + kb * g->as_k] * (double)bs[kb] * dot;
       }
-      store_out(&g->d, m, n, acc);
+      y[n] = acc;
+    }
+    if (!g->swiglu) {
+      for (int64_t n = 0; n < g->N; n++) store_out(&g->d, m, n, y[n]);
+      continue;
+    }
+    for (int64_t j = 0; j < g->N / 2; j++) {
+      const double gate = y[j / 8 * 16 + j % 8], up = y[j / 8 * 16 + 8 + j % 8];
+      store_out(&g->d, m, j, gate / (1.0 + exp(-gate)) * up);
     }
   }
+  free(y);
   return QF_OK;
 }
 

@@ -17,7 +17,7 @@ static void usage(void) {
           "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
           "  --reps     timed runs per measurement (at least 20; default 30)\n"
           "  --only     run only the ops named, comma-separated (e.g. quant_group,quant_token)\n"
-          "  --m        run only the shapes with this M (e.g. under a profiler)\n"
+          "  --m        run only the shapes with this M (e.g. under a profiler; grouped GEMM: tokens per expert)\n"
           "  --k        quantization, GEMM and vq_gemm ops: run only the shapes with this K (H for SiLU * Mul)\n"
           "  --flush    how the L2 is emptied before each timed GPU run: a read pass over 2x the L2\n"
           "             (default; leaves clean lines) or a memset of it (leaves dirty lines)\n"
@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
   int rows = 0;
   int rc = bench_quant(b, ctx, &sel, &rows);
   rc |= bench_gemm(b, ctx, &sel, &rows);
+  rc |= bench_gemm_grouped(b, ctx, &sel, &rows);
   rc |= bench_vq(b, ctx, &sel, &rows);
   if (!rows && (sel.ops || sel.m || sel.k)) {
     fprintf(stderr, "qfuse-bench: --only %s --m %lld --k %lld matches no row\n", sel.ops ? sel.ops : "(all)",

@@ -17,6 +17,7 @@ struct Problem {
   qf_mat a, b, d;
   int64_t M, N, K;
   int sms;  // the SMs the stream's work can occupy (ctx->stream_sms): one CTA each at most
+  bool swiglu;  // grouped: the SwiGLU epilogue
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
@@ -90,7 +91,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
   // copy) when its start and pitch are 16-byte aligned and the tile has whole 64-column boxes.
-  p.tma_store = sm90_gemm_staged(kBlockN, int(sizeof(OutT))) && p.c == nullptr &&
+  p.tma_store = sm90_gemm_staged(kBlockN, int(sizeof(OutT))) && V != Sm90Variant::kGroupedSwiGLU && p.c == nullptr &&
                 reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 && (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 
@@ -146,6 +147,19 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", pr.op, cfg.block_m, cfg.block_n);
 }
 
+// The grouped block-scaled GEMM (sm90_gemm_pick_grouped's tiles), with or without SwiGLU.
+template <typename OutT>
+qf_status dispatch_grouped(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
+  constexpr Sm90Recipe R = Sm90Recipe::kBlockScaledFp8;
+  const sm90_gemm_config cfg = sm90_gemm_pick_grouped(pr.M, pr.N, pr.sms);
+  constexpr int k64 = sm90_gemm_stages(128, 64, int(sizeof(OutT))), k128 = sm90_gemm_stages(128, 128, int(sizeof(OutT)));
+  if (pr.swiglu)
+    return cfg.block_n == 64 ? launch<R, 128, 64, OutT, k64, Sm90Variant::kGroupedSwiGLU>(ctx, pr, p, cfg)
+                             : launch<R, 128, 128, OutT, k128, Sm90Variant::kGroupedSwiGLU>(ctx, pr, p, cfg);
+  return cfg.block_n == 64 ? launch<R, 128, 64, OutT, k64, Sm90Variant::kGrouped>(ctx, pr, p, cfg)
+                           : launch<R, 128, 128, OutT, k128, Sm90Variant::kGrouped>(ctx, pr, p, cfg);
+}
+
 template <Sm90Recipe R>
 qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   // Coordinates and tile indices are 32-bit in the kernel (TMA coordinates are int32 anyway).
@@ -153,6 +167,16 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", pr.op,
                    static_cast<long long>(pr.M), static_cast<long long>(pr.N), static_cast<long long>(pr.K));
+  if (p.expert_ids != nullptr) {
+    if (pr.b.rows > lim)
+      return qf_fail(ctx, QF_ERR_SHAPE, "%s: experts x N = %lld rows of b exceed the 32-bit tile coordinates", pr.op,
+                     static_cast<long long>(pr.b.rows));
+    switch (pr.d.dtype) {
+      case QF_BF16: return dispatch_grouped<__nv_bfloat16>(ctx, pr, p);
+      case QF_F16: return dispatch_grouped<__half>(ctx, pr, p);
+      default: return dispatch_grouped<float>(ctx, pr, p);
+    }
+  }
   const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, pr.sms, R);
   switch (pr.d.dtype) {
     case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
@@ -165,7 +189,8 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
 
 extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_fp8_blockscale", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms};
+  const Problem pr = {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped" : "qf_gemm_fp8_blockscale",
+                      a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0};
   sm90_gemm_params p = {};
   p.a_scales = a->a_scales;
   p.as_m = a->as_m;
@@ -174,6 +199,9 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
   // padding past the last column's end) travel by bulk copy; other layouts by 4-byte cp.async.
   p.as_bulk = a->as_m == 1 && a->M % 4 == 0 && a->as_k % 4 == 0 && reinterpret_cast<uintptr_t>(a->a_scales) % 16 == 0;
   p.b_scales = a->b_scales;
+  p.expert_ids = a->expert_ids;
+  p.ids_stride = a->ids_stride;
+  p.experts = static_cast<int>(a->experts);
   p.c = static_cast<const float *>(a->c.data);
   p.c_ld = a->c.ld;
   return dispatch<Sm90Recipe::kBlockScaledFp8>(ctx, pr, p);
@@ -181,7 +209,7 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
 
 extern "C" qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms};
+  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, false};
   // int8: |acc| <= 2^14 K and |zp| <= 2^14 K must leave acc - zp inside int32.
   if (a->a.dtype == QF_I8 && a->K > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: int8 K=%lld exceeds 65535 (the int32 accumulator's range)", pr.op,

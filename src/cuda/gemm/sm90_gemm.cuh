@@ -167,7 +167,10 @@ struct sm90_gemm_params {
   const float *a_scales;  // (m, kb) at a_scales[m * as_m + kb * as_k]
   int64_t as_m, as_k;
   int as_bulk;            // column-major As (as_m 1), M a multiple of 4: one bulk copy per stage
-  const float *b_scales;  // [ceil(N / 128), num_kb], contiguous
+  const float *b_scales;  // [ceil(N / 128), num_kb], contiguous; grouped: [experts][ceil(N / 128), num_kb]
+  const int32_t *expert_ids;  // grouped: 128-row block mb's expert at expert_ids[mb * ids_stride]
+  int64_t ids_stride;
+  int experts;            // grouped: B is [experts * N, K], expert e's rows from e * N
   const float *c;         // NULL, or fp32 [M, N] with row pitch c_ld; may alias d
   int64_t c_ld;
   void *d;                // [M, N] with row pitch d_ld
@@ -331,8 +334,10 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 // split (split-K); the whole-tile ones have none of that code (code never taken has cost this
 // kernel 1.5-3% through ptxas's register allocation: docs/GEMM.md, stream-K). kTallLongK, whole
 // tiles of units of kSm90LongUnit K-blocks or more, whose consumers find their tile by division
-// instructions and store each sub-tile between its own pair of barriers. Other tiles: kAny.
-enum class Sm90Variant { kAny, kTallSplit, kTallLongK };
+// instructions and store each sub-tile between its own pair of barriers. The grouped (MoE)
+// block-scaled GEMM on 128-row tiles, whole: kGrouped, and kGroupedSwiGLU, whose epilogue pairs
+// the gate and up columns (interleaved by 8) into silu(gate) * up. Other tiles: kAny.
+enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU };
 constexpr int kSm90LongUnit = 32;  // K-blocks of a unit from which it counts as long
 
 // kPdl: launched as a programmatic dependent (qf_ctx_set_pdl), an instantiation of its own: the
@@ -344,6 +349,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
   constexpr bool kTallSplit = V == Sm90Variant::kTallSplit, kLongK = V == Sm90Variant::kTallLongK;
+  constexpr bool kSwiGLU = V == Sm90Variant::kGroupedSwiGLU, kGrouped = kSwiGLU || V == Sm90Variant::kGrouped;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
   // FP8 on tiles of up to 128 x 128 keeps two K-blocks in flight per warpgroup (see the NOTES).
   constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM <= 128 && kBlockN <= 128;
@@ -358,10 +364,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr int kConsumerRegs = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
   static_assert(kSub == 1 || (sm90_gemm_tall(R) && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
   static_assert(!kTallSplit || kSub > 1, "the spread reduction is the 256-row tile's");
+  static_assert(!kGrouped || (R == Sm90Recipe::kBlockScaledFp8 && kBlockM == 128),
+                "grouped: block-scaled, one tile row per 128-row block of one expert");
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
-  constexpr bool kStaged = sm90_gemm_staged(kBlockN, int(sizeof(OutT)));  // D may leave through TMA (p.tma_store)
+  // D may leave through TMA (p.tma_store); SwiGLU's half-width tiles are stored from the fragment
+  constexpr bool kStaged = sm90_gemm_staged(kBlockN, int(sizeof(OutT))) && !kSwiGLU;
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "one or two consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
   // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
@@ -424,6 +433,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   auto unit_tile = [&](const sm90_gemm_unit &u, int &m_blk, int &n_blk) {
     sm90_gemm_tile_coords(p, u.tile, m_blk, n_blk);
   };
+  // Grouped: the expert of tile row m_blk (one 128-row block); -1 (padding) or out of range: the
+  // tile is skipped by the producer and the consumers alike, its D rows untouched.
+  auto expert_of = [&](int m_blk) {
+    if constexpr (!kGrouped) return 0;
+    const int e = __ldg(p.expert_ids + m_blk * p.ids_stride);
+    return e < p.experts ? e : -1;
+  };
   // (through a shuffle so that the compiler knows it is warp-uniform: descriptors in uniform registers)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (wg == kConsumers) {
@@ -438,6 +454,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         int m_blk, n_blk, kb_begin, kb_end;
         const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
         unit_tile(u, m_blk, n_blk);
+        const int expert = expert_of(m_blk);
+        if (expert < 0) continue;
+        const int b_row = expert * p.N + n_blk * kBlockN;
         sm90_gemm_split_range(p, u, kb_begin, kb_end);
         // Bulk As: the tile's rows below M (a multiple of 4 then: whole 16-byte units). Rows past M
         // keep what an earlier stage left: their results are never stored.
@@ -452,7 +471,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           if (lane == 0) {
             mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
             cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
-            cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, n_blk * kBlockN);
+            cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, b_row);
             if (as_bytes > 0) {
               const float *src = p.a_scales + int64_t{m_blk} * kBlockM + kb * p.as_k;
               cp_async_bulk_g2s(scales_a(s), src, as_bytes, full_bar(s));
@@ -575,11 +594,14 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       int m_blk, n_blk, kb_begin, kb_end;
       if constexpr (kLongK) sm90_gemm_tile_coords_div(p, u.tile, m_blk, n_blk);
       else unit_tile(u, m_blk, n_blk);
+      const int expert = expert_of(m_blk);
+      if (expert < 0) continue;  // (grouped: a block of padding; the producer skips it too)
       sm90_gemm_split_range(p, u, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
-      const float *bs = kBlockScales ? p.b_scales + static_cast<int64_t>(n0 / 128) * p.num_kb : nullptr;
+      const float *bs =
+          kBlockScales ? p.b_scales + (static_cast<int64_t>(expert) * ((p.N + 127) / 128) + n0 / 128) * p.num_kb : nullptr;
       // A 192-column tile's second scale block, from column group hi_at on (a last tile whose
       // columns past 128 - n0 % 128 all lie past N reads the first block's again: never stored).
       const int hi_at = (128 - n0 % 128) / 8;
@@ -982,6 +1004,25 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           }
           continue;
         }
+      }
+
+      // ---- SwiGLU: column groups 2 j (gate) and 2 j + 1 (up) give output columns n0 / 2 + 8 j ----
+      if constexpr (kSwiGLU) {
+        OutT *d = static_cast<OutT *>(p.d);
+        auto silu = [](float g) { return g / (1.0f + expf(-g)); };
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int row = r0 + 8 * h;
+          if (row >= p.M) continue;
+          OutT *o = d + row * p.d_ld + n0 / 2 + tile_col;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 16; j++) {
+            if (n0 / 2 + 8 * j + tile_col >= p.N / 2) continue;
+            const int i = 8 * j + 2 * h;  // gate; up at i + 4
+            store_cols(o + 8 * j, nullptr, silu(total[i]) * total[i + 4], silu(total[i + 1]) * total[i + 5], p.pairs);
+          }
+        }
+        continue;
       }
 
       // ---- epilogue: + C, convert, masked stores straight from the fragment ----

@@ -191,3 +191,13 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   }
   return best;
 }
+
+// The grouped (MoE) GEMM: 128-row tiles (a tile row is one expert's 128-row block), whole, in the
+// grouped raster; 128 columns, or 64 where 128-column tiles would leave SMs idle (fewer tiles than
+// SMs: the few-token experts of a small batch), so that more CTAs stream the experts' weights.
+inline sm90_gemm_config sm90_gemm_pick_grouped(int64_t M, int64_t N, int sm_count) {
+  const int64_t tiles128 = ((M + 127) / 128) * ((N + 127) / 128);
+  sm90_gemm_config c = {128, tiles128 < sm_count ? 64 : 128, 0, 8, 1, 0};
+  c.whole_tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n);
+  return c;
+}

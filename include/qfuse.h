@@ -329,7 +329,8 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
  *            (rows 16 j .. 16 j + 7: gate rows 8 j .. 8 j + 7; rows 16 j + 8 .. 16 j + 15: the
  *            matching up rows), so N = 2 I; D [M, I],
  *            D[m, 8 j + c] = silu(Y[m, 16 j + c]) * Y[m, 16 j + 8 + c], silu(g) = g / (1 + e^-g),
- *            computed in fp32 (float64 on the CPU reference).
+ *            in fp32 on CUDA with the fast exponential and division (a few ulp; 0 for g below
+ *            about -87, NaN for g = -inf), in float64 on the CPU reference.
  *  a           [M, K] e4m3fn as in qf_gemm_fp8_blockscale; a_scales likewise (column-major
  *              [KB, Mp] or, with opts->a_scales_row_major, [M, KB]).
  *  b           [E, N, K] e4m3fn, K contiguous, experts stacked (strides {N * pitch, pitch, 1}).

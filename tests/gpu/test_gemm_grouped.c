@@ -52,11 +52,14 @@ static void fill_e4m3(uint8_t *p, size_t n, uint64_t *seed) {
   }
 }
 
-/* As test_gemm_fp8_blockscale: fp32 carries the tensor cores' reduced-precision block sums. */
-static void tolerances(qf_dtype dt, double *frob, double *elem) {
+/* As test_gemm_fp8_blockscale: fp32 carries the tensor cores' reduced-precision block sums.
+ * SwiGLU multiplies two such sums, so an element's error can reach both factors' (H100: 7.6e-3 of
+ * its row's RMS seen with fp32 D): twice the per-element bound there. */
+static void tolerances(qf_dtype dt, int swiglu, double *frob, double *elem) {
   if (dt == QF_F32) *frob = 1e-3, *elem = 5e-3;
   else if (dt == QF_BF16) *frob = 5e-3, *elem = 1e-2;
   else *frob = 1e-3, *elem = 5e-3;
+  if (swiglu) *elem *= 2;
 }
 
 static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *seed) {
@@ -119,7 +122,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *
 
   /* ---- skipped rows, gaps and tail untouched; the rest written and within tolerance ---- */
   double frob_tol, elem_tol, err_ss = 0.0, want_ss = 0.0, worst = 0.0;
-  tolerances(g->dt, &frob_tol, &elem_tol);
+  tolerances(g->dt, g->swiglu, &frob_tol, &elem_tol);
   int64_t untouched_bad = 0, worst_m = 0, worst_n = 0, checked = 0;
   for (int64_t m = 0; m < M; m++) {
     const uint8_t *row = got + (size_t)(m * ldd) * osz;

@@ -168,9 +168,6 @@ struct sm90_gemm_params {
   int64_t as_m, as_k;
   int as_bulk;            // column-major As (as_m 1), M a multiple of 4: one bulk copy per stage
   const float *b_scales;  // [ceil(N / 128), num_kb], contiguous; grouped: [experts][ceil(N / 128), num_kb]
-  const int32_t *expert_ids;  // grouped: 128-row block mb's expert at expert_ids[mb * ids_stride]
-  int64_t ids_stride;
-  int experts;            // grouped: B is [experts * N, K], expert e's rows from e * N
   const float *c;         // NULL, or fp32 [M, N] with row pitch c_ld; may alias d
   int64_t c_ld;
   void *d;                // [M, N] with row pitch d_ld
@@ -194,6 +191,10 @@ struct sm90_gemm_params {
   const void *bias;       // NULL or [N] of D's type
   const int32_t *azp_adj; // NULL or [N]: zp = azp_adj[n] (per tensor) or azp[m] * azp_adj[n]
   const int32_t *azp;     // NULL or [M]
+  // grouped (kGrouped, kGroupedSwiGLU; last, so that the other kernels' parameters keep their places)
+  const int32_t *expert_ids;  // 128-row block mb's expert at expert_ids[mb * ids_stride]
+  int64_t ids_stride;
+  int experts;            // B is [experts * N, K], expert e's rows from e * N
 };
 
 // Work unit u: the first whole_tiles units are whole tiles; after them every remaining tile is
@@ -454,10 +455,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         int m_blk, n_blk, kb_begin, kb_end;
         const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
         unit_tile(u, m_blk, n_blk);
+        sm90_gemm_split_range(p, u, kb_begin, kb_end);
         const int expert = expert_of(m_blk);
         if (expert < 0) continue;
         const int b_row = expert * p.N + n_blk * kBlockN;
-        sm90_gemm_split_range(p, u, kb_begin, kb_end);
         // Bulk As: the tile's rows below M (a multiple of 4 then: whole 16-byte units). Rows past M
         // keep what an earlier stage left: their results are never stored.
         const int64_t as_rows =
@@ -594,9 +595,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       int m_blk, n_blk, kb_begin, kb_end;
       if constexpr (kLongK) sm90_gemm_tile_coords_div(p, u.tile, m_blk, n_blk);
       else unit_tile(u, m_blk, n_blk);
+      sm90_gemm_split_range(p, u, kb_begin, kb_end);
       const int expert = expert_of(m_blk);
       if (expert < 0) continue;  // (grouped: a block of padding; the producer skips it too)
-      sm90_gemm_split_range(p, u, kb_begin, kb_end);
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
@@ -1009,7 +1010,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // ---- SwiGLU: column groups 2 j (gate) and 2 j + 1 (up) give output columns n0 / 2 + 8 j ----
       if constexpr (kSwiGLU) {
         OutT *d = static_cast<OutT *>(p.d);
-        auto silu = [](float g) { return g / (1.0f + expf(-g)); };
+        // (fast exponential and division: the IEEE division's slow path, a call, made ptxas spill
+        // the main loop's registers)
+        auto silu = [](float g) { return __fdividef(g, 1.0f + __expf(-g)); };
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const int row = r0 + 8 * h;

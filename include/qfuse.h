@@ -355,6 +355,25 @@ qf_status qf_gemm_fp8_blockscale_grouped(qf_ctx *ctx, const DLTensor *a, const D
                                          const DLTensor *expert_ids, DLTensor *d,
                                          const qf_gemm_grouped_opts *opts);
 
+/* ---- GEMM: grouped block-scaled FP8 for MoE experts (masked layout) ----------------------
+ *
+ * The layout of a decode step whose token counts stay on the device (CUDA graphs): expert e's
+ * tokens are the first masked_m[e] of its max_m rows. As qf_gemm_fp8_blockscale_grouped, with
+ * expert e's rows [e * max_m, (e + 1) * max_m) of the flattened A and D, and its row blocks from
+ * masked_m[e] on skipped (their D rows untouched); rows of its last block past masked_m[e] are
+ * computed like the others.
+ *  a         [E, max_m, K] e4m3fn, K contiguous, experts stacked; max_m a multiple of 128.
+ *  a_scales  of the flattened A [E * max_m, K]: column-major [KB, E * max_m] (what qf_quant_group
+ *            writes for it with COL_MAJOR_TMA) or, with opts->a_scales_row_major, [E * max_m, KB].
+ *  b, b_scales as in qf_gemm_fp8_blockscale_grouped (the same E).
+ *  masked_m  int32 [E], values in [0, max_m]: the CPU backend refuses others with QF_ERR_VALUE;
+ *            the CUDA backend reads them on the device (negative: no rows; above max_m: all).
+ *  d         [E, max_m, N] or, SwiGLU, [E, max_m, N / 2], experts stacked, rows may be strided. */
+qf_status qf_gemm_fp8_blockscale_masked(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales,
+                                        const DLTensor *b, const DLTensor *b_scales,
+                                        const DLTensor *masked_m, DLTensor *d,
+                                        const qf_gemm_grouped_opts *opts);
+
 /* ---- GEMM: W8A8 scaled GEMM with dequantization epilogues -------------------------------
  *
  * D[m, n] = sa * sb * (acc[m, n] - zp[m, n]) + bias[n], with acc = A^ . B^T accumulated exactly

@@ -95,11 +95,12 @@ typedef struct {
   const float *b_scales;   /* [ceil(N/128), KB] contiguous */
   qf_mat c;                /* c.data NULL when absent; fp32 [M, N] */
   int64_t M, N, K;
-  /* qf_gemm_fp8_blockscale_grouped (experts 1 and expert_ids NULL otherwise): b [experts * N, K],
-   * b_scales [experts, ceil(N/128), KB]; row block mb's expert at expert_ids[mb * ids_stride];
-   * swiglu: d [M, N / 2] (qf_grouped_epilogue) */
-  int64_t experts, ids_stride;
-  const int32_t *expert_ids;
+  /* The grouped forms (experts 1, expert_ids and masked_m NULL otherwise): b [experts * N, K],
+   * b_scales [experts, ceil(N/128), KB]. Contiguous: row block mb's expert at
+   * expert_ids[mb * ids_stride]. Masked: expert e's rows are [e * expert_rows, + expert_rows), its
+   * row blocks from masked_m[e] on skipped. swiglu: d [M, N / 2] (qf_grouped_epilogue). */
+  int64_t experts, ids_stride, expert_rows;
+  const int32_t *expert_ids, *masked_m;
   int swiglu;
 } qf_gemm_blockscale_args;
 

@@ -59,6 +59,15 @@ static qf_status check_a_scales(qf_ctx *ctx, const char *op, const DLTensor *a_s
   return QF_OK;
 }
 
+/* The blockwise GEMM, plain or grouped, on the context's backend. */
+static qf_status run_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *g) {
+  if (g->M == 0 || g->N == 0) return QF_OK;
+#ifdef QF_WITH_CUDA
+  if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_fp8_blockscale(ctx, g);
+#endif
+  return qf_cpu_gemm_fp8_blockscale(ctx, g);
+}
+
 qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
                                  const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts) {
   static const char op[] = "qf_gemm_fp8_blockscale";
@@ -83,11 +92,55 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
 
   if ((st = check_out(ctx, op, "d", d, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g.M, g.N, &g.d))) return st;
   if (o->c && (st = check_out(ctx, op, "c", o->c, QF_DT(QF_F32), g.M, g.N, &g.c))) return st;
-  if (g.M == 0 || g.N == 0) return QF_OK;
-#ifdef QF_WITH_CUDA
-  if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_fp8_blockscale(ctx, &g);
-#endif
-  return qf_cpu_gemm_fp8_blockscale(ctx, &g);
+  return run_blockscale(ctx, &g);
+}
+
+/* A [groups, rows, cols] tensor with its groups stacked (strides[0] = rows * strides[1]) as the
+ * 2-D view [groups * rows, cols] of its rows, in *view over shape and strides. */
+static qf_status stacked_view(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, const char *dims,
+                              DLTensor *view, int64_t shape[2], int64_t strides[2]) {
+  if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
+  if (t->ndim != 3 || !t->shape)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has ndim=%d; expected 3 (%s)", op, name, (int)t->ndim, dims);
+  if (t->shape[0] < 1 || t->shape[1] < 0 || t->shape[2] < 0)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 "]; expected [%s], at least one expert",
+                   op, name, t->shape[0], t->shape[1], t->shape[2], dims);
+  shape[0] = t->shape[0] * t->shape[1], shape[1] = t->shape[2];
+  strides[0] = t->shape[2], strides[1] = 1;
+  if (t->strides) {
+    strides[0] = t->strides[1], strides[1] = t->strides[2];
+    if (t->shape[0] > 1 && t->strides[0] != t->shape[1] * t->strides[1])
+      return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[0]=%" PRId64 "; the experts must be stacked (shape[1] * strides[1] = %" PRId64 ")",
+                     op, name, t->strides[0], t->shape[1] * t->strides[1]);
+  }
+  *view = *t;
+  view->ndim = 2;
+  view->shape = shape;
+  view->strides = strides;
+  return QF_OK;
+}
+
+/* What both grouped forms check: the epilogue, A's rows [M, K] (a_rows), b [E, N, K] and the
+ * scales; fills g but for the expert map and d. */
+static qf_status grouped_operands(qf_ctx *ctx, const char *op, const DLTensor *a_rows, const DLTensor *a_scales,
+                                  const DLTensor *b, const DLTensor *b_scales, const qf_gemm_grouped_opts *o,
+                                  qf_gemm_blockscale_args *g) {
+  if (o->epilogue != QF_GROUPED_NONE && o->epilogue != QF_GROUPED_SWIGLU)
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: opts->epilogue=%d is not a qf_grouped_epilogue", op, (int)o->epilogue);
+  DLTensor b_rows;
+  int64_t shape[2], strides[2];
+  qf_status st;
+  if ((st = stacked_view(ctx, op, "b", b, "experts, N, K", &b_rows, shape, strides))) return st;
+  const int64_t E = b->shape[0], N = b->shape[1];
+  if (N % 16) return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " (b.shape[1]) must be a multiple of 16", op, N);
+  if (a_rows && a_rows->ndim == 2 && a_rows->shape && a_rows->shape[1] != b->shape[2])
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[2]=%" PRId64 " differs from a's K=%" PRId64, op, b->shape[2], a_rows->shape[1]);
+  if ((st = check_ab(ctx, op, a_rows, &b_rows, QF_DT(QF_E4M3FN), &g->a, &g->b))) return st;
+  g->M = g->a.rows, g->K = g->a.cols, g->N = N, g->experts = E;
+  g->swiglu = o->epilogue == QF_GROUPED_SWIGLU;
+  if ((st = check_a_scales(ctx, op, a_scales, o->a_scales_row_major, g))) return st;
+  int64_t want_bs[3] = {E, (N + 127) / 128, (g->K + 127) / 128};
+  return qf_check_dense(ctx, op, "b_scales", b_scales, QF_F32, 3, want_bs, 16, (void **)&g->b_scales);
 }
 
 qf_status qf_gemm_fp8_blockscale_grouped(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
@@ -96,46 +149,12 @@ qf_status qf_gemm_fp8_blockscale_grouped(qf_ctx *ctx, const DLTensor *a, const D
   static const char op[] = "qf_gemm_fp8_blockscale_grouped";
   if (!ctx) return QF_ERR_NULL;
   static const qf_gemm_grouped_opts defaults;
-  const qf_gemm_grouped_opts *o = opts ? opts : &defaults;
-  if (o->epilogue != QF_GROUPED_NONE && o->epilogue != QF_GROUPED_SWIGLU)
-    return qf_fail(ctx, QF_ERR_VALUE, "%s: opts->epilogue=%d is not a qf_grouped_epilogue", op, (int)o->epilogue);
   qf_gemm_blockscale_args g = {0};
   qf_status st;
-
-  /* b [E, N, K] with the experts stacked: checked as the matrix [E * N, K] of its rows. */
-  if (!b) return qf_fail(ctx, QF_ERR_NULL, "%s: b is NULL", op);
-  if (b->ndim != 3 || !b->shape)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b has ndim=%d; expected 3 ([experts, N, K])", op, (int)b->ndim);
-  const int64_t E = b->shape[0], N = b->shape[1];
-  if (E < 1 || N < 0)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b has shape [%" PRId64 ", %" PRId64 ", %" PRId64 "]; expected at least one expert",
-                   op, E, N, b->shape[2]);
-  if (N % 16)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " (b.shape[1]) must be a multiple of 16", op, N);
-  if (a && a->ndim == 2 && a->shape && a->shape[1] != b->shape[2])
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[2]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, b->shape[2],
-                   a->shape[1]);
-  int64_t rows_shape[2] = {E * N, b->shape[2]}, rows_strides[2] = {b->shape[2], 1};
-  if (b->strides) {
-    rows_strides[0] = b->strides[1], rows_strides[1] = b->strides[2];
-    if (E > 1 && b->strides[0] != N * b->strides[1])
-      return qf_fail(ctx, QF_ERR_LAYOUT, "%s: b.strides[0]=%" PRId64 "; the experts must be stacked (N * strides[1] = %" PRId64 ")",
-                     op, b->strides[0], N * b->strides[1]);
-  }
-  DLTensor rows = *b;
-  rows.ndim = 2;
-  rows.shape = rows_shape;
-  rows.strides = rows_strides;
-  if ((st = check_ab(ctx, op, a, &rows, QF_DT(QF_E4M3FN), &g.a, &g.b))) return st;
-  g.M = g.a.rows, g.K = g.a.cols, g.N = N, g.experts = E;
-  g.swiglu = o->epilogue == QF_GROUPED_SWIGLU;
-  const int64_t KB = (g.K + 127) / 128, NB = (g.N + 127) / 128, MB = (g.M + 127) / 128;
-  if ((st = check_a_scales(ctx, op, a_scales, o->a_scales_row_major, &g))) return st;
-
-  int64_t want_bs[3] = {E, NB, KB};
-  if ((st = qf_check_dense(ctx, op, "b_scales", b_scales, QF_F32, 3, want_bs, 16, (void **)&g.b_scales))) return st;
+  if ((st = grouped_operands(ctx, op, a, a_scales, b, b_scales, opts ? opts : &defaults, &g))) return st;
 
   /* expert_ids [MB] with any stride: checked as a column [MB, 1] whose row pitch is the stride. */
+  const int64_t MB = (g.M + 127) / 128;
   if (!expert_ids) return qf_fail(ctx, QF_ERR_NULL, "%s: expert_ids is NULL", op);
   int64_t want_ids[1] = {MB};
   if ((st = qf_check_shape(ctx, op, "expert_ids", expert_ids, 1, want_ids))) return st;
@@ -154,11 +173,35 @@ qf_status qf_gemm_fp8_blockscale_grouped(qf_ctx *ctx, const DLTensor *a, const D
 
   if ((st = check_out(ctx, op, "d", d, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g.M, g.swiglu ? g.N / 2 : g.N, &g.d)))
     return st;
-  if (g.M == 0 || g.N == 0) return QF_OK;
-#ifdef QF_WITH_CUDA
-  if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_fp8_blockscale(ctx, &g);
-#endif
-  return qf_cpu_gemm_fp8_blockscale(ctx, &g);
+  return run_blockscale(ctx, &g);
+}
+
+qf_status qf_gemm_fp8_blockscale_masked(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
+                                        const DLTensor *b_scales, const DLTensor *masked_m, DLTensor *d,
+                                        const qf_gemm_grouped_opts *opts) {
+  static const char op[] = "qf_gemm_fp8_blockscale_masked";
+  if (!ctx) return QF_ERR_NULL;
+  static const qf_gemm_grouped_opts defaults;
+  qf_gemm_blockscale_args g = {0};
+  DLTensor a_rows, d_rows;
+  int64_t a_shape[2], a_strides[2], d_shape[2], d_strides[2];
+  qf_status st;
+  if ((st = stacked_view(ctx, op, "a", a, "experts, max_m, K", &a_rows, a_shape, a_strides))) return st;
+  const int64_t max_m = a->shape[1];
+  if (max_m % 128)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: max_m=%" PRId64 " (a.shape[1]) must be a multiple of 128", op, max_m);
+  if (b && b->ndim == 3 && b->shape && a->shape[0] != b->shape[0])
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: a has %" PRId64 " experts, b %" PRId64, op, a->shape[0], b->shape[0]);
+  if ((st = grouped_operands(ctx, op, &a_rows, a_scales, b, b_scales, opts ? opts : &defaults, &g))) return st;
+  if ((st = qf_check_vec(ctx, op, "masked_m", masked_m, QF_I32, g.experts, (void **)&g.masked_m))) return st;
+  g.expert_rows = max_m;
+
+  int64_t want_d[3] = {g.experts, max_m, g.swiglu ? g.N / 2 : g.N};
+  if ((st = qf_check_shape(ctx, op, "d", d, 3, want_d)) ||
+      (st = stacked_view(ctx, op, "d", d, "experts, max_m, N", &d_rows, d_shape, d_strides)) ||
+      (st = check_out(ctx, op, "d", &d_rows, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g.M, want_d[2], &g.d)))
+    return st;
+  return run_blockscale(ctx, &g);
 }
 
 /* A scale of one value (per tensor) or n values (per token / per channel). */

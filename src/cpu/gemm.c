@@ -14,11 +14,21 @@ static void store_out(const qf_mat *d, int64_t m, int64_t n, double v) {
   else ((uint16_t *)row)[n] = qf_f16_from_f32(f);
 }
 
-/* qf_gemm_fp8_blockscale, and its grouped form: row block mb (128 rows) multiplies expert
- * expert_ids[mb]'s rows of b (all refused before anything is written when one is out of range),
- * and SwiGLU pairs gate and up columns interleaved by 8. */
+/* The expert of row m (-1: its 128-row block is skipped). */
+static int32_t expert_of_row(const qf_gemm_blockscale_args *g, int64_t m) {
+  if (g->expert_ids) return g->expert_ids[(m / 128) * g->ids_stride];
+  if (!g->masked_m) return 0;
+  const int64_t e = m / g->expert_rows, block_start = (m - e * g->expert_rows) / 128 * 128;
+  return block_start < g->masked_m[e] ? (int32_t)e : -1;
+}
+
+/* qf_gemm_fp8_blockscale and its grouped forms: a row block (128 rows) multiplies its expert's
+ * rows of b (expert ids or token counts out of range are refused before anything is written), and
+ * SwiGLU pairs gate and up columns interleaved by 8. */
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *g) {
-  const char *op = g->expert_ids ? "qf_gemm_fp8_blockscale_grouped" : "qf_gemm_fp8_blockscale";
+  const char *op = g->expert_ids ? "qf_gemm_fp8_blockscale_grouped"
+                   : g->masked_m ? "qf_gemm_fp8_blockscale_masked"
+                                 : "qf_gemm_fp8_blockscale";
   const int64_t KB = (g->K + 127) / 128, NB = (g->N + 127) / 128, MB = (g->M + 127) / 128;
   for (int64_t mb = 0; g->expert_ids && mb < MB; mb++) {
     const int32_t e = g->expert_ids[mb * g->ids_stride];
@@ -26,13 +36,17 @@ qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args 
       return qf_fail(ctx, QF_ERR_VALUE, "%s: expert_ids[%lld]=%d is outside [-1, %lld)", op, (long long)mb, (int)e,
                      (long long)g->experts);
   }
+  for (int64_t e = 0; g->masked_m && e < g->experts; e++)
+    if (g->masked_m[e] < 0 || g->masked_m[e] > g->expert_rows)
+      return qf_fail(ctx, QF_ERR_VALUE, "%s: masked_m[%lld]=%d is outside [0, %lld] (max_m)", op, (long long)e,
+                     (int)g->masked_m[e], (long long)g->expert_rows);
   double lut[256];
   for (int c = 0; c < 256; c++) lut[c] = qf_e4m3fn_to_f32((uint8_t)c);
   double *y = malloc((size_t)g->N * sizeof *y); /* one row of A.B^T */
   if (!y) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "%s: no memory for a row of %lld values", op, (long long)g->N);
   for (int64_t m = 0; m < g->M; m++) {
-    const int32_t e = g->expert_ids ? g->expert_ids[(m / 128) * g->ids_stride] : 0;
-    if (e < 0) continue; /* padding: D untouched */
+    const int32_t e = expert_of_row(g, m);
+    if (e < 0) continue; /* a skipped block: D untouched */
     const uint8_t *ar = (const uint8_t *)g->a.data + m * g->a.ld;
     for (int64_t n = 0; n < g->N; n++) {
       const uint8_t *br = (const uint8_t *)g->b.data + (e * g->N + n) * g->b.ld;

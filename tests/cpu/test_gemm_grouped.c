@@ -1,7 +1,7 @@
-/* qf_gemm_fp8_blockscale_grouped on the CPU backend: each 128-row block against a direct
- * evaluation with its expert's weights and scales, a block of padding left untouched, the SwiGLU
- * epilogue on interleaved gate / up rows, expert_ids as a strided view of per-row indices, and
- * every error path. */
+/* qf_gemm_fp8_blockscale_grouped and qf_gemm_fp8_blockscale_masked on the CPU backend: each
+ * 128-row block against a direct evaluation with its expert's weights and scales, blocks of
+ * padding (or past an expert's token count) left untouched, the SwiGLU epilogue on interleaved
+ * gate / up rows, expert_ids as a strided view of per-row indices, and every error path. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -119,7 +119,7 @@ typedef struct {
 
 static void m_b_ndim(gem *g) { g->bt.ndim = 2, g->bt.strides = NULL, g->b_shape[0] = E * N, g->b_shape[1] = K; }
 static void m_b_gap(gem *g) { g->b_strides[0] = (int64_t)N * K + 16; }
-static void m_n16(gem *g) { g->b_shape[1] = 136, g->bs_shape[1] = 2; }
+static void m_n16(gem *g) { g->b_shape[1] = 136, g->b_strides[0] = 136 * K, g->bs_shape[1] = 2; }
 static void m_b_k(gem *g) { g->b_shape[2] = 256, g->b_strides[1] = 256, g->b_strides[0] = (int64_t)N * 256; }
 static void m_bs_shape(gem *g) { g->bs_shape[0] = 2; }
 static void m_ids_shape(gem *g) { g->ids_shape[0] = 2; }
@@ -135,7 +135,7 @@ static void test_errors(void) {
       {"b 2-D", QF_ERR_SHAPE, "b has ndim=2; expected 3", m_b_ndim},
       {"b experts apart", QF_ERR_LAYOUT, "b.strides[0]=39184; the experts must be stacked", m_b_gap},
       {"N % 16", QF_ERR_SHAPE, "N=136 (b.shape[1]) must be a multiple of 16", m_n16},
-      {"b K differs", QF_ERR_SHAPE, "b.shape[2]=256 differs from a.shape[1]=272", m_b_k},
+      {"b K differs", QF_ERR_SHAPE, "b.shape[2]=256 differs from a's K=272", m_b_k},
       {"b_scales shape", QF_ERR_SHAPE, "b_scales has shape [2, 2, 3]; expected [3, 2, 3]", m_bs_shape},
       {"expert_ids shape", QF_ERR_SHAPE, "expert_ids has shape [2]; expected [3]", m_ids_shape},
       {"expert_ids dtype", QF_ERR_DTYPE, "expert_ids has dtype fp32", m_ids_dtype},
@@ -160,10 +160,125 @@ static void test_errors(void) {
   }
 }
 
+/* ---- the masked layout: E = 3 experts of MAXM = 256 rows, 200, 0 and 256 tokens ---- */
+enum { MAXM = 256, MM = E * MAXM, MMP = MM };
+static const int32_t kTokens[E] = {200, 0, 256};
+
+typedef struct {
+  _Alignas(16) uint8_t a[MM * K];
+  _Alignas(16) float as[KB * MMP], d[MM * DN];
+  int32_t tokens[E];
+  DLTensor at, dt, mt;
+  tensor2d ast;
+  int64_t a_shape[3], d_shape[3], d_strides[3], m_shape[1];
+} masked;
+
+static void masked_init(masked *q, gem *g, qf_grouped_epilogue epilogue) {
+  gem_init(g, epilogue); /* b, b_scales and the options */
+  uint64_t seed = 7;
+  for (int i = 0; i < MM * K; i++) q->a[i] = (uint8_t)(rng_next(&seed) % 0x7e) | (rng_next(&seed) & 0x80);
+  for (int i = 0; i < KB * MMP; i++) q->as[i] = expf(rng_normal(&seed) * 2.0f) * 1e-2f;
+  memcpy(q->tokens, kTokens, sizeof kTokens);
+  memset(q->d, 0xff, sizeof q->d);
+  q->a_shape[0] = E, q->a_shape[1] = MAXM, q->a_shape[2] = K;
+  q->at = dl_tensor(q->a, QF_E4M3FN, 3, q->a_shape, kDLCPU);
+  tensor2d_init(&q->ast, q->as, QF_F32, KB, MM, MMP, kDLCPU);
+  const int64_t cols = epilogue == QF_GROUPED_SWIGLU ? N / 2 : N;
+  q->d_shape[0] = E, q->d_shape[1] = MAXM, q->d_shape[2] = cols;
+  q->d_strides[0] = (int64_t)MAXM * DN, q->d_strides[1] = DN, q->d_strides[2] = 1;
+  q->dt = dl_tensor(q->d, QF_F32, 3, q->d_shape, kDLCPU);
+  q->dt.strides = q->d_strides;
+  q->m_shape[0] = E;
+  q->mt = dl_tensor(q->tokens, QF_I32, 1, q->m_shape, kDLCPU);
+}
+
+static qf_status run_masked(masked *q, gem *g) {
+  return qf_gemm_fp8_blockscale_masked(ctx, &q->at, &q->ast.t, &g->bt, &g->bst, &q->mt, &q->dt, &g->o);
+}
+
+static void test_masked(void) {
+  static gem g;
+  static masked q;
+  for (int swiglu = 0; swiglu < 2; swiglu++) {
+    masked_init(&q, &g, swiglu ? QF_GROUPED_SWIGLU : QF_GROUPED_NONE);
+    CHECK(run_masked(&q, &g) == QF_OK, "masked gemm: %s", qf_ctx_last_error(ctx));
+    const int cols = swiglu ? N / 2 : N;
+    double worst = 0;
+    int skipped_clean = 1;
+    for (int m = 0; m < MM; m++) {
+      const int e = m / MAXM, r = m % MAXM;
+      const uint32_t *row = (const uint32_t *)q.d + m * DN;
+      if (r / 128 * 128 >= kTokens[e]) { /* a block past the expert's tokens */
+        for (int j = 0; j < DN; j++) skipped_clean &= row[j] == 0xffffffffu;
+        continue;
+      }
+      for (int j = 0; j < cols; j++) {
+        double want = 0.0, y[2];
+        for (int f = 0; f < (swiglu ? 2 : 1); f++) {
+          const int n = swiglu ? j / 8 * 16 + 8 * f + j % 8 : j;
+          y[f] = 0.0;
+          for (int k = 0; k < K; k++)
+            y[f] += (double)q.as[(k / 128) * MMP + m] * g.bs[(e * NB + n / 128) * KB + k / 128] * e4m3(q.a[m * K + k]) *
+                    e4m3(g.b[((size_t)e * N + n) * K + k]);
+        }
+        want = swiglu ? y[0] / (1.0 + exp(-y[0])) * y[1] : y[0];
+        double err = fabs(q.d[m * DN + j] - want) / (fabs(want) + 1e-30);
+        if (err > worst) worst = err;
+      }
+    }
+    CHECK(worst < 1e-6, "masked, swiglu %d: worst relative error %g (fp32 output)", swiglu, worst);
+    CHECK(skipped_clean, "masked, swiglu %d: rows of skipped blocks were written", swiglu);
+  }
+}
+
+typedef struct {
+  const char *what;
+  qf_status want;
+  const char *mentions;
+  void (*mutate)(masked *q, gem *g);
+} bad_masked;
+
+static void mm_max_m(masked *q, gem *g) { q->a_shape[1] = 192, q->ast.shape[1] = E * 192, (void)g; }
+static void mm_a_gap(masked *q, gem *g) {
+  static int64_t strides[3] = {MAXM * K + 16, K, 1};
+  q->at.strides = strides, (void)g;
+}
+static void mm_experts(masked *q, gem *g) { q->a_shape[0] = 2, q->ast.shape[1] = 2 * MAXM, (void)g; }
+static void mm_tokens(masked *q, gem *g) { q->tokens[1] = MAXM + 1, (void)g; }
+static void mm_tokens_shape(masked *q, gem *g) { q->m_shape[0] = 2, (void)g; }
+static void mm_d_shape(masked *q, gem *g) { q->d_shape[1] = 128, (void)g; }
+
+static void test_masked_errors(void) {
+  static const bad_masked cases[] = {
+      {"max_m % 128", QF_ERR_SHAPE, "max_m=192 (a.shape[1]) must be a multiple of 128", mm_max_m},
+      {"a experts apart", QF_ERR_LAYOUT, "a.strides[0]=69648; the experts must be stacked", mm_a_gap},
+      {"experts differ", QF_ERR_SHAPE, "a has 2 experts, b 3", mm_experts},
+      {"tokens > max_m", QF_ERR_VALUE, "masked_m[1]=257 is outside [0, 256]", mm_tokens},
+      {"masked_m shape", QF_ERR_SHAPE, "masked_m", mm_tokens_shape},
+      {"d shape", QF_ERR_SHAPE, "d has shape [3, 128, 144]; expected [3, 256, 144]", mm_d_shape},
+  };
+  static gem g;
+  static masked q;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    masked_init(&q, &g, QF_GROUPED_NONE);
+    cases[i].mutate(&q, &g);
+    qf_status st = run_masked(&q, &g);
+    const char *msg = qf_ctx_last_error(ctx);
+    CHECK(st == cases[i].want, "%s: got %s, want %s (%s)", cases[i].what, qf_status_str(st), qf_status_str(cases[i].want), msg);
+    CHECK(strstr(msg, "qf_gemm_fp8_blockscale_masked") && strstr(msg, cases[i].mentions), "%s: message '%s' lacks '%s'",
+          cases[i].what, msg, cases[i].mentions);
+    int untouched = 1;
+    for (int j = 0; j < MM * DN; j++) untouched &= ((uint32_t *)q.d)[j] == 0xffffffffu;
+    CHECK(untouched, "%s: d was written", cases[i].what);
+  }
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   test_formula();
   test_errors();
+  test_masked();
+  test_masked_errors();
   qf_ctx_destroy(ctx);
   return check_finish("test_gemm_grouped");
 }

@@ -2,7 +2,8 @@
  * formula, SwiGLU in float64). Each case lays its row blocks out over the experts as an engine's
  * contiguous MoE layout does (runs of several blocks, experts without tokens, a block of padding,
  * a short last block), passes expert_ids as every 128th element of a per-row index array on the
- * device, and poisons D with 0xFF bytes (NaN in all three output types): the rows of a padding block
+ * device (or, masked, gives each expert max_m rows and a token count: none, a partial block, whole
+ * blocks, counts past max_m and below 0, which the device reads as max_m and 0), and poisons D with 0xFF bytes (NaN in all three output types): the rows of a padding block
  * and of a block whose expert id is out of range, D's row gaps and a tail past its end must stay
  * untouched; every other element must be written, within the tolerances of
  * test_gemm_fp8_blockscale (relative Frobenius error, and per element relative to its value plus
@@ -21,11 +22,13 @@ enum { TAIL = 256 };
 typedef struct {
   int64_t N, K;
   int experts;
-  const int *blocks; /* expert of each 128-row block: -1 padding, >= experts out of range */
+  const int *blocks; /* contiguous: expert of each 128-row block: -1 padding, >= experts out of range */
   int num_blocks;
   int64_t last_rows; /* rows of the last block (1 .. 128) */
   qf_dtype dt;
   int swiglu;
+  const int *tokens; /* masked (blocks NULL): each expert's token count (may exceed max_m) */
+  int64_t max_m;
 } grouped_case;
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
@@ -62,14 +65,43 @@ static void tolerances(qf_dtype dt, int swiglu, double *frob, double *elem) {
   if (swiglu) *elem *= 2;
 }
 
+/* The op on ctx: contiguous (expert_ids a view of every 128th per-row id) or masked (a and d as
+ * [E, max_m, ...] views of the same rows, the token counts). */
+static qf_status call(qf_ctx *ctx, const grouped_case *g, DLDeviceType dev, void *a, void *as, void *b, void *bs,
+                      int32_t *ids, int32_t *tokens, void *d, qf_dtype dt, int64_t M, int64_t ldd) {
+  const int64_t N = g->N, K = g->K, E = g->experts, KB = (K + 127) / 128, Mp = (M + 3) / 4 * 4;
+  const int64_t cols = g->swiglu ? N / 2 : N;
+  int64_t b_shape[3] = {E, N, K}, bs_shape[3] = {E, (N + 127) / 128, KB};
+  tensor2d at, ast, dt2;
+  tensor2d_init(&at, a, QF_E4M3FN, M, K, K, dev);
+  tensor2d_init(&ast, as, QF_F32, KB, M, Mp, dev);
+  tensor2d_init(&dt2, d, dt, M, cols, ldd, dev);
+  DLTensor bt = dl_tensor(b, QF_E4M3FN, 3, b_shape, dev), bst = dl_tensor(bs, QF_F32, 3, bs_shape, dev);
+  const qf_gemm_grouped_opts opts = {.epilogue = g->swiglu ? QF_GROUPED_SWIGLU : QF_GROUPED_NONE};
+  if (!g->tokens) {
+    int64_t ids_shape[1] = {(M + 127) / 128}, ids_stride[1] = {128};
+    DLTensor idt = dl_tensor(ids, QF_I32, 1, ids_shape, dev);
+    idt.strides = ids_stride;
+    return qf_gemm_fp8_blockscale_grouped(ctx, &at.t, &ast.t, &bt, &bst, &idt, &dt2.t, &opts);
+  }
+  int64_t a_shape[3] = {E, g->max_m, K}, d_shape[3] = {E, g->max_m, cols}, d_strides[3] = {g->max_m * ldd, ldd, 1};
+  int64_t t_shape[1] = {E};
+  DLTensor a3 = dl_tensor(a, QF_E4M3FN, 3, a_shape, dev), d3 = dl_tensor(d, dt, 3, d_shape, dev);
+  DLTensor tt = dl_tensor(tokens, QF_I32, 1, t_shape, dev);
+  d3.strides = d_strides;
+  return qf_gemm_fp8_blockscale_masked(ctx, &a3, &ast.t, &bt, &bst, &tt, &d3, &opts);
+}
+
 static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *seed) {
-  const int64_t M = (g->num_blocks - 1) * 128 + g->last_rows, N = g->N, K = g->K, E = g->experts;
-  const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4, MB = g->num_blocks;
+  const int masked = g->tokens != NULL;
+  const int64_t M = masked ? g->experts * g->max_m : (g->num_blocks - 1) * 128 + g->last_rows;
+  const int64_t N = g->N, K = g->K, E = g->experts;
+  const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4, MB = (M + 127) / 128;
   const int64_t cols = g->swiglu ? N / 2 : N, ldd = cols + 8;
   const size_t osz = esz(g->dt);
   char what[200];
-  snprintf(what, sizeof what, "M=%" PRId64 " N=%" PRId64 " K=%" PRId64 " E=%" PRId64 " d=%s%s", M, N, K, E,
-           qf_dtype_name(g->dt), g->swiglu ? " SwiGLU" : "");
+  snprintf(what, sizeof what, "%s M=%" PRId64 " N=%" PRId64 " K=%" PRId64 " E=%" PRId64 " d=%s%s", masked ? "masked" : "contiguous",
+           M, N, K, E, qf_dtype_name(g->dt), g->swiglu ? " SwiGLU" : "");
 
   /* ---- host data: per-row expert ids (the reference's: out of range read as padding) ---- */
   uint8_t *a = malloc((size_t)(M * K)), *b = malloc((size_t)(E * N * K));
@@ -78,43 +110,38 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *
   float *as = malloc((size_t)(KB * Mp) * sizeof(float)), *bs = malloc((size_t)(E * NB * KB) * sizeof(float));
   for (int64_t i = 0; i < KB * Mp; i++) as[i] = (float)exp(log(1e-4) + rng_uniform(seed) * log(1e2));
   for (int64_t i = 0; i < E * NB * KB; i++) bs[i] = (float)exp(log(1e-4) + rng_uniform(seed) * log(1e2));
+  /* per row (contiguous) or per expert (masked) as the GPU gets them; the reference's, in range */
   int32_t *row_ids = malloc((size_t)M * sizeof(int32_t)), *ref_ids = malloc((size_t)MB * sizeof(int32_t));
-  for (int64_t m = 0; m < M; m++) row_ids[m] = g->blocks[m / 128];
-  for (int64_t mb = 0; mb < MB; mb++) ref_ids[mb] = g->blocks[mb] < E ? g->blocks[mb] : -1;
+  int32_t *tokens = malloc((size_t)E * sizeof(int32_t)), *ref_tokens = malloc((size_t)E * sizeof(int32_t));
+  for (int64_t e = 0; masked && e < E; e++)
+    tokens[e] = g->tokens[e], ref_tokens[e] = g->tokens[e] < 0 ? 0 : g->tokens[e] > g->max_m ? (int32_t)g->max_m : g->tokens[e];
+  for (int64_t m = 0; !masked && m < M; m++) row_ids[m] = g->blocks[m / 128];
+  for (int64_t mb = 0; mb < MB; mb++) {  /* the expert of each block, -1 where it is skipped */
+    const int64_t e = masked ? mb * 128 / g->max_m : 0;
+    ref_ids[mb] = masked ? (mb * 128 - e * g->max_m < ref_tokens[e] ? (int32_t)e : -1) : g->blocks[mb] < E ? g->blocks[mb] : -1;
+  }
 
   /* ---- reference (fp32 D, rows of skipped blocks left at 0xFF) ---- */
   float *ref = malloc((size_t)(M * cols) * sizeof(float));
   memset(ref, 0xff, (size_t)(M * cols) * sizeof(float));
-  int64_t b_shape[3] = {E, N, K}, bs_shape[3] = {E, NB, KB}, ids_shape[1] = {MB}, row_stride[1] = {128};
-  tensor2d ca, cas, cd;
-  tensor2d_init(&ca, a, QF_E4M3FN, M, K, K, kDLCPU);
-  tensor2d_init(&cas, as, QF_F32, KB, M, Mp, kDLCPU);
-  tensor2d_init(&cd, ref, QF_F32, M, cols, cols, kDLCPU);
-  DLTensor cb = dl_tensor(b, QF_E4M3FN, 3, b_shape, kDLCPU), cbs = dl_tensor(bs, QF_F32, 3, bs_shape, kDLCPU);
-  DLTensor cids = dl_tensor(ref_ids, QF_I32, 1, ids_shape, kDLCPU);
-  const qf_gemm_grouped_opts opts = {.epilogue = g->swiglu ? QF_GROUPED_SWIGLU : QF_GROUPED_NONE};
-  CHECK(qf_gemm_fp8_blockscale_grouped(cpu, &ca.t, &cas.t, &cb, &cbs, &cids, &cd.t, &opts) == QF_OK, "%s: cpu: %s", what,
+  int32_t *ref_row_ids = malloc((size_t)M * sizeof(int32_t));
+  for (int64_t m = 0; m < M; m++) ref_row_ids[m] = ref_ids[m / 128];
+  CHECK(call(cpu, g, kDLCPU, a, as, b, bs, ref_row_ids, ref_tokens, ref, QF_F32, M, cols) == QF_OK, "%s: cpu: %s", what,
         qf_ctx_last_error(cpu));
 
   /* ---- GPU: expert_ids a view of every 128th per-row index ---- */
   const size_t dbytes = (size_t)((M - 1) * ldd + cols) * osz + TAIL;
   uint8_t *da = dev_alloc((size_t)(M * K)), *db = dev_alloc((size_t)(E * N * K)), *dd = dev_alloc(dbytes);
   float *das = dev_alloc((size_t)(KB * Mp) * sizeof(float)), *dbs = dev_alloc((size_t)(E * NB * KB) * sizeof(float));
-  int32_t *dids = dev_alloc((size_t)M * sizeof(int32_t));
+  int32_t *dids = dev_alloc((size_t)M * sizeof(int32_t)), *dtokens = dev_alloc((size_t)E * sizeof(int32_t));
   CUDA_OK(cudaMemcpy(da, a, (size_t)(M * K), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(db, b, (size_t)(E * N * K), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(das, as, (size_t)(KB * Mp) * sizeof(float), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dbs, bs, (size_t)(E * NB * KB) * sizeof(float), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dids, row_ids, (size_t)M * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dtokens, tokens, (size_t)E * sizeof(int32_t), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(dd, 0xff, dbytes));
-  tensor2d ga, gas, gd;
-  tensor2d_init(&ga, da, QF_E4M3FN, M, K, K, kDLCUDA);
-  tensor2d_init(&gas, das, QF_F32, KB, M, Mp, kDLCUDA);
-  tensor2d_init(&gd, dd, g->dt, M, cols, ldd, kDLCUDA);
-  DLTensor gb = dl_tensor(db, QF_E4M3FN, 3, b_shape, kDLCUDA), gbs = dl_tensor(dbs, QF_F32, 3, bs_shape, kDLCUDA);
-  DLTensor gids = dl_tensor(dids, QF_I32, 1, ids_shape, kDLCUDA);
-  gids.strides = row_stride;
-  CHECK(qf_gemm_fp8_blockscale_grouped(gpu, &ga.t, &gas.t, &gb, &gbs, &gids, &gd.t, &opts) == QF_OK, "%s: gpu: %s", what,
+  CHECK(call(gpu, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd) == QF_OK, "%s: gpu: %s", what,
         qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
   uint8_t *got = malloc(dbytes);
@@ -153,8 +180,9 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *
         worst_n, worst, elem_tol);
   if (getenv("QF_TEST_VERBOSE")) printf("%s: frob %.3g, worst element %.3g\n", what, frob, worst);
 
-  cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(das), cudaFree(dbs), cudaFree(dids);
-  free(a), free(b), free(as), free(bs), free(row_ids), free(ref_ids), free(ref), free(got);
+  cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(das), cudaFree(dbs), cudaFree(dids), cudaFree(dtokens);
+  free(a), free(b), free(as), free(bs), free(row_ids), free(ref_ids), free(ref_row_ids), free(tokens), free(ref_tokens);
+  free(ref), free(got);
 }
 
 int main(void) {
@@ -165,6 +193,9 @@ int main(void) {
   static const int few[] = {2, -1, 0, 4, 0};
   /* 10 blocks x 17 column tiles > the SMs: the 128-column tiles; expert 1 has no tokens. */
   static const int many[] = {0, 0, 0, 2, 2, -1, 3, 3, 3, 3};
+  /* masked: an expert without tokens, a partial block, whole blocks, a count past max_m and a
+   * negative one (read as max_m and as 0 on the device) */
+  static const int tokens[] = {0, 37, 256, 130, 300, -5};
   const grouped_case cases[] = {
       {.N = 256, .K = 512, .experts = 4, .blocks = few, .num_blocks = 5, .last_rows = 37, .dt = QF_BF16},
       {.N = 256, .K = 512, .experts = 4, .blocks = few, .num_blocks = 5, .last_rows = 37, .dt = QF_BF16, .swiglu = 1},
@@ -174,9 +205,13 @@ int main(void) {
       {.N = 2112, .K = 1024, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 100, .dt = QF_BF16, .swiglu = 1},
       {.N = 2112, .K = 784, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 128, .dt = QF_F32, .swiglu = 1},
       {.N = 4096, .K = 896, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 64, .dt = QF_F16},
+      {.N = 256, .K = 512, .experts = 6, .tokens = tokens, .max_m = 256, .dt = QF_BF16},
+      {.N = 2112, .K = 784, .experts = 6, .tokens = tokens, .max_m = 256, .dt = QF_F32, .swiglu = 1},
+      {.N = 4096, .K = 1024, .experts = 6, .tokens = tokens, .max_m = 384, .dt = QF_BF16, .swiglu = 1},
   };
-  const int n = quick_mode() ? 2 : (int)(sizeof cases / sizeof cases[0]);
-  for (int i = 0; i < n; i++) one_case(gpu, cpu, &cases[i], &seed);
+  const int n = (int)(sizeof cases / sizeof cases[0]);
+  for (int i = 0; i < n; i++)
+    if (!quick_mode() || i < 2 || i == n - 3) one_case(gpu, cpu, &cases[i], &seed);
   qf_ctx_destroy(gpu);
   qf_ctx_destroy(cpu);
   return check_finish("gpu_test_gemm_grouped");

@@ -1,9 +1,11 @@
-/* The grouped MoE GEMM benchmark, L2 flushed: qf_gemm_fp8_blockscale_grouped on DeepSeek-V3's
- * expert shapes (gate + up: N = 4096, K = 7168; down: N = 7168, K = 2048) for E experts whose
- * token counts vary around a mean (each run padded to 128 rows, as the contiguous layout asks),
+/* The grouped MoE GEMM benchmark, L2 flushed: qf_gemm_fp8_blockscale_grouped (contiguous layout,
+ * each expert's run padded to 128 rows) and qf_gemm_fp8_blockscale_masked (decode: each expert's
+ * tokens at the head of its max_m rows) on DeepSeek-V3's expert shapes (gate + up: N = 4096,
+ * K = 7168; down: N = 7168, K = 2048) for E experts whose token counts vary around a mean,
  * against cuBLASLt's block-scaled FP8 GEMM called once per expert on the same inputs (what an
- * engine without a grouped kernel runs). The SwiGLU rows (gate + up) time the fused epilogue
- * against the same per-expert calls, which leave Y unactivated: the peer does less work there. */
+ * engine without a grouped kernel runs; masked: on each expert's tokens only, rounded up to 4).
+ * The SwiGLU rows (gate + up) time the fused epilogue against the same per-expert calls, which
+ * leave Y unactivated: the peer does less work there. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,15 +20,17 @@ enum { MAX_EXPERTS = 16 };
 
 typedef struct {
   qf_ctx *ctx;
-  DLTensor a, as, b, bs, ids, d;
-  int64_t ashape[2], asshape[2], asstride[2], bshape[3], bsshape[3], idsshape[1], dshape[2];
+  int masked;
+  DLTensor a, as, b, bs, ids, d; /* masked: a and d [E, max_m, ...], ids the token counts */
+  int64_t ashape[3], asshape[2], asstride[2], bshape[3], bsshape[3], idsshape[1], dshape[3];
   qf_gemm_grouped_opts opts;
 } grouped_call;
 
 static int run_qfuse(void *arg) {
   grouped_call *c = arg;
-  qf_status st = qf_gemm_fp8_blockscale_grouped(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->ids, &c->d, &c->opts);
-  if (st != QF_OK) fprintf(stderr, "qf_gemm_fp8_blockscale_grouped: %s\n", qf_ctx_last_error(c->ctx));
+  qf_status st = c->masked ? qf_gemm_fp8_blockscale_masked(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->ids, &c->d, &c->opts)
+                           : qf_gemm_fp8_blockscale_grouped(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->ids, &c->d, &c->opts);
+  if (st != QF_OK) fprintf(stderr, "qfuse-bench grouped GEMM: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
 
@@ -63,17 +67,23 @@ static void fill_e4m3(uint8_t *h, size_t n, uint64_t *s) {
   }
 }
 
-/* E experts, mean tokens each, counts drawn in [mean / 2, 3 mean / 2] and padded to 128 rows. */
-static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64_t N, int64_t K, int swiglu) {
+/* E experts, mean tokens each, counts drawn in [mean / 2, 3 mean / 2]: each run padded to 128
+ * rows (contiguous), or at the head of max_m rows, the largest count rounded up to 128 (masked). */
+static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64_t N, int64_t K, int swiglu, int masked) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, L4 = (KB + 3) / 4 * 4, cols = swiglu ? N / 2 : N;
   uint64_t seed = 0x6A09E667ull ^ (uint64_t)(mean * 31 + N * 7 + K + E);
   lt_loop peer = {.experts = E, .N = N, .K = K};
-  int64_t M = 0, tokens = 0;
+  int64_t count[MAX_EXPERTS], tokens = 0, max_m = 0, M = 0, tile_rows = 0;
   for (int e = 0; e < E; e++) {
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-    const int64_t t = mean / 2 + (int64_t)(seed % (uint64_t)(mean + 1));
-    peer.row0[e] = M, peer.rows[e] = (t + 127) / 128 * 128;
-    M += peer.rows[e], tokens += t;
+    count[e] = mean / 2 + (int64_t)(seed % (uint64_t)(mean + 1));
+    tokens += count[e], tile_rows += (count[e] + 127) / 128 * 128;
+    if ((count[e] + 127) / 128 * 128 > max_m) max_m = (count[e] + 127) / 128 * 128;
+  }
+  for (int e = 0; e < E; e++) {
+    peer.row0[e] = masked ? e * max_m : M;
+    peer.rows[e] = masked ? (count[e] + 3) / 4 * 4 : (count[e] + 127) / 128 * 128;
+    M = masked ? M + max_m : M + peer.rows[e];
   }
   const int64_t MB = M / 128;
   uint8_t *h = malloc((size_t)(M * K > E * N * K ? M * K : E * N * K));
@@ -97,9 +107,11 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64
   if (cudaMemcpy(as, hs, sizeof(float) * (size_t)(KB * M), cudaMemcpyHostToDevice) ||
       cudaMemcpy(bs, hs, sizeof(float) * (size_t)(E * NB * KB), cudaMemcpyHostToDevice))
     goto done;
-  for (int e = 0; e < E; e++)
-    for (int64_t mb = peer.row0[e] / 128; mb < (peer.row0[e] + peer.rows[e]) / 128; mb++) hids[mb] = e;
-  if (cudaMemcpy(ids, hids, sizeof(int32_t) * (size_t)MB, cudaMemcpyHostToDevice)) goto done;
+  for (int e = 0; e < E; e++) { /* masked: the token counts; contiguous: each block's expert */
+    if (masked) hids[e] = (int32_t)count[e];
+    for (int64_t mb = peer.row0[e] / 128; !masked && mb < (peer.row0[e] + peer.rows[e]) / 128; mb++) hids[mb] = e;
+  }
+  if (cudaMemcpy(ids, hids, sizeof(int32_t) * (size_t)(masked ? E : MB), cudaMemcpyHostToDevice)) goto done;
   for (int e = 0; e < E; e++) {
     peer.plan[e] = qfb_lt_gemm_plan(lt, peer.rows[e], N, K, QFB_LT_SCALE_BLK);
     if (!peer.plan[e] || cudaMalloc((void **)&peer.as[e], sizeof(float) * (size_t)(KB * peer.rows[e])) ||
@@ -110,28 +122,31 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64
   }
   peer.a = a, peer.b = bm, peer.d = dl;
 
-  grouped_call q = {.ctx = ctx, .opts = {.epilogue = swiglu ? QF_GROUPED_SWIGLU : QF_GROUPED_NONE}};
-  q.ashape[0] = M, q.ashape[1] = K;
+  grouped_call q = {.ctx = ctx, .masked = masked, .opts = {.epilogue = swiglu ? QF_GROUPED_SWIGLU : QF_GROUPED_NONE}};
+  const int dims = masked ? 3 : 2;
+  q.ashape[0] = masked ? E : M, q.ashape[1] = masked ? max_m : K, q.ashape[2] = K;
   q.asshape[0] = KB, q.asshape[1] = M, q.asstride[0] = M, q.asstride[1] = 1;
   q.bshape[0] = E, q.bshape[1] = N, q.bshape[2] = K;
   q.bsshape[0] = E, q.bsshape[1] = NB, q.bsshape[2] = KB;
-  q.idsshape[0] = MB;
-  q.dshape[0] = M, q.dshape[1] = cols;
-  q.a = dev_tensor(a, QF_E4M3FN, 2, q.ashape, NULL);
+  q.idsshape[0] = masked ? E : MB;
+  q.dshape[0] = masked ? E : M, q.dshape[1] = masked ? max_m : cols, q.dshape[2] = cols;
+  q.a = dev_tensor(a, QF_E4M3FN, dims, q.ashape, NULL);
   q.as = dev_tensor(as, QF_F32, 2, q.asshape, q.asstride);
   q.b = dev_tensor(bm, QF_E4M3FN, 3, q.bshape, NULL);
   q.bs = dev_tensor(bs, QF_F32, 3, q.bsshape, NULL);
   q.ids = dev_tensor(ids, QF_I32, 1, q.idsshape, NULL);
-  q.d = dev_tensor(d, QF_BF16, 2, q.dshape, NULL);
+  q.d = dev_tensor(d, QF_BF16, dims, q.dshape, NULL);
 
-  char shape[96];
+  char shape[112];
   snprintf(shape, sizeof shape, "E=%d,tokens=%lld,M=%lld,N=%lld,K=%lld", E, (long long)tokens, (long long)M, (long long)N,
            (long long)K);
-  /* the padded rows are computed too, but only the tokens count as work */
+  /* the rows of the tiles that run (padding included) are read and written; only the tokens count as work */
   const double flops = 2.0 * (double)tokens * (double)N * (double)K;
-  const double bytes = (double)(M * K + E * N * K) + 4.0 * (double)(KB * M + E * NB * KB) + 2.0 * (double)(M * cols);
-  qfb_row row = {.op = "gemm_fp8_blockscale_grouped", .variant = swiglu ? "e4m3->bf16,swiglu" : "e4m3->bf16",
-                 .shape = shape, .bytes = bytes, .flops = flops};
+  const double bytes =
+      (double)(tile_rows * K + E * N * K) + 4.0 * (double)(KB * tile_rows + E * NB * KB) + 2.0 * (double)(tile_rows * cols);
+  const char *variant[2][2] = {{"e4m3->bf16", "e4m3->bf16,swiglu"}, {"e4m3->bf16,masked", "e4m3->bf16,swiglu,masked"}};
+  qfb_row row = {.op = "gemm_fp8_blockscale_grouped", .variant = variant[masked][swiglu], .shape = shape, .bytes = bytes,
+                 .flops = flops};
   row.us = qfb_time_us(b, run_qfuse, &q);
   row.floor_us = qfb_floor_us(b, bytes, flops, 0);
   row.peer = swiglu ? "cublaslt_blk per expert (no SwiGLU)" : "cublaslt_blk per expert";
@@ -154,18 +169,20 @@ int bench_gemm_grouped(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (!qfb_op_selected(sel->ops, "gemm_fp8_blockscale_grouped") || !qfb_uses_gpu(b)) return 0;
 #ifdef QF_WITH_CUDA
   /* 8 experts of a device (DeepSeek-V3's 256 over 32 devices), tokens per expert from decode
-   * batches to prefill */
-  static const int64_t means[] = {64, 256, 1024, 4096};
+   * batches (masked) to prefill (contiguous) */
+  static const int64_t means[] = {64, 256, 1024, 4096}, masked_means[] = {4, 16, 64};
   static const int64_t nk[][3] = {{4096, 7168, 1}, {4096, 7168, 0}, {7168, 2048, 0}}; /* N, K, SwiGLU */
   qfb_lt *lt = qfb_lt_open();
   if (!lt) return 1;
   int rc = 0;
-  for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
-    for (size_t i = 0; i < sizeof means / sizeof means[0]; i++) {
-      if ((sel->m && means[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
-      rc |= one_shape(b, ctx, lt, 8, means[i], nk[j][0], nk[j][1], (int)nk[j][2]);
-      ++*rows;
-    }
+  for (int masked = 0; masked < 2; masked++)
+    for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
+      for (size_t i = 0; i < (masked ? sizeof masked_means : sizeof means) / sizeof means[0]; i++) {
+        const int64_t mean = masked ? masked_means[i] : means[i];
+        if ((sel->m && mean != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
+        rc |= one_shape(b, ctx, lt, 8, mean, nk[j][0], nk[j][1], (int)nk[j][2], masked);
+        ++*rows;
+      }
   qfb_lt_close(lt);
   return rc;
 #else

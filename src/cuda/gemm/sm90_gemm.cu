@@ -2,6 +2,7 @@
 // qf_gemm_scaled: the recipe's parameters, tensor maps for A, B and D, the heuristic's tile shape
 // and split, the output type, the split-K workspace, and a persistent grid of one CTA per SM (at
 // most one per work unit).
+#include <algorithm>
 #include <atomic>
 #include <cuda.h>
 
@@ -151,7 +152,9 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
 template <typename OutT>
 qf_status dispatch_grouped(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   constexpr Sm90Recipe R = Sm90Recipe::kBlockScaledFp8;
-  const sm90_gemm_config cfg = sm90_gemm_pick_grouped(pr.M, pr.N, pr.sms);
+  // (masked: a decode step's experts hold a block of tokens or less each, most blocks skipped)
+  const int64_t rows = p.masked_m != nullptr ? std::min<int64_t>(pr.M, int64_t{p.experts} * 128) : pr.M;
+  const sm90_gemm_config cfg = sm90_gemm_pick_grouped(rows, pr.N, pr.sms);
   constexpr int k64 = sm90_gemm_stages(128, 64, int(sizeof(OutT))), k128 = sm90_gemm_stages(128, 128, int(sizeof(OutT)));
   // SwiGLU stores from the fragment: the stages of a tile without a staging tile (6 and 8; with
   // the 16-bit staging tile's 5 stages the loop's unrolled period doubles to 10 and ptxas spilled)
@@ -170,7 +173,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: M=%lld, N=%lld, K=%lld exceed the 32-bit tile coordinates", pr.op,
                    static_cast<long long>(pr.M), static_cast<long long>(pr.N), static_cast<long long>(pr.K));
-  if (p.expert_ids != nullptr) {
+  if (p.expert_ids != nullptr || p.masked_m != nullptr) {
     if (pr.b.rows > lim)
       return qf_fail(ctx, QF_ERR_SHAPE, "%s: experts x N = %lld rows of b exceed the 32-bit tile coordinates", pr.op,
                      static_cast<long long>(pr.b.rows));
@@ -192,7 +195,9 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
 
 extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped" : "qf_gemm_fp8_blockscale",
+  const Problem pr = {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped"
+                      : a->masked_m ? "qf_gemm_fp8_blockscale_masked"
+                                    : "qf_gemm_fp8_blockscale",
                       a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0};
   sm90_gemm_params p = {};
   p.a_scales = a->a_scales;
@@ -204,6 +209,8 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
   p.b_scales = a->b_scales;
   p.expert_ids = a->expert_ids;
   p.ids_stride = a->ids_stride;
+  p.masked_m = a->masked_m;
+  p.expert_blocks = static_cast<int>(a->expert_rows / 128);
   p.experts = static_cast<int>(a->experts);
   p.c = static_cast<const float *>(a->c.data);
   p.c_ld = a->c.ld;

@@ -192,9 +192,11 @@ struct sm90_gemm_params {
   const int32_t *azp_adj; // NULL or [N]: zp = azp_adj[n] (per tensor) or azp[m] * azp_adj[n]
   const int32_t *azp;     // NULL or [M]
   // grouped (kGrouped, kGroupedSwiGLU; last, so that the other kernels' parameters keep their places)
-  const int32_t *expert_ids;  // 128-row block mb's expert at expert_ids[mb * ids_stride]
+  const int32_t *expert_ids;  // contiguous: 128-row block mb's expert at expert_ids[mb * ids_stride]
   int64_t ids_stride;
-  int experts;            // B is [experts * N, K], expert e's rows from e * N
+  const int32_t *masked_m;    // masked (expert_ids NULL): expert e's blocks [e * expert_blocks, + expert_blocks),
+  int expert_blocks;          // those from row masked_m[e] of the expert on skipped
+  int experts;                // B is [experts * N, K], expert e's rows from e * N
 };
 
 // Work unit u: the first whole_tiles units are whole tiles; after them every remaining tile is
@@ -434,10 +436,15 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   auto unit_tile = [&](const sm90_gemm_unit &u, int &m_blk, int &n_blk) {
     sm90_gemm_tile_coords(p, u.tile, m_blk, n_blk);
   };
-  // Grouped: the expert of tile row m_blk (one 128-row block); -1 (padding) or out of range: the
-  // tile is skipped by the producer and the consumers alike, its D rows untouched.
+  // Grouped: the expert of tile row m_blk (one 128-row block); -1 (padding, an id out of range, or
+  // past the expert's token count): the tile is skipped by the producer and the consumers alike,
+  // its D rows untouched.
   auto expert_of = [&](int m_blk) {
     if constexpr (!kGrouped) return 0;
+    if (p.masked_m != nullptr) {
+      const int e = m_blk / p.expert_blocks;
+      return (m_blk - e * p.expert_blocks) * 128 < __ldg(p.masked_m + e) ? e : -1;
+    }
     const int e = __ldg(p.expert_ids + m_blk * p.ids_stride);
     return e < p.experts ? e : -1;
   };

@@ -65,6 +65,13 @@ class GemmBlockscaleOpts(ctypes.Structure):
     _fields_ = [("c", ctypes.POINTER(DLTensor)), ("a_scales_row_major", ctypes.c_int)]
 
 
+class GemmGroupedOpts(ctypes.Structure):
+    _fields_ = [("epilogue", ctypes.c_int), ("a_scales_row_major", ctypes.c_int)]
+
+
+GROUPED_EPILOGUES = {"none": 0, "swiglu": 1}
+
+
 class GemmScaledOpts(ctypes.Structure):
     _fields_ = [("bias", ctypes.POINTER(DLTensor)), ("azp_adj", ctypes.POINTER(DLTensor)),
                 ("azp", ctypes.POINTER(DLTensor))]
@@ -134,6 +141,8 @@ def _load():
     lib.qf_quant_tensor.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(TensorQuantOpts)]
     lib.qf_rms_norm_quant.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(RmsNormQuantOpts)]
     lib.qf_gemm_fp8_blockscale.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(GemmBlockscaleOpts)]
+    lib.qf_gemm_fp8_blockscale_grouped.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.POINTER(GemmGroupedOpts)]
+    lib.qf_gemm_fp8_blockscale_masked.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.POINTER(GemmGroupedOpts)]
     lib.qf_gemm_scaled.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(GemmScaledOpts)]
     lib.qf_gemm_azp_adj.argtypes = [ctypes.c_void_p, T, ctypes.c_int32, T]
     lib.qf_vq_format_preset.argtypes = [ctypes.c_int, ctypes.POINTER(VqFormat)]
@@ -297,6 +306,20 @@ class Context:
         ca = _Arg(c) if c is not None else None
         o = GemmBlockscaleOpts(ctypes.pointer(ca.tensor) if ca else None, int(a_scales_row_major))
         self._check(_lib.qf_gemm_fp8_blockscale(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
+
+    def gemm_fp8_blockscale_grouped(self, a, a_scales, b, b_scales, expert_ids, d, epilogue="none",
+                                    a_scales_row_major=False):
+        """Contiguous MoE layout: expert_ids [ceil(M/128)] (e.g. a per-row index [::128]); epilogue "swiglu"."""
+        keep = [_Arg(t) for t in (a, a_scales, b, b_scales, expert_ids, d)]
+        o = GemmGroupedOpts(GROUPED_EPILOGUES[epilogue], int(a_scales_row_major))
+        self._check(_lib.qf_gemm_fp8_blockscale_grouped(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
+
+    def gemm_fp8_blockscale_masked(self, a, a_scales, b, b_scales, masked_m, d, epilogue="none",
+                                   a_scales_row_major=False):
+        """Masked MoE layout: a [E, max_m, K], masked_m [E] token counts on the device."""
+        keep = [_Arg(t) for t in (a, a_scales, b, b_scales, masked_m, d)]
+        o = GemmGroupedOpts(GROUPED_EPILOGUES[epilogue], int(a_scales_row_major))
+        self._check(_lib.qf_gemm_fp8_blockscale_masked(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
 
     def gemm_scaled(self, a, a_scale, b, b_scale, d, bias=None, azp_adj=None, azp=None):
         keep = [_Arg(t) for t in (a, a_scale, b, b_scale, d)]

@@ -99,6 +99,26 @@ class TestTorchFamily(unittest.TestCase):
         err = ((d.cpu() - ref).norm() / ref.norm()).item()
         self.assertLess(err, 1e-3)
 
+    def test_gemm_fp8_blockscale_masked(self):
+        # Three experts of 128 rows holding 5, 0 and 128 tokens, SwiGLU: GPU against the CPU backend
+        # on the rows of the blocks that run (the expert without tokens keeps its poison).
+        e, max_m, n, k = 3, 128, 256, 512
+        a = (torch.randn(e, max_m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        b = (torch.randn(e, n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        a_s = torch.rand(4, e * max_m, device="cuda") + 0.5
+        b_s = torch.rand(e, 2, 4, device="cuda") + 0.5
+        counts = torch.tensor([5, 0, 128], dtype=torch.int32, device="cuda")
+        d = torch.full((e, max_m, n // 2), float("nan"), device="cuda")
+        self.gpu.gemm_fp8_blockscale_masked(a, a_s, b, b_s, counts, d, epilogue="swiglu")
+        ref = torch.full((e, max_m, n // 2), float("nan"))
+        self.cpu.gemm_fp8_blockscale_masked(a.cpu(), a_s.cpu(), b.cpu(), b_s.cpu(), counts.cpu(), ref, epilogue="swiglu")
+        torch.cuda.synchronize()
+        got = d.cpu()
+        self.assertTrue(torch.isnan(got[1]).all())
+        live = torch.cat([got[0], got[2]]), torch.cat([ref[0], ref[2]])
+        err = ((live[0] - live[1]).norm() / live[1].norm()).item()
+        self.assertLess(err, 1e-3)
+
     def test_gemm_scaled_int8_azp(self):
         # Per-token int8 activations with zero points, per-channel weight scales, bias: the
         # AzpPerToken epilogue, equal to the exact CPU reference up to the final fp32 roundings.

@@ -8,7 +8,9 @@
  * untouched; every other element must be written, within the tolerances of
  * test_gemm_fp8_blockscale (relative Frobenius error, and per element relative to its value plus
  * the RMS of its row). Shapes: few tiles (the 64-column tiles) and more tiles than SMs (128-column
- * ones), N with a partial weight-scale block, K with a partial K-block; bf16, fp16 and fp32 D. */
+ * ones, with a last wave split along K at K = 1024 on 132 SMs: 170 tiles, 38 of them split 3 ways),
+ * N with a partial weight-scale block, K with a partial K-block; bf16, fp16 and fp32 D. Every case
+ * runs twice and must give the same bytes (the split sums' fixed order). */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -144,8 +146,13 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *
   CHECK(call(gpu, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd) == QF_OK, "%s: gpu: %s", what,
         qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
-  uint8_t *got = malloc(dbytes);
+  uint8_t *got = malloc(dbytes), *again = malloc(dbytes);
   CUDA_OK(cudaMemcpy(got, dd, dbytes, cudaMemcpyDeviceToHost));
+  CHECK(call(gpu, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd) == QF_OK, "%s: gpu, again: %s", what,
+        qf_ctx_last_error(gpu));
+  CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
+  CHECK(memcmp(got, again, dbytes) == 0, "%s: a second run gave different bytes", what);
+  free(again);
 
   /* ---- skipped rows, gaps and tail untouched; the rest written and within tolerance ---- */
   double frob_tol, elem_tol, err_ss = 0.0, want_ss = 0.0, worst = 0.0;
@@ -193,6 +200,8 @@ int main(void) {
   static const int few[] = {2, -1, 0, 4, 0};
   /* 10 blocks x 17 column tiles > the SMs: the 128-column tiles; expert 1 has no tokens. */
   static const int many[] = {0, 0, 0, 2, 2, -1, 3, 3, 3, 3};
+  /* the last tiles in the walk (the split last wave) mostly padding */
+  static const int tail_padding[] = {0, 0, 0, 2, 2, 3, 3, 3, -1, -1};
   /* masked: an expert without tokens, a partial block, whole blocks, a count past max_m and a
    * negative one (read as max_m and as 0 on the device) */
   static const int tokens[] = {0, 37, 256, 130, 300, -5};
@@ -205,6 +214,7 @@ int main(void) {
       {.N = 2112, .K = 1024, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 100, .dt = QF_BF16, .swiglu = 1},
       {.N = 2112, .K = 784, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 128, .dt = QF_F32, .swiglu = 1},
       {.N = 4096, .K = 896, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 64, .dt = QF_F16},
+      {.N = 2112, .K = 1024, .experts = 4, .blocks = tail_padding, .num_blocks = 10, .last_rows = 128, .dt = QF_BF16},
       {.N = 256, .K = 512, .experts = 6, .tokens = tokens, .max_m = 256, .dt = QF_BF16},
       {.N = 2112, .K = 784, .experts = 6, .tokens = tokens, .max_m = 256, .dt = QF_F32, .swiglu = 1},
       {.N = 4096, .K = 1024, .experts = 6, .tokens = tokens, .max_m = 384, .dt = QF_BF16, .swiglu = 1},

@@ -2,7 +2,6 @@
 // qf_gemm_scaled: the recipe's parameters, tensor maps for A, B and D, the heuristic's tile shape
 // and split, the output type, the split-K workspace, and a persistent grid of one CTA per SM (at
 // most one per work unit).
-#include <algorithm>
 #include <atomic>
 #include <cuda.h>
 
@@ -152,9 +151,7 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
 template <typename OutT>
 qf_status dispatch_grouped(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   constexpr Sm90Recipe R = Sm90Recipe::kBlockScaledFp8;
-  // (masked: a decode step's experts hold a block of tokens or less each, most blocks skipped)
-  const int64_t rows = p.masked_m != nullptr ? std::min<int64_t>(pr.M, int64_t{p.experts} * 128) : pr.M;
-  const sm90_gemm_config cfg = sm90_gemm_pick_grouped(rows, pr.N, pr.sms);
+  const sm90_gemm_config cfg = sm90_gemm_pick_grouped(pr.M, pr.N, pr.K, pr.sms, p.masked_m != nullptr ? p.experts : 0);
   constexpr int k64 = sm90_gemm_stages(128, 64, int(sizeof(OutT))), k128 = sm90_gemm_stages(128, 128, int(sizeof(OutT)));
   // SwiGLU stores from the fragment: the stages of a tile without a staging tile (6 and 8; with
   // the 16-bit staging tile's 5 stages the loop's unrolled period doubles to 10 and ptxas spilled)

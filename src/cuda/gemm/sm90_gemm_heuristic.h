@@ -192,12 +192,24 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   return best;
 }
 
-// The grouped (MoE) GEMM: 128-row tiles (a tile row is one expert's 128-row block), whole, in the
-// grouped raster; 128 columns, or 64 where 128-column tiles would leave SMs idle (fewer tiles than
-// SMs: the few-token experts of a small batch), so that more CTAs stream the experts' weights.
-inline sm90_gemm_config sm90_gemm_pick_grouped(int64_t M, int64_t N, int sm_count) {
-  const int64_t tiles128 = ((M + 127) / 128) * ((N + 127) / 128);
-  sm90_gemm_config c = {128, tiles128 < sm_count ? 64 : 128, 0, 8, 1, 0};
-  c.whole_tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n);
+// The grouped (MoE) GEMM: 128-row tiles (a tile row is one expert's 128-row block) in the grouped
+// raster; 128 columns, or 64 where 128-column tiles would leave SMs idle (fewer tiles than SMs:
+// the few-token experts of a small batch), so that more CTAs stream the experts' weights. A last
+// wave of at most half the SMs is split along K as sm90_gemm_pick splits the dense one's (its tiles
+// may turn out to be padding, whose units all skip). The masked layout (masked_experts > 0) counts
+// one block per expert for the column choice (a decode step's experts rarely hold more) and is
+// never split: most of its tiles skip.
+inline sm90_gemm_config sm90_gemm_pick_grouped(int64_t M, int64_t N, int64_t K, int sm_count, int64_t masked_experts) {
+  const int sms = sm_count > 0 ? sm_count : 1;
+  const int64_t live_rows = masked_experts > 0 && masked_experts * 128 < M ? masked_experts * 128 : M;
+  const int64_t tiles128 = ((live_rows + 127) / 128) * ((N + 127) / 128);
+  sm90_gemm_config c = {128, tiles128 < sms ? 64 : 128, 0, 8, 1, 0};
+  const int64_t tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n), tail = tiles % sms;
+  const int64_t num_kb = (K + 127) / 128, most = num_kb / 2 < 16 ? num_kb / 2 : 16;
+  c.whole_tiles = tiles;
+  if (masked_experts == 0 && tiles > sms && tail > 0 && 2 * tail <= sms && num_kb >= 8) {
+    c.splits = static_cast<int>(sms / tail < most ? sms / tail : most);
+    c.whole_tiles = tiles - tail;
+  }
   return c;
 }

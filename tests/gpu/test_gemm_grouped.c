@@ -8,7 +8,7 @@
  * untouched; every other element must be written, within the tolerances of
  * test_gemm_fp8_blockscale (relative Frobenius error, and per element relative to its value plus
  * the RMS of its row). Shapes: few tiles (the 64-column tiles) and more tiles than SMs (128-column
- * ones, with a last wave split along K at K = 1024 on 132 SMs: 170 tiles, 38 of them split 3 ways),
+ * ones; on 132 SMs, 140 tiles at K = 4096 with a last wave of 8 split 16 ways, mostly padding),
  * N with a partial weight-scale block, K with a partial K-block; bf16, fp16 and fp32 D. Every case
  * runs twice and must give the same bytes (the split sums' fixed order). */
 #include <inttypes.h>
@@ -200,8 +200,10 @@ int main(void) {
   static const int few[] = {2, -1, 0, 4, 0};
   /* 10 blocks x 17 column tiles > the SMs: the 128-column tiles; expert 1 has no tokens. */
   static const int many[] = {0, 0, 0, 2, 2, -1, 3, 3, 3, 3};
-  /* the last tiles in the walk (the split last wave) mostly padding */
-  static const int tail_padding[] = {0, 0, 0, 2, 2, 3, 3, 3, -1, -1};
+  /* 70 blocks, three of them live, of 2 tile columns at K = 4096 on 132 SMs: 140 tiles, the last 8
+   * in the walk split 16 ways, block 69 among them, the rest padding */
+  static int sparse[70];
+  for (int i = 0; i < 70; i++) sparse[i] = i == 0 ? 0 : i == 35 || i == 69 ? 1 : -1;
   /* masked: an expert without tokens, a partial block, whole blocks, a count past max_m and a
    * negative one (read as max_m and as 0 on the device) */
   static const int tokens[] = {0, 37, 256, 130, 300, -5};
@@ -214,7 +216,8 @@ int main(void) {
       {.N = 2112, .K = 1024, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 100, .dt = QF_BF16, .swiglu = 1},
       {.N = 2112, .K = 784, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 128, .dt = QF_F32, .swiglu = 1},
       {.N = 4096, .K = 896, .experts = 4, .blocks = many, .num_blocks = 10, .last_rows = 64, .dt = QF_F16},
-      {.N = 2112, .K = 1024, .experts = 4, .blocks = tail_padding, .num_blocks = 10, .last_rows = 128, .dt = QF_BF16},
+      {.N = 256, .K = 4096, .experts = 2, .blocks = sparse, .num_blocks = 70, .last_rows = 128, .dt = QF_BF16},
+      {.N = 256, .K = 4096, .experts = 2, .blocks = sparse, .num_blocks = 70, .last_rows = 128, .dt = QF_F32, .swiglu = 1},
       {.N = 256, .K = 512, .experts = 6, .tokens = tokens, .max_m = 256, .dt = QF_BF16},
       {.N = 2112, .K = 784, .experts = 6, .tokens = tokens, .max_m = 256, .dt = QF_F32, .swiglu = 1},
       {.N = 4096, .K = 1024, .experts = 6, .tokens = tokens, .max_m = 384, .dt = QF_BF16, .swiglu = 1},

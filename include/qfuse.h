@@ -348,10 +348,6 @@ typedef enum {
 typedef struct {
   qf_grouped_epilogue epilogue;
   int a_scales_row_major;  /* nonzero: a_scales is [M, KB] row-major instead of [KB, Mp] */
-  int run_rows;            /* 0 or 128; 256: every run of an expert starts on a multiple of 256 rows
-                              (row blocks 2i and 2i + 1 share an expert, or 2i + 1 is padding;
-                              masked: max_m a multiple of 256), which lets the CUDA backend use
-                              256-row tiles; the CPU backend refuses layouts that break it */
 } qf_gemm_grouped_opts;
 
 qf_status qf_gemm_fp8_blockscale_grouped(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales,

@@ -66,7 +66,7 @@ class GemmBlockscaleOpts(ctypes.Structure):
 
 
 class GemmGroupedOpts(ctypes.Structure):
-    _fields_ = [("epilogue", ctypes.c_int), ("a_scales_row_major", ctypes.c_int), ("run_rows", ctypes.c_int)]
+    _fields_ = [("epilogue", ctypes.c_int), ("a_scales_row_major", ctypes.c_int)]
 
 
 GROUPED_EPILOGUES = {"none": 0, "swiglu": 1}
@@ -308,17 +308,17 @@ class Context:
         self._check(_lib.qf_gemm_fp8_blockscale(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
 
     def gemm_fp8_blockscale_grouped(self, a, a_scales, b, b_scales, expert_ids, d, epilogue="none",
-                                    a_scales_row_major=False, run_rows=0):
+                                    a_scales_row_major=False):
         """Contiguous MoE layout: expert_ids [ceil(M/128)] (e.g. a per-row index [::128]); epilogue "swiglu"."""
         keep = [_Arg(t) for t in (a, a_scales, b, b_scales, expert_ids, d)]
-        o = GemmGroupedOpts(GROUPED_EPILOGUES[epilogue], int(a_scales_row_major), run_rows)
+        o = GemmGroupedOpts(GROUPED_EPILOGUES[epilogue], int(a_scales_row_major))
         self._check(_lib.qf_gemm_fp8_blockscale_grouped(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
 
     def gemm_fp8_blockscale_masked(self, a, a_scales, b, b_scales, masked_m, d, epilogue="none",
-                                   a_scales_row_major=False, run_rows=0):
+                                   a_scales_row_major=False):
         """Masked MoE layout: a [E, max_m, K], masked_m [E] token counts on the device."""
         keep = [_Arg(t) for t in (a, a_scales, b, b_scales, masked_m, d)]
-        o = GemmGroupedOpts(GROUPED_EPILOGUES[epilogue], int(a_scales_row_major), run_rows)
+        o = GemmGroupedOpts(GROUPED_EPILOGUES[epilogue], int(a_scales_row_major))
         self._check(_lib.qf_gemm_fp8_blockscale_masked(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
 
     def gemm_scaled(self, a, a_scale, b, b_scale, d, bias=None, azp_adj=None, azp=None):

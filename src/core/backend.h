@@ -102,7 +102,6 @@ typedef struct {
   int64_t experts, ids_stride, expert_rows;
   const int32_t *expert_ids, *masked_m;
   int swiglu;
-  int run_rows; /* 128, or 256: row blocks 2i and 2i + 1 share an expert or 2i + 1 is skipped */
 } qf_gemm_blockscale_args;
 
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);

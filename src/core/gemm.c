@@ -127,9 +127,6 @@ static qf_status grouped_operands(qf_ctx *ctx, const char *op, const DLTensor *a
                                   qf_gemm_blockscale_args *g) {
   if (o->epilogue != QF_GROUPED_NONE && o->epilogue != QF_GROUPED_SWIGLU)
     return qf_fail(ctx, QF_ERR_VALUE, "%s: opts->epilogue=%d is not a qf_grouped_epilogue", op, (int)o->epilogue);
-  if (o->run_rows != 0 && o->run_rows != 128 && o->run_rows != 256)
-    return qf_fail(ctx, QF_ERR_VALUE, "%s: opts->run_rows=%d; expected 0, 128 or 256", op, o->run_rows);
-  g->run_rows = o->run_rows == 256 ? 256 : 128;
   DLTensor b_rows;
   int64_t shape[2], strides[2];
   qf_status st;
@@ -190,10 +187,9 @@ qf_status qf_gemm_fp8_blockscale_masked(qf_ctx *ctx, const DLTensor *a, const DL
   int64_t a_shape[2], a_strides[2], d_shape[2], d_strides[2];
   qf_status st;
   if ((st = stacked_view(ctx, op, "a", a, "experts, max_m, K", &a_rows, a_shape, a_strides))) return st;
-  const int64_t max_m = a->shape[1], run_rows = opts && opts->run_rows == 256 ? 256 : 128;
-  if (max_m % run_rows)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: max_m=%" PRId64 " (a.shape[1]) must be a multiple of %" PRId64 "%s", op, max_m,
-                   run_rows, run_rows == 256 ? " (opts->run_rows)" : "");
+  const int64_t max_m = a->shape[1];
+  if (max_m % 128)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: max_m=%" PRId64 " (a.shape[1]) must be a multiple of 128", op, max_m);
   if (b && b->ndim == 3 && b->shape && a->shape[0] != b->shape[0])
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: a has %" PRId64 " experts, b %" PRId64, op, a->shape[0], b->shape[0]);
   if ((st = grouped_operands(ctx, op, &a_rows, a_scales, b, b_scales, opts ? opts : &defaults, &g))) return st;

@@ -36,13 +36,6 @@ qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args 
       return qf_fail(ctx, QF_ERR_VALUE, "%s: expert_ids[%lld]=%d is outside [-1, %lld)", op, (long long)mb, (int)e,
                      (long long)g->experts);
   }
-  for (int64_t mb = 1; g->expert_ids && g->run_rows == 256 && mb < MB; mb += 2) {
-    const int32_t first = g->expert_ids[(mb - 1) * g->ids_stride], second = g->expert_ids[mb * g->ids_stride];
-    if (second >= 0 && second != first)
-      return qf_fail(ctx, QF_ERR_VALUE, "%s: expert_ids[%lld]=%d differs from expert_ids[%lld]=%d: with opts->run_rows 256 the "
-                     "blocks of a 256-row pair share an expert (or the second is padding)", op, (long long)mb, (int)second,
-                     (long long)(mb - 1), (int)first);
-  }
   for (int64_t e = 0; g->masked_m && e < g->experts; e++)
     if (g->masked_m[e] < 0 || g->masked_m[e] > g->expert_rows)
       return qf_fail(ctx, QF_ERR_VALUE, "%s: masked_m[%lld]=%d is outside [0, %lld] (max_m)", op, (long long)e,

@@ -67,11 +67,9 @@ static void fill_e4m3(uint8_t *h, size_t n, uint64_t *s) {
   }
 }
 
-/* E experts, mean tokens each, counts drawn in [mean / 2, 3 mean / 2]: each run padded to
- * run_rows (contiguous: 128, or 256 with opts->run_rows), or at the head of max_m rows, the
- * largest count rounded up to 128 (masked). */
-static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64_t N, int64_t K, int swiglu, int masked,
-                     int run_rows) {
+/* E experts, mean tokens each, counts drawn in [mean / 2, 3 mean / 2]: each run padded to 128
+ * rows (contiguous), or at the head of max_m rows, the largest count rounded up to 128 (masked). */
+static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64_t N, int64_t K, int swiglu, int masked) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, L4 = (KB + 3) / 4 * 4, cols = swiglu ? N / 2 : N;
   uint64_t seed = 0x6A09E667ull ^ (uint64_t)(mean * 31 + N * 7 + K + E);
   lt_loop peer = {.experts = E, .N = N, .K = K};
@@ -79,12 +77,12 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64
   for (int e = 0; e < E; e++) {
     seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
     count[e] = mean / 2 + (int64_t)(seed % (uint64_t)(mean + 1));
-    tokens += count[e], tile_rows += (count[e] + run_rows - 1) / run_rows * run_rows;
+    tokens += count[e], tile_rows += (count[e] + 127) / 128 * 128;
     if ((count[e] + 127) / 128 * 128 > max_m) max_m = (count[e] + 127) / 128 * 128;
   }
   for (int e = 0; e < E; e++) {
     peer.row0[e] = masked ? e * max_m : M;
-    peer.rows[e] = masked ? (count[e] + 3) / 4 * 4 : (count[e] + run_rows - 1) / run_rows * run_rows;
+    peer.rows[e] = masked ? (count[e] + 3) / 4 * 4 : (count[e] + 127) / 128 * 128;
     M = masked ? M + max_m : M + peer.rows[e];
   }
   const int64_t MB = M / 128;
@@ -124,8 +122,7 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64
   }
   peer.a = a, peer.b = bm, peer.d = dl;
 
-  grouped_call q = {.ctx = ctx, .masked = masked,
-                    .opts = {.epilogue = swiglu ? QF_GROUPED_SWIGLU : QF_GROUPED_NONE, .run_rows = run_rows}};
+  grouped_call q = {.ctx = ctx, .masked = masked, .opts = {.epilogue = swiglu ? QF_GROUPED_SWIGLU : QF_GROUPED_NONE}};
   const int dims = masked ? 3 : 2;
   q.ashape[0] = masked ? E : M, q.ashape[1] = masked ? max_m : K, q.ashape[2] = K;
   q.asshape[0] = KB, q.asshape[1] = M, q.asstride[0] = M, q.asstride[1] = 1;
@@ -147,11 +144,9 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int E, int64_t mean, int64
   const double flops = 2.0 * (double)tokens * (double)N * (double)K;
   const double bytes =
       (double)(tile_rows * K + E * N * K) + 4.0 * (double)(KB * tile_rows + E * NB * KB) + 2.0 * (double)(tile_rows * cols);
-  const char *variant[3][2] = {{"e4m3->bf16", "e4m3->bf16,swiglu"},
-                               {"e4m3->bf16,masked", "e4m3->bf16,swiglu,masked"},
-                               {"e4m3->bf16,runs256", "e4m3->bf16,swiglu,runs256"}};
-  qfb_row row = {.op = "gemm_fp8_blockscale_grouped", .variant = variant[masked ? 1 : run_rows == 256 ? 2 : 0][swiglu],
-                 .shape = shape, .bytes = bytes, .flops = flops};
+  const char *variant[2][2] = {{"e4m3->bf16", "e4m3->bf16,swiglu"}, {"e4m3->bf16,masked", "e4m3->bf16,swiglu,masked"}};
+  qfb_row row = {.op = "gemm_fp8_blockscale_grouped", .variant = variant[masked][swiglu], .shape = shape, .bytes = bytes,
+                 .flops = flops};
   row.us = qfb_time_us(b, run_qfuse, &q);
   row.floor_us = qfb_floor_us(b, bytes, flops, 0);
   row.peer = swiglu ? "cublaslt_blk per expert (no SwiGLU)" : "cublaslt_blk per expert";
@@ -180,13 +175,12 @@ int bench_gemm_grouped(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   qfb_lt *lt = qfb_lt_open();
   if (!lt) return 1;
   int rc = 0;
-  /* kind 0: contiguous, runs of 128 rows; 1: masked; 2: contiguous, runs of 256 rows (opts->run_rows) */
-  for (int kind = 0; kind < 3; kind++)
+  for (int masked = 0; masked < 2; masked++)
     for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
-      for (size_t i = 0; i < (kind == 1 ? sizeof masked_means : sizeof means) / sizeof means[0]; i++) {
-        const int64_t mean = kind == 1 ? masked_means[i] : means[i];
-        if ((sel->m && mean != sel->m) || (sel->k && nk[j][1] != sel->k) || (kind == 2 && mean < 1024)) continue;
-        rc |= one_shape(b, ctx, lt, 8, mean, nk[j][0], nk[j][1], (int)nk[j][2], kind == 1, kind == 2 ? 256 : 128);
+      for (size_t i = 0; i < (masked ? sizeof masked_means : sizeof means) / sizeof means[0]; i++) {
+        const int64_t mean = masked ? masked_means[i] : means[i];
+        if ((sel->m && mean != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
+        rc |= one_shape(b, ctx, lt, 8, mean, nk[j][0], nk[j][1], (int)nk[j][2], masked);
         ++*rows;
       }
   qfb_lt_close(lt);

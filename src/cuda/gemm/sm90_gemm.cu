@@ -18,7 +18,6 @@ struct Problem {
   int64_t M, N, K;
   int sms;  // the SMs the stream's work can occupy (ctx->stream_sms): one CTA each at most
   bool swiglu;  // grouped: the SwiGLU epilogue
-  int run_rows;  // grouped: 128, or 256 (qf_gemm_grouped_opts)
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
@@ -152,12 +151,7 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
 template <typename OutT>
 qf_status dispatch_grouped(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
   constexpr Sm90Recipe R = Sm90Recipe::kBlockScaledFp8;
-  const sm90_gemm_config cfg =
-      sm90_gemm_pick_grouped(pr.M, pr.N, pr.K, pr.sms, p.masked_m != nullptr ? p.experts : 0, pr.run_rows);
-  constexpr int kTall = sm90_gemm_stages(256, 128, int(sizeof(OutT)));  // (SwiGLU too: 4 stages do not fit)
-  if (cfg.block_m == 256)
-    return pr.swiglu ? launch<R, 256, 128, OutT, kTall, Sm90Variant::kGroupedSwiGLU>(ctx, pr, p, cfg)
-                     : launch<R, 256, 128, OutT, kTall, Sm90Variant::kGrouped>(ctx, pr, p, cfg);
+  const sm90_gemm_config cfg = sm90_gemm_pick_grouped(pr.M, pr.N, pr.K, pr.sms, p.masked_m != nullptr ? p.experts : 0);
   constexpr int k64 = sm90_gemm_stages(128, 64, int(sizeof(OutT))), k128 = sm90_gemm_stages(128, 128, int(sizeof(OutT)));
   // SwiGLU stores from the fragment: the stages of a tile without a staging tile (6 and 8; with
   // the 16-bit staging tile's 5 stages the loop's unrolled period doubles to 10 and ptxas spilled)
@@ -201,7 +195,7 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
   const Problem pr = {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped"
                       : a->masked_m ? "qf_gemm_fp8_blockscale_masked"
                                     : "qf_gemm_fp8_blockscale",
-                      a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0, a->run_rows};
+                      a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0};
   sm90_gemm_params p = {};
   p.a_scales = a->a_scales;
   p.as_m = a->as_m;
@@ -222,7 +216,7 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
 
 extern "C" qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, false, 128};
+  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, false};
   // int8: |acc| <= 2^14 K and |zp| <= 2^14 K must leave acc - zp inside int32.
   if (a->a.dtype == QF_I8 && a->K > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: int8 K=%lld exceeds 65535 (the int32 accumulator's range)", pr.op,

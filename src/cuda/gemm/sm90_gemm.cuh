@@ -68,10 +68,6 @@
 //     barriers 145.0 -> 138.8) and the long ones gain from: (4096, 7168, 16384) 694.1 -> 684.9
 //     and 693.9 -> 685.7 us in two calls, (512, 7168, 16384) 99.4 -> 97.1, (4096, 4096, 7168)
 //     1%, the short-K shapes unchanged (H200).
-//   - Grouped MoE tiles (qf_gemm_fp8_blockscale_grouped / _masked; kGrouped, kGroupedSwiGLU): the
-//     block-scaled 128 x 128 and 128 x 64 tiles, or 256 x 128 where the caller promises 256-row
-//     runs, each tile row one expert's block(s): B and its scales start at the expert's slice,
-//     blocks without an expert are skipped by producer and consumers alike (docs/GEMM.md).
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -371,8 +367,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr int kConsumerRegs = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
   static_assert(kSub == 1 || (sm90_gemm_tall(R) && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
   static_assert(!kTallSplit || kSub > 1, "the spread reduction is the 256-row tile's");
-  static_assert(!kGrouped || (R == Sm90Recipe::kBlockScaledFp8 && kBlockM >= 128 && !kTallSplit && !kLongK),
-                "grouped: block-scaled, a tile row of one or two 128-row blocks of one expert, whole tiles");
+  static_assert(!kGrouped || (R == Sm90Recipe::kBlockScaledFp8 && kBlockM == 128),
+                "grouped: block-scaled, one tile row per 128-row block of one expert");
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
@@ -443,18 +439,15 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   // Grouped: the expert of tile row m_blk (one 128-row block); -1 (padding, an id out of range, or
   // past the expert's token count): the tile is skipped by the producer and the consumers alike,
   // its D rows untouched.
-  // A 256-row tile (opts->run_rows 256) takes its first block's expert; its second block, padding
-  // or past the token count, is computed but not stored (block_expert).
-  auto block_expert = [&](int blk) {
+  auto expert_of = [&](int m_blk) {
     if constexpr (!kGrouped) return 0;
     if (p.masked_m != nullptr) {
-      const int e = blk / p.expert_blocks;
-      return (blk - e * p.expert_blocks) * 128 < __ldg(p.masked_m + e) ? e : -1;
+      const int e = m_blk / p.expert_blocks;
+      return (m_blk - e * p.expert_blocks) * 128 < __ldg(p.masked_m + e) ? e : -1;
     }
-    const int e = __ldg(p.expert_ids + blk * p.ids_stride);
+    const int e = __ldg(p.expert_ids + m_blk * p.ids_stride);
     return e < p.experts ? e : -1;
   };
-  auto expert_of = [&](int m_blk) { return block_expert(m_blk * (kBlockM / 128)); };
   // (through a shuffle so that the compiler knows it is warp-uniform: descriptors in uniform registers)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (wg == kConsumers) {
@@ -612,8 +605,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       sm90_gemm_split_range(p, u, kb_begin, kb_end);
       const int expert = expert_of(m_blk);
       if (expert < 0) continue;  // (grouped: a block of padding; the producer skips it too)
-      // (grouped 256-row tiles: whether this warpgroup's block, the tile's second for wg 1, is stored)
-      const bool rows_stored = kSub == 1 || !kGrouped || wg == 0 || block_expert(2 * m_blk + 1) >= 0;
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
@@ -1009,7 +1000,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                 for (int sub = s0; sub < s0 + kPer; sub++) {
                   const uint32_t stage = staging(sub);
                   const int row0 = m_blk * kBlockM + (wg * kSub + sub) * 64;
-                  if (row0 < p.M && rows_stored) {  // (a sub-tile whose rows are all past M stores nothing)
+                  if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
 #pragma unroll
                     for (int b = b0; b < b0 + kCols / 64; b++)
                       cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, n0 + 64 * b, row0);
@@ -1030,19 +1021,17 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // the main loop's registers)
         auto silu = [](float g) { return __fdividef(g, 1.0f + __expf(-g)); };
 #pragma unroll
-        for (int sub = 0; sub < kSub; sub++)
+        for (int h = 0; h < 2; h++) {
+          const int row = r0 + 8 * h;
+          if (row >= p.M) continue;
+          OutT *o = d + row * p.d_ld + n0 / 2 + tile_col;
 #pragma unroll
-          for (int h = 0; h < 2; h++) {
-            const int row = r0 + 64 * sub + 8 * h;
-            if (row >= p.M || !rows_stored) continue;
-            OutT *o = d + row * p.d_ld + n0 / 2 + tile_col;
-#pragma unroll
-            for (int j = 0; j < kBlockN / 16; j++) {
-              if (n0 / 2 + 8 * j + tile_col >= p.N / 2) continue;
-              const int i = sub * (kBlockN / 2) + 8 * j + 2 * h;  // gate; up at i + 4
-              store_cols(o + 8 * j, nullptr, silu(total[i]) * total[i + 4], silu(total[i + 1]) * total[i + 5], p.pairs);
-            }
+          for (int j = 0; j < kBlockN / 16; j++) {
+            if (n0 / 2 + 8 * j + tile_col >= p.N / 2) continue;
+            const int i = 8 * j + 2 * h;  // gate; up at i + 4
+            store_cols(o + 8 * j, nullptr, silu(total[i]) * total[i + 4], silu(total[i + 1]) * total[i + 5], p.pairs);
           }
+        }
         continue;
       }
 
@@ -1053,7 +1042,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const int row = r0 + 64 * sub + 8 * h;
-          if (row >= p.M || !rows_stored) continue;
+          if (row >= p.M) continue;
           OutT *o = d + row * p.d_ld + n0 + tile_col;
           const float *c = p.c != nullptr ? p.c + row * p.c_ld + n0 + tile_col : nullptr;
 #pragma unroll

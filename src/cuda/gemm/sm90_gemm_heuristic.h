@@ -201,13 +201,9 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
 // 149.3 -> 140.6 us, with SwiGLU 153.3 -> 145.0, 1024 tokens 428 -> 421.5; down (K = 2048) split
 // 2 ways at 64 tokens 41.0 -> 42.2, 4 ways at 256 unchanged. The masked layout (masked_experts > 0) counts
 // one block per expert for the column choice (a decode step's experts rarely hold more) and is
-// never split: most of its tiles skip. Runs of 256 rows (run_rows, contiguous) take 256 x 128
-// tiles where they fill a wave, whole (a quarter less operand traffic per product, as in the dense GEMM).
-inline sm90_gemm_config sm90_gemm_pick_grouped(int64_t M, int64_t N, int64_t K, int sm_count, int64_t masked_experts,
-                                               int run_rows) {
+// never split: most of its tiles skip.
+inline sm90_gemm_config sm90_gemm_pick_grouped(int64_t M, int64_t N, int64_t K, int sm_count, int64_t masked_experts) {
   const int sms = sm_count > 0 ? sm_count : 1;
-  const int64_t tiles256 = ((M + 255) / 256) * ((N + 127) / 128);
-  if (run_rows == 256 && masked_experts == 0 && tiles256 >= sms) return {256, 128, 0, 8, 1, tiles256};
   const int64_t live_rows = masked_experts > 0 && masked_experts * 128 < M ? masked_experts * 128 : M;
   const int64_t tiles128 = ((live_rows + 127) / 128) * ((N + 127) / 128);
   sm90_gemm_config c = {128, tiles128 < sms ? 64 : 128, 0, 8, 1, 0};

@@ -35,20 +35,6 @@ typedef struct {
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
 
-static double out_to_f64(const void *d, qf_dtype dt, size_t i) {
-  if (dt == QF_F32) return ((const float *)d)[i];
-  uint16_t h = ((const uint16_t *)d)[i];
-  if (dt == QF_BF16) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-  }
-  int e = (h >> 10) & 31, m = h & 1023;
-  double mag = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1.0 + m / 1024.0, e - 15) : ldexp(m / 1024.0, -14);
-  return (h & 0x8000) ? -mag : mag;
-}
-
 /* Any finite e4m3fn code (the NaNs 0x7F / 0xFF become +-448). */
 static void fill_e4m3(uint8_t *p, size_t n, uint64_t *seed) {
   for (size_t i = 0; i < n; i++) {
@@ -170,7 +156,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *
     for (int64_t n = 0; n < cols; n++) row_ss += (double)ref[m * cols + n] * ref[m * cols + n];
     const double row_rms = sqrt(row_ss / (double)cols);
     for (int64_t n = 0; n < cols; n++) {
-      const double want = ref[m * cols + n], have = out_to_f64(got, g->dt, (size_t)(m * ldd + n));
+      const double want = ref[m * cols + n], have = float_get(got, g->dt, (size_t)(m * ldd + n));
       const double e = fabs(have - want) / (fabs(want) + row_rms);
       if (!(e <= worst)) worst = e, worst_m = m, worst_n = n; /* NaN (unwritten) becomes the worst */
       err_ss += (have - want) * (have - want);

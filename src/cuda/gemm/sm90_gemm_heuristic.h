@@ -47,6 +47,15 @@ struct sm90_gemm_config {
   int64_t whole_tiles;  // the tiles (first in walk order) that run whole: all of them unless split
 };
 
+// K ranges for the tiles of a last wave when more than a wave of tiles leaves one of at most
+// sms / den SMs and K has 8 K-blocks or more (0: the last wave runs whole): enough to fill the wave,
+// at most num_kb / 2 and 16.
+constexpr int64_t sm90_gemm_tail_splits(int64_t tiles, int sms, int64_t num_kb, int64_t den) {
+  const int64_t tail = tiles % sms, most = num_kb / 2 < 16 ? num_kb / 2 : 16;
+  if (tiles <= sms || tail == 0 || tail * den > sms || num_kb < 8) return 0;
+  return sms / tail < most ? sms / tail : most;
+}
+
 // NOTES: a persistent CTA per SM walks tiles in waves; the cost of a shape is its number of waves
 // times the time of one tile, modelled as its MMA work plus a per-row overhead (operand loads and
 // FP32 promotion) that makes thin tiles less efficient. Small M (decode) then gets 64-row tiles and,
@@ -74,12 +83,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;  // K ranges of a split tile, at most
   // Ranges for the tiles of a last wave when more than a wave of tiles leaves one of at most half
   // the SMs for M > 128, a quarter for decode (0: the last wave runs whole).
-  const int64_t tail_den = M > 128 ? 2 : 4;
-  auto tail_splits = [&](int64_t tiles) -> int64_t {
-    const int64_t tail = tiles % sms;
-    if (tiles <= sms || tail == 0 || tail * tail_den > sms || num_kb < 8) return 0;
-    return sms / tail < most ? sms / tail : most;
-  };
+  auto tail_splits = [&](int64_t tiles) { return sm90_gemm_tail_splits(tiles, sms, num_kb, M > 128 ? 2 : 4); };
   sm90_gemm_config best = {128, 128, 0, 8, 1, 0};
   double best_cost = -1.0;
   // A tie goes to the larger tile; on the FP8 recipes at 65-128 rows, between equal areas, to the
@@ -207,12 +211,9 @@ inline sm90_gemm_config sm90_gemm_pick_grouped(int64_t M, int64_t N, int64_t K, 
   const int64_t live_rows = masked_experts > 0 && masked_experts * 128 < M ? masked_experts * 128 : M;
   const int64_t tiles128 = ((live_rows + 127) / 128) * ((N + 127) / 128);
   sm90_gemm_config c = {128, tiles128 < sms ? 64 : 128, 0, 8, 1, 0};
-  const int64_t tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n), tail = tiles % sms;
-  const int64_t num_kb = (K + 127) / 128, most = num_kb / 2 < 16 ? num_kb / 2 : 16;
-  c.whole_tiles = tiles;
-  if (masked_experts == 0 && tiles > sms && tail > 0 && 2 * tail <= sms && num_kb >= kSm90LongUnit) {
-    c.splits = static_cast<int>(sms / tail < most ? sms / tail : most);
-    c.whole_tiles = tiles - tail;
-  }
+  const int64_t tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n), num_kb = (K + 127) / 128;
+  const int64_t split = masked_experts == 0 && num_kb >= kSm90LongUnit ? sm90_gemm_tail_splits(tiles, sms, num_kb, 2) : 0;
+  c.splits = split ? static_cast<int>(split) : 1;
+  c.whole_tiles = split ? tiles - tiles % sms : tiles;
   return c;
 }

@@ -80,8 +80,9 @@ void qf_ctx_destroy(qf_ctx *ctx);
  * stream). A stream of a green context confines the launches to its SMs: their number is read
  * here, and the persistent kernels size their grids by it. QF_ERR_UNSUPPORTED on a CPU context. */
 qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
-/* Programmatic dependent launch (off by default). On, the GEMMs (qf_gemm_fp8_blockscale,
- * qf_gemm_scaled; all but the split 256 x 128 tiles, which launch cooperatively) launch so that
+/* Programmatic dependent launch (off by default). On, the GEMMs (qf_gemm_fp8_blockscale, its
+ * grouped forms, qf_gemm_scaled; all but the split 256 x 128 tiles, which launch cooperatively)
+ * launch so that
  * they may start while the kernel before them in the stream finishes: their launch and set-up
  * overlap that kernel, and they wait for it to complete before they read A, the scales, C or bias
  * or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and

@@ -10,7 +10,8 @@
  * the RMS of its row). Shapes: few tiles (the 64-column tiles) and more tiles than SMs (128-column
  * ones; on 132 SMs, 140 tiles at K = 4096 with a last wave of 8 split 16 ways, mostly padding),
  * N with a partial weight-scale block, K with a partial K-block; bf16, fp16 and fp32 D. Every case
- * runs twice and must give the same bytes (the split sums' fixed order). */
+ * runs twice and must give the same bytes (the split sums' fixed order), and so must a run on a
+ * context with programmatic dependent launch (the kernels' dependent instantiations). */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -80,7 +81,7 @@ static qf_status call(qf_ctx *ctx, const grouped_case *g, DLDeviceType dev, void
   return qf_gemm_fp8_blockscale_masked(ctx, &a3, &ast.t, &bt, &bst, &tt, &d3, &opts);
 }
 
-static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *seed) {
+static void one_case(qf_ctx *gpu, qf_ctx *pdl, qf_ctx *cpu, const grouped_case *g, uint64_t *seed) {
   const int masked = g->tokens != NULL;
   const int64_t M = masked ? g->experts * g->max_m : (g->num_blocks - 1) * 128 + g->last_rows;
   const int64_t N = g->N, K = g->K, E = g->experts;
@@ -138,6 +139,12 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *
         qf_ctx_last_error(gpu));
   CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
   CHECK(memcmp(got, again, dbytes) == 0, "%s: a second run gave different bytes", what);
+  /* the kernels a context with programmatic dependent launch runs: the same bytes */
+  CUDA_OK(cudaMemset(dd, 0xff, dbytes));
+  CHECK(call(pdl, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd) == QF_OK, "%s: gpu, pdl: %s", what,
+        qf_ctx_last_error(pdl));
+  CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
+  CHECK(memcmp(got, again, dbytes) == 0, "%s: the PDL context's run gave different bytes", what);
   free(again);
 
   /* ---- skipped rows, gaps and tail untouched; the rest written and within tolerance ---- */
@@ -179,8 +186,9 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const grouped_case *g, uint64_t *
 }
 
 int main(void) {
-  qf_ctx *gpu, *cpu;
+  qf_ctx *gpu, *cpu, *pdl;
   open_contexts(&gpu, &cpu);
+  CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "no PDL context");
   uint64_t seed = 2024;
   /* 3 tiles of 128 rows: the 64-column tiles; a block of padding and an id out of range (4). */
   static const int few[] = {2, -1, 0, 4, 0};
@@ -210,8 +218,9 @@ int main(void) {
   };
   const int n = (int)(sizeof cases / sizeof cases[0]);
   for (int i = 0; i < n; i++)
-    if (!quick_mode() || i < 2 || i == n - 3) one_case(gpu, cpu, &cases[i], &seed);
+    if (!quick_mode() || i < 2 || i == n - 3) one_case(gpu, pdl, cpu, &cases[i], &seed);
   qf_ctx_destroy(gpu);
+  qf_ctx_destroy(pdl);
   qf_ctx_destroy(cpu);
   return check_finish("gpu_test_gemm_grouped");
 }

@@ -82,10 +82,9 @@ void qf_ctx_destroy(qf_ctx *ctx);
 qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
 /* Programmatic dependent launch (off by default). On, the GEMMs (qf_gemm_fp8_blockscale, its
  * grouped forms, qf_gemm_scaled; all but the split 256 x 128 tiles, which launch cooperatively)
- * launch so that
- * they may start while the kernel before them in the stream finishes: their launch and set-up
- * overlap that kernel, and they wait for it to complete before they read A, the scales, C or bias
- * or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and
+ * launch so that they may start while the kernel before them in the stream finishes: their
+ * launch and set-up overlap that kernel, and they wait for it to complete before they read A, the
+ * scales, C or bias or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and
  * qf_quant_per_tensor launch the same way (they wait for the kernel before them, e.g. the GEMM
  * that wrote x), and so does qf_rms_norm_quant at decode (one block a row up to one per SM, or
  * clusters of blocks up to half the SMs). On such a context those let the GEMM after them start

@@ -322,6 +322,13 @@ __device__ __forceinline__ void store_cols(OutT *o, const float *c, float x, flo
     store_one(o + 1, y);
   }
 }
+// SwiGLU of a 64-row fragment t: silu(gate) * up for the thread's column c (0, 1) of output column
+// group j and row half h (gate group 2 j, up group 2 j + 1 of the tile), with the fast exponential
+// and division (the IEEE division's slow path, a call, made ptxas spill the main loop's registers).
+__device__ __forceinline__ float swiglu_at(const float *t, int j, int h, int c) {
+  const float g = t[8 * j + 2 * h + c];
+  return __fdividef(g, 1.0f + __expf(-g)) * t[8 * j + 4 + 2 * h + c];
+}
 __device__ __forceinline__ uint32_t pack_pair(float, float, float) { return 0; }  // never staged (16-bit: pack.cuh)
 __device__ __forceinline__ float bias_at(const __nv_bfloat16 *b, int n) { return __bfloat162float(b[n]); }
 __device__ __forceinline__ float bias_at(const __half *b, int n) { return __half2float(b[n]); }
@@ -372,8 +379,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
-  // D may leave through TMA (p.tma_store); SwiGLU's half-width tiles are stored from the fragment
-  constexpr bool kStaged = sm90_gemm_staged(kBlockN, int(sizeof(OutT))) && !kSwiGLU;
+  // D's columns of a tile (SwiGLU: half), which may leave through TMA (p.tma_store)
+  constexpr int kOutCols = kSwiGLU ? kBlockN / 2 : kBlockN;
+  constexpr bool kStaged = sm90_gemm_staged(kOutCols, int(sizeof(OutT)));
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "one or two consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
   // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
@@ -970,12 +978,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           // row r at chunk c ^ (r % 8) (the 128-byte swizzle). A part narrower than the tile
           // (kCols 64, a deeper ring) takes the tile's boxes one after the other.
           constexpr int kCols = Smem::kStagingCols;
+          static_assert(kOutCols % kCols == 0, "whole staging boxes of the output tile");
           auto staging = [&](int sub) { return base + Smem::kStaging + (wg * kSub + sub) * 64 * kCols * 2; };
           const bool leader = threadIdx.x % 128 == 0;
           // (kLongK: each sub-tile between its own pair of barriers, in its own bulk group)
           constexpr int kPer = kLongK ? 1 : kSub;  // sub-tiles written between one pair of barriers
 #pragma unroll
-          for (int b0 = 0; b0 < kBlockN / 64; b0 += kCols / 64) {
+          for (int b0 = 0; b0 < kOutCols / 64; b0 += kCols / 64) {
             if (leader) cp_async_bulk_wait_group_read<0>();  // the previous copies have read the staging tile
 #pragma unroll
             for (int s0 = 0; s0 < kSub; s0 += kPer) {
@@ -990,7 +999,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                   for (int h = 0; h < 2; h++) {
                     const int r = warp * 16 + lane / 4 + 8 * h;
                     const uint32_t off = (j / 8 - b0) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) * 16) + 4 * (lane % 4);
-                    *reinterpret_cast<uint32_t *>(stage_ptr + off) = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
+                    uint32_t packed;
+                    if constexpr (kSwiGLU) packed = pack_pair(OutT{}, swiglu_at(t, j, h, 0), swiglu_at(t, j, h, 1));
+                    else packed = pack_pair(OutT{}, t[4 * j + 2 * h], t[4 * j + 2 * h + 1]);
+                    *reinterpret_cast<uint32_t *>(stage_ptr + off) = packed;
                   }
               }
               fence_proxy_async_shared_cta();
@@ -1003,7 +1015,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                   if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
 #pragma unroll
                     for (int b = b0; b < b0 + kCols / 64; b++)
-                      cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, n0 + 64 * b, row0);
+                      cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, n0 / (kBlockN / kOutCols) + 64 * b, row0);
                   }
                 }
                 cp_async_bulk_commit_group();
@@ -1014,12 +1026,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         }
       }
 
-      // ---- SwiGLU: column groups 2 j (gate) and 2 j + 1 (up) give output columns n0 / 2 + 8 j ----
+      // ---- SwiGLU from the fragment: output columns n0 / 2 + 8 j ----
       if constexpr (kSwiGLU) {
         OutT *d = static_cast<OutT *>(p.d);
-        // (fast exponential and division: the IEEE division's slow path, a call, made ptxas spill
-        // the main loop's registers)
-        auto silu = [](float g) { return __fdividef(g, 1.0f + __expf(-g)); };
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const int row = r0 + 8 * h;
@@ -1028,8 +1037,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
 #pragma unroll
           for (int j = 0; j < kBlockN / 16; j++) {
             if (n0 / 2 + 8 * j + tile_col >= p.N / 2) continue;
-            const int i = 8 * j + 2 * h;  // gate; up at i + 4
-            store_cols(o + 8 * j, nullptr, silu(total[i]) * total[i + 4], silu(total[i + 1]) * total[i + 5], p.pairs);
+            store_cols(o + 8 * j, nullptr, swiglu_at(total, j, h, 0), swiglu_at(total, j, h, 1), p.pairs);
           }
         }
         continue;

@@ -154,8 +154,9 @@ qf_status dispatch_grouped(qf_ctx *ctx, const Problem &pr, const sm90_gemm_param
   constexpr Sm90Recipe R = Sm90Recipe::kBlockScaledFp8;
   const sm90_gemm_config cfg = sm90_gemm_pick_grouped(pr.M, pr.N, pr.K, pr.sms, p.masked_m != nullptr ? p.experts : 0);
   constexpr int k64 = sm90_gemm_stages(128, 64, int(sizeof(OutT))), k128 = sm90_gemm_stages(128, 128, int(sizeof(OutT)));
-  // SwiGLU stores from the fragment: the stages of a tile without a staging tile (6 and 8; with
-  // the 16-bit staging tile's 5 stages the loop's unrolled period doubles to 10 and ptxas spilled)
+  // SwiGLU: the stages of a tile without a staging tile (6 and 8; with the 16-bit staging tile's 5
+  // the loop's unrolled period doubles to 10 and ptxas spilled); its half-width 16-bit output
+  // needs one box of staging per part, which still fits next to them
   constexpr int kSw64 = sm90_gemm_stages(128, 64, 4), kSw128 = sm90_gemm_stages(128, 128, 4);
   if (pr.swiglu)
     return cfg.block_n == 64 ? launch<R, 128, 64, OutT, kSw64, Sm90Variant::kGroupedSwiGLU>(ctx, pr, p, cfg)

@@ -62,13 +62,29 @@ static qf_status run(gem *g) {
   return qf_gemm_fp8_blockscale_grouped(ctx, &g->at.t, &g->ast.t, &g->bt, &g->bst, &g->ids, &g->dt.t, &g->o);
 }
 
-/* Y[m, n] with expert e, scales applied per element (the same sum as the blockwise one, another order). */
-static double y_ref(const gem *g, int m, int n, int e) {
+/* Y[m, n] of row m of a (column-major scales as, pitch mp) with expert e of g's weights, scales
+ * applied per element (the same sum as the blockwise one, another order). */
+static double y_ref(const uint8_t *a, const float *as, int mp, const gem *g, int m, int n, int e) {
   double y = 0.0;
   for (int k = 0; k < K; k++)
-    y += (double)g->as[(k / 128) * MP + m] * g->bs[(e * NB + n / 128) * KB + k / 128] * e4m3(g->a[m * K + k]) *
+    y += (double)as[(k / 128) * mp + m] * g->bs[(e * NB + n / 128) * KB + k / 128] * e4m3(a[m * K + k]) *
          e4m3(g->b[((size_t)e * N + n) * K + k]);
   return y;
+}
+
+/* D[m, j]: Y itself, or with SwiGLU silu(gate) * up of the gate / up columns interleaved by 8. */
+static double d_ref(const uint8_t *a, const float *as, int mp, const gem *g, int m, int j, int e, int swiglu) {
+  if (!swiglu) return y_ref(a, as, mp, g, m, j, e);
+  const double gate = y_ref(a, as, mp, g, m, j / 8 * 16 + j % 8, e), up = y_ref(a, as, mp, g, m, j / 8 * 16 + 8 + j % 8, e);
+  return gate / (1.0 + exp(-gate)) * up;
+}
+
+/* An error case: the status, the op and the text in its message, and d untouched. */
+static void check_error(const char *what, qf_status st, qf_status want, const char *op, const char *mentions, int untouched) {
+  const char *msg = qf_ctx_last_error(ctx);
+  CHECK(st == want, "%s: got %s, want %s (%s)", what, qf_status_str(st), qf_status_str(want), msg);
+  CHECK(strstr(msg, op) && strstr(msg, mentions), "%s: message '%s' lacks '%s'", what, msg, mentions);
+  CHECK(untouched, "%s: d was written", what);
 }
 
 static int row_untouched(const gem *g, int m) {
@@ -92,13 +108,7 @@ static void test_formula(void) {
         continue;
       }
       for (int j = 0; j < cols; j++) {
-        double want;
-        if (swiglu) {
-          const double gate = y_ref(&g, m, j / 8 * 16 + j % 8, e), up = y_ref(&g, m, j / 8 * 16 + 8 + j % 8, e);
-          want = gate / (1.0 + exp(-gate)) * up;
-        } else {
-          want = y_ref(&g, m, j, e);
-        }
+        const double want = d_ref(g.a, g.as, MP, &g, m, j, e, swiglu);
         double err = fabs(g.d[m * DN + j] - want) / (fabs(want) + 1e-30);
         if (err > worst) worst = err;
       }
@@ -149,14 +159,10 @@ static void test_errors(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     gem_init(&g, QF_GROUPED_NONE);
     cases[i].mutate(&g);
-    qf_status st = run(&g);
-    const char *msg = qf_ctx_last_error(ctx);
-    CHECK(st == cases[i].want, "%s: got %s, want %s (%s)", cases[i].what, qf_status_str(st), qf_status_str(cases[i].want), msg);
-    CHECK(strstr(msg, "qf_gemm_fp8_blockscale_grouped") && strstr(msg, cases[i].mentions), "%s: message '%s' lacks '%s'",
-          cases[i].what, msg, cases[i].mentions);
+    const qf_status st = run(&g);
     int untouched = 1;
     for (int m = 0; m < M; m++) untouched &= row_untouched(&g, m);
-    CHECK(untouched, "%s: d was written", cases[i].what);
+    check_error(cases[i].what, st, cases[i].want, "qf_gemm_fp8_blockscale_grouped", cases[i].mentions, untouched);
   }
 }
 
@@ -213,15 +219,7 @@ static void test_masked(void) {
         continue;
       }
       for (int j = 0; j < cols; j++) {
-        double want = 0.0, y[2];
-        for (int f = 0; f < (swiglu ? 2 : 1); f++) {
-          const int n = swiglu ? j / 8 * 16 + 8 * f + j % 8 : j;
-          y[f] = 0.0;
-          for (int k = 0; k < K; k++)
-            y[f] += (double)q.as[(k / 128) * MMP + m] * g.bs[(e * NB + n / 128) * KB + k / 128] * e4m3(q.a[m * K + k]) *
-                    e4m3(g.b[((size_t)e * N + n) * K + k]);
-        }
-        want = swiglu ? y[0] / (1.0 + exp(-y[0])) * y[1] : y[0];
+        const double want = d_ref(q.a, q.as, MMP, &g, m, j, e, swiglu);
         double err = fabs(q.d[m * DN + j] - want) / (fabs(want) + 1e-30);
         if (err > worst) worst = err;
       }
@@ -235,18 +233,18 @@ typedef struct {
   const char *what;
   qf_status want;
   const char *mentions;
-  void (*mutate)(masked *q, gem *g);
+  void (*mutate)(masked *q);
 } bad_masked;
 
-static void mm_max_m(masked *q, gem *g) { q->a_shape[1] = 192, q->ast.shape[1] = E * 192, (void)g; }
-static void mm_a_gap(masked *q, gem *g) {
+static void mm_max_m(masked *q) { q->a_shape[1] = 192, q->ast.shape[1] = E * 192; }
+static void mm_a_gap(masked *q) {
   static int64_t strides[3] = {MAXM * K + 16, K, 1};
-  q->at.strides = strides, (void)g;
+  q->at.strides = strides;
 }
-static void mm_experts(masked *q, gem *g) { q->a_shape[0] = 2, q->ast.shape[1] = 2 * MAXM, (void)g; }
-static void mm_tokens(masked *q, gem *g) { q->tokens[1] = MAXM + 1, (void)g; }
-static void mm_tokens_shape(masked *q, gem *g) { q->m_shape[0] = 2, (void)g; }
-static void mm_d_shape(masked *q, gem *g) { q->d_shape[1] = 128, (void)g; }
+static void mm_experts(masked *q) { q->a_shape[0] = 2, q->ast.shape[1] = 2 * MAXM; }
+static void mm_tokens(masked *q) { q->tokens[1] = MAXM + 1; }
+static void mm_tokens_shape(masked *q) { q->m_shape[0] = 2; }
+static void mm_d_shape(masked *q) { q->d_shape[1] = 128; }
 
 static void test_masked_errors(void) {
   static const bad_masked cases[] = {
@@ -261,15 +259,11 @@ static void test_masked_errors(void) {
   static masked q;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     masked_init(&q, &g, QF_GROUPED_NONE);
-    cases[i].mutate(&q, &g);
-    qf_status st = run_masked(&q, &g);
-    const char *msg = qf_ctx_last_error(ctx);
-    CHECK(st == cases[i].want, "%s: got %s, want %s (%s)", cases[i].what, qf_status_str(st), qf_status_str(cases[i].want), msg);
-    CHECK(strstr(msg, "qf_gemm_fp8_blockscale_masked") && strstr(msg, cases[i].mentions), "%s: message '%s' lacks '%s'",
-          cases[i].what, msg, cases[i].mentions);
+    cases[i].mutate(&q);
+    const qf_status st = run_masked(&q, &g);
     int untouched = 1;
     for (int j = 0; j < MM * DN; j++) untouched &= ((uint32_t *)q.d)[j] == 0xffffffffu;
-    CHECK(untouched, "%s: d was written", cases[i].what);
+    check_error(cases[i].what, st, cases[i].want, "qf_gemm_fp8_blockscale_masked", cases[i].mentions, untouched);
   }
 }
 

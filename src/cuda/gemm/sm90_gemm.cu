@@ -91,8 +91,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
   // copy) when its start and pitch are 16-byte aligned and the tile has whole 64-column boxes.
-  // (SwiGLU: the output tile has half the columns)
-  p.tma_store = sm90_gemm_staged(V == Sm90Variant::kGroupedSwiGLU ? kBlockN / 2 : kBlockN, int(sizeof(OutT))) && p.c == nullptr &&
+  p.tma_store = sm90_gemm_staged(sm90_gemm_out_cols(kBlockN, V), int(sizeof(OutT))) && p.c == nullptr &&
                 reinterpret_cast<uintptr_t>(pr.d.data) % 16 == 0 && (pr.M == 1 || (pr.d.ld * 2) % 16 == 0);
   if (p.tma_store && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_d, "d", pr.d, 64)) != QF_OK) return st;
 

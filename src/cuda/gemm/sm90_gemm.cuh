@@ -345,9 +345,13 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 // kernel 1.5-3% through ptxas's register allocation: docs/GEMM.md, stream-K). kTallLongK, whole
 // tiles of units of kSm90LongUnit K-blocks or more, whose consumers find their tile by division
 // instructions and store each sub-tile between its own pair of barriers. The grouped (MoE)
-// block-scaled GEMM on 128-row tiles, whole: kGrouped, and kGroupedSwiGLU, whose epilogue pairs
-// the gate and up columns (interleaved by 8) into silu(gate) * up. Other tiles: kAny.
+// block-scaled GEMM on 128-row tiles: kGrouped, and kGroupedSwiGLU, whose epilogue pairs the gate
+// and up columns (interleaved by 8) into silu(gate) * up. Other tiles: kAny.
 enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU };
+// D's columns of a BLOCK_N-column tile: half of them with the SwiGLU epilogue.
+__host__ __device__ constexpr int sm90_gemm_out_cols(int block_n, Sm90Variant v) {
+  return v == Sm90Variant::kGroupedSwiGLU ? block_n / 2 : block_n;
+}
 constexpr int kSm90LongUnit = 32;  // K-blocks of a unit from which it counts as long
 
 // kPdl: launched as a programmatic dependent (qf_ctx_set_pdl), an instantiation of its own: the
@@ -380,7 +384,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
   using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
   // D's columns of a tile (SwiGLU: half), which may leave through TMA (p.tma_store)
-  constexpr int kOutCols = kSwiGLU ? kBlockN / 2 : kBlockN;
+  constexpr int kOutCols = sm90_gemm_out_cols(kBlockN, V);
   constexpr bool kStaged = sm90_gemm_staged(kOutCols, int(sizeof(OutT)));
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "one or two consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
@@ -1015,7 +1019,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                   if (row0 < p.M) {  // (a sub-tile whose rows are all past M stores nothing)
 #pragma unroll
                     for (int b = b0; b < b0 + kCols / 64; b++)
-                      cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, n0 / (kBlockN / kOutCols) + 64 * b, row0);
+                      cp_async_bulk_tensor_2d_s2g(&tmap_d, stage + (b - b0) * 8192, (kSwiGLU ? n0 / 2 : n0) + 64 * b, row0);
                   }
                 }
                 cp_async_bulk_commit_group();

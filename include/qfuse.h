@@ -414,6 +414,48 @@ qf_status qf_gemm_scaled(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scale
  * |multiplier| * 128 * K > 2^31 - 1. */
 qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DLTensor *adj);
 
+/* ---- Attention -------------------------------------------------------------------------
+ *
+ * Multi-head attention (FMHA) with grouped-query heads, over a batch of B sequences:
+ *  q  [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv]: fp16 or bf16 (one dtype for the
+ *     three), the last dimension contiguous, any element strides on the other three (so
+ *     [B, S, H, D] and [B, H, S, D] storage alike). Hq is a multiple of Hkv: query head h reads
+ *     kv head h / (Hq / Hkv).
+ *  o  [B, Sq, Hq, Dv]: q's dtype or fp32, the last dimension contiguous, any strides on the
+ *     others (o must not overlap q, k or v).
+ *  lse fp32 [B, Hq, Sq] contiguous, or NULL.
+ *  sinks fp32 [Hq] on the op's device, or NULL: one logit per query head that joins every row's
+ *     softmax denominator and has no value (attention sinks as gpt-oss uses them).
+ * The queries are the last Sq tokens of the Skv (Sq <= Skv is not required): query i sits at key
+ * position p = i + Skv - Sq. With g = h / (Hq / Hkv), key j is visible to query i when
+ *   (!causal || j <= p) && (window == 0 || j > p - window),
+ *   s[j] = sm_scale * (q[b, i, h] . k[b, j, g])
+ *   lse[b, h, i] = log(sum over visible j of exp(s[j]) + (sinks ? exp(sinks[h]) : 0))  (natural)
+ *   o[b, i, h] = sum over visible j of exp(s[j] - lse) v[b, j, g]
+ * so o is the normalized output and lse the row's log-sum-exp: a result over one part of the
+ * keys merges with another's by o = sum_i exp(lse_i - lse) o_i, lse = log(sum_i exp(lse_i))
+ * (docs/ATTENTION.md says why qfuse returns normalized O rather than an un-normalized sum). A row
+ * with no visible key and no sink gets o = 0 and lse = -inf.
+ * Numerics: the CPU reference computes in float64 from the 16-bit inputs. CUDA forms s in fp32
+ * on the tensor cores, rounds the probabilities exp(s - running max) to q's dtype for the P.V
+ * product (fp32 accumulation), and uses the hardware exp2; its error against the reference is
+ * stated and bounded in tests/gpu/test_attention.c.
+ * CUDA: D = Dv in {64, 128, 256, 512}, every pointer 16-byte aligned and every stride a multiple
+ * of 16 bytes, B * Hkv <= 65535, Sq * Hq / Hkv and Skv below 2^30 (QF_ERR_UNSUPPORTED,
+ * QF_ERR_ALIGNMENT or QF_ERR_LAYOUT otherwise). The query heads of one kv head share the rows of
+ * a tile (decode fills a tile with them), and where the tiles leave SMs idle the keys are split
+ * across CTAs whose partial results are merged by the rule above through the context's workspace
+ * (allocated at the first call of a shape, as for the GEMMs' split-K: make one call before
+ * capturing a CUDA graph). Sinks must not be NaN (they are read on the device, unchecked). */
+typedef struct {
+  float sm_scale;  /* 0 means 1 / sqrt(D) */
+  int causal;      /* nonzero: keys after the query's position are masked */
+  int64_t window;  /* > 0: keys window or more positions before the query's are masked */
+} qf_attention_opts;
+
+qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *sinks,
+                       const qf_attention_opts *opts, DLTensor *o, DLTensor *lse);
+
 /* ---- Vector quantization (VQ) -------------------------------------------------------------
  *
  * A weight W [N, K] is cut along K into vectors of vector_size elements. Each vector is replaced

@@ -97,6 +97,10 @@ class VqStats(ctypes.Structure):
                 ("hot_entries", ctypes.c_int64), ("hot_share", ctypes.c_double)]
 
 
+class AttentionOpts(ctypes.Structure):
+    _fields_ = [("sm_scale", ctypes.c_float), ("causal", ctypes.c_int), ("window", ctypes.c_int64)]
+
+
 class VqAttentionOpts(ctypes.Structure):
     _fields_ = [("head_dim", ctypes.c_int), ("kv_heads", ctypes.c_int), ("seq_len", ctypes.c_int64),
                 ("sm_scale", ctypes.c_float)]
@@ -156,6 +160,7 @@ def _load():
     lib.qf_vq_pack_gemv_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(VqFormat), ctypes.c_int64, ctypes.c_int64,
                                           ctypes.POINTER(ctypes.c_int64)]
     lib.qf_vq_pack_gemv.argtypes = [ctypes.c_void_p, T, ctypes.POINTER(VqFormat), ctypes.c_int64, T]
+    lib.qf_attention.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
     lib.qf_vq_attention_decode.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat),
                                            ctypes.POINTER(VqAttentionOpts), T, T]
     return lib
@@ -381,6 +386,16 @@ class Context:
         """packed = codes [R, N, row_bytes] in the table GeMV's layout; vq_gemm takes either."""
         keep = [_Arg(t) for t in (codes, packed)]
         self._check(_lib.qf_vq_pack_gemv(self._ctx, keep[0].ptr(), ctypes.byref(fmt), k, keep[1].ptr()))
+
+    def attention(self, q, k, v, o, lse=None, sinks=None, sm_scale=0.0, causal=False, window=0):
+        """o [B, Sq, Hq, Dv] = softmax attention of q [B, Sq, Hq, D] over k, v [B, Skv, Hkv, D / Dv];
+        lse fp32 [B, Hq, Sq] and sinks fp32 [Hq] optional (qf_attention in qfuse.h)."""
+        keep = [_Arg(t) for t in (q, k, v, o)]
+        extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
+        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        self._check(_lib.qf_attention(self._ctx, keep[0].ptr(), keep[1].ptr(), keep[2].ptr(),
+                                      extra[0].ptr() if extra[0] else None, ctypes.byref(opt), keep[3].ptr(),
+                                      extra[1].ptr() if extra[1] else None))
 
     def vq_attention_decode(self, q, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse, head_dim, kv_heads,
                             seq_len, sm_scale=0.0):

@@ -124,6 +124,25 @@ qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a);
 qf_status qf_cpu_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier, int32_t *adj);
 qf_status qf_cuda_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier, int32_t *adj);
 
+/* ---- attention ---- */
+/* qf_attention: tensors [B, S, H, D] at element strides {batch, token, head} (the last dimension
+ * contiguous); lse [B, Hq, Sq] contiguous or NULL; sinks [Hq] or NULL. */
+typedef struct {
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  const float *sinks;
+  qf_dtype dtype, o_dtype;   /* q, k, v: fp16 / bf16; o: that or fp32 */
+  int64_t B, Sq, Skv, Hq, Hkv, D, Dv;
+  int64_t qs[3], ks[3], vs[3], os[3];
+  double sm_scale;
+  int causal;
+  int64_t window;            /* 0: none */
+} qf_attention_args;
+
+qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a);
+qf_status qf_cuda_attention(qf_ctx *ctx, const qf_attention_args *a);
+
 /* ---- vq ---- */
 typedef struct {
   qf_vq_format fmt;

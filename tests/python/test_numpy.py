@@ -226,5 +226,33 @@ class TestFamily(unittest.TestCase):
         np.testing.assert_array_equal(y0, y1)
 
 
+class TestAttention(unittest.TestCase):
+    def test_gqa_causal_window_sinks(self):
+        # fp16 inputs, k and v handed over as [B, H, S, D] transposed views; NumPy's float64 formula
+        rng = np.random.default_rng(3)
+        b, sq, skv, hq, hkv, d = 2, 3, 7, 4, 2, 16
+        q = rng.standard_normal((b, sq, hq, d)).astype(np.float16)
+        k = rng.standard_normal((b, hkv, skv, d)).astype(np.float16).transpose(0, 2, 1, 3)
+        v = rng.standard_normal((b, hkv, skv, d)).astype(np.float16).transpose(0, 2, 1, 3)
+        sinks = rng.standard_normal(hq).astype(np.float32)
+        o = np.full((b, sq, hq, d), np.nan, np.float32)
+        lse = np.full((b, hq, sq), np.nan, np.float32)
+        ctx = qfuse.Context("cpu")
+        ctx.attention(q, k, v, o, lse=lse, sinks=sinks, causal=True, window=3)
+        g = hq // hkv
+        s = np.einsum("bihd,bjhd->bhij", q.astype(np.float64), np.repeat(k, g, axis=2).astype(np.float64)) / math.sqrt(d)
+        pos = np.arange(sq)[:, None] + skv - sq
+        j = np.arange(skv)[None, :]
+        s = np.where((j <= pos) & (j > pos - 3), s, -np.inf)
+        z = np.exp(s).sum(-1) + np.exp(sinks.astype(np.float64))[None, :, None]
+        want = np.einsum("bhij,bjhd->bihd", np.exp(s) / z[..., None], np.repeat(v, g, axis=2).astype(np.float64))
+        np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(lse, np.log(z), rtol=1e-6)
+        with self.assertRaises(qfuse.QfuseError):  # Hq not a multiple of Hkv: o untouched
+            o2 = np.full((b, sq, hq, d), 7.0, np.float32)
+            ctx.attention(q, k[:, :, :1].repeat(3, axis=2), v[:, :, :1].repeat(3, axis=2), o2)
+        self.assertTrue((o2 == 7.0).all())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -119,6 +119,26 @@ class TestTorchFamily(unittest.TestCase):
         err = ((live[0] - live[1]).norm() / live[1].norm()).item()
         self.assertLess(err, 1e-3)
 
+    def test_attention_against_sdpa(self):
+        # bf16 causal GQA prefill and a split decode step against torch's SDPA on the fp32 upcasts.
+        import torch.nn.functional as F
+        for sq, skv in ((300, 300), (1, 3000)):
+            q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(2, skv, 2, 128, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(2, skv, 2, 128, device="cuda", dtype=torch.bfloat16)
+            o = torch.empty_like(q)
+            lse = torch.empty(2, 8, sq, device="cuda")
+            self.gpu.attention(q, k, v, o, lse=lse, causal=True)
+            qt, kt, vt = (t.float().transpose(1, 2) for t in (q, k, v))
+            kt, vt = kt.repeat_interleave(4, dim=1), vt.repeat_interleave(4, dim=1)
+            s = qt @ kt.transpose(-1, -2) / 128 ** 0.5
+            pos = torch.arange(sq, device="cuda")[:, None] + skv - sq
+            s = s.masked_fill(torch.arange(skv, device="cuda")[None, :] > pos, float("-inf"))
+            ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=s.isfinite()).transpose(1, 2)
+            err = ((o.float() - ref).norm() / ref.norm()).item()
+            self.assertLess(err, 1e-2)
+            self.assertLess((lse - torch.logsumexp(s, -1)).abs().max().item(), 1e-3)
+
     def test_gemm_scaled_int8_azp(self):
         # Per-token int8 activations with zero points, per-channel weight scales, bias: the
         # AzpPerToken epilogue, equal to the exact CPU reference up to the final fp32 roundings.

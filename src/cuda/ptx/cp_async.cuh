@@ -36,3 +36,9 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // cp.async.wait_all (a commit_group and wait_group 0 in one): waits until every cp.async this
 // thread issued has completed (its writes are then visible to this thread).
 __device__ __forceinline__ void cp_async_wait_all() { QF_ASM_SM90("cp.async.wait_all;\n" ::: "memory"); }
+
+// cp.async.cg.shared.global, 16 bytes with a source size: copies src_bytes (16, or 0 to write
+// zeros without reading `src`) and fills the rest of the 16 bytes with zeros.
+__device__ __forceinline__ void cp_async_cg_shared_global_16_zfill(uint32_t dst, const void *src, uint32_t src_bytes) {
+  QF_ASM_SM90("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}

@@ -62,6 +62,7 @@
 #include <type_traits>
 
 #include "cuda/ptx/arch.cuh"
+#include "cuda/ptx/mma.cuh"
 #include "cuda/vq/vq_common.cuh"
 #include "cuda/vq/vq_e8p.cuh"
 #include "cuda/vq/vq_gemm_heuristic.h"
@@ -107,21 +108,6 @@ namespace vq_mma_detail {
 constexpr int kWarps = QF_VQ_MMA_WARPS, kThreads = kWarps * 32;
 constexpr int kChunkQuads = QF_VQ_MMA_CHUNK / 4;
 static_assert(QF_VQ_MMA_CHUNK == 256 && QF_VQ_MMA_TILE_N == 16, "chunks of 4 sub-chunks of 4 k16 steps; one m16 of W");
-
-// d[16 x 8] += a[16 x 16] . b[16 x 8] with fp32 accumulators (a row-major, b column-major, the
-// fragments of the PTX manual's m16n8k16 layouts).
-__device__ __forceinline__ void mma_16816(__half, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  QF_ASM_SM90("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-              "{%0, %1, %2, %3};\n"
-              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-              : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma_16816(__nv_bfloat16, float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  QF_ASM_SM90("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-              "{%0, %1, %2, %3};\n"
-              : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-              : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // ---- exact splits into 16-bit parts ----
 
@@ -330,7 +316,7 @@ __global__ void __launch_bounds__(vq_mma_detail::kThreads, kMT == 1 ? 3 : 2)
         for (int px = 0; px < kXParts; px++)
           if (px == 0 || px < p.x_parts)
 #pragma unroll
-            for (int pe = 0; pe < kEP; pe++) mma_16816(T{}, part[j], a[pe], b[px]);
+            for (int pe = 0; pe < kEP; pe++) mma_m16n8k16(T{}, part[j], a[pe], b[px]);
       }
     };
 

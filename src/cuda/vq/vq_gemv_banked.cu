@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
             }
           }
 #pragma unroll
-          for (int j = 0; j < kMT; j++) vq_mma_detail::mma_16816(T{}, part[nt][j], a, b[j]);
+          for (int j = 0; j < kMT; j++) mma_m16n8k16(T{}, part[nt][j], a, b[j]);
         }
       }
 #pragma unroll

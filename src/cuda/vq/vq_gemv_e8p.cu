@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
 #pragma unroll
           for (int j = 0; j < kMT; j++) {
             const uint32_t b0[2] = {xq[j].x, xq[j].y}, b1[2] = {xq[j].z, xq[j].w};
-            vq_mma_detail::mma_16816(__half{}, part[r % kChains][j], a0, b0);
-            vq_mma_detail::mma_16816(__half{}, part[r % kChains][j], a1, b1);
+            mma_m16n8k16(__half{}, part[r % kChains][j], a0, b0);
+            mma_m16n8k16(__half{}, part[r % kChains][j], a1, b1);
           }
         }
       }

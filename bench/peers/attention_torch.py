@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""qf_attention against torch's scaled_dot_product_attention backends, in one process.
+
+Times qfuse (through the Python binding, on the same torch tensors) and each SDPA backend that
+takes the shape (flash, cuDNN, memory-efficient) with the timing of quant_torch.py (kernel time
+from torch.profiler, L2 flushed by a read pass before each run), and appends JSON lines in
+qfuse-bench's schema: one row per peer with peer_us and ratio = peer_us / us. See
+bench/peers/README.md.
+Usage: attention_torch.py --jsonl FILE [--quick] [--reps N]
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import qfuse
+from quant_torch import time_us
+
+BACKENDS = {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
+            "torch-efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+# (name, B, Sq, Skv, Hq, Hkv, D, causal): prefill at Sq = Skv, decode at Sq = 1 (every key visible).
+SHAPES = [
+    ("prefill", 8, 1024, 1024, 32, 8, 128, True),
+    ("prefill", 2, 4096, 4096, 32, 8, 128, True),
+    ("prefill", 2, 4096, 4096, 32, 8, 128, False),
+    ("prefill", 4, 2048, 2048, 16, 16, 64, True),
+    ("prefill", 2, 2048, 2048, 16, 8, 256, True),
+    ("decode", 1, 1, 8192, 32, 8, 128, False),
+    ("decode", 8, 1, 4096, 32, 32, 128, False),
+    ("decode", 32, 1, 2048, 32, 8, 128, False),
+    ("decode", 8, 1, 16384, 64, 8, 128, False),
+]
+QUICK = {0, 2, 5, 6}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jsonl", required=True, help="append one JSON line per result to FILE")
+    ap.add_argument("--quick", action="store_true", help="four shapes")
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    name = torch.cuda.get_device_name(dev)
+    commit = os.environ.get("QF_COMMIT", "unknown")
+    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)
+    flush_buf = torch.zeros(max(2 * l2, int(120e6)), dtype=torch.int8, device=dev)
+    flush = lambda: flush_buf.sum(dtype=torch.int32)  # noqa: E731
+    ctx = qfuse.Context("cuda")
+    ctx.set_stream(torch.cuda.current_stream().cuda_stream)
+    reps = max(args.reps, 20)
+
+    # the copy ceiling of this run: 1 GiB read and written by torch's copy kernel
+    src = torch.empty(1 << 29, dtype=torch.bfloat16, device=dev)
+    dst = torch.empty_like(src)
+    copy_gbps = 2 * src.numel() * 2 / (time_us(lambda: dst.copy_(src), reps, flush, "kernel") * 1e3)
+    del src, dst
+    print(f"copy ceiling {copy_gbps:.0f} GB/s")
+
+    with open(args.jsonl, "a") as out:
+        for i, (kind, b, sq, skv, hq, hkv, d, causal) in enumerate(SHAPES):
+            if args.quick and i not in QUICK:
+                continue
+            g = torch.Generator(device=dev).manual_seed(i)
+            q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16, generator=g)
+            k = torch.randn(b, skv, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
+            v = torch.randn(b, skv, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
+            o = torch.empty_like(q)
+            lse = torch.empty(b, hq, sq, device=dev)
+            us = time_us(lambda: ctx.attention(q, k, v, o, lse=lse, causal=causal), reps, flush, "kernel")
+            pairs = b * hq * sq * skv * (0.5 if causal and sq == skv else 1.0)
+            flops = 4 * pairs * d
+            nbytes = 2 * (q.numel() + k.numel() + v.numel() + o.numel()) + 4 * lse.numel()
+            shape = f"B={b},Sq={sq},Skv={skv},Hq={hq},Hkv={hkv},D={d}"
+            variant = f"bf16,{kind}{',causal' if causal else ''}"
+            floor_us = nbytes / (copy_gbps * 1e3)
+            base = dict(op="attention", variant=variant, shape=shape, device=name, commit=commit, backend="qfuse",
+                        flush="read", timing="kernel", us=round(us, 3), gbps=round(nbytes / (us * 1e3), 1),
+                        tflops=round(flops / (us * 1e6), 1), pct_floor=round(100 * floor_us / us, 1))
+            print(f"{variant:22s} {shape:44s} qfuse {us:9.1f} us {base['tflops']:7.1f} TFLOPS "
+                  f"{base['pct_floor']:5.1f}% of the memory floor")
+            qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, S, D] views of the same memory
+            for peer, backend in BACKENDS.items():
+                try:
+                    with sdpa_kernel(backend):
+                        fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,  # noqa: E731
+                                                                    enable_gqa=hkv != hq)
+                        ref = fn()
+                        peer_us = time_us(fn, reps, flush, "kernel")
+                except RuntimeError as e:  # the backend does not take this shape
+                    print(f"  {peer}: not run ({str(e).splitlines()[0][:100]})")
+                    continue
+                err = ((o.float() - ref.transpose(1, 2).float()).norm() / ref.float().norm()).item()
+                row = dict(base, peer=peer, peer_us=round(peer_us, 3), ratio=round(peer_us / us, 3), rel_err=err)
+                out.write(json.dumps(row, separators=(",", ":")) + "\n")
+                out.flush()
+                print(f"  {peer:16s} {peer_us:9.1f} us  ratio {peer_us / us:5.2f}x  (qfuse vs it: rel. error {err:.1e})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+/* Front end of the attention family: validate, then dispatch. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "core/backend.h"
+
+#define QF_HALVES (QF_DT(QF_F16) | QF_DT(QF_BF16))
+
+/* A 4-D tensor [B, S, H, D] of a dtype in `accept`: non-negative strides with the last one 1,
+ * elements aligned to their size. Fills dims, strides (batch, token, head) and the data pointer. */
+static qf_status check_4d(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype_set accept,
+                          int64_t dims[4], int64_t strides[3], qf_dtype *dt, void **data) {
+  if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
+  if (t->ndim != 4) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has ndim=%d; expected 4", op, name, (int)t->ndim);
+  if (!t->shape) return qf_fail(ctx, QF_ERR_NULL, "%s: %s.shape is NULL", op, name);
+  int64_t st[4];
+  double extent = 1.0; /* the last element's offset + 1 */
+  for (int d = 3; d >= 0; d--) {
+    dims[d] = t->shape[d];
+    if (dims[d] < 0) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s.shape[%d]=%" PRId64 " is negative", op, name, d, dims[d]);
+    st[d] = t->strides ? t->strides[d] : (d == 3 ? 1 : st[d + 1] * dims[d + 1]);
+    if (st[d] < 0) return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[%d]=%" PRId64 " is negative", op, name, d, st[d]);
+    if (dims[d] > 0) extent += (double)st[d] * (double)(dims[d] - 1);
+  }
+  if (dims[3] > 1 && st[3] != 1)
+    return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[3]=%" PRId64 "; the head dimension must be contiguous", op, name, st[3]);
+  /* The flat view checks device, dtype, alignment and the 64-bit byte extent. */
+  int64_t n = (int64_t)extent;
+  if (extent > 4.0e18) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s spans %.3g elements, more than 64-bit offsets allow", op, name, extent);
+  DLTensor view = *t;
+  view.ndim = 1, view.shape = &n, view.strides = NULL;
+  qf_mat m;
+  int64_t count = dims[0] * dims[1] * dims[2] * dims[3];
+  if (count == 0) n = 0;
+  qf_status s = qf_check_mat(ctx, op, name, &view, accept, 1, &m);
+  if (s) return s;
+  if (count && (uintptr_t)m.data % qf_dtype_size(m.dtype))
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: %s data pointer %p is not aligned to its %zu-byte elements", op, name, m.data,
+                   qf_dtype_size(m.dtype));
+  for (int d = 0; d < 3; d++) strides[d] = st[d];
+  *dt = m.dtype, *data = m.data;
+  return QF_OK;
+}
+
+/* True when o's elements are distinct: ordered by stride, each stride is at least the span of
+ * the dimensions below it. */
+static int distinct_elements(const int64_t dims[4], const int64_t strides[3]) {
+  int64_t s[4] = {strides[0], strides[1], strides[2], 1}, e[4] = {dims[0], dims[1], dims[2], dims[3]};
+  for (int i = 0; i < 4; i++) /* insertion sort by stride, extents of 1 last (their stride is free) */
+    for (int j = i; j > 0 && (e[j - 1] <= 1 || (e[j] > 1 && s[j] < s[j - 1])); j--) {
+      int64_t t = s[j]; s[j] = s[j - 1], s[j - 1] = t;
+      t = e[j], e[j] = e[j - 1], e[j - 1] = t;
+    }
+  int64_t span = 1;
+  for (int i = 0; i < 4 && e[i] > 1; i++) {
+    if (s[i] < span) return 0;
+    span = s[i] * (e[i] - 1) + span;
+  }
+  return 1;
+}
+
+/* The CUDA kernels' layout needs: 16-byte pointers and strides of whole 16-byte chunks. */
+static qf_status check_cuda_layout(qf_ctx *ctx, const char *op, const char *name, const void *data,
+                                   const int64_t strides[3], qf_dtype dt) {
+  if ((uintptr_t)data % 16)
+    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: %s data pointer %p is not 16-byte aligned (CUDA)", op, name, data);
+  for (int d = 0; d < 3; d++)
+    if (strides[d] * (int64_t)qf_dtype_size(dt) % 16)
+      return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[%d]=%" PRId64 " is not a multiple of 16 bytes (CUDA)", op, name, d,
+                     strides[d]);
+  return QF_OK;
+}
+
+qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *sinks,
+                       const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
+  static const char op[] = "qf_attention";
+  if (!ctx) return QF_ERR_NULL;
+  qf_attention_args a = {0};
+  int64_t qd[4], kd[4], vd[4], od[4];
+  qf_dtype vdt, kdt;
+  qf_status st;
+  void *qp, *kp, *vp;
+  if ((st = check_4d(ctx, op, "q", q, QF_HALVES, qd, a.qs, &a.dtype, &qp)) ||
+      (st = check_4d(ctx, op, "k", k, QF_DT(a.dtype), kd, a.ks, &kdt, &kp)) ||
+      (st = check_4d(ctx, op, "v", v, QF_DT(a.dtype), vd, a.vs, &vdt, &vp)) ||
+      (st = check_4d(ctx, op, "o", o, QF_DT(a.dtype) | QF_DT(QF_F32), od, a.os, &a.o_dtype, &a.o)))
+    return st;
+  a.q = qp, a.k = kp, a.v = vp;
+  a.B = qd[0], a.Sq = qd[1], a.Hq = qd[2], a.D = qd[3], a.Skv = kd[1], a.Hkv = kd[2], a.Dv = vd[3];
+  if (kd[0] != a.B || vd[0] != a.B || vd[1] != a.Skv || vd[2] != a.Hkv || kd[3] != a.D)
+    return qf_fail(ctx, QF_ERR_SHAPE,
+                   "%s: k [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] and v [%" PRId64 ", %" PRId64 ", %" PRId64
+                   ", %" PRId64 "] do not match q [B=%" PRId64 ", Sq, Hq, D=%" PRId64 "] (k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv])",
+                   op, kd[0], kd[1], kd[2], kd[3], vd[0], vd[1], vd[2], vd[3], a.B, a.D);
+  if (a.D < 1 || a.Dv < 1 || a.Hkv < 1 || a.Hq % a.Hkv)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: D=%" PRId64 ", Dv=%" PRId64 " must be positive and Hq=%" PRId64
+                   " a multiple of Hkv=%" PRId64, op, a.D, a.Dv, a.Hq, a.Hkv);
+  int64_t want_o[4] = {a.B, a.Sq, a.Hq, a.Dv};
+  if ((st = qf_check_shape(ctx, op, "o", o, 4, want_o))) return st;
+  if (!distinct_elements(od, a.os))
+    return qf_fail(ctx, QF_ERR_LAYOUT, "%s: o's strides [%" PRId64 ", %" PRId64 ", %" PRId64 ", 1] make elements overlap", op,
+                   a.os[0], a.os[1], a.os[2]);
+  if (lse) {
+    int64_t want_lse[3] = {a.B, a.Hq, a.Sq};
+    if ((st = qf_check_dense(ctx, op, "lse", lse, QF_F32, 3, want_lse, 4, (void **)&a.lse))) return st;
+  }
+  if (sinks && (st = qf_check_vec(ctx, op, "sinks", sinks, QF_F32, a.Hq, (void **)&a.sinks))) return st;
+  const qf_attention_opts none = {0};
+  if (!opts) opts = &none;
+  if (!(opts->sm_scale >= 0.0f && opts->sm_scale <= 3.4e38f))
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: sm_scale=%g must be finite and >= 0", op, (double)opts->sm_scale);
+  if (opts->window < 0) return qf_fail(ctx, QF_ERR_VALUE, "%s: window=%" PRId64 " is negative (0: no window)", op, opts->window);
+  a.sm_scale = opts->sm_scale > 0.0f ? opts->sm_scale : 1.0 / sqrt((double)a.D);
+  a.causal = opts->causal != 0, a.window = opts->window;
+  if (a.B * a.Sq * a.Hq == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CPU) return qf_cpu_attention(ctx, &a);
+#ifdef QF_WITH_CUDA
+  if (a.D != a.Dv || (a.D != 64 && a.D != 128 && a.D != 256 && a.D != 512))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes D = Dv in {64, 128, 256, 512}; got D=%" PRId64 ", Dv=%" PRId64, op,
+                   a.D, a.Dv);
+  if (a.B * a.Hkv > 65535 || a.Sq * (a.Hq / a.Hkv) >= (1 << 30) || a.Skv >= (1 << 30))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes B * Hkv <= 65535 and Sq * Hq / Hkv, Skv below 2^30; got B * Hkv = %" PRId64
+                   ", Sq = %" PRId64 ", Skv = %" PRId64, op, a.B * a.Hkv, a.Sq, a.Skv);
+  if ((st = check_cuda_layout(ctx, op, "q", a.q, a.qs, a.dtype)) || (st = check_cuda_layout(ctx, op, "k", a.k, a.ks, a.dtype)) ||
+      (st = check_cuda_layout(ctx, op, "v", a.v, a.vs, a.dtype)) || (st = check_cuda_layout(ctx, op, "o", a.o, a.os, a.o_dtype)))
+    return st;
+  return qf_cuda_attention(ctx, &a);
+#else
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: this build has no CUDA backend", op);
+#endif
+}

@@ -1,0 +1,365 @@
+// Attention forward (qf_attention) on the tensor cores: mma.sync m16n8k16 with fp32 accumulators
+// and an online softmax, one CTA per tile of query rows of one (batch, kv head).
+//
+// Rows: the query heads of a kv head are packed into the rows of a tile, row r being token
+// r / group of query head hkv * group + r % group, so that one K/V tile in shared memory serves
+// every query head that reads it (GQA) and a decode step (one token, `group` heads) still fills
+// a tile's rows. Keys: the CTA walks the tiles of keys its rows can see (causal and window
+// bounds), double-buffered through cp.async, and with `splits` > 1 only its split's share of
+// them, writing a partial result (normalized O and LSE in fp32) that attention_merge_kernel
+// combines. Each warp owns 16 rows; WN warps may share the same rows and split each key tile
+// among them (decode), their partial results combined through shared memory at the end.
+//
+// Per key tile and warp: S = Q K^T (ldmatrix from swizzled shared memory), the mask where the tile
+// crosses a bound, the running max and sum per row in log2 units, P = 2^(S c - m) rounded to the
+// input type and used straight from the accumulator registers as the A operand of O += P V
+// (the m16n8 accumulator layout of two adjacent key octets is the m16k16 A layout).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/ptx/arith.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mma.cuh"
+
+struct attn_params {
+  const void *q, *k, *v;
+  void *o;                    // [B, Sq, Hq, Dv] at os
+  float *lse;                 // [B, Hq, Sq] or nullptr
+  const float *sinks;         // [Hq] or nullptr
+  float *part_o, *part_lse;   // splits > 1: [split][B * Hq * Sq][Dv] and [split][B * Hq * Sq]
+  int64_t qs[3], ks[3], vs[3], os[3];  // element strides of batch, token, head
+  int B, Sq, Skv, Hq, Hkv, group, Dv;
+  int rows;                   // Sq * group: the packed rows of one kv head
+  int causal, window;         // window 0: none
+  int splits;
+  int o_f32;                  // o is fp32 (else the inputs' 16-bit type)
+  float scale_log2;           // sm_scale * log2(e)
+};
+
+// A tile configuration: D (q and k head dim), DVT (output columns per CTA; Dv / DVT CTAs share a
+// row tile), BN keys per tile, WM x WN warps (WM row groups of 16, WN warps per key tile).
+template <int D_, int DVT_, int BN_, int WM_, int WN_>
+struct AttnTile {
+  static constexpr int D = D_, DVT = DVT_, BN = BN_, WM = WM_, WN = WN_;
+  static constexpr int kThreads = 32 * WM * WN;
+  static constexpr int kRows = 16 * WM;
+  static constexpr int kWarpKeys = BN / WN;  // keys of a tile per warp
+  static constexpr int kNS = kWarpKeys / 8;  // S accumulator octets per warp
+  static constexpr int kNO = DVT / 8;        // O accumulator octets per warp
+  static constexpr bool kQInRegs = D <= 128; // Q's fragments held in registers across the loop
+  static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
+  static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
+  static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes;
+  static_assert(kWarpKeys % 16 == 0, "P . V takes k-steps of 16 keys per warp");
+  static_assert(D % 64 == 0 && DVT % 64 == 0, "rows of whole 128-byte lines: the swizzle permutes 8 chunks");
+  static_assert(WN == 1 || WN * 16 * (DVT + 2) * 4 <= kRingBytes, "the warps' partial results fit in the K/V ring");
+};
+
+namespace attn_detail {
+
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `chunks` chunks per row: the
+// chunk index XOR the row's low three bits, so that the eight rows an ldmatrix reads at one
+// column fall in eight different bank groups.
+__device__ __forceinline__ uint32_t swz(int row, int chunk, int chunks) {
+  return static_cast<uint32_t>((row * chunks + (chunk ^ (row & 7))) * 16);
+}
+
+__device__ __forceinline__ uint32_t pack2(__half, float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+__device__ __forceinline__ uint32_t pack2(__nv_bfloat16, float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+
+// A row's result from its running max m (log2 units, -inf: nothing seen) and sum l: the factor
+// that turns its accumulated sum into o, and its natural-log LSE. The sink joins here, once per
+// row (a split's partial leaves it to the merge).
+struct RowResult {
+  float scale, lse;
+};
+__device__ __forceinline__ RowResult finish_row(const attn_params &p, float m, float l, int h) {
+  float fac = 1.0f;
+  if (p.sinks && p.splits == 1) {
+    const float sk = p.sinks[h] * kLog2e, mx = fmaxf(m, sk);
+    if (mx == -INFINITY) return {0.0f, -INFINITY};
+    fac = m == -INFINITY ? 0.0f : ex2_approx_ftz_f32(m - mx);
+    l = l * fac + ex2_approx_ftz_f32(sk - mx);
+    m = mx;
+  }
+  if (!(l > 0.0f)) return {0.0f, -INFINITY};
+  return {fac / l, (m + __log2f(l)) * kLn2};
+}
+
+// Stores a row's values v0, v1 at columns col, col + 1 of o (or of the split's fp32 partial).
+template <typename T>
+__device__ __forceinline__ void store_pair(const attn_params &p, void *dst, float v0, float v1) {
+  if (p.o_f32 || p.splits > 1) *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+  else *reinterpret_cast<uint32_t *>(dst) = pack2(T(), v0, v1);
+}
+
+}  // namespace attn_detail
+
+template <typename T, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_params p) {
+  using namespace attn_detail;
+  constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WM = Tile::WM, WN = Tile::WN;
+  constexpr int kThreads = Tile::kThreads, kRows = Tile::kRows, kNS = Tile::kNS, kNO = Tile::kNO;
+  constexpr int kQC = D / 8, kVC = DVT / 8;  // 16-byte chunks per row of Q / K and of V
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + 2 * Tile::kKBytes;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp % WM, wn = warp / WM;
+
+  // ---- the CTA's rows, output columns and key tiles ----
+  const int dv_parts = p.Dv / DVT, row_tiles = (p.rows + kRows - 1) / kRows;
+  const int row_tile = row_tiles - 1 - static_cast<int>(blockIdx.x) / dv_parts;  // longest (causal) first
+  const int dv_part = static_cast<int>(blockIdx.x) % dv_parts, dv0 = dv_part * DVT;
+  const int b = static_cast<int>(blockIdx.y) / p.Hkv, hkv = static_cast<int>(blockIdx.y) % p.Hkv;
+  const int r0 = row_tile * kRows, r_last = min(r0 + kRows, p.rows) - 1;
+  const int shift = p.Skv - p.Sq;  // a query's key position is its token + shift
+  const int pos_lo = r0 / p.group + shift, pos_hi = r_last / p.group + shift;
+  const int key_lo = p.window ? max(0, pos_lo - p.window + 1) : 0;
+  const int key_hi = p.causal ? min(p.Skv, pos_hi + 1) : p.Skv;
+  int t_lo = key_lo / BN, t_hi = key_hi > key_lo ? (key_hi + BN - 1) / BN : t_lo;
+  if (p.splits > 1) {
+    const int per = (t_hi - t_lo + p.splits - 1) / p.splits;
+    t_lo = min(t_hi, t_lo + static_cast<int>(blockIdx.z) * per);
+    t_hi = min(t_hi, t_lo + per);
+  }
+
+  const T *qb = static_cast<const T *>(p.q) + b * p.qs[0];
+  const T *kb = static_cast<const T *>(p.k) + b * p.ks[0] + hkv * p.ks[2];
+  const T *vb = static_cast<const T *>(p.v) + b * p.vs[0] + hkv * p.vs[2] + dv0;
+
+  // ---- loads: rows past the end (queries or keys) are zero-filled ----
+  for (int c = tid; c < kRows * kQC; c += kThreads) {
+    const int r = c / kQC, ch = c % kQC, gr = r0 + r;
+    const bool ok = gr < p.rows;
+    const T *src = ok ? qb + (gr / p.group) * p.qs[1] + (hkv * p.group + gr % p.group) * p.qs[2] + ch * 8 : qb;
+    cp_async_cg_shared_global_16_zfill(s_q + swz(r, ch, kQC), src, ok ? 16 : 0);
+  }
+  auto load_kv = [&](int tile, int stage) {
+    const int j0 = tile * BN;
+    for (int c = tid; c < BN * kQC; c += kThreads) {
+      const int r = c / kQC, ch = c % kQC;
+      const bool ok = j0 + r < p.Skv;
+      cp_async_cg_shared_global_16_zfill(s_k + stage * Tile::kKBytes + swz(r, ch, kQC),
+                                         ok ? kb + (j0 + r) * p.ks[1] + ch * 8 : kb, ok ? 16 : 0);
+    }
+    for (int c = tid; c < BN * kVC; c += kThreads) {
+      const int r = c / kVC, ch = c % kVC;
+      const bool ok = j0 + r < p.Skv;
+      cp_async_cg_shared_global_16_zfill(s_v + stage * Tile::kVBytes + swz(r, ch, kVC),
+                                         ok ? vb + (j0 + r) * p.vs[1] + ch * 8 : vb, ok ? 16 : 0);
+    }
+  };
+  if (t_lo < t_hi) load_kv(t_lo, 0);
+  cp_async_commit_group();
+
+  // Lane (l / 4) holds rows g and g + 8 of the warp's 16, at key positions pos[0], pos[1].
+  const int g = lane >> 2;
+  int pos[2];
+  for (int i = 0; i < 2; i++) pos[i] = (r0 + wm * 16 + g + 8 * i) / p.group + shift;
+
+  auto q_frag = [&](int kk, uint32_t (&a)[4]) {
+    ldmatrix_x4(a, s_q + swz(wm * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4), kQC));
+  };
+  uint32_t qf[Tile::kQInRegs ? D / 16 : 1][4];
+  float o_acc[kNO][4] = {};
+  float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+
+  // ---- main loop over key tiles ----
+  for (int t = t_lo; t < t_hi; t++) {
+    const int stage = (t - t_lo) & 1;
+    if (t + 1 < t_hi) load_kv(t + 1, stage ^ 1);
+    cp_async_commit_group();
+    cp_async_wait_group<1>();
+    __syncthreads();
+    if constexpr (Tile::kQInRegs) {
+      if (t == t_lo)
+        for (int kk = 0; kk < D / 16; kk++) q_frag(kk, qf[kk]);
+    }
+
+    // S = Q K^T over the warp's keys of the tile
+    float s[kNS][4] = {};
+    const uint32_t sk = s_k + stage * Tile::kKBytes;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      uint32_t a[4];
+      if constexpr (Tile::kQInRegs) {
+        for (int i = 0; i < 4; i++) a[i] = qf[kk][i];
+      } else {
+        q_frag(kk, a);
+      }
+#pragma unroll
+      for (int np = 0; np < kNS / 2; np++) {
+        uint32_t bk[4];
+        const int key = wn * Tile::kWarpKeys + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(bk, sk + swz(key, 2 * kk + ((lane >> 3) & 1), kQC));
+        const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
+        mma_m16n8k16(T(), s[2 * np], a, b0);
+        mma_m16n8k16(T(), s[2 * np + 1], a, b1);
+      }
+    }
+
+    // the mask, where the tile crosses the end of the keys or a row's causal or window bound
+    const int j0 = t * BN + wn * Tile::kWarpKeys;
+    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > pos_lo) ||
+                      (p.window && t * BN <= pos_hi - p.window);
+    if (edge) {
+#pragma unroll
+      for (int nt = 0; nt < kNS; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int j = j0 + nt * 8 + 2 * (lane & 3) + (e & 1), ps = pos[e >> 1];
+          if (j >= p.Skv || (p.causal && j > ps) || (p.window && j <= ps - p.window)) s[nt][e] = -INFINITY;
+        }
+    }
+
+    // online softmax in log2 units: x = s c, m the running max, l the running sum of 2^(x - m)
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNS; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      mx = fmaxf(m_row[i], mx * p.scale_log2);
+      const float m_use = mx == -INFINITY ? 0.0f : mx;  // a row that has seen nothing keeps zeros
+      const float alpha = ex2_approx_ftz_f32(m_row[i] - m_use);
+      m_row[i] = mx;
+      l_row[i] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < kNO; nt++) o_acc[nt][2 * i] *= alpha, o_acc[nt][2 * i + 1] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < kNS; nt++)
+#pragma unroll
+        for (int e = 2 * i; e < 2 * i + 2; e++) {
+          s[nt][e] = ex2_approx_ftz_f32(fmaf(s[nt][e], p.scale_log2, -m_use));
+          l_row[i] += s[nt][e];
+        }
+    }
+
+    // O += P V: P's A fragments from the S accumulators of two key octets
+    const uint32_t sv = s_v + stage * Tile::kVBytes;
+#pragma unroll
+    for (int ks = 0; ks < Tile::kWarpKeys / 16; ks++) {
+      const uint32_t a[4] = {pack2(T(), s[2 * ks][0], s[2 * ks][1]), pack2(T(), s[2 * ks][2], s[2 * ks][3]),
+                             pack2(T(), s[2 * ks + 1][0], s[2 * ks + 1][1]), pack2(T(), s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+      for (int np = 0; np < kNO / 2; np++) {
+        uint32_t bv[4];
+        const int key = wn * Tile::kWarpKeys + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4_trans(bv, sv + swz(key, 2 * np + (lane >> 4), kVC));
+        const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
+        mma_m16n8k16(T(), o_acc[2 * np], a, b0);
+        mma_m16n8k16(T(), o_acc[2 * np + 1], a, b1);
+      }
+    }
+    __syncthreads();  // the stage is refilled by the next iteration's load
+  }
+  cp_async_wait_group<0>();
+
+  for (int i = 0; i < 2; i++) {
+    l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
+    l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 2);
+  }
+
+  // ---- epilogue: o (or the split's partial) and lse ----
+  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
+  // Where row r of the tile goes: its output element (column col) and its lse slot.
+  auto out_ptr = [&](int r, int col) -> void * {
+    const int gr = r0 + r, tok = gr / p.group, h = hkv * p.group + gr % p.group;
+    if (p.splits > 1) {
+      const int64_t row = (static_cast<int64_t>(b) * p.Hq + h) * p.Sq + tok;
+      return p.part_o + (blockIdx.z * rows_total + row) * p.Dv + dv0 + col;
+    }
+    const int64_t off = b * p.os[0] + tok * p.os[1] + h * p.os[2] + dv0 + col;
+    return p.o_f32 ? static_cast<void *>(static_cast<float *>(p.o) + off) : static_cast<void *>(static_cast<T *>(p.o) + off);
+  };
+  auto put_lse = [&](int r, float lse) {
+    const int gr = r0 + r, tok = gr / p.group, h = hkv * p.group + gr % p.group;
+    const int64_t row = (static_cast<int64_t>(b) * p.Hq + h) * p.Sq + tok;
+    if (p.splits > 1) p.part_lse[blockIdx.z * rows_total + row] = lse;
+    else if (p.lse) p.lse[row] = lse;
+  };
+
+  if constexpr (WN == 1) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int r = wm * 16 + g + 8 * i;
+      if (r0 + r >= p.rows) continue;
+      const RowResult res = finish_row(p, m_row[i], l_row[i], hkv * p.group + (r0 + r) % p.group);
+#pragma unroll
+      for (int nt = 0; nt < kNO; nt++)
+        store_pair<T>(p, out_ptr(r, nt * 8 + 2 * (lane & 3)), o_acc[nt][2 * i] * res.scale, o_acc[nt][2 * i + 1] * res.scale);
+      if (dv_part == 0 && (lane & 3) == 0) put_lse(r, res.lse);
+    }
+  } else {
+    // The WN warps' partial results through the free K/V ring: sums [WN][16][DVT], then m and l.
+    float *red = reinterpret_cast<float *>(smem + Tile::kQBytes);
+    float *red_m = red + WN * 16 * DVT, *red_l = red_m + WN * 16;
+    __syncthreads();
+#pragma unroll
+    for (int nt = 0; nt < kNO; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) red[(wn * 16 + g + 8 * (e >> 1)) * DVT + nt * 8 + 2 * (lane & 3) + (e & 1)] = o_acc[nt][e];
+    if ((lane & 3) == 0)
+      for (int i = 0; i < 2; i++) red_m[wn * 16 + g + 8 * i] = m_row[i], red_l[wn * 16 + g + 8 * i] = l_row[i];
+    __syncthreads();
+    for (int idx = tid; idx < 16 * DVT / 2; idx += kThreads) {
+      const int r = idx / (DVT / 2), col = 2 * (idx % (DVT / 2));
+      if (r0 + r >= p.rows) continue;
+      float mx = -INFINITY, l = 0.0f, v0 = 0.0f, v1 = 0.0f;
+      for (int w = 0; w < WN; w++) mx = fmaxf(mx, red_m[w * 16 + r]);
+      for (int w = 0; w < WN; w++) {
+        const float mw = red_m[w * 16 + r], f = mw == -INFINITY ? 0.0f : ex2_approx_ftz_f32(mw - mx);
+        l += f * red_l[w * 16 + r];
+        v0 += f * red[(w * 16 + r) * DVT + col];
+        v1 += f * red[(w * 16 + r) * DVT + col + 1];
+      }
+      const RowResult res = finish_row(p, mx, l, hkv * p.group + (r0 + r) % p.group);
+      store_pair<T>(p, out_ptr(r, col), v0 * res.scale, v1 * res.scale);
+      if (dv_part == 0 && col == 0) put_lse(r, res.lse);
+    }
+  }
+}
+
+// Combines the splits' partials of each row (one warp per row of [B, Hq, Sq]) by their LSE and
+// adds the sink: o = sum_s exp(lse_s - lse) o_s, lse = log(sum_s exp(lse_s) + exp(sink)).
+template <typename T>
+__global__ void __launch_bounds__(128) attention_merge_kernel(const attn_params p) {
+  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows_total) return;
+  const int tok = static_cast<int>(row % p.Sq), h = static_cast<int>(row / p.Sq % p.Hq), b = static_cast<int>(row / p.Sq / p.Hq);
+  float mx = p.sinks ? p.sinks[h] : -INFINITY;
+  for (int s = 0; s < p.splits; s++) mx = fmaxf(mx, p.part_lse[s * rows_total + row]);
+  float l = 0.0f;
+  if (mx != -INFINITY) {
+    l = p.sinks ? expf(p.sinks[h] - mx) : 0.0f;
+    for (int s = 0; s < p.splits; s++) l += expf(p.part_lse[s * rows_total + row] - mx);
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const int64_t off = b * p.os[0] + tok * p.os[1] + h * p.os[2];
+  for (int col = lane; col < p.Dv; col += 32) {
+    float v = 0.0f;
+    for (int s = 0; s < p.splits; s++) {
+      const float ls = p.part_lse[s * rows_total + row];
+      if (ls != -INFINITY) v += expf(ls - mx) * p.part_o[(s * rows_total + row) * p.Dv + col];
+    }
+    v *= inv;
+    if (p.o_f32) static_cast<float *>(p.o)[off + col] = v;
+    else static_cast<T *>(p.o)[off + col] = static_cast<T>(v);
+  }
+  if (lane == 0 && p.lse) p.lse[row] = l > 0.0f ? mx + logf(l) : -INFINITY;
+}

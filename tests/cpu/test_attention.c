@@ -1,0 +1,238 @@
+/* qf_attention on the CPU backend: a hand-computed case, every mask (causal, window, both, none)
+ * with GQA, sinks, strided [B, H, S, D] storage and both output types against a direct
+ * evaluation of the documented formula, rows with nothing visible, and every error path (outputs
+ * untouched). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "qfuse.h"
+#include "tensors.h"
+
+static qf_ctx *ctx;
+
+/* Bytes per element of the float types used here. */
+static size_t esize(qf_dtype dt) { return dt == QF_F32 ? 4 : 2; }
+
+/* A 4-D tensor over a buffer: shape and element strides. */
+typedef struct {
+  DLTensor t;
+  int64_t shape[4], strides[4];
+} t4;
+
+static void t4_init(t4 *x, void *data, qf_dtype dt, const int64_t shape[4], const int64_t strides[4]) {
+  memset(x, 0, sizeof *x);
+  memcpy(x->shape, shape, sizeof x->shape);
+  memcpy(x->strides, strides, sizeof x->strides);
+  x->t = dl_tensor(data, dt, 4, x->shape, kDLCPU);
+  x->t.strides = x->strides;
+}
+
+static int64_t off4(const int64_t st[4], int64_t a, int64_t b, int64_t c, int64_t d) {
+  return a * st[0] + b * st[1] + c * st[2] + d * st[3];
+}
+
+/* The shape under test: GQA 2 query heads per kv head, fewer queries than keys, odd sizes. */
+enum { B = 2, SQ = 5, SKV = 9, HQ = 4, HKV = 2, D = 24, DV = 16 };
+
+typedef struct {
+  uint16_t q[B * SQ * HQ * D], k[B * SKV * HKV * D], v[B * SKV * HKV * DV];
+  float o[B * SQ * HQ * DV + 8], lse[B * HQ * SQ + 8], sinks[HQ];
+  t4 qt, kt, vt, ot;
+  DLTensor lt, st;
+  int64_t lse_shape[3], sinks_shape[1];
+} att;
+
+/* q, k compact [B, S, H, D]; v stored [B, H, S, Dv] and described by strides; o fp32 or bf16. */
+static void att_init(att *a, qf_dtype in, qf_dtype out) {
+  uint64_t seed = 7;
+  for (size_t i = 0; i < sizeof a->q / 2; i++) float_put(a->q, in, i, rng_normal(&seed));
+  for (size_t i = 0; i < sizeof a->k / 2; i++) float_put(a->k, in, i, rng_normal(&seed));
+  for (size_t i = 0; i < sizeof a->v / 2; i++) float_put(a->v, in, i, rng_normal(&seed));
+  for (int h = 0; h < HQ; h++) a->sinks[h] = rng_normal(&seed) * 2.0f;
+  memset(a->o, POISON, sizeof a->o);
+  memset(a->lse, POISON, sizeof a->lse);
+  const int64_t qs[4] = {B, SQ, HQ, D}, qst[4] = {SQ * HQ * D, HQ * D, D, 1};
+  const int64_t ks[4] = {B, SKV, HKV, D}, kst[4] = {SKV * HKV * D, HKV * D, D, 1};
+  const int64_t vs[4] = {B, SKV, HKV, DV}, vst[4] = {HKV * SKV * DV, DV, SKV * DV, 1};
+  const int64_t os[4] = {B, SQ, HQ, DV}, ost[4] = {SQ * HQ * DV, HQ * DV, DV, 1};
+  t4_init(&a->qt, a->q, in, qs, qst);
+  t4_init(&a->kt, a->k, in, ks, kst);
+  t4_init(&a->vt, a->v, in, vs, vst);
+  t4_init(&a->ot, a->o, out, os, ost);
+  a->lse_shape[0] = B, a->lse_shape[1] = HQ, a->lse_shape[2] = SQ;
+  a->lt = dl_tensor(a->lse, QF_F32, 3, a->lse_shape, kDLCPU);
+  a->sinks_shape[0] = HQ;
+  a->st = dl_tensor(a->sinks, QF_F32, 1, a->sinks_shape, kDLCPU);
+}
+
+/* The formula evaluated directly: the weights exp(s_j) / Z with Z over the visible keys and the
+ * sink, without a running maximum (the inputs keep exp in range). */
+static void expect(const att *a, qf_dtype in, const qf_attention_opts *opt, int sinks, int b, int i, int h, double *o,
+                   double *lse) {
+  const int g = h / (HQ / HKV), p = i + SKV - SQ;
+  const double scale = opt->sm_scale > 0 ? opt->sm_scale : 1.0 / sqrt((double)D);
+  double z = sinks ? exp(a->sinks[h]) : 0.0, e[SKV];
+  for (int j = 0; j < SKV; j++) {
+    e[j] = 0.0;
+    if (opt->causal && j > p) continue;
+    if (opt->window > 0 && p - j >= opt->window) continue;
+    double s = 0.0;
+    for (int d = 0; d < D; d++)
+      s += (double)float_get(a->q, in, off4(a->qt.strides, b, i, h, d)) * float_get(a->k, in, off4(a->kt.strides, b, j, g, d));
+    e[j] = exp(scale * s);
+    z += e[j];
+  }
+  for (int d = 0; d < DV; d++) {
+    o[d] = 0.0;
+    for (int j = 0; j < SKV; j++) o[d] += z > 0 ? e[j] / z * float_get(a->v, in, off4(a->vt.strides, b, j, g, d)) : 0.0;
+  }
+  *lse = z > 0 ? log(z) : -INFINITY;
+}
+
+static void check_case(qf_dtype in, qf_dtype out, qf_attention_opts opt, int sinks) {
+  static att a;
+  att_init(&a, in, out);
+  qf_status st = qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, sinks ? &a.st : NULL, &opt, &a.ot.t, &a.lt);
+  if (!CHECK(st == QF_OK, "causal %d window %lld sinks %d: %s", opt.causal, (long long)opt.window, sinks,
+             qf_ctx_last_error(ctx)))
+    return;
+  const double tol = out == QF_F32 ? 1e-6 : 1.0 / 256;
+  int bad = 0;
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < SQ; i++)
+      for (int h = 0; h < HQ; h++) {
+        double o[DV], lse;
+        expect(&a, in, &opt, sinks, b, i, h, o, &lse);
+        const float got_lse = a.lse[(b * HQ + h) * SQ + i];
+        if (lse == -INFINITY ? got_lse != -INFINITY : fabs(got_lse - lse) > 1e-6 * fmax(1.0, fabs(lse))) bad++;
+        for (int d = 0; d < DV; d++) {
+          const double got = float_get(a.o, out, off4(a.ot.strides, b, i, h, d));
+          if (!(fabs(got - o[d]) <= tol * fmax(fabs(o[d]), 1e-3))) bad++;
+        }
+      }
+  CHECK(bad == 0, "in %s out %s causal %d window %lld sinks %d: %d values off", qf_dtype_name(in), qf_dtype_name(out),
+        opt.causal, (long long)opt.window, sinks, bad);
+  int touched = 0;
+  for (size_t i = B * SQ * HQ * DV * esize(out); i < sizeof a.o; i++) touched += ((uint8_t *)a.o)[i] != POISON;
+  for (size_t i = B * HQ * SQ * sizeof(float); i < sizeof a.lse; i++) touched += ((uint8_t *)a.lse)[i] != POISON;
+  CHECK(touched == 0, "%d bytes past o and lse written", touched);
+}
+
+/* One query, keys 0 and 1, values 0 and 1 (D = Dv = 1, sm_scale 1): o = e / (1 + e), lse =
+ * log(1 + e); with a sink s = 0 the denominator gains 1. A causal query before every key
+ * (Sq > Skv) sees nothing. */
+static void check_by_hand(void) {
+  uint16_t q[2], k[2], v[2];
+  float o[2], lse[2], sink = 0.0f;
+  q[0] = q[1] = qf_bf16_from_f32(1.0f), k[0] = v[0] = qf_bf16_from_f32(0.0f), k[1] = v[1] = qf_bf16_from_f32(1.0f);
+  int64_t qs[4] = {1, 1, 1, 1}, ks[4] = {1, 2, 1, 1}, ls[3] = {1, 1, 1}, ss[1] = {1};
+  DLTensor qt = dl_tensor(q, QF_BF16, 4, qs, kDLCPU), kt = dl_tensor(k, QF_BF16, 4, ks, kDLCPU);
+  DLTensor vt = dl_tensor(v, QF_BF16, 4, ks, kDLCPU), ot = dl_tensor(o, QF_F32, 4, qs, kDLCPU);
+  DLTensor lt = dl_tensor(lse, QF_F32, 3, ls, kDLCPU), st = dl_tensor(&sink, QF_F32, 1, ss, kDLCPU);
+  qf_attention_opts opt = {.sm_scale = 1.0f};
+  const double e = exp(1.0);
+  CHECK(qf_attention(ctx, &qt, &kt, &vt, NULL, &opt, &ot, &lt) == QF_OK, "%s", qf_ctx_last_error(ctx));
+  CHECK(fabs(o[0] - e / (1 + e)) < 1e-6 && fabs(lse[0] - log(1 + e)) < 1e-6, "by hand: o %g lse %g", o[0], lse[0]);
+  CHECK(qf_attention(ctx, &qt, &kt, &vt, &st, &opt, &ot, &lt) == QF_OK, "%s", qf_ctx_last_error(ctx));
+  CHECK(fabs(o[0] - e / (2 + e)) < 1e-6 && fabs(lse[0] - log(2 + e)) < 1e-6, "sink: o %g lse %g", o[0], lse[0]);
+  opt.causal = 1;
+  CHECK(qf_attention(ctx, &qt, &kt, &vt, NULL, &opt, &ot, &lt) == QF_OK && fabs(o[0] - e / (1 + e)) < 1e-6, "causal last query");
+  /* Sq = 2 > Skv = 1 with the causal mask: query 0 sits at position -1 and sees nothing. */
+  int64_t q2[4] = {1, 2, 1, 1}, k1[4] = {1, 1, 1, 1}, l2[3] = {1, 1, 2};
+  qt = dl_tensor(q, QF_BF16, 4, q2, kDLCPU), kt = dl_tensor(k + 1, QF_BF16, 4, k1, kDLCPU);
+  vt = dl_tensor(v + 1, QF_BF16, 4, k1, kDLCPU), ot = dl_tensor(o, QF_F32, 4, q2, kDLCPU), lt = dl_tensor(lse, QF_F32, 3, l2, kDLCPU);
+  CHECK(qf_attention(ctx, &qt, &kt, &vt, NULL, &opt, &ot, &lt) == QF_OK, "%s", qf_ctx_last_error(ctx));
+  CHECK(o[0] == 0.0f && lse[0] == -INFINITY && fabs(o[1] - 1.0) < 1e-6 && fabs(lse[1] - 1.0) < 1e-6,
+        "nothing visible: o %g lse %g; last: o %g lse %g", o[0], lse[0], o[1], lse[1]);
+  CHECK(qf_attention(ctx, &qt, &kt, &vt, &st, &opt, &ot, &lt) == QF_OK && o[0] == 0.0f && lse[0] == 0.0f,
+        "only the sink: o %g lse %g", o[0], lse[0]);
+}
+
+/* Each bad argument gets its status, and o and lse stay as they were. */
+static void check_errors(void) {
+  static att a;
+  att_init(&a, QF_BF16, QF_F32);
+  const qf_attention_opts opt = {0};
+  uint8_t o_before[sizeof a.o], lse_before[sizeof a.lse];
+  memcpy(o_before, a.o, sizeof a.o);
+  memcpy(lse_before, a.lse, sizeof a.lse);
+#define EXPECT(status, call, what)                                                                          \
+  do {                                                                                                      \
+    qf_status s_ = (call);                                                                                  \
+    CHECK(s_ == (status), "%s: got %s (%s)", what, qf_status_str(s_), qf_ctx_last_error(ctx));              \
+    CHECK(!memcmp(o_before, a.o, sizeof a.o) && !memcmp(lse_before, a.lse, sizeof a.lse), "%s: outputs written", what); \
+  } while (0)
+  EXPECT(QF_ERR_NULL, qf_attention(ctx, NULL, &a.kt.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "q NULL");
+  EXPECT(QF_ERR_NULL, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &opt, NULL, &a.lt), "o NULL");
+  t4 bad = a.kt;
+  bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.shape[0] = 1;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &a.qt.t, &bad.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "k batch");
+  bad = a.kt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.shape[3] = D - 8;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &a.qt.t, &bad.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "k head dim");
+  bad = a.vt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.shape[1] = SKV - 1;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &a.qt.t, &a.kt.t, &bad.t, NULL, &opt, &a.ot.t, &a.lt), "v tokens");
+  bad = a.kt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.shape[2] = 3, bad.strides[0] = SKV * 3 * D;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &a.qt.t, &bad.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "Hq % Hkv");
+  bad = a.kt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.strides[3] = 2;
+  EXPECT(QF_ERR_LAYOUT, qf_attention(ctx, &a.qt.t, &bad.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "k head dim strided");
+  bad = a.kt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.strides[1] = -D;
+  EXPECT(QF_ERR_LAYOUT, qf_attention(ctx, &a.qt.t, &bad.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "negative stride");
+  bad = a.kt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.t.dtype = qf_dtype_to_dl(QF_F16);
+  EXPECT(QF_ERR_DTYPE, qf_attention(ctx, &a.qt.t, &bad.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "k dtype differs");
+  bad = a.qt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.t.dtype = qf_dtype_to_dl(QF_F32);
+  EXPECT(QF_ERR_DTYPE, qf_attention(ctx, &bad.t, &a.kt.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "fp32 q");
+  bad = a.qt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.t.ndim = 3;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &bad.t, &a.kt.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "q ndim 3");
+  bad = a.ot, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.shape[3] = DV / 2;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &opt, &bad.t, &a.lt), "o head dim");
+  bad = a.ot, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.strides[2] = DV / 2;
+  EXPECT(QF_ERR_LAYOUT, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &opt, &bad.t, &a.lt), "o heads overlap");
+  bad = a.ot, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.t.dtype = qf_dtype_to_dl(QF_F16);
+  EXPECT(QF_ERR_DTYPE, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &opt, &bad.t, &a.lt), "fp16 o for bf16 q");
+  DLTensor l2 = a.lt;
+  int64_t lsh[3] = {B, SQ, HQ};
+  l2.shape = lsh;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &opt, &a.ot.t, &l2), "lse [B, Sq, Hq]");
+  DLTensor s2 = a.st;
+  int64_t ssh[1] = {HQ - 1};
+  s2.shape = ssh;
+  EXPECT(QF_ERR_SHAPE, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, &s2, &opt, &a.ot.t, &a.lt), "sinks length");
+  qf_attention_opts o2 = {.window = -1};
+  EXPECT(QF_ERR_VALUE, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &o2, &a.ot.t, &a.lt), "negative window");
+  o2 = (qf_attention_opts){.sm_scale = NAN};
+  EXPECT(QF_ERR_VALUE, qf_attention(ctx, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &o2, &a.ot.t, &a.lt), "NaN sm_scale");
+  bad = a.qt, bad.t.shape = bad.shape, bad.t.strides = bad.strides;
+  bad.t.device.device_type = kDLCUDA;
+  EXPECT(QF_ERR_DEVICE, qf_attention(ctx, &bad.t, &a.kt.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt), "q on CUDA");
+#undef EXPECT
+  CHECK(qf_attention(NULL, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt) == QF_ERR_NULL, "ctx NULL");
+}
+
+int main(void) {
+  if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
+  check_by_hand();
+  const qf_attention_opts masks[] = {{0}, {.causal = 1}, {.window = 3}, {.causal = 1, .window = 4}, {.sm_scale = 0.3f, .causal = 1}};
+  for (size_t m = 0; m < sizeof masks / sizeof masks[0]; m++)
+    for (int sinks = 0; sinks < 2; sinks++) {
+      check_case(QF_BF16, QF_F32, masks[m], sinks);
+      check_case(QF_F16, QF_F16, masks[m], sinks);
+    }
+  check_case(QF_BF16, QF_BF16, masks[1], 1);
+  check_errors();
+  qf_ctx_destroy(ctx);
+  return check_finish("test_attention");
+}

@@ -1,0 +1,230 @@
+/* qf_attention on CUDA against the CPU reference (float64), element by element.
+ *  - Shapes: prefill tiles (64 rows of packed (token, query head) pairs) at head dims 64, 128,
+ *    256 and 512 with causal, sliding-window, both and no mask, fewer queries than keys, GQA
+ *    groups 1 to 8, sinks; decode tiles (at most 16 rows per kv head) at every head dim, long
+ *    caches whose keys split over CTAs (partials merged by LSE), a window, two query tokens
+ *    (speculative decode), MHA batches; queries before every key (Sq > Skv, causal: rows with
+ *    nothing visible) and an empty cache (Skv = 0), with and without sinks.
+ *  - Layouts: [B, S, H, D] and [B, H, S, D] storage, heads padded by 8 or 16 elements so that
+ *    the gaps (poisoned) must stay untouched; o in fp32 and the inputs' 16-bit type.
+ *  - Each case runs twice and must give the same bytes (a fixed summation order); a sentinel past
+ *    o and lse stays poisoned.
+ *  - Refusals write nothing: head dim 96, a misaligned q, a stride of 8 bytes.
+ * Tolerance per element, from the numerics (u = 2^-24; S = sm_scale * max over keys of
+ * sum_d |q_d k_d| for the row; vmax = max |v| of its kv head): a score is an fp32 sum of D
+ * products, off by at most ds = 2 (D + 2) u S (the factor 2 for the tensor cores' accumulation
+ * order), so a weight is off by 2 ds relative and o by 4 ds vmax; the probabilities are rounded to
+ * the input type for P . V, 2^-9 (bf16) or 2^-11 (fp16) relative each, so o moves by that times
+ * vmax at most; fp32 sums add under 1e-5 vmax; 16-bit outputs may differ by one ulp (2^-7 bf16,
+ * 2^-10 fp16 relative). lse: 2 ds + 1e-5 (1 + |lse|) (hardware exp2 and log2). */
+#include <inttypes.h>
+#include <math.h>
+
+#include "gpu.h"
+
+static qf_ctx *gpu, *cpu;
+
+/* Bytes per element of the float types used here. */
+static size_t esize(qf_dtype dt) { return dt == QF_F32 ? 4 : 2; }
+
+typedef struct {
+  int B, Sq, Skv, Hq, Hkv, D;
+  qf_dtype in, out;
+  int causal, window, sinks;
+  int bhsd;  /* k and v stored [B, H, S, D] */
+  float sm_scale;
+} acase;
+
+/* A 4-D tensor [B, S, H, D] with heads padded by `pad` elements, as [B, S, H, D] or [B, H, S, D]
+ * storage; host buffer (reference copy), device buffer. */
+typedef struct {
+  int64_t shape[4], strides[4], elems;
+  size_t bytes;
+  uint8_t *host;
+  void *dev;
+  DLTensor th, td;
+} t4;
+
+static void t4_init(t4 *t, int B, int S, int H, int D, int pad, int bhsd, qf_dtype dt) {
+  const int64_t hd = D + pad;
+  t->shape[0] = B, t->shape[1] = S, t->shape[2] = H, t->shape[3] = D;
+  t->strides[3] = 1;
+  if (bhsd) t->strides[1] = hd, t->strides[2] = (int64_t)S * hd, t->strides[0] = (int64_t)H * S * hd;
+  else t->strides[2] = hd, t->strides[1] = (int64_t)H * hd, t->strides[0] = (int64_t)S * H * hd;
+  t->elems = (int64_t)B * S * H * hd;
+  t->bytes = (size_t)t->elems * esize(dt) + PAIR_TAIL;
+  t->host = malloc(t->bytes);
+  memset(t->host, POISON, t->bytes);
+  t->dev = dev_alloc(t->bytes);
+  t->th = dl_tensor(t->host, dt, 4, t->shape, kDLCPU);
+  t->th.strides = t->strides;
+  t->td = t->th;
+  t->td.data = t->dev, t->td.device.device_type = kDLCUDA;
+}
+
+static int64_t t4_off(const t4 *t, int b, int s, int h, int d) {
+  return b * t->strides[0] + s * t->strides[1] + h * t->strides[2] + d;
+}
+
+static void t4_fill(t4 *t, qf_dtype dt, uint64_t *seed) {
+  for (int b = 0; b < t->shape[0]; b++)
+    for (int s = 0; s < t->shape[1]; s++)
+      for (int h = 0; h < t->shape[2]; h++)
+        for (int d = 0; d < t->shape[3]; d++) float_put(t->host, dt, (size_t)t4_off(t, b, s, h, d), rng_normal(seed));
+  CUDA_OK(cudaMemcpy(t->dev, t->host, t->bytes, cudaMemcpyHostToDevice));
+}
+
+static void t4_free(t4 *t) {
+  free(t->host);
+  CUDA_OK(cudaFree(t->dev));
+}
+
+static void run_case(const acase *c) {
+  char desc[200];
+  snprintf(desc, sizeof desc, "B %d Sq %d Skv %d Hq %d Hkv %d D %d %s->%s causal %d window %d sinks %d %s", c->B, c->Sq,
+           c->Skv, c->Hq, c->Hkv, c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
+           c->bhsd ? "bhsd" : "bshd");
+  uint64_t seed = 0x5eed + (uint64_t)c->Skv * 131 + (uint64_t)c->D;
+  t4 q, k, v, o;
+  t4_init(&q, c->B, c->Sq, c->Hq, c->D, 8, 0, c->in);
+  t4_init(&k, c->B, c->Skv, c->Hkv, c->D, 16, c->bhsd, c->in);
+  t4_init(&v, c->B, c->Skv, c->Hkv, c->D, 8, c->bhsd, c->in);
+  t4_init(&o, c->B, c->Sq, c->Hq, c->D, 8, 0, c->out);
+  t4_fill(&q, c->in, &seed), t4_fill(&k, c->in, &seed), t4_fill(&v, c->in, &seed);
+  CUDA_OK(cudaMemcpy(o.dev, o.host, o.bytes, cudaMemcpyHostToDevice)); /* poisoned */
+  const size_t n_lse = (size_t)c->B * c->Hq * c->Sq;
+  pair lse, sk;
+  pair_init(&lse, n_lse * 4, NULL);
+  float sinks[64];
+  for (int h = 0; h < c->Hq; h++) sinks[h] = rng_normal(&seed) * 2.0f;
+  pair_init(&sk, (size_t)c->Hq * 4, sinks);
+  int64_t lshape[3] = {c->B, c->Hq, c->Sq}, sshape[1] = {c->Hq};
+  DLTensor lh = dl_tensor(lse.ref, QF_F32, 3, lshape, kDLCPU), ld = dl_tensor(lse.dev, QF_F32, 3, lshape, kDLCUDA);
+  DLTensor sh = dl_tensor(sk.ref, QF_F32, 1, sshape, kDLCPU), sd = dl_tensor(sk.dev, QF_F32, 1, sshape, kDLCUDA);
+  const qf_attention_opts opt = {.sm_scale = c->sm_scale, .causal = c->causal, .window = c->window};
+
+  qf_status st = qf_attention(cpu, &q.th, &k.th, &v.th, c->sinks ? &sh : NULL, &opt, &o.th, &lh);
+  if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) return;
+  st = qf_attention(gpu, &q.td, &k.td, &v.td, c->sinks ? &sd : NULL, &opt, &o.td, &ld);
+  CUDA_OK(cudaDeviceSynchronize());
+  if (!CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu))) return;
+  uint8_t *got = malloc(o.bytes), *again = malloc(o.bytes);
+  float *got_lse = malloc(lse.bytes);
+  CUDA_OK(cudaMemcpy(got, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(got_lse, lse.dev, lse.bytes, cudaMemcpyDeviceToHost));
+  /* the same call again: the same bytes */
+  CHECK(qf_attention(gpu, &q.td, &k.td, &v.td, c->sinks ? &sd : NULL, &opt, &o.td, &ld) == QF_OK, "%s: rerun", desc);
+  CUDA_OK(cudaMemcpy(again, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+  CHECK(!memcmp(got, again, o.bytes), "%s: a second run gave other bytes", desc);
+
+  const double u = ldexp(1.0, -24), sm = c->sm_scale > 0 ? c->sm_scale : 1.0 / sqrt((double)c->D);
+  const double p_round = c->in == QF_BF16 ? ldexp(1.0, -9) : ldexp(1.0, -11);
+  const double out_ulp = c->out == QF_F32 ? ldexp(1.0, -23) : c->out == QF_BF16 ? ldexp(1.0, -7) : ldexp(1.0, -10);
+  const int group = c->Hq / c->Hkv;
+  long bad = 0, bad_lse = 0;
+  double worst = 0.0; /* largest error over its bound */
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->Hq; h++) {
+      const int g = h / group;
+      double vmax = 0.0;
+      for (int j = 0; j < c->Skv; j++)
+        for (int d = 0; d < c->D; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, b, j, g, d))));
+      for (int i = 0; i < c->Sq; i++) {
+        double S = 0.0;
+        for (int j = 0; j < c->Skv; j++) {
+          double a = 0.0;
+          for (int d = 0; d < c->D; d++)
+            a += fabs((double)float_get(q.host, c->in, (size_t)t4_off(&q, b, i, h, d)) *
+                      float_get(k.host, c->in, (size_t)t4_off(&k, b, j, g, d)));
+          S = fmax(S, sm * a);
+        }
+        const double ds = 2.0 * (c->D + 2) * u * S;
+        for (int d = 0; d < c->D; d++) {
+          const size_t e = (size_t)t4_off(&o, b, i, h, d);
+          const double ref = float_get(o.host, c->out, e), val = float_get(got, c->out, e);
+          const double bound = vmax * (4 * ds + p_round + 1e-5) + out_ulp * fabs(ref);
+          const double err = fabs(val - ref);
+          if (!(err <= bound)) {
+            if (bad++ < 3) fprintf(stderr, "  %s: o[%d, %d, %d, %d] gpu %g cpu %g\n", desc, b, i, h, d, val, ref);
+          } else if (bound > 0) {
+            worst = fmax(worst, err / bound);
+          }
+        }
+        const size_t li = ((size_t)b * c->Hq + h) * c->Sq + i;
+        const float lr = ((float *)lse.ref)[li], lg = got_lse[li];
+        const int ok = isinf(lr) ? lg == lr : fabs(lg - lr) <= 2 * ds + 1e-5 * (1.0 + fabs(lr));
+        if (!ok && bad_lse++ < 3) fprintf(stderr, "  %s: lse[%d, %d, %d] gpu %g cpu %g\n", desc, b, h, i, lg, lr);
+      }
+    }
+  CHECK(bad == 0 && bad_lse == 0, "%s: %ld values of o and %ld of lse outside their bounds", desc, bad, bad_lse);
+  /* The gaps between heads and the tail: the poison the reference buffer also kept. */
+  const size_t esz = esize(c->out);
+  uint8_t *is_elem = calloc(o.bytes, 1);
+  for (int b = 0; b < c->B; b++)
+    for (int i = 0; i < c->Sq; i++)
+      for (int h = 0; h < c->Hq; h++) memset(is_elem + (size_t)t4_off(&o, b, i, h, 0) * esz, 1, (size_t)c->D * esz);
+  long gaps = 0;
+  for (size_t i = 0; i < o.bytes; i++) gaps += !is_elem[i] && got[i] != POISON;
+  free(is_elem);
+  CHECK(gaps == 0, "%s: %ld bytes of o's gaps or tail written", desc, gaps);
+  CHECK(dev_poisoned((uint8_t *)lse.dev + n_lse * 4, PAIR_TAIL), "%s: the sentinel past lse written", desc);
+  printf("  %-90s worst error %.2f of its bound\n", desc, worst);
+  free(got), free(again), free(got_lse);
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
+  pair_free(&lse), pair_free(&sk);
+}
+
+/* Refusals on CUDA leave o untouched. */
+static void check_refusals(void) {
+  t4 q, k, o;
+  t4_init(&q, 1, 4, 2, 96, 0, 0, QF_BF16);
+  t4_init(&k, 1, 4, 2, 96, 0, 0, QF_BF16);
+  t4_init(&o, 1, 4, 2, 96, 0, 0, QF_BF16);
+  CUDA_OK(cudaMemcpy(o.dev, o.host, o.bytes, cudaMemcpyHostToDevice));
+  CHECK(qf_attention(gpu, &q.td, &k.td, &k.td, NULL, NULL, &o.td, NULL) == QF_ERR_UNSUPPORTED, "head dim 96: %s",
+        qf_ctx_last_error(gpu));
+  t4 q2, k2, o2;
+  t4_init(&q2, 1, 4, 2, 64, 4, 0, QF_BF16); /* heads 68 elements apart: 136 bytes */
+  t4_init(&k2, 1, 4, 2, 64, 0, 0, QF_BF16);
+  t4_init(&o2, 1, 4, 2, 64, 0, 0, QF_BF16);
+  CUDA_OK(cudaMemcpy(o2.dev, o2.host, o2.bytes, cudaMemcpyHostToDevice));
+  CHECK(qf_attention(gpu, &q2.td, &k2.td, &k2.td, NULL, NULL, &o2.td, NULL) == QF_ERR_LAYOUT, "stride of 136 bytes: %s",
+        qf_ctx_last_error(gpu));
+  DLTensor shifted = k2.td;
+  shifted.byte_offset = 8, shifted.shape[1] = 3; /* k2's shape array, restored below */
+  CHECK(qf_attention(gpu, &k2.td, &shifted, &shifted, NULL, NULL, &o2.td, NULL) == QF_ERR_ALIGNMENT, "k 8 bytes in: %s",
+        qf_ctx_last_error(gpu));
+  k2.shape[1] = 4;
+  CHECK(dev_poisoned(o.dev, o.bytes) && dev_poisoned(o2.dev, o2.bytes), "a refused call wrote o");
+  t4_free(&q), t4_free(&k), t4_free(&o), t4_free(&q2), t4_free(&k2), t4_free(&o2);
+}
+
+int main(void) {
+  open_contexts(&gpu, &cpu);
+  const acase cases[] = {
+      /* prefill */
+      {2, 200, 200, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, 0},
+      {2, 130, 130, 4, 4, 128, QF_F16, QF_F32, 0, 0, 0, 1, 0},
+      {1, 77, 300, 6, 2, 64, QF_F16, QF_F16, 1, 50, 1, 0, 0},
+      {1, 90, 90, 8, 1, 64, QF_BF16, QF_F32, 0, 33, 0, 1, 0.3f},
+      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0},
+      {1, 70, 70, 2, 1, 512, QF_BF16, QF_BF16, 0, 0, 1, 1, 0},
+      {1, 40, 20, 4, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0},
+      {1, 40, 20, 4, 2, 128, QF_F16, QF_F32, 1, 0, 1, 0, 0},
+      {1, 5, 0, 8, 2, 128, QF_BF16, QF_F32, 0, 0, 1, 0, 0},
+      /* decode */
+      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0},
+      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F32, 1, 1000, 0, 1, 0},
+      {1, 2, 333, 16, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0},
+      {4, 1, 2048, 16, 16, 128, QF_F16, QF_F16, 0, 0, 0, 1, 0},
+      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0},
+      {1, 1, 600, 4, 1, 512, QF_BF16, QF_BF16, 1, 0, 0, 1, 0},
+      {2, 1, 0, 8, 2, 64, QF_F16, QF_F32, 1, 0, 1, 0, 0},
+  };
+  const size_t n = sizeof cases / sizeof cases[0], quick = 6;
+  for (size_t i = 0; i < n; i++)
+    if (!quick_mode() || i % (n / quick) == 0) run_case(&cases[i]);
+  check_refusals();
+  qf_ctx_destroy(gpu), qf_ctx_destroy(cpu);
+  return check_finish("gpu_test_attention");
+}

@@ -13,29 +13,30 @@ namespace {
 
 const char kOp[] = "qf_attention";
 
-// Per head dim: the prefill tile and the decode tile. D = 512 runs two CTAs of 256 output columns
-// per row tile (both form the whole S).
+// Per head dim: the prefill tile (two warpgroups of 64 rows on wgmma) and the decode tile (16 rows,
+// four warps splitting each key tile, mma.sync). D = 512 runs two CTAs of 256 output columns per
+// row tile (both form the whole S).
 template <int D>
 struct TilesFor;
 template <>
 struct TilesFor<64> {
-  using Prefill = AttnTile<64, 64, 64, 4, 1>;
-  using Decode = AttnTile<64, 64, 64, 1, 4>;
+  using Prefill = AttnTile<64, 64, 128, 8, 1, true>;
+  using Decode = AttnTile<64, 64, 64, 1, 4, false>;
 };
 template <>
 struct TilesFor<128> {
-  using Prefill = AttnTile<128, 128, 64, 4, 1>;
-  using Decode = AttnTile<128, 128, 64, 1, 4>;
+  using Prefill = AttnTile<128, 128, 128, 8, 1, true>;
+  using Decode = AttnTile<128, 128, 64, 1, 4, false>;
 };
 template <>
 struct TilesFor<256> {
-  using Prefill = AttnTile<256, 256, 32, 4, 1>;
-  using Decode = AttnTile<256, 256, 64, 1, 4>;
+  using Prefill = AttnTile<256, 256, 64, 8, 1, true>;
+  using Decode = AttnTile<256, 256, 64, 1, 4, false>;
 };
 template <>
 struct TilesFor<512> {
-  using Prefill = AttnTile<512, 256, 32, 4, 1>;
-  using Decode = AttnTile<512, 256, 64, 1, 4>;
+  using Prefill = AttnTile<512, 256, 32, 8, 1, true>;
+  using Decode = AttnTile<512, 256, 64, 1, 4, false>;
 };
 #define QF_ATTN_HEAD_DIMS(X) X(64) X(128) X(256) X(512)
 
@@ -105,7 +106,8 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   const int64_t row_tiles = (rows + ki.rows - 1) / ki.rows, dv_parts = a->Dv / ki.dvt;
   const int64_t ctas = row_tiles * dv_parts * a->B * a->Hkv;
   const int64_t seen = a->window ? std::min<int64_t>(a->Skv, a->window + (rows + group - 1) / group) : a->Skv;
-  p.splits = attn_splits(ctas, (seen + ki.bn - 1) / ki.bn, static_cast<int64_t>(qf_cuda_stream_sms(ctx)) * per_sm);
+  p.splits = attn_splits(ctas, (seen + ki.bn - 1) / ki.bn, static_cast<int64_t>(qf_cuda_stream_sms(ctx)) * per_sm,
+                         kAttnMaxSplits);
   const int64_t rows_total = a->B * a->Hq * a->Sq;
   if (p.splits > 1) {
     const size_t counters = kQfWorkspaceCounters * sizeof(int);
@@ -120,7 +122,7 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
                   static_cast<unsigned>(p.splits));
   ki.kernel<<<grid, ki.threads, ki.smem, qf_stream(ctx)>>>(p);
   if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK || p.splits == 1) return st;
-  attention_merge_kernel<T><<<static_cast<unsigned>((rows_total + 3) / 4), 128, 0, qf_stream(ctx)>>>(p);
+  attention_merge_kernel<T><<<static_cast<unsigned>(rows_total), 128, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }
 

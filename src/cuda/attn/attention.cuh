@@ -10,10 +10,14 @@
 // combines. Each warp owns 16 rows; WN warps may share the same rows and split each key tile
 // among them (decode), their partial results combined through shared memory at the end.
 //
-// Per key tile and warp: S = Q K^T (ldmatrix from swizzled shared memory), the mask where the tile
-// crosses a bound, the running max and sum per row in log2 units, P = 2^(S c - m) rounded to the
-// input type and used straight from the accumulator registers as the A operand of O += P V
-// (the m16n8 accumulator layout of two adjacent key octets is the m16k16 A layout).
+// Per key tile and warp: S = Q K^T, the mask where the tile crosses a bound, the running max and
+// sum per row in log2 units, P = 2^(S c - m) rounded to the input type and used straight from the
+// accumulator registers as the A operand of O += P V (the accumulator layout of two adjacent key
+// octets is the A layout of a k16 step). Two engines do the products: wgmma (the prefill tiles:
+// warpgroups of 64 rows, Q and K K-major, V N-major, all read from shared memory by descriptors)
+// and mma.sync m16n8k16 fed by ldmatrix (the decode tiles, whose warps split the keys). Either
+// way Q, K and V tiles sit in shared memory as planes of 64 columns, 128-byte rows swizzled in
+// 1024-byte atoms (the wgmma 128-byte swizzle, which also keeps ldmatrix free of bank conflicts).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +27,9 @@
 
 #include "cuda/ptx/arith.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
+#include "cuda/ptx/wgmma_rs.cuh"
 
 struct attn_params {
   const void *q, *k, *v;
@@ -41,21 +47,25 @@ struct attn_params {
 };
 
 // A tile configuration: D (q and k head dim), DVT (output columns per CTA; Dv / DVT CTAs share a
-// row tile), BN keys per tile, WM x WN warps (WM row groups of 16, WN warps per key tile).
-template <int D_, int DVT_, int BN_, int WM_, int WN_>
+// row tile), BN keys per tile, WM x WN warps (WM row groups of 16, WN warps per key tile), and the
+// MMA engine (wgmma: warpgroups of 64 rows, WN = 1).
+template <int D_, int DVT_, int BN_, int WM_, int WN_, bool kWgmma_>
 struct AttnTile {
   static constexpr int D = D_, DVT = DVT_, BN = BN_, WM = WM_, WN = WN_;
+  static constexpr bool kWgmma = kWgmma_;
   static constexpr int kThreads = 32 * WM * WN;
   static constexpr int kRows = 16 * WM;
   static constexpr int kWarpKeys = BN / WN;  // keys of a tile per warp
   static constexpr int kNS = kWarpKeys / 8;  // S accumulator octets per warp
   static constexpr int kNO = DVT / 8;        // O accumulator octets per warp
-  static constexpr bool kQInRegs = D <= 128; // Q's fragments held in registers across the loop
+  static constexpr bool kQInRegs = !kWgmma && D <= 128;  // Q's fragments held in registers across the loop
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
   static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
   static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes;
   static_assert(kWarpKeys % 16 == 0, "P . V takes k-steps of 16 keys per warp");
-  static_assert(D % 64 == 0 && DVT % 64 == 0, "rows of whole 128-byte lines: the swizzle permutes 8 chunks");
+  static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
+  static_assert(BN % 8 == 0 && kRows % 8 == 0, "whole 1024-byte swizzle atoms");
+  static_assert(!kWgmma || (WM % 4 == 0 && WN == 1), "wgmma: whole warpgroups of 64 rows, each with the whole key tile");
   static_assert(WN == 1 || WN * 16 * (DVT + 2) * 4 <= kRingBytes, "the warps' partial results fit in the K/V ring");
 };
 
@@ -63,11 +73,34 @@ namespace attn_detail {
 
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `chunks` chunks per row: the
-// chunk index XOR the row's low three bits, so that the eight rows an ldmatrix reads at one
-// column fall in eight different bank groups.
-__device__ __forceinline__ uint32_t swz(int row, int chunk, int chunks) {
-  return static_cast<uint32_t>((row * chunks + (chunk ^ (row & 7))) * 16);
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `rows` rows: planes of 64
+// columns (8 chunks), each rows x 128 bytes, the chunk index XOR the row's low three bits (the
+// 128-byte swizzle of wgmma and TMA; the eight rows an ldmatrix reads at one column fall in eight
+// different bank groups).
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk, int rows) {
+  return static_cast<uint32_t>((chunk >> 3) * rows * 128 + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Four consecutive accumulators as the array an mma.sync fragment takes.
+__device__ __forceinline__ float (&quad(float *p))[4] { return *reinterpret_cast<float (*)[4]>(p); }
+
+// The wgmma forms by input type: S = Q K^T (both K-major, 128-byte swizzled) and O += P V (P in
+// registers, V N-major).
+template <int N>
+__device__ __forceinline__ void wgmma_qk(__half, float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+  wgmma_m64k16_f32_f16<N>(d, a, b, scale_d);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_qk(__nv_bfloat16, float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
+  wgmma_m64k16_f32_bf16<N>(d, a, b, scale_d);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_pv(__half, float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64k16_f32_f16_rs_nmajor<N>(d, a, b, 1);
+}
+template <int N>
+__device__ __forceinline__ void wgmma_pv(__nv_bfloat16, float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64k16_f32_bf16_rs_nmajor<N>(d, a, b, 1);
 }
 
 __device__ __forceinline__ uint32_t pack2(__half, float lo, float hi) {
@@ -144,20 +177,20 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
     const int r = c / kQC, ch = c % kQC, gr = r0 + r;
     const bool ok = gr < p.rows;
     const T *src = ok ? qb + (gr / p.group) * p.qs[1] + (hkv * p.group + gr % p.group) * p.qs[2] + ch * 8 : qb;
-    cp_async_cg_shared_global_16_zfill(s_q + swz(r, ch, kQC), src, ok ? 16 : 0);
+    cp_async_cg_shared_global_16_zfill(s_q + tile_offset(r, ch, kRows), src, ok ? 16 : 0);
   }
   auto load_kv = [&](int tile, int stage) {
     const int j0 = tile * BN;
     for (int c = tid; c < BN * kQC; c += kThreads) {
       const int r = c / kQC, ch = c % kQC;
       const bool ok = j0 + r < p.Skv;
-      cp_async_cg_shared_global_16_zfill(s_k + stage * Tile::kKBytes + swz(r, ch, kQC),
+      cp_async_cg_shared_global_16_zfill(s_k + stage * Tile::kKBytes + tile_offset(r, ch, BN),
                                          ok ? kb + (j0 + r) * p.ks[1] + ch * 8 : kb, ok ? 16 : 0);
     }
     for (int c = tid; c < BN * kVC; c += kThreads) {
       const int r = c / kVC, ch = c % kVC;
       const bool ok = j0 + r < p.Skv;
-      cp_async_cg_shared_global_16_zfill(s_v + stage * Tile::kVBytes + swz(r, ch, kVC),
+      cp_async_cg_shared_global_16_zfill(s_v + stage * Tile::kVBytes + tile_offset(r, ch, BN),
                                          ok ? vb + (j0 + r) * p.vs[1] + ch * 8 : vb, ok ? 16 : 0);
     }
   };
@@ -170,10 +203,10 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
   for (int i = 0; i < 2; i++) pos[i] = (r0 + wm * 16 + g + 8 * i) / p.group + shift;
 
   auto q_frag = [&](int kk, uint32_t (&a)[4]) {
-    ldmatrix_x4(a, s_q + swz(wm * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4), kQC));
+    ldmatrix_x4(a, s_q + tile_offset(wm * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4), kRows));
   };
   uint32_t qf[Tile::kQInRegs ? D / 16 : 1][4];
-  float o_acc[kNO][4] = {};
+  float o_acc[kNO * 4] = {};
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
 
   // ---- main loop over key tiles ----
@@ -182,31 +215,48 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
     if (t + 1 < t_hi) load_kv(t + 1, stage ^ 1);
     cp_async_commit_group();
     cp_async_wait_group<1>();
+    if constexpr (Tile::kWgmma) fence_proxy_async_shared_cta();  // the copies, seen by wgmma's reads
     __syncthreads();
     if constexpr (Tile::kQInRegs) {
       if (t == t_lo)
         for (int kk = 0; kk < D / 16; kk++) q_frag(kk, qf[kk]);
     }
 
-    // S = Q K^T over the warp's keys of the tile
-    float s[kNS][4] = {};
+    // S = Q K^T over the warp's keys of the tile (accumulator octet j: s[4 j .. 4 j + 3])
+    float s[kNS * 4];
     const uint32_t sk = s_k + stage * Tile::kKBytes;
+    if constexpr (Tile::kWgmma) {
+      // the warpgroup's 64 rows of Q against the whole key tile; k16 step kk is 32 bytes into its plane
+      const uint32_t q_rows = s_q + (warp / 4) * 64 * 128;
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      uint32_t a[4];
-      if constexpr (Tile::kQInRegs) {
-        for (int i = 0; i < 4; i++) a[i] = qf[kk][i];
-      } else {
-        q_frag(kk, a);
-      }
+      for (int kk = 0; kk < D / 16; kk++)
+        wgmma_qk<BN>(T(), s, wgmma_desc_kmajor_sw128(q_rows + (kk / 4) * kRows * 128 + (kk % 4) * 32),
+                     wgmma_desc_kmajor_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
 #pragma unroll
-      for (int np = 0; np < kNS / 2; np++) {
-        uint32_t bk[4];
-        const int key = wn * Tile::kWarpKeys + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(bk, sk + swz(key, 2 * kk + ((lane >> 3) & 1), kQC));
-        const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
-        mma_m16n8k16(T(), s[2 * np], a, b0);
-        mma_m16n8k16(T(), s[2 * np + 1], a, b1);
+      for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kNS * 4; e++) s[e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[4];
+        if constexpr (Tile::kQInRegs) {
+          for (int i = 0; i < 4; i++) a[i] = qf[kk][i];
+        } else {
+          q_frag(kk, a);
+        }
+#pragma unroll
+        for (int np = 0; np < kNS / 2; np++) {
+          uint32_t bk[4];
+          const int key = wn * Tile::kWarpKeys + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+          ldmatrix_x4(bk, sk + tile_offset(key, 2 * kk + ((lane >> 3) & 1), BN));
+          const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
+          mma_m16n8k16(T(), quad(s + 8 * np), a, b0);
+          mma_m16n8k16(T(), quad(s + 8 * np + 4), a, b1);
+        }
       }
     }
 
@@ -220,7 +270,7 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int j = j0 + nt * 8 + 2 * (lane & 3) + (e & 1), ps = pos[e >> 1];
-          if (j >= p.Skv || (p.causal && j > ps) || (p.window && j <= ps - p.window)) s[nt][e] = -INFINITY;
+          if (j >= p.Skv || (p.causal && j > ps) || (p.window && j <= ps - p.window)) s[4 * nt + e] = -INFINITY;
         }
     }
 
@@ -229,7 +279,7 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
     for (int i = 0; i < 2; i++) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < kNS; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
+      for (int nt = 0; nt < kNS; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * i], s[4 * nt + 2 * i + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       mx = fmaxf(m_row[i], mx * p.scale_log2);
@@ -238,31 +288,45 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
       m_row[i] = mx;
       l_row[i] *= alpha;
 #pragma unroll
-      for (int nt = 0; nt < kNO; nt++) o_acc[nt][2 * i] *= alpha, o_acc[nt][2 * i + 1] *= alpha;
+      for (int nt = 0; nt < kNO; nt++) o_acc[4 * nt + 2 * i] *= alpha, o_acc[4 * nt + 2 * i + 1] *= alpha;
 #pragma unroll
       for (int nt = 0; nt < kNS; nt++)
 #pragma unroll
         for (int e = 2 * i; e < 2 * i + 2; e++) {
-          s[nt][e] = ex2_approx_ftz_f32(fmaf(s[nt][e], p.scale_log2, -m_use));
-          l_row[i] += s[nt][e];
+          s[4 * nt + e] = ex2_approx_ftz_f32(fmaf(s[4 * nt + e], p.scale_log2, -m_use));
+          l_row[i] += s[4 * nt + e];
         }
     }
 
-    // O += P V: P's A fragments from the S accumulators of two key octets
+    // O += P V: P's A fragments from the S accumulators of two key octets per k16 step
+    uint32_t pa[Tile::kWarpKeys / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < Tile::kWarpKeys / 16; ks++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) pa[ks][i] = pack2(T(), s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
     const uint32_t sv = s_v + stage * Tile::kVBytes;
+    if constexpr (Tile::kWgmma) {
+      // keys 16 ks .. + 15: two 8-row atoms 1024 bytes apart; the next 64 columns one plane on
+      wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < Tile::kWarpKeys / 16; ks++) {
-      const uint32_t a[4] = {pack2(T(), s[2 * ks][0], s[2 * ks][1]), pack2(T(), s[2 * ks][2], s[2 * ks][3]),
-                             pack2(T(), s[2 * ks + 1][0], s[2 * ks + 1][1]), pack2(T(), s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      for (int ks = 0; ks < BN / 16; ks++)
+        wgmma_pv<DVT>(T(), o_acc, pa[ks], wgmma_desc_nmajor_sw128(sv + ks * 16 * 128, BN * 128, 1024));
+      wgmma_commit_group();
+      wgmma_wait_group<0>();
 #pragma unroll
-      for (int np = 0; np < kNO / 2; np++) {
-        uint32_t bv[4];
-        const int key = wn * Tile::kWarpKeys + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4_trans(bv, sv + swz(key, 2 * np + (lane >> 4), kVC));
-        const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
-        mma_m16n8k16(T(), o_acc[2 * np], a, b0);
-        mma_m16n8k16(T(), o_acc[2 * np + 1], a, b1);
-      }
+      for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < Tile::kWarpKeys / 16; ks++)
+#pragma unroll
+        for (int np = 0; np < kNO / 2; np++) {
+          uint32_t bv[4];
+          const int key = wn * Tile::kWarpKeys + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4_trans(bv, sv + tile_offset(key, 2 * np + (lane >> 4), BN));
+          const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
+          mma_m16n8k16(T(), quad(o_acc + 8 * np), pa[ks], b0);
+          mma_m16n8k16(T(), quad(o_acc + 8 * np + 4), pa[ks], b1);
+        }
     }
     __syncthreads();  // the stage is refilled by the next iteration's load
   }
@@ -300,7 +364,7 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
       const RowResult res = finish_row(p, m_row[i], l_row[i], hkv * p.group + (r0 + r) % p.group);
 #pragma unroll
       for (int nt = 0; nt < kNO; nt++)
-        store_pair<T>(p, out_ptr(r, nt * 8 + 2 * (lane & 3)), o_acc[nt][2 * i] * res.scale, o_acc[nt][2 * i + 1] * res.scale);
+        store_pair<T>(p, out_ptr(r, nt * 8 + 2 * (lane & 3)), o_acc[4 * nt + 2 * i] * res.scale, o_acc[4 * nt + 2 * i + 1] * res.scale);
       if (dv_part == 0 && (lane & 3) == 0) put_lse(r, res.lse);
     }
   } else {
@@ -311,7 +375,7 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
 #pragma unroll
     for (int nt = 0; nt < kNO; nt++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) red[(wn * 16 + g + 8 * (e >> 1)) * DVT + nt * 8 + 2 * (lane & 3) + (e & 1)] = o_acc[nt][e];
+      for (int e = 0; e < 4; e++) red[(wn * 16 + g + 8 * (e >> 1)) * DVT + nt * 8 + 2 * (lane & 3) + (e & 1)] = o_acc[4 * nt + e];
     if ((lane & 3) == 0)
       for (int i = 0; i < 2; i++) red_m[wn * 16 + g + 8 * i] = m_row[i], red_l[wn * 16 + g + 8 * i] = l_row[i];
     __syncthreads();
@@ -333,33 +397,40 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_pa
   }
 }
 
-// Combines the splits' partials of each row (one warp per row of [B, Hq, Sq]) by their LSE and
-// adds the sink: o = sum_s exp(lse_s - lse) o_s, lse = log(sum_s exp(lse_s) + exp(sink)).
+// Combines the splits' partials of each row of [B, Hq, Sq] (one CTA of 128 threads per row) by
+// their LSE and adds the sink: o = sum_s exp(lse_s - lse) o_s, lse = log(sum_s exp(lse_s) +
+// exp(sink)). The weights are formed once per row in shared memory; each thread then sums its
+// columns' partials, whose loads are independent of each other.
+constexpr int kAttnMaxSplits = 64;
+
 template <typename T>
 __global__ void __launch_bounds__(128) attention_merge_kernel(const attn_params p) {
-  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= rows_total) return;
+  __shared__ float w[kAttnMaxSplits];
+  __shared__ float row_inv;
+  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq, row = blockIdx.x;
   const int tok = static_cast<int>(row % p.Sq), h = static_cast<int>(row / p.Sq % p.Hq), b = static_cast<int>(row / p.Sq / p.Hq);
-  float mx = p.sinks ? p.sinks[h] : -INFINITY;
-  for (int s = 0; s < p.splits; s++) mx = fmaxf(mx, p.part_lse[s * rows_total + row]);
-  float l = 0.0f;
-  if (mx != -INFINITY) {
-    l = p.sinks ? expf(p.sinks[h] - mx) : 0.0f;
-    for (int s = 0; s < p.splits; s++) l += expf(p.part_lse[s * rows_total + row] - mx);
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  const int64_t off = b * p.os[0] + tok * p.os[1] + h * p.os[2];
-  for (int col = lane; col < p.Dv; col += 32) {
-    float v = 0.0f;
+  const int tid = threadIdx.x;
+  if (tid < p.splits) w[tid] = p.part_lse[tid * rows_total + row];
+  __syncthreads();
+  if (tid == 0) {
+    float mx = p.sinks ? p.sinks[h] : -INFINITY;
+    for (int s = 0; s < p.splits; s++) mx = fmaxf(mx, w[s]);
+    float l = mx == -INFINITY ? 0.0f : p.sinks ? expf(p.sinks[h] - mx) : 0.0f;
     for (int s = 0; s < p.splits; s++) {
-      const float ls = p.part_lse[s * rows_total + row];
-      if (ls != -INFINITY) v += expf(ls - mx) * p.part_o[(s * rows_total + row) * p.Dv + col];
+      w[s] = w[s] == -INFINITY ? 0.0f : expf(w[s] - mx);  // a split that saw nothing has o_s = 0
+      l += w[s];
     }
-    v *= inv;
+    row_inv = l > 0.0f ? 1.0f / l : 0.0f;
+    if (p.lse) p.lse[row] = l > 0.0f ? mx + logf(l) : -INFINITY;
+  }
+  __syncthreads();
+  const int64_t off = b * p.os[0] + tok * p.os[1] + h * p.os[2];
+  for (int col = tid; col < p.Dv; col += 128) {
+    float v = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < p.splits; s++) v += w[s] * p.part_o[(s * rows_total + row) * p.Dv + col];
+    v *= row_inv;
     if (p.o_f32) static_cast<float *>(p.o)[off + col] = v;
     else static_cast<T *>(p.o)[off + col] = static_cast<T>(v);
   }
-  if (lane == 0 && p.lse) p.lse[row] = l > 0.0f ? mx + logf(l) : -INFINITY;
 }

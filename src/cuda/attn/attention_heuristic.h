@@ -4,15 +4,22 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <climits>
 
 // Rows of queries per kv head at or below which the decode tile (16 rows, four warps splitting
 // each key tile) replaces the prefill tile (64 rows, one warp per 16).
 constexpr int64_t kAttnDecodeRows = 16;
 
-// Splits of each CTA's keys: enough CTAs to fill `slots` (SMs x CTAs per SM), keeping at least two
-// key tiles per split (a split's partial costs a write and a read of fp32 O) and at most 64.
-static inline int attn_splits(int64_t ctas, int64_t key_tiles, int64_t slots) {
-  if (ctas >= slots) return 1;
-  const int64_t want = (slots + ctas - 1) / ctas;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, key_tiles / 2, 64})));
+// Splits of each CTA's keys (at most max_splits) for `ctas` CTAs of key_tiles tiles each on `slots`
+// resident CTAs (SMs x CTAs per SM): the fewest that minimize waves x (tiles per split + 2), the 2
+// standing for a CTA's fixed cost (its prologue and first tile's latency; a split also costs its
+// partial's write and the merge, which are small next to it).
+static inline int attn_splits(int64_t ctas, int64_t key_tiles, int64_t slots, int max_splits) {
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= max_splits && s <= std::max<int64_t>(1, key_tiles); s++) {
+    const int64_t cost = (ctas * s + slots - 1) / slots * ((key_tiles + s - 1) / s + 2);
+    if (cost < best_cost) best = s, best_cost = cost;
+  }
+  return best;
 }

@@ -1,0 +1,59 @@
+// wgmma with the A operand in registers and B N-major (transposed) in shared memory, for 16-bit
+// types (sm_90a): the P . V product of attention, whose P leaves the previous wgmma's accumulators
+// and whose V tile is stored as loaded, keys by rows. One asm statement each.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/wgmma.cuh"
+
+// Shared-memory matrix descriptor of an N-major tile with 128-byte swizzling: 128-byte rows of 64
+// N-elements, one row per K index; 8 rows (1024 bytes, 1024-aligned) form a swizzle atom. `lbo`:
+// bytes from one atom to the next along N (the next 64 elements); `sbo`: along K (the next 8 rows).
+__device__ __forceinline__ uint64_t wgmma_desc_nmajor_sw128(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+// D[64, N] (+)= A[64, 16] * B[16, N]: A in registers (four 32-bit registers of two 16-bit values,
+// the accumulator layout of a wgmma with N = 16 rounded to the type: thread t holds rows
+// 16 (t / 32) + (t % 32) / 4 (+ 8), columns 2 (t % 4) (+ 1) and + 8), B N-major in shared memory
+// (imm-trans-b 1). scale_d == 0 overwrites D.
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16_f32_f16_rs_nmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                                 int scale_d);
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_nmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                                  int scale_d);
+
+// X(N, N / 16, then the operand numbers of a[0..3], desc_b and scale_d)
+#define QF_WGMMA_RS_SHAPES(X)                     \
+  X(32, 2, 16, 17, 18, 19, 20, 21)                \
+  X(64, 4, 32, 33, 34, 35, 36, 37)                \
+  X(128, 8, 64, 65, 66, 67, 68, 69)               \
+  X(256, 16, 128, 129, 130, 131, 132, 133)
+
+#define QF_WGMMA_RS_DEFINE(FN, TYPES, N, CHUNKS, A0, A1, A2, A3, DB, SD)                                       \
+  template <>                                                                                                \
+  __device__ __forceinline__ void FN<N>(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) { \
+    static_assert(N / 16 == CHUNKS && N / 2 == A0 && DB == A0 + 4 && SD == DB + 1, "operand numbering");          \
+    QF_ASM_SM90A(                                                                                            \
+        "{\n"                                                                                                \
+        ".reg .pred p;\n"                                                                                    \
+        "setp.ne.b32 p, %" #SD ", 0;\n"                                                                      \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES " {" QF_WGMMA_REGS_##CHUNKS "}, {%" #A0 ", %" #A1 \
+        ", %" #A2 ", %" #A3 "}, %" #DB ", p, 1, 1, 1;\n"                                                      \
+        "}\n"                                                                                                \
+        : QF_WGMMA_OPS_##CHUNKS("+f")                                                                        \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                            \
+  }
+#define QF_WGMMA_RS_F16_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD) \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_nmajor, "f32.f16.f16", N, CHUNKS, A0, A1, A2, A3, DB, SD)
+#define QF_WGMMA_RS_BF16_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD) \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_nmajor, "f32.bf16.bf16", N, CHUNKS, A0, A1, A2, A3, DB, SD)
+QF_WGMMA_RS_SHAPES(QF_WGMMA_RS_F16_DEFINE)
+QF_WGMMA_RS_SHAPES(QF_WGMMA_RS_BF16_DEFINE)
+#undef QF_WGMMA_RS_F16_DEFINE
+#undef QF_WGMMA_RS_BF16_DEFINE
+#undef QF_WGMMA_RS_DEFINE
+#undef QF_WGMMA_RS_SHAPES

@@ -39,6 +39,26 @@ qf_status encode_2d(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *n
 
 }  // namespace
 
+qf_status qf_cuda_make_tmap_heads(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
+                                  qf_dtype dtype, const int64_t dims[4], const int64_t strides[3], uint32_t box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_fn();
+  if (encode == nullptr)
+    return qf_fail(ctx, QF_ERR_CUDA, "%s: the driver does not provide cuTensorMapEncodeTiled", op);
+  const cuuint64_t size[4] = {static_cast<cuuint64_t>(dims[3]), static_cast<cuuint64_t>(dims[1] > 0 ? dims[1] : 1),
+                              static_cast<cuuint64_t>(dims[2]), static_cast<cuuint64_t>(dims[0])};
+  const cuuint64_t pitch[3] = {static_cast<cuuint64_t>(strides[1] * 2), static_cast<cuuint64_t>(strides[2] * 2),
+                               static_cast<cuuint64_t>(strides[0] * 2)};
+  const cuuint32_t box[4] = {64, box_rows, 1, 1}, elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, dtype == QF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                            const_cast<void *>(data), size, pitch, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return qf_fail(ctx, QF_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed for %s [%lld, %lld, %lld, %lld] (CUresult %d)", op,
+                   name, static_cast<long long>(dims[0]), static_cast<long long>(dims[1]), static_cast<long long>(dims[2]),
+                   static_cast<long long>(dims[3]), static_cast<int>(r));
+  return QF_OK;
+}
+
 qf_status qf_cuda_make_tmap(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const qf_mat &m,
                             uint32_t box_rows) {
   const bool bytes = m.dtype == QF_E4M3FN || m.dtype == QF_I8;

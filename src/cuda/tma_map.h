@@ -16,3 +16,10 @@ qf_status qf_cuda_make_tmap(qf_ctx *ctx, const char *op, CUtensorMap *map, const
 // box_cols bytes (a multiple of 16) x box_rows rows, unswizzled (row r of a box at r * box_cols).
 qf_status qf_cuda_make_tmap_bytes(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
                                   int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols, uint32_t box_rows);
+
+// Tensor map of a 16-bit (fp16 / bf16) tensor [B, S, H, D] with the last dimension contiguous and
+// element strides {batch, token, head} (multiples of 8), as the 4-D map (D, S, H, B), in boxes of
+// 64 columns x box_rows tokens of one head, 128-byte swizzled (a plane of the attention kernels'
+// tiles). Tokens past S read as zeros. S = 0 is encoded as one token (never read).
+qf_status qf_cuda_make_tmap_heads(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
+                                  qf_dtype dtype, const int64_t dims[4], const int64_t strides[3], uint32_t box_rows);

@@ -2,111 +2,68 @@
 // launch plan (attention_heuristic.h), the workspace for split partials, and the launches.
 #include <algorithm>
 #include <atomic>
-#include <cmath>
-#include <limits>
 
 #include "cuda/attn/attention.cuh"
 #include "cuda/attn/attention_heuristic.h"
 #include "cuda/common.cuh"
+#include "cuda/tma_map.h"
 
 namespace {
 
 const char kOp[] = "qf_attention";
 
-// Per head dim: the prefill tile (two warpgroups of 64 rows on wgmma) and the decode tile (16 rows,
-// four warps splitting each key tile, mma.sync). D = 512 runs two CTAs of 256 output columns per
-// row tile (both form the whole S).
+// Per head dim: the prefill tile (TMA producer, two wgmma warpgroups of 64 rows; D = 512 runs two
+// CTAs of 256 output columns per row tile, both forming the whole S) and the decode tile (16 rows,
+// four mma.sync warps splitting each key tile).
 template <int D>
 struct TilesFor;
 template <>
 struct TilesFor<64> {
-  using Prefill = AttnTile<64, 64, 128, 8, 1, true>;
-  using Decode = AttnTile<64, 64, 64, 1, 4, false>;
+  using Prefill = AttnPrefillTile<64, 64, 128, 4>;
+  using Decode = AttnDecodeTile<64, 64, 64, 4>;
 };
 template <>
 struct TilesFor<128> {
-  using Prefill = AttnTile<128, 128, 128, 8, 1, true>;
-  using Decode = AttnTile<128, 128, 64, 1, 4, false>;
+  using Prefill = AttnPrefillTile<128, 128, 128, 3>;
+  using Decode = AttnDecodeTile<128, 128, 64, 4>;
 };
 template <>
 struct TilesFor<256> {
-  using Prefill = AttnTile<256, 256, 64, 8, 1, true>;
-  using Decode = AttnTile<256, 256, 64, 1, 4, false>;
+  using Prefill = AttnPrefillTile<256, 256, 64, 2>;
+  using Decode = AttnDecodeTile<256, 256, 64, 4>;
 };
 template <>
 struct TilesFor<512> {
-  using Prefill = AttnTile<512, 256, 32, 8, 1, true>;
-  using Decode = AttnTile<512, 256, 64, 1, 4, false>;
+  using Prefill = AttnPrefillTile<512, 256, 32, 2>;
+  using Decode = AttnDecodeTile<512, 256, 64, 4>;
 };
+
 #define QF_ATTN_HEAD_DIMS(X) X(64) X(128) X(256) X(512)
-
-using attn_kernel_t = void (*)(attn_params);
-
-struct KernelInfo {
-  attn_kernel_t kernel;
-  int threads, rows, dvt, bn;
-  uint32_t smem;
-};
-
-template <typename T, class Tile>
-KernelInfo info() {
-  return {attention_kernel<T, Tile>, Tile::kThreads, Tile::kRows, Tile::DVT, Tile::BN, Tile::kSmemBytes};
-}
-
-// The kernel for head dim D, decode or prefill, and its slot among the instantiations (for the
-// per-kernel opt-in and occupancy).
-template <typename T>
-bool pick(int64_t D, bool decode, KernelInfo &ki, int &slot) {
-  slot = 0;
-#define QF_ATTN_CASE(DIM)                                                                               \
-  if (D == DIM) {                                                                                       \
-    ki = decode ? info<T, typename TilesFor<DIM>::Decode>() : info<T, typename TilesFor<DIM>::Prefill>(); \
-    slot += decode;                                                                                     \
-    return true;                                                                                        \
-  }                                                                                                     \
-  slot += 2;
-  QF_ATTN_HEAD_DIMS(QF_ATTN_CASE)
-#undef QF_ATTN_CASE
-  return false;
-}
 
 constexpr int kSlots = 2 * 4 * 2;  // dtypes x head dims x (prefill, decode)
 std::atomic<uint64_t> g_opt_in[kSlots];
 std::atomic<int> g_ctas_per_sm[kSlots];
 
-template <typename T>
-qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
-  const int64_t group = a->Hq / a->Hkv, rows = a->Sq * group;
-  const bool decode = rows <= kAttnDecodeRows;
-  KernelInfo ki;
-  int slot;
-  if (!pick<T>(a->D, decode, ki, slot)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for D=%lld", kOp, (long long)a->D);
-  slot += slot_base;
-  qf_status st = qf_cuda_smem_opt_in(ctx, kOp, ki.kernel, ki.smem, g_opt_in[slot]);
+// Launches the kernel of Tile (the prefill kernel when kPrefill) and, for split keys, the merge.
+template <typename T, class Tile, bool kPrefill>
+qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
+  const auto kernel = [] {
+    if constexpr (kPrefill) return attention_prefill_kernel<T, Tile>;
+    else return attention_decode_kernel<T, Tile>;
+  }();
+  qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, Tile::kSmemBytes, g_opt_in[slot]);
   if (st != QF_OK) return st;
   int per_sm = g_ctas_per_sm[slot].load(std::memory_order_relaxed);
   if (per_sm == 0) {
-    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ki.kernel, ki.threads, ki.smem);
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tile::kThreads, Tile::kSmemBytes);
     if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
     per_sm = std::max(per_sm, 1);
     g_ctas_per_sm[slot].store(per_sm, std::memory_order_relaxed);
   }
-
-  attn_params p = {};
-  p.q = a->q, p.k = a->k, p.v = a->v, p.o = a->o, p.lse = a->lse, p.sinks = a->sinks;
-  for (int d = 0; d < 3; d++) p.qs[d] = a->qs[d], p.ks[d] = a->ks[d], p.vs[d] = a->vs[d], p.os[d] = a->os[d];
-  p.B = static_cast<int>(a->B), p.Sq = static_cast<int>(a->Sq), p.Skv = static_cast<int>(a->Skv);
-  p.Hq = static_cast<int>(a->Hq), p.Hkv = static_cast<int>(a->Hkv), p.group = static_cast<int>(group);
-  p.Dv = static_cast<int>(a->Dv), p.rows = static_cast<int>(rows);
-  p.causal = a->causal;
-  p.window = static_cast<int>(std::min<int64_t>(a->window, a->Skv + a->Sq + 1));  // larger windows mask nothing more
-  p.o_f32 = a->o_dtype == QF_F32;
-  p.scale_log2 = static_cast<float>(a->sm_scale * 1.4426950408889634);
-
-  const int64_t row_tiles = (rows + ki.rows - 1) / ki.rows, dv_parts = a->Dv / ki.dvt;
+  const int64_t row_tiles = (p.rows + Tile::kRows - 1) / Tile::kRows, dv_parts = a->Dv / Tile::DVT;
   const int64_t ctas = row_tiles * dv_parts * a->B * a->Hkv;
-  const int64_t seen = a->window ? std::min<int64_t>(a->Skv, a->window + (rows + group - 1) / group) : a->Skv;
-  p.splits = attn_splits(ctas, (seen + ki.bn - 1) / ki.bn, static_cast<int64_t>(qf_cuda_stream_sms(ctx)) * per_sm,
+  const int64_t seen = a->window ? std::min<int64_t>(a->Skv, a->window + (p.rows + p.group - 1) / p.group) : a->Skv;
+  p.splits = attn_splits(ctas, (seen + Tile::BN - 1) / Tile::BN, static_cast<int64_t>(qf_cuda_stream_sms(ctx)) * per_sm,
                          kAttnMaxSplits);
   const int64_t rows_total = a->B * a->Hq * a->Sq;
   if (p.splits > 1) {
@@ -120,10 +77,52 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   }
   const dim3 grid(static_cast<unsigned>(row_tiles * dv_parts), static_cast<unsigned>(a->B * a->Hkv),
                   static_cast<unsigned>(p.splits));
-  ki.kernel<<<grid, ki.threads, ki.smem, qf_stream(ctx)>>>(p);
+  if constexpr (kPrefill) {
+    CUtensorMap tm_k, tm_v;
+    const int64_t kd[4] = {a->B, a->Skv, a->Hkv, a->D}, vd[4] = {a->B, a->Skv, a->Hkv, a->Dv};
+    if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, a->ks, Tile::BN)) ||
+        (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->dtype, vd, a->vs, Tile::BN)))
+      return st;
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, qf_stream(ctx)>>>(p, tm_k, tm_v);
+  } else {
+    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, qf_stream(ctx)>>>(p);
+  }
   if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK || p.splits == 1) return st;
   attention_merge_kernel<T><<<static_cast<unsigned>(rows_total), 128, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
+}
+
+// TMA needs every stride of K and V nonzero (a multiple of 16 bytes, which the front end checks):
+// a broadcast (stride 0) takes the decode kernel, which reads any strides.
+bool tma_strides(const qf_attention_args *a) {
+  for (int d = 0; d < 3; d++)
+    if (a->ks[d] == 0 || a->vs[d] == 0) return false;
+  return true;
+}
+
+template <typename T>
+qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
+  const int64_t group = a->Hq / a->Hkv, rows = a->Sq * group;
+  attn_params p = {};
+  p.q = a->q, p.k = a->k, p.v = a->v, p.o = a->o, p.lse = a->lse, p.sinks = a->sinks;
+  for (int d = 0; d < 3; d++) p.qs[d] = a->qs[d], p.ks[d] = a->ks[d], p.vs[d] = a->vs[d], p.os[d] = a->os[d];
+  p.B = static_cast<int>(a->B), p.Sq = static_cast<int>(a->Sq), p.Skv = static_cast<int>(a->Skv);
+  p.Hq = static_cast<int>(a->Hq), p.Hkv = static_cast<int>(a->Hkv), p.group = static_cast<int>(group);
+  p.Dv = static_cast<int>(a->Dv), p.rows = static_cast<int>(rows);
+  p.causal = a->causal;
+  p.window = static_cast<int>(std::min<int64_t>(a->window, a->Skv + a->Sq + 1));  // larger windows mask nothing more
+  p.o_f32 = a->o_dtype == QF_F32;
+  p.scale_log2 = static_cast<float>(a->sm_scale * 1.4426950408889634);
+  const bool decode = rows <= kAttnDecodeRows || !tma_strides(a);
+  int slot = slot_base;
+#define QF_ATTN_CASE(DIM)                                                                                  \
+  if (a->D == DIM)                                                                                         \
+    return decode ? launch<T, typename TilesFor<DIM>::Decode, false>(ctx, a, p, slot + 1)                  \
+                  : launch<T, typename TilesFor<DIM>::Prefill, true>(ctx, a, p, slot);                     \
+  slot += 2;
+  QF_ATTN_HEAD_DIMS(QF_ATTN_CASE)
+#undef QF_ATTN_CASE
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for D=%lld", kOp, static_cast<long long>(a->D));
 }
 
 }  // namespace

@@ -1,27 +1,30 @@
-// Attention forward (qf_attention) on the tensor cores: mma.sync m16n8k16 with fp32 accumulators
-// and an online softmax, one CTA per tile of query rows of one (batch, kv head).
+// Attention forward (qf_attention) on the tensor cores with an online softmax: one CTA per tile of
+// query rows of one (batch, kv head), fp32 accumulators.
 //
 // Rows: the query heads of a kv head are packed into the rows of a tile, row r being token
 // r / group of query head hkv * group + r % group, so that one K/V tile in shared memory serves
 // every query head that reads it (GQA) and a decode step (one token, `group` heads) still fills
 // a tile's rows. Keys: the CTA walks the tiles of keys its rows can see (causal and window
-// bounds), double-buffered through cp.async, and with `splits` > 1 only its split's share of
-// them, writing a partial result (normalized O and LSE in fp32) that attention_merge_kernel
-// combines. Each warp owns 16 rows; WN warps may share the same rows and split each key tile
-// among them (decode), their partial results combined through shared memory at the end.
+// bounds), and with `splits` > 1 only its split's share of them, writing a partial result
+// (normalized O and LSE in fp32) that attention_merge_kernel combines.
 //
-// Per key tile and warp: S = Q K^T, the mask where the tile crosses a bound, the running max and
-// sum per row in log2 units, P = 2^(S c - m) rounded to the input type and used straight from the
+// Per key tile: S = Q K^T, the mask where the tile crosses a bound, the running max and sum per
+// row in log2 units, P = 2^(S c - m) rounded to the input type and used straight from the
 // accumulator registers as the A operand of O += P V (the accumulator layout of two adjacent key
-// octets is the A layout of a k16 step). Two engines do the products: wgmma (the prefill tiles:
-// warpgroups of 64 rows, Q and K K-major, V N-major, all read from shared memory by descriptors)
-// and mma.sync m16n8k16 fed by ldmatrix (the decode tiles, whose warps split the keys). Either
-// way Q, K and V tiles sit in shared memory as planes of 64 columns, 128-byte rows swizzled in
-// 1024-byte atoms (the wgmma 128-byte swizzle, which also keeps ldmatrix free of bank conflicts).
+// octets is the A layout of a k16 step). Q, K and V tiles sit in shared memory as planes of 64
+// columns, 128-byte rows swizzled in 1024-byte atoms (the 128-byte swizzle of TMA and wgmma, which
+// also keeps ldmatrix free of bank conflicts). Two kernels:
+//  - attention_prefill_kernel: a producer warp loads K and V tiles by TMA into a ring guarded by
+//    mbarriers; two consumer warpgroups of 64 rows each run S = Q K^T on wgmma (Q and K K-major)
+//    and O += P V on wgmma with P in registers and V N-major.
+//  - attention_decode_kernel: 16 rows, four warps that split each key tile (cp.async, double
+//    buffered; mma.sync m16n8k16 fed by ldmatrix), their partial results combined through shared
+//    memory at the end.
 #pragma once
 
 #include <cstdint>
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,6 +32,8 @@
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma_rs.cuh"
 
 struct attn_params {
@@ -46,27 +51,35 @@ struct attn_params {
   float scale_log2;           // sm_scale * log2(e)
 };
 
-// A tile configuration: D (q and k head dim), DVT (output columns per CTA; Dv / DVT CTAs share a
-// row tile), BN keys per tile, WM x WN warps (WM row groups of 16, WN warps per key tile), and the
-// MMA engine (wgmma: warpgroups of 64 rows, WN = 1).
-template <int D_, int DVT_, int BN_, int WM_, int WN_, bool kWgmma_>
-struct AttnTile {
-  static constexpr int D = D_, DVT = DVT_, BN = BN_, WM = WM_, WN = WN_;
-  static constexpr bool kWgmma = kWgmma_;
-  static constexpr int kThreads = 32 * WM * WN;
-  static constexpr int kRows = 16 * WM;
-  static constexpr int kWarpKeys = BN / WN;  // keys of a tile per warp
-  static constexpr int kNS = kWarpKeys / 8;  // S accumulator octets per warp
-  static constexpr int kNO = DVT / 8;        // O accumulator octets per warp
-  static constexpr bool kQInRegs = !kWgmma && D <= 128;  // Q's fragments held in registers across the loop
+// The prefill tile: two consumer warpgroups of 64 rows and a producer warpgroup; D (q and k head
+// dim), DVT output columns per CTA (Dv / DVT CTAs share a row tile), BN keys per tile, kStages
+// K/V tiles in flight.
+template <int D_, int DVT_, int BN_, int kStages_>
+struct AttnPrefillTile {
+  static constexpr int D = D_, DVT = DVT_, BN = BN_, kStages = kStages_;
+  static constexpr int kThreads = 384, kRows = 128;
+  static constexpr int kNS = BN / 8, kNO = DVT / 8;  // accumulator octets of S and O per thread
+  static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
+  static constexpr uint32_t kBarBytes = 3 * kStages * 8;  // full K, full V and empty mbarriers per stage
+  static constexpr uint32_t kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes;
+  static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
+  static_assert(BN % 16 == 0 && BN <= 256 && DVT <= 256, "wgmma N of at most 256");
+};
+
+// The decode tile: 16 rows, WN warps each taking BN / WN keys of every key tile.
+template <int D_, int DVT_, int BN_, int WN_>
+struct AttnDecodeTile {
+  static constexpr int D = D_, DVT = DVT_, BN = BN_, WN = WN_;
+  static constexpr int kThreads = 32 * WN, kRows = 16;
+  static constexpr int kWarpKeys = BN / WN;
+  static constexpr int kNS = kWarpKeys / 8, kNO = DVT / 8;
+  static constexpr bool kQInRegs = D <= 128;  // Q's fragments held in registers across the loop
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
   static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
   static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes;
   static_assert(kWarpKeys % 16 == 0, "P . V takes k-steps of 16 keys per warp");
   static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
-  static_assert(BN % 8 == 0 && kRows % 8 == 0, "whole 1024-byte swizzle atoms");
-  static_assert(!kWgmma || (WM % 4 == 0 && WN == 1), "wgmma: whole warpgroups of 64 rows, each with the whole key tile");
-  static_assert(WN == 1 || WN * 16 * (DVT + 2) * 4 <= kRingBytes, "the warps' partial results fit in the K/V ring");
+  static_assert(WN * 16 * (DVT + 2) * 4 <= kRingBytes, "the warps' partial results fit in the K/V ring");
 };
 
 namespace attn_detail {
@@ -138,262 +151,370 @@ __device__ __forceinline__ void store_pair(const attn_params &p, void *dst, floa
   else *reinterpret_cast<uint32_t *>(dst) = pack2(T(), v0, v1);
 }
 
+// What a CTA works on: its rows [r0, r_last], their key positions, its key tiles [t_lo, t_hi)
+// (its split's share), its batch entry, kv head and output columns.
+struct CtaWork {
+  int r0, r_last, pos_lo, pos_hi, t_lo, t_hi, b, hkv, dv_part, dv0;
+};
+__device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int bn, int dvt) {
+  CtaWork w;
+  const int dv_parts = p.Dv / dvt, row_tiles = (p.rows + rows - 1) / rows;
+  const int row_tile = row_tiles - 1 - static_cast<int>(blockIdx.x) / dv_parts;  // longest (causal) first
+  w.dv_part = static_cast<int>(blockIdx.x) % dv_parts, w.dv0 = w.dv_part * dvt;
+  w.b = static_cast<int>(blockIdx.y) / p.Hkv, w.hkv = static_cast<int>(blockIdx.y) % p.Hkv;
+  w.r0 = row_tile * rows, w.r_last = min(w.r0 + rows, p.rows) - 1;
+  const int shift = p.Skv - p.Sq;  // a query's key position is its token + shift
+  w.pos_lo = w.r0 / p.group + shift, w.pos_hi = w.r_last / p.group + shift;
+  const int key_lo = p.window ? max(0, w.pos_lo - p.window + 1) : 0;
+  const int key_hi = p.causal ? min(p.Skv, w.pos_hi + 1) : p.Skv;
+  w.t_lo = key_lo / bn, w.t_hi = key_hi > key_lo ? (key_hi + bn - 1) / bn : w.t_lo;
+  if (p.splits > 1) {
+    const int per = (w.t_hi - w.t_lo + p.splits - 1) / p.splits;
+    w.t_lo = min(w.t_hi, w.t_lo + static_cast<int>(blockIdx.z) * per);
+    w.t_hi = min(w.t_hi, w.t_lo + per);
+  }
+  return w;
+}
+
+// The key position of row r of the CTA's tile.
+__device__ __forceinline__ int row_pos(const attn_params &p, const CtaWork &w, int r) {
+  return (w.r0 + r) / p.group + p.Skv - p.Sq;
+}
+
+// Q's rows into the tile at s_q (`rows` rows of D columns) by cp.async, threads `tid` of
+// `threads`; rows past the end are zero-filled. One commit group.
+template <typename T, int D>
+__device__ __forceinline__ void load_q(const attn_params &p, const CtaWork &w, uint32_t s_q, int rows, int tid,
+                                       int threads) {
+  const T *qb = static_cast<const T *>(p.q) + w.b * p.qs[0];
+  for (int c = tid; c < rows * (D / 8); c += threads) {
+    const int r = c / (D / 8), ch = c % (D / 8), gr = w.r0 + r;
+    const bool ok = gr < p.rows;
+    const T *src = ok ? qb + (gr / p.group) * p.qs[1] + (w.hkv * p.group + gr % p.group) * p.qs[2] + ch * 8 : qb;
+    cp_async_cg_shared_global_16_zfill(s_q + tile_offset(r, ch, rows), src, ok ? 16 : 0);
+  }
+  cp_async_commit_group();
+}
+
+// One key tile's softmax step for a thread's two rows (at key positions pos[0], pos[1]; the
+// thread holds keys j0 + 8 j + 2 (lane % 4) (+ 1) of octet j): the mask where `edge`, then the
+// running max m and sum l in log2 units, O rescaled, s turned into P = 2^(s c - m).
+template <int kNS, int kNO>
+__device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kNS * 4], float (&o)[kNO * 4],
+                                             float (&m_row)[2], float (&l_row)[2], const int (&pos)[2], int j0,
+                                             bool edge, int lane) {
+  if (edge) {
+#pragma unroll
+    for (int nt = 0; nt < kNS; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int j = j0 + nt * 8 + 2 * (lane & 3) + (e & 1), ps = pos[e >> 1];
+        if (j >= p.Skv || (p.causal && j > ps) || (p.window && j <= ps - p.window)) s[4 * nt + e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNS; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * i], s[4 * nt + 2 * i + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(m_row[i], mx * p.scale_log2);
+    const float m_use = mx == -INFINITY ? 0.0f : mx;  // a row that has seen nothing keeps zeros
+    const float alpha = ex2_approx_ftz_f32(m_row[i] - m_use);
+    m_row[i] = mx;
+    l_row[i] *= alpha;
+#pragma unroll
+    for (int nt = 0; nt < kNO; nt++) o[4 * nt + 2 * i] *= alpha, o[4 * nt + 2 * i + 1] *= alpha;
+#pragma unroll
+    for (int nt = 0; nt < kNS; nt++)
+#pragma unroll
+      for (int e = 2 * i; e < 2 * i + 2; e++) {
+        s[4 * nt + e] = ex2_approx_ftz_f32(fmaf(s[4 * nt + e], p.scale_log2, -m_use));
+        l_row[i] += s[4 * nt + e];
+      }
+  }
+}
+
+// P's A fragments (k16 steps of 16 keys) from the softmax'd S accumulators.
+template <typename T, int kNS>
+__device__ __forceinline__ void p_fragments(const float (&s)[kNS * 4], uint32_t (&pa)[kNS / 2][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kNS / 2; ks++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) pa[ks][i] = pack2(T(), s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
+}
+
+// Where row r of the CTA's tile goes: its output element at column col (o, or the split's fp32
+// partial), and its lse (likewise).
+template <typename T>
+__device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w, int r, int col) {
+  const int gr = w.r0 + r, tok = gr / p.group, h = w.hkv * p.group + gr % p.group;
+  if (p.splits > 1) {
+    const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
+    const int64_t row = (static_cast<int64_t>(w.b) * p.Hq + h) * p.Sq + tok;
+    return p.part_o + (blockIdx.z * rows_total + row) * p.Dv + w.dv0 + col;
+  }
+  const int64_t off = w.b * p.os[0] + tok * p.os[1] + h * p.os[2] + w.dv0 + col;
+  return p.o_f32 ? static_cast<void *>(static_cast<float *>(p.o) + off) : static_cast<void *>(static_cast<T *>(p.o) + off);
+}
+__device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, int r, float lse) {
+  const int gr = w.r0 + r, tok = gr / p.group, h = w.hkv * p.group + gr % p.group;
+  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
+  const int64_t row = (static_cast<int64_t>(w.b) * p.Hq + h) * p.Sq + tok;
+  if (p.splits > 1) p.part_lse[blockIdx.z * rows_total + row] = lse;
+  else if (p.lse) p.lse[row] = lse;
+}
+
+// The epilogue of a thread's rows r and r + 8 straight from its accumulators (sums l reduced over
+// the quad first).
+template <typename T, int kNO>
+__device__ __forceinline__ void store_rows(const attn_params &p, const CtaWork &w, int r, const float (&o)[kNO * 4],
+                                           const float (&m_row)[2], float (&l_row)[2], int lane) {
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
+    l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 2);
+    const int ri = r + 8 * i;
+    if (w.r0 + ri >= p.rows) continue;
+    const RowResult res = finish_row(p, m_row[i], l_row[i], w.hkv * p.group + (w.r0 + ri) % p.group);
+#pragma unroll
+    for (int nt = 0; nt < kNO; nt++)
+      store_pair<T>(p, out_ptr<T>(p, w, ri, nt * 8 + 2 * (lane & 3)), o[4 * nt + 2 * i] * res.scale,
+                    o[4 * nt + 2 * i + 1] * res.scale);
+    if (w.dv_part == 0 && (lane & 3) == 0) put_lse(p, w, ri, res.lse);
+  }
+}
+
 }  // namespace attn_detail
 
+// ---- prefill: TMA producer, two wgmma consumer warpgroups ----
 template <typename T, class Tile>
-__global__ void __launch_bounds__(Tile::kThreads) attention_kernel(const attn_params p) {
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    attention_prefill_kernel(const __grid_constant__ attn_params p, const __grid_constant__ CUtensorMap tm_k,
+                             const __grid_constant__ CUtensorMap tm_v) {
   using namespace attn_detail;
-  constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WM = Tile::WM, WN = Tile::WN;
+  constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, kStages = Tile::kStages, kRows = Tile::kRows;
+  constexpr int kNS = Tile::kNS, kNO = Tile::kNO;
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + kStages * Tile::kKBytes, bars = s_v + kStages * Tile::kVBytes;
+  auto k_full = [&](int st) { return bars + 8 * st; };
+  auto v_full = [&](int st) { return bars + 8 * (kStages + st); };
+  auto empty = [&](int st) { return bars + 8 * (2 * kStages + st); };
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const CtaWork w = cta_work(p, kRows, BN, DVT);
+  if (tid == 0) {
+    for (int st = 0; st < kStages; st++) {
+      mbarrier_init(k_full(st), 1);
+      mbarrier_init(v_full(st), 1);
+      mbarrier_init(empty(st), 8);  // one arrival per consumer warp
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp < 4) {
+    // ---- producer: one thread issues the K and V boxes of each key tile (one per 64 columns) ----
+    setmaxnreg_dec<40>();
+    if (tid == 0) {
+      prefetch_tensormap(&tm_k);
+      prefetch_tensormap(&tm_v);
+      for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
+        const int st = it % kStages;
+        if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
+        mbarrier_arrive_expect_tx(k_full(st), Tile::kKBytes);
+        for (int pl = 0; pl < D / 64; pl++)
+          cp_async_bulk_tensor_4d_g2s(s_k + st * Tile::kKBytes + pl * BN * 128, &tm_k, k_full(st), pl * 64, t * BN, w.hkv, w.b);
+        mbarrier_arrive_expect_tx(v_full(st), Tile::kVBytes);
+        for (int pl = 0; pl < DVT / 64; pl++)
+          cp_async_bulk_tensor_4d_g2s(s_v + st * Tile::kVBytes + pl * BN * 128, &tm_v, v_full(st), w.dv0 + pl * 64, t * BN,
+                                      w.hkv, w.b);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: warpgroup wg owns rows 64 wg .. 64 wg + 63, warp cw rows 16 cw .. + 15 ----
+  setmaxnreg_inc<232>();
+  const int ct = tid - 128, cw = ct >> 5, g = lane >> 2;
+  load_q<T, D>(p, w, s_q, kRows, ct, 256);
+  cp_async_wait_group<0>();
+  fence_proxy_async_shared_cta();  // Q's copies, seen by wgmma's reads
+  named_barrier_sync(1, 256);
+  const int pos[2] = {row_pos(p, w, cw * 16 + g), row_pos(p, w, cw * 16 + g + 8)};
+  const uint32_t q_rows = s_q + (cw >> 2) * 64 * 128;
+  float o_acc[kNO * 4] = {};
+  float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+
+  for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
+    const int st = it % kStages;
+    const uint32_t parity = (it / kStages) & 1;
+    // S = Q K^T: k16 step kk is 32 bytes into its plane of 64 columns
+    float s[kNS * 4];
+    const uint32_t sk = s_k + st * Tile::kKBytes;
+    mbarrier_wait_parity(k_full(st), parity);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+      wgmma_qk<BN>(T(), s, wgmma_desc_kmajor_sw128(q_rows + (kk / 4) * kRows * 128 + (kk % 4) * 32),
+                   wgmma_desc_kmajor_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
+
+    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
+                      (p.window && t * BN <= w.pos_hi - p.window);
+    softmax_step<kNS, kNO>(p, s, o_acc, m_row, l_row, pos, t * BN, edge, lane);
+    uint32_t pa[kNS / 2][4];
+    p_fragments<T, kNS>(s, pa);
+
+    // O += P V: keys 16 ks .. + 15 are two 8-row atoms 1024 bytes apart, the next 64 columns a plane on
+    const uint32_t sv = s_v + st * Tile::kVBytes;
+    mbarrier_wait_parity(v_full(st), parity);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ks++)
+      wgmma_pv<DVT>(T(), o_acc, pa[ks], wgmma_desc_nmajor_sw128(sv + ks * 16 * 128, BN * 128, 1024));
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty(st));  // the warp has read the stage
+  }
+  store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, lane);
+}
+
+// ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering ----
+template <typename T, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads) attention_decode_kernel(const attn_params p) {
+  using namespace attn_detail;
+  constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WN = Tile::WN;
   constexpr int kThreads = Tile::kThreads, kRows = Tile::kRows, kNS = Tile::kNS, kNO = Tile::kNO;
-  constexpr int kQC = D / 8, kVC = DVT / 8;  // 16-byte chunks per row of Q / K and of V
-  extern __shared__ __align__(128) uint8_t smem[];
+  extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + 2 * Tile::kKBytes;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp % WM, wn = warp / WM;
+  const int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5, g = lane >> 2;
+  const CtaWork w = cta_work(p, kRows, BN, DVT);
 
-  // ---- the CTA's rows, output columns and key tiles ----
-  const int dv_parts = p.Dv / DVT, row_tiles = (p.rows + kRows - 1) / kRows;
-  const int row_tile = row_tiles - 1 - static_cast<int>(blockIdx.x) / dv_parts;  // longest (causal) first
-  const int dv_part = static_cast<int>(blockIdx.x) % dv_parts, dv0 = dv_part * DVT;
-  const int b = static_cast<int>(blockIdx.y) / p.Hkv, hkv = static_cast<int>(blockIdx.y) % p.Hkv;
-  const int r0 = row_tile * kRows, r_last = min(r0 + kRows, p.rows) - 1;
-  const int shift = p.Skv - p.Sq;  // a query's key position is its token + shift
-  const int pos_lo = r0 / p.group + shift, pos_hi = r_last / p.group + shift;
-  const int key_lo = p.window ? max(0, pos_lo - p.window + 1) : 0;
-  const int key_hi = p.causal ? min(p.Skv, pos_hi + 1) : p.Skv;
-  int t_lo = key_lo / BN, t_hi = key_hi > key_lo ? (key_hi + BN - 1) / BN : t_lo;
-  if (p.splits > 1) {
-    const int per = (t_hi - t_lo + p.splits - 1) / p.splits;
-    t_lo = min(t_hi, t_lo + static_cast<int>(blockIdx.z) * per);
-    t_hi = min(t_hi, t_lo + per);
-  }
-
-  const T *qb = static_cast<const T *>(p.q) + b * p.qs[0];
-  const T *kb = static_cast<const T *>(p.k) + b * p.ks[0] + hkv * p.ks[2];
-  const T *vb = static_cast<const T *>(p.v) + b * p.vs[0] + hkv * p.vs[2] + dv0;
-
-  // ---- loads: rows past the end (queries or keys) are zero-filled ----
-  for (int c = tid; c < kRows * kQC; c += kThreads) {
-    const int r = c / kQC, ch = c % kQC, gr = r0 + r;
-    const bool ok = gr < p.rows;
-    const T *src = ok ? qb + (gr / p.group) * p.qs[1] + (hkv * p.group + gr % p.group) * p.qs[2] + ch * 8 : qb;
-    cp_async_cg_shared_global_16_zfill(s_q + tile_offset(r, ch, kRows), src, ok ? 16 : 0);
-  }
+  // ---- loads: keys past the end are zero-filled ----
+  const T *kb = static_cast<const T *>(p.k) + w.b * p.ks[0] + w.hkv * p.ks[2];
+  const T *vb = static_cast<const T *>(p.v) + w.b * p.vs[0] + w.hkv * p.vs[2] + w.dv0;
   auto load_kv = [&](int tile, int stage) {
     const int j0 = tile * BN;
-    for (int c = tid; c < BN * kQC; c += kThreads) {
-      const int r = c / kQC, ch = c % kQC;
+    for (int c = tid; c < BN * (D / 8); c += kThreads) {
+      const int r = c / (D / 8), ch = c % (D / 8);
       const bool ok = j0 + r < p.Skv;
       cp_async_cg_shared_global_16_zfill(s_k + stage * Tile::kKBytes + tile_offset(r, ch, BN),
                                          ok ? kb + (j0 + r) * p.ks[1] + ch * 8 : kb, ok ? 16 : 0);
     }
-    for (int c = tid; c < BN * kVC; c += kThreads) {
-      const int r = c / kVC, ch = c % kVC;
+    for (int c = tid; c < BN * (DVT / 8); c += kThreads) {
+      const int r = c / (DVT / 8), ch = c % (DVT / 8);
       const bool ok = j0 + r < p.Skv;
       cp_async_cg_shared_global_16_zfill(s_v + stage * Tile::kVBytes + tile_offset(r, ch, BN),
                                          ok ? vb + (j0 + r) * p.vs[1] + ch * 8 : vb, ok ? 16 : 0);
     }
   };
-  if (t_lo < t_hi) load_kv(t_lo, 0);
+  load_q<T, D>(p, w, s_q, kRows, tid, kThreads);
+  if (w.t_lo < w.t_hi) load_kv(w.t_lo, 0);
   cp_async_commit_group();
 
-  // Lane (l / 4) holds rows g and g + 8 of the warp's 16, at key positions pos[0], pos[1].
-  const int g = lane >> 2;
-  int pos[2];
-  for (int i = 0; i < 2; i++) pos[i] = (r0 + wm * 16 + g + 8 * i) / p.group + shift;
-
+  const int pos[2] = {row_pos(p, w, g), row_pos(p, w, g + 8)};
   auto q_frag = [&](int kk, uint32_t (&a)[4]) {
-    ldmatrix_x4(a, s_q + tile_offset(wm * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4), kRows));
+    ldmatrix_x4(a, s_q + tile_offset((lane & 7) + ((lane >> 3) & 1) * 8, 2 * kk + (lane >> 4), kRows));
   };
   uint32_t qf[Tile::kQInRegs ? D / 16 : 1][4];
   float o_acc[kNO * 4] = {};
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
 
-  // ---- main loop over key tiles ----
-  for (int t = t_lo; t < t_hi; t++) {
-    const int stage = (t - t_lo) & 1;
-    if (t + 1 < t_hi) load_kv(t + 1, stage ^ 1);
+  for (int t = w.t_lo; t < w.t_hi; t++) {
+    const int stage = (t - w.t_lo) & 1;
+    if (t + 1 < w.t_hi) load_kv(t + 1, stage ^ 1);
     cp_async_commit_group();
     cp_async_wait_group<1>();
-    if constexpr (Tile::kWgmma) fence_proxy_async_shared_cta();  // the copies, seen by wgmma's reads
     __syncthreads();
     if constexpr (Tile::kQInRegs) {
-      if (t == t_lo)
+      if (t == w.t_lo)
         for (int kk = 0; kk < D / 16; kk++) q_frag(kk, qf[kk]);
     }
 
     // S = Q K^T over the warp's keys of the tile (accumulator octet j: s[4 j .. 4 j + 3])
-    float s[kNS * 4];
+    float s[kNS * 4] = {};
     const uint32_t sk = s_k + stage * Tile::kKBytes;
-    if constexpr (Tile::kWgmma) {
-      // the warpgroup's 64 rows of Q against the whole key tile; k16 step kk is 32 bytes into its plane
-      const uint32_t q_rows = s_q + (warp / 4) * 64 * 128;
-      wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        wgmma_qk<BN>(T(), s, wgmma_desc_kmajor_sw128(q_rows + (kk / 4) * kRows * 128 + (kk % 4) * 32),
-                     wgmma_desc_kmajor_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
-      wgmma_commit_group();
-      wgmma_wait_group<0>();
+    for (int kk = 0; kk < D / 16; kk++) {
+      uint32_t a[4];
+      if constexpr (Tile::kQInRegs) {
+        for (int i = 0; i < 4; i++) a[i] = qf[kk][i];
+      } else {
+        q_frag(kk, a);
+      }
 #pragma unroll
-      for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kNS * 4; e++) s[e] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) {
-        uint32_t a[4];
-        if constexpr (Tile::kQInRegs) {
-          for (int i = 0; i < 4; i++) a[i] = qf[kk][i];
-        } else {
-          q_frag(kk, a);
-        }
-#pragma unroll
-        for (int np = 0; np < kNS / 2; np++) {
-          uint32_t bk[4];
-          const int key = wn * Tile::kWarpKeys + np * 16 + (lane & 7) + ((lane >> 4) << 3);
-          ldmatrix_x4(bk, sk + tile_offset(key, 2 * kk + ((lane >> 3) & 1), BN));
-          const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
-          mma_m16n8k16(T(), quad(s + 8 * np), a, b0);
-          mma_m16n8k16(T(), quad(s + 8 * np + 4), a, b1);
-        }
+      for (int np = 0; np < kNS / 2; np++) {
+        uint32_t bk[4];
+        const int key = wn * Tile::kWarpKeys + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(bk, sk + tile_offset(key, 2 * kk + ((lane >> 3) & 1), BN));
+        const uint32_t b0[2] = {bk[0], bk[1]}, b1[2] = {bk[2], bk[3]};
+        mma_m16n8k16(T(), quad(s + 8 * np), a, b0);
+        mma_m16n8k16(T(), quad(s + 8 * np + 4), a, b1);
       }
     }
 
-    // the mask, where the tile crosses the end of the keys or a row's causal or window bound
-    const int j0 = t * BN + wn * Tile::kWarpKeys;
-    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > pos_lo) ||
-                      (p.window && t * BN <= pos_hi - p.window);
-    if (edge) {
-#pragma unroll
-      for (int nt = 0; nt < kNS; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int j = j0 + nt * 8 + 2 * (lane & 3) + (e & 1), ps = pos[e >> 1];
-          if (j >= p.Skv || (p.causal && j > ps) || (p.window && j <= ps - p.window)) s[4 * nt + e] = -INFINITY;
-        }
-    }
+    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
+                      (p.window && t * BN <= w.pos_hi - p.window);
+    softmax_step<kNS, kNO>(p, s, o_acc, m_row, l_row, pos, t * BN + wn * Tile::kWarpKeys, edge, lane);
+    uint32_t pa[kNS / 2][4];
+    p_fragments<T, kNS>(s, pa);
 
-    // online softmax in log2 units: x = s c, m the running max, l the running sum of 2^(x - m)
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kNS; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * i], s[4 * nt + 2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(m_row[i], mx * p.scale_log2);
-      const float m_use = mx == -INFINITY ? 0.0f : mx;  // a row that has seen nothing keeps zeros
-      const float alpha = ex2_approx_ftz_f32(m_row[i] - m_use);
-      m_row[i] = mx;
-      l_row[i] *= alpha;
-#pragma unroll
-      for (int nt = 0; nt < kNO; nt++) o_acc[4 * nt + 2 * i] *= alpha, o_acc[4 * nt + 2 * i + 1] *= alpha;
-#pragma unroll
-      for (int nt = 0; nt < kNS; nt++)
-#pragma unroll
-        for (int e = 2 * i; e < 2 * i + 2; e++) {
-          s[4 * nt + e] = ex2_approx_ftz_f32(fmaf(s[4 * nt + e], p.scale_log2, -m_use));
-          l_row[i] += s[4 * nt + e];
-        }
-    }
-
-    // O += P V: P's A fragments from the S accumulators of two key octets per k16 step
-    uint32_t pa[Tile::kWarpKeys / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < Tile::kWarpKeys / 16; ks++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) pa[ks][i] = pack2(T(), s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
+    // O += P V
     const uint32_t sv = s_v + stage * Tile::kVBytes;
-    if constexpr (Tile::kWgmma) {
-      // keys 16 ks .. + 15: two 8-row atoms 1024 bytes apart; the next 64 columns one plane on
-      wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < BN / 16; ks++)
-        wgmma_pv<DVT>(T(), o_acc, pa[ks], wgmma_desc_nmajor_sw128(sv + ks * 16 * 128, BN * 128, 1024));
-      wgmma_commit_group();
-      wgmma_wait_group<0>();
+    for (int ks = 0; ks < kNS / 2; ks++)
 #pragma unroll
-      for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < Tile::kWarpKeys / 16; ks++)
-#pragma unroll
-        for (int np = 0; np < kNO / 2; np++) {
-          uint32_t bv[4];
-          const int key = wn * Tile::kWarpKeys + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4_trans(bv, sv + tile_offset(key, 2 * np + (lane >> 4), BN));
-          const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
-          mma_m16n8k16(T(), quad(o_acc + 8 * np), pa[ks], b0);
-          mma_m16n8k16(T(), quad(o_acc + 8 * np + 4), pa[ks], b1);
-        }
-    }
+      for (int np = 0; np < kNO / 2; np++) {
+        uint32_t bv[4];
+        const int key = wn * Tile::kWarpKeys + ks * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4_trans(bv, sv + tile_offset(key, 2 * np + (lane >> 4), BN));
+        const uint32_t b0[2] = {bv[0], bv[1]}, b1[2] = {bv[2], bv[3]};
+        mma_m16n8k16(T(), quad(o_acc + 8 * np), pa[ks], b0);
+        mma_m16n8k16(T(), quad(o_acc + 8 * np + 4), pa[ks], b1);
+      }
     __syncthreads();  // the stage is refilled by the next iteration's load
   }
   cp_async_wait_group<0>();
 
+  // ---- epilogue: the WN warps' partial results combined through the free K/V ring: sums
+  // [WN][16][DVT], then m and l ----
   for (int i = 0; i < 2; i++) {
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 2);
   }
-
-  // ---- epilogue: o (or the split's partial) and lse ----
-  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
-  // Where row r of the tile goes: its output element (column col) and its lse slot.
-  auto out_ptr = [&](int r, int col) -> void * {
-    const int gr = r0 + r, tok = gr / p.group, h = hkv * p.group + gr % p.group;
-    if (p.splits > 1) {
-      const int64_t row = (static_cast<int64_t>(b) * p.Hq + h) * p.Sq + tok;
-      return p.part_o + (blockIdx.z * rows_total + row) * p.Dv + dv0 + col;
+  float *red = reinterpret_cast<float *>(smem + Tile::kQBytes);
+  float *red_m = red + WN * 16 * DVT, *red_l = red_m + WN * 16;
+  __syncthreads();
+#pragma unroll
+  for (int nt = 0; nt < kNO; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) red[(wn * 16 + g + 8 * (e >> 1)) * DVT + nt * 8 + 2 * (lane & 3) + (e & 1)] = o_acc[4 * nt + e];
+  if ((lane & 3) == 0)
+    for (int i = 0; i < 2; i++) red_m[wn * 16 + g + 8 * i] = m_row[i], red_l[wn * 16 + g + 8 * i] = l_row[i];
+  __syncthreads();
+  for (int idx = tid; idx < 16 * DVT / 2; idx += kThreads) {
+    const int r = idx / (DVT / 2), col = 2 * (idx % (DVT / 2));
+    if (w.r0 + r >= p.rows) continue;
+    float mx = -INFINITY, l = 0.0f, v0 = 0.0f, v1 = 0.0f;
+    for (int k = 0; k < WN; k++) mx = fmaxf(mx, red_m[k * 16 + r]);
+    for (int k = 0; k < WN; k++) {
+      const float mk = red_m[k * 16 + r], f = mk == -INFINITY ? 0.0f : ex2_approx_ftz_f32(mk - mx);
+      l += f * red_l[k * 16 + r];
+      v0 += f * red[(k * 16 + r) * DVT + col];
+      v1 += f * red[(k * 16 + r) * DVT + col + 1];
     }
-    const int64_t off = b * p.os[0] + tok * p.os[1] + h * p.os[2] + dv0 + col;
-    return p.o_f32 ? static_cast<void *>(static_cast<float *>(p.o) + off) : static_cast<void *>(static_cast<T *>(p.o) + off);
-  };
-  auto put_lse = [&](int r, float lse) {
-    const int gr = r0 + r, tok = gr / p.group, h = hkv * p.group + gr % p.group;
-    const int64_t row = (static_cast<int64_t>(b) * p.Hq + h) * p.Sq + tok;
-    if (p.splits > 1) p.part_lse[blockIdx.z * rows_total + row] = lse;
-    else if (p.lse) p.lse[row] = lse;
-  };
-
-  if constexpr (WN == 1) {
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const int r = wm * 16 + g + 8 * i;
-      if (r0 + r >= p.rows) continue;
-      const RowResult res = finish_row(p, m_row[i], l_row[i], hkv * p.group + (r0 + r) % p.group);
-#pragma unroll
-      for (int nt = 0; nt < kNO; nt++)
-        store_pair<T>(p, out_ptr(r, nt * 8 + 2 * (lane & 3)), o_acc[4 * nt + 2 * i] * res.scale, o_acc[4 * nt + 2 * i + 1] * res.scale);
-      if (dv_part == 0 && (lane & 3) == 0) put_lse(r, res.lse);
-    }
-  } else {
-    // The WN warps' partial results through the free K/V ring: sums [WN][16][DVT], then m and l.
-    float *red = reinterpret_cast<float *>(smem + Tile::kQBytes);
-    float *red_m = red + WN * 16 * DVT, *red_l = red_m + WN * 16;
-    __syncthreads();
-#pragma unroll
-    for (int nt = 0; nt < kNO; nt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) red[(wn * 16 + g + 8 * (e >> 1)) * DVT + nt * 8 + 2 * (lane & 3) + (e & 1)] = o_acc[4 * nt + e];
-    if ((lane & 3) == 0)
-      for (int i = 0; i < 2; i++) red_m[wn * 16 + g + 8 * i] = m_row[i], red_l[wn * 16 + g + 8 * i] = l_row[i];
-    __syncthreads();
-    for (int idx = tid; idx < 16 * DVT / 2; idx += kThreads) {
-      const int r = idx / (DVT / 2), col = 2 * (idx % (DVT / 2));
-      if (r0 + r >= p.rows) continue;
-      float mx = -INFINITY, l = 0.0f, v0 = 0.0f, v1 = 0.0f;
-      for (int w = 0; w < WN; w++) mx = fmaxf(mx, red_m[w * 16 + r]);
-      for (int w = 0; w < WN; w++) {
-        const float mw = red_m[w * 16 + r], f = mw == -INFINITY ? 0.0f : ex2_approx_ftz_f32(mw - mx);
-        l += f * red_l[w * 16 + r];
-        v0 += f * red[(w * 16 + r) * DVT + col];
-        v1 += f * red[(w * 16 + r) * DVT + col + 1];
-      }
-      const RowResult res = finish_row(p, mx, l, hkv * p.group + (r0 + r) % p.group);
-      store_pair<T>(p, out_ptr(r, col), v0 * res.scale, v1 * res.scale);
-      if (dv_part == 0 && col == 0) put_lse(r, res.lse);
-    }
+    const RowResult res = finish_row(p, mx, l, w.hkv * p.group + (w.r0 + r) % p.group);
+    store_pair<T>(p, out_ptr<T>(p, w, r, col), v0 * res.scale, v1 * res.scale);
+    if (w.dv_part == 0 && col == 0) put_lse(p, w, r, res.lse);
   }
 }
 

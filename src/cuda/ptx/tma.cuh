@@ -22,6 +22,16 @@ __device__ __forceinline__ void cp_async_bulk_tensor_2d_g2s(uint32_t dst, const 
       : "memory");
 }
 
+// ... the same with a 4-D tensor map, coordinates c0 (innermost) to c3.
+__device__ __forceinline__ void cp_async_bulk_tensor_4d_g2s(uint32_t dst, const void *tmap, uint32_t bar, int32_t c0,
+                                                            int32_t c1, int32_t c2, int32_t c3) {
+  QF_ASM_SM90(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
 // cp.async.bulk (no tensor map): `bytes` (a multiple of 16; both addresses 16-byte aligned) from
 // global memory into this CTA's shared memory, counted as transaction bytes on the mbarrier `bar`.
 __device__ __forceinline__ void cp_async_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {

@@ -14,27 +14,29 @@ const char kOp[] = "qf_attention";
 
 // Per head dim: the prefill tile (TMA producer, two wgmma warpgroups of 64 rows; D = 512 runs two
 // CTAs of 256 output columns per row tile, both forming the whole S) and the decode tile (16 rows,
-// four mma.sync warps splitting each key tile).
+// four mma.sync warps splitting each key tile). The softmax overlapped with the previous P V
+// (kOverlap) pays at D = 128 only (H200: +2-3%; D = 64 -6%, D = 256 -22% with its two stages,
+// bench/results/h200-dev-attention-overlap-ab.jsonl).
 template <int D>
 struct TilesFor;
 template <>
 struct TilesFor<64> {
-  using Prefill = AttnPrefillTile<64, 64, 128, 4>;
+  using Prefill = AttnPrefillTile<64, 64, 128, 4, false>;
   using Decode = AttnDecodeTile<64, 64, 64, 4>;
 };
 template <>
 struct TilesFor<128> {
-  using Prefill = AttnPrefillTile<128, 128, 128, 3>;
+  using Prefill = AttnPrefillTile<128, 128, 128, 3, true>;
   using Decode = AttnDecodeTile<128, 128, 64, 4>;
 };
 template <>
 struct TilesFor<256> {
-  using Prefill = AttnPrefillTile<256, 256, 64, 2>;
+  using Prefill = AttnPrefillTile<256, 256, 64, 2, false>;
   using Decode = AttnDecodeTile<256, 256, 64, 4>;
 };
 template <>
 struct TilesFor<512> {
-  using Prefill = AttnPrefillTile<512, 256, 32, 2>;
+  using Prefill = AttnPrefillTile<512, 256, 32, 2, false>;
   using Decode = AttnDecodeTile<512, 256, 64, 4>;
 };
 

@@ -53,10 +53,12 @@ struct attn_params {
 
 // The prefill tile: two consumer warpgroups of 64 rows and a producer warpgroup; D (q and k head
 // dim), DVT output columns per CTA (Dv / DVT CTAs share a row tile), BN keys per tile, kStages
-// K/V tiles in flight.
-template <int D_, int DVT_, int BN_, int kStages_>
+// K/V tiles in flight; kOverlap: a tile's softmax runs while the tensor cores do the previous
+// tile's P V (it holds two stages at once).
+template <int D_, int DVT_, int BN_, int kStages_, bool kOverlap_>
 struct AttnPrefillTile {
   static constexpr int D = D_, DVT = DVT_, BN = BN_, kStages = kStages_;
+  static constexpr bool kOverlap = kOverlap_;
   static constexpr int kThreads = 384, kRows = 128;
   static constexpr int kNS = BN / 8, kNO = DVT / 8;  // accumulator octets of S and O per thread
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
@@ -198,11 +200,12 @@ __device__ __forceinline__ void load_q(const attn_params &p, const CtaWork &w, u
 
 // One key tile's softmax step for a thread's two rows (at key positions pos[0], pos[1]; the
 // thread holds keys j0 + 8 j + 2 (lane % 4) (+ 1) of octet j): the mask where `edge`, then the
-// running max m and sum l in log2 units, O rescaled, s turned into P = 2^(s c - m).
-template <int kNS, int kNO>
-__device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kNS * 4], float (&o)[kNO * 4],
-                                             float (&m_row)[2], float (&l_row)[2], const int (&pos)[2], int j0,
-                                             bool edge, int lane) {
+// running max m and sum l in log2 units and s turned into P = 2^(s c - m). alpha receives the
+// factor that brings the rows' earlier sums (O) to the new maximum.
+template <int kNS>
+__device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kNS * 4], float (&m_row)[2],
+                                             float (&l_row)[2], float (&alpha)[2], const int (&pos)[2], int j0, bool edge,
+                                             int lane) {
   if (edge) {
 #pragma unroll
     for (int nt = 0; nt < kNS; nt++)
@@ -221,11 +224,9 @@ __device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kN
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     mx = fmaxf(m_row[i], mx * p.scale_log2);
     const float m_use = mx == -INFINITY ? 0.0f : mx;  // a row that has seen nothing keeps zeros
-    const float alpha = ex2_approx_ftz_f32(m_row[i] - m_use);
+    alpha[i] = ex2_approx_ftz_f32(m_row[i] - m_use);
     m_row[i] = mx;
-    l_row[i] *= alpha;
-#pragma unroll
-    for (int nt = 0; nt < kNO; nt++) o[4 * nt + 2 * i] *= alpha, o[4 * nt + 2 * i + 1] *= alpha;
+    l_row[i] *= alpha[i];
 #pragma unroll
     for (int nt = 0; nt < kNS; nt++)
 #pragma unroll
@@ -234,6 +235,14 @@ __device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kN
         l_row[i] += s[4 * nt + e];
       }
   }
+}
+
+template <int kNO>
+__device__ __forceinline__ void rescale(float (&o)[kNO * 4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < kNO; nt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[4 * nt + e] *= alpha[e >> 1];
 }
 
 // P's A fragments (k16 steps of 16 keys) from the softmax'd S accumulators.
@@ -347,42 +356,88 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   float o_acc[kNO * 4] = {};
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
 
-  for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
-    const int st = it % kStages;
-    const uint32_t parity = (it / kStages) & 1;
-    // S = Q K^T: k16 step kk is 32 bytes into its plane of 64 columns
-    float s[kNS * 4];
-    const uint32_t sk = s_k + st * Tile::kKBytes;
-    mbarrier_wait_parity(k_full(st), parity);
+  // S = Q K^T of tile t into s (k16 step kk is 32 bytes into its plane of 64 columns), issued.
+  auto issue_qk = [&](float (&s)[kNS * 4], int it) {
+    const uint32_t sk = s_k + (it % kStages) * Tile::kKBytes;
+    mbarrier_wait_parity(k_full(it % kStages), (it / kStages) & 1);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
       wgmma_qk<BN>(T(), s, wgmma_desc_kmajor_sw128(q_rows + (kk / 4) * kRows * 128 + (kk % 4) * 32),
                    wgmma_desc_kmajor_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
     wgmma_commit_group();
-    wgmma_wait_group<0>();
-#pragma unroll
-    for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
-
-    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
-                      (p.window && t * BN <= w.pos_hi - p.window);
-    softmax_step<kNS, kNO>(p, s, o_acc, m_row, l_row, pos, t * BN, edge, lane);
-    uint32_t pa[kNS / 2][4];
-    p_fragments<T, kNS>(s, pa);
-
-    // O += P V: keys 16 ks .. + 15 are two 8-row atoms 1024 bytes apart, the next 64 columns a plane on
-    const uint32_t sv = s_v + st * Tile::kVBytes;
-    mbarrier_wait_parity(v_full(st), parity);
+  };
+  // O += P V of tile it's stage, issued: keys 16 ks .. + 15 are two 8-row atoms 1024 bytes apart,
+  // the next 64 columns a plane on.
+  auto issue_pv = [&](const uint32_t (&pa)[kNS / 2][4], int it) {
+    const uint32_t sv = s_v + (it % kStages) * Tile::kVBytes;
+    mbarrier_wait_parity(v_full(it % kStages), (it / kStages) & 1);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ks++)
       wgmma_pv<DVT>(T(), o_acc, pa[ks], wgmma_desc_nmajor_sw128(sv + ks * 16 * 128, BN * 128, 1024));
     wgmma_commit_group();
-    wgmma_wait_group<0>();
 #pragma unroll
-    for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
+    for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);  // in flight: not to be touched
+  };
+  auto softmax_tile = [&](float (&s)[kNS * 4], int t, float (&alpha)[2]) {
+#pragma unroll
+    for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
+    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
+                      (p.window && t * BN <= w.pos_hi - p.window);
+    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, t * BN, edge, lane);
+  };
+  auto release = [&](int it) {  // the warp has read the stage of tile it
     __syncwarp();
-    if (lane == 0) mbarrier_arrive(empty(st));  // the warp has read the stage
+    if (lane == 0) mbarrier_arrive(empty(it % kStages));
+  };
+
+  const int n = w.t_hi - w.t_lo;
+  uint32_t pa[kNS / 2][4];
+  if constexpr (!Tile::kOverlap) {
+    for (int it = 0; it < n; it++) {
+      float s[kNS * 4], alpha[2];
+      issue_qk(s, it);
+      wgmma_wait_group<0>();
+      softmax_tile(s, w.t_lo + it, alpha);
+      rescale<kNO>(o_acc, alpha);
+      p_fragments<T, kNS>(s, pa);
+      issue_pv(pa, it);
+      wgmma_wait_group<0>();
+#pragma unroll
+      for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
+      release(it);
+    }
+  } else {
+    // The softmax of tile it runs while the tensor cores do P V of tile it - 1 (the rescale of O
+    // by its alpha waits for that product); P of the last tile goes last.
+    if (n > 0) {
+      float s[kNS * 4], alpha[2];
+      issue_qk(s, 0);
+      wgmma_wait_group<0>();
+      softmax_tile(s, w.t_lo, alpha);
+      p_fragments<T, kNS>(s, pa);
+    }
+    for (int it = 1; it < n; it++) {
+      float s[kNS * 4], alpha[2];
+      issue_qk(s, it);
+      issue_pv(pa, it - 1);
+      wgmma_wait_group<1>();  // S of tile it; P V of tile it - 1 still running
+      softmax_tile(s, w.t_lo + it, alpha);
+      wgmma_wait_group<0>();
+#pragma unroll
+      for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
+      release(it - 1);
+      rescale<kNO>(o_acc, alpha);
+      p_fragments<T, kNS>(s, pa);
+    }
+    if (n > 0) {
+      issue_pv(pa, n - 1);
+      wgmma_wait_group<0>();
+#pragma unroll
+      for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
+      release(n - 1);
+    }
   }
   store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, lane);
 }
@@ -464,7 +519,9 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_decode_kernel(const 
 
     const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
                       (p.window && t * BN <= w.pos_hi - p.window);
-    softmax_step<kNS, kNO>(p, s, o_acc, m_row, l_row, pos, t * BN + wn * Tile::kWarpKeys, edge, lane);
+    float alpha[2];
+    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, t * BN + wn * Tile::kWarpKeys, edge, lane);
+    rescale<kNO>(o_acc, alpha);
     uint32_t pa[kNS / 2][4];
     p_fragments<T, kNS>(s, pa);
 

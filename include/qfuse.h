@@ -456,6 +456,26 @@ typedef struct {
 qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *sinks,
                        const qf_attention_opts *opts, DLTensor *o, DLTensor *lse);
 
+/* Attention over a paged KV cache with a length per sequence (decode, speculative decode and
+ * chunked prefill against an engine's cache):
+ *  k_cache [num_pages, page_size, Hkv, D], v_cache [num_pages, page_size, Hkv, Dv]: q's dtype,
+ *     the last dimension contiguous, any element strides on the others.
+ *  block_table int32 [B, max_pages] (rows may be strided): key j of sequence b is slot
+ *     j % page_size of page block_table[b, j / page_size].
+ *  kv_lens int32 [B]: L_b, the keys of sequence b, in [0, max_pages * page_size].
+ *  q [B, Sq, Hq, D]: the last Sq tokens of each sequence (query i at key position i + L_b - Sq);
+ *  sinks, opts, o and lse as qf_attention, with L_b keys in place of Skv.
+ * The CPU backend refuses lengths or pages (of keys below L_b) out of range with QF_ERR_VALUE.
+ * CUDA reads block_table and kv_lens on the device (a CUDA graph can replay the call as they
+ * change): lengths are clamped to the range, and where a page is out of range the rows that see
+ * its keys (and others of their tile) get NaN in o and lse, never values from another page. Head
+ * dims, alignment and strides as qf_attention on CUDA; pages of any size (the prefill kernel loads
+ * them by TMA where page_size is a multiple of its key tile or a divisor of it that is a multiple
+ * of 8, else the decode kernel runs). */
+qf_status qf_attention_paged(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_cache, const DLTensor *v_cache,
+                             const DLTensor *block_table, const DLTensor *kv_lens, const DLTensor *sinks,
+                             const qf_attention_opts *opts, DLTensor *o, DLTensor *lse);
+
 /* ---- Vector quantization (VQ) -------------------------------------------------------------
  *
  * A weight W [N, K] is cut along K into vectors of vector_size elements. Each vector is replaced

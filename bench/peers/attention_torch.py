@@ -24,7 +24,9 @@ from quant_torch import WARMUP, time_us
 BACKENDS = {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
             "torch-efficient": SDPBackend.EFFICIENT_ATTENTION}
 
-# (name, B, Sq, Skv, Hq, Hkv, D, causal): prefill at Sq = Skv, decode at Sq = 1 (every key visible).
+# (name, B, Sq, Skv, Hq, Hkv, D, causal): prefill at Sq = Skv, decode at Sq = 1 (every key visible);
+# "paged": qfuse reads the keys through a block table of 16-key pages (shuffled), the peers the same
+# keys contiguous.
 SHAPES = [
     ("prefill", 8, 1024, 1024, 32, 8, 128, True),
     ("prefill", 2, 4096, 4096, 32, 8, 128, True),
@@ -35,6 +37,7 @@ SHAPES = [
     ("decode", 8, 1, 4096, 32, 32, 128, False),
     ("decode", 32, 1, 2048, 32, 8, 128, False),
     ("decode", 8, 1, 16384, 64, 8, 128, False),
+    ("paged", 32, 1, 2048, 32, 8, 128, False),
 ]
 QUICK = {0, 2, 5, 6}
 
@@ -104,7 +107,19 @@ def main():
             v = torch.randn(b, skv, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
             o = torch.empty_like(q)
             lse = torch.empty(b, hq, sq, device=dev)
-            us = time_us_named(lambda: ctx.attention(q, k, v, o, lse=lse, causal=causal), reps, flush, "attention")
+            if kind == "paged":
+                page = 16
+                perm = torch.randperm(b * skv // page, device=dev, generator=g)
+                table = perm.view(b, skv // page).to(torch.int32)
+                k_cache = torch.empty(b * skv // page, page, hkv, d, device=dev, dtype=torch.bfloat16)
+                v_cache = torch.empty_like(k_cache)
+                k_cache[perm] = k.view(-1, page, hkv, d)
+                v_cache[perm] = v.view(-1, page, hkv, d)
+                lens = torch.full((b,), skv, dtype=torch.int32, device=dev)
+                fn = lambda: ctx.attention_paged(q, k_cache, v_cache, table, lens, o, lse=lse)  # noqa: E731
+            else:
+                fn = lambda: ctx.attention(q, k, v, o, lse=lse, causal=causal)  # noqa: E731
+            us = time_us_named(fn, reps, flush, "attention")
             pairs = b * hq * sq * skv * (0.5 if causal and sq == skv else 1.0)
             flops = 4 * pairs * d
             nbytes = 2 * (q.numel() + k.numel() + v.numel() + o.numel()) + 4 * lse.numel()

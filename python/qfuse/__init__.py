@@ -161,6 +161,7 @@ def _load():
                                           ctypes.POINTER(ctypes.c_int64)]
     lib.qf_vq_pack_gemv.argtypes = [ctypes.c_void_p, T, ctypes.POINTER(VqFormat), ctypes.c_int64, T]
     lib.qf_attention.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
+    lib.qf_attention_paged.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
     lib.qf_vq_attention_decode.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat),
                                            ctypes.POINTER(VqAttentionOpts), T, T]
     return lib
@@ -396,6 +397,16 @@ class Context:
         self._check(_lib.qf_attention(self._ctx, keep[0].ptr(), keep[1].ptr(), keep[2].ptr(),
                                       extra[0].ptr() if extra[0] else None, ctypes.byref(opt), keep[3].ptr(),
                                       extra[1].ptr() if extra[1] else None))
+
+    def attention_paged(self, q, k_cache, v_cache, block_table, kv_lens, o, lse=None, sinks=None, sm_scale=0.0,
+                        causal=False, window=0):
+        """qf_attention_paged: k_cache, v_cache [num_pages, page_size, Hkv, D]; block_table int32
+        [B, max_pages]; kv_lens int32 [B]; the rest as attention()."""
+        keep = [_Arg(t) for t in (q, k_cache, v_cache, block_table, kv_lens, o)]
+        extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
+        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        self._check(_lib.qf_attention_paged(self._ctx, *(a.ptr() for a in keep[:5]), extra[0].ptr() if extra[0] else None,
+                                            ctypes.byref(opt), keep[5].ptr(), extra[1].ptr() if extra[1] else None))
 
     def vq_attention_decode(self, q, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse, head_dim, kv_heads,
                             seq_len, sm_scale=0.0):

@@ -71,27 +71,48 @@ static qf_status check_cuda_layout(qf_ctx *ctx, const char *op, const char *name
   return QF_OK;
 }
 
-qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *sinks,
-                       const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
-  static const char op[] = "qf_attention";
+/* Validates the arguments of both forms into *a (paged: k and v are caches [num_pages, page_size,
+ * Hkv, D], with block_table [B, max_pages] and kv_lens [B]) and dispatches. */
+static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const DLTensor *k, const DLTensor *v,
+                           const DLTensor *block_table, const DLTensor *kv_lens, const DLTensor *sinks,
+                           const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
   if (!ctx) return QF_ERR_NULL;
+  const int paged = block_table || kv_lens;
   qf_attention_args a = {0};
   int64_t qd[4], kd[4], vd[4], od[4];
   qf_dtype vdt, kdt;
   qf_status st;
   void *qp, *kp, *vp;
   if ((st = check_4d(ctx, op, "q", q, QF_HALVES, qd, a.qs, &a.dtype, &qp)) ||
-      (st = check_4d(ctx, op, "k", k, QF_DT(a.dtype), kd, a.ks, &kdt, &kp)) ||
-      (st = check_4d(ctx, op, "v", v, QF_DT(a.dtype), vd, a.vs, &vdt, &vp)) ||
+      (st = check_4d(ctx, op, paged ? "k_cache" : "k", k, QF_DT(a.dtype), kd, a.ks, &kdt, &kp)) ||
+      (st = check_4d(ctx, op, paged ? "v_cache" : "v", v, QF_DT(a.dtype), vd, a.vs, &vdt, &vp)) ||
       (st = check_4d(ctx, op, "o", o, QF_DT(a.dtype) | QF_DT(QF_F32), od, a.os, &a.o_dtype, &a.o)))
     return st;
   a.q = qp, a.k = kp, a.v = vp;
-  a.B = qd[0], a.Sq = qd[1], a.Hq = qd[2], a.D = qd[3], a.Skv = kd[1], a.Hkv = kd[2], a.Dv = vd[3];
-  if (kd[0] != a.B || vd[0] != a.B || vd[1] != a.Skv || vd[2] != a.Hkv || kd[3] != a.D)
-    return qf_fail(ctx, QF_ERR_SHAPE,
-                   "%s: k [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] and v [%" PRId64 ", %" PRId64 ", %" PRId64
-                   ", %" PRId64 "] do not match q [B=%" PRId64 ", Sq, Hq, D=%" PRId64 "] (k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv])",
-                   op, kd[0], kd[1], kd[2], kd[3], vd[0], vd[1], vd[2], vd[3], a.B, a.D);
+  a.B = qd[0], a.Sq = qd[1], a.Hq = qd[2], a.D = qd[3], a.Hkv = kd[2], a.Dv = vd[3];
+  if (paged) {
+    if (vd[0] != kd[0] || vd[1] != kd[1] || vd[2] != kd[2] || kd[3] != a.D || kd[1] < 1)
+      return qf_fail(ctx, QF_ERR_SHAPE,
+                     "%s: k_cache [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] and v_cache [%" PRId64 ", %" PRId64
+                     ", %" PRId64 ", %" PRId64 "] do not match (both [num_pages, page_size >= 1, Hkv, D / Dv], D=%" PRId64 " as q)",
+                     op, kd[0], kd[1], kd[2], kd[3], vd[0], vd[1], vd[2], vd[3], a.D);
+    qf_mat bt;
+    if (!block_table) return qf_fail(ctx, QF_ERR_NULL, "%s: block_table is NULL", op);
+    if ((st = qf_check_mat(ctx, op, "block_table", block_table, QF_DT(QF_I32), 4, &bt))) return st;
+    if (block_table->ndim != 2 || bt.rows != a.B)
+      return qf_fail(ctx, QF_ERR_SHAPE, "%s: block_table must be [B=%" PRId64 ", max_pages]; got ndim=%d, %" PRId64 " rows", op,
+                     a.B, (int)block_table->ndim, bt.rows);
+    if ((st = qf_check_vec(ctx, op, "kv_lens", kv_lens, QF_I32, a.B, (void **)&a.kv_lens))) return st;
+    a.block_table = bt.data, a.bt_stride = bt.ld, a.page_size = kd[1], a.num_pages = kd[0];
+    a.Skv = bt.cols * kd[1];
+  } else {
+    a.Skv = kd[1];
+    if (kd[0] != a.B || vd[0] != a.B || vd[1] != a.Skv || vd[2] != a.Hkv || kd[3] != a.D)
+      return qf_fail(ctx, QF_ERR_SHAPE,
+                     "%s: k [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] and v [%" PRId64 ", %" PRId64 ", %" PRId64
+                     ", %" PRId64 "] do not match q [B=%" PRId64 ", Sq, Hq, D=%" PRId64 "] (k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv])",
+                     op, kd[0], kd[1], kd[2], kd[3], vd[0], vd[1], vd[2], vd[3], a.B, a.D);
+  }
   if (a.D < 1 || a.Dv < 1 || a.Hkv < 1 || a.Hq % a.Hkv)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: D=%" PRId64 ", Dv=%" PRId64 " must be positive and Hq=%" PRId64
                    " a multiple of Hkv=%" PRId64, op, a.D, a.Dv, a.Hq, a.Hkv);
@@ -118,9 +139,10 @@ qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const 
   if (a.D != a.Dv || (a.D != 64 && a.D != 128 && a.D != 256 && a.D != 512))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes D = Dv in {64, 128, 256, 512}; got D=%" PRId64 ", Dv=%" PRId64, op,
                    a.D, a.Dv);
-  if (a.B * a.Hkv > 65535 || a.Sq * (a.Hq / a.Hkv) >= (1 << 30) || a.Skv >= (1 << 30))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes B * Hkv <= 65535 and Sq * Hq / Hkv, Skv below 2^30; got B * Hkv = %" PRId64
-                   ", Sq = %" PRId64 ", Skv = %" PRId64, op, a.B * a.Hkv, a.Sq, a.Skv);
+  if (a.B * a.Hkv > 65535 || a.Sq * (a.Hq / a.Hkv) >= (1 << 30) || a.Skv >= (1 << 30) || a.num_pages >= (1 << 30))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes B * Hkv <= 65535 and Sq * Hq / Hkv, Skv, num_pages below 2^30; got "
+                   "B * Hkv = %" PRId64 ", Sq = %" PRId64 ", Skv = %" PRId64 ", num_pages = %" PRId64, op, a.B * a.Hkv, a.Sq, a.Skv,
+                   a.num_pages);
   if ((st = check_cuda_layout(ctx, op, "q", a.q, a.qs, a.dtype)) || (st = check_cuda_layout(ctx, op, "k", a.k, a.ks, a.dtype)) ||
       (st = check_cuda_layout(ctx, op, "v", a.v, a.vs, a.dtype)) || (st = check_cuda_layout(ctx, op, "o", a.o, a.os, a.o_dtype)))
     return st;
@@ -128,4 +150,17 @@ qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const 
 #else
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: this build has no CUDA backend", op);
 #endif
+}
+
+qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *sinks,
+                       const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
+  return attention(ctx, "qf_attention", q, k, v, NULL, NULL, sinks, opts, o, lse);
+}
+
+qf_status qf_attention_paged(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_cache, const DLTensor *v_cache,
+                             const DLTensor *block_table, const DLTensor *kv_lens, const DLTensor *sinks,
+                             const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
+  if (ctx && (!block_table || !kv_lens))
+    return qf_fail(ctx, QF_ERR_NULL, "qf_attention_paged: block_table and kv_lens are required");
+  return attention(ctx, "qf_attention_paged", q, k_cache, v_cache, block_table, kv_lens, sinks, opts, o, lse);
 }

@@ -126,7 +126,9 @@ qf_status qf_cuda_gemm_azp_adj(qf_ctx *ctx, const qf_mat *b, int32_t multiplier,
 
 /* ---- attention ---- */
 /* qf_attention: tensors [B, S, H, D] at element strides {batch, token, head} (the last dimension
- * contiguous); lse [B, Hq, Sq] contiguous or NULL; sinks [Hq] or NULL. */
+ * contiguous); lse [B, Hq, Sq] contiguous or NULL; sinks [Hq] or NULL. qf_attention_paged:
+ * k and v are caches [num_pages, page_size, Hkv, D] at strides {page, slot, head}, Skv is
+ * max_pages * page_size (the longest a sequence can be) and kv_lens[b] the keys of sequence b. */
 typedef struct {
   const void *q, *k, *v;
   void *o;
@@ -138,6 +140,9 @@ typedef struct {
   double sm_scale;
   int causal;
   int64_t window;            /* 0: none */
+  const int32_t *block_table; /* NULL: dense k and v */
+  int64_t bt_stride, page_size, num_pages;
+  const int32_t *kv_lens;
 } qf_attention_args;
 
 qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a);

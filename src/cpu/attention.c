@@ -16,7 +16,27 @@ static void store(qf_dtype dt, void *base, int64_t i, double v) {
   else ((uint16_t *)base)[i] = qf_f16_from_f32((float)v);
 }
 
+/* Offset of key j of sequence b, kv head g, in k (strides ks) or v: dense [B, Skv, Hkv, D] or a page
+ * of the cache. */
+static int64_t key_offset(const qf_attention_args *a, const int64_t st[3], int64_t b, int64_t j, int64_t g) {
+  if (!a->block_table) return b * st[0] + j * st[1] + g * st[2];
+  const int64_t page = a->block_table[b * a->bt_stride + j / a->page_size];
+  return page * st[0] + (j % a->page_size) * st[1] + g * st[2];
+}
+
 qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
+  for (int64_t b = 0; a->kv_lens && b < a->B; b++) {
+    const int64_t len = a->kv_lens[b];
+    if (len < 0 || len > a->Skv)
+      return qf_fail(ctx, QF_ERR_VALUE, "qf_attention_paged: kv_lens[%lld]=%lld is outside [0, %lld]", (long long)b,
+                     (long long)len, (long long)a->Skv);
+    for (int64_t pg = 0; pg * a->page_size < len; pg++) {
+      const int32_t page = a->block_table[b * a->bt_stride + pg];
+      if (page < 0 || page >= a->num_pages)
+        return qf_fail(ctx, QF_ERR_VALUE, "qf_attention_paged: block_table[%lld, %lld]=%d is outside [0, %lld)", (long long)b,
+                       (long long)pg, (int)page, (long long)a->num_pages);
+    }
+  }
   double *s = malloc((size_t)(a->Skv + 1) * sizeof *s), *acc = malloc((size_t)a->Dv * sizeof *acc);
   if (!s || !acc) {
     free(s), free(acc);
@@ -26,13 +46,13 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
   for (int64_t b = 0; b < a->B; b++)
     for (int64_t h = 0; h < a->Hq; h++)
       for (int64_t i = 0; i < a->Sq; i++) {
-        const int64_t g = h / group, p = i + a->Skv - a->Sq;
+        const int64_t len = a->kv_lens ? a->kv_lens[b] : a->Skv, g = h / group, p = i + len - a->Sq;
         const int64_t qo = b * a->qs[0] + i * a->qs[1] + h * a->qs[2];
         double m = a->sinks ? a->sinks[h] : -INFINITY;
-        for (int64_t j = 0; j < a->Skv; j++) {
+        for (int64_t j = 0; j < len; j++) {
           s[j] = -INFINITY;
           if ((a->causal && j > p) || (a->window > 0 && j <= p - a->window)) continue;
-          const int64_t ko = b * a->ks[0] + j * a->ks[1] + g * a->ks[2];
+          const int64_t ko = key_offset(a, a->ks, b, j, g);
           double dot = 0.0;
           for (int64_t d = 0; d < a->D; d++) dot += load(a->dtype, a->q, qo + d) * load(a->dtype, a->k, ko + d);
           s[j] = a->sm_scale * dot;
@@ -42,10 +62,10 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
         double l = 0.0, lse = -INFINITY;
         if (m > -INFINITY) {
           l = a->sinks ? exp(a->sinks[h] - m) : 0.0;
-          for (int64_t j = 0; j < a->Skv; j++) {
+          for (int64_t j = 0; j < len; j++) {
             if (s[j] == -INFINITY) continue;
             const double e = exp(s[j] - m);
-            const int64_t vo = b * a->vs[0] + j * a->vs[1] + g * a->vs[2];
+            const int64_t vo = key_offset(a, a->vs, b, j, g);
             l += e;
             for (int64_t d = 0; d < a->Dv; d++) acc[d] += e * load(a->dtype, a->v, vo + d);
           }

@@ -222,6 +222,50 @@ static void check_errors(void) {
   CHECK(qf_attention(NULL, &a.qt.t, &a.kt.t, &a.vt.t, NULL, &opt, &a.ot.t, &a.lt) == QF_ERR_NULL, "ctx NULL");
 }
 
+/* qf_attention_paged: two sequences of 7 and 3 keys over shuffled pages of 2 keys give the bytes of
+ * the dense call on each sequence's keys; lengths and pages out of range are refused, o untouched. */
+static void check_paged(void) {
+  enum { P = 2, NP = 7, MAXP = 4, H = 2, DD = 8, SQ2 = 2 };
+  const int32_t lens[2] = {7, 3}, table[2][MAXP] = {{5, 0, 3, 6}, {2, 4, -1, 99}};
+  uint16_t kc[NP * P * H * DD], vc[NP * P * H * DD], q[2 * SQ2 * H * DD], kd[7 * H * DD], vd[7 * H * DD];
+  float o[2 * SQ2 * H * DD], want[SQ2 * H * DD];
+  uint64_t seed = 11;
+  for (size_t i = 0; i < sizeof kc / 2; i++) kc[i] = qf_bf16_from_f32(rng_normal(&seed)), vc[i] = qf_bf16_from_f32(rng_normal(&seed));
+  for (size_t i = 0; i < sizeof q / 2; i++) q[i] = qf_bf16_from_f32(rng_normal(&seed));
+  int64_t cs[4] = {NP, P, H, DD}, qs[4] = {2, SQ2, H, DD}, ts[2] = {2, MAXP}, ls[1] = {2};
+  DLTensor kt = dl_tensor(kc, QF_BF16, 4, cs, kDLCPU), vt = dl_tensor(vc, QF_BF16, 4, cs, kDLCPU);
+  DLTensor qt = dl_tensor(q, QF_BF16, 4, qs, kDLCPU), ot = dl_tensor(o, QF_F32, 4, qs, kDLCPU);
+  DLTensor tt = dl_tensor((void *)table, QF_I32, 2, ts, kDLCPU), lt = dl_tensor((void *)lens, QF_I32, 1, ls, kDLCPU);
+  const qf_attention_opts opt = {.causal = 1};
+  CHECK(qf_attention_paged(ctx, &qt, &kt, &vt, &tt, &lt, NULL, &opt, &ot, NULL) == QF_OK, "paged: %s", qf_ctx_last_error(ctx));
+  for (int b = 0; b < 2; b++) {
+    for (int j = 0; j < lens[b]; j++) /* gather the sequence's keys */
+      for (int e = 0; e < H * DD; e++) {
+        const int src = (table[b][j / P] * P + j % P) * H * DD + e;
+        kd[j * H * DD + e] = kc[src], vd[j * H * DD + e] = vc[src];
+      }
+    int64_t ds[4] = {1, lens[b], H, DD}, q1[4] = {1, SQ2, H, DD};
+    DLTensor kdt = dl_tensor(kd, QF_BF16, 4, ds, kDLCPU), vdt = dl_tensor(vd, QF_BF16, 4, ds, kDLCPU);
+    DLTensor q1t = dl_tensor(q + b * SQ2 * H * DD, QF_BF16, 4, q1, kDLCPU), wt = dl_tensor(want, QF_F32, 4, q1, kDLCPU);
+    CHECK(qf_attention(ctx, &q1t, &kdt, &vdt, NULL, &opt, &wt, NULL) == QF_OK, "dense: %s", qf_ctx_last_error(ctx));
+    CHECK(!memcmp(want, o + b * SQ2 * H * DD, sizeof want), "paged sequence %d differs from the dense call", b);
+  }
+  float before[sizeof o / sizeof o[0]];
+  memcpy(before, o, sizeof o);
+  const int32_t long_lens[2] = {9, 3}, bad_table[2][MAXP] = {{5, 0, 3, 7}, {2, 4, -1, 99}};
+  DLTensor l2 = dl_tensor((void *)long_lens, QF_I32, 1, ls, kDLCPU), t2 = dl_tensor((void *)bad_table, QF_I32, 2, ts, kDLCPU);
+  CHECK(qf_attention_paged(ctx, &qt, &kt, &vt, &tt, &l2, NULL, &opt, &ot, NULL) == QF_ERR_VALUE, "a length past the table");
+  CHECK(qf_attention_paged(ctx, &qt, &kt, &vt, &t2, &lt, NULL, &opt, &ot, NULL) == QF_ERR_VALUE, "page 7 of 7: %s",
+        qf_ctx_last_error(ctx));
+  CHECK(qf_attention_paged(ctx, &qt, &kt, &vt, NULL, &lt, NULL, &opt, &ot, NULL) == QF_ERR_NULL, "no table");
+  int64_t ts3[2] = {3, MAXP};
+  DLTensor t3 = dl_tensor((void *)table, QF_I32, 2, ts3, kDLCPU);
+  CHECK(qf_attention_paged(ctx, &qt, &kt, &vt, &t3, &lt, NULL, &opt, &ot, NULL) == QF_ERR_SHAPE, "table of 3 rows");
+  DLTensor ft = dl_tensor((void *)lens, QF_F32, 1, ls, kDLCPU);
+  CHECK(qf_attention_paged(ctx, &qt, &kt, &vt, &tt, &ft, NULL, &opt, &ot, NULL) == QF_ERR_DTYPE, "fp32 kv_lens");
+  CHECK(!memcmp(before, o, sizeof o), "a refused paged call wrote o");
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   check_by_hand();
@@ -233,6 +277,7 @@ int main(void) {
     }
   check_case(QF_BF16, QF_BF16, masks[1], 1);
   check_errors();
+  check_paged();
   qf_ctx_destroy(ctx);
   return check_finish("test_attention");
 }

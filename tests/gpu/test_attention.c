@@ -33,6 +33,7 @@ typedef struct {
   int causal, window, sinks;
   int bhsd;  /* k and v stored [B, H, S, D] */
   float sm_scale;
+  int page;  /* > 0: qf_attention_paged over pages of `page` keys, sequence b holding lens[b] <= Skv */
 } acase;
 
 /* A 4-D tensor [B, S, H, D] with heads padded by `pad` elements, as [B, S, H, D] or [B, H, S, D]
@@ -81,9 +82,9 @@ static void t4_free(t4 *t) {
 
 static void run_case(const acase *c) {
   char desc[200];
-  snprintf(desc, sizeof desc, "B %d Sq %d Skv %d Hq %d Hkv %d D %d %s->%s causal %d window %d sinks %d %s", c->B, c->Sq,
-           c->Skv, c->Hq, c->Hkv, c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
-           c->bhsd ? "bhsd" : "bshd");
+  snprintf(desc, sizeof desc, "B %d Sq %d Skv %d Hq %d Hkv %d D %d %s->%s causal %d window %d sinks %d %s page %d", c->B,
+           c->Sq, c->Skv, c->Hq, c->Hkv, c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
+           c->bhsd ? "bhsd" : "bshd", c->page);
   uint64_t seed = 0x5eed + (uint64_t)c->Skv * 131 + (uint64_t)c->D;
   t4 q, k, v, o;
   t4_init(&q, c->B, c->Sq, c->Hq, c->D, 8, 0, c->in);
@@ -103,9 +104,55 @@ static void run_case(const acase *c) {
   DLTensor sh = dl_tensor(sk.ref, QF_F32, 1, sshape, kDLCPU), sd = dl_tensor(sk.dev, QF_F32, 1, sshape, kDLCUDA);
   const qf_attention_opts opt = {.sm_scale = c->sm_scale, .causal = c->causal, .window = c->window};
 
-  qf_status st = qf_attention(cpu, &q.th, &k.th, &v.th, c->sinks ? &sh : NULL, &opt, &o.th, &lh);
+  /* Paged: sequence b holds lens[b] keys (the first lens[b] of k and v), scattered over shuffled
+   * pages of a cache with two pages to spare; table entries past a sequence hold garbage. */
+  int lens[64], n_pages = 2, max_pages = c->page ? (c->Skv + c->page - 1) / c->page : 0;
+  for (int b = 0; b < c->B; b++) lens[b] = c->page ? c->Skv - (b * 997) % (c->Skv / 2 + 1) : c->Skv;
+  for (int b = 0; c->page && b < c->B; b++) n_pages += (lens[b] + c->page - 1) / c->page;
+  t4 kc, vc;
+  pair table, lens_p;
+  int64_t tshape[2] = {c->B, max_pages > 0 ? max_pages : 1}, lshape1[1] = {c->B};
+  DLTensor th, td, lnh, lnd;
+  memset(&kc, 0, sizeof kc), memset(&vc, 0, sizeof vc), memset(&table, 0, sizeof table), memset(&lens_p, 0, sizeof lens_p);
+  memset(&th, 0, sizeof th), memset(&td, 0, sizeof td), memset(&lnh, 0, sizeof lnh), memset(&lnd, 0, sizeof lnd);
+  if (c->page) {
+    t4_init(&kc, n_pages, c->page, c->Hkv, c->D, 16, 0, c->in);
+    t4_init(&vc, n_pages, c->page, c->Hkv, c->D, 8, c->bhsd, c->in);
+    int32_t *tab = malloc((size_t)c->B * max_pages * 4), *perm = malloc((size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++) perm[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+      const int r = (int)(rng_next(&seed) % (uint64_t)(i + 1)), t = perm[i];
+      perm[i] = perm[r], perm[r] = t;
+    }
+    for (int b = 0, next = 0; b < c->B; b++)
+      for (int pg = 0; pg < max_pages; pg++) {
+        const int used = pg * c->page < lens[b];
+        tab[b * max_pages + pg] = used ? perm[next++] : (pg % 2 ? -7 : 1 << 30);
+        for (int slot = 0; used && slot < c->page && pg * c->page + slot < lens[b]; slot++)
+          for (int g = 0; g < c->Hkv; g++)
+            for (int d = 0; d < c->D; d++) {
+              const size_t e = esize(c->in), j = (size_t)pg * c->page + slot, pgi = (size_t)tab[b * max_pages + pg];
+              memcpy(kc.host + (size_t)t4_off(&kc, (int)pgi, slot, g, d) * e, k.host + (size_t)t4_off(&k, b, (int)j, g, d) * e, e);
+              memcpy(vc.host + (size_t)t4_off(&vc, (int)pgi, slot, g, d) * e, v.host + (size_t)t4_off(&v, b, (int)j, g, d) * e, e);
+            }
+      }
+    CUDA_OK(cudaMemcpy(kc.dev, kc.host, kc.bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(vc.dev, vc.host, vc.bytes, cudaMemcpyHostToDevice));
+    pair_init(&table, (size_t)c->B * max_pages * 4, tab);
+    pair_init(&lens_p, (size_t)c->B * 4, lens);
+    th = dl_tensor(table.ref, QF_I32, 2, tshape, kDLCPU), td = dl_tensor(table.dev, QF_I32, 2, tshape, kDLCUDA);
+    lnh = dl_tensor(lens_p.ref, QF_I32, 1, lshape1, kDLCPU), lnd = dl_tensor(lens_p.dev, QF_I32, 1, lshape1, kDLCUDA);
+    free(tab), free(perm);
+  }
+#define RUN(ctx, side, dev)                                                                                          \
+  (c->page ? qf_attention_paged(ctx, &q.side, &kc.side, &vc.side, dev ? &td : &th, dev ? &lnd : &lnh,               \
+                                c->sinks ? (dev ? &sd : &sh) : NULL, &opt, &o.side, dev ? &ld : &lh)                 \
+           : qf_attention(ctx, &q.side, &k.side, &v.side, c->sinks ? (dev ? &sd : &sh) : NULL, &opt, &o.side,      \
+                          dev ? &ld : &lh))
+
+  qf_status st = RUN(cpu, th, 0);
   if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) return;
-  st = qf_attention(gpu, &q.td, &k.td, &v.td, c->sinks ? &sd : NULL, &opt, &o.td, &ld);
+  st = RUN(gpu, td, 1);
   CUDA_OK(cudaDeviceSynchronize());
   if (!CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu))) return;
   uint8_t *got = malloc(o.bytes), *again = malloc(o.bytes);
@@ -113,7 +160,7 @@ static void run_case(const acase *c) {
   CUDA_OK(cudaMemcpy(got, o.dev, o.bytes, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(got_lse, lse.dev, lse.bytes, cudaMemcpyDeviceToHost));
   /* the same call again: the same bytes */
-  CHECK(qf_attention(gpu, &q.td, &k.td, &v.td, c->sinks ? &sd : NULL, &opt, &o.td, &ld) == QF_OK, "%s: rerun", desc);
+  CHECK(RUN(gpu, td, 1) == QF_OK, "%s: rerun", desc);
   CUDA_OK(cudaMemcpy(again, o.dev, o.bytes, cudaMemcpyDeviceToHost));
   CHECK(!memcmp(got, again, o.bytes), "%s: a second run gave other bytes", desc);
 
@@ -127,11 +174,11 @@ static void run_case(const acase *c) {
     for (int h = 0; h < c->Hq; h++) {
       const int g = h / group;
       double vmax = 0.0;
-      for (int j = 0; j < c->Skv; j++)
+      for (int j = 0; j < lens[b]; j++)
         for (int d = 0; d < c->D; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, b, j, g, d))));
       for (int i = 0; i < c->Sq; i++) {
         double S = 0.0;
-        for (int j = 0; j < c->Skv; j++) {
+        for (int j = 0; j < lens[b]; j++) {
           double a = 0.0;
           for (int d = 0; d < c->D; d++)
             a += fabs((double)float_get(q.host, c->in, (size_t)t4_off(&q, b, i, h, d)) *
@@ -168,6 +215,36 @@ static void run_case(const acase *c) {
   free(is_elem);
   CHECK(gaps == 0, "%s: %ld bytes of o's gaps or tail written", desc, gaps);
   CHECK(dev_poisoned((uint8_t *)lse.dev + n_lse * 4, PAIR_TAIL), "%s: the sentinel past lse written", desc);
+  if (c->page && max_pages > 0) {
+    /* The last sequence's last page out of range: the rows that see a key of it get NaN, the rows
+     * of other sequences the bytes before, the rest of its rows either. */
+    const int32_t wrong = n_pages + 3, last = c->B - 1, bad_page = (lens[last] - 1) / c->page;
+    CUDA_OK(cudaMemcpy((int32_t *)table.dev + last * max_pages + bad_page, &wrong, 4, cudaMemcpyHostToDevice));
+    CHECK(RUN(gpu, td, 1) == QF_OK, "%s: bad page run", desc);
+    CUDA_OK(cudaMemcpy(again, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+    float *again_lse = malloc(lse.bytes);
+    CUDA_OK(cudaMemcpy(again_lse, lse.dev, lse.bytes, cudaMemcpyDeviceToHost));
+    long off = 0;
+    for (int b = 0; b < c->B; b++)
+      for (int i = 0; i < c->Sq; i++)
+        for (int h = 0; h < c->Hq; h++) {
+          const size_t li = ((size_t)b * c->Hq + h) * c->Sq + i;
+          const int pos = i + lens[b] - c->Sq, lo = c->window ? pos - c->window + 1 : 0;
+          const int sees = b == last && pos >= bad_page * c->page && lo < (bad_page + 1) * c->page;
+          const int either = b == last && !sees;
+          const int lse_nan = isnan(again_lse[li]), lse_same = !memcmp(&again_lse[li], &got_lse[li], 4);
+          off += sees ? !lse_nan : either ? !(lse_nan || lse_same) : !lse_same;
+          for (int d = 0; d < c->D; d++) {
+            const size_t e = (size_t)t4_off(&o, b, i, h, d);
+            const int v_nan = isnan(float_get(again, c->out, e)), v_same = !memcmp(again + e * esz, got + e * esz, esz);
+            off += sees ? !v_nan : either ? !(v_nan || v_same) : !v_same;
+          }
+        }
+    CHECK(off == 0, "%s: a page out of range: %ld values not as expected (NaN where it is seen)", desc, off);
+    free(again_lse);
+    t4_free(&kc), t4_free(&vc), pair_free(&table), pair_free(&lens_p);
+  }
+#undef RUN
   printf("  %-90s worst error %.2f of its bound\n", desc, worst);
   free(got), free(again), free(got_lse);
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
@@ -203,23 +280,29 @@ int main(void) {
   open_contexts(&gpu, &cpu);
   const acase cases[] = {
       /* prefill */
-      {2, 200, 200, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, 0},
-      {2, 130, 130, 4, 4, 128, QF_F16, QF_F32, 0, 0, 0, 1, 0},
-      {1, 77, 300, 6, 2, 64, QF_F16, QF_F16, 1, 50, 1, 0, 0},
-      {1, 90, 90, 8, 1, 64, QF_BF16, QF_F32, 0, 33, 0, 1, 0.3f},
-      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0},
-      {1, 70, 70, 2, 1, 512, QF_BF16, QF_BF16, 0, 0, 1, 1, 0},
-      {1, 40, 20, 4, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0},
-      {1, 40, 20, 4, 2, 128, QF_F16, QF_F32, 1, 0, 1, 0, 0},
-      {1, 5, 0, 8, 2, 128, QF_BF16, QF_F32, 0, 0, 1, 0, 0},
+      {2, 200, 200, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, 0, 0},
+      {2, 130, 130, 4, 4, 128, QF_F16, QF_F32, 0, 0, 0, 1, 0, 0},
+      {1, 77, 300, 6, 2, 64, QF_F16, QF_F16, 1, 50, 1, 0, 0, 0},
+      {1, 90, 90, 8, 1, 64, QF_BF16, QF_F32, 0, 33, 0, 1, 0.3f, 0},
+      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0},
+      {1, 70, 70, 2, 1, 512, QF_BF16, QF_BF16, 0, 0, 1, 1, 0, 0},
+      {1, 40, 20, 4, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0},
+      {1, 40, 20, 4, 2, 128, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0},
+      {1, 5, 0, 8, 2, 128, QF_BF16, QF_F32, 0, 0, 1, 0, 0, 0},
       /* decode */
-      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0},
-      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F32, 1, 1000, 0, 1, 0},
-      {1, 2, 333, 16, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0},
-      {4, 1, 2048, 16, 16, 128, QF_F16, QF_F16, 0, 0, 0, 1, 0},
-      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0},
-      {1, 1, 600, 4, 1, 512, QF_BF16, QF_BF16, 1, 0, 0, 1, 0},
-      {2, 1, 0, 8, 2, 64, QF_F16, QF_F32, 1, 0, 1, 0, 0},
+      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 0},
+      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F32, 1, 1000, 0, 1, 0, 0},
+      {1, 2, 333, 16, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0},
+      {4, 1, 2048, 16, 16, 128, QF_F16, QF_F16, 0, 0, 0, 1, 0, 0},
+      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0},
+      {1, 1, 600, 4, 1, 512, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0},
+      {2, 1, 0, 8, 2, 64, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0},
+      /* paged: decode (pages of 16 and of 100 keys), prefill with pages shorter and longer than a tile */
+      {4, 1, 1500, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 16},
+      {3, 2, 700, 16, 2, 64, QF_F16, QF_F32, 1, 0, 0, 1, 0, 100},
+      {2, 150, 600, 8, 2, 128, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 32},
+      {2, 100, 900, 4, 4, 128, QF_F16, QF_F16, 1, 200, 1, 0, 0, 256},
+      {2, 80, 400, 4, 2, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 64},
   };
   const size_t n = sizeof cases / sizeof cases[0], quick = 6;
   for (size_t i = 0; i < n; i++)

@@ -253,6 +253,28 @@ class TestAttention(unittest.TestCase):
             ctx.attention(q, k[:, :, :1].repeat(3, axis=2), v[:, :, :1].repeat(3, axis=2), o2)
         self.assertTrue((o2 == 7.0).all())
 
+    def test_paged_equals_dense(self):
+        # Two sequences of 5 and 11 keys in pages of 4, shuffled: the same bytes as the dense call on
+        # each sequence's keys gathered; a page out of range is refused.
+        rng = np.random.default_rng(5)
+        hq, hkv, d, page, lens = 4, 2, 16, 4, [5, 11]
+        k_cache = rng.standard_normal((8, page, hkv, d)).astype(np.float16)
+        v_cache = rng.standard_normal((8, page, hkv, d)).astype(np.float16)
+        table = np.array([[6, 1, 0, 0], [2, 7, 4, 3]], np.int32)
+        q = rng.standard_normal((2, 2, hq, d)).astype(np.float16)
+        o = np.empty((2, 2, hq, d), np.float32)
+        ctx = qfuse.Context("cpu")
+        ctx.attention_paged(q, k_cache, v_cache, table, np.array(lens, np.int32), o, causal=True)
+        for b, n in enumerate(lens):
+            k = k_cache[table[b]].reshape(-1, hkv, d)[None, :n]
+            v = v_cache[table[b]].reshape(-1, hkv, d)[None, :n]
+            want = np.empty((1, 2, hq, d), np.float32)
+            ctx.attention(q[b:b + 1], np.ascontiguousarray(k), np.ascontiguousarray(v), want, causal=True)
+            np.testing.assert_array_equal(o[b:b + 1], want)
+        with self.assertRaises(qfuse.QfuseError):
+            ctx.attention_paged(q, k_cache, v_cache, np.array([[6, 1, 0, 0], [2, 7, 9, 3]], np.int32),
+                                np.array(lens, np.int32), o)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -80,10 +80,14 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
   const dim3 grid(static_cast<unsigned>(row_tiles * dv_parts), static_cast<unsigned>(a->B * a->Hkv),
                   static_cast<unsigned>(p.splits));
   if constexpr (kPrefill) {
+    // Dense: (D, Skv, Hkv, B) in boxes of the tile's keys. Paged: (D, page_size, Hkv, num_pages) in
+    // boxes of the tile's keys or of a page.
     CUtensorMap tm_k, tm_v;
-    const int64_t kd[4] = {a->B, a->Skv, a->Hkv, a->D}, vd[4] = {a->B, a->Skv, a->Hkv, a->Dv};
-    if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, a->ks, Tile::BN)) ||
-        (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->dtype, vd, a->vs, Tile::BN)))
+    const int64_t outer = a->block_table ? a->num_pages : a->B, inner = a->block_table ? a->page_size : a->Skv;
+    const int64_t kd[4] = {outer, inner, a->Hkv, a->D}, vd[4] = {outer, inner, a->Hkv, a->Dv};
+    p.box_rows = static_cast<int>(a->block_table ? std::min<int64_t>(a->page_size, Tile::BN) : Tile::BN);
+    if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, a->ks, p.box_rows)) ||
+        (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->dtype, vd, a->vs, p.box_rows)))
       return st;
     kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, qf_stream(ctx)>>>(p, tm_k, tm_v);
   } else {
@@ -94,12 +98,14 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
   return qf_cuda_check_launch(ctx, kOp);
 }
 
-// TMA needs every stride of K and V nonzero (a multiple of 16 bytes, which the front end checks):
-// a broadcast (stride 0) takes the decode kernel, which reads any strides.
-bool tma_strides(const qf_attention_args *a) {
+// The prefill kernel's TMA boxes need every stride of K and V nonzero (a multiple of 16 bytes, which
+// the front end checks) and, for a paged cache, pages that hold whole tiles or whole 1024-byte
+// swizzle atoms of one (page_size a multiple of bn, or a divisor of it that is a multiple of 8); the decode
+// kernel reads anything else.
+bool prefill_can_load(const qf_attention_args *a, int bn) {
   for (int d = 0; d < 3; d++)
     if (a->ks[d] == 0 || a->vs[d] == 0) return false;
-  return true;
+  return !a->block_table || a->page_size % bn == 0 || (bn % a->page_size == 0 && a->page_size % 8 == 0);
 }
 
 template <typename T>
@@ -115,12 +121,14 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   p.window = static_cast<int>(std::min<int64_t>(a->window, a->Skv + a->Sq + 1));  // larger windows mask nothing more
   p.o_f32 = a->o_dtype == QF_F32;
   p.scale_log2 = static_cast<float>(a->sm_scale * 1.4426950408889634);
-  const bool decode = rows <= kAttnDecodeRows || !tma_strides(a);
+  p.block_table = a->block_table, p.kv_lens = a->kv_lens, p.bt_stride = a->bt_stride;
+  p.page_size = static_cast<int>(a->page_size), p.num_pages = static_cast<int>(a->num_pages);
   int slot = slot_base;
-#define QF_ATTN_CASE(DIM)                                                                                  \
-  if (a->D == DIM)                                                                                         \
-    return decode ? launch<T, typename TilesFor<DIM>::Decode, false>(ctx, a, p, slot + 1)                  \
-                  : launch<T, typename TilesFor<DIM>::Prefill, true>(ctx, a, p, slot);                     \
+#define QF_ATTN_CASE(DIM)                                                                                       \
+  if (a->D == DIM)                                                                                              \
+    return rows <= kAttnDecodeRows || !prefill_can_load(a, TilesFor<DIM>::Prefill::BN)                          \
+               ? launch<T, typename TilesFor<DIM>::Decode, false>(ctx, a, p, slot + 1)                          \
+               : launch<T, typename TilesFor<DIM>::Prefill, true>(ctx, a, p, slot);                             \
   slot += 2;
   QF_ATTN_HEAD_DIMS(QF_ATTN_CASE)
 #undef QF_ATTN_CASE

@@ -49,6 +49,12 @@ struct attn_params {
   int splits;
   int o_f32;                  // o is fp32 (else the inputs' 16-bit type)
   float scale_log2;           // sm_scale * log2(e)
+  // Paged caches (block_table non-null): k and v are [num_pages, page_size, Hkv, D] at strides
+  // {page, slot, head}; sequence b has kv_lens[b] keys (Skv: the most it can have).
+  const int32_t *block_table, *kv_lens;
+  int64_t bt_stride;
+  int page_size, num_pages;
+  int box_rows;               // prefill: keys per TMA box (the tile's, or a page's when shorter)
 };
 
 // The prefill tile: two consumer warpgroups of 64 rows and a producer warpgroup; D (q and k head
@@ -62,7 +68,8 @@ struct AttnPrefillTile {
   static constexpr int kThreads = 384, kRows = 128;
   static constexpr int kNS = BN / 8, kNO = DVT / 8;  // accumulator octets of S and O per thread
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
-  static constexpr uint32_t kBarBytes = 3 * kStages * 8;  // full K, full V and empty mbarriers per stage
+  // full K, full V and empty mbarriers per stage, and a flag: a page out of range
+  static constexpr uint32_t kBarBytes = 3 * kStages * 8 + 8;
   static constexpr uint32_t kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes;
   static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
   static_assert(BN % 16 == 0 && BN <= 256 && DVT <= 256, "wgmma N of at most 256");
@@ -76,9 +83,10 @@ struct AttnDecodeTile {
   static constexpr int kWarpKeys = BN / WN;
   static constexpr int kNS = kWarpKeys / 8, kNO = DVT / 8;
   static constexpr bool kQInRegs = D <= 128;  // Q's fragments held in registers across the loop
+  static constexpr int kMinCtas = D <= 128 ? 3 : 1;  // per SM: the register cap that leaves room for three
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
   static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
-  static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes;
+  static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes + 16;  // and a flag: a page out of range
   static_assert(kWarpKeys % 16 == 0, "P . V takes k-steps of 16 keys per warp");
   static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
   static_assert(WN * 16 * (DVT + 2) * 4 <= kRingBytes, "the warps' partial results fit in the K/V ring");
@@ -154,9 +162,9 @@ __device__ __forceinline__ void store_pair(const attn_params &p, void *dst, floa
 }
 
 // What a CTA works on: its rows [r0, r_last], their key positions, its key tiles [t_lo, t_hi)
-// (its split's share), its batch entry, kv head and output columns.
+// (its split's share), its batch entry and its L keys, kv head and output columns.
 struct CtaWork {
-  int r0, r_last, pos_lo, pos_hi, t_lo, t_hi, b, hkv, dv_part, dv0;
+  int r0, r_last, pos_lo, pos_hi, t_lo, t_hi, b, L, hkv, dv_part, dv0;
 };
 __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int bn, int dvt) {
   CtaWork w;
@@ -165,10 +173,11 @@ __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int 
   w.dv_part = static_cast<int>(blockIdx.x) % dv_parts, w.dv0 = w.dv_part * dvt;
   w.b = static_cast<int>(blockIdx.y) / p.Hkv, w.hkv = static_cast<int>(blockIdx.y) % p.Hkv;
   w.r0 = row_tile * rows, w.r_last = min(w.r0 + rows, p.rows) - 1;
-  const int shift = p.Skv - p.Sq;  // a query's key position is its token + shift
+  w.L = p.kv_lens ? min(max(p.kv_lens[w.b], 0), p.Skv) : p.Skv;
+  const int shift = w.L - p.Sq;  // a query's key position is its token + shift
   w.pos_lo = w.r0 / p.group + shift, w.pos_hi = w.r_last / p.group + shift;
   const int key_lo = p.window ? max(0, w.pos_lo - p.window + 1) : 0;
-  const int key_hi = p.causal ? min(p.Skv, w.pos_hi + 1) : p.Skv;
+  const int key_hi = p.causal ? min(w.L, w.pos_hi + 1) : w.L;
   w.t_lo = key_lo / bn, w.t_hi = key_hi > key_lo ? (key_hi + bn - 1) / bn : w.t_lo;
   if (p.splits > 1) {
     const int per = (w.t_hi - w.t_lo + p.splits - 1) / p.splits;
@@ -180,7 +189,44 @@ __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int 
 
 // The key position of row r of the CTA's tile.
 __device__ __forceinline__ int row_pos(const attn_params &p, const CtaWork &w, int r) {
-  return (w.r0 + r) / p.group + p.Skv - p.Sq;
+  return (w.r0 + r) / p.group + w.L - p.Sq;
+}
+
+// The page of key j of the CTA's sequence (keys below its length only); -1 where the table's
+// entry is out of range.
+__device__ __forceinline__ int page_of(const attn_params &p, const CtaWork &w, int j) {
+  const int page = p.block_table[w.b * p.bt_stride + j / p.page_size];
+  return page >= 0 && page < p.num_pages ? page : -1;
+}
+
+// Keys j0 .. j0 + BN - 1 of k or v (base: the CTA's kv head, strides st; rows of kChunks 16-byte
+// chunks) into the tile at dst by cp.async, threads tid of kThreads: zeros past the L keys and for
+// pages out of range (*bad set). A thread keeps one chunk column; its rows' offsets (table reads for
+// a paged cache) are formed first so that the reads are in flight together.
+template <typename T, int BN, int kChunks, int kThreads>
+__device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w, uint32_t dst, const T *base,
+                                          const int64_t (&st)[3], int j0, int tid, int *bad) {
+  constexpr int kRowsPerPass = kThreads / kChunks, kPasses = BN / kRowsPerPass;
+  static_assert(kThreads % kChunks == 0 && BN % kRowsPerPass == 0, "whole rows per pass, whole passes per tile");
+  const int ch = tid % kChunks, r0 = tid / kChunks;
+  int64_t off[kPasses];
+#pragma unroll
+  for (int i = 0; i < kPasses; i++) {
+    const int j = j0 + r0 + i * kRowsPerPass;
+    off[i] = -1;
+    if (j >= w.L) continue;
+    if (!p.block_table) {
+      off[i] = j * st[1];
+    } else {
+      const int page = page_of(p, w, j);
+      if (page < 0) *bad = 1;
+      else off[i] = page * st[0] + (j % p.page_size) * st[1];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPasses; i++)
+    cp_async_cg_shared_global_16_zfill(dst + tile_offset(r0 + i * kRowsPerPass, ch, BN),
+                                       off[i] >= 0 ? base + off[i] + ch * 8 : base, off[i] >= 0 ? 16 : 0);
 }
 
 // Q's rows into the tile at s_q (`rows` rows of D columns) by cp.async, threads `tid` of
@@ -198,21 +244,21 @@ __device__ __forceinline__ void load_q(const attn_params &p, const CtaWork &w, u
   cp_async_commit_group();
 }
 
-// One key tile's softmax step for a thread's two rows (at key positions pos[0], pos[1]; the
-// thread holds keys j0 + 8 j + 2 (lane % 4) (+ 1) of octet j): the mask where `edge`, then the
+// One key tile's softmax step for a thread's two rows (at key positions pos[0], pos[1] of L keys;
+// the thread holds keys j0 + 8 j + 2 (lane % 4) (+ 1) of octet j): the mask where `edge`, then the
 // running max m and sum l in log2 units and s turned into P = 2^(s c - m). alpha receives the
 // factor that brings the rows' earlier sums (O) to the new maximum.
 template <int kNS>
 __device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kNS * 4], float (&m_row)[2],
-                                             float (&l_row)[2], float (&alpha)[2], const int (&pos)[2], int j0, bool edge,
-                                             int lane) {
+                                             float (&l_row)[2], float (&alpha)[2], const int (&pos)[2], int L, int j0,
+                                             bool edge, int lane) {
   if (edge) {
 #pragma unroll
     for (int nt = 0; nt < kNS; nt++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int j = j0 + nt * 8 + 2 * (lane & 3) + (e & 1), ps = pos[e >> 1];
-        if (j >= p.Skv || (p.causal && j > ps) || (p.window && j <= ps - p.window)) s[4 * nt + e] = -INFINITY;
+        if (j >= L || (p.causal && j > ps) || (p.window && j <= ps - p.window)) s[4 * nt + e] = -INFINITY;
       }
   }
 #pragma unroll
@@ -279,14 +325,15 @@ __device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, 
 // the quad first).
 template <typename T, int kNO>
 __device__ __forceinline__ void store_rows(const attn_params &p, const CtaWork &w, int r, const float (&o)[kNO * 4],
-                                           const float (&m_row)[2], float (&l_row)[2], int lane) {
+                                           const float (&m_row)[2], float (&l_row)[2], bool bad, int lane) {
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 2);
     const int ri = r + 8 * i;
     if (w.r0 + ri >= p.rows) continue;
-    const RowResult res = finish_row(p, m_row[i], l_row[i], w.hkv * p.group + (w.r0 + ri) % p.group);
+    RowResult res = finish_row(p, m_row[i], l_row[i], w.hkv * p.group + (w.r0 + ri) % p.group);
+    if (bad) res = {NAN, NAN};
 #pragma unroll
     for (int nt = 0; nt < kNO; nt++)
       store_pair<T>(p, out_ptr<T>(p, w, ri, nt * 8 + 2 * (lane & 3)), o[4 * nt + 2 * i] * res.scale,
@@ -311,6 +358,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto k_full = [&](int st) { return bars + 8 * st; };
   auto v_full = [&](int st) { return bars + 8 * (kStages + st); };
   auto empty = [&](int st) { return bars + 8 * (2 * kStages + st); };
+  volatile int *bad = reinterpret_cast<int *>(smem + (bars + 24 * kStages - s_q));  // a page out of range
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const CtaWork w = cta_work(p, kRows, BN, DVT);
   if (tid == 0) {
@@ -319,6 +367,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       mbarrier_init(v_full(st), 1);
       mbarrier_init(empty(st), 8);  // one arrival per consumer warp
     }
+    *bad = 0;
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -332,13 +381,32 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
         const int st = it % kStages;
         if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
+        // Boxes of p.box_rows keys: at (token, batch entry) of a dense tensor, or at (slot, page)
+        // of a paged cache; a box past the sequence, or whose page is out of range, reads zeros
+        // (its page coordinate is past the cache).
+        auto box = [&](int q, int &slot, int &page) {
+          const int j = t * BN + q * p.box_rows;
+          if (!p.block_table) {
+            slot = j, page = w.b;
+            return;
+          }
+          slot = j % p.page_size, page = j < w.L ? page_of(p, w, j) : p.num_pages;
+          if (page < 0) *bad = 1, page = p.num_pages;
+        };
         mbarrier_arrive_expect_tx(k_full(st), Tile::kKBytes);
-        for (int pl = 0; pl < D / 64; pl++)
-          cp_async_bulk_tensor_4d_g2s(s_k + st * Tile::kKBytes + pl * BN * 128, &tm_k, k_full(st), pl * 64, t * BN, w.hkv, w.b);
+        for (int q = 0, slot, page; q < BN / p.box_rows; q++) {
+          box(q, slot, page);
+          for (int pl = 0; pl < D / 64; pl++)
+            cp_async_bulk_tensor_4d_g2s(s_k + st * Tile::kKBytes + (pl * BN + q * p.box_rows) * 128, &tm_k, k_full(st),
+                                        pl * 64, slot, w.hkv, page);
+        }
         mbarrier_arrive_expect_tx(v_full(st), Tile::kVBytes);
-        for (int pl = 0; pl < DVT / 64; pl++)
-          cp_async_bulk_tensor_4d_g2s(s_v + st * Tile::kVBytes + pl * BN * 128, &tm_v, v_full(st), w.dv0 + pl * 64, t * BN,
-                                      w.hkv, w.b);
+        for (int q = 0, slot, page; q < BN / p.box_rows; q++) {
+          box(q, slot, page);
+          for (int pl = 0; pl < DVT / 64; pl++)
+            cp_async_bulk_tensor_4d_g2s(s_v + st * Tile::kVBytes + (pl * BN + q * p.box_rows) * 128, &tm_v, v_full(st),
+                                        w.dv0 + pl * 64, slot, w.hkv, page);
+        }
       }
     }
     return;
@@ -383,9 +451,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto softmax_tile = [&](float (&s)[kNS * 4], int t, float (&alpha)[2]) {
 #pragma unroll
     for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
-    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
+    const bool edge = (t + 1) * BN > w.L || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
                       (p.window && t * BN <= w.pos_hi - p.window);
-    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, t * BN, edge, lane);
+    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN, edge, lane);
   };
   auto release = [&](int it) {  // the warp has read the stage of tile it
     __syncwarp();
@@ -439,12 +507,12 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       release(n - 1);
     }
   }
-  store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, lane);
+  store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, *bad != 0, lane);
 }
 
 // ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering ----
 template <typename T, class Tile>
-__global__ void __launch_bounds__(Tile::kThreads) attention_decode_kernel(const attn_params p) {
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_decode_kernel(const attn_params p) {
   using namespace attn_detail;
   constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WN = Tile::WN;
   constexpr int kThreads = Tile::kThreads, kRows = Tile::kRows, kNS = Tile::kNS, kNO = Tile::kNO;
@@ -454,23 +522,15 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_decode_kernel(const 
   const int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5, g = lane >> 2;
   const CtaWork w = cta_work(p, kRows, BN, DVT);
 
-  // ---- loads: keys past the end are zero-filled ----
-  const T *kb = static_cast<const T *>(p.k) + w.b * p.ks[0] + w.hkv * p.ks[2];
-  const T *vb = static_cast<const T *>(p.v) + w.b * p.vs[0] + w.hkv * p.vs[2] + w.dv0;
+  // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
+  int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + Tile::kRingBytes);  // a page out of range
+  if (tid == 0) *bad = 0;
+  __syncthreads();
+  const T *kb = static_cast<const T *>(p.k) + (p.block_table ? 0 : w.b * p.ks[0]) + w.hkv * p.ks[2];
+  const T *vb = static_cast<const T *>(p.v) + (p.block_table ? 0 : w.b * p.vs[0]) + w.hkv * p.vs[2] + w.dv0;
   auto load_kv = [&](int tile, int stage) {
-    const int j0 = tile * BN;
-    for (int c = tid; c < BN * (D / 8); c += kThreads) {
-      const int r = c / (D / 8), ch = c % (D / 8);
-      const bool ok = j0 + r < p.Skv;
-      cp_async_cg_shared_global_16_zfill(s_k + stage * Tile::kKBytes + tile_offset(r, ch, BN),
-                                         ok ? kb + (j0 + r) * p.ks[1] + ch * 8 : kb, ok ? 16 : 0);
-    }
-    for (int c = tid; c < BN * (DVT / 8); c += kThreads) {
-      const int r = c / (DVT / 8), ch = c % (DVT / 8);
-      const bool ok = j0 + r < p.Skv;
-      cp_async_cg_shared_global_16_zfill(s_v + stage * Tile::kVBytes + tile_offset(r, ch, BN),
-                                         ok ? vb + (j0 + r) * p.vs[1] + ch * 8 : vb, ok ? 16 : 0);
-    }
+    load_keys<T, BN, D / 8, kThreads>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tid, bad);
+    load_keys<T, BN, DVT / 8, kThreads>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tid, bad);
   };
   load_q<T, D>(p, w, s_q, kRows, tid, kThreads);
   if (w.t_lo < w.t_hi) load_kv(w.t_lo, 0);
@@ -517,10 +577,10 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_decode_kernel(const 
       }
     }
 
-    const bool edge = (t + 1) * BN > p.Skv || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
+    const bool edge = (t + 1) * BN > w.L || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
                       (p.window && t * BN <= w.pos_hi - p.window);
     float alpha[2];
-    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, t * BN + wn * Tile::kWarpKeys, edge, lane);
+    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN + wn * Tile::kWarpKeys, edge, lane);
     rescale<kNO>(o_acc, alpha);
     uint32_t pa[kNS / 2][4];
     p_fragments<T, kNS>(s, pa);
@@ -569,7 +629,8 @@ __global__ void __launch_bounds__(Tile::kThreads) attention_decode_kernel(const 
       v0 += f * red[(k * 16 + r) * DVT + col];
       v1 += f * red[(k * 16 + r) * DVT + col + 1];
     }
-    const RowResult res = finish_row(p, mx, l, w.hkv * p.group + (w.r0 + r) % p.group);
+    RowResult res = finish_row(p, mx, l, w.hkv * p.group + (w.r0 + r) % p.group);
+    if (*bad) res = {NAN, NAN};
     store_pair<T>(p, out_ptr<T>(p, w, r, col), v0 * res.scale, v1 * res.scale);
     if (w.dv_part == 0 && col == 0) put_lse(p, w, r, res.lse);
   }
@@ -592,14 +653,15 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(const attn_params 
   __syncthreads();
   if (tid == 0) {
     float mx = p.sinks ? p.sinks[h] : -INFINITY;
-    for (int s = 0; s < p.splits; s++) mx = fmaxf(mx, w[s]);
+    bool nan = false;  // a split that met a page out of range
+    for (int s = 0; s < p.splits; s++) mx = fmaxf(mx, w[s]), nan |= isnan(w[s]);
     float l = mx == -INFINITY ? 0.0f : p.sinks ? expf(p.sinks[h] - mx) : 0.0f;
     for (int s = 0; s < p.splits; s++) {
       w[s] = w[s] == -INFINITY ? 0.0f : expf(w[s] - mx);  // a split that saw nothing has o_s = 0
       l += w[s];
     }
-    row_inv = l > 0.0f ? 1.0f / l : 0.0f;
-    if (p.lse) p.lse[row] = l > 0.0f ? mx + logf(l) : -INFINITY;
+    row_inv = nan ? NAN : l > 0.0f ? 1.0f / l : 0.0f;
+    if (p.lse) p.lse[row] = nan ? NAN : l > 0.0f ? mx + logf(l) : -INFINITY;
   }
   __syncthreads();
   const int64_t off = b * p.os[0] + tok * p.os[1] + h * p.os[2];

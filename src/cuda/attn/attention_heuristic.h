@@ -1,13 +1,13 @@
-// Launch plan of qf_attention on CUDA: the tile configuration for a shape and the number of
-// splits of the keys. Host code only; the kernels are in attention.cuh.
+// Launch plan of qf_attention on CUDA: which kernel a shape takes and the number of splits of the
+// keys. Host code only; the kernels are in attention.cuh, the tiles per head dim in attention.cu.
 #pragma once
 
 #include <algorithm>
-#include <cstdint>
 #include <climits>
+#include <cstdint>
 
-// Rows of queries per kv head at or below which the decode tile (16 rows, four warps splitting
-// each key tile) replaces the prefill tile (64 rows, one warp per 16).
+// Rows of queries per kv head at or below which the decode kernel (16 rows, four warps splitting
+// each key tile) replaces the prefill kernel (128 rows, two warpgroups).
 constexpr int64_t kAttnDecodeRows = 16;
 
 // Splits of each CTA's keys (at most max_splits) for `ctas` CTAs of key_tiles tiles each on `slots`

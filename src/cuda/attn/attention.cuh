@@ -86,7 +86,8 @@ struct AttnDecodeTile {
   static constexpr int kMinCtas = D <= 128 ? 3 : 1;  // per SM: the register cap that leaves room for three
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
   static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
-  static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes + 16;  // and a flag: a page out of range
+  // then a flag (a page out of range) and, for a paged cache, a ring of four tiles' page ids
+  static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes + 16 + 4 * BN * 4;
   static_assert(kWarpKeys % 16 == 0, "P . V takes k-steps of 16 keys per warp");
   static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
   static_assert(WN * 16 * (DVT + 2) * 4 <= kRingBytes, "the warps' partial results fit in the K/V ring");
@@ -201,11 +202,11 @@ __device__ __forceinline__ int page_of(const attn_params &p, const CtaWork &w, i
 
 // Keys j0 .. j0 + BN - 1 of k or v (base: the CTA's kv head, strides st; rows of kChunks 16-byte
 // chunks) into the tile at dst by cp.async, threads tid of kThreads: zeros past the L keys and for
-// pages out of range (*bad set). A thread keeps one chunk column; its rows' offsets (table reads for
-// a paged cache) are formed first so that the reads are in flight together.
+// pages out of range (*bad set). A paged cache's page ids come from `ids`, the tile's keys' entries
+// of the block table in shared memory. A thread keeps one chunk column.
 template <typename T, int BN, int kChunks, int kThreads>
 __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w, uint32_t dst, const T *base,
-                                          const int64_t (&st)[3], int j0, int tid, int *bad) {
+                                          const int64_t (&st)[3], int j0, const int *ids, int tid, int *bad) {
   constexpr int kRowsPerPass = kThreads / kChunks, kPasses = BN / kRowsPerPass;
   static_assert(kThreads % kChunks == 0 && BN % kRowsPerPass == 0, "whole rows per pass, whole passes per tile");
   const int ch = tid % kChunks, r0 = tid / kChunks;
@@ -218,8 +219,8 @@ __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w
     if (!p.block_table) {
       off[i] = j * st[1];
     } else {
-      const int page = page_of(p, w, j);
-      if (page < 0) *bad = 1;
+      const int page = ids[j - j0];
+      if (page < 0 || page >= p.num_pages) *bad = 1;
       else off[i] = page * st[0] + (j % p.page_size) * st[1];
     }
   }
@@ -524,14 +525,29 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
 
   // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
   int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + Tile::kRingBytes);  // a page out of range
-  if (tid == 0) *bad = 0;
-  __syncthreads();
+  int *ids = bad + 4;  // page ids of tile t at ids + ((t - t_lo) % 4) * BN
   const T *kb = static_cast<const T *>(p.k) + (p.block_table ? 0 : w.b * p.ks[0]) + w.hkv * p.ks[2];
   const T *vb = static_cast<const T *>(p.v) + (p.block_table ? 0 : w.b * p.vs[0]) + w.hkv * p.vs[2] + w.dv0;
-  auto load_kv = [&](int tile, int stage) {
-    load_keys<T, BN, D / 8, kThreads>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tid, bad);
-    load_keys<T, BN, DVT / 8, kThreads>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tid, bad);
+  // A paged cache's block-table entries for the keys of `tile`, by cp.async: read two tiles before
+  // the tile's own copies, so that no copy waits for a table read.
+  auto load_ids = [&](int tile) {
+    const int j = tile * BN + tid;
+    if (!p.block_table || tile >= w.t_hi || tid >= BN) return;
+    const int32_t *src = p.block_table + w.b * p.bt_stride + (j < w.L ? j / p.page_size : 0);
+    cp_async_ca_shared_global_4(static_cast<uint32_t>(__cvta_generic_to_shared(ids + ((tile - w.t_lo) % 4) * BN + tid)), src,
+                                j < w.L ? 4 : 0);
   };
+  auto load_kv = [&](int tile, int stage) {
+    const int *tile_ids = ids + ((tile - w.t_lo) % 4) * BN;
+    load_keys<T, BN, D / 8, kThreads>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
+    load_keys<T, BN, DVT / 8, kThreads>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
+    load_ids(tile + 2);
+  };
+  if (tid == 0) *bad = 0;
+  load_ids(w.t_lo);
+  load_ids(w.t_lo + 1);
+  cp_async_wait_all();
+  __syncthreads();
   load_q<T, D>(p, w, s_q, kRows, tid, kThreads);
   if (w.t_lo < w.t_hi) load_kv(w.t_lo, 0);
   cp_async_commit_group();

@@ -42,16 +42,20 @@ struct TilesFor<512> {
 
 #define QF_ATTN_HEAD_DIMS(X) X(64) X(128) X(256) X(512)
 
-constexpr int kSlots = 2 * 4 * 2;  // dtypes x head dims x (prefill, decode)
+// The three kernels of a tile configuration.
+enum class Kernel { kPrefill, kDecode, kDecodePaged };
+
+constexpr int kSlots = 2 * 4 * 3;  // dtypes x head dims x kernels
 std::atomic<uint64_t> g_opt_in[kSlots];
 std::atomic<int> g_ctas_per_sm[kSlots];
 
-// Launches the kernel of Tile (the prefill kernel when kPrefill) and, for split keys, the merge.
-template <typename T, class Tile, bool kPrefill>
+// Launches kernel K of Tile and, for split keys, the merge.
+template <typename T, class Tile, Kernel K>
 qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
+  constexpr bool kPrefill = K == Kernel::kPrefill;
   const auto kernel = [] {
     if constexpr (kPrefill) return attention_prefill_kernel<T, Tile>;
-    else return attention_decode_kernel<T, Tile>;
+    else return attention_decode_kernel<T, Tile, K == Kernel::kDecodePaged>;
   }();
   qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, Tile::kSmemBytes, g_opt_in[slot]);
   if (st != QF_OK) return st;
@@ -108,6 +112,17 @@ bool prefill_can_load(const qf_attention_args *a, int bn) {
   return !a->block_table || a->page_size % bn == 0 || (bn % a->page_size == 0 && a->page_size % 8 == 0);
 }
 
+// The kernel for head dim DIM: prefill above kAttnDecodeRows rows where its TMA loads can read the
+// keys, else the decode kernel (its paged instantiation for a paged cache).
+template <typename T, int DIM>
+qf_status launch_dim(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
+  using Tiles = TilesFor<DIM>;
+  if (p.rows > kAttnDecodeRows && prefill_can_load(a, Tiles::Prefill::BN))
+    return launch<T, typename Tiles::Prefill, Kernel::kPrefill>(ctx, a, p, slot);
+  if (a->block_table) return launch<T, typename Tiles::Decode, Kernel::kDecodePaged>(ctx, a, p, slot + 2);
+  return launch<T, typename Tiles::Decode, Kernel::kDecode>(ctx, a, p, slot + 1);
+}
+
 template <typename T>
 qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   const int64_t group = a->Hq / a->Hkv, rows = a->Sq * group;
@@ -123,13 +138,13 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   p.scale_log2 = static_cast<float>(a->sm_scale * 1.4426950408889634);
   p.block_table = a->block_table, p.kv_lens = a->kv_lens, p.bt_stride = a->bt_stride;
   p.page_size = static_cast<int>(a->page_size), p.num_pages = static_cast<int>(a->num_pages);
+  p.page_shift = -1;
+  for (int sh = 0; sh < 31 && a->block_table; sh++)
+    if (int64_t{1} << sh == a->page_size) p.page_shift = sh;
   int slot = slot_base;
-#define QF_ATTN_CASE(DIM)                                                                                       \
-  if (a->D == DIM)                                                                                              \
-    return rows <= kAttnDecodeRows || !prefill_can_load(a, TilesFor<DIM>::Prefill::BN)                          \
-               ? launch<T, typename TilesFor<DIM>::Decode, false>(ctx, a, p, slot + 1)                          \
-               : launch<T, typename TilesFor<DIM>::Prefill, true>(ctx, a, p, slot);                             \
-  slot += 2;
+#define QF_ATTN_CASE(DIM)                                  \
+  if (a->D == DIM) return launch_dim<T, DIM>(ctx, a, p, slot); \
+  slot += 3;
   QF_ATTN_HEAD_DIMS(QF_ATTN_CASE)
 #undef QF_ATTN_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for D=%lld", kOp, static_cast<long long>(a->D));

@@ -54,6 +54,7 @@ struct attn_params {
   const int32_t *block_table, *kv_lens;
   int64_t bt_stride;
   int page_size, num_pages;
+  int page_shift;             // log2(page_size) for a power of two (the decode loads shift), else -1
   int box_rows;               // prefill: keys per TMA box (the tile's, or a page's when shorter)
 };
 
@@ -204,7 +205,7 @@ __device__ __forceinline__ int page_of(const attn_params &p, const CtaWork &w, i
 // chunks) into the tile at dst by cp.async, threads tid of kThreads: zeros past the L keys and for
 // pages out of range (*bad set). A paged cache's page ids come from `ids`, the tile's keys' entries
 // of the block table in shared memory. A thread keeps one chunk column.
-template <typename T, int BN, int kChunks, int kThreads>
+template <typename T, int BN, int kChunks, int kThreads, bool kPaged>
 __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w, uint32_t dst, const T *base,
                                           const int64_t (&st)[3], int j0, const int *ids, int tid, int *bad) {
   constexpr int kRowsPerPass = kThreads / kChunks, kPasses = BN / kRowsPerPass;
@@ -216,12 +217,12 @@ __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w
     const int j = j0 + r0 + i * kRowsPerPass;
     off[i] = -1;
     if (j >= w.L) continue;
-    if (!p.block_table) {
+    if constexpr (!kPaged) {
       off[i] = j * st[1];
     } else {
       const int page = ids[j - j0];
       if (page < 0 || page >= p.num_pages) *bad = 1;
-      else off[i] = page * st[0] + (j % p.page_size) * st[1];
+      else off[i] = page * st[0] + (p.page_shift >= 0 ? j & (p.page_size - 1) : j % p.page_size) * st[1];
     }
   }
 #pragma unroll
@@ -511,8 +512,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, *bad != 0, lane);
 }
 
-// ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering ----
-template <typename T, class Tile>
+// ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering; kPaged: k
+// and v are a paged cache (an instantiation of its own, so that the dense loads carry no paging) ----
+template <typename T, class Tile, bool kPaged>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_decode_kernel(const attn_params p) {
   using namespace attn_detail;
   constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WN = Tile::WN;
@@ -526,21 +528,22 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
   int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + Tile::kRingBytes);  // a page out of range
   int *ids = bad + 4;  // page ids of tile t at ids + ((t - t_lo) % 4) * BN
-  const T *kb = static_cast<const T *>(p.k) + (p.block_table ? 0 : w.b * p.ks[0]) + w.hkv * p.ks[2];
-  const T *vb = static_cast<const T *>(p.v) + (p.block_table ? 0 : w.b * p.vs[0]) + w.hkv * p.vs[2] + w.dv0;
+  const T *kb = static_cast<const T *>(p.k) + (kPaged ? 0 : w.b * p.ks[0]) + w.hkv * p.ks[2];
+  const T *vb = static_cast<const T *>(p.v) + (kPaged ? 0 : w.b * p.vs[0]) + w.hkv * p.vs[2] + w.dv0;
   // A paged cache's block-table entries for the keys of `tile`, by cp.async: read two tiles before
   // the tile's own copies, so that no copy waits for a table read.
   auto load_ids = [&](int tile) {
     const int j = tile * BN + tid;
-    if (!p.block_table || tile >= w.t_hi || tid >= BN) return;
-    const int32_t *src = p.block_table + w.b * p.bt_stride + (j < w.L ? j / p.page_size : 0);
+    if (!kPaged || tile >= w.t_hi || tid >= BN) return;
+    const int page = j >= w.L ? 0 : p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
+    const int32_t *src = p.block_table + w.b * p.bt_stride + page;
     cp_async_ca_shared_global_4(static_cast<uint32_t>(__cvta_generic_to_shared(ids + ((tile - w.t_lo) % 4) * BN + tid)), src,
                                 j < w.L ? 4 : 0);
   };
   auto load_kv = [&](int tile, int stage) {
     const int *tile_ids = ids + ((tile - w.t_lo) % 4) * BN;
-    load_keys<T, BN, D / 8, kThreads>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
-    load_keys<T, BN, DVT / 8, kThreads>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
+    load_keys<T, BN, D / 8, kThreads, kPaged>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
+    load_keys<T, BN, DVT / 8, kThreads, kPaged>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
     load_ids(tile + 2);
   };
   if (tid == 0) *bad = 0;

@@ -25,6 +25,9 @@ static inline void float_put(void *buf, qf_dtype dt, size_t i, float v) {
   else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
 }
 
+/* Bytes per element of fp32, fp16 and bf16. */
+static inline size_t float_size(qf_dtype dt) { return dt == QF_F32 ? 4 : 2; }
+
 /* A 2-D row-major tensor description: shape, strides and the DLTensor pointing at them. */
 typedef struct {
   DLTensor t;

@@ -12,8 +12,6 @@
 
 static qf_ctx *ctx;
 
-/* Bytes per element of the float types used here. */
-static size_t esize(qf_dtype dt) { return dt == QF_F32 ? 4 : 2; }
 
 /* A 4-D tensor over a buffer: shape and element strides. */
 typedef struct {
@@ -115,7 +113,7 @@ static void check_case(qf_dtype in, qf_dtype out, qf_attention_opts opt, int sin
   CHECK(bad == 0, "in %s out %s causal %d window %lld sinks %d: %d values off", qf_dtype_name(in), qf_dtype_name(out),
         opt.causal, (long long)opt.window, sinks, bad);
   int touched = 0;
-  for (size_t i = B * SQ * HQ * DV * esize(out); i < sizeof a.o; i++) touched += ((uint8_t *)a.o)[i] != POISON;
+  for (size_t i = B * SQ * HQ * DV * float_size(out); i < sizeof a.o; i++) touched += ((uint8_t *)a.o)[i] != POISON;
   for (size_t i = B * HQ * SQ * sizeof(float); i < sizeof a.lse; i++) touched += ((uint8_t *)a.lse)[i] != POISON;
   CHECK(touched == 0, "%d bytes past o and lse written", touched);
 }

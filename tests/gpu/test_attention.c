@@ -24,8 +24,6 @@
 
 static qf_ctx *gpu, *cpu;
 
-/* Bytes per element of the float types used here. */
-static size_t esize(qf_dtype dt) { return dt == QF_F32 ? 4 : 2; }
 
 typedef struct {
   int B, Sq, Skv, Hq, Hkv, D;
@@ -53,7 +51,7 @@ static void t4_init(t4 *t, int B, int S, int H, int D, int pad, int bhsd, qf_dty
   if (bhsd) t->strides[1] = hd, t->strides[2] = (int64_t)S * hd, t->strides[0] = (int64_t)H * S * hd;
   else t->strides[2] = hd, t->strides[1] = (int64_t)H * hd, t->strides[0] = (int64_t)S * H * hd;
   t->elems = (int64_t)B * S * H * hd;
-  t->bytes = (size_t)t->elems * esize(dt) + PAIR_TAIL;
+  t->bytes = (size_t)t->elems * float_size(dt) + PAIR_TAIL;
   t->host = malloc(t->bytes);
   memset(t->host, POISON, t->bytes);
   t->dev = dev_alloc(t->bytes);
@@ -131,7 +129,7 @@ static void run_case(const acase *c) {
         for (int slot = 0; used && slot < c->page && pg * c->page + slot < lens[b]; slot++)
           for (int g = 0; g < c->Hkv; g++)
             for (int d = 0; d < c->D; d++) {
-              const size_t e = esize(c->in), j = (size_t)pg * c->page + slot, pgi = (size_t)tab[b * max_pages + pg];
+              const size_t e = float_size(c->in), j = (size_t)pg * c->page + slot, pgi = (size_t)tab[b * max_pages + pg];
               memcpy(kc.host + (size_t)t4_off(&kc, (int)pgi, slot, g, d) * e, k.host + (size_t)t4_off(&k, b, (int)j, g, d) * e, e);
               memcpy(vc.host + (size_t)t4_off(&vc, (int)pgi, slot, g, d) * e, v.host + (size_t)t4_off(&v, b, (int)j, g, d) * e, e);
             }
@@ -205,7 +203,7 @@ static void run_case(const acase *c) {
     }
   CHECK(bad == 0 && bad_lse == 0, "%s: %ld values of o and %ld of lse outside their bounds", desc, bad, bad_lse);
   /* The gaps between heads and the tail: the poison the reference buffer also kept. */
-  const size_t esz = esize(c->out);
+  const size_t esz = float_size(c->out);
   uint8_t *is_elem = calloc(o.bytes, 1);
   for (int b = 0; b < c->B; b++)
     for (int i = 0; i < c->Sq; i++)

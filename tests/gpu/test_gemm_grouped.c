@@ -34,7 +34,6 @@ typedef struct {
   int64_t max_m;
 } grouped_case;
 
-static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
 
 /* Any finite e4m3fn code (the NaNs 0x7F / 0xFF become +-448). */
 static void fill_e4m3(uint8_t *p, size_t n, uint64_t *seed) {
@@ -87,7 +86,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *pdl, qf_ctx *cpu, const grouped_case *
   const int64_t N = g->N, K = g->K, E = g->experts;
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4, MB = (M + 127) / 128;
   const int64_t cols = g->swiglu ? N / 2 : N, ldd = cols + 8;
-  const size_t osz = esz(g->dt);
+  const size_t osz = float_size(g->dt);
   char what[200];
   snprintf(what, sizeof what, "%s M=%" PRId64 " N=%" PRId64 " K=%" PRId64 " E=%" PRId64 " d=%s%s", masked ? "masked" : "contiguous",
            M, N, K, E, qf_dtype_name(g->dt), g->swiglu ? " SwiGLU" : "");

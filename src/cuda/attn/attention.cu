@@ -68,7 +68,7 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
   }
   const int64_t row_tiles = (p.rows + Tile::kRows - 1) / Tile::kRows, dv_parts = a->Dv / Tile::DVT;
   const int64_t ctas = row_tiles * dv_parts * a->B * a->Hkv;
-  const int64_t seen = a->window ? std::min<int64_t>(a->Skv, a->window + (p.rows + p.group - 1) / p.group) : a->Skv;
+  const int64_t seen = a->window ? std::min<int64_t>(a->Skv, a->window + a->Sq) : a->Skv;  // keys a row tile can see
   p.splits = attn_splits(ctas, (seen + Tile::BN - 1) / Tile::BN, static_cast<int64_t>(qf_cuda_stream_sms(ctx)) * per_sm,
                          kAttnMaxSplits);
   const int64_t rows_total = a->B * a->Hq * a->Sq;

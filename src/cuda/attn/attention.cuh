@@ -166,7 +166,7 @@ __device__ __forceinline__ void store_pair(const attn_params &p, void *dst, floa
 // What a CTA works on: its rows [r0, r_last], their key positions, its key tiles [t_lo, t_hi)
 // (its split's share), its batch entry and its L keys, kv head and output columns.
 struct CtaWork {
-  int r0, r_last, pos_lo, pos_hi, t_lo, t_hi, b, L, hkv, dv_part, dv0;
+  int r0, r_last, shift, pos_lo, pos_hi, t_lo, t_hi, b, L, hkv, dv_part, dv0;
 };
 __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int bn, int dvt) {
   CtaWork w;
@@ -176,8 +176,8 @@ __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int 
   w.b = static_cast<int>(blockIdx.y) / p.Hkv, w.hkv = static_cast<int>(blockIdx.y) % p.Hkv;
   w.r0 = row_tile * rows, w.r_last = min(w.r0 + rows, p.rows) - 1;
   w.L = p.kv_lens ? min(max(p.kv_lens[w.b], 0), p.Skv) : p.Skv;
-  const int shift = w.L - p.Sq;  // a query's key position is its token + shift
-  w.pos_lo = w.r0 / p.group + shift, w.pos_hi = w.r_last / p.group + shift;
+  w.shift = w.L - p.Sq;  // a query's key position is its token + shift
+  w.pos_lo = w.r0 / p.group + w.shift, w.pos_hi = w.r_last / p.group + w.shift;
   const int key_lo = p.window ? max(0, w.pos_lo - p.window + 1) : 0;
   const int key_hi = p.causal ? min(w.L, w.pos_hi + 1) : w.L;
   w.t_lo = key_lo / bn, w.t_hi = key_hi > key_lo ? (key_hi + bn - 1) / bn : w.t_lo;
@@ -191,7 +191,7 @@ __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int 
 
 // The key position of row r of the CTA's tile.
 __device__ __forceinline__ int row_pos(const attn_params &p, const CtaWork &w, int r) {
-  return (w.r0 + r) / p.group + w.L - p.Sq;
+  return (w.r0 + r) / p.group + w.shift;
 }
 
 // The page of key j of the CTA's sequence (keys below its length only); -1 where the table's
@@ -302,23 +302,31 @@ __device__ __forceinline__ void p_fragments(const float (&s)[kNS * 4], uint32_t 
     for (int i = 0; i < 4; i++) pa[ks][i] = pack2(T(), s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
 }
 
+// Row r of the CTA's tile: its token and query head, and its index in [B, Hq, Sq] (lse's layout
+// and the splits' partials').
+struct OutRow {
+  int tok, h;
+  int64_t row;
+};
+__device__ __forceinline__ OutRow out_row(const attn_params &p, const CtaWork &w, int r) {
+  const int gr = w.r0 + r, tok = gr / p.group, h = w.hkv * p.group + gr % p.group;
+  return {tok, h, (static_cast<int64_t>(w.b) * p.Hq + h) * p.Sq + tok};
+}
+
 // Where row r of the CTA's tile goes: its output element at column col (o, or the split's fp32
 // partial), and its lse (likewise).
 template <typename T>
 __device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w, int r, int col) {
-  const int gr = w.r0 + r, tok = gr / p.group, h = w.hkv * p.group + gr % p.group;
+  const OutRow o = out_row(p, w, r);
   if (p.splits > 1) {
     const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
-    const int64_t row = (static_cast<int64_t>(w.b) * p.Hq + h) * p.Sq + tok;
-    return p.part_o + (blockIdx.z * rows_total + row) * p.Dv + w.dv0 + col;
+    return p.part_o + (blockIdx.z * rows_total + o.row) * p.Dv + w.dv0 + col;
   }
-  const int64_t off = w.b * p.os[0] + tok * p.os[1] + h * p.os[2] + w.dv0 + col;
+  const int64_t off = w.b * p.os[0] + o.tok * p.os[1] + o.h * p.os[2] + w.dv0 + col;
   return p.o_f32 ? static_cast<void *>(static_cast<float *>(p.o) + off) : static_cast<void *>(static_cast<T *>(p.o) + off);
 }
 __device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, int r, float lse) {
-  const int gr = w.r0 + r, tok = gr / p.group, h = w.hkv * p.group + gr % p.group;
-  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
-  const int64_t row = (static_cast<int64_t>(w.b) * p.Hq + h) * p.Sq + tok;
+  const int64_t row = out_row(p, w, r).row, rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
   if (p.splits > 1) p.part_lse[blockIdx.z * rows_total + row] = lse;
   else if (p.lse) p.lse[row] = lse;
 }
@@ -360,7 +368,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto k_full = [&](int st) { return bars + 8 * st; };
   auto v_full = [&](int st) { return bars + 8 * (kStages + st); };
   auto empty = [&](int st) { return bars + 8 * (2 * kStages + st); };
-  volatile int *bad = reinterpret_cast<int *>(smem + (bars + 24 * kStages - s_q));  // a page out of range
+  volatile int *bad = reinterpret_cast<int *>(smem + Tile::kSmemBytes - 8);  // after the mbarriers: a page out of range
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const CtaWork w = cta_work(p, kRows, BN, DVT);
   if (tid == 0) {

@@ -658,6 +658,49 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
 qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *codebooks,
                            const DLTensor *scales, const qf_vq_format *fmt, DLTensor *w);
 
+/* ---- NVFP4 weights -----------------------------------------------------------------------
+ *
+ * NVFP4 stores a weight w [N, K] as e2m1 codes (values 0, +-0.5, 1, 1.5, 2, 3, 4, 6), one e4m3fn
+ * scale per 16 consecutive elements of a row and one fp32 scale for the whole tensor:
+ *   w^[n, k] = e2m1(codes[n, k]) * e4m3fn(scales[n, k / 16]) * tensor_scale
+ * (the format of ModelOpt checkpoints; Blackwell multiplies it natively, Hopper dequantizes it in
+ * the GEMM's main loop).
+ *
+ * qf_quant_nvfp4: w [N, K] bf16, fp16 or fp32 (rows may be strided) into codes [N, K] e2m1x2
+ * and scales [N, K / 16] e4m3fn (rows of both may be strided), given tensor_scale fp32 [1] on the
+ * op's device (positive and finite; amax(|w|) / (6 * 448) is ModelOpt's choice: the largest
+ * block then gets the scale 448). Per block of 16, in fp32 with IEEE roundings:
+ *   s = e4m3fn(amax / (6 * tensor_scale))    amax = max |w| over the block (NaN ignored)
+ *   codes = e2m1(w / (s * tensor_scale))      (0 where s is 0)
+ * with e4m3fn saturating at 448 and e2m1 at 6, both rounding to nearest even. CPU and CUDA
+ * write the same bytes. K a multiple of 16. NaN elements get the code +6 (formats.h): check
+ * weights before quantizing them.
+ *
+ * qf_nvfp4_pack: codes [N, K] e2m1x2 as stored (element 2i in the low nibble of byte i) into
+ * packed [N, K] e2m1x2, the layout qf_gemm_nvfp4 reads: each 32-bit word of 8 codes has its bits
+ * rearranged (formats/nvfp4.h) so that the GEMM turns them into 16-bit floats with a few bit
+ * operations. Run once when the weights are loaded. K a multiple of 8; rows may be strided
+ * (pitches a multiple of 8 values).
+ *
+ * qf_gemm_nvfp4: d [M, N] = a [M, K] . w^[N, K]^T with b the packed codes of w:
+ *  a         [M, K] bf16 or fp16, K contiguous, row pitch a multiple of 8 elements.
+ *  b         [N, K] e2m1x2 from qf_nvfp4_pack, row pitch a multiple of 32 values.
+ *  b_scales  [N, K / 16] e4m3fn, row pitch even.
+ *  b_tensor_scale  fp32 [1] on the op's device.
+ *  d         [M, N] bf16, fp16 or fp32, rows may be strided.
+ * Any M >= 1; N a multiple of 16; K a multiple of 32; 64-bit offsets; pointers 16-byte aligned
+ * (b_scales 2-byte).
+ * Numerics: the CPU reference sums a[m, k] * w^[n, k] in float64. CUDA forms each code times its
+ * block scale exactly in a's 16-bit type, multiplies it by a on the tensor cores with fp32
+ * accumulation and applies tensor_scale at the end; where K is split across the CTAs of a
+ * cluster their fp32 partial sums are added in a fixed order (the result does not vary from run
+ * to run). Scales that are NaN give NaN outputs. */
+qf_status qf_quant_nvfp4(qf_ctx *ctx, const DLTensor *w, const DLTensor *tensor_scale, DLTensor *codes,
+                         DLTensor *scales);
+qf_status qf_nvfp4_pack(qf_ctx *ctx, const DLTensor *codes, DLTensor *packed);
+qf_status qf_gemm_nvfp4(qf_ctx *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *b_scales,
+                        const DLTensor *b_tensor_scale, DLTensor *d);
+
 #ifdef __cplusplus
 }
 #endif

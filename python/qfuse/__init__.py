@@ -149,6 +149,9 @@ def _load():
     lib.qf_gemm_fp8_blockscale_masked.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.POINTER(GemmGroupedOpts)]
     lib.qf_gemm_scaled.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(GemmScaledOpts)]
     lib.qf_gemm_azp_adj.argtypes = [ctypes.c_void_p, T, ctypes.c_int32, T]
+    lib.qf_quant_nvfp4.argtypes = [ctypes.c_void_p, T, T, T, T]
+    lib.qf_nvfp4_pack.argtypes = [ctypes.c_void_p, T, T]
+    lib.qf_gemm_nvfp4.argtypes = [ctypes.c_void_p, T, T, T, T, T]
     lib.qf_vq_format_preset.argtypes = [ctypes.c_int, ctypes.POINTER(VqFormat)]
     lib.qf_vq_sizes_of.argtypes = [ctypes.c_void_p, ctypes.POINTER(VqFormat), ctypes.c_int64, ctypes.c_int64,
                                    ctypes.POINTER(VqSizes)]
@@ -214,10 +217,31 @@ class _Arg:
         if dtype is not None:
             want = _lib.qf_dtype_to_dl(DTYPES[dtype])
             have = self.tensor.dtype
-            if have.bits * have.lanes != want.bits:
+            if dtype == "e2m1x2" and have.bits * have.lanes == 8:
+                self._bytes_as_fp4()
+            elif have.bits * have.lanes != want.bits:
                 raise ValueError(f"cannot view {have.bits}-bit data as {dtype}")
             self.tensor.dtype = want
         # The capsule is not consumed (its name stays 'dltensor'), so the producer frees it.
+
+    def _bytes_as_fp4(self):
+        """Bytes [..., n] as e2m1x2 [..., 2 n]: qfuse's fp4 shapes and strides count values."""
+        t = self.tensor
+        nd = t.ndim
+        shape = [t.shape[i] for i in range(nd)]
+        strides = [t.strides[i] for i in range(nd)] if t.strides else None
+        if strides is None:
+            strides = [1] * nd
+            for i in range(nd - 2, -1, -1):
+                strides[i] = strides[i + 1] * shape[i + 1]
+        if nd and shape[-1] > 1 and strides[-1] != 1:
+            raise ValueError("e2m1x2 view: the last dimension must be contiguous")
+        shape[-1] *= 2
+        strides = [2 * st for st in strides[:-1]] + [1]
+        self._shape = (ctypes.c_int64 * nd)(*shape)
+        self._strides = (ctypes.c_int64 * nd)(*strides)
+        t.shape = ctypes.cast(self._shape, type(t.shape))
+        t.strides = ctypes.cast(self._strides, type(t.strides))
 
     def ptr(self):
         return ctypes.byref(self.tensor)
@@ -326,6 +350,23 @@ class Context:
         keep = [_Arg(t) for t in (a, a_scales, b, b_scales, masked_m, d)]
         o = GemmGroupedOpts(GROUPED_EPILOGUES[epilogue], int(a_scales_row_major))
         self._check(_lib.qf_gemm_fp8_blockscale_masked(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
+
+    def quant_nvfp4(self, w, tensor_scale, codes, scales):
+        """NVFP4 weight quantization (qf_quant_nvfp4): w [N, K] -> codes e2m1x2 [N, K] (uint8
+        [N, K / 2] bytes, pass view(codes, "e2m1x2")), scales e4m3fn [N, K / 16]."""
+        keep = [_Arg(t) for t in (w, tensor_scale, codes, scales)]
+        self._check(_lib.qf_quant_nvfp4(self._ctx, *(x.ptr() for x in keep)))
+
+    def nvfp4_pack(self, codes, packed):
+        """The codes as stored into qf_gemm_nvfp4's layout (qf_nvfp4_pack), both e2m1x2 [N, K]."""
+        keep = [_Arg(t) for t in (codes, packed)]
+        self._check(_lib.qf_nvfp4_pack(self._ctx, *(x.ptr() for x in keep)))
+
+    def gemm_nvfp4(self, a, b, b_scales, b_tensor_scale, d):
+        """d [M, N] = a [M, K] . w^T with w in NVFP4: b packed e2m1x2 [N, K], b_scales e4m3fn
+        [N, K / 16], b_tensor_scale fp32 [1] (qf_gemm_nvfp4)."""
+        keep = [_Arg(t) for t in (a, b, b_scales, b_tensor_scale, d)]
+        self._check(_lib.qf_gemm_nvfp4(self._ctx, *(x.ptr() for x in keep)))
 
     def gemm_scaled(self, a, a_scale, b, b_scale, d, bias=None, azp_adj=None, azp=None):
         keep = [_Arg(t) for t in (a, a_scale, b, b_scale, d)]

@@ -148,6 +148,28 @@ typedef struct {
 qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a);
 qf_status qf_cuda_attention(qf_ctx *ctx, const qf_attention_args *a);
 
+/* ---- fp4 ---- */
+/* qf_quant_nvfp4: w [N, K]; codes e2m1x2 [N, K] (ld counts values); scales e4m3fn [N, K / 16]. */
+typedef struct {
+  qf_mat w, codes, scales;
+  const float *tensor_scale; /* [1], on the op's device */
+} qf_quant_nvfp4_args;
+
+qf_status qf_cpu_quant_nvfp4(qf_ctx *ctx, const qf_quant_nvfp4_args *a);
+qf_status qf_cuda_quant_nvfp4(qf_ctx *ctx, const qf_quant_nvfp4_args *a);
+/* codes as stored into the packed layout (formats/nvfp4.h); same shape. */
+qf_status qf_cpu_nvfp4_pack(qf_ctx *ctx, const qf_mat *codes, const qf_mat *packed);
+qf_status qf_cuda_nvfp4_pack(qf_ctx *ctx, const qf_mat *codes, const qf_mat *packed);
+
+typedef struct {
+  qf_mat a, b, scales, d;    /* a [M, K] bf16 / fp16; b packed e2m1x2 [N, K]; scales e4m3fn [N, K / 16] */
+  const float *tensor_scale; /* [1], on the op's device */
+  int64_t M, N, K;
+} qf_gemm_nvfp4_args;
+
+qf_status qf_cpu_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *a);
+qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *a);
+
 /* ---- vq ---- */
 typedef struct {
   qf_vq_format fmt;

@@ -276,5 +276,35 @@ class TestAttention(unittest.TestCase):
                                 np.array(lens, np.int32), o)
 
 
+class TestNvfp4(unittest.TestCase):
+    def test_quant_pack_gemm(self):
+        # uint8 bytes viewed as e2m1x2 (shape in values); the GEMM against the formula on the
+        # codes as stored, decoded here from the e2m1 definition.
+        rng = np.random.default_rng(3)
+        n, k, m = 32, 64, 3
+        w = rng.standard_normal((n, k)).astype(np.float32)
+        ts = np.array([np.abs(w).max() / (6 * 448)], np.float32)
+        codes = np.zeros((n, k // 2), np.uint8)
+        packed = np.zeros((n, k // 2), np.uint8)
+        scales = np.zeros((n, k // 16), np.uint8)
+        ctx = qfuse.Context("cpu")
+        ctx.quant_nvfp4(w, ts, qfuse.view(codes, "e2m1x2"), qfuse.view(scales, "e4m3fn"))
+        ctx.nvfp4_pack(qfuse.view(codes, "e2m1x2"), qfuse.view(packed, "e2m1x2"))
+        e2m1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+        nib = np.stack([codes & 15, codes >> 4], axis=-1).reshape(n, k)
+        wq = e2m1[nib] * np.repeat(e4m3fn_values()[scales], 16, axis=1) * float(ts[0])
+        self.assertLess(np.linalg.norm(wq - w) / np.linalg.norm(w), 0.12)
+        self.assertEqual(scales.max(), 0x7E)  # the largest block gets 448
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        a16 = a.astype(np.float16)
+        d = np.empty((m, n), np.float32)
+        ctx.gemm_nvfp4(a16, qfuse.view(packed, "e2m1x2"), qfuse.view(scales, "e4m3fn"), ts, d)
+        np.testing.assert_allclose(d, a16.astype(np.float64) @ wq.T, rtol=1e-6, atol=1e-6)
+        with self.assertRaises(qfuse.QfuseError):  # K = 48: not a multiple of 32, d untouched
+            d2 = np.full((m, n), 7.0, np.float32)
+            ctx.gemm_nvfp4(a16[:, :48], qfuse.view(packed[:, :24], "e2m1x2"), qfuse.view(scales[:, :3], "e4m3fn"), ts, d2)
+        self.assertTrue((d2 == 7.0).all())
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -30,6 +30,21 @@ __device__ __forceinline__ void cluster_sync_relaxed() {
   QF_ASM_SM90("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
+// barrier.cluster.arrive (release) + barrier.cluster.wait (acquire): every thread of every CTA
+// of the cluster arrives, then waits for the others; the shared-memory writes each CTA made
+// before it are visible to the peers' reads after it.
+__device__ __forceinline__ void cluster_sync() {
+  QF_ASM_SM90("barrier.cluster.arrive.aligned;\n" ::: "memory");
+  QF_ASM_SM90("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+// ld.shared::cluster.f32: a float from a peer CTA's shared memory (addr from mapa_shared_cluster).
+__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t addr) {
+  float v = 0.0f;
+  QF_ASM_SM90("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
 // st.async with complete_tx: stores v at `addr` in a peer CTA's shared memory (from
 // mapa_shared_cluster) and counts its bytes on the peer's mbarrier at `bar` (also mapped).
 __device__ __forceinline__ void st_async_f64(uint32_t addr, double v, uint32_t bar) {

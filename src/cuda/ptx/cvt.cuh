@@ -26,3 +26,11 @@ __device__ __forceinline__ uint32_t cvt_pack_sat_s8x4(int32_t a, int32_t b, int3
   asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(w) : "r"(b), "r"(a), "r"(hi));
   return w;
 }
+
+// cvt.rn.f16x2.e4m3x2: two e4m3fn values (the high byte into the high half) as fp16, exactly.
+// sm_89+.
+__device__ __forceinline__ uint32_t cvt_rn_f16x2_e4m3x2(uint16_t a) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(a));
+  return d;
+}

@@ -1,0 +1,79 @@
+// Launcher of the NVFP4 GEMM (nvfp4_gemm.cuh): token tile, K split and output type.
+#include <atomic>
+
+#include "cuda/common.cuh"
+#include "cuda/fp4/nvfp4_gemm.cuh"
+
+namespace {
+
+constexpr char kOp[] = "qf_gemm_nvfp4";
+
+// Token fragments of 8 per CTA: one or two at decode, four (32 tokens) beyond.
+int token_fragments(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : 4; }
+
+// CTAs per cluster splitting K: doubled while the tiles fill fewer than `target` CTAs and each
+// CTA keeps two steps of 128 K or more.
+int k_split(int64_t tiles, int steps, int64_t target) {
+  int split = 1;
+  while (split < kFp4MaxSplit && tiles * split < target && steps / (2 * split) >= 2) split *= 2;
+  return split;
+}
+
+template <typename T, typename Tout, int NF>
+qf_status launch(qf_ctx *ctx, const Fp4Params &p, dim3 grid) {
+  static std::atomic<uint64_t> non_portable{0};
+  auto kernel = nvfp4_gemm_kernel<T, Tout, NF>;
+  if (grid.x > 8) {
+    const uint64_t bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
+    if (!(non_portable.load(std::memory_order_relaxed) & bit)) {
+      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
+      non_portable.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t lc = qf_cluster_launch_config(grid, dim3(32 * kFp4Warps), 0, qf_stream(ctx), grid.x,
+                                                         ctx->pdl != 0, attrs);
+  return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p);
+}
+
+template <typename T, typename Tout>
+qf_status dispatch_nf(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf) {
+  switch (nf) {
+    case 1: return launch<T, Tout, 1>(ctx, p, grid);
+    case 2: return launch<T, Tout, 2>(ctx, p, grid);
+    default: return launch<T, Tout, 4>(ctx, p, grid);
+  }
+}
+
+template <typename T>
+qf_status dispatch_out(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, qf_dtype out) {
+  switch (out) {
+    case QF_F32: return dispatch_nf<T, float>(ctx, p, grid, nf);
+    case QF_F16: return dispatch_nf<T, __half>(ctx, p, grid, nf);
+    default: return dispatch_nf<T, __nv_bfloat16>(ctx, p, grid, nf);
+  }
+}
+
+} // namespace
+
+extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g) {
+  const int nf = token_fragments(g->M);
+  const int64_t token_tiles = (g->M + 8 * nf - 1) / (8 * nf), row_tiles = (g->N + kFp4Rows - 1) / kFp4Rows;
+  if (token_tiles > 65535 || row_tiles > 65535 || g->K > (int64_t{1} << 30))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes M up to %d, N up to %d and K up to 2^30 (got %lld, %lld, %lld)",
+                   kOp, 65535 * 32, 65535 * kFp4Rows, (long long)g->M, (long long)g->N, (long long)g->K);
+  Fp4Params p = {};
+  p.a = g->a.data, p.lda = g->a.ld;
+  p.b = static_cast<const uint8_t *>(g->b.data), p.ldb = g->b.ld / 2;
+  p.scales = static_cast<const uint8_t *>(g->scales.data), p.lds = g->scales.ld;
+  p.tensor_scale = g->tensor_scale;
+  p.d = g->d.data, p.ldd = g->d.ld;
+  p.M = static_cast<int>(g->M), p.N = static_cast<int>(g->N), p.K = static_cast<int>(g->K);
+  p.steps = static_cast<int>((g->K + kFp4StepK - 1) / kFp4StepK);
+  // Four CTAs of 4 warps per SM keep enough of the weight in flight.
+  const int split = k_split(token_tiles * row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
+  const dim3 grid(split, static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles));
+  return g->a.dtype == QF_F16 ? dispatch_out<__half>(ctx, p, grid, nf, g->d.dtype)
+                              : dispatch_out<__nv_bfloat16>(ctx, p, grid, nf, g->d.dtype);
+}

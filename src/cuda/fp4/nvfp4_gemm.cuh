@@ -1,0 +1,192 @@
+// NVFP4 weights times 16-bit activations: d[M, N] = a[M, K] . w^[N, K]^T on the tensor cores
+// (mma.sync m16n8k16), each weight dequantized once, in registers, on its way from global memory.
+//
+// The weight is the mma's A operand (16 rows of N) and the tokens its B operand (8 columns), so
+// a decode step with one token wastes 7 of 8 columns rather than 15 of 16 rows. A warp owns 16
+// weight rows (rows r and r + 8 for lane group g = lane / 4); per step of 128 K each lane t =
+// lane % 4 of a group loads 16 bytes of each of its two rows: 32 codes, K 32 t .. 32 t + 31 of
+// the step, so the four lanes of a row read 64 contiguous bytes. An mma's 16 columns of K need
+// not be 16 consecutive K of the weight: any order does, as long as the activations come in the
+// same one. Lane t's mma k-columns 2t, 2t + 1, 2t + 8, 2t + 9 are 4 consecutive K of its own 32,
+// which makes its B fragment one 8-byte piece of the activation row, and the weight's fragment
+// the four pairs of one packed word (formats/nvfp4.h):
+//   pair -> 16-bit pair (bit operations) -> times the block scale (exact) -> mma.
+// Each code times its e4m3 scale is exact in fp16 and bf16 (at most 5 significant bits), held at
+// 2^-7 of its value so that the smallest products stay normal; the epilogue multiplies by 2^7
+// and the tensor scale.
+//
+// K is split across the CTAs of a cluster where the row tiles alone leave SMs idle; their fp32
+// partial sums meet in shared memory (distributed shared memory, rank order), so no workspace and
+// no second kernel.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/ptx/cluster.cuh"
+#include "cuda/ptx/cvt.cuh"
+#include "cuda/ptx/griddep.cuh"
+#include "cuda/ptx/mma.cuh"
+#include "formats/nvfp4.h"
+
+constexpr int kFp4Warps = 4;             // a CTA: 4 warps of 16 weight rows
+constexpr int kFp4Rows = 16 * kFp4Warps; // weight rows per CTA
+constexpr int kFp4StepK = 128;           // K per step: 4 lanes x 32 codes per row
+constexpr int kFp4MaxSplit = 16;         // CTAs per cluster (past 8: the non-portable size)
+#ifndef QF_FP4_AHEAD
+#define QF_FP4_AHEAD 2
+#endif
+constexpr int kFp4Ahead = QF_FP4_AHEAD;  // steps of the weight loaded ahead
+
+struct Fp4Params {
+  const void *a;             // [M, K] T, row pitch lda elements
+  const uint8_t *b;          // packed codes [N, K / 2 bytes], row pitch ldb bytes
+  const uint8_t *scales;     // e4m3fn [N, K / 16], row pitch lds bytes
+  const float *tensor_scale; // [1]
+  void *d;                   // [M, N] Tout, row pitch ldd elements
+  int64_t lda, ldb, lds, ldd;
+  int M, N, K;
+  int steps; // ceil(K / 128)
+};
+
+__device__ __forceinline__ uint32_t mul2(__half, uint32_t x, uint32_t y) {
+  const __half2 r = __hmul2(*reinterpret_cast<const __half2 *>(&x), *reinterpret_cast<const __half2 *>(&y));
+  return *reinterpret_cast<const uint32_t *>(&r);
+}
+__device__ __forceinline__ uint32_t mul2(__nv_bfloat16, uint32_t x, uint32_t y) {
+  const __nv_bfloat162 r =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162 *>(&x), *reinterpret_cast<const __nv_bfloat162 *>(&y));
+  return *reinterpret_cast<const uint32_t *>(&r);
+}
+
+// The two e4m3fn block scales of `pair` (low byte first) as T pairs (s, s) that turn the codes
+// of qf_nvfp4_f16x2 / qf_nvfp4_bf16x2 into code * s * 2^-7: s * 2^7 for fp16, s * 2^119 for bf16.
+template <typename T>
+__device__ __forceinline__ void fp4_scales(uint32_t pair, uint32_t (&s)[2]) {
+  const uint32_t h = cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(pair));
+  if constexpr (std::is_same_v<T, __half>) {
+    const uint32_t h128 = mul2(T(), h, 0x58005800u); // x 128
+    s[0] = __byte_perm(h128, 0, 0x1010);
+    s[1] = __byte_perm(h128, 0, 0x3232);
+  } else {
+    const __half2 hh = *reinterpret_cast<const __half2 *>(&h);
+    const float lo = __low2float(hh) * 0x1p119f, hi = __high2float(hh) * 0x1p119f;
+    const __nv_bfloat162 l2 = __floats2bfloat162_rn(lo, lo), h2 = __floats2bfloat162_rn(hi, hi);
+    s[0] = *reinterpret_cast<const uint32_t *>(&l2);
+    s[1] = *reinterpret_cast<const uint32_t *>(&h2);
+  }
+}
+
+// A packed word of 8 codes, dequantized: r[p] = pair p (at 2^-14 or 2^-126 of the codes) times
+// the scale pair s.
+template <typename T>
+__device__ __forceinline__ void fp4_dequant(uint32_t q, uint32_t s, uint32_t (&r)[4]) {
+#pragma unroll
+  for (int p = 0; p < 4; p++) r[p] = mul2(T(), std::is_same_v<T, __half> ? qf_nvfp4_f16x2(q, p) : qf_nvfp4_bf16x2(q, p), s);
+}
+
+// What a lane loads of the weight for one step: 16 bytes of codes of each of its two rows and
+// the two scales of each (row r in the low 16 bits, r + 8 in the high).
+struct Fp4Chunk {
+  uint4 c0, c1;
+  uint32_t sc;
+};
+
+template <typename Tout>
+__device__ __forceinline__ void store_out(const Fp4Params &p, int row, int tok, float v) {
+  if (tok >= p.M) return;
+  Tout *d = static_cast<Tout *>(p.d) + static_cast<int64_t>(tok) * p.ldd + row;
+  if constexpr (std::is_same_v<Tout, float>) *d = v;
+  else if constexpr (std::is_same_v<Tout, __half>) *d = __float2half_rn(v);
+  else *d = __float2bfloat16_rn(v);
+}
+
+// Grid (split, token tiles, row tiles), clusters of `split` CTAs along x: CTA rank r of a cluster
+// takes steps [r steps / split, (r + 1) steps / split) of its row tile and token tile. NF token
+// fragments of 8 per CTA.
+template <typename T, typename Tout, int NF>
+__global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid_constant__ Fp4Params p) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int split = gridDim.x, rank = blockIdx.x;
+  const int tok0 = blockIdx.y * 8 * NF;
+  const int row = blockIdx.z * kFp4Rows + warp * 16 + g; // and row + 8; N is a multiple of 16
+  const bool rows_ok = row < p.N;
+  const int s0 = rank * p.steps / split, s1 = (rank + 1) * p.steps / split;
+
+  const uint8_t *b0 = p.b + row * p.ldb + 16 * t, *b1 = b0 + 8 * p.ldb;
+  const uint8_t *sc0 = p.scales + row * p.lds + 2 * t, *sc1 = sc0 + 8 * p.lds;
+  auto load = [&](int s) {
+    Fp4Chunk c = {};
+    if (rows_ok && s < s1 && kFp4StepK * s + 32 * t < p.K) {
+      c.c0 = __ldg(reinterpret_cast<const uint4 *>(b0 + 64 * static_cast<int64_t>(s)));
+      c.c1 = __ldg(reinterpret_cast<const uint4 *>(b1 + 64 * static_cast<int64_t>(s)));
+      c.sc = *reinterpret_cast<const uint16_t *>(sc0 + 8 * s) | uint32_t{*reinterpret_cast<const uint16_t *>(sc1 + 8 * s)} << 16;
+    }
+    return c;
+  };
+
+  Fp4Chunk ahead[kFp4Ahead]; // steps s + 1 .. s + kFp4Ahead in flight while step s computes
+#pragma unroll
+  for (int i = 0; i < kFp4Ahead; i++) ahead[i] = load(s0 + i); // the weights do not depend on the kernel before
+  griddep_wait();
+
+  const T *x[NF]; // lane's activation row of each token fragment (null past M)
+#pragma unroll
+  for (int f = 0; f < NF; f++) {
+    const int tok = tok0 + 8 * f + g;
+    x[f] = tok < p.M ? static_cast<const T *>(p.a) + tok * p.lda + 32 * t : nullptr;
+  }
+
+  float acc[NF][4] = {};
+  for (int s = s0; s < s1; s++) {
+    const Fp4Chunk c = ahead[0];
+#pragma unroll
+    for (int i = 0; i + 1 < kFp4Ahead; i++) ahead[i] = ahead[i + 1];
+    ahead[kFp4Ahead - 1] = load(s + kFp4Ahead);
+    const bool k_ok = kFp4StepK * s + 32 * t < p.K;
+    uint32_t sr[2], sr8[2];
+    fp4_scales<T>(c.sc & 0xFFFFu, sr);
+    fp4_scales<T>(c.sc >> 16, sr8);
+    const uint32_t *w0 = reinterpret_cast<const uint32_t *>(&c.c0), *w1 = reinterpret_cast<const uint32_t *>(&c.c1);
+#pragma unroll
+    for (int w = 0; w < 4; w++) { // word w: K 32 t + 8 w .. + 7 of the step, block scale w / 2
+      uint32_t r[4], r8[4];
+      fp4_dequant<T>(w0[w], sr[w / 2], r);
+      fp4_dequant<T>(w1[w], sr8[w / 2], r8);
+#pragma unroll
+      for (int f = 0; f < NF; f++) {
+        uint4 xv = {};
+        if (x[f] && k_ok) xv = __ldg(reinterpret_cast<const uint4 *>(x[f] + kFp4StepK * static_cast<int64_t>(s) + 8 * w));
+        mma_m16n8k16(T(), acc[f], {r[0], r8[0], r[1], r8[1]}, {xv.x, xv.y});
+        mma_m16n8k16(T(), acc[f], {r[2], r8[2], r[3], r8[3]}, {xv.z, xv.w});
+      }
+    }
+  }
+
+  // acc[f][i]: row (i < 2 ? row : row + 8), token tok0 + 8 f + 2 t + i % 2.
+  const float out_scale = 128.0f * *p.tensor_scale;
+  if (split == 1) {
+    if (!rows_ok) return;
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) store_out<Tout>(p, row + 8 * (i / 2), tok0 + 8 * f + 2 * t + i % 2, acc[f][i] * out_scale);
+    return;
+  }
+  __shared__ float part[4 * NF][32 * kFp4Warps];
+#pragma unroll
+  for (int f = 0; f < NF; f++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) part[4 * f + i][threadIdx.x] = acc[f][i];
+  cluster_sync();
+  for (int j = rank; j < 4 * NF; j += split) { // this CTA's share of the outputs, summed in rank order
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&part[j][threadIdx.x]));
+    float v = 0.0f;
+    for (int q = 0; q < split; q++) v += ld_shared_cluster_f32(mapa_shared_cluster(addr, q));
+    if (rows_ok) store_out<Tout>(p, row + 8 * ((j % 4) / 2), tok0 + 8 * (j / 4) + 2 * t + j % 2, v * out_scale);
+  }
+  cluster_sync_relaxed(); // no CTA leaves while a peer may still read its partial sums
+}

@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--jsonl", required=True, help="append one JSON line per result to FILE")
     ap.add_argument("--quick", action="store_true", help="six shapes")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--ms", help="comma-separated M values instead of the default list")
     args = ap.parse_args()
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(dev)
@@ -61,7 +62,7 @@ def main():
 
     with open(args.jsonl, "a") as out:
         for n, k in NK:
-            if args.quick and (n, k) not in QUICK_NK:
+            if args.quick and not args.ms and (n, k) not in QUICK_NK:
                 continue
             g = torch.Generator(device=dev).manual_seed(n + k)
             w = torch.randn(n, k, device=dev, generator=g)
@@ -73,7 +74,7 @@ def main():
             ctx.nvfp4_pack(qfuse.view(codes, "e2m1x2"), qfuse.view(packed, "e2m1x2"))
             w_bf16 = dequantize(codes, scales, ts).to(torch.bfloat16)  # exact: code * scale has <= 5 bits
             del w
-            for m in MS:
+            for m in [int(v) for v in args.ms.split(",")] if args.ms else MS:
                 if args.quick and m not in QUICK_M:
                     continue
                 a = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=g)

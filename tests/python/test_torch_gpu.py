@@ -139,6 +139,30 @@ class TestTorchFamily(unittest.TestCase):
             self.assertLess(err, 1e-2)
             self.assertLess((lse - torch.logsumexp(s, -1)).abs().max().item(), 1e-3)
 
+    def test_nvfp4_quant_pack_gemm(self):
+        # Weights quantized and packed on the GPU (the same bytes as on the CPU), then the GEMM
+        # against torch's fp32 matmul of the dequantized weight.
+        n, k = 256, 1024
+        w = torch.randn(n, k, device="cuda")
+        ts = (w.abs().max() / (6 * 448)).reshape(1)
+        codes = torch.empty(n, k // 2, dtype=torch.uint8, device="cuda")
+        scales = torch.empty(n, k // 16, dtype=torch.uint8, device="cuda")
+        packed = torch.empty_like(codes)
+        quant = lambda ctx, w, ts, c, s: ctx.quant_nvfp4(w, ts, qfuse.view(c, "e2m1x2"), qfuse.view(s, "e4m3fn"))  # noqa: E731
+        g, c = self.both(quant, w, ts, codes, scales)
+        self.assert_same(g[2:], c[2:], "quant_nvfp4")
+        codes, scales = g[2], g[3]
+        self.gpu.nvfp4_pack(qfuse.view(codes, "e2m1x2"), qfuse.view(packed, "e2m1x2"))
+        table = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], device="cuda")
+        nib = torch.stack([codes & 15, codes >> 4], dim=-1).view(n, k).long()
+        wq = table[nib] * scales.view(torch.float8_e4m3fn).float().repeat_interleave(16, dim=1) * ts
+        for m in (1, 16, 40):
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            d = torch.empty(m, n, device="cuda", dtype=torch.float32)
+            self.gpu.gemm_nvfp4(a, qfuse.view(packed, "e2m1x2"), qfuse.view(scales, "e4m3fn"), ts, d)
+            ref = a.float() @ wq.t()
+            self.assertLess(((d - ref).norm() / ref.norm()).item(), 1e-5)
+
     def test_gemm_scaled_int8_azp(self):
         # Per-token int8 activations with zero points, per-channel weight scales, bias: the
         # AzpPerToken epilogue, equal to the exact CPU reference up to the final fp32 roundings.

@@ -12,10 +12,10 @@ constexpr char kOp[] = "qf_gemm_nvfp4";
 int token_fragments(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : 4; }
 
 // CTAs per cluster splitting K: doubled while the tiles fill fewer than `target` CTAs and each
-// CTA keeps two steps of 128 K or more.
+// CTA keeps two chunks or more.
 int k_split(int64_t tiles, int steps, int64_t target) {
   int split = 1;
-  while (split < kFp4MaxSplit && tiles * split < target && steps / (2 * split) >= 2) split *= 2;
+  while (split < kFp4MaxSplit && tiles * split < target && steps / kFp4Chunk / (2 * split) >= 2) split *= 2;
   return split;
 }
 
@@ -71,7 +71,7 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
   p.d = g->d.data, p.ldd = g->d.ld;
   p.M = static_cast<int>(g->M), p.N = static_cast<int>(g->N), p.K = static_cast<int>(g->K);
   p.steps = static_cast<int>((g->K + kFp4StepK - 1) / kFp4StepK);
-  // Four CTAs of 4 warps per SM keep enough of the weight in flight.
+  // Four CTAs per SM (what their registers and ring allow at decode) keep the weight streaming.
   const int split = k_split(token_tiles * row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
   const dim3 grid(split, static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles));
   return g->a.dtype == QF_F16 ? dispatch_out<__half>(ctx, p, grid, nf, g->d.dtype)

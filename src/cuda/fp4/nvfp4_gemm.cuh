@@ -1,20 +1,22 @@
 // NVFP4 weights times 16-bit activations: d[M, N] = a[M, K] . w^[N, K]^T on the tensor cores
-// (mma.sync m16n8k16), each weight dequantized once, in registers, on its way from global memory.
+// (mma.sync m16n8k16), each weight dequantized once, in registers, on its way from memory.
 //
 // The weight is the mma's A operand (16 rows of N) and the tokens its B operand (8 columns), so
 // a decode step with one token wastes 7 of 8 columns rather than 15 of 16 rows. A warp owns 16
 // weight rows (rows r and r + 8 for lane group g = lane / 4); per step of 128 K each lane t =
-// lane % 4 of a group loads 16 bytes of each of its two rows: 32 codes, K 32 t .. 32 t + 31 of
-// the step, so the four lanes of a row read 64 contiguous bytes. An mma's 16 columns of K need
-// not be 16 consecutive K of the weight: any order does, as long as the activations come in the
-// same one. Lane t's mma k-columns 2t, 2t + 1, 2t + 8, 2t + 9 are 4 consecutive K of its own 32,
-// which makes its B fragment one 8-byte piece of the activation row, and the weight's fragment
-// the four pairs of one packed word (formats/nvfp4.h):
+// lane % 4 of a group takes 16 bytes of each of its two rows: 32 codes, K 32 t .. 32 t + 31 of
+// the step. An mma's 16 columns of K need not be 16 consecutive K of the weight: any order does,
+// as long as the activations come in the same one. Lane t's mma k-columns 2t, 2t + 1, 2t + 8,
+// 2t + 9 are 4 consecutive K of its own 32, which makes its B fragment one 8-byte piece of the
+// activation row, and the weight's fragment the four pairs of one packed word (formats/nvfp4.h):
 //   pair -> 16-bit pair (bit operations) -> times the block scale (exact) -> mma.
 // Each code times its e4m3 scale is exact in fp16 and bf16 (at most 5 significant bits), held at
 // 2^-7 of its value so that the smallest products stay normal; the epilogue multiplies by 2^7
 // and the tensor scale.
 //
+// The codes stream in chunks of 4 steps (256 contiguous bytes of a row) through a two-chunk ring
+// in shared memory that each lane fills with cp.async and reads back alone (no barrier; no
+// registers held while a chunk loads); the scales, 2 bytes a row and step, come through the L1.
 // K is split across the CTAs of a cluster where the row tiles alone leave SMs idle; their fp32
 // partial sums meet in shared memory (distributed shared memory, rank order), so no workspace and
 // no second kernel.
@@ -27,6 +29,7 @@
 #include <type_traits>
 
 #include "cuda/ptx/cluster.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/cvt.cuh"
 #include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/mma.cuh"
@@ -35,11 +38,9 @@
 constexpr int kFp4Warps = 4;             // a CTA: 4 warps of 16 weight rows
 constexpr int kFp4Rows = 16 * kFp4Warps; // weight rows per CTA
 constexpr int kFp4StepK = 128;           // K per step: 4 lanes x 32 codes per row
+constexpr int kFp4Chunk = 4;             // steps per load: 256 contiguous bytes of each row
+constexpr int kFp4Stages = 2;            // chunks in the shared-memory ring
 constexpr int kFp4MaxSplit = 16;         // CTAs per cluster (past 8: the non-portable size)
-#ifndef QF_FP4_AHEAD
-#define QF_FP4_AHEAD 2
-#endif
-constexpr int kFp4Ahead = QF_FP4_AHEAD;  // steps of the weight loaded ahead
 
 struct Fp4Params {
   const void *a;             // [M, K] T, row pitch lda elements
@@ -88,13 +89,6 @@ __device__ __forceinline__ void fp4_dequant(uint32_t q, uint32_t s, uint32_t (&r
   for (int p = 0; p < 4; p++) r[p] = mul2(T(), std::is_same_v<T, __half> ? qf_nvfp4_f16x2(q, p) : qf_nvfp4_bf16x2(q, p), s);
 }
 
-// What a lane loads of the weight for one step: 16 bytes of codes of each of its two rows and
-// the two scales of each (row r in the low 16 bits, r + 8 in the high).
-struct Fp4Chunk {
-  uint4 c0, c1;
-  uint32_t sc;
-};
-
 template <typename Tout>
 __device__ __forceinline__ void store_out(const Fp4Params &p, int row, int tok, float v) {
   if (tok >= p.M) return;
@@ -104,9 +98,42 @@ __device__ __forceinline__ void store_out(const Fp4Params &p, int row, int tok, 
   else *d = __float2bfloat16_rn(v);
 }
 
-// Grid (split, token tiles, row tiles), clusters of `split` CTAs along x: CTA rank r of a cluster
-// takes steps [r steps / split, (r + 1) steps / split) of its row tile and token tile. NF token
-// fragments of 8 per CTA.
+// A lane's 32 activations of each token fragment for one step (x[f] at the step's K); zero
+// for a lane whose 32 K lie past K (a partial last step: k_ok false).
+template <typename T, int NF>
+__device__ __forceinline__ void fp4_load_x(const T *const (&x)[NF], bool k_ok, uint4 (&xv)[NF][4]) {
+#pragma unroll
+  for (int f = 0; f < NF; f++)
+#pragma unroll
+    for (int w = 0; w < 4; w++) xv[f][w] = k_ok ? __ldg(reinterpret_cast<const uint4 *>(x[f] + 8 * w)) : uint4{};
+}
+
+// One step of a lane: its 32 codes of rows r and r + 8 (c0, c1, scales sc) times the matching
+// activations xv, into acc[f]: words 0 and 1 (block scale 2t) into acc[f][0], words 2 and 3
+// (block 2t + 1) into acc[f][1], two independent chains.
+template <typename T, int NF>
+__device__ __forceinline__ void fp4_step(uint4 c0, uint4 c1, uint32_t sc, const uint4 (&xv)[NF][4],
+                                         float (&acc)[NF][2][4]) {
+  uint32_t sr[2], sr8[2];
+  fp4_scales<T>(sc & 0xFFFFu, sr);
+  fp4_scales<T>(sc >> 16, sr8);
+  const uint32_t w0[4] = {c0.x, c0.y, c0.z, c0.w}, w1[4] = {c1.x, c1.y, c1.z, c1.w};
+#pragma unroll
+  for (int w = 0; w < 4; w++) { // word w: K 32 t + 8 w .. + 7 of the step
+    uint32_t r[4], r8[4];
+    fp4_dequant<T>(w0[w], sr[w / 2], r);
+    fp4_dequant<T>(w1[w], sr8[w / 2], r8);
+#pragma unroll
+    for (int f = 0; f < NF; f++) {
+      mma_m16n8k16(T(), acc[f][w / 2], {r[0], r8[0], r[1], r8[1]}, {xv[f][w].x, xv[f][w].y});
+      mma_m16n8k16(T(), acc[f][w / 2], {r[2], r8[2], r[3], r8[3]}, {xv[f][w].z, xv[f][w].w});
+    }
+  }
+}
+
+// Grid (split, token tiles, row tiles), clusters of `split` CTAs along x: the CTAs of a cluster
+// take consecutive ranges of whole chunks of its row tile and token tile. NF token fragments of 8
+// per CTA.
 template <typename T, typename Tout, int NF>
 __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid_constant__ Fp4Params p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -114,73 +141,111 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
   const int tok0 = blockIdx.y * 8 * NF;
   const int row = blockIdx.z * kFp4Rows + warp * 16 + g; // and row + 8; N is a multiple of 16
   const bool rows_ok = row < p.N;
-  const int s0 = rank * p.steps / split, s1 = (rank + 1) * p.steps / split;
+  // Split in whole chunks; the last CTA of a row tile also takes the steps past them.
+  const int chunks = p.steps / kFp4Chunk;
+  const int s0 = kFp4Chunk * (rank * chunks / split);
+  const int s1 = rank + 1 == split ? p.steps : kFp4Chunk * ((rank + 1) * chunks / split);
+  const int s_full = min(s1, p.K / kFp4StepK); // steps that every lane's 32 K fill
 
-  const uint8_t *b0 = p.b + row * p.ldb + 16 * t, *b1 = b0 + 8 * p.ldb;
-  const uint8_t *sc0 = p.scales + row * p.lds + 2 * t, *sc1 = sc0 + 8 * p.lds;
-  auto load = [&](int s) {
-    Fp4Chunk c = {};
-    if (rows_ok && s < s1 && kFp4StepK * s + 32 * t < p.K) {
-      c.c0 = __ldg(reinterpret_cast<const uint4 *>(b0 + 64 * static_cast<int64_t>(s)));
-      c.c1 = __ldg(reinterpret_cast<const uint4 *>(b1 + 64 * static_cast<int64_t>(s)));
-      c.sc = *reinterpret_cast<const uint16_t *>(sc0 + 8 * s) | uint32_t{*reinterpret_cast<const uint16_t *>(sc1 + 8 * s)} << 16;
-    }
-    return c;
-  };
+  const uint4 *b0 = reinterpret_cast<const uint4 *>(p.b + row * p.ldb + 16 * t);
+  const uint4 *b1 = b0 + 8 * p.ldb / 16;
+  const uint16_t *sc0 = reinterpret_cast<const uint16_t *>(p.scales + row * p.lds + 2 * t);
+  const uint16_t *sc1 = sc0 + 4 * p.lds;
 
-  Fp4Chunk ahead[kFp4Ahead]; // steps s + 1 .. s + kFp4Ahead in flight while step s computes
+  // Whole chunks stream through a ring of lane-private slots in shared memory (cp.async: no
+  // registers held while they load; each lane reads back only what it copied); their scales,
+  // 8 bytes a chunk, come into registers a chunk ahead.
+  __shared__ uint4 ring[kFp4Stages][kFp4Chunk][2][32 * kFp4Warps];
+  const int n_chunks = max(0, s_full - s0) / kFp4Chunk;
+  auto issue = [&](int c) { // chunk c (of this CTA's) into its slot; one commit group either way
+    if (rows_ok && c < n_chunks)
 #pragma unroll
-  for (int i = 0; i < kFp4Ahead; i++) ahead[i] = load(s0 + i); // the weights do not depend on the kernel before
+      for (int j = 0; j < kFp4Chunk; j++) {
+        const int step = s0 + kFp4Chunk * c + j;
+        cp_async_cg_shared_global_16(static_cast<uint32_t>(__cvta_generic_to_shared(&ring[c % kFp4Stages][j][0][threadIdx.x])), b0 + 4 * step);
+        cp_async_cg_shared_global_16(static_cast<uint32_t>(__cvta_generic_to_shared(&ring[c % kFp4Stages][j][1][threadIdx.x])), b1 + 4 * step);
+      }
+    cp_async_commit_group();
+  };
+  auto load_scales = [&](int c, uint32_t (&sc)[kFp4Chunk]) {
+#pragma unroll
+    for (int j = 0; j < kFp4Chunk; j++) {
+      const int step = s0 + kFp4Chunk * c + j;
+      sc[j] = rows_ok && c < n_chunks ? uint32_t{__ldg(sc0 + 4 * step)} | uint32_t{__ldg(sc1 + 4 * step)} << 16 : 0;
+    }
+  };
+#pragma unroll
+  for (int c = 0; c + 1 < kFp4Stages; c++) issue(c); // the weights do not depend on the kernel before this one
+  uint32_t sc[kFp4Chunk];
+  load_scales(0, sc);
   griddep_wait();
 
-  const T *x[NF]; // lane's activation row of each token fragment (null past M)
+  // Each lane's activation rows, past M clamped to the last token (computed, never stored).
+  const T *x[NF];
 #pragma unroll
   for (int f = 0; f < NF; f++) {
-    const int tok = tok0 + 8 * f + g;
-    x[f] = tok < p.M ? static_cast<const T *>(p.a) + tok * p.lda + 32 * t : nullptr;
+    const int tok = min(tok0 + 8 * f + g, p.M - 1);
+    x[f] = static_cast<const T *>(p.a) + tok * p.lda + 32 * t + kFp4StepK * static_cast<int64_t>(s0);
   }
+  auto advance = [&]() {
+#pragma unroll
+    for (int f = 0; f < NF; f++) x[f] += kFp4StepK;
+  };
 
-  float acc[NF][4] = {};
-  for (int s = s0; s < s1; s++) {
-    const Fp4Chunk c = ahead[0];
+  float acc[NF][2][4] = {};
+  for (int c = 0; c < n_chunks; c++) {
+    issue(c + kFp4Stages - 1);
+    uint32_t sc_next[kFp4Chunk];
+    load_scales(c + 1, sc_next);
+    cp_async_wait_group<kFp4Stages - 1>(); // chunk c has landed
 #pragma unroll
-    for (int i = 0; i + 1 < kFp4Ahead; i++) ahead[i] = ahead[i + 1];
-    ahead[kFp4Ahead - 1] = load(s + kFp4Ahead);
-    const bool k_ok = kFp4StepK * s + 32 * t < p.K;
-    uint32_t sr[2], sr8[2];
-    fp4_scales<T>(c.sc & 0xFFFFu, sr);
-    fp4_scales<T>(c.sc >> 16, sr8);
-    const uint32_t *w0 = reinterpret_cast<const uint32_t *>(&c.c0), *w1 = reinterpret_cast<const uint32_t *>(&c.c1);
-#pragma unroll
-    for (int w = 0; w < 4; w++) { // word w: K 32 t + 8 w .. + 7 of the step, block scale w / 2
-      uint32_t r[4], r8[4];
-      fp4_dequant<T>(w0[w], sr[w / 2], r);
-      fp4_dequant<T>(w1[w], sr8[w / 2], r8);
-#pragma unroll
-      for (int f = 0; f < NF; f++) {
-        uint4 xv = {};
-        if (x[f] && k_ok) xv = __ldg(reinterpret_cast<const uint4 *>(x[f] + kFp4StepK * static_cast<int64_t>(s) + 8 * w));
-        mma_m16n8k16(T(), acc[f], {r[0], r8[0], r[1], r8[1]}, {xv.x, xv.y});
-        mma_m16n8k16(T(), acc[f], {r[2], r8[2], r[3], r8[3]}, {xv.z, xv.w});
-      }
+    for (int j = 0; j < kFp4Chunk; j++) {
+      uint4 c0 = {}, c1 = {};
+      if (rows_ok) c0 = ring[c % kFp4Stages][j][0][threadIdx.x], c1 = ring[c % kFp4Stages][j][1][threadIdx.x];
+      uint4 xv[NF][4];
+      fp4_load_x<T, NF>(x, true, xv);
+      fp4_step<T, NF>(c0, c1, sc[j], xv, acc);
+      advance();
     }
+#pragma unroll
+    for (int j = 0; j < kFp4Chunk; j++) sc[j] = sc_next[j];
   }
+  cp_async_wait_all();
+  int s = s0 + kFp4Chunk * n_chunks;
+  // The steps left (fewer than a chunk, a partial last one among them), one at a time.
+  for (; s < s1; s++) {
+    uint4 c0 = {}, c1 = {};
+    uint32_t sc = 0;
+    const bool k_ok = kFp4StepK * s + 32 * t < p.K;
+    if (rows_ok && k_ok) {
+      c0 = __ldg(b0 + 4 * s), c1 = __ldg(b1 + 4 * s);
+      sc = uint32_t{__ldg(sc0 + 4 * s)} | uint32_t{__ldg(sc1 + 4 * s)} << 16;
+    }
+    uint4 xv[NF][4];
+    fp4_load_x<T, NF>(x, k_ok, xv);
+    fp4_step<T, NF>(c0, c1, sc, xv, acc);
+    advance();
+  }
+#pragma unroll
+  for (int f = 0; f < NF; f++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[f][0][i] += acc[f][1][i];
 
-  // acc[f][i]: row (i < 2 ? row : row + 8), token tok0 + 8 f + 2 t + i % 2.
+  // acc[f][0][i]: row (i < 2 ? row : row + 8), token tok0 + 8 f + 2 t + i % 2.
   const float out_scale = 128.0f * *p.tensor_scale;
   if (split == 1) {
     if (!rows_ok) return;
 #pragma unroll
     for (int f = 0; f < NF; f++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) store_out<Tout>(p, row + 8 * (i / 2), tok0 + 8 * f + 2 * t + i % 2, acc[f][i] * out_scale);
+      for (int i = 0; i < 4; i++) store_out<Tout>(p, row + 8 * (i / 2), tok0 + 8 * f + 2 * t + i % 2, acc[f][0][i] * out_scale);
     return;
   }
   __shared__ float part[4 * NF][32 * kFp4Warps];
 #pragma unroll
   for (int f = 0; f < NF; f++)
 #pragma unroll
-    for (int i = 0; i < 4; i++) part[4 * f + i][threadIdx.x] = acc[f][i];
+    for (int i = 0; i < 4; i++) part[4 * f + i][threadIdx.x] = acc[f][0][i];
   cluster_sync();
   for (int j = rank; j < 4 * NF; j += split) { // this CTA's share of the outputs, summed in rank order
     const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&part[j][threadIdx.x]));

@@ -3,10 +3,15 @@
 
 #include "cuda/common.cuh"
 #include "cuda/fp4/nvfp4_gemm.cuh"
+#include "cuda/fp4/nvfp4_gemm_wide.cuh"
+#include "cuda/tma_map.h"
 
 namespace {
 
 constexpr char kOp[] = "qf_gemm_nvfp4";
+
+// Past this many tokens the wgmma kernel takes the GEMM.
+constexpr int64_t kFp4WideMinM = 32;
 
 // Token fragments of 8 per CTA: one or two at decode, four (32 tokens) beyond.
 int token_fragments(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : 4; }
@@ -37,6 +42,20 @@ qf_status launch(qf_ctx *ctx, const Fp4Params &p, dim3 grid) {
   return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p);
 }
 
+// Many tokens: the wgmma kernel on 64-row x 128-token tiles (nvfp4_gemm_wide.cuh).
+template <typename T, typename Tout, int kXStages>
+qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
+  static std::atomic<uint64_t> opted{0};
+  auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kXStages>;
+  const size_t smem = sizeof(Fp4WideSmem<kXStages>) + 1024;
+  qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted);
+  if (st) return st;
+  CUtensorMap x_map;
+  if ((st = qf_cuda_make_tmap(ctx, kOp, &x_map, "a", a, kFp4WideTokens))) return st;
+  const dim3 grid(static_cast<unsigned>((p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64)));
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(128), smem, p, x_map);
+}
+
 template <typename T, typename Tout>
 qf_status dispatch_nf(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf) {
   switch (nf) {
@@ -46,12 +65,20 @@ qf_status dispatch_nf(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf) {
   }
 }
 
+template <typename T, typename Tout>
+qf_status dispatch_kernel(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, const qf_mat &a) {
+  if (p.M <= kFp4WideMinM) return dispatch_nf<T, Tout>(ctx, p, grid, nf);
+  // Two CTAs per SM once the tiles make a few waves of them.
+  const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64);
+  return tiles >= 4 * qf_cuda_stream_sms(ctx) ? launch_wide<T, Tout, 2>(ctx, p, a) : launch_wide<T, Tout, 3>(ctx, p, a);
+}
+
 template <typename T>
-qf_status dispatch_out(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, qf_dtype out) {
+qf_status dispatch_out(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, const qf_mat &a, qf_dtype out) {
   switch (out) {
-    case QF_F32: return dispatch_nf<T, float>(ctx, p, grid, nf);
-    case QF_F16: return dispatch_nf<T, __half>(ctx, p, grid, nf);
-    default: return dispatch_nf<T, __nv_bfloat16>(ctx, p, grid, nf);
+    case QF_F32: return dispatch_kernel<T, float>(ctx, p, grid, nf, a);
+    case QF_F16: return dispatch_kernel<T, __half>(ctx, p, grid, nf, a);
+    default: return dispatch_kernel<T, __nv_bfloat16>(ctx, p, grid, nf, a);
   }
 }
 
@@ -74,6 +101,6 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
   // Four CTAs per SM (what their registers and ring allow at decode) keep the weight streaming.
   const int split = k_split(token_tiles * row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
   const dim3 grid(split, static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles));
-  return g->a.dtype == QF_F16 ? dispatch_out<__half>(ctx, p, grid, nf, g->d.dtype)
-                              : dispatch_out<__nv_bfloat16>(ctx, p, grid, nf, g->d.dtype);
+  return g->a.dtype == QF_F16 ? dispatch_out<__half>(ctx, p, grid, nf, g->a, g->d.dtype)
+                              : dispatch_out<__nv_bfloat16>(ctx, p, grid, nf, g->a, g->d.dtype);
 }

@@ -74,28 +74,33 @@ def time_us_named(fn, reps, flush, name):
     return statistics.median(runs)
 
 
+def gpu_setup(reps):
+    """What a script timing qfuse and torch in one process needs: the device, its name, the commit
+    (QF_COMMIT), an L2 flush (a read pass over twice the L2), a qfuse context on torch's stream,
+    the repetitions (at least 20) and this run's copy bandwidth (1 GiB read and written by
+    torch's copy kernel), in GB/s."""
+    dev = torch.device("cuda")
+    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)
+    flush_buf = torch.zeros(max(2 * l2, int(120e6)), dtype=torch.int8, device=dev)
+    flush = lambda: flush_buf.sum(dtype=torch.int32)  # noqa: E731
+    ctx = qfuse.Context("cuda")
+    ctx.set_stream(torch.cuda.current_stream().cuda_stream)
+    reps = max(reps, 20)
+    src = torch.empty(1 << 29, dtype=torch.bfloat16, device=dev)
+    dst = torch.empty_like(src)
+    copy_gbps = 2 * src.numel() * 2 / (time_us(lambda: dst.copy_(src), reps, flush, "kernel") * 1e3)
+    del src, dst
+    print(f"copy ceiling {copy_gbps:.0f} GB/s")
+    return dev, torch.cuda.get_device_name(dev), os.environ.get("QF_COMMIT", "unknown"), flush, ctx, reps, copy_gbps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jsonl", required=True, help="append one JSON line per result to FILE")
     ap.add_argument("--quick", action="store_true", help="four shapes")
     ap.add_argument("--reps", type=int, default=30)
     args = ap.parse_args()
-    dev = torch.device("cuda")
-    name = torch.cuda.get_device_name(dev)
-    commit = os.environ.get("QF_COMMIT", "unknown")
-    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)
-    flush_buf = torch.zeros(max(2 * l2, int(120e6)), dtype=torch.int8, device=dev)
-    flush = lambda: flush_buf.sum(dtype=torch.int32)  # noqa: E731
-    ctx = qfuse.Context("cuda")
-    ctx.set_stream(torch.cuda.current_stream().cuda_stream)
-    reps = max(args.reps, 20)
-
-    # the copy ceiling of this run: 1 GiB read and written by torch's copy kernel
-    src = torch.empty(1 << 29, dtype=torch.bfloat16, device=dev)
-    dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() * 2 / (time_us(lambda: dst.copy_(src), reps, flush, "kernel") * 1e3)
-    del src, dst
-    print(f"copy ceiling {copy_gbps:.0f} GB/s")
+    dev, name, commit, flush, ctx, reps, copy_gbps = gpu_setup(args.reps)
 
     with open(args.jsonl, "a") as out:
         for i, (kind, b, sq, skv, hq, hkv, d, causal) in enumerate(SHAPES):

@@ -10,13 +10,12 @@ us). Usage: nvfp4_torch.py --jsonl FILE [--quick] [--reps N]
 """
 import argparse
 import json
-import os
 import sys
 
 import torch
 
 import qfuse
-from attention_torch import time_us_named
+from attention_torch import gpu_setup, time_us_named
 from quant_torch import time_us
 
 # (N, K) of DeepSeek-V3's projections (the block-scaled FP8 GEMM's shapes) and Llama-70B's
@@ -44,21 +43,7 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--ms", help="comma-separated M values instead of the default list")
     args = ap.parse_args()
-    dev = torch.device("cuda")
-    name = torch.cuda.get_device_name(dev)
-    commit = os.environ.get("QF_COMMIT", "unknown")
-    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0)
-    flush_buf = torch.zeros(max(2 * l2, int(120e6)), dtype=torch.int8, device=dev)
-    flush = lambda: flush_buf.sum(dtype=torch.int32)  # noqa: E731
-    ctx = qfuse.Context("cuda")
-    ctx.set_stream(torch.cuda.current_stream().cuda_stream)
-    reps = max(args.reps, 20)
-
-    src = torch.empty(1 << 29, dtype=torch.bfloat16, device=dev)
-    dst = torch.empty_like(src)
-    copy_gbps = 2 * src.numel() * 2 / (time_us(lambda: dst.copy_(src), reps, flush, "kernel") * 1e3)
-    del src, dst
-    print(f"copy ceiling {copy_gbps:.0f} GB/s")
+    dev, name, commit, flush, ctx, reps, copy_gbps = gpu_setup(args.reps)
 
     with open(args.jsonl, "a") as out:
         for n, k in NK:

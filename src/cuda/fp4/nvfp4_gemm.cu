@@ -98,7 +98,7 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
   p.d = g->d.data, p.ldd = g->d.ld;
   p.M = static_cast<int>(g->M), p.N = static_cast<int>(g->N), p.K = static_cast<int>(g->K);
   p.steps = static_cast<int>((g->K + kFp4StepK - 1) / kFp4StepK);
-  // Four CTAs per SM (what their registers and ring allow at decode) keep the weight streaming.
+  // A target of four CTAs per SM (eight and sixteen measured no better: docs/NVFP4.md).
   const int split = k_split(token_tiles * row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
   const dim3 grid(split, static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles));
   return g->a.dtype == QF_F16 ? dispatch_out<__half>(ctx, p, grid, nf, g->a, g->d.dtype)

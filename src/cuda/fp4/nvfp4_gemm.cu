@@ -42,18 +42,18 @@ qf_status launch(qf_ctx *ctx, const Fp4Params &p, dim3 grid) {
   return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p);
 }
 
-// Many tokens: the wgmma kernel on 64-row x 128-token tiles (nvfp4_gemm_wide.cuh).
-template <typename T, typename Tout, int kXStages>
+// Many tokens: the wgmma kernel on (64 kWG)-row x 128-token tiles (nvfp4_gemm_wide.cuh).
+template <typename T, typename Tout, int kWG>
 qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   static std::atomic<uint64_t> opted{0};
-  auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kXStages>;
-  const size_t smem = sizeof(Fp4WideSmem<kXStages>) + 1024;
+  auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG>;
+  const size_t smem = sizeof(Fp4WideSmem<kWG>) + 1024;
   qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted);
   if (st) return st;
   CUtensorMap x_map;
   if ((st = qf_cuda_make_tmap(ctx, kOp, &x_map, "a", a, kFp4WideTokens))) return st;
-  const dim3 grid(static_cast<unsigned>((p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64)));
-  return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(128), smem, p, x_map);
+  const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 64 * kWG - 1) / (64 * kWG));
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles)), dim3(128 * kWG), smem, p, x_map);
 }
 
 template <typename T, typename Tout>
@@ -68,9 +68,9 @@ qf_status dispatch_nf(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf) {
 template <typename T, typename Tout>
 qf_status dispatch_kernel(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, const qf_mat &a) {
   if (p.M <= kFp4WideMinM) return dispatch_nf<T, Tout>(ctx, p, grid, nf);
-  // Two CTAs per SM once the tiles make a few waves of them.
+  // Two warpgroups (128 rows, half the activation traffic) once 64-row tiles would make two waves.
   const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64);
-  return tiles >= 4 * qf_cuda_stream_sms(ctx) ? launch_wide<T, Tout, 2>(ctx, p, a) : launch_wide<T, Tout, 3>(ctx, p, a);
+  return tiles >= 2 * qf_cuda_stream_sms(ctx) ? launch_wide<T, Tout, 2>(ctx, p, a) : launch_wide<T, Tout, 1>(ctx, p, a);
 }
 
 template <typename T>

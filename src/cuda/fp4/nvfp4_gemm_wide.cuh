@@ -2,17 +2,21 @@
 // wgmma with the activations from shared memory, so that each dequantized weight serves a whole
 // tile of 128 tokens on the warpgroup tensor cores.
 //
-// A CTA is one warpgroup: 64 weight rows (16 a warp, the lanes' rows and codes as in
-// nvfp4_gemm.cuh) by 128 tokens. Per step of 128 K:
+// A CTA is kWG warpgroups, each 64 weight rows (16 a warp, the lanes' rows and codes as in
+// nvfp4_gemm.cuh), by 128 tokens. Per step of 128 K:
 //   codes (loaded two steps ahead into registers) -> pairs -> times the block scales -> one
-//   16-byte store per row and word into the step's A tile (bf16 / fp16, [64 rows][128 K] as two
-//   128-byte-swizzled 64-column atoms, double-buffered) -> fence.proxy.async, CTA barrier ->
-//   8 wgmma m64n128k16 against the step's activation tile, which TMA brought into a ring
-//   (two 128-token x 64-column boxes a stage).
-// The wgmma of a step runs while the next step is dequantized; waiting for all but the newest
-// group frees the other A buffer and the oldest activation stage, which thread 0 refills with the
-// step two ahead. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by
-// 2^7 and the tensor scale (as nvfp4_gemm.cuh) and stores each element.
+//   16-byte store per row and word into the warpgroup's A tile (bf16 / fp16, [64 rows][128 K] as
+//   two 128-byte-swizzled 64-column atoms, double-buffered) -> fence.proxy.async, CTA barrier ->
+//   8 wgmma m64n128k16 against the step's activation tile, which TMA brought into a 4-stage ring
+//   (two 128-token x 64-column boxes a stage) shared by the warpgroups.
+// The wgmma of a step runs while the next step is dequantized; after the barrier of step s every
+// warpgroup has waited for its products of step s - 2, so thread 0 refills that stage with step
+// s + 2. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
+// tensor scale (as nvfp4_gemm.cuh) and stores each element.
+//
+// Every CTA reads its token tile's activations once per 64 x kWG weight rows: with one warpgroup
+// that was 9.2 GB of L2 traffic at 2048 x 7168 x 16384 (ncu), about the L2's bandwidth for the
+// time it took; two warpgroups halve it.
 #pragma once
 
 #include <cuda.h>
@@ -25,15 +29,15 @@
 constexpr int kFp4WideTokens = 128; // tokens per CTA (the wgmma's N)
 constexpr int kFp4WideBand = 16;    // row tiles per band of the raster
 
-// Dynamic shared memory of the wide kernel: a ring of kXStages activation tiles, two A tiles,
-// barriers. Three stages (130 KB, one CTA per SM) hide the activations' latency best when the
-// grid is about a wave; two (97 KB) let two CTAs share an SM, one dequantizing while the other
-// multiplies, which wins once there are several waves (bench/results, h200-dev-nvfp4-wide-*).
-template <int kXStages>
+constexpr int kFp4WideXStages = 4;  // activation tiles in the ring
+
+// Dynamic shared memory of the wide kernel: the activation ring, two A tiles per warpgroup,
+// barriers.
+template <int kWG>
 struct Fp4WideSmem {
-  alignas(1024) uint8_t x[kXStages][2][kFp4WideTokens * 128]; // [stage][atom][token row of 128 bytes]
-  alignas(1024) uint8_t a[2][2][64 * 128];                     // [buffer][atom][weight row of 128 bytes]
-  alignas(8) uint64_t full[kXStages];
+  alignas(1024) uint8_t x[kFp4WideXStages][2][kFp4WideTokens * 128]; // [stage][atom][token row of 128 bytes]
+  alignas(1024) uint8_t a[kWG][2][2][64 * 128];                       // [warpgroup][buffer][atom][weight row]
+  alignas(8) uint64_t full[kFp4WideXStages];
 };
 
 // The K-major, 128-byte-swizzled offset of 16-byte chunk `chunk` (0..7) of row `row` in an atom.
@@ -45,23 +49,24 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a,
   else wgmma_m64k16_f32_bf16<N>(d, desc_a, desc_b, 1);
 }
 
-// Grid: token tiles x row tiles CTAs; 128 threads; Fp4WideSmem<kXStages> (+ 1 KB to align it) of
-// dynamic shared memory.
-template <typename T, typename Tout, int kXStages>
-__global__ void __launch_bounds__(128) nvfp4_gemm_wide_kernel(const __grid_constant__ Fp4Params p,
-                                                               const __grid_constant__ CUtensorMap x_map) {
+// Grid: token tiles x row tiles (64 kWG rows) CTAs; 128 kWG threads; Fp4WideSmem<kWG> (+ 1 KB to
+// align it) of dynamic shared memory.
+template <typename T, typename Tout, int kWG>
+__global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid_constant__ Fp4Params p,
+                                                                     const __grid_constant__ CUtensorMap x_map) {
   extern __shared__ uint8_t smem_raw[];
-  Fp4WideSmem<kXStages> &sm = *reinterpret_cast<Fp4WideSmem<kXStages> *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  Fp4WideSmem<kWG> &sm = *reinterpret_cast<Fp4WideSmem<kWG> *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // Tiles in bands of kFp4WideBand row tiles: a band's CTAs take its row tiles for one token tile,
   // then the next token tile, so that the band's weights and one token tile's activations stay in
   // the L2 together.
-  const int token_tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens, row_tiles = (p.N + 63) / 64;
+  constexpr int kRows = 64 * kWG;
+  const int token_tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens, row_tiles = (p.N + kRows - 1) / kRows;
   const int band = blockIdx.x / (kFp4WideBand * token_tiles), in_band = blockIdx.x % (kFp4WideBand * token_tiles);
   const int band_rows = min(kFp4WideBand, row_tiles - band * kFp4WideBand);
   const int tok0 = in_band / band_rows * kFp4WideTokens;
-  const int r0 = warp * 16 + g; // the lane's rows in the tile: r0 and r0 + 8
-  const int row = (band * kFp4WideBand + in_band % band_rows) * 64 + r0;
+  const int r0 = warp * 16 + g; // the lane's rows in its warpgroup's tile: r0 and r0 + 8
+  const int row = (band * kFp4WideBand + in_band % band_rows) * kRows + 64 * wg + r0;
   const bool rows_ok = row < p.N; // warp-uniform: N is a multiple of 16
 
   const uint4 *b0 = reinterpret_cast<const uint4 *>(p.b + row * p.ldb + 16 * t);
@@ -84,7 +89,7 @@ __global__ void __launch_bounds__(128) nvfp4_gemm_wide_kernel(const __grid_const
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.full[0]));
   auto fetch_x = [&](int s) { // thread 0: step s's activation tile into its stage
     if (s >= p.steps) return;
-    const int st = s % kXStages;
+    const int st = s % kFp4WideXStages;
     mbarrier_arrive_expect_tx(full0 + 8 * st, 2 * kFp4WideTokens * 128);
     for (int atom = 0; atom < 2; atom++)
       cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[st][atom])), &x_map, full0 + 8 * st,
@@ -92,14 +97,14 @@ __global__ void __launch_bounds__(128) nvfp4_gemm_wide_kernel(const __grid_const
   };
   if (threadIdx.x == 0) {
     prefetch_tensormap(&x_map);
-    for (int st = 0; st < kXStages; st++) mbarrier_init(full0 + 8 * st, 1);
+    for (int st = 0; st < kFp4WideXStages; st++) mbarrier_init(full0 + 8 * st, 1);
     fence_mbarrier_init();
   }
   Codes next = load(0), after = load(1); // the weights do not depend on the kernel before this one
   __syncthreads();
   griddep_wait();
   if (threadIdx.x == 0)
-    for (int s = 0; s < kXStages - 1; s++) fetch_x(s);
+    for (int s = 0; s < 2; s++) fetch_x(s);
 
   float acc[kFp4WideTokens / 2] = {};
   for (int s = 0; s < p.steps; s++) {
@@ -107,7 +112,7 @@ __global__ void __launch_bounds__(128) nvfp4_gemm_wide_kernel(const __grid_const
     next = after;
     after = load(s + 2);
     // Dequantize into A tile s % 2 (its wgmma, two steps back, has completed).
-    uint8_t *a_tile = &sm.a[s % 2][0][0];
+    uint8_t *a_tile = &sm.a[wg][s % 2][0][0];
     uint32_t sr[2], sr8[2];
     fp4_scales<T>(c.sc & 0xFFFFu, sr);
     fp4_scales<T>(c.sc >> 16, sr8);
@@ -123,10 +128,11 @@ __global__ void __launch_bounds__(128) nvfp4_gemm_wide_kernel(const __grid_const
     }
     fence_proxy_async_shared_cta();
     __syncthreads();
-    mbarrier_wait_parity(full0 + 8 * (s % kXStages), (s / kXStages) & 1);
+    if (threadIdx.x == 0) fetch_x(s + 2); // into step s - 2's stage
+    mbarrier_wait_parity(full0 + 8 * (s % kFp4WideXStages), (s / kFp4WideXStages) & 1);
 
     const uint32_t a_addr = static_cast<uint32_t>(__cvta_generic_to_shared(a_tile));
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[s % kXStages][0]));
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[s % kFp4WideXStages][0]));
 #pragma unroll
     for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
     wgmma_fence();
@@ -140,7 +146,6 @@ __global__ void __launch_bounds__(128) nvfp4_gemm_wide_kernel(const __grid_const
     wgmma_wait_group<1>(); // step s - 1's products are done: its A tile and activation stage are free
 #pragma unroll
     for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
-    if (threadIdx.x == 0) fetch_x(s + kXStages - 1);
   }
   wgmma_wait_group<0>();
 #pragma unroll

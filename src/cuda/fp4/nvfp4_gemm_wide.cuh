@@ -9,9 +9,10 @@
 //   two 128-byte-swizzled 64-column atoms, double-buffered) -> fence.proxy.async, CTA barrier ->
 //   8 wgmma m64n128k16 against the step's activation tile, which TMA brought into a 4-stage ring
 //   (two 128-token x 64-column boxes a stage) shared by the warpgroups.
-// The wgmma of a step runs while the next step is dequantized; after the barrier of step s every
-// warpgroup has waited for its products of step s - 2, so thread 0 refills that stage with step
-// s + 2. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
+// The wgmma of a step runs while the next step is dequantized. With one warpgroup, thread 0
+// refills step s - 1's stage with step s + 3 once its wait shows step s - 1 done; with two, after
+// the barrier of step s (every warpgroup has then waited for step s - 2) it refills step s - 2's
+// stage with step s + 2. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
 // tensor scale (as nvfp4_gemm.cuh) and stores each element.
 //
 // Every CTA reads its token tile's activations once per 64 x kWG weight rows: with one warpgroup
@@ -61,6 +62,9 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   // then the next token tile, so that the band's weights and one token tile's activations stay in
   // the L2 together.
   constexpr int kRows = 64 * kWG;
+  // Steps of activations in flight: a lone warpgroup refills step s - 1's stage after its own
+  // wait (3 ahead); several refill step s - 2's after the barrier that follows every wait (2).
+  constexpr int kFetchAhead = kWG == 1 ? 3 : 2;
   const int token_tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens, row_tiles = (p.N + kRows - 1) / kRows;
   const int band = blockIdx.x / (kFp4WideBand * token_tiles), in_band = blockIdx.x % (kFp4WideBand * token_tiles);
   const int band_rows = min(kFp4WideBand, row_tiles - band * kFp4WideBand);
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   __syncthreads();
   griddep_wait();
   if (threadIdx.x == 0)
-    for (int s = 0; s < 2; s++) fetch_x(s);
+    for (int s = 0; s < kFetchAhead; s++) fetch_x(s);
 
   float acc[kFp4WideTokens / 2] = {};
   for (int s = 0; s < p.steps; s++) {
@@ -128,7 +132,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     }
     fence_proxy_async_shared_cta();
     __syncthreads();
-    if (threadIdx.x == 0) fetch_x(s + 2); // into step s - 2's stage
+    if (kWG > 1 && threadIdx.x == 0) fetch_x(s + 2); // into step s - 2's stage
     mbarrier_wait_parity(full0 + 8 * (s % kFp4WideXStages), (s / kFp4WideXStages) & 1);
 
     const uint32_t a_addr = static_cast<uint32_t>(__cvta_generic_to_shared(a_tile));
@@ -146,6 +150,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     wgmma_wait_group<1>(); // step s - 1's products are done: its A tile and activation stage are free
 #pragma unroll
     for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
+    if (kWG == 1 && threadIdx.x == 0) fetch_x(s + 3); // alone, the warpgroup frees a stage here
   }
   wgmma_wait_group<0>();
 #pragma unroll

@@ -7,12 +7,12 @@
 //   codes (loaded two steps ahead into registers) -> pairs -> times the block scales -> one
 //   16-byte store per row and word into the warpgroup's A tile (bf16 / fp16, [64 rows][128 K] as
 //   two 128-byte-swizzled 64-column atoms, double-buffered) -> fence.proxy.async, CTA barrier ->
-//   8 wgmma m64n128k16 against the step's activation tile, which TMA brought into a 4-stage ring
-//   (two 128-token x 64-column boxes a stage) shared by the warpgroups.
-// The wgmma of a step runs while the next step is dequantized. With one warpgroup, thread 0
-// refills step s - 1's stage with step s + 3 once its wait shows step s - 1 done; with two, after
-// the barrier of step s (every warpgroup has then waited for step s - 2) it refills step s - 2's
-// stage with step s + 2. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
+//   8 wgmma m64n128k16 against the step's activation tile, which TMA brought into a ring (two
+//   128-token x 64-column boxes a stage) shared by the warpgroups.
+// The wgmma of a step runs while the next step is dequantized. Thread 0 keeps two steps of
+// activations in flight: with one warpgroup it refills step s - 1's stage once its wait shows
+// step s - 1 done (3 stages); with two, after the barrier of step s (every warpgroup has then
+// waited for step s - 2) it refills step s - 2's stage (4 stages). The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
 // tensor scale (as nvfp4_gemm.cuh) and stores each element.
 //
 // Every CTA reads its token tile's activations once per 64 x kWG weight rows: with one warpgroup
@@ -30,15 +30,20 @@
 constexpr int kFp4WideTokens = 128; // tokens per CTA (the wgmma's N)
 constexpr int kFp4WideBand = 16;    // row tiles per band of the raster
 
-constexpr int kFp4WideXStages = 4;  // activation tiles in the ring
+// Activation tiles in the ring: a lone warpgroup refills a stage as soon as its own wait frees
+// it, so three keep two steps in flight; several refill only after the next barrier, which takes a
+// fourth. (Four with one warpgroup, refilled three ahead, ran 2112 x 7168 and 4096 x 7168 at
+// M = 64 and 128 15-19% slower.)
+template <int kWG>
+constexpr int kFp4WideStages = kWG == 1 ? 3 : 4;
 
 // Dynamic shared memory of the wide kernel: the activation ring, two A tiles per warpgroup,
 // barriers.
 template <int kWG>
 struct Fp4WideSmem {
-  alignas(1024) uint8_t x[kFp4WideXStages][2][kFp4WideTokens * 128]; // [stage][atom][token row of 128 bytes]
-  alignas(1024) uint8_t a[kWG][2][2][64 * 128];                       // [warpgroup][buffer][atom][weight row]
-  alignas(8) uint64_t full[kFp4WideXStages];
+  alignas(1024) uint8_t x[kFp4WideStages<kWG>][2][kFp4WideTokens * 128]; // [stage][atom][token row of 128 bytes]
+  alignas(1024) uint8_t a[kWG][2][2][64 * 128];                          // [warpgroup][buffer][atom][weight row]
+  alignas(8) uint64_t full[kFp4WideStages<kWG>];
 };
 
 // The K-major, 128-byte-swizzled offset of 16-byte chunk `chunk` (0..7) of row `row` in an atom.
@@ -62,9 +67,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   // then the next token tile, so that the band's weights and one token tile's activations stay in
   // the L2 together.
   constexpr int kRows = 64 * kWG;
-  // Steps of activations in flight: a lone warpgroup refills step s - 1's stage after its own
-  // wait (3 ahead); several refill step s - 2's after the barrier that follows every wait (2).
-  constexpr int kFetchAhead = kWG == 1 ? 3 : 2;
+  constexpr int kStages = kFp4WideStages<kWG>;
   const int token_tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens, row_tiles = (p.N + kRows - 1) / kRows;
   const int band = blockIdx.x / (kFp4WideBand * token_tiles), in_band = blockIdx.x % (kFp4WideBand * token_tiles);
   const int band_rows = min(kFp4WideBand, row_tiles - band * kFp4WideBand);
@@ -93,7 +96,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.full[0]));
   auto fetch_x = [&](int s) { // thread 0: step s's activation tile into its stage
     if (s >= p.steps) return;
-    const int st = s % kFp4WideXStages;
+    const int st = s % kStages;
     mbarrier_arrive_expect_tx(full0 + 8 * st, 2 * kFp4WideTokens * 128);
     for (int atom = 0; atom < 2; atom++)
       cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[st][atom])), &x_map, full0 + 8 * st,
@@ -101,14 +104,14 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   };
   if (threadIdx.x == 0) {
     prefetch_tensormap(&x_map);
-    for (int st = 0; st < kFp4WideXStages; st++) mbarrier_init(full0 + 8 * st, 1);
+    for (int st = 0; st < kStages; st++) mbarrier_init(full0 + 8 * st, 1);
     fence_mbarrier_init();
   }
   Codes next = load(0), after = load(1); // the weights do not depend on the kernel before this one
   __syncthreads();
   griddep_wait();
   if (threadIdx.x == 0)
-    for (int s = 0; s < kFetchAhead; s++) fetch_x(s);
+    for (int s = 0; s < 2; s++) fetch_x(s);
 
   float acc[kFp4WideTokens / 2] = {};
   for (int s = 0; s < p.steps; s++) {
@@ -133,10 +136,10 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     fence_proxy_async_shared_cta();
     __syncthreads();
     if (kWG > 1 && threadIdx.x == 0) fetch_x(s + 2); // into step s - 2's stage
-    mbarrier_wait_parity(full0 + 8 * (s % kFp4WideXStages), (s / kFp4WideXStages) & 1);
+    mbarrier_wait_parity(full0 + 8 * (s % kStages), (s / kStages) & 1);
 
     const uint32_t a_addr = static_cast<uint32_t>(__cvta_generic_to_shared(a_tile));
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[s % kFp4WideXStages][0]));
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[s % kStages][0]));
 #pragma unroll
     for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
     wgmma_fence();
@@ -150,7 +153,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     wgmma_wait_group<1>(); // step s - 1's products are done: its A tile and activation stage are free
 #pragma unroll
     for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
-    if (kWG == 1 && threadIdx.x == 0) fetch_x(s + 3); // alone, the warpgroup frees a stage here
+    if (kWG == 1 && threadIdx.x == 0) fetch_x(s + 2); // into step s - 1's stage
   }
   wgmma_wait_group<0>();
 #pragma unroll

@@ -43,11 +43,11 @@ qf_status launch(qf_ctx *ctx, const Fp4Params &p, dim3 grid) {
 }
 
 // Many tokens: the wgmma kernel on (64 kWG)-row x 128-token tiles (nvfp4_gemm_wide.cuh).
-template <typename T, typename Tout, int kWG>
+template <typename T, typename Tout, int kWG, int kStages>
 qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   static std::atomic<uint64_t> opted{0};
-  auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG>;
-  const size_t smem = sizeof(Fp4WideSmem<kWG>) + 1024;
+  auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG, kStages>;
+  const size_t smem = sizeof(Fp4WideSmem<kWG, kStages>) + 1024;
   qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted);
   if (st) return st;
   CUtensorMap x_map;
@@ -68,9 +68,14 @@ qf_status dispatch_nf(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf) {
 template <typename T, typename Tout>
 qf_status dispatch_kernel(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, const qf_mat &a) {
   if (p.M <= kFp4WideMinM) return dispatch_nf<T, Tout>(ctx, p, grid, nf);
-  // Two warpgroups (128 rows, half the activation traffic) once 64-row tiles would make two waves.
-  const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64);
-  return tiles >= 2 * qf_cuda_stream_sms(ctx) ? launch_wide<T, Tout, 2>(ctx, p, a) : launch_wide<T, Tout, 1>(ctx, p, a);
+  // By the number of 64-row tiles (docs/NVFP4.md, bench/results h200-dev-nvfp4-*): several waves
+  // of them run two per SM (one warpgroup each, two stages: one CTA dequantizes while the other
+  // multiplies); one token tile of many row tiles runs 128-row tiles of two warpgroups; a wave or
+  // less, one warpgroup on three stages.
+  const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64), sms = qf_cuda_stream_sms(ctx);
+  if (tiles >= 4 * sms) return launch_wide<T, Tout, 1, 2>(ctx, p, a);
+  if (tiles >= 2 * sms) return launch_wide<T, Tout, 2, 4>(ctx, p, a);
+  return launch_wide<T, Tout, 1, 3>(ctx, p, a);
 }
 
 template <typename T>

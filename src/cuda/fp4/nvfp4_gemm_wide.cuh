@@ -9,10 +9,9 @@
 //   two 128-byte-swizzled 64-column atoms, double-buffered) -> fence.proxy.async, CTA barrier ->
 //   8 wgmma m64n128k16 against the step's activation tile, which TMA brought into a ring (two
 //   128-token x 64-column boxes a stage) shared by the warpgroups.
-// The wgmma of a step runs while the next step is dequantized. Thread 0 keeps two steps of
-// activations in flight: with one warpgroup it refills step s - 1's stage once its wait shows
-// step s - 1 done (3 stages); with two, after the barrier of step s (every warpgroup has then
-// waited for step s - 2) it refills step s - 2's stage (4 stages). The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
+// The wgmma of a step runs while the next step is dequantized. Thread 0 refills the ring: with one
+// warpgroup, step s - 1's stage once its wait shows step s - 1 done; with two, after the barrier
+// of step s (every warpgroup has then waited for step s - 2), step s - 2's stage. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
 // tensor scale (as nvfp4_gemm.cuh) and stores each element.
 //
 // Every CTA reads its token tile's activations once per 64 x kWG weight rows: with one warpgroup
@@ -30,20 +29,15 @@
 constexpr int kFp4WideTokens = 128; // tokens per CTA (the wgmma's N)
 constexpr int kFp4WideBand = 16;    // row tiles per band of the raster
 
-// Activation tiles in the ring: a lone warpgroup refills a stage as soon as its own wait frees
-// it, so three keep two steps in flight; several refill only after the next barrier, which takes a
-// fourth. (Four with one warpgroup, refilled three ahead, ran 2112 x 7168 and 4096 x 7168 at
-// M = 64 and 128 15-19% slower.)
-template <int kWG>
-constexpr int kFp4WideStages = kWG == 1 ? 3 : 4;
-
-// Dynamic shared memory of the wide kernel: the activation ring, two A tiles per warpgroup,
-// barriers.
-template <int kWG>
+// Dynamic shared memory of the wide kernel: a ring of kStages activation tiles, two A tiles per
+// warpgroup, barriers. A lone warpgroup refills a stage as soon as its own wait frees it, so three
+// stages keep two steps in flight and two keep one; several warpgroups refill only after the next
+// barrier, which takes four for two steps.
+template <int kWG, int kStages>
 struct Fp4WideSmem {
-  alignas(1024) uint8_t x[kFp4WideStages<kWG>][2][kFp4WideTokens * 128]; // [stage][atom][token row of 128 bytes]
-  alignas(1024) uint8_t a[kWG][2][2][64 * 128];                          // [warpgroup][buffer][atom][weight row]
-  alignas(8) uint64_t full[kFp4WideStages<kWG>];
+  alignas(1024) uint8_t x[kStages][2][kFp4WideTokens * 128]; // [stage][atom][token row of 128 bytes]
+  alignas(1024) uint8_t a[kWG][2][2][64 * 128];              // [warpgroup][buffer][atom][weight row]
+  alignas(8) uint64_t full[kStages];
 };
 
 // The K-major, 128-byte-swizzled offset of 16-byte chunk `chunk` (0..7) of row `row` in an atom.
@@ -55,19 +49,20 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a,
   else wgmma_m64k16_f32_bf16<N>(d, desc_a, desc_b, 1);
 }
 
-// Grid: token tiles x row tiles (64 kWG rows) CTAs; 128 kWG threads; Fp4WideSmem<kWG> (+ 1 KB to
-// align it) of dynamic shared memory.
-template <typename T, typename Tout, int kWG>
+// Grid: token tiles x row tiles (64 kWG rows) CTAs; 128 kWG threads; Fp4WideSmem<kWG, kStages>
+// (+ 1 KB to align it) of dynamic shared memory.
+template <typename T, typename Tout, int kWG, int kStages>
 __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid_constant__ Fp4Params p,
                                                                      const __grid_constant__ CUtensorMap x_map) {
+  static_assert(kStages >= (kWG == 1 ? 2 : 4), "several warpgroups refill two steps back");
+  constexpr int kAhead = kWG == 1 ? kStages - 1 : 2; // steps of activations in flight
   extern __shared__ uint8_t smem_raw[];
-  Fp4WideSmem<kWG> &sm = *reinterpret_cast<Fp4WideSmem<kWG> *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  Fp4WideSmem<kWG, kStages> &sm = *reinterpret_cast<Fp4WideSmem<kWG, kStages> *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // Tiles in bands of kFp4WideBand row tiles: a band's CTAs take its row tiles for one token tile,
   // then the next token tile, so that the band's weights and one token tile's activations stay in
   // the L2 together.
   constexpr int kRows = 64 * kWG;
-  constexpr int kStages = kFp4WideStages<kWG>;
   const int token_tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens, row_tiles = (p.N + kRows - 1) / kRows;
   const int band = blockIdx.x / (kFp4WideBand * token_tiles), in_band = blockIdx.x % (kFp4WideBand * token_tiles);
   const int band_rows = min(kFp4WideBand, row_tiles - band * kFp4WideBand);
@@ -111,7 +106,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   __syncthreads();
   griddep_wait();
   if (threadIdx.x == 0)
-    for (int s = 0; s < 2; s++) fetch_x(s);
+    for (int s = 0; s < kAhead; s++) fetch_x(s);
 
   float acc[kFp4WideTokens / 2] = {};
   for (int s = 0; s < p.steps; s++) {
@@ -153,7 +148,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     wgmma_wait_group<1>(); // step s - 1's products are done: its A tile and activation stage are free
 #pragma unroll
     for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
-    if (kWG == 1 && threadIdx.x == 0) fetch_x(s + 2); // into step s - 1's stage
+    if (kWG == 1 && threadIdx.x == 0) fetch_x(s + kAhead); // into step s - 1's stage
   }
   wgmma_wait_group<0>();
 #pragma unroll

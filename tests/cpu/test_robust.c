@@ -28,9 +28,9 @@ static void arg(args *a, qf_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t 
   a->t[i] = t;
 }
 
-typedef enum { OP_GROUP, OP_TOKEN, OP_RMS, OP_GEMM_BS, OP_GEMM_SCALED, OP_VQ_DEQ, OP_COUNT } op_id;
+typedef enum { OP_GROUP, OP_TOKEN, OP_RMS, OP_GEMM_BS, OP_GEMM_SCALED, OP_VQ_DEQ, OP_QUANT_FP4, OP_GEMM_FP4, OP_COUNT } op_id;
 static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_quant", "qf_gemm_fp8_blockscale",
-                              "qf_gemm_scaled", "qf_vq_dequantize"};
+                              "qf_gemm_scaled", "qf_vq_dequantize", "qf_quant_nvfp4", "qf_gemm_nvfp4"};
 
 static const qf_vq_format vq_fmt = {4, 8, 1, 0, 0, QF_F16, 0, 0};
 
@@ -62,6 +62,16 @@ static void valid(op_id op, args *a, int *outs, int *n_outs) {
       arg(a, QF_F32, 2, M, N, 0, 0);
       outs[(*n_outs)++] = 4;
       break;
+    case OP_QUANT_FP4: /* w [M, K], tensor scale [1], codes [M, K] e2m1x2, scales [M, K / 16] */
+      arg(a, QF_F32, 2, M, K, 0, 0), arg(a, QF_F32, 1, 1, 0, 0, 0), arg(a, QF_E2M1X2, 2, M, K, 0, 0);
+      arg(a, QF_E4M3FN, 2, M, K / 16, 0, 0);
+      outs[(*n_outs)++] = 2, outs[(*n_outs)++] = 3;
+      break;
+    case OP_GEMM_FP4: /* a [M, K] bf16, b [N, K] packed, b_scales [N, K / 16], tensor scale [1], d [M, N] */
+      arg(a, QF_BF16, 2, M, K, 0, 0), arg(a, QF_E2M1X2, 2, N, K, 0, 0), arg(a, QF_E4M3FN, 2, N, K / 16, 0, 0);
+      arg(a, QF_F32, 1, 1, 0, 0, 0), arg(a, QF_F32, 2, M, N, 0, 0);
+      outs[(*n_outs)++] = 4;
+      break;
     default: /* VQ: codes [1, M, 48], codebooks [1, 1, 256, 4], w [M, K] */
       arg(a, QF_U8, 3, 1, M, 48, 0), arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_F32, 2, M, K, 0, 0);
       outs[(*n_outs)++] = 2;
@@ -82,6 +92,8 @@ static qf_status call(op_id op, args *a, DLTensor **p) {
     }
     case OP_GEMM_BS: return qf_gemm_fp8_blockscale(ctx, p[0], p[1], p[2], p[3], p[4], NULL);
     case OP_GEMM_SCALED: return qf_gemm_scaled(ctx, p[0], p[1], p[2], p[3], p[4], NULL);
+    case OP_QUANT_FP4: return qf_quant_nvfp4(ctx, p[0], p[1], p[2], p[3]);
+    case OP_GEMM_FP4: return qf_gemm_nvfp4(ctx, p[0], p[1], p[2], p[3], p[4]);
     default: (void)a; return qf_vq_dequantize(ctx, p[0], p[1], NULL, &vq_fmt, p[2]);
   }
 }

@@ -1,7 +1,7 @@
 /* NVFP4 on the GPU against the CPU reference: qf_quant_nvfp4 and qf_nvfp4_pack byte for byte,
  * and qf_gemm_nvfp4 over decode and prefill shapes (every token tile, K split or not, partial
- * last steps of K), both activation types and every output type, strided rows, poisoned outputs
- * with sentinels, zero and NaN block scales.
+ * last steps of K, each of the prefill launcher's three kernels), both activation types and every
+ * output type, strided rows, poisoned outputs with sentinels, zero and NaN block scales.
  *
  * GEMM bound, per element: CUDA's products code * scale are exact and it accumulates them times
  * a in fp32, so |got - ref| <= 2^-14 * sum_k |a w^| (rounding errors of fp32 sums of up to 7296
@@ -174,6 +174,15 @@ int main(void) {
                      .pad = v % 4 == 1, .nan_scale = v % 7 == 3};
       one_case(gpu, cpu, &g, &seed);
     }
+  /* The prefill launcher's other two kernels, by the count of 64-row tiles on a 132-SM GPU:
+   * 64 tokens x 17936 rows (281 tiles, from two waves: two warpgroups, 128-row tiles, the last one
+   * partial, K = 1056 a partial last step) and 300 x 11264 (3 token tiles x 176, from four waves:
+   * two one-warpgroup CTAs per SM on two stages, a partial last token tile). */
+  const int64_t wide[][3] = {{64, 17936, 1056}, {300, 11264, 128}};
+  for (size_t l = 0; l < sizeof wide / sizeof *wide && !quick; l++) {
+    gemm_case g = {.M = wide[l][0], .N = wide[l][1], .K = wide[l][2], .at = l ? QF_F16 : QF_BF16, .dt = l ? QF_BF16 : QF_F32};
+    one_case(gpu, cpu, &g, &seed);
+  }
   /* Model-sized decode shapes, both activation types. */
   const int64_t large[][3] = {{1, 7168, 2048}, {16, 4096, 7168}, {64, 2112, 7168}};
   for (size_t l = 0; l < sizeof large / sizeof *large && !quick; l++)

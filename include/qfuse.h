@@ -107,7 +107,9 @@ const char *qf_ctx_last_error(const qf_ctx *ctx);
  *   e2m1x2    {17 (e2m1fn), 4}: two values per byte, element 2i in the low nibble; the shape
  *             counts values, so the last dimension must be even.
  * Frameworks without FP8 (NumPy) hand FP8 data over as uint8: relabel such a tensor with
- * qf_dtype_to_dl() before the call (the Python binding's qfuse.view does that). */
+ * qf_dtype_to_dl() before the call (the Python binding's qfuse.view does that).
+ * Every op, on every backend, refuses a tensor whose data + byte_offset is not aligned to its
+ * element size (QF_ERR_ALIGNMENT); ops that need more say so. */
 typedef enum {
   QF_BF16 = 0,
   QF_F16 = 1,
@@ -603,8 +605,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * one lookup per vector of a row, the 8 lookups of a chunk added in a fixed tree and the chunks
  * in order (split-K as above). The environment
  * variable QF_VQ_BOOKS (auto, global, shared, banked, tiled, lut, registers) forces the codebook placement of
- * the CUDA kernels for the ablation (docs/VQ.md). On CUDA x and y must be aligned to their
- * element size. */
+ * the CUDA kernels for the ablation (docs/VQ.md). */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
 
@@ -630,7 +631,7 @@ qf_status qf_vq_pack_gemv(qf_ctx *ctx, const DLTensor *codes, const qf_vq_format
  * their own codes and codebooks. q [B, Hq * D], o [B, Hq * D] fp32, fp16 or bf16, lse [B, Hq]
  * fp32. head_dim D and Hkv come from the options; Hq = q.shape[1] / D must be a multiple of Hkv.
  * The reference decodes K and V (fp32) and computes in float64. CUDA (vector_size 2, 4 or 8, D a
- * multiple of it up to 256, codebooks shared by all tokens, q and o aligned to their elements)
+ * multiple of it up to 256, codebooks shared by all tokens)
  * forms the scores by decoding each K vector once for all query heads of its kv head or through a
  * table of q . entry products (chosen per shape), computes in fp32 and splits the sequence into
  * chunks merged with the LSE rule through the context's workspace (allocated at the first call of
@@ -688,8 +689,8 @@ qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *c
  *  b_scales  [N, K / 16] e4m3fn, row pitch even.
  *  b_tensor_scale  fp32 [1] on the op's device.
  *  d         [M, N] bf16, fp16 or fp32, rows may be strided.
- * Any M >= 1; N a multiple of 16; K a multiple of 32; 64-bit offsets; pointers 16-byte aligned
- * (b_scales 2-byte).
+ * Any M >= 1; N a multiple of 16; K a multiple of 32; 64-bit offsets; a and b 16-byte aligned,
+ * b_scales 2-byte.
  * Numerics: the CPU reference sums a[m, k] * w^[n, k] in float64. CUDA forms each code times its
  * block scale exactly in a's 16-bit type, multiplies it by a on the tensor cores with fp32
  * accumulation and applies tensor_scale at the end; where K is split across the CTAs of a

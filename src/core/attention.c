@@ -34,9 +34,6 @@ static qf_status check_4d(qf_ctx *ctx, const char *op, const char *name, const D
   if (count == 0) n = 0;
   qf_status s = qf_check_mat(ctx, op, name, &view, accept, 1, &m);
   if (s) return s;
-  if (count && (uintptr_t)m.data % qf_dtype_size(m.dtype))
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: %s data pointer %p is not aligned to its %zu-byte elements", op, name, m.data,
-                   qf_dtype_size(m.dtype));
   for (int d = 0; d < 3; d++) strides[d] = st[d];
   *dt = m.dtype, *data = m.data;
   return QF_OK;

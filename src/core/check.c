@@ -78,6 +78,7 @@ qf_status qf_check_mat(qf_ctx *ctx, const char *op, const char *name, const DLTe
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s spans %.3g bytes, more than 64-bit offsets allow", op, name, bytes);
 
   char *data = (char *)t->data;
+  if (esz > align) align = esz; /* every element at its natural alignment */
   if (rows * cols > 0) {
     if (!data) return qf_fail(ctx, QF_ERR_NULL, "%s: %s.data is NULL", op, name);
     data += t->byte_offset;
@@ -92,6 +93,18 @@ qf_status qf_check_mat(qf_ctx *ctx, const char *op, const char *name, const DLTe
   out->rows = rows;
   out->cols = cols;
   out->ld = ld;
+  return QF_OK;
+}
+
+qf_status qf_check_mat_2d(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype_set accept,
+                          size_t align, int64_t rows, int64_t cols, int64_t pitch, qf_mat *out) {
+  qf_status st = qf_check_mat(ctx, op, name, t, accept, align, out);
+  if (st) return st;
+  const int64_t want[2] = {rows, cols};
+  if ((st = qf_check_shape(ctx, op, name, t, 2, want))) return st;
+  if (rows > 1 && out->ld % pitch)
+    return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[0]=%" PRId64 " is not a multiple of %" PRId64, op, name, out->ld,
+                   pitch);
   return QF_OK;
 }
 

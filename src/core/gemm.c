@@ -17,10 +17,7 @@ static qf_status check_operand(qf_ctx *ctx, const char *op, const char *name, co
 
 static qf_status check_out(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype_set accept,
                            int64_t M, int64_t N, qf_mat *m) {
-  qf_status st = qf_check_mat(ctx, op, name, t, accept, 16, m);
-  if (st) return st;
-  int64_t want[2] = {M, N};
-  return qf_check_shape(ctx, op, name, t, 2, want);
+  return qf_check_mat_2d(ctx, op, name, t, accept, 16, M, N, 1, m);
 }
 
 /* A [M, K] and B [N, K] of one 8-bit dtype from `accept` (B must match A), N and K positive

@@ -55,11 +55,16 @@ typedef uint32_t qf_dtype_set;
 
 /* Validates a 1-D or 2-D tensor argument named `name` of op `op` and fills *out:
  * non-NULL, on ctx's device, dtype in `accept`, last dimension contiguous, row stride >= cols
- * (free when there is one row) and data + byte_offset aligned to `align` bytes; the row pitch
- * need not be a multiple of `align` (kernels take a narrower path then). Returns the specific
- * status with a message naming op, argument and values. */
+ * (free when there is one row) and data + byte_offset aligned to `align` bytes and at least to its
+ * element size; the row pitch need not be a multiple of `align` (kernels take a narrower path
+ * then). Returns the specific status with a message naming op, argument and values. */
 qf_status qf_check_mat(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t,
                        qf_dtype_set accept, size_t align, qf_mat *out);
+
+/* qf_check_mat for a matrix of exactly [rows, cols] whose row pitch is a multiple of `pitch`
+ * elements. */
+qf_status qf_check_mat_2d(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype_set accept,
+                          size_t align, int64_t rows, int64_t cols, int64_t pitch, qf_mat *out);
 
 /* Checks a tensor's exact shape (ndim and every extent). */
 qf_status qf_check_shape(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t,

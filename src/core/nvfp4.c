@@ -5,26 +5,6 @@
 
 #define FLOAT16S (QF_DT(QF_BF16) | QF_DT(QF_F16))
 
-/* A 2-D [rows, cols] argument of one of `accept`, row pitch a multiple of `pitch` elements. */
-static qf_status check_2d(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype_set accept,
-                          size_t align, int64_t rows, int64_t cols, int64_t pitch, qf_mat *m) {
-  qf_status st = qf_check_mat(ctx, op, name, t, accept, align, m);
-  if (st) return st;
-  int64_t want[2] = {rows, cols};
-  if ((st = qf_check_shape(ctx, op, name, t, 2, want))) return st;
-  if (rows > 1 && m->ld % pitch)
-    return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[0]=%" PRId64 " is not a multiple of %" PRId64, op, name, m->ld,
-                   pitch);
-  return QF_OK;
-}
-
-/* fp32 data needs 4-byte alignment where 16-bit data needs 2. */
-static qf_status check_f32_aligned(qf_ctx *ctx, const char *op, const char *name, const qf_mat *m) {
-  if (m->dtype == QF_F32 && (uintptr_t)m->data % 4)
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: %s data pointer %p is not 4-byte aligned (fp32)", op, name, m->data);
-  return QF_OK;
-}
-
 /* A 2-D tensor's shape, for arguments whose shape the others follow. */
 static qf_status shape_2d(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, int64_t *rows,
                           int64_t *cols) {
@@ -43,9 +23,9 @@ qf_status qf_quant_nvfp4(qf_ctx *ctx, const DLTensor *w, const DLTensor *tensor_
   qf_status st;
   if ((st = shape_2d(ctx, op, "w", w, &N, &K))) return st;
   if (K % 16) return qf_fail(ctx, QF_ERR_SHAPE, "%s: K=%" PRId64 " (w.shape[1]) is not a multiple of 16", op, K);
-  if ((st = check_2d(ctx, op, "w", w, FLOAT16S | QF_DT(QF_F32), 2, N, K, 1, &a.w)) || (st = check_f32_aligned(ctx, op, "w", &a.w)) ||
-      (st = check_2d(ctx, op, "codes", codes, QF_DT(QF_E2M1X2), 1, N, K, 2, &a.codes)) ||
-      (st = check_2d(ctx, op, "scales", scales, QF_DT(QF_E4M3FN), 1, N, K / 16, 1, &a.scales)) ||
+  if ((st = qf_check_mat_2d(ctx, op, "w", w, FLOAT16S | QF_DT(QF_F32), 1, N, K, 1, &a.w)) ||
+      (st = qf_check_mat_2d(ctx, op, "codes", codes, QF_DT(QF_E2M1X2), 1, N, K, 2, &a.codes)) ||
+      (st = qf_check_mat_2d(ctx, op, "scales", scales, QF_DT(QF_E4M3FN), 1, N, K / 16, 1, &a.scales)) ||
       (st = qf_check_vec(ctx, op, "tensor_scale", tensor_scale, QF_F32, 1, (void **)&a.tensor_scale)))
     return st;
   if (N == 0 || K == 0) return QF_OK;
@@ -63,8 +43,8 @@ qf_status qf_nvfp4_pack(qf_ctx *ctx, const DLTensor *codes, DLTensor *packed) {
   qf_status st;
   if ((st = shape_2d(ctx, op, "codes", codes, &N, &K))) return st;
   if (K % 8) return qf_fail(ctx, QF_ERR_SHAPE, "%s: K=%" PRId64 " (codes.shape[1]) is not a multiple of 8", op, K);
-  if ((st = check_2d(ctx, op, "codes", codes, QF_DT(QF_E2M1X2), 4, N, K, 8, &c)) ||
-      (st = check_2d(ctx, op, "packed", packed, QF_DT(QF_E2M1X2), 4, N, K, 8, &p)))
+  if ((st = qf_check_mat_2d(ctx, op, "codes", codes, QF_DT(QF_E2M1X2), 4, N, K, 8, &c)) ||
+      (st = qf_check_mat_2d(ctx, op, "packed", packed, QF_DT(QF_E2M1X2), 4, N, K, 8, &p)))
     return st;
   if (N == 0 || K == 0) return QF_OK;
 #ifdef QF_WITH_CUDA
@@ -86,12 +66,11 @@ qf_status qf_gemm_nvfp4(qf_ctx *ctx, const DLTensor *a, const DLTensor *b, const
   if (g.N % 16 || g.K % 32 || g.K == 0)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " must be a multiple of 16 and K=%" PRId64 " a positive multiple of 32",
                    op, g.N, g.K);
-  if ((st = check_2d(ctx, op, "a", a, FLOAT16S, 16, g.M, g.K, 8, &g.a)) ||
-      (st = check_2d(ctx, op, "b", b, QF_DT(QF_E2M1X2), 16, g.N, g.K, 32, &g.b)) ||
-      (st = check_2d(ctx, op, "b_scales", b_scales, QF_DT(QF_E4M3FN), 2, g.N, g.K / 16, 2, &g.scales)) ||
+  if ((st = qf_check_mat_2d(ctx, op, "a", a, FLOAT16S, 16, g.M, g.K, 8, &g.a)) ||
+      (st = qf_check_mat_2d(ctx, op, "b", b, QF_DT(QF_E2M1X2), 16, g.N, g.K, 32, &g.b)) ||
+      (st = qf_check_mat_2d(ctx, op, "b_scales", b_scales, QF_DT(QF_E4M3FN), 2, g.N, g.K / 16, 2, &g.scales)) ||
       (st = qf_check_vec(ctx, op, "b_tensor_scale", b_tensor_scale, QF_F32, 1, (void **)&g.tensor_scale)) ||
-      (st = check_2d(ctx, op, "d", d, FLOAT16S | QF_DT(QF_F32), 2, g.M, g.N, 1, &g.d)) ||
-      (st = check_f32_aligned(ctx, op, "d", &g.d)))
+      (st = qf_check_mat_2d(ctx, op, "d", d, FLOAT16S | QF_DT(QF_F32), 1, g.M, g.N, 1, &g.d)))
     return st;
   if (g.M == 0 || g.N == 0) return QF_OK;
 #ifdef QF_WITH_CUDA

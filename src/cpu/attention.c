@@ -3,18 +3,7 @@
 #include <stdlib.h>
 
 #include "core/backend.h"
-#include "formats/formats.h"
-
-static double load(qf_dtype dt, const void *base, int64_t i) {
-  const uint16_t h = ((const uint16_t *)base)[i];
-  return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
-}
-
-static void store(qf_dtype dt, void *base, int64_t i, double v) {
-  if (dt == QF_F32) ((float *)base)[i] = (float)v;
-  else if (dt == QF_BF16) ((uint16_t *)base)[i] = qf_bf16_from_f32((float)v);
-  else ((uint16_t *)base)[i] = qf_f16_from_f32((float)v);
-}
+#include "cpu/floats.h"
 
 /* Offset of key j of sequence b, kv head g, in k (strides ks) or v: dense [B, Skv, Hkv, D] or a page
  * of the cache. */
@@ -54,7 +43,7 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
           if ((a->causal && j > p) || (a->window > 0 && j <= p - a->window)) continue;
           const int64_t ko = key_offset(a, a->ks, b, j, g);
           double dot = 0.0;
-          for (int64_t d = 0; d < a->D; d++) dot += load(a->dtype, a->q, qo + d) * load(a->dtype, a->k, ko + d);
+          for (int64_t d = 0; d < a->D; d++) dot += (double)qf_cpu_get(a->dtype, a->q, qo + d) * qf_cpu_get(a->dtype, a->k, ko + d);
           s[j] = a->sm_scale * dot;
           if (s[j] > m) m = s[j];
         }
@@ -67,12 +56,12 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
             const double e = exp(s[j] - m);
             const int64_t vo = key_offset(a, a->vs, b, j, g);
             l += e;
-            for (int64_t d = 0; d < a->Dv; d++) acc[d] += e * load(a->dtype, a->v, vo + d);
+            for (int64_t d = 0; d < a->Dv; d++) acc[d] += e * qf_cpu_get(a->dtype, a->v, vo + d);
           }
           lse = m + log(l);
         }
         const int64_t oo = b * a->os[0] + i * a->os[1] + h * a->os[2];
-        for (int64_t d = 0; d < a->Dv; d++) store(a->o_dtype, a->o, oo + d, l > 0.0 ? acc[d] / l : 0.0);
+        for (int64_t d = 0; d < a->Dv; d++) qf_cpu_put(a->o_dtype, a->o, oo + d, (float)(l > 0.0 ? acc[d] / l : 0.0));
         if (a->lse) a->lse[(b * a->Hq + h) * a->Sq + i] = (float)lse;
       }
   free(s), free(acc);

@@ -4,15 +4,10 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "cpu/floats.h"
 #include "formats/formats.h"
 
-static void store_out(const qf_mat *d, int64_t m, int64_t n, double v) {
-  char *row = (char *)d->data + m * d->ld * (int64_t)qf_dtype_size(d->dtype);
-  float f = (float)v;
-  if (d->dtype == QF_F32) ((float *)row)[n] = f;
-  else if (d->dtype == QF_BF16) ((uint16_t *)row)[n] = qf_bf16_from_f32(f);
-  else ((uint16_t *)row)[n] = qf_f16_from_f32(f);
-}
+static void store_out(const qf_mat *d, int64_t m, int64_t n, double v) { qf_cpu_put(d->dtype, qf_cpu_row(d, m), n, (float)v); }
 
 /* The expert of row m (-1: its 128-row block is skipped). */
 static int32_t expert_of_row(const qf_gemm_blockscale_args *g, int64_t m) {
@@ -72,11 +67,6 @@ qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args 
   return QF_OK;
 }
 
-static double load_out_type(const void *v, qf_dtype dt, int64_t i) {
-  if (dt == QF_F32) return ((const float *)v)[i];
-  uint16_t h = ((const uint16_t *)v)[i];
-  return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
-}
 
 qf_status qf_cpu_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *g) {
   (void)ctx;
@@ -99,7 +89,7 @@ qf_status qf_cpu_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *g) {
         acc = (double)iacc;
       }
       double v = sa * g->b_scale[g->b_per_channel ? n : 0] * acc;
-      if (g->bias) v += load_out_type(g->bias, g->d.dtype, n);
+      if (g->bias) v += qf_cpu_get(g->d.dtype, g->bias, n);
       store_out(&g->d, m, n, v);
     }
   }

@@ -4,27 +4,19 @@
 #include <stdlib.h>
 
 #include "core/backend.h"
+#include "cpu/floats.h"
 #include "formats/nvfp4.h"
-
-static float load_float(const qf_mat *m, int64_t r, int64_t c) {
-  const void *row = (const char *)m->data + r * m->ld * (int64_t)qf_dtype_size(m->dtype);
-  if (m->dtype == QF_F32) return ((const float *)row)[c];
-  const uint16_t h = ((const uint16_t *)row)[c];
-  return m->dtype == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
-}
-
-static uint8_t *bytes_row(const qf_mat *m, int64_t r) { return (uint8_t *)m->data + r * (m->ld / 2); }
 
 qf_status qf_cpu_quant_nvfp4(qf_ctx *ctx, const qf_quant_nvfp4_args *a) {
   (void)ctx;
   const float ts = *a->tensor_scale;
   for (int64_t n = 0; n < a->w.rows; n++) {
-    uint8_t *codes = bytes_row(&a->codes, n);
-    uint8_t *scales = (uint8_t *)a->scales.data + n * a->scales.ld;
+    const void *w = qf_cpu_row(&a->w, n);
+    uint8_t *codes = qf_cpu_row(&a->codes, n), *scales = qf_cpu_row(&a->scales, n);
     for (int64_t k0 = 0; k0 < a->w.cols; k0 += 16) {
       float v[16], amax = 0.0f;
       for (int i = 0; i < 16; i++) {
-        v[i] = load_float(&a->w, n, k0 + i);
+        v[i] = qf_cpu_get(a->w.dtype, w, k0 + i);
         const float m = fabsf(v[i]);
         amax = m > amax ? m : amax; /* NaN ignored */
       }
@@ -49,8 +41,8 @@ static void store_word(uint8_t *p, uint32_t w) {
 qf_status qf_cpu_nvfp4_pack(qf_ctx *ctx, const qf_mat *codes, const qf_mat *packed) {
   (void)ctx;
   for (int64_t n = 0; n < codes->rows; n++) {
-    const uint8_t *src = bytes_row(codes, n);
-    uint8_t *dst = bytes_row(packed, n);
+    const uint8_t *src = qf_cpu_row(codes, n);
+    uint8_t *dst = qf_cpu_row(packed, n);
     for (int64_t k = 0; k < codes->cols; k += 8) store_word(dst + k / 2, qf_nvfp4_pack_word(load_word(src + k / 2)));
   }
   return QF_OK;
@@ -61,19 +53,17 @@ qf_status qf_cpu_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g) {
   if (!w) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_gemm_nvfp4: no memory for a row of %lld values", (long long)g->K);
   const double ts = *g->tensor_scale;
   for (int64_t n = 0; n < g->N; n++) {
-    const uint8_t *b = bytes_row(&g->b, n), *s = (const uint8_t *)g->scales.data + n * g->scales.ld;
+    const uint8_t *b = qf_cpu_row(&g->b, n), *s = qf_cpu_row(&g->scales, n);
     for (int64_t k = 0; k < g->K; k += 8) {
       const uint32_t word = qf_nvfp4_unpack_word(load_word(b + k / 2));
       for (int i = 0; i < 8; i++)
         w[k + i] = (double)qf_e2m1_to_f32((uint8_t)(word >> (4 * i))) * qf_e4m3fn_to_f32(s[(k + i) / 16]) * ts;
     }
     for (int64_t m = 0; m < g->M; m++) {
+      const void *a = qf_cpu_row(&g->a, m);
       double acc = 0.0;
-      for (int64_t k = 0; k < g->K; k++) acc += (double)load_float(&g->a, m, k) * w[k];
-      char *row = (char *)g->d.data + m * g->d.ld * (int64_t)qf_dtype_size(g->d.dtype);
-      const float f = (float)acc;
-      if (g->d.dtype == QF_F32) ((float *)row)[n] = f;
-      else ((uint16_t *)row)[n] = g->d.dtype == QF_BF16 ? qf_bf16_from_f32(f) : qf_f16_from_f32(f);
+      for (int64_t k = 0; k < g->K; k++) acc += (double)qf_cpu_get(g->a.dtype, a, k) * w[k];
+      qf_cpu_put(g->d.dtype, qf_cpu_row(&g->d, m), n, (float)acc);
     }
   }
   free(w);

@@ -3,16 +3,8 @@
 #include <stdlib.h>
 
 #include "core/backend.h"
+#include "cpu/floats.h"
 #include "formats/quant_math.h"
-
-/* Element i of a row of x, widened to fp32 (exact for every input type). */
-static float load_f32(const void *row, qf_dtype dt, int64_t i) {
-  switch (dt) {
-    case QF_BF16: return qf_bf16_to_f32(((const uint16_t *)row)[i]);
-    case QF_F16: return qf_f16_to_f32(((const uint16_t *)row)[i]);
-    default: return ((const float *)row)[i];
-  }
-}
 
 /* Rounds v (already divided by the scale) to the output type, storing element i of a row. */
 static void store_q(void *row, qf_dtype dt, int64_t i, float v) {
@@ -23,11 +15,6 @@ static void store_q(void *row, qf_dtype dt, int64_t i, float v) {
   else
     ((int8_t *)row)[i] = qf_int8_from_f32(v);
 }
-
-static const void *row_of(const qf_mat *m, int64_t r) {
-  return (const char *)m->data + r * m->ld * (int64_t)qf_dtype_size(m->dtype);
-}
-static void *row_of_mut(const qf_mat *m, int64_t r) { return (char *)m->data + r * m->ld * (int64_t)qf_dtype_size(m->dtype); }
 
 static float qmax_of(qf_dtype q) { return qf_qmax(q == QF_I8, q == QF_E4M3FNUZ); }
 
@@ -74,9 +61,9 @@ qf_status qf_cpu_quant_per_tensor(qf_ctx *ctx, const qf_quant_tensor_args *a) {
   (void)ctx;
   const float inv = qf_inv_scale(a->scale[0]); /* NaN for a bad scale: every output poisoned */
   for (int64_t r = 0; r < a->x.rows; r++) {
-    const void *xr = row_of(&a->x, r);
-    void *qr = row_of_mut(&a->q, r);
-    for (int64_t c = 0; c < a->x.cols; c++) store_q(qr, a->q.dtype, c, load_f32(xr, a->x.dtype, c) * inv);
+    const void *xr = qf_cpu_row(&a->x, r);
+    void *qr = qf_cpu_row(&a->q, r);
+    for (int64_t c = 0; c < a->x.cols; c++) store_q(qr, a->q.dtype, c, qf_cpu_get(a->x.dtype, xr, c) * inv);
   }
   return QF_OK;
 }
@@ -86,11 +73,11 @@ qf_status qf_cpu_quant_group(qf_ctx *ctx, const qf_group_quant_args *a) {
   float *v = malloc((size_t)K * sizeof *v);
   if (!v) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_quant_group: no memory for a row of %lld floats", (long long)K);
   for (int64_t m = 0; m < M; m++) {
-    const void *xr = row_of(&a->x, m);
+    const void *xr = qf_cpu_row(&a->x, m);
     for (int64_t k = 0; k < K; k++)
-      v[k] = a->glu ? qf_glu(load_f32(xr, a->x.dtype, k), load_f32(xr, a->x.dtype, K + k), a->alpha, a->limit, a->up_plus_one)
-                    : load_f32(xr, a->x.dtype, k);
-    quantize_row_groups(v, K, a->group_size, m, row_of_mut(&a->q, m), a->q.dtype, &a->scales);
+      v[k] = a->glu ? qf_glu(qf_cpu_get(a->x.dtype, xr, k), qf_cpu_get(a->x.dtype, xr, K + k), a->alpha, a->limit, a->up_plus_one)
+                    : qf_cpu_get(a->x.dtype, xr, k);
+    quantize_row_groups(v, K, a->group_size, m, qf_cpu_row(&a->q, m), a->q.dtype, &a->scales);
   }
   zero_pad_rows(&a->scales, M, K / a->group_size);
   free(v);
@@ -102,9 +89,9 @@ qf_status qf_cpu_quant_token(qf_ctx *ctx, const qf_token_quant_args *a) {
   float *v = malloc((size_t)K * sizeof *v);
   if (!v) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_quant_token: no memory for a row of %lld floats", (long long)K);
   for (int64_t m = 0; m < M; m++) {
-    const void *xr = row_of(&a->x, m);
-    void *qr = row_of_mut(&a->q, m);
-    for (int64_t k = 0; k < K; k++) v[k] = load_f32(xr, a->x.dtype, k);
+    const void *xr = qf_cpu_row(&a->x, m);
+    void *qr = qf_cpu_row(&a->q, m);
+    for (int64_t k = 0; k < K; k++) v[k] = qf_cpu_get(a->x.dtype, xr, k);
     if (!a->azp) {
       a->scales[m] = quantize_row_token(v, K, qr, a->q.dtype, a->ub, a->scale_min);
       continue;
@@ -135,8 +122,8 @@ qf_status qf_cpu_quant_token(qf_ctx *ctx, const qf_token_quant_args *a) {
 qf_status qf_cpu_quant_tensor_dynamic(qf_ctx *ctx, const qf_tensor_dynamic_args *a) {
   float amax = 0.0f;
   for (int64_t m = 0; m < a->x.rows; m++) {
-    const void *xr = row_of(&a->x, m);
-    for (int64_t k = 0; k < a->x.cols; k++) amax = qf_nan_max(amax, qf_absf(load_f32(xr, a->x.dtype, k)));
+    const void *xr = qf_cpu_row(&a->x, m);
+    for (int64_t k = 0; k < a->x.cols; k++) amax = qf_nan_max(amax, qf_absf(qf_cpu_get(a->x.dtype, xr, k)));
   }
   float s = qf_group_scale(amax, qmax_of(a->q.dtype), 0, 0.0f, a->scale_min, 0);
   *a->scale = s;
@@ -156,13 +143,13 @@ qf_status qf_cpu_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
   float *v = malloc((size_t)K * sizeof *v);
   if (!v) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_rms_norm_quant: no memory for a row of %lld floats", (long long)K);
   for (int64_t m = 0; m < M; m++) {
-    const void *xr = row_of(&a->x, m);
+    const void *xr = qf_cpu_row(&a->x, m);
     double ss = 0.0;
     for (int64_t k = 0; k < K; k++) {
-      float y = load_f32(xr, dt, k);
+      float y = qf_cpu_get(dt, xr, k);
       if (a->residual.data) {
-        uint16_t *rr = row_of_mut(&a->residual, m);
-        uint16_t yb = to_half_bits(dt, y + load_f32(rr, dt, k));
+        uint16_t *rr = qf_cpu_row(&a->residual, m);
+        uint16_t yb = to_half_bits(dt, y + qf_cpu_get(dt, rr, k));
         rr[k] = yb;
         y = dt == QF_BF16 ? qf_bf16_to_f32(yb) : qf_f16_to_f32(yb);
       }
@@ -170,8 +157,8 @@ qf_status qf_cpu_rms_norm_quant(qf_ctx *ctx, const qf_rms_norm_quant_args *a) {
       ss += (double)y * (double)y;
     }
     float r = 1.0f / sqrtf((float)(ss / (double)K) + a->eps);
-    for (int64_t k = 0; k < K; k++) v[k] = QF_MUL_RN(QF_MUL_RN(v[k], r), load_f32(a->weight, dt, k));
-    void *qr = row_of_mut(&a->q, m);
+    for (int64_t k = 0; k < K; k++) v[k] = QF_MUL_RN(QF_MUL_RN(v[k], r), qf_cpu_get(dt, a->weight, k));
+    void *qr = qf_cpu_row(&a->q, m);
     if (a->group_size == -1) {
       ((float *)a->scales.data)[m] = quantize_row_token(v, K, qr, a->q.dtype, a->scales.ub, a->scales.scale_min);
     } else {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "cpu/floats.h"
 #include "formats/vq.h"
 
 static uint64_t rng(uint64_t *s) {
@@ -16,12 +17,7 @@ static uint64_t rng(uint64_t *s) {
 }
 static double rng_unit(uint64_t *s) { return (double)(rng(s) >> 11) * (1.0 / 9007199254740992.0); }
 
-static float load_w(const qf_mat *w, int64_t n, int64_t k) {
-  const char *row = (const char *)w->data + n * w->ld * (int64_t)qf_dtype_size(w->dtype);
-  if (w->dtype == QF_F32) return ((const float *)row)[k];
-  uint16_t h = ((const uint16_t *)row)[k];
-  return w->dtype == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
-}
+static float load_w(const qf_mat *w, int64_t n, int64_t k) { return qf_cpu_get(w->dtype, qf_cpu_row(w, n), k); }
 
 static uint16_t entry_bits(qf_dtype dt, float v) { return dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v); }
 static float entry_value(qf_dtype dt, uint16_t h) { return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h); }
@@ -242,11 +238,8 @@ qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat
   if (!row) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_dequantize: no memory for a row");
   for (int64_t n = 0; n < t->N; n++) {
     decode_row(t, n, row);
-    char *out = (char *)w->data + n * w->ld * (int64_t)qf_dtype_size(w->dtype);
-    for (int64_t k = 0; k < t->K; k++) {
-      if (w->dtype == QF_F32) ((float *)out)[k] = row[k];
-      else ((uint16_t *)out)[k] = entry_bits(w->dtype, row[k]);
-    }
+    void *out = qf_cpu_row(w, n);
+    for (int64_t k = 0; k < t->K; k++) qf_cpu_put(w->dtype, out, k, row[k]);
   }
   free(row);
   return QF_OK;
@@ -279,11 +272,7 @@ qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_
   return QF_OK;
 }
 
-static void store_f(const qf_mat *m, int64_t r, int64_t c, double v) {
-  char *row = (char *)m->data + r * m->ld * (int64_t)qf_dtype_size(m->dtype);
-  if (m->dtype == QF_F32) ((float *)row)[c] = (float)v;
-  else ((uint16_t *)row)[c] = entry_bits(m->dtype, (float)v);
-}
+static void store_f(const qf_mat *m, int64_t r, int64_t c, double v) { qf_cpu_put(m->dtype, qf_cpu_row(m, r), c, (float)v); }
 
 qf_status qf_cpu_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *packed) {
   (void)ctx;

@@ -26,18 +26,26 @@ static inline cudaStream_t qf_stream(const qf_ctx *ctx) { return static_cast<cud
 // libcuda itself), or null when the driver lacks it.
 void *qf_cuda_driver_fn(const char *name, int version);
 
-// Raises `kernel`'s dynamic shared-memory limit to `bytes` (past 48 KB it needs this opt-in, per
-// kernel and device). Done once per device and kernel: `done` is that kernel's own flag word, one
-// bit per device (a repeated cudaFuncSetAttribute costs host time small launches notice; devices
-// past the 64 bits set it on every call).
+// Sets `kernel`'s function attribute `attr` to `value`, once per device and kernel: `done` is
+// that kernel's own flag word, one bit per device (a repeated cudaFuncSetAttribute costs host time
+// small launches notice; devices past the 64 bits set it on every call).
 template <typename Kernel>
-qf_status qf_cuda_smem_opt_in(qf_ctx *ctx, const char *op, Kernel kernel, size_t bytes, std::atomic<uint64_t> &done) {
+qf_status qf_cuda_func_attribute_once(qf_ctx *ctx, const char *op, Kernel kernel, cudaFuncAttribute attr, int value,
+                                      std::atomic<uint64_t> &done) {
   const uint64_t dev_bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
   if ((done.load(std::memory_order_relaxed) & dev_bit) != 0 && dev_bit != 0) return QF_OK;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t err = cudaFuncSetAttribute(kernel, attr, value);
   if (err != cudaSuccess) return qf_cuda_fail(ctx, op, "cudaFuncSetAttribute", err);
   done.fetch_or(dev_bit, std::memory_order_relaxed);
   return QF_OK;
+}
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` (past 48 KB it needs this opt-in, per
+// kernel and device), once per device (qf_cuda_func_attribute_once).
+template <typename Kernel>
+qf_status qf_cuda_smem_opt_in(qf_ctx *ctx, const char *op, Kernel kernel, size_t bytes, std::atomic<uint64_t> &done) {
+  return qf_cuda_func_attribute_once(ctx, op, kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes),
+                                     done);
 }
 
 // Dynamic shared memory that leaves room for one CTA per SM (over half of an sm_90 SM's 228 KB;

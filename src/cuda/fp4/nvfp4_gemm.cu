@@ -1,4 +1,5 @@
-// Launcher of the NVFP4 GEMM (nvfp4_gemm.cuh): token tile, K split and output type.
+// Launcher of the NVFP4 GEMM: the mma.sync kernel (nvfp4_gemm.cuh) with its K split up to 32
+// tokens, the wgmma kernel (nvfp4_gemm_wide.cuh) beyond, per input and output type.
 #include <atomic>
 
 #include "cuda/common.cuh"
@@ -16,26 +17,29 @@ constexpr int64_t kFp4WideMinM = 32;
 // Token fragments of 8 per CTA: one or two at decode, four (32 tokens) beyond.
 int token_fragments(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : 4; }
 
-// CTAs per cluster splitting K: doubled while the tiles fill fewer than `target` CTAs and each
-// CTA keeps two chunks or more.
+// CTAs per cluster splitting K: doubled while the row tiles fill fewer than `target` CTAs and
+// each CTA keeps two chunks or more.
 int k_split(int64_t tiles, int steps, int64_t target) {
   int split = 1;
   while (split < kFp4MaxSplit && tiles * split < target && steps / kFp4Chunk / (2 * split) >= 2) split *= 2;
   return split;
 }
 
+// Up to 32 tokens: the mma.sync kernel (nvfp4_gemm.cuh), one token tile, K split over a cluster
+// where the row tiles leave SMs idle.
 template <typename T, typename Tout, int NF>
-qf_status launch(qf_ctx *ctx, const Fp4Params &p, dim3 grid) {
+qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
   static std::atomic<uint64_t> non_portable{0};
   auto kernel = nvfp4_gemm_kernel<T, Tout, NF>;
-  if (grid.x > 8) {
-    const uint64_t bit = ctx->device_id < 64 ? uint64_t{1} << ctx->device_id : 0;
-    if (!(non_portable.load(std::memory_order_relaxed) & bit)) {
-      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-      if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaFuncSetAttribute", err);
-      non_portable.fetch_or(bit, std::memory_order_relaxed);
-    }
+  const int64_t row_tiles = (p.N + kFp4Rows - 1) / kFp4Rows;
+  // A target of four CTAs per SM (eight and sixteen measured no better: docs/NVFP4.md).
+  const int split = k_split(row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
+  if (split > 8) {
+    const qf_status st =
+        qf_cuda_func_attribute_once(ctx, kOp, kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, non_portable);
+    if (st) return st;
   }
+  const dim3 grid(split, 1, static_cast<unsigned>(row_tiles));
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t lc = qf_cluster_launch_config(grid, dim3(32 * kFp4Warps), 0, qf_stream(ctx), grid.x,
                                                          ctx->pdl != 0, attrs);
@@ -56,22 +60,20 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles)), dim3(128 * kWG), smem, p, x_map);
 }
 
+// The kernel for the shape: narrow up to 32 tokens; past that the wgmma kernel, by the number of
+// 64-row tiles (docs/NVFP4.md, bench/results h200-dev-nvfp4-*): several waves of them run two per
+// SM (one warpgroup each, two stages: one CTA dequantizes while the other multiplies); one token
+// tile of many row tiles runs 128-row tiles of two warpgroups; a wave or less, one warpgroup on
+// three stages.
 template <typename T, typename Tout>
-qf_status dispatch_nf(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf) {
-  switch (nf) {
-    case 1: return launch<T, Tout, 1>(ctx, p, grid);
-    case 2: return launch<T, Tout, 2>(ctx, p, grid);
-    default: return launch<T, Tout, 4>(ctx, p, grid);
+qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
+  if (p.M <= kFp4WideMinM) {
+    switch (token_fragments(p.M)) {
+      case 1: return launch_narrow<T, Tout, 1>(ctx, p);
+      case 2: return launch_narrow<T, Tout, 2>(ctx, p);
+      default: return launch_narrow<T, Tout, 4>(ctx, p);
+    }
   }
-}
-
-template <typename T, typename Tout>
-qf_status dispatch_kernel(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, const qf_mat &a) {
-  if (p.M <= kFp4WideMinM) return dispatch_nf<T, Tout>(ctx, p, grid, nf);
-  // By the number of 64-row tiles (docs/NVFP4.md, bench/results h200-dev-nvfp4-*): several waves
-  // of them run two per SM (one warpgroup each, two stages: one CTA dequantizes while the other
-  // multiplies); one token tile of many row tiles runs 128-row tiles of two warpgroups; a wave or
-  // less, one warpgroup on three stages.
   const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64), sms = qf_cuda_stream_sms(ctx);
   if (tiles >= 4 * sms) return launch_wide<T, Tout, 1, 2>(ctx, p, a);
   if (tiles >= 2 * sms) return launch_wide<T, Tout, 2, 4>(ctx, p, a);
@@ -79,22 +81,26 @@ qf_status dispatch_kernel(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, co
 }
 
 template <typename T>
-qf_status dispatch_out(qf_ctx *ctx, const Fp4Params &p, dim3 grid, int nf, const qf_mat &a, qf_dtype out) {
+qf_status run_out(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, qf_dtype out) {
   switch (out) {
-    case QF_F32: return dispatch_kernel<T, float>(ctx, p, grid, nf, a);
-    case QF_F16: return dispatch_kernel<T, __half>(ctx, p, grid, nf, a);
-    default: return dispatch_kernel<T, __nv_bfloat16>(ctx, p, grid, nf, a);
+    case QF_F32: return run<T, float>(ctx, p, a);
+    case QF_F16: return run<T, __half>(ctx, p, a);
+    default: return run<T, __nv_bfloat16>(ctx, p, a);
   }
 }
 
 } // namespace
 
 extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g) {
-  const int nf = token_fragments(g->M);
-  const int64_t token_tiles = (g->M + 8 * nf - 1) / (8 * nf), row_tiles = (g->N + kFp4Rows - 1) / kFp4Rows;
-  if (token_tiles > 65535 || row_tiles > 65535 || g->K > (int64_t{1} << 30))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes M up to %d, N up to %d and K up to 2^30 (got %lld, %lld, %lld)",
-                   kOp, 65535 * 32, 65535 * kFp4Rows, (long long)g->M, (long long)g->N, (long long)g->K);
+  // Grid extents (the narrow kernel's row tiles on z, the wide kernel's tiles on x) and the
+  // kernels' 32-bit token, row and K indices.
+  const int64_t narrow_rows = (g->N + kFp4Rows - 1) / kFp4Rows;
+  const int64_t wide_tiles = (g->M + kFp4WideTokens - 1) / kFp4WideTokens * ((g->N + 63) / 64);
+  if (g->M > INT32_MAX || narrow_rows > 65535 || wide_tiles > INT32_MAX || g->K > (int64_t{1} << 30))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: CUDA takes N up to %d, K up to 2^30 and ceil(M / 128) ceil(N / 64) up to 2^31 - 1 (got M=%lld, "
+                   "N=%lld, K=%lld)",
+                   kOp, 65535 * kFp4Rows, (long long)g->M, (long long)g->N, (long long)g->K);
   Fp4Params p = {};
   p.a = g->a.data, p.lda = g->a.ld;
   p.b = static_cast<const uint8_t *>(g->b.data), p.ldb = g->b.ld / 2;
@@ -103,9 +109,5 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
   p.d = g->d.data, p.ldd = g->d.ld;
   p.M = static_cast<int>(g->M), p.N = static_cast<int>(g->N), p.K = static_cast<int>(g->K);
   p.steps = static_cast<int>((g->K + kFp4StepK - 1) / kFp4StepK);
-  // A target of four CTAs per SM (eight and sixteen measured no better: docs/NVFP4.md).
-  const int split = k_split(token_tiles * row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
-  const dim3 grid(split, static_cast<unsigned>(token_tiles), static_cast<unsigned>(row_tiles));
-  return g->a.dtype == QF_F16 ? dispatch_out<__half>(ctx, p, grid, nf, g->a, g->d.dtype)
-                              : dispatch_out<__nv_bfloat16>(ctx, p, grid, nf, g->a, g->d.dtype);
+  return g->a.dtype == QF_F16 ? run_out<__half>(ctx, p, g->a, g->d.dtype) : run_out<__nv_bfloat16>(ctx, p, g->a, g->d.dtype);
 }

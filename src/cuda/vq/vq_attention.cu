@@ -86,8 +86,6 @@ chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, int &slot)
   }
 }
 
-bool element_aligned(const qf_mat *m) { return reinterpret_cast<uintptr_t>(m->data) % qf_dtype_size(m->dtype) == 0; }
-
 template <typename Out>
 qf_status launch_merge(qf_ctx *ctx, const vq_attention_merge_params &mp, int64_t blocks) {
   vq_attention_merge_kernel<Out><<<static_cast<unsigned>(blocks), 128, 0, qf_stream(ctx)>>>(mp);
@@ -117,8 +115,6 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   if (a->k.sz.row_bytes > (INT64_C(1) << 28) || a->B * a->Hq > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: B=%lld, Hq=%lld, row of %lld code bytes exceed the kernels' 32-bit offsets", kOp,
                    static_cast<long long>(a->B), static_cast<long long>(a->Hq), static_cast<long long>(a->k.sz.row_bytes));
-  if (!element_aligned(&a->q) || !element_aligned(&a->o))
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: q (%p) and o (%p) must be aligned to their elements", kOp, a->q.data, a->o.data);
 
   if (placement == QF_VQ_BOOKS_TILED || placement == QF_VQ_BOOKS_LUT || placement == QF_VQ_BOOKS_REGISTERS)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %s placement is %s's; attention takes global, shared or banked "

@@ -36,9 +36,6 @@ extern "C" qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, 
   if (t->sz.row_bytes > (INT64_C(1) << 28) || t->K / f.vector_size > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: rows of K=%lld are too long for 32-bit code offsets", kOp,
                    static_cast<long long>(t->K));
-  if (reinterpret_cast<uintptr_t>(w->data) % qf_dtype_size(w->dtype) != 0)
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: w data pointer %p is not aligned to its %zu-byte elements", kOp, w->data,
-                   qf_dtype_size(w->dtype));
   vq_dequantize_params p = {};
   vq_weight_params(p, t);
   p.w = w->data;

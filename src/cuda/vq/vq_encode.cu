@@ -191,9 +191,6 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   if (t->sz.row_bytes > (INT64_C(1) << 28) || t->K > INT32_MAX / 2)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: rows of K=%lld are too long for 32-bit code offsets", kOp,
                    static_cast<long long>(t->K));
-  if (reinterpret_cast<uintptr_t>(x->data) % qf_dtype_size(x->dtype) != 0)
-    return qf_fail(ctx, QF_ERR_ALIGNMENT, "%s: x data pointer %p is not aligned to its %zu-byte elements", kOp, x->data,
-                   qf_dtype_size(x->dtype));
   vq_encode_params p = {};
   p.x = x->data;
   p.books = static_cast<const uint16_t *>(t->books);

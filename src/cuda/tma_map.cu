@@ -73,7 +73,8 @@ qf_status qf_cuda_make_tmap(qf_ctx *ctx, const char *op, CUtensorMap *map, const
 }
 
 qf_status qf_cuda_make_tmap_bytes(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
-                                  int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols, uint32_t box_rows) {
+                                  int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols, uint32_t box_rows,
+                                  CUtensorMapSwizzle swizzle) {
   return encode_2d(ctx, op, map, name, data, CU_TENSOR_MAP_DATA_TYPE_UINT8, rows, cols, pitch, box_cols, box_rows,
-                   CU_TENSOR_MAP_SWIZZLE_NONE);
+                   swizzle);
 }

@@ -46,25 +46,29 @@ qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
   return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p);
 }
 
-// Many tokens: the wgmma kernel on (64 kWG)-row x 128-token tiles (nvfp4_gemm_wide.cuh).
-template <typename T, typename Tout, int kWG, int kStages>
+// Many tokens: the wgmma kernel on (64 kWG)-row x kTok-token tiles (nvfp4_gemm_wide.cuh).
+template <typename T, typename Tout, int kWG, int kTok, int kStages>
 qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   static std::atomic<uint64_t> opted{0};
-  auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG, kStages>;
-  const size_t smem = sizeof(Fp4WideSmem<kWG, kStages>) + 1024;
+  auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG, kTok, kStages>;
+  const size_t smem = sizeof(Fp4WideSmem<kWG, kTok, kStages>) + 1024;
   qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted);
   if (st) return st;
-  CUtensorMap x_map;
-  if ((st = qf_cuda_make_tmap(ctx, kOp, &x_map, "a", a, kFp4WideTokens))) return st;
-  const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 64 * kWG - 1) / (64 * kWG));
-  return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles)), dim3(128 * kWG), smem, p, x_map);
+  CUtensorMap x_map, b_map;
+  if ((st = qf_cuda_make_tmap(ctx, kOp, &x_map, "a", a, kTok))) return st;
+  if ((st = qf_cuda_make_tmap_bytes(ctx, kOp, &b_map, "b", p.b, p.N, p.K / 2, p.ldb, 64, 64 * kWG,
+                                    CU_TENSOR_MAP_SWIZZLE_64B)))
+    return st;
+  const int64_t tiles = (p.M + kTok - 1) / kTok * ((p.N + 64 * kWG - 1) / (64 * kWG));
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles)), dim3(128 * kWG), smem, p,
+                        x_map, b_map);
 }
 
-// The kernel for the shape: narrow up to 32 tokens; past that the wgmma kernel, by the number of
-// 64-row tiles (docs/NVFP4.md, bench/results h200-dev-nvfp4-*): several waves of them run two per
-// SM (one warpgroup each, two stages: one CTA dequantizes while the other multiplies); one token
-// tile of many row tiles runs 128-row tiles of two warpgroups; a wave or less, one warpgroup on
-// three stages.
+// The kernel for the shape (docs/NVFP4.md, bench/results/h200-dev-nvfp4-regs-configs.jsonl):
+// narrow up to 32 tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two
+// warpgroups, one CTA per SM: each dequantized fragment serves twice the tokens) where more than
+// 128 tokens fill three quarters of the CTA slots of their last wave, else on 64 x 128 tiles
+// (two CTAs per SM), or 128 x 128 for up to 64 tokens of a wide weight.
 template <typename T, typename Tout>
 qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   if (p.M <= kFp4WideMinM) {
@@ -74,10 +78,10 @@ qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
       default: return launch_narrow<T, Tout, 4>(ctx, p);
     }
   }
-  const int64_t tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens * ((p.N + 63) / 64), sms = qf_cuda_stream_sms(ctx);
-  if (tiles >= 4 * sms) return launch_wide<T, Tout, 1, 2>(ctx, p, a);
-  if (tiles >= 2 * sms) return launch_wide<T, Tout, 2, 4>(ctx, p, a);
-  return launch_wide<T, Tout, 1, 3>(ctx, p, a);
+  const int64_t sms = qf_cuda_stream_sms(ctx), tiles = (p.M + 255) / 256 * ((p.N + 127) / 128);
+  if (p.M > 128 && 4 * tiles >= 3 * ((tiles + sms - 1) / sms * sms)) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
+  if (p.M <= 64 && p.N >= 16384) return launch_wide<T, Tout, 2, 128, 4>(ctx, p, a);
+  return launch_wide<T, Tout, 1, 128, 3>(ctx, p, a);
 }
 
 template <typename T>
@@ -95,7 +99,7 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
   // Grid extents (the narrow kernel's row tiles on z, the wide kernel's tiles on x) and the
   // kernels' 32-bit token, row and K indices.
   const int64_t narrow_rows = (g->N + kFp4Rows - 1) / kFp4Rows;
-  const int64_t wide_tiles = (g->M + kFp4WideTokens - 1) / kFp4WideTokens * ((g->N + 63) / 64);
+  const int64_t wide_tiles = (g->M + 127) / 128 * ((g->N + 63) / 64);
   if (g->M > INT32_MAX || narrow_rows > 65535 || wide_tiles > INT32_MAX || g->K > (int64_t{1} << 30))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
                    "%s: CUDA takes N up to %d, K up to 2^30 and ceil(M / 128) ceil(N / 64) up to 2^31 - 1 (got M=%lld, "

@@ -1,164 +1,221 @@
-// NVFP4 GEMM for many tokens (prefill): the weight dequantized into shared memory, multiplied by
-// wgmma with the activations from shared memory, so that each dequantized weight serves a whole
-// tile of 128 tokens on the warpgroup tensor cores.
+// NVFP4 GEMM for many tokens (prefill): the weight dequantized straight into the A fragments of
+// wgmma (A from registers), the activations' tiles from shared memory, so that each dequantized
+// weight serves 128 tokens on the warpgroup tensor cores and never passes through shared memory.
 //
-// A CTA is kWG warpgroups, each 64 weight rows (16 a warp, the lanes' rows and codes as in
-// nvfp4_gemm.cuh), by 128 tokens. Per step of 128 K:
-//   codes (loaded two steps ahead into registers) -> pairs -> times the block scales -> one
-//   16-byte store per row and word into the warpgroup's A tile (bf16 / fp16, [64 rows][128 K] as
-//   two 128-byte-swizzled 64-column atoms, double-buffered) -> fence.proxy.async, CTA barrier ->
-//   8 wgmma m64n128k16 against the step's activation tile, which TMA brought into a ring (two
-//   128-token x 64-column boxes a stage) shared by the warpgroups.
-// The wgmma of a step runs while the next step is dequantized. Thread 0 refills the ring: with one
-// warpgroup, step s - 1's stage once its wait shows step s - 1 done; with two, after the barrier
-// of step s (every warpgroup has then waited for step s - 2), step s - 2's stage. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies by 2^7 and the
-// tensor scale (as nvfp4_gemm.cuh) and stores each element.
-//
-// Every CTA reads its token tile's activations once per 64 x kWG weight rows: with one warpgroup
-// that was 9.2 GB of L2 traffic at 2048 x 7168 x 16384 (ncu), about the L2's bandwidth for the
-// time it took; two warpgroups halve it.
+// A CTA is kWG consumer warpgroups, each 64 weight rows (16 a warp), by 128 tokens, and one
+// producer warp. Per step of 128 K the producer's TMA brings into a ring stage the step's
+// activation tile (128 tokens x 128 K, two 128-byte-swizzled 64-column atoms) and the CTA's codes
+// (64 kWG rows x 64 bytes, 64-byte-swizzled); the consumers release a stage once their wgmma on
+// it has completed. A consumer warpgroup runs, per step s:
+//   8 wgmma m64n128k16 (A: step s's fragments in registers; B: the stage's activations), then,
+//   while they run, step s + 1's fragments into the other register set:
+//   codes (ld.shared) -> the lane's pair of each word -> times the block scale -> A fragment.
+// A wgmma's 16 k-columns are 16 consecutive K (the activations come as TMA laid them out), and
+// lane t of a row group holds columns 2t, 2t + 1, 2t + 8, 2t + 9 of rows r and r + 8: pair t of
+// the slice's two packed words (K 16 j .. 16 j + 7 and 16 j + 8 .. + 15) of each row. Every lane
+// thus reads all of its rows' words and decodes a quarter of each (formats/nvfp4.h: pair p is
+// two shifts and two masks whatever p is). The block scales, one per row and slice, are loaded
+// two bytes a lane (its rows' slices 2t, 2t + 1), turned into 16-bit pairs and passed around the
+// lane group by shuffles. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies
+// by 2^7 and the tensor scale (as nvfp4_gemm.cuh) and stores each element.
 #pragma once
 
 #include <cuda.h>
 
 #include "cuda/fp4/nvfp4_gemm.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/shared.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/ptx/wgmma_rs.cuh"
 
-constexpr int kFp4WideTokens = 128; // tokens per CTA (the wgmma's N)
 constexpr int kFp4WideBand = 16;    // row tiles per band of the raster
 
-// Dynamic shared memory of the wide kernel: a ring of kStages activation tiles, two A tiles per
-// warpgroup, barriers. A lone warpgroup refills a stage as soon as its own wait frees it, so three
-// stages keep two steps in flight and two keep one; several warpgroups refill only after the next
-// barrier, which takes four for two steps.
-template <int kWG, int kStages>
+// Dynamic shared memory of the wide kernel: a ring of kStages stages (activations, codes), its
+// barriers and counts.
+template <int kWG, int kTok, int kStages>
 struct Fp4WideSmem {
-  alignas(1024) uint8_t x[kStages][2][kFp4WideTokens * 128]; // [stage][atom][token row of 128 bytes]
-  alignas(1024) uint8_t a[kWG][2][2][64 * 128];              // [warpgroup][buffer][atom][weight row]
+  alignas(1024) uint8_t x[kStages][2][kTok * 128];     // [stage][atom][token row of 128 bytes]
+  alignas(1024) uint8_t codes[kStages][64 * kWG * 64]; // [stage][weight row of 64 bytes]
   alignas(8) uint64_t full[kStages];
+  int done[kStages]; // warpgroups done with the stage's step
 };
 
-// The K-major, 128-byte-swizzled offset of 16-byte chunk `chunk` (0..7) of row `row` in an atom.
-__device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
-
-template <typename T, int N>
-__device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-  if constexpr (std::is_same_v<T, __half>) wgmma_m64k16_f32_f16<N>(d, desc_a, desc_b, 1);
-  else wgmma_m64k16_f32_bf16<N>(d, desc_a, desc_b, 1);
+// Pair p of a packed word as a T pair (formats/nvfp4.h) for a lane-dependent p: the rotations
+// and masks of qf_nvfp4_f16x2 / qf_nvfp4_bf16x2, with the rotation counts of pair p in `rot`
+// (magnitude in bits 0..7, sign in 8..15).
+template <typename T>
+__device__ __forceinline__ uint32_t fp4_pair(uint32_t q, uint32_t rot) {
+  const uint32_t mag = __funnelshift_l(q, q, rot & 0xFF), sign = __funnelshift_l(q, q, rot >> 8);
+  if constexpr (std::is_same_v<T, __half>) return (mag & 0x0E000E00u) | (sign & 0x80008000u);
+  else return (mag & 0x01C001C0u) | (sign & 0x80008000u);
 }
 
-// Grid: token tiles x row tiles (64 kWG rows) CTAs; 128 kWG threads; Fp4WideSmem<kWG, kStages>
-// (+ 1 KB to align it) of dynamic shared memory.
-template <typename T, typename Tout, int kWG, int kStages>
+// The rotations of fp4_pair for pair p: where formats/nvfp4.h shifts pair p's magnitude and sign.
+template <typename T>
+__device__ __forceinline__ uint32_t fp4_pair_rot(int p) {
+  // fp16: magnitude << 0, 6, 9, 3; sign << 0, 3, 2, 1. bf16: magnitude >> 3, << 3, 6, 0 (>> 3 is a
+  // rotation by 29: the bits it brings around are masked off); sign << 0, 3, 2, 1.
+  constexpr uint32_t kMag = std::is_same_v<T, __half> ? 0x03090600u : 0x0006031Du;
+  return (kMag >> (8 * p) & 0xFF) | (0x01020300u >> (8 * p) & 0xFF) << 8;
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
+  if constexpr (std::is_same_v<T, __half>) wgmma_m64k16_f32_f16_rs_kmajor<N>(d, a, desc_b, 1);
+  else wgmma_m64k16_f32_bf16_rs_kmajor<N>(d, a, desc_b, 1);
+}
+
+// Grid: token tiles (kTok) x row tiles (64 kWG rows) CTAs; 128 kWG threads;
+// Fp4WideSmem<kWG, kTok, kStages> (+ 1 KB to align it) of dynamic shared memory.
+template <typename T, typename Tout, int kWG, int kTok, int kStages>
 __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid_constant__ Fp4Params p,
-                                                                     const __grid_constant__ CUtensorMap x_map) {
-  static_assert(kStages >= (kWG == 1 ? 2 : 4), "several warpgroups refill two steps back");
-  constexpr int kAhead = kWG == 1 ? kStages - 1 : 2; // steps of activations in flight
+                                                                    const __grid_constant__ CUtensorMap x_map,
+                                                                    const __grid_constant__ CUtensorMap b_map) {
+  static_assert(kStages >= 2, "a step in flight while one is multiplied");
+  using Smem = Fp4WideSmem<kWG, kTok, kStages>;
   extern __shared__ uint8_t smem_raw[];
-  Fp4WideSmem<kWG, kStages> &sm = *reinterpret_cast<Fp4WideSmem<kWG, kStages> *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  const int wg = threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  Smem &sm = *reinterpret_cast<Smem *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   // Tiles in bands of kFp4WideBand row tiles: a band's CTAs take its row tiles for one token tile,
   // then the next token tile, so that the band's weights and one token tile's activations stay in
   // the L2 together.
   constexpr int kRows = 64 * kWG;
-  const int token_tiles = (p.M + kFp4WideTokens - 1) / kFp4WideTokens, row_tiles = (p.N + kRows - 1) / kRows;
+  const int token_tiles = (p.M + kTok - 1) / kTok, row_tiles = (p.N + kRows - 1) / kRows;
   const int band = blockIdx.x / (kFp4WideBand * token_tiles), in_band = blockIdx.x % (kFp4WideBand * token_tiles);
   const int band_rows = min(kFp4WideBand, row_tiles - band * kFp4WideBand);
-  const int tok0 = in_band / band_rows * kFp4WideTokens;
-  const int r0 = warp * 16 + g; // the lane's rows in its warpgroup's tile: r0 and r0 + 8
-  const int row = (band * kFp4WideBand + in_band % band_rows) * kRows + 64 * wg + r0;
-  const bool rows_ok = row < p.N; // warp-uniform: N is a multiple of 16
-
-  const uint4 *b0 = reinterpret_cast<const uint4 *>(p.b + row * p.ldb + 16 * t);
-  const uint4 *b1 = b0 + 8 * p.ldb / 16;
-  const uint16_t *sc0 = reinterpret_cast<const uint16_t *>(p.scales + row * p.lds + 2 * t);
-  const uint16_t *sc1 = sc0 + 4 * p.lds;
-  struct Codes {
-    uint4 c0, c1;
-    uint32_t sc;
-  };
-  auto load = [&](int s) { // step s's codes of the lane, zero past K or past the steps
-    Codes c = {};
-    if (rows_ok && s < p.steps && kFp4StepK * s + 32 * t < p.K) {
-      c.c0 = __ldg(b0 + 4 * s), c.c1 = __ldg(b1 + 4 * s);
-      c.sc = uint32_t{__ldg(sc0 + 4 * s)} | uint32_t{__ldg(sc1 + 4 * s)} << 16;
-    }
-    return c;
-  };
+  const int tok0 = in_band / band_rows * kTok, row0 = (band * kFp4WideBand + in_band % band_rows) * kRows;
 
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.full[0]));
-  auto fetch_x = [&](int s) { // thread 0: step s's activation tile into its stage
-    if (s >= p.steps) return;
-    const int st = s % kStages;
-    mbarrier_arrive_expect_tx(full0 + 8 * st, 2 * kFp4WideTokens * 128);
+  const uint32_t x0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.x[0][0][0]));
+  const uint32_t codes0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.codes[0][0]));
+  constexpr uint32_t kXStage = sizeof(sm.x[0]), kCodesStage = sizeof(sm.codes[0]);
+  // Step n goes into stage n % kStages: steps 0 .. kStages - 1 first, by thread 0; then each
+  // step once every warpgroup is done with the step kStages before it in that stage. The warpgroup
+  // that finishes that step last (a count in shared memory) issues the copies, so no warpgroup
+  // waits for another.
+  auto fetch = [&](int n, int st) {
+    if (n >= p.steps) return;
+    const uint32_t bar = full0 + 8 * st;
+    mbarrier_arrive_expect_tx(bar, kXStage + kCodesStage);
     for (int atom = 0; atom < 2; atom++)
-      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[st][atom])), &x_map, full0 + 8 * st,
-                                  kFp4StepK * s + 64 * atom, tok0);
+      cp_async_bulk_tensor_2d_g2s(x0 + st * kXStage + atom * (kXStage / 2), &x_map, bar, kFp4StepK * n + 64 * atom, tok0);
+    cp_async_bulk_tensor_2d_g2s(codes0 + st * kCodesStage, &b_map, bar, 64 * n, row0);
   };
   if (threadIdx.x == 0) {
     prefetch_tensormap(&x_map);
-    for (int st = 0; st < kStages; st++) mbarrier_init(full0 + 8 * st, 1);
+    prefetch_tensormap(&b_map);
+    for (int st = 0; st < kStages; st++) mbarrier_init(full0 + 8 * st, 1), sm.done[st] = 0;
     fence_mbarrier_init();
   }
-  Codes next = load(0), after = load(1); // the weights do not depend on the kernel before this one
   __syncthreads();
-  griddep_wait();
-  if (threadIdx.x == 0)
-    for (int s = 0; s < kAhead; s++) fetch_x(s);
 
-  float acc[kFp4WideTokens / 2] = {};
-  for (int s = 0; s < p.steps; s++) {
-    const Codes c = next;
-    next = after;
-    after = load(s + 2);
-    // Dequantize into A tile s % 2 (its wgmma, two steps back, has completed).
-    uint8_t *a_tile = &sm.a[wg][s % 2][0][0];
-    uint32_t sr[2], sr8[2];
-    fp4_scales<T>(c.sc & 0xFFFFu, sr);
-    fp4_scales<T>(c.sc >> 16, sr8);
-    const uint32_t w0[4] = {c.c0.x, c.c0.y, c.c0.z, c.c0.w}, w1[4] = {c.c1.x, c.c1.y, c.c1.z, c.c1.w};
+  const int wg = kWG == 1 ? 0 : threadIdx.x / 128, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, g = lane / 4,
+            t = lane % 4;
+  const int r0 = 64 * wg + warp * 16 + g; // the lane's rows in the CTA's tile: r0 and r0 + 8
+  const int row = row0 + r0;
+  const bool rows_ok = row < p.N; // warp-uniform: N is a multiple of 16
+  const uint32_t rot = fp4_pair_rot<T>(t);
+  // The lane's two scale bytes of each row (slices 2t, 2t + 1 of a step), zero past K or N.
+  const uint16_t *sc0 = reinterpret_cast<const uint16_t *>(p.scales + row * p.lds + 2 * t);
+  const uint16_t *sc1 = sc0 + 4 * p.lds;
+  auto load_scales = [&](int s) {
+    return rows_ok && s < p.steps && kFp4StepK * s + 32 * t < p.K
+               ? uint32_t{__ldg(sc0 + 4 * s)} | uint32_t{__ldg(sc1 + 4 * s)} << 16
+               : 0u;
+  };
+  // Chunk q (16 bytes: slices 2q, 2q + 1) of row r0 in a stage, 64-byte swizzled; row r0 + 8 is
+  // 512 bytes on, with the same swizzle.
+  const uint32_t row_codes = codes0 + r0 * 64, swz = (r0 / 2 % 4) * 16;
+  // Step s's A fragments of the lane, a[j] for the slice of K 16 j .. 16 j + 15, from its codes
+  // in stage st and its scale bytes sc.
+  auto dequant = [&](int st, uint32_t sc, uint32_t(&a)[8][4]) {
+    uint32_t s0[2], s8[2]; // (s, s) of rows r0 and r0 + 8 for slices 2t and 2t + 1
+    fp4_scales<T>(sc & 0xFFFFu, s0);
+    fp4_scales<T>(sc >> 16, s8);
+    const uint32_t base = row_codes + st * kCodesStage;
 #pragma unroll
-    for (int w = 0; w < 4; w++) { // word w: K 32 t + 8 w .. + 7, one 16-byte chunk of a row
-      uint32_t r[4], r8[4];
-      fp4_dequant<T>(w0[w], sr[w / 2], r);
-      fp4_dequant<T>(w1[w], sr8[w / 2], r8);
-      const int atom = t / 2, chunk = (4 * t + w) % 8;
-      *reinterpret_cast<uint4 *>(a_tile + atom * 64 * 128 + sw128_offset(r0, chunk)) = uint4{r[0], r[1], r[2], r[3]};
-      *reinterpret_cast<uint4 *>(a_tile + atom * 64 * 128 + sw128_offset(r0 + 8, chunk)) = uint4{r8[0], r8[1], r8[2], r8[3]};
+    for (int q = 0; q < 4; q++) {
+      const uint4 w0 = ld_shared_v4(base + ((16 * q) ^ swz)), w8 = ld_shared_v4(base + 512 + ((16 * q) ^ swz));
+#pragma unroll
+      for (int h = 0; h < 2; h++) { // slice 2q + h: its scales come from lane t = q of the group
+        const uint32_t sr = __shfl_sync(0xFFFFFFFFu, s0[h], q, 4), sr8 = __shfl_sync(0xFFFFFFFFu, s8[h], q, 4);
+        uint32_t(&f)[4] = a[2 * q + h];
+        f[0] = mul2(T(), fp4_pair<T>(h ? w0.z : w0.x, rot), sr);
+        f[1] = mul2(T(), fp4_pair<T>(h ? w8.z : w8.x, rot), sr8);
+        f[2] = mul2(T(), fp4_pair<T>(h ? w0.w : w0.y, rot), sr);
+        f[3] = mul2(T(), fp4_pair<T>(h ? w8.w : w8.y, rot), sr8);
+      }
     }
-    fence_proxy_async_shared_cta();
-    __syncthreads();
-    if (kWG > 1 && threadIdx.x == 0) fetch_x(s + 2); // into step s - 2's stage
-    mbarrier_wait_parity(full0 + 8 * (s % kStages), (s / kStages) & 1);
-
-    const uint32_t a_addr = static_cast<uint32_t>(__cvta_generic_to_shared(a_tile));
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sm.x[s % kStages][0]));
+  };
+  // Keeps fragments that a wgmma in flight reads in their registers (the asm statements of the
+  // wgmma cannot say that they are read after issue) until a wait has shown it done.
+  auto hold = [](uint32_t(&a)[8][4]) {
 #pragma unroll
-    for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[j][i])::"memory");
+  };
+
+  float acc[kTok / 2] = {};
+  uint32_t a0[8][4], a1[8][4] = {};
+  uint32_t sc_next = load_scales(1), sc_after = load_scales(2); // steps s + 1 and s + 2
+  int st = 0;                                                    // step s's stage
+  uint32_t ph = 0;                                               // and the parity of its `full` phase
+  // Step s: wgmma with fragments `cur`; once step s - 1's are done (its fragments `nxt` and its
+  // stage free), step s + 1's fragments into `nxt` while step s's run.
+  auto step = [&](int s, const uint32_t(&cur)[8][4], uint32_t(&nxt)[8][4]) {
+    const uint32_t x_addr = x0 + st * kXStage;
+#pragma unroll
+    for (int i = 0; i < kTok / 2; i++) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kFp4StepK / 16; kk++) {
-      const int atom = kk / 4, koff = (kk % 4) * 32;
-      wgmma_m64k16<T, kFp4WideTokens>(acc, wgmma_desc_kmajor_sw128(a_addr + atom * 64 * 128 + koff),
-                                      wgmma_desc_kmajor_sw128(x_addr + atom * kFp4WideTokens * 128 + koff));
-    }
+    for (int j = 0; j < kFp4StepK / 16; j++)
+      wgmma_rs<T, kTok>(acc, cur[j], wgmma_desc_kmajor_sw128(x_addr + j / 4 * (kXStage / 2) + j % 4 * 32));
     wgmma_commit_group();
-    wgmma_wait_group<1>(); // step s - 1's products are done: its A tile and activation stage are free
+    wgmma_wait_group<1>();
 #pragma unroll
-    for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
-    if (kWG == 1 && threadIdx.x == 0) fetch_x(s + kAhead); // into step s - 1's stage
+    for (int i = 0; i < kTok / 2; i++) wgmma_fence_operand(acc[i]);
+    hold(nxt);
+    if (s > 0 && threadIdx.x % 128 == 0) { // step s - 1 is done here: the last warpgroup refills its stage
+      const int prev = st == 0 ? kStages - 1 : st - 1;
+      bool last = true;
+      if constexpr (kWG > 1) {
+        __threadfence_block();
+        last = atomicAdd(&sm.done[prev], 1) == kWG - 1;
+        if (last) sm.done[prev] = 0, __threadfence_block();
+      }
+      if (last) fetch(s - 1 + kStages, prev);
+    }
+    ph ^= st == kStages - 1;
+    st = st == kStages - 1 ? 0 : st + 1;
+    if (s + 1 < p.steps) {
+      mbarrier_wait_parity(full0 + 8 * st, ph);
+      dequant(st, sc_next, nxt);
+    }
+    sc_next = sc_after, sc_after = load_scales(s + 3);
+  };
+
+  const uint32_t sc_first = load_scales(0); // the weights do not depend on the kernel before this one
+  griddep_wait();
+  if (threadIdx.x == 0)
+    for (int n = 0; n < kStages; n++) fetch(n, n);
+  mbarrier_wait_parity(full0, 0);
+  dequant(0, sc_first, a0);
+  for (int s = 0; s < p.steps; s += 2) { // two steps an iteration: the fragment sets keep their names
+    step(s, a0, a1);
+    if (s + 1 < p.steps) step(s + 1, a1, a0);
   }
   wgmma_wait_group<0>();
 #pragma unroll
-  for (int i = 0; i < kFp4WideTokens / 2; i++) wgmma_fence_operand(acc[i]);
+  for (int i = 0; i < kTok / 2; i++) wgmma_fence_operand(acc[i]);
+  hold(a0);
+  hold(a1);
 
-  // acc[4 j + i]: row r0 (i < 2) or r0 + 8, token tok0 + 8 j + 2 t + i % 2.
+  // acc[4 j + i]: row `row` (i < 2) or row + 8, token tok0 + 8 j + 2 t + i % 2.
   if (!rows_ok) return;
   const float out_scale = 128.0f * *p.tensor_scale;
 #pragma unroll
-  for (int j = 0; j < kFp4WideTokens / 8; j++)
+  for (int j = 0; j < kTok / 8; j++)
 #pragma unroll
     for (int i = 0; i < 4; i++) store_out<Tout>(p, row + 8 * (i / 2), tok0 + 8 * j + 2 * t + i % 2, acc[4 * j + i] * out_scale);
 }

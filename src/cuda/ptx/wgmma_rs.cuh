@@ -1,6 +1,7 @@
-// wgmma with the A operand in registers and B N-major (transposed) in shared memory, for 16-bit
-// types (sm_90a): the P . V product of attention, whose P leaves the previous wgmma's accumulators
-// and whose V tile is stored as loaded, keys by rows. One asm statement each.
+// wgmma with the A operand in registers, for 16-bit types (sm_90a). B N-major (transposed) in
+// shared memory: the P . V product of attention, whose P leaves the previous wgmma's accumulators
+// and whose V tile is stored as loaded, keys by rows. B K-major: the NVFP4 GEMM's prefill, whose
+// weights are dequantized straight into the A fragments. One asm statement each.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +19,19 @@ __device__ __forceinline__ uint64_t wgmma_desc_nmajor_sw128(uint32_t smem_addr, 
 // D[64, N] (+)= A[64, 16] * B[16, N]: A in registers (four 32-bit registers of two 16-bit values,
 // the accumulator layout of a wgmma with N = 16 rounded to the type: thread t holds rows
 // 16 (t / 32) + (t % 32) / 4 (+ 8), columns 2 (t % 4) (+ 1) and + 8), B N-major in shared memory
-// (imm-trans-b 1). scale_d == 0 overwrites D.
+// (imm-trans-b 1). scale_d == 0 overwrites D. The _kmajor forms take B K-major (the layout of
+// wgmma_desc_kmajor_sw128, imm-trans-b 0).
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16_f32_f16_rs_nmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                                  int scale_d);
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_nmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                                  int scale_d);
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16_f32_f16_rs_kmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                                 int scale_d);
+template <int N>
+__device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_kmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                                   int scale_d);
 
 // X(N, N / 16, then the operand numbers of a[0..3], desc_b and scale_d)
@@ -33,7 +41,7 @@ __device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_nmajor(float (&d)[N / 2
   X(128, 8, 64, 65, 66, 67, 68, 69)               \
   X(256, 16, 128, 129, 130, 131, 132, 133)
 
-#define QF_WGMMA_RS_DEFINE(FN, TYPES, N, CHUNKS, A0, A1, A2, A3, DB, SD)                                       \
+#define QF_WGMMA_RS_DEFINE(FN, TYPES, TRANS_B, N, CHUNKS, A0, A1, A2, A3, DB, SD)                                     \
   template <>                                                                                                \
   __device__ __forceinline__ void FN<N>(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) { \
     static_assert(N / 16 == CHUNKS && N / 2 == A0 && DB == A0 + 4 && SD == DB + 1, "operand numbering");          \
@@ -42,15 +50,17 @@ __device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_nmajor(float (&d)[N / 2
         ".reg .pred p;\n"                                                                                    \
         "setp.ne.b32 p, %" #SD ", 0;\n"                                                                      \
         "wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES " {" QF_WGMMA_REGS_##CHUNKS "}, {%" #A0 ", %" #A1 \
-        ", %" #A2 ", %" #A3 "}, %" #DB ", p, 1, 1, 1;\n"                                                      \
+        ", %" #A2 ", %" #A3 "}, %" #DB ", p, 1, 1, " TRANS_B ";\n"                                                 \
         "}\n"                                                                                                \
         : QF_WGMMA_OPS_##CHUNKS("+f")                                                                        \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                            \
   }
 #define QF_WGMMA_RS_F16_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD) \
-  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_nmajor, "f32.f16.f16", N, CHUNKS, A0, A1, A2, A3, DB, SD)
-#define QF_WGMMA_RS_BF16_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD) \
-  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_nmajor, "f32.bf16.bf16", N, CHUNKS, A0, A1, A2, A3, DB, SD)
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_nmajor, "f32.f16.f16", "1", N, CHUNKS, A0, A1, A2, A3, DB, SD) \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_kmajor, "f32.f16.f16", "0", N, CHUNKS, A0, A1, A2, A3, DB, SD)
+#define QF_WGMMA_RS_BF16_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD)                                             \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_nmajor, "f32.bf16.bf16", "1", N, CHUNKS, A0, A1, A2, A3, DB, SD) \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_kmajor, "f32.bf16.bf16", "0", N, CHUNKS, A0, A1, A2, A3, DB, SD)
 QF_WGMMA_RS_SHAPES(QF_WGMMA_RS_F16_DEFINE)
 QF_WGMMA_RS_SHAPES(QF_WGMMA_RS_BF16_DEFINE)
 #undef QF_WGMMA_RS_F16_DEFINE

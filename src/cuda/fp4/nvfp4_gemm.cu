@@ -46,9 +46,10 @@ qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
   return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p);
 }
 
-// Many tokens: the wgmma kernel on (64 kWG)-row x kTok-token tiles (nvfp4_gemm_wide.cuh).
+// Many tokens: the wgmma kernel on (64 kWG)-row x kTok-token tiles (nvfp4_gemm_wide.cuh), K split
+// over clusters of `split` CTAs.
 template <typename T, typename Tout, int kWG, int kTok, int kStages>
-qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
+qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int split = 1) {
   static std::atomic<uint64_t> opted{0};
   auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG, kTok, kStages>;
   const size_t smem = sizeof(Fp4WideSmem<kWG, kTok, kStages>) + 1024;
@@ -60,15 +61,18 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
                                     CU_TENSOR_MAP_SWIZZLE_64B)))
     return st;
   const int64_t tiles = (p.M + kTok - 1) / kTok * ((p.N + 64 * kWG - 1) / (64 * kWG));
-  return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles)), dim3(128 * kWG), smem, p,
-                        x_map, b_map);
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t lc = qf_cluster_launch_config(dim3(static_cast<unsigned>(tiles * split)), dim3(128 * kWG), smem,
+                                                         qf_stream(ctx), split, ctx->pdl != 0, attrs);
+  return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p, x_map, b_map, split);
 }
 
 // The kernel for the shape (docs/NVFP4.md, bench/results/h200-dev-nvfp4-regs-configs.jsonl):
 // narrow up to 32 tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two
 // warpgroups, one CTA per SM: each dequantized fragment serves twice the tokens) where more than
 // 128 tokens fill three quarters of the CTA slots of their last wave, else on 64 x 128 tiles
-// (two CTAs per SM), or 128 x 128 for up to 64 tokens of a wide weight.
+// (two CTAs per SM; K split where they are too few to fill the SMs), or 128 x 128 for up to 64
+// tokens of a wide weight.
 template <typename T, typename Tout>
 qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   if (p.M <= kFp4WideMinM) {
@@ -81,7 +85,13 @@ qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   const int64_t sms = qf_cuda_stream_sms(ctx), tiles = (p.M + 255) / 256 * ((p.N + 127) / 128);
   if (p.M > 128 && 4 * tiles >= 3 * ((tiles + sms - 1) / sms * sms)) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
   if (p.M <= 64 && p.N >= 16384) return launch_wide<T, Tout, 2, 128, 4>(ctx, p, a);
-  return launch_wide<T, Tout, 1, 128, 3>(ctx, p, a);
+  // 64 x 128 tiles, two CTAs per SM: K split over up to 8 CTAs while the CTAs leave a tenth of the
+  // SMs idle or more and each would keep 12 steps (h200-dev-nvfp4-wide-ksplit-ab.jsonl: shorter
+  // ranges, or splits of tiles that already fill the SMs, lost to the exchange of partial sums).
+  const int64_t tiles64 = (p.M + 127) / 128 * ((p.N + 63) / 64);
+  int split = 1;
+  while (split < 8 && 10 * tiles64 * split <= 9 * sms && p.steps / (2 * split) >= 12) split *= 2;
+  return launch_wide<T, Tout, 1, 128, 3>(ctx, p, a, split);
 }
 
 template <typename T>

@@ -23,6 +23,7 @@
 #include <cuda.h>
 
 #include "cuda/fp4/nvfp4_gemm.cuh"
+#include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/shared.cuh"
 #include "cuda/ptx/tma.cuh"
@@ -66,12 +67,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   else wgmma_m64k16_f32_bf16_rs_kmajor<N>(d, a, desc_b, 1);
 }
 
-// Grid: token tiles (kTok) x row tiles (64 kWG rows) CTAs; 128 kWG threads;
+// Grid: token tiles (kTok) x row tiles (64 kWG rows) x split CTAs, in clusters of `split` along x
+// that split K where the tiles alone leave SMs idle; 128 kWG threads;
 // Fp4WideSmem<kWG, kTok, kStages> (+ 1 KB to align it) of dynamic shared memory.
 template <typename T, typename Tout, int kWG, int kTok, int kStages>
 __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid_constant__ Fp4Params p,
                                                                     const __grid_constant__ CUtensorMap x_map,
-                                                                    const __grid_constant__ CUtensorMap b_map) {
+                                                                    const __grid_constant__ CUtensorMap b_map, int split) {
   static_assert(kStages >= 2, "a step in flight while one is multiplied");
   using Smem = Fp4WideSmem<kWG, kTok, kStages>;
   extern __shared__ uint8_t smem_raw[];
@@ -81,9 +83,12 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   // the L2 together.
   constexpr int kRows = 64 * kWG;
   const int token_tiles = (p.M + kTok - 1) / kTok, row_tiles = (p.N + kRows - 1) / kRows;
-  const int band = blockIdx.x / (kFp4WideBand * token_tiles), in_band = blockIdx.x % (kFp4WideBand * token_tiles);
+  const int tile = blockIdx.x / split, rank = blockIdx.x % split; // clusters of `split` CTAs split K
+  const int band = tile / (kFp4WideBand * token_tiles), in_band = tile % (kFp4WideBand * token_tiles);
   const int band_rows = min(kFp4WideBand, row_tiles - band * kFp4WideBand);
   const int tok0 = in_band / band_rows * kTok, row0 = (band * kFp4WideBand + in_band % band_rows) * kRows;
+  // This CTA's steps of 128 K: s0 .. s0 + steps - 1. Below, a step index s counts from s0.
+  const int s0 = rank * p.steps / split, steps = (rank + 1) * p.steps / split - s0;
 
   const uint32_t full0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.full[0]));
   const uint32_t x0 = static_cast<uint32_t>(__cvta_generic_to_shared(&sm.x[0][0][0]));
@@ -94,12 +99,13 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   // that finishes that step last (a count in shared memory) issues the copies, so no warpgroup
   // waits for another.
   auto fetch = [&](int n, int st) {
-    if (n >= p.steps) return;
+    if (n >= steps) return;
     const uint32_t bar = full0 + 8 * st;
     mbarrier_arrive_expect_tx(bar, kXStage + kCodesStage);
     for (int atom = 0; atom < 2; atom++)
-      cp_async_bulk_tensor_2d_g2s(x0 + st * kXStage + atom * (kXStage / 2), &x_map, bar, kFp4StepK * n + 64 * atom, tok0);
-    cp_async_bulk_tensor_2d_g2s(codes0 + st * kCodesStage, &b_map, bar, 64 * n, row0);
+      cp_async_bulk_tensor_2d_g2s(x0 + st * kXStage + atom * (kXStage / 2), &x_map, bar, kFp4StepK * (s0 + n) + 64 * atom,
+                                  tok0);
+    cp_async_bulk_tensor_2d_g2s(codes0 + st * kCodesStage, &b_map, bar, 64 * (s0 + n), row0);
   };
   if (threadIdx.x == 0) {
     prefetch_tensormap(&x_map);
@@ -116,10 +122,10 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   const bool rows_ok = row < p.N; // warp-uniform: N is a multiple of 16
   const uint32_t rot = fp4_pair_rot<T>(t);
   // The lane's two scale bytes of each row (slices 2t, 2t + 1 of a step), zero past K or N.
-  const uint16_t *sc0 = reinterpret_cast<const uint16_t *>(p.scales + row * p.lds + 2 * t);
+  const uint16_t *sc0 = reinterpret_cast<const uint16_t *>(p.scales + row * p.lds + 8 * s0 + 2 * t);
   const uint16_t *sc1 = sc0 + 4 * p.lds;
   auto load_scales = [&](int s) {
-    return rows_ok && s < p.steps && kFp4StepK * s + 32 * t < p.K
+    return rows_ok && s < steps && kFp4StepK * (s0 + s) + 32 * t < p.K
                ? uint32_t{__ldg(sc0 + 4 * s)} | uint32_t{__ldg(sc1 + 4 * s)} << 16
                : 0u;
   };
@@ -188,7 +194,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     }
     ph ^= st == kStages - 1;
     st = st == kStages - 1 ? 0 : st + 1;
-    if (s + 1 < p.steps) {
+    if (s + 1 < steps) {
       mbarrier_wait_parity(full0 + 8 * st, ph);
       dequant(st, sc_next, nxt);
     }
@@ -201,9 +207,9 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     for (int n = 0; n < kStages; n++) fetch(n, n);
   mbarrier_wait_parity(full0, 0);
   dequant(0, sc_first, a0);
-  for (int s = 0; s < p.steps; s += 2) { // two steps an iteration: the fragment sets keep their names
+  for (int s = 0; s < steps; s += 2) { // two steps an iteration: the fragment sets keep their names
     step(s, a0, a1);
-    if (s + 1 < p.steps) step(s + 1, a1, a0);
+    if (s + 1 < steps) step(s + 1, a1, a0);
   }
   wgmma_wait_group<0>();
 #pragma unroll
@@ -212,8 +218,23 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   hold(a1);
 
   // acc[4 j + i]: row `row` (i < 2) or row + 8, token tok0 + 8 j + 2 t + i % 2.
-  if (!rows_ok) return;
   const float out_scale = 128.0f * *p.tensor_scale;
+  if (split > 1) { // the cluster's partial sums meet in shared memory (the ring is free): rank order
+    static_assert(sizeof(sm.x) >= sizeof(float) * kTok / 2 * 128 * kWG, "partial sums fit the ring");
+    float *part = reinterpret_cast<float *>(&sm.x[0][0][0]); // [kTok / 2][128 kWG]
+#pragma unroll
+    for (int i = 0; i < kTok / 2; i++) part[i * 128 * kWG + threadIdx.x] = acc[i];
+    cluster_sync();
+    for (int j = rank; j < kTok / 2; j += split) { // this CTA's share of the outputs
+      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&part[j * 128 * kWG + threadIdx.x]));
+      float v = 0.0f;
+      for (int q = 0; q < split; q++) v += ld_shared_cluster_f32(mapa_shared_cluster(addr, q));
+      if (rows_ok) store_out<Tout>(p, row + 8 * (j % 4 / 2), tok0 + 8 * (j / 4) + 2 * t + j % 2, v * out_scale);
+    }
+    cluster_sync_relaxed(); // no CTA leaves while a peer may still read its partial sums
+    return;
+  }
+  if (!rows_ok) return;
 #pragma unroll
   for (int j = 0; j < kTok / 8; j++)
 #pragma unroll

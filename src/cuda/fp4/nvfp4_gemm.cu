@@ -1,5 +1,6 @@
-// Launcher of the NVFP4 GEMM: the mma.sync kernel (nvfp4_gemm.cuh) with its K split up to 32
-// tokens, the wgmma kernel (nvfp4_gemm_wide.cuh) beyond, per input and output type.
+// Launcher of the NVFP4 GEMM: up to 32 tokens the mma.sync kernel (nvfp4_gemm.cuh), beyond them
+// the wgmma kernel (nvfp4_gemm_wide.cuh), each with K split over a cluster where its tiles leave
+// SMs idle; per input and output type.
 #include <atomic>
 
 #include "cuda/common.cuh"

@@ -1,23 +1,27 @@
 // NVFP4 GEMM for many tokens (prefill): the weight dequantized straight into the A fragments of
 // wgmma (A from registers), the activations' tiles from shared memory, so that each dequantized
-// weight serves 128 tokens on the warpgroup tensor cores and never passes through shared memory.
+// weight serves a tile of kTok tokens on the warpgroup tensor cores and never passes through
+// shared memory.
 //
-// A CTA is kWG consumer warpgroups, each 64 weight rows (16 a warp), by 128 tokens, and one
-// producer warp. Per step of 128 K the producer's TMA brings into a ring stage the step's
-// activation tile (128 tokens x 128 K, two 128-byte-swizzled 64-column atoms) and the CTA's codes
-// (64 kWG rows x 64 bytes, 64-byte-swizzled); the consumers release a stage once their wgmma on
-// it has completed. A consumer warpgroup runs, per step s:
-//   8 wgmma m64n128k16 (A: step s's fragments in registers; B: the stage's activations), then,
-//   while they run, step s + 1's fragments into the other register set:
-//   codes (ld.shared) -> the lane's pair of each word -> times the block scale -> A fragment.
+// A CTA is kWG warpgroups, each 64 weight rows (16 a warp), by kTok tokens (128 or 256). Per step
+// of 128 K, TMA brings into a ring stage the step's activation tile (kTok tokens x 128 K, two
+// 128-byte-swizzled 64-column atoms) and the CTA's codes (64 kWG rows x 64 bytes, 64-byte
+// swizzled). A warpgroup runs, per step s:
+//   8 wgmma m64nKTOKk16 (A: step s's fragments in registers; B: the stage's activations), then,
+//   once step s - 1's wgmma are done, step s + 1's fragments into the other register set while
+//   step s's run: codes (ld.shared) -> the lane's pair of each word -> times the block scale.
+// The warpgroup that finishes a step last refills its stage (a count in shared memory), so no
+// warpgroup waits for another and there is no CTA barrier per step.
 // A wgmma's 16 k-columns are 16 consecutive K (the activations come as TMA laid them out), and
 // lane t of a row group holds columns 2t, 2t + 1, 2t + 8, 2t + 9 of rows r and r + 8: pair t of
 // the slice's two packed words (K 16 j .. 16 j + 7 and 16 j + 8 .. + 15) of each row. Every lane
 // thus reads all of its rows' words and decodes a quarter of each (formats/nvfp4.h: pair p is
-// two shifts and two masks whatever p is). The block scales, one per row and slice, are loaded
+// two rotations and two masks whatever p is). The block scales, one per row and slice, are loaded
 // two bytes a lane (its rows' slices 2t, 2t + 1), turned into 16-bit pairs and passed around the
 // lane group by shuffles. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies
-// by 2^7 and the tensor scale (as nvfp4_gemm.cuh) and stores each element.
+// by 2^7 and the tensor scale (as nvfp4_gemm.cuh) and stores each element. Where the tiles are
+// too few for the SMs, K is split over a cluster whose fp32 partial sums meet in distributed
+// shared memory in rank order, as in nvfp4_gemm.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -30,7 +34,7 @@
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/ptx/wgmma_rs.cuh"
 
-constexpr int kFp4WideBand = 16;    // row tiles per band of the raster
+constexpr int kFp4WideBand = 16; // row tiles per band of the raster
 
 // Dynamic shared memory of the wide kernel: a ring of kStages stages (activations, codes), its
 // barriers and counts.
@@ -135,16 +139,16 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   // Step s's A fragments of the lane, a[j] for the slice of K 16 j .. 16 j + 15, from its codes
   // in stage st and its scale bytes sc.
   auto dequant = [&](int st, uint32_t sc, uint32_t(&a)[8][4]) {
-    uint32_t s0[2], s8[2]; // (s, s) of rows r0 and r0 + 8 for slices 2t and 2t + 1
-    fp4_scales<T>(sc & 0xFFFFu, s0);
-    fp4_scales<T>(sc >> 16, s8);
+    uint32_t pr0[2], pr8[2]; // (s, s) of rows r0 and r0 + 8 for slices 2t and 2t + 1
+    fp4_scales<T>(sc & 0xFFFFu, pr0);
+    fp4_scales<T>(sc >> 16, pr8);
     const uint32_t base = row_codes + st * kCodesStage;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       const uint4 w0 = ld_shared_v4(base + ((16 * q) ^ swz)), w8 = ld_shared_v4(base + 512 + ((16 * q) ^ swz));
 #pragma unroll
       for (int h = 0; h < 2; h++) { // slice 2q + h: its scales come from lane t = q of the group
-        const uint32_t sr = __shfl_sync(0xFFFFFFFFu, s0[h], q, 4), sr8 = __shfl_sync(0xFFFFFFFFu, s8[h], q, 4);
+        const uint32_t sr = __shfl_sync(0xFFFFFFFFu, pr0[h], q, 4), sr8 = __shfl_sync(0xFFFFFFFFu, pr8[h], q, 4);
         uint32_t(&f)[4] = a[2 * q + h];
         f[0] = mul2(T(), fp4_pair<T>(h ? w0.z : w0.x, rot), sr);
         f[1] = mul2(T(), fp4_pair<T>(h ? w8.z : w8.x, rot), sr8);

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The README's result tables from one scripts/device-check run.
 
-Usage: bench/report.py BENCH.jsonl [VS_TORCH.jsonl]
+Usage: bench/report.py BENCH.jsonl [VS_TORCH.jsonl] | bench/report.py NVFP4.jsonl
 BENCH.jsonl is qfuse-bench's output (device-check's bench.jsonl), VS_TORCH.jsonl merge.py's
 pairing with torch.compile (device-check's peers.jsonl). Prints markdown: the ceilings, the
 activation-quantization family as percent of copy16, the GEMMs as ratios to cuBLASLt, and every
-VQ row pivoted by variant. Every figure is a row of the files given; nothing is averaged across
+VQ row pivoted by variant. NVFP4.jsonl (device-check's nvfp4.jsonl, bench/peers/nvfp4_torch.py)
+gives the NVFP4 table by (N, K) and M. Every figure is a row of the files given; nothing is averaged across
 runs.
 """
 import json
@@ -133,9 +134,41 @@ def vq(rows):
         print()
 
 
+def nvfp4(rows):
+    """gemm_nvfp4 rows (bench/peers/nvfp4_torch.py) as the README's table: (N, K) by M."""
+    cell = {}
+    for r in rows:
+        if r["op"] == "gemm_nvfp4":
+            d = dims(r["shape"])
+            cell[(d["N"], d["K"], d["M"])] = r
+    if not cell:
+        return
+    ms = sorted({m for _, _, m in cell})
+    print(f"gemm_nvfp4, {next(iter(cell.values()))['device']}, commit {next(iter(cell.values()))['commit']}: "
+          "time, % of the memory floor (M <= 16) or TFLOPS, ratio to the bf16 peer")
+    print()
+    print("| (N, K) | " + " | ".join(f"M = {m}" for m in ms) + " |")
+    print("|---|" + "---|" * len(ms))
+    for n, k in dict.fromkeys((n, k) for n, k, _ in cell):
+        parts = []
+        for m in ms:
+            r = cell.get((n, k, m))
+            if r is None:
+                parts.append("-")
+                continue
+            us = f"{r['us']:.1f}" if r["us"] < 100 else f"{r['us']:.0f}"
+            mid = f"{r['pct_floor']:.0f}% floor" if m <= 16 else f"{r['tflops']:.0f} TFLOPS"
+            parts.append(f"{us} us, {mid}, {r['ratio']:.2f}x")
+        print(f"| ({n}, {k}) | " + " | ".join(parts) + " |")
+    print()
+
+
 def main():
     rows = load(sys.argv[1])
     torch = load(sys.argv[2]) if len(sys.argv) > 2 else []
+    if all(r["op"] == "gemm_nvfp4" for r in rows):  # bench/peers/nvfp4_torch.py's file alone
+        nvfp4(rows)
+        return
     for r in rows:
         if r["op"].startswith("ceiling"):
             val = f"{r['gbps']:.0f} GB/s" if r["gbps"] else f"{r['tflops']:.0f} TFLOPS"

@@ -186,6 +186,15 @@ int main(void) {
                      .dt = l ? QF_BF16 : QF_F32, .pad = (int)l, .nan_scale = (int)l};
       one_case(gpu, cpu, &g, &seed);
     }
+  /* The 64 x 128 tiles' K split (132 SMs): 100 x 2544 x 3136 splits in 2 (40 tiles, the last one
+   * 48 rows; 25 steps, the last partial; padded pitches, a NaN scale) and 40 x 640 x 12320 in 8
+   * (10 tiles, 97 steps). */
+  const int64_t split_cases[][3] = {{100, 2544, 3136}, {40, 640, 12320}};
+  for (size_t l = 0; l < sizeof split_cases / sizeof *split_cases && !quick; l++) {
+    gemm_case g = {.M = split_cases[l][0], .N = split_cases[l][1], .K = split_cases[l][2], .at = l ? QF_F16 : QF_BF16,
+                   .dt = l ? QF_F32 : QF_BF16, .pad = l == 0, .nan_scale = l == 0};
+    one_case(gpu, cpu, &g, &seed);
+  }
   /* Model-sized decode shapes, both activation types. */
   const int64_t large[][3] = {{1, 7168, 2048}, {16, 4096, 7168}, {64, 2112, 7168}};
   for (size_t l = 0; l < sizeof large / sizeof *large && !quick; l++)

@@ -48,9 +48,10 @@ qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
 }
 
 // Many tokens: the wgmma kernel on (64 kWG)-row x kTok-token tiles (nvfp4_gemm_wide.cuh), K split
-// over clusters of `split` CTAs.
+// over clusters of `split` CTAs (one-warpgroup tiles only; at least one step each).
 template <typename T, typename Tout, int kWG, int kTok, int kStages>
 qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int split = 1) {
+  if (kWG > 1) split = 1; // the kernel's split exchange assumes one warpgroup
   static std::atomic<uint64_t> opted{0};
   auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG, kTok, kStages>;
   const size_t smem = sizeof(Fp4WideSmem<kWG, kTok, kStages>) + 1024;
@@ -108,13 +109,13 @@ qf_status run_out(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, qf_dtype out
 
 extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g) {
   // Grid extents (the narrow kernel's row tiles on z, the wide kernel's tiles on x) and the
-  // kernels' 32-bit token, row and K indices.
+  // kernels' 32-bit token, row and K indices (a token tile's last index, up to M + 255, included).
   const int64_t narrow_rows = (g->N + kFp4Rows - 1) / kFp4Rows;
   const int64_t wide_tiles = (g->M + 127) / 128 * ((g->N + 63) / 64);
-  if (g->M > INT32_MAX || narrow_rows > 65535 || wide_tiles > INT32_MAX || g->K > (int64_t{1} << 30))
+  if (g->M > INT32_MAX - 255 || narrow_rows > 65535 || wide_tiles > INT32_MAX || g->K > (int64_t{1} << 30))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
-                   "%s: CUDA takes N up to %d, K up to 2^30 and ceil(M / 128) ceil(N / 64) up to 2^31 - 1 (got M=%lld, "
-                   "N=%lld, K=%lld)",
+                   "%s: CUDA takes M up to 2^31 - 256, N up to %d, K up to 2^30 and ceil(M / 128) ceil(N / 64) up to "
+                   "2^31 - 1 (got M=%lld, N=%lld, K=%lld)",
                    kOp, 65535 * kFp4Rows, (long long)g->M, (long long)g->N, (long long)g->K);
   Fp4Params p = {};
   p.a = g->a.data, p.lda = g->a.ld;

@@ -72,7 +72,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 }
 
 // Grid: token tiles (kTok) x row tiles (64 kWG rows) x split CTAs, in clusters of `split` along x
-// that split K where the tiles alone leave SMs idle; 128 kWG threads;
+// that split K where the tiles alone leave SMs idle (kWG = 1 only); 128 kWG threads;
 // Fp4WideSmem<kWG, kTok, kStages> (+ 1 KB to align it) of dynamic shared memory.
 template <typename T, typename Tout, int kWG, int kTok, int kStages>
 __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid_constant__ Fp4Params p,
@@ -87,7 +87,10 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   // the L2 together.
   constexpr int kRows = 64 * kWG;
   const int token_tiles = (p.M + kTok - 1) / kTok, row_tiles = (p.N + kRows - 1) / kRows;
-  const int tile = blockIdx.x / split, rank = blockIdx.x % split; // clusters of `split` CTAs split K
+  // K split over clusters of `split` CTAs, for one-warpgroup CTAs only (the launcher's rule): each
+  // warpgroup frees the ring on its own, so a second one could still be reading it when the first
+  // writes its partial sums there. The launcher also gives every CTA a step or more.
+  const int tile = blockIdx.x / split, rank = blockIdx.x % split;
   const int band = tile / (kFp4WideBand * token_tiles), in_band = tile % (kFp4WideBand * token_tiles);
   const int band_rows = min(kFp4WideBand, row_tiles - band * kFp4WideBand);
   const int tok0 = in_band / band_rows * kTok, row0 = (band * kFp4WideBand + in_band % band_rows) * kRows;

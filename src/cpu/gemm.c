@@ -67,7 +67,6 @@ qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args 
   return QF_OK;
 }
 
-
 qf_status qf_cpu_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *g) {
   (void)ctx;
   const int fp8 = g->a.dtype == QF_E4M3FN;

@@ -74,6 +74,33 @@ QF_HD uint32_t qf_nvfp4_bf16x2(uint32_t q, int p)
     }
 }
 
+/* Pair p of a packed word for a decoder that takes p at run time (the prefill kernel's lanes each
+ * decode one pair of every word): the same bits as qf_nvfp4_f16x2 / qf_nvfp4_bf16x2, by two
+ * rotations of the word (the bits a rotation brings around are masked off) whose counts
+ * qf_nvfp4_pair_rot gives, magnitude in bits 0..7 and sign in 8..15: fp16 magnitude 0, 6, 9, 3;
+ * bf16 magnitude 29 (>> 3), 3, 6, 0; sign 0, 3, 2, 1 for both. */
+QF_HD uint32_t qf_nvfp4_pair_rot(int p, int bf16)
+{
+    const uint32_t mag = bf16 ? 0x0006031Du : 0x03090600u;
+    return (mag >> (8 * p) & 0xFFu) | (0x01020300u >> (8 * p) & 0xFFu) << 8;
+}
+
+QF_HD uint32_t qf_nvfp4_rotl(uint32_t q, uint32_t n)
+{
+#ifdef __CUDA_ARCH__
+    return __funnelshift_l(q, q, n);
+#else
+    n &= 31u;
+    return n ? q << n | q >> (32u - n) : q;
+#endif
+}
+
+QF_HD uint32_t qf_nvfp4_pair(uint32_t q, uint32_t rot, int bf16)
+{
+    const uint32_t mag = qf_nvfp4_rotl(q, rot & 0xFFu), sign = qf_nvfp4_rotl(q, rot >> 8);
+    return (mag & (bf16 ? 0x01C001C0u : 0x0E000E00u)) | (sign & 0x80008000u);
+}
+
 /* The block scale for a block whose largest magnitude is amax: e4m3fn(amax / (6 * ts)). */
 QF_HD uint8_t qf_nvfp4_block_scale(float amax, float ts)
 {

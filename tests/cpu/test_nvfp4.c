@@ -13,11 +13,12 @@
 
 static qf_ctx *ctx;
 
-/* Every code at every place of a word, with random neighbours: unpack(pack(w)) == w, and the
- * GPU's pair decoders give code * 2^-14 (fp16) and code * 2^-126 (bf16). */
+/* Every code at every place of a word, with random neighbours: unpack(pack(w)) == w, the GPU's
+ * pair decoders give code * 2^-14 (fp16) and code * 2^-126 (bf16), and the run-time one the same
+ * bits as the fixed ones. */
 static void test_layout(void) {
   uint64_t seed = 11;
-  long bad_round = 0, bad_f16 = 0, bad_bf16 = 0;
+  long bad_round = 0, bad_f16 = 0, bad_bf16 = 0, bad_rot = 0;
   for (int place = 0; place < 8; place++)
     for (uint32_t code = 0; code < 16; code++)
       for (int rep = 0; rep < 64; rep++) {
@@ -31,8 +32,12 @@ static void test_layout(void) {
         const uint16_t b = (uint16_t)(qf_nvfp4_bf16x2(packed, p) >> half);
         bad_f16 += ldexp(qf_f16_to_f32(h), 14) != want || (code == 8 && h != 0x8000);
         bad_bf16 += ldexp(qf_bf16_to_f32(b), 126) != want || (code == 8 && b != 0x8000);
+        for (int q = 0; q < 4; q++) /* the run-time pair decoder of the prefill kernel, every pair */
+          bad_rot += qf_nvfp4_pair(packed, qf_nvfp4_pair_rot(q, 0), 0) != qf_nvfp4_f16x2(packed, q) ||
+                     qf_nvfp4_pair(packed, qf_nvfp4_pair_rot(q, 1), 1) != qf_nvfp4_bf16x2(packed, q);
       }
   CHECK(bad_round == 0, "pack/unpack: %ld words do not come back", bad_round);
+  CHECK(bad_rot == 0, "run-time pair decoder: %ld pairs differ from the fixed ones", bad_rot);
   CHECK(bad_f16 == 0, "fp16 pair decoder: %ld codes wrong", bad_f16);
   CHECK(bad_bf16 == 0, "bf16 pair decoder: %ld codes wrong", bad_bf16);
   /* The layout is a permutation: distinct words stay distinct (all 2^32 is too many; the bits). */

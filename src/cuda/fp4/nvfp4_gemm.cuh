@@ -98,6 +98,23 @@ __device__ __forceinline__ void store_out(const Fp4Params &p, int row, int tok, 
   else *d = __float2bfloat16_rn(v);
 }
 
+// K split over a cluster: each CTA has written its kVals partial sums per thread into
+// part[j * stride + threadIdx.x] of its own shared memory (j as acc[f][0][i] = 4 f + i below, or
+// the wide kernel's acc[j]); CTA `rank` of `split` sums accumulators rank, rank + split, ... over
+// the cluster in rank order (the same result on every run) and stores them.
+template <typename Tout, int kVals>
+__device__ __forceinline__ void cluster_sum_store(const Fp4Params &p, const float *part, int stride, int rank, int split,
+                                                  bool rows_ok, int row, int tok0, int t, float out_scale) {
+  cluster_sync();
+  for (int j = rank; j < kVals; j += split) { // this CTA's share of the outputs, summed in rank order
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&part[j * stride + threadIdx.x]));
+    float v = 0.0f;
+    for (int q = 0; q < split; q++) v += ld_shared_cluster_f32(mapa_shared_cluster(addr, q));
+    if (rows_ok) store_out<Tout>(p, row + 8 * ((j % 4) / 2), tok0 + 8 * (j / 4) + 2 * t + j % 2, v * out_scale);
+  }
+  cluster_sync_relaxed(); // no CTA leaves while a peer may still read its partial sums
+}
+
 // A lane's 32 activations of each token fragment for one step (x[f] at the step's K); zero
 // for a lane whose 32 K lie past K (a partial last step: k_ok false).
 template <typename T, int NF>
@@ -246,12 +263,5 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
   for (int f = 0; f < NF; f++)
 #pragma unroll
     for (int i = 0; i < 4; i++) part[4 * f + i][threadIdx.x] = acc[f][0][i];
-  cluster_sync();
-  for (int j = rank; j < 4 * NF; j += split) { // this CTA's share of the outputs, summed in rank order
-    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&part[j][threadIdx.x]));
-    float v = 0.0f;
-    for (int q = 0; q < split; q++) v += ld_shared_cluster_f32(mapa_shared_cluster(addr, q));
-    if (rows_ok) store_out<Tout>(p, row + 8 * ((j % 4) / 2), tok0 + 8 * (j / 4) + 2 * t + j % 2, v * out_scale);
-  }
-  cluster_sync_relaxed(); // no CTA leaves while a peer may still read its partial sums
+  cluster_sum_store<Tout, 4 * NF>(p, &part[0][0], 32 * kFp4Warps, rank, split, rows_ok, row, tok0, t, out_scale);
 }

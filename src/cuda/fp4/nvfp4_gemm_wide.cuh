@@ -15,8 +15,8 @@
 // A wgmma's 16 k-columns are 16 consecutive K (the activations come as TMA laid them out), and
 // lane t of a row group holds columns 2t, 2t + 1, 2t + 8, 2t + 9 of rows r and r + 8: pair t of
 // the slice's two packed words (K 16 j .. 16 j + 7 and 16 j + 8 .. + 15) of each row. Every lane
-// thus reads all of its rows' words and decodes a quarter of each (formats/nvfp4.h: pair p is
-// two rotations and two masks whatever p is). The block scales, one per row and slice, are loaded
+// thus reads all of its rows' words and decodes a quarter of each (qf_nvfp4_pair: two rotations
+// and two masks whatever p is). The block scales, one per row and slice, are loaded
 // two bytes a lane (its rows' slices 2t, 2t + 1), turned into 16-bit pairs and passed around the
 // lane group by shuffles. The accumulators hold d^T (rows of N by tokens); the epilogue multiplies
 // by 2^7 and the tensor scale (as nvfp4_gemm.cuh) and stores each element. Where the tiles are
@@ -45,25 +45,6 @@ struct Fp4WideSmem {
   alignas(8) uint64_t full[kStages];
   int done[kStages]; // warpgroups done with the stage's step
 };
-
-// Pair p of a packed word as a T pair (formats/nvfp4.h) for a lane-dependent p: the rotations
-// and masks of qf_nvfp4_f16x2 / qf_nvfp4_bf16x2, with the rotation counts of pair p in `rot`
-// (magnitude in bits 0..7, sign in 8..15).
-template <typename T>
-__device__ __forceinline__ uint32_t fp4_pair(uint32_t q, uint32_t rot) {
-  const uint32_t mag = __funnelshift_l(q, q, rot & 0xFF), sign = __funnelshift_l(q, q, rot >> 8);
-  if constexpr (std::is_same_v<T, __half>) return (mag & 0x0E000E00u) | (sign & 0x80008000u);
-  else return (mag & 0x01C001C0u) | (sign & 0x80008000u);
-}
-
-// The rotations of fp4_pair for pair p: where formats/nvfp4.h shifts pair p's magnitude and sign.
-template <typename T>
-__device__ __forceinline__ uint32_t fp4_pair_rot(int p) {
-  // fp16: magnitude << 0, 6, 9, 3; sign << 0, 3, 2, 1. bf16: magnitude >> 3, << 3, 6, 0 (>> 3 is a
-  // rotation by 29: the bits it brings around are masked off); sign << 0, 3, 2, 1.
-  constexpr uint32_t kMag = std::is_same_v<T, __half> ? 0x03090600u : 0x0006031Du;
-  return (kMag >> (8 * p) & 0xFF) | (0x01020300u >> (8 * p) & 0xFF) << 8;
-}
 
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) {
@@ -127,7 +108,8 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   const int r0 = 64 * wg + warp * 16 + g; // the lane's rows in the CTA's tile: r0 and r0 + 8
   const int row = row0 + r0;
   const bool rows_ok = row < p.N; // warp-uniform: N is a multiple of 16
-  const uint32_t rot = fp4_pair_rot<T>(t);
+  constexpr int kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const uint32_t rot = qf_nvfp4_pair_rot(t, kBf16); // the lane decodes pair t of each word
   // The lane's two scale bytes of each row (slices 2t, 2t + 1 of a step), zero past K or N.
   const uint16_t *sc0 = reinterpret_cast<const uint16_t *>(p.scales + row * p.lds + 8 * s0 + 2 * t);
   const uint16_t *sc1 = sc0 + 4 * p.lds;
@@ -153,10 +135,10 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
       for (int h = 0; h < 2; h++) { // slice 2q + h: its scales come from lane t = q of the group
         const uint32_t sr = __shfl_sync(0xFFFFFFFFu, pr0[h], q, 4), sr8 = __shfl_sync(0xFFFFFFFFu, pr8[h], q, 4);
         uint32_t(&f)[4] = a[2 * q + h];
-        f[0] = mul2(T(), fp4_pair<T>(h ? w0.z : w0.x, rot), sr);
-        f[1] = mul2(T(), fp4_pair<T>(h ? w8.z : w8.x, rot), sr8);
-        f[2] = mul2(T(), fp4_pair<T>(h ? w0.w : w0.y, rot), sr);
-        f[3] = mul2(T(), fp4_pair<T>(h ? w8.w : w8.y, rot), sr8);
+        f[0] = mul2(T(), qf_nvfp4_pair(h ? w0.z : w0.x, rot, kBf16), sr);
+        f[1] = mul2(T(), qf_nvfp4_pair(h ? w8.z : w8.x, rot, kBf16), sr8);
+        f[2] = mul2(T(), qf_nvfp4_pair(h ? w0.w : w0.y, rot, kBf16), sr);
+        f[3] = mul2(T(), qf_nvfp4_pair(h ? w8.w : w8.y, rot, kBf16), sr8);
       }
     }
   };
@@ -166,7 +148,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[j][i])::"memory");
+      for (int i = 0; i < 4; i++) wgmma_fence_operand(a[j][i]);
   };
 
   float acc[kTok / 2] = {};
@@ -226,19 +208,12 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
 
   // acc[4 j + i]: row `row` (i < 2) or row + 8, token tok0 + 8 j + 2 t + i % 2.
   const float out_scale = 128.0f * *p.tensor_scale;
-  if (split > 1) { // the cluster's partial sums meet in shared memory (the ring is free): rank order
+  if (split > 1) { // the cluster's partial sums meet in shared memory (the ring is free)
     static_assert(sizeof(sm.x) >= sizeof(float) * kTok / 2 * 128 * kWG, "partial sums fit the ring");
     float *part = reinterpret_cast<float *>(&sm.x[0][0][0]); // [kTok / 2][128 kWG]
 #pragma unroll
     for (int i = 0; i < kTok / 2; i++) part[i * 128 * kWG + threadIdx.x] = acc[i];
-    cluster_sync();
-    for (int j = rank; j < kTok / 2; j += split) { // this CTA's share of the outputs
-      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(&part[j * 128 * kWG + threadIdx.x]));
-      float v = 0.0f;
-      for (int q = 0; q < split; q++) v += ld_shared_cluster_f32(mapa_shared_cluster(addr, q));
-      if (rows_ok) store_out<Tout>(p, row + 8 * (j % 4 / 2), tok0 + 8 * (j / 4) + 2 * t + j % 2, v * out_scale);
-    }
-    cluster_sync_relaxed(); // no CTA leaves while a peer may still read its partial sums
+    cluster_sum_store<Tout, kTok / 2>(p, part, 128 * kWG, rank, split, rows_ok, row, tok0, t, out_scale);
     return;
   }
   if (!rows_ok) return;

@@ -25,9 +25,11 @@ __device__ __forceinline__ void wgmma_wait_group() {
 
 // Not an instruction: tells the compiler that `r` may change here, so that no access of an
 // accumulator register is moved across a wgmma fence, issue or wait (the hardware writes the
-// accumulators asynchronously, which the asm operand lists cannot express).
+// accumulators asynchronously, which the asm operand lists cannot express); on a register A
+// operand, that it is still in use, so that it is not reused before a wait shows the wgmma done.
 __device__ __forceinline__ void wgmma_fence_operand(float &r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void wgmma_fence_operand(int32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_fence_operand(uint32_t &r) { asm volatile("" : "+r"(r)::"memory"); }
 
 // Shared-memory matrix descriptor of a K-major tile laid out by TMA with 128-byte swizzling: rows
 // of 128 bytes, groups of 8 rows 1024 bytes apart (stride byte offset). Fields: bits 0-13 start

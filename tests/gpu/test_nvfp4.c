@@ -161,10 +161,10 @@ int main(void) {
   open_contexts(&gpu, &cpu);
   const int quick = quick_mode();
   uint64_t seed = 0xF4F4;
-  /* Token tiles of 8, 16 and 32 (M = 1, 3, 8 | 9, 16 | 17), then the wgmma kernel's 64 x 128 tiles
-   * (M = 77, 130); K split in clusters (N = 64: one row tile) or not (N = 2112 at K = 576), partial
-   * last steps (K = 7264, 96, 608). */
-  const int64_t Ms[] = {1, 3, 8, 16, 17, 77, 130};
+  /* The mma.sync kernel (M = 1, 3, 8), then the wgmma kernel's tiles of 64 rows by 16, 32, 64 and
+   * 128 tokens (M = 16, 17, 33, 77 and 130); K split in clusters (N = 64: one row tile) or not
+   * (N = 2112 at K = 576), partial last steps (K = 7264, 96, 608). */
+  const int64_t Ms[] = {1, 3, 8, 16, 17, 33, 77, 130};
   const int64_t NKs[][2] = {{64, 7168 + 96}, {2112, 576}, {48, 96}, {256, 608}, {16, 32}};
   const qf_dtype outs[] = {QF_BF16, QF_F32, QF_F16};
   int v = 0;
@@ -175,10 +175,10 @@ int main(void) {
                      .pad = v % 4 == 1, .nan_scale = v % 7 == 3};
       one_case(gpu, cpu, &g, &seed);
     }
-  /* The prefill kernel's other two tilings (on a 132-SM GPU; M = 77 and 130 above take 64 x 128
-   * tiles): 64 tokens x 17936 rows on 128 x 128 tiles (141, the last one 16 rows; K = 1056 a
-   * partial last step) and 300 x 16400 on 128 x 256 tiles (2 x 129, the last row tile 16 rows,
-   * the last token tile 44 tokens; padded pitches, a NaN scale); both activation types. */
+  /* Many row tiles (on a 132-SM GPU): 64 tokens x 17936 rows on 64 x 64 tiles (281, the last one
+   * 16 rows; K = 1056 a partial last step) and 300 x 16400 on the two-warpgroup 128 x 256 tiles
+   * (2 x 129, the last row tile 16 rows, the last token tile 44 tokens; padded pitches, a NaN
+   * scale); both activation types. */
   const int64_t wide[][3] = {{64, 17936, 1056}, {300, 16400, 160}};
   for (size_t l = 0; l < sizeof wide / sizeof *wide && !quick; l++)
     for (int t = 0; t < 2; t++) {
@@ -186,9 +186,9 @@ int main(void) {
                      .dt = l ? QF_BF16 : QF_F32, .pad = (int)l, .nan_scale = (int)l};
       one_case(gpu, cpu, &g, &seed);
     }
-  /* The 64 x 128 tiles' K split (132 SMs): 100 x 2544 x 3136 splits in 2 (40 tiles, the last one
-   * 48 rows; 25 steps, the last partial; padded pitches, a NaN scale) and 40 x 640 x 12320 in 8
-   * (10 tiles, 97 steps). */
+  /* K splits (132 SMs): 100 x 2544 x 3136 on 64 x 128 tiles in 2 (40 tiles, the last one 48 rows;
+   * 25 steps, the last partial; padded pitches, a NaN scale) and 40 x 640 x 12320 on 64 x 64 tiles
+   * in 8 (10 tiles, 97 steps). */
   const int64_t split_cases[][3] = {{100, 2544, 3136}, {40, 640, 12320}};
   for (size_t l = 0; l < sizeof split_cases / sizeof *split_cases && !quick; l++) {
     gemm_case g = {.M = split_cases[l][0], .N = split_cases[l][1], .K = split_cases[l][2], .at = l ? QF_F16 : QF_BF16,

@@ -1,4 +1,4 @@
-// Launcher of the NVFP4 GEMM: up to 32 tokens the mma.sync kernel (nvfp4_gemm.cuh), beyond them
+// Launcher of the NVFP4 GEMM: up to 8 tokens the mma.sync kernel (nvfp4_gemm.cuh), beyond them
 // the wgmma kernel (nvfp4_gemm_wide.cuh), each with K split over a cluster where its tiles leave
 // SMs idle; per input and output type.
 #include <atomic>
@@ -12,12 +12,6 @@ namespace {
 
 constexpr char kOp[] = "qf_gemm_nvfp4";
 
-// Past this many tokens the wgmma kernel takes the GEMM.
-constexpr int64_t kFp4WideMinM = 32;
-
-// Token fragments of 8 per CTA: one or two at decode, four (32 tokens) beyond.
-int token_fragments(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : 4; }
-
 // CTAs per cluster splitting K: doubled while the row tiles fill fewer than `target` CTAs and
 // each CTA keeps two chunks or more.
 int k_split(int64_t tiles, int steps, int64_t target) {
@@ -26,12 +20,12 @@ int k_split(int64_t tiles, int steps, int64_t target) {
   return split;
 }
 
-// Up to 32 tokens: the mma.sync kernel (nvfp4_gemm.cuh), one token tile, K split over a cluster
-// where the row tiles leave SMs idle.
-template <typename T, typename Tout, int NF>
+// Up to 8 tokens: the mma.sync kernel (nvfp4_gemm.cuh), K split over a cluster where the row tiles
+// leave SMs idle.
+template <typename T, typename Tout>
 qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
   static std::atomic<uint64_t> non_portable{0};
-  auto kernel = nvfp4_gemm_kernel<T, Tout, NF>;
+  auto kernel = nvfp4_gemm_kernel<T, Tout>;
   const int64_t row_tiles = (p.N + kFp4Rows - 1) / kFp4Rows;
   // A target of four CTAs per SM (eight and sixteen measured no better: docs/NVFP4.md).
   const int split = k_split(row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
@@ -69,31 +63,35 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int spli
   return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p, x_map, b_map, split);
 }
 
-// The kernel for the shape (docs/NVFP4.md, bench/results/h200-dev-nvfp4-regs-configs.jsonl):
-// narrow up to 32 tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two
-// warpgroups, one CTA per SM: each dequantized fragment serves twice the tokens) where more than
-// 128 tokens fill three quarters of the CTA slots of their last wave, else on 64 x 128 tiles
-// (two CTAs per SM; K split where they are too few to fill the SMs), or 128 x 128 for up to 64
-// tokens of a wide weight.
+// The kernel for the shape (docs/NVFP4.md; bench/results/h200-dev-nvfp4-regs-configs.jsonl,
+// h200-dev-nvfp4-tok64-ab.jsonl, h100-dev-nvfp4-split-rules.jsonl): the mma.sync kernel up to 8
+// tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two warpgroups, one CTA per
+// SM: each dequantized fragment serves twice the tokens) where more than 128 tokens fill three
+// quarters of the CTA slots of their last wave, else on one-warpgroup tiles of 64 rows by the
+// fewest of 16, 32, 64 or 128 tokens that hold M (a tile half past M costs as much as a full one),
+// with K split over a cluster of up to 8 CTAs where they leave SMs idle.
 template <typename T, typename Tout>
 qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
-  if (p.M <= kFp4WideMinM) {
-    switch (token_fragments(p.M)) {
-      case 1: return launch_narrow<T, Tout, 1>(ctx, p);
-      case 2: return launch_narrow<T, Tout, 2>(ctx, p);
-      default: return launch_narrow<T, Tout, 4>(ctx, p);
-    }
-  }
+  if (p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
   const int64_t sms = qf_cuda_stream_sms(ctx), tiles = (p.M + 255) / 256 * ((p.N + 127) / 128);
   if (p.M > 128 && 4 * tiles >= 3 * ((tiles + sms - 1) / sms * sms)) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
-  if (p.M <= 64 && p.N >= 16384) return launch_wide<T, Tout, 2, 128, 4>(ctx, p, a);
-  // 64 x 128 tiles, two CTAs per SM: K split over up to 8 CTAs while the CTAs leave a tenth of the
-  // SMs idle or more and each would keep 12 steps (h200-dev-nvfp4-wide-ksplit-ab.jsonl: shorter
-  // ranges, or splits of tiles that already fill the SMs, lost to the exchange of partial sums).
-  const int64_t tiles64 = (p.M + 127) / 128 * ((p.N + 63) / 64);
+  const int tok = p.M <= 16 ? 16 : p.M <= 32 ? 32 : p.M <= 64 ? 64 : 128;
+  const int64_t tiles64 = (p.M + tok - 1) / tok * ((p.N + 63) / 64);
+  // The split doubles while the CTAs are fewer than the target and each would keep min_steps steps:
+  // up to 64 tokens (three CTAs or more per SM) the CTAs are to fill 4 per SM, keeping 8 steps (4
+  // where the tiles are fewer than half the SMs); at 128 tokens (two CTAs per SM) they are to
+  // fill nine tenths of the SMs, keeping 12. Shorter ranges, or more CTAs, lost to the exchange
+  // of partial sums (h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-wide-ksplit-ab.jsonl).
+  const int64_t target = tok < 128 ? 4 * sms : 9 * sms / 10;
+  const int min_steps = tok == 128 ? 12 : 2 * tiles64 < sms ? 4 : 8;
   int split = 1;
-  while (split < 8 && 10 * tiles64 * split <= 9 * sms && p.steps / (2 * split) >= 12) split *= 2;
-  return launch_wide<T, Tout, 1, 128, 3>(ctx, p, a, split);
+  while (split < 8 && tiles64 * split <= target && p.steps / (2 * split) >= min_steps) split *= 2;
+  switch (tok) {
+    case 16: return launch_wide<T, Tout, 1, 16, 3>(ctx, p, a, split);
+    case 32: return launch_wide<T, Tout, 1, 32, 3>(ctx, p, a, split);
+    case 64: return launch_wide<T, Tout, 1, 64, 3>(ctx, p, a, split);
+    default: return launch_wide<T, Tout, 1, 128, 3>(ctx, p, a, split);
+  }
 }
 
 template <typename T>

@@ -1,8 +1,9 @@
 // NVFP4 weights times 16-bit activations: d[M, N] = a[M, K] . w^[N, K]^T on the tensor cores
 // (mma.sync m16n8k16), each weight dequantized once, in registers, on its way from memory.
 //
-// The weight is the mma's A operand (16 rows of N) and the tokens its B operand (8 columns), so
-// a decode step with one token wastes 7 of 8 columns rather than 15 of 16 rows. A warp owns 16
+// Up to 8 tokens (decode; the wgmma kernel of nvfp4_gemm_wide.cuh is faster beyond). The weight is
+// the mma's A operand (16 rows of N) and the tokens its B operand (8 columns), so a decode step
+// with one token wastes 7 of 8 columns rather than 15 of 16 rows. A warp owns 16
 // weight rows (rows r and r + 8 for lane group g = lane / 4); per step of 128 K each lane t =
 // lane % 4 of a group takes 16 bytes of each of its two rows: 32 codes, K 32 t .. 32 t + 31 of
 // the step. An mma's 16 columns of K need not be 16 consecutive K of the weight: any order does,
@@ -41,6 +42,7 @@ constexpr int kFp4StepK = 128;           // K per step: 4 lanes x 32 codes per r
 constexpr int kFp4Chunk = 4;             // steps per load: 256 contiguous bytes of each row
 constexpr int kFp4Stages = 2;            // chunks in the shared-memory ring
 constexpr int kFp4MaxSplit = 16;         // CTAs per cluster (past 8: the non-portable size)
+constexpr int kFp4NarrowMaxM = 8;        // tokens: one B fragment
 
 struct Fp4Params {
   const void *a;             // [M, K] T, row pitch lda elements
@@ -99,7 +101,7 @@ __device__ __forceinline__ void store_out(const Fp4Params &p, int row, int tok, 
 }
 
 // K split over a cluster: each CTA has written its kVals partial sums per thread into
-// part[j * stride + threadIdx.x] of its own shared memory (j as acc[f][0][i] = 4 f + i below, or
+// part[j * stride + threadIdx.x] of its own shared memory (j as acc[0][j] below, or
 // the wide kernel's acc[j]); CTA `rank` of `split` sums accumulators rank, rank + split, ... over
 // the cluster in rank order (the same result on every run) and stores them.
 template <typename Tout, int kVals>
@@ -115,22 +117,19 @@ __device__ __forceinline__ void cluster_sum_store(const Fp4Params &p, const floa
   cluster_sync_relaxed(); // no CTA leaves while a peer may still read its partial sums
 }
 
-// A lane's 32 activations of each token fragment for one step (x[f] at the step's K); zero
-// for a lane whose 32 K lie past K (a partial last step: k_ok false).
-template <typename T, int NF>
-__device__ __forceinline__ void fp4_load_x(const T *const (&x)[NF], bool k_ok, uint4 (&xv)[NF][4]) {
+// A lane's 32 activations for one step (x at the step's K); zero for a lane whose 32 K lie past
+// K (a partial last step: k_ok false).
+template <typename T>
+__device__ __forceinline__ void fp4_load_x(const T *x, bool k_ok, uint4 (&xv)[4]) {
 #pragma unroll
-  for (int f = 0; f < NF; f++)
-#pragma unroll
-    for (int w = 0; w < 4; w++) xv[f][w] = k_ok ? __ldg(reinterpret_cast<const uint4 *>(x[f] + 8 * w)) : uint4{};
+  for (int w = 0; w < 4; w++) xv[w] = k_ok ? __ldg(reinterpret_cast<const uint4 *>(x + 8 * w)) : uint4{};
 }
 
 // One step of a lane: its 32 codes of rows r and r + 8 (c0, c1, scales sc) times the matching
-// activations xv, into acc[f]: words 0 and 1 (block scale 2t) into acc[f][0], words 2 and 3
-// (block 2t + 1) into acc[f][1], two independent chains.
-template <typename T, int NF>
-__device__ __forceinline__ void fp4_step(uint4 c0, uint4 c1, uint32_t sc, const uint4 (&xv)[NF][4],
-                                         float (&acc)[NF][2][4]) {
+// activations xv, into acc: words 0 and 1 (block scale 2t) into acc[0], words 2 and 3
+// (block 2t + 1) into acc[1], two independent chains.
+template <typename T>
+__device__ __forceinline__ void fp4_step(uint4 c0, uint4 c1, uint32_t sc, const uint4 (&xv)[4], float (&acc)[2][4]) {
   uint32_t sr[2], sr8[2];
   fp4_scales<T>(sc & 0xFFFFu, sr);
   fp4_scales<T>(sc >> 16, sr8);
@@ -140,22 +139,17 @@ __device__ __forceinline__ void fp4_step(uint4 c0, uint4 c1, uint32_t sc, const 
     uint32_t r[4], r8[4];
     fp4_dequant<T>(w0[w], sr[w / 2], r);
     fp4_dequant<T>(w1[w], sr8[w / 2], r8);
-#pragma unroll
-    for (int f = 0; f < NF; f++) {
-      mma_m16n8k16(T(), acc[f][w / 2], {r[0], r8[0], r[1], r8[1]}, {xv[f][w].x, xv[f][w].y});
-      mma_m16n8k16(T(), acc[f][w / 2], {r[2], r8[2], r[3], r8[3]}, {xv[f][w].z, xv[f][w].w});
-    }
+    mma_m16n8k16(T(), acc[w / 2], {r[0], r8[0], r[1], r8[1]}, {xv[w].x, xv[w].y});
+    mma_m16n8k16(T(), acc[w / 2], {r[2], r8[2], r[3], r8[3]}, {xv[w].z, xv[w].w});
   }
 }
 
-// Grid (split, token tiles, row tiles), clusters of `split` CTAs along x: the CTAs of a cluster
-// take consecutive ranges of whole chunks of its row tile and token tile. NF token fragments of 8
-// per CTA.
-template <typename T, typename Tout, int NF>
+// Grid (split, 1, row tiles), clusters of `split` CTAs along x:
+// the CTAs of a cluster take consecutive ranges of whole chunks of its row tile.
+template <typename T, typename Tout>
 __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid_constant__ Fp4Params p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int split = gridDim.x, rank = blockIdx.x;
-  const int tok0 = blockIdx.y * 8 * NF;
   const int row = blockIdx.z * kFp4Rows + warp * 16 + g; // and row + 8; N is a multiple of 16
   const bool rows_ok = row < p.N;
   // Split in whole chunks; the last CTA of a row tile also takes the steps past them.
@@ -197,19 +191,10 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
   load_scales(0, sc);
   griddep_wait();
 
-  // Each lane's activation rows, past M clamped to the last token (computed, never stored).
-  const T *x[NF];
-#pragma unroll
-  for (int f = 0; f < NF; f++) {
-    const int tok = min(tok0 + 8 * f + g, p.M - 1);
-    x[f] = static_cast<const T *>(p.a) + tok * p.lda + 32 * t + kFp4StepK * static_cast<int64_t>(s0);
-  }
-  auto advance = [&]() {
-#pragma unroll
-    for (int f = 0; f < NF; f++) x[f] += kFp4StepK;
-  };
+  // The lane's activation row (token g), past M clamped to the last token (computed, never stored).
+  const T *x = static_cast<const T *>(p.a) + min(g, p.M - 1) * p.lda + 32 * t + kFp4StepK * static_cast<int64_t>(s0);
 
-  float acc[NF][2][4] = {};
+  float acc[2][4] = {};
   for (int c = 0; c < n_chunks; c++) {
     issue(c + kFp4Stages - 1);
     uint32_t sc_next[kFp4Chunk];
@@ -219,10 +204,10 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
     for (int j = 0; j < kFp4Chunk; j++) {
       uint4 c0 = {}, c1 = {};
       if (rows_ok) c0 = ring[c % kFp4Stages][j][0][threadIdx.x], c1 = ring[c % kFp4Stages][j][1][threadIdx.x];
-      uint4 xv[NF][4];
-      fp4_load_x<T, NF>(x, true, xv);
-      fp4_step<T, NF>(c0, c1, sc[j], xv, acc);
-      advance();
+      uint4 xv[4];
+      fp4_load_x<T>(x, true, xv);
+      fp4_step<T>(c0, c1, sc[j], xv, acc);
+      x += kFp4StepK;
     }
 #pragma unroll
     for (int j = 0; j < kFp4Chunk; j++) sc[j] = sc_next[j];
@@ -238,30 +223,24 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
       c0 = __ldg(b0 + 4 * s), c1 = __ldg(b1 + 4 * s);
       sc = uint32_t{__ldg(sc0 + 4 * s)} | uint32_t{__ldg(sc1 + 4 * s)} << 16;
     }
-    uint4 xv[NF][4];
-    fp4_load_x<T, NF>(x, k_ok, xv);
-    fp4_step<T, NF>(c0, c1, sc, xv, acc);
-    advance();
+    uint4 xv[4];
+    fp4_load_x<T>(x, k_ok, xv);
+    fp4_step<T>(c0, c1, sc, xv, acc);
+    x += kFp4StepK;
   }
 #pragma unroll
-  for (int f = 0; f < NF; f++)
-#pragma unroll
-    for (int i = 0; i < 4; i++) acc[f][0][i] += acc[f][1][i];
+  for (int i = 0; i < 4; i++) acc[0][i] += acc[1][i];
 
-  // acc[f][0][i]: row (i < 2 ? row : row + 8), token tok0 + 8 f + 2 t + i % 2.
+  // acc[0][i]: row (i < 2 ? row : row + 8), token 2 t + i % 2.
   const float out_scale = 128.0f * *p.tensor_scale;
   if (split == 1) {
     if (!rows_ok) return;
 #pragma unroll
-    for (int f = 0; f < NF; f++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) store_out<Tout>(p, row + 8 * (i / 2), tok0 + 8 * f + 2 * t + i % 2, acc[f][0][i] * out_scale);
+    for (int i = 0; i < 4; i++) store_out<Tout>(p, row + 8 * (i / 2), 2 * t + i % 2, acc[0][i] * out_scale);
     return;
   }
-  __shared__ float part[4 * NF][32 * kFp4Warps];
+  __shared__ float part[4][32 * kFp4Warps];
 #pragma unroll
-  for (int f = 0; f < NF; f++)
-#pragma unroll
-    for (int i = 0; i < 4; i++) part[4 * f + i][threadIdx.x] = acc[f][0][i];
-  cluster_sum_store<Tout, 4 * NF>(p, &part[0][0], 32 * kFp4Warps, rank, split, rows_ok, row, tok0, t, out_scale);
+  for (int i = 0; i < 4; i++) part[i][threadIdx.x] = acc[0][i];
+  cluster_sum_store<Tout, 4>(p, &part[0][0], 32 * kFp4Warps, rank, split, rows_ok, row, 0, t, out_scale);
 }

@@ -36,6 +36,7 @@ __device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_kmajor(float (&d)[N / 2
 
 // X(N, N / 16, then the operand numbers of a[0..3], desc_b and scale_d)
 #define QF_WGMMA_RS_SHAPES(X)                     \
+  X(16, 1, 8, 9, 10, 11, 12, 13)                  \
   X(32, 2, 16, 17, 18, 19, 20, 21)                \
   X(64, 4, 32, 33, 34, 35, 36, 37)                \
   X(128, 8, 64, 65, 66, 67, 68, 69)               \

@@ -161,8 +161,8 @@ int main(void) {
   open_contexts(&gpu, &cpu);
   const int quick = quick_mode();
   uint64_t seed = 0xF4F4;
-  /* The mma.sync kernel (M = 1, 3, 8), then the wgmma kernel's tiles of 64 rows by 16, 32, 64 and
-   * 128 tokens (M = 16, 17, 33, 77 and 130); K split in clusters (N = 64: one row tile) or not
+  /* The mma.sync kernel (M = 1, 3, 8), then the wgmma kernel's tiles of 64 rows by 16, 32, 64, 96
+   * and 128 tokens (M = 16, 17, 33, 77 and 130: two token tiles); K split in clusters (N = 64: one row tile) or not
    * (N = 2112 at K = 576), partial last steps (K = 7264, 96, 608). */
   const int64_t Ms[] = {1, 3, 8, 16, 17, 33, 77, 130};
   const int64_t NKs[][2] = {{64, 7168 + 96}, {2112, 576}, {48, 96}, {256, 608}, {16, 32}};

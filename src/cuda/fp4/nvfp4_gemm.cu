@@ -64,32 +64,34 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int spli
 }
 
 // The kernel for the shape (docs/NVFP4.md; bench/results/h200-dev-nvfp4-regs-configs.jsonl,
-// h200-dev-nvfp4-tok64-ab.jsonl, h100-dev-nvfp4-split-rules.jsonl): the mma.sync kernel up to 8
-// tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two warpgroups, one CTA per
-// SM: each dequantized fragment serves twice the tokens) where more than 128 tokens fill three
-// quarters of the CTA slots of their last wave, else on one-warpgroup tiles of 64 rows by the
-// fewest of 16, 32, 64 or 128 tokens that hold M (a tile half past M costs as much as a full one),
-// with K split over a cluster of up to 8 CTAs where they leave SMs idle.
+// h200-dev-nvfp4-tok64-ab.jsonl, h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-tok96-ab.jsonl):
+// the mma.sync kernel up to 8 tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two
+// warpgroups, one CTA per SM: each dequantized fragment serves twice the tokens) where more than
+// 128 tokens fill three quarters of the CTA slots of their last wave, else on one-warpgroup tiles
+// of 64 rows by the fewest of 16, 32, 64, 96 or 128 tokens that hold M (a tile half past M costs
+// nearly as much as a full one), with K split over a cluster of up to 8 CTAs where they leave SMs
+// idle.
 template <typename T, typename Tout>
 qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   if (p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
   const int64_t sms = qf_cuda_stream_sms(ctx), tiles = (p.M + 255) / 256 * ((p.N + 127) / 128);
   if (p.M > 128 && 4 * tiles >= 3 * ((tiles + sms - 1) / sms * sms)) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
-  const int tok = p.M <= 16 ? 16 : p.M <= 32 ? 32 : p.M <= 64 ? 64 : 128;
+  const int tok = p.M <= 16 ? 16 : p.M <= 32 ? 32 : p.M <= 64 ? 64 : p.M <= 96 ? 96 : 128;
   const int64_t tiles64 = (p.M + tok - 1) / tok * ((p.N + 63) / 64);
   // The split doubles while the CTAs are fewer than the target and each would keep min_steps steps:
   // up to 64 tokens (three CTAs or more per SM) the CTAs are to fill 4 per SM, keeping 8 steps (4
-  // where the tiles are fewer than half the SMs); at 128 tokens (two CTAs per SM) they are to
-  // fill nine tenths of the SMs, keeping 12. Shorter ranges, or more CTAs, lost to the exchange
+  // where the tiles are fewer than half the SMs); at 96 and 128 tokens (two CTAs per SM) they are
+  // to fill nine tenths of the SMs, keeping 12. Shorter ranges, or more CTAs, lost to the exchange
   // of partial sums (h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-wide-ksplit-ab.jsonl).
-  const int64_t target = tok < 128 ? 4 * sms : 9 * sms / 10;
-  const int min_steps = tok == 128 ? 12 : 2 * tiles64 < sms ? 4 : 8;
+  const int64_t target = tok <= 64 ? 4 * sms : 9 * sms / 10;
+  const int min_steps = tok > 64 ? 12 : 2 * tiles64 < sms ? 4 : 8;
   int split = 1;
   while (split < 8 && tiles64 * split <= target && p.steps / (2 * split) >= min_steps) split *= 2;
   switch (tok) {
     case 16: return launch_wide<T, Tout, 1, 16, 3>(ctx, p, a, split);
     case 32: return launch_wide<T, Tout, 1, 32, 3>(ctx, p, a, split);
     case 64: return launch_wide<T, Tout, 1, 64, 3>(ctx, p, a, split);
+    case 96: return launch_wide<T, Tout, 1, 96, 3>(ctx, p, a, split);
     default: return launch_wide<T, Tout, 1, 128, 3>(ctx, p, a, split);
   }
 }

@@ -1,9 +1,9 @@
-// NVFP4 GEMM for many tokens (prefill): the weight dequantized straight into the A fragments of
+// NVFP4 GEMM for more than 8 tokens: the weight dequantized straight into the A fragments of
 // wgmma (A from registers), the activations' tiles from shared memory, so that each dequantized
 // weight serves a tile of kTok tokens on the warpgroup tensor cores and never passes through
 // shared memory.
 //
-// A CTA is kWG warpgroups, each 64 weight rows (16 a warp), by kTok tokens (128 or 256). Per step
+// A CTA is kWG warpgroups, each 64 weight rows (16 a warp), by kTok tokens (16 to 256). Per step
 // of 128 K, TMA brings into a ring stage the step's activation tile (kTok tokens x 128 K, two
 // 128-byte-swizzled 64-column atoms) and the CTA's codes (64 kWG rows x 64 bytes, 64-byte
 // swizzled). A warpgroup runs, per step s:

@@ -161,10 +161,11 @@ int main(void) {
   open_contexts(&gpu, &cpu);
   const int quick = quick_mode();
   uint64_t seed = 0xF4F4;
-  /* The mma.sync kernel (M = 1, 3, 8), then the wgmma kernel's tiles of 64 rows by 16, 32, 64, 96
-   * and 128 tokens (M = 16, 17, 33, 77 and 130: two token tiles); K split in clusters (N = 64: one row tile) or not
-   * (N = 2112 at K = 576), partial last steps (K = 7264, 96, 608). */
-  const int64_t Ms[] = {1, 3, 8, 16, 17, 33, 77, 130};
+  /* The mma.sync kernel (M = 1, 3, 8), then the wgmma kernel's tiles of 64 rows by M rounded up to
+   * 16 tokens: 16, 32, 48, 80, 96 and 128 (M = 16, 17, 33, 77, 90 and 130: two token tiles; 64 and
+   * 112 below); K split in clusters (N = 64: one row tile) or not (N = 2112 at K = 576), partial
+   * last steps (K = 7264, 96, 608). */
+  const int64_t Ms[] = {1, 3, 8, 16, 17, 33, 77, 90, 130};
   const int64_t NKs[][2] = {{64, 7168 + 96}, {2112, 576}, {48, 96}, {256, 608}, {16, 32}};
   const qf_dtype outs[] = {QF_BF16, QF_F32, QF_F16};
   int v = 0;
@@ -186,9 +187,9 @@ int main(void) {
                      .dt = l ? QF_BF16 : QF_F32, .pad = (int)l, .nan_scale = (int)l};
       one_case(gpu, cpu, &g, &seed);
     }
-  /* K splits (132 SMs): 100 x 2544 x 3136 on 64 x 128 tiles in 2 (40 tiles, the last one 48 rows;
-   * 25 steps, the last partial; padded pitches, a NaN scale) and 40 x 640 x 12320 on 64 x 64 tiles
-   * in 8 (10 tiles, 97 steps). */
+  /* K splits (132 SMs): 100 x 2544 x 3136 on tiles of 64 rows x 112 tokens in 2 (40 tiles, the
+   * last one 48 rows; 25 steps, the last partial; padded pitches, a NaN scale) and 40 x 640 x 12320
+   * on 64 x 48 tiles in 8 (10 tiles, 97 steps). */
   const int64_t split_cases[][3] = {{100, 2544, 3136}, {40, 640, 12320}};
   for (size_t l = 0; l < sizeof split_cases / sizeof *split_cases && !quick; l++) {
     gemm_case g = {.M = split_cases[l][0], .N = split_cases[l][1], .K = split_cases[l][2], .at = l ? QF_F16 : QF_BF16,

@@ -161,11 +161,11 @@ int main(void) {
   open_contexts(&gpu, &cpu);
   const int quick = quick_mode();
   uint64_t seed = 0xF4F4;
-  /* The mma.sync kernel (M = 1, 3, 8), then the wgmma kernel's tiles of 64 rows by M rounded up to
-   * 16 tokens: 16, 32, 48, 80, 96 and 128 (M = 16, 17, 33, 77, 90 and 130: two token tiles; 64 and
-   * 112 below); K split in clusters (N = 64: one row tile) or not (N = 2112 at K = 576), partial
-   * last steps (K = 7264, 96, 608). */
-  const int64_t Ms[] = {1, 3, 8, 16, 17, 33, 77, 90, 130};
+  /* The mma.sync kernel (M = 1, 3, 8), then the wgmma kernel's tiles of 64 rows by M / token tiles
+   * rounded up to 16 tokens: 16, 32, 48, 80, 96 and 128 (M = 16, 17, 33, 77, 90 and 120; 130: two
+   * tiles of 80; 64 and 112 below); K split in clusters (N = 64: one row tile) or not (N = 2112 at
+   * K = 576), partial last steps (K = 7264, 96, 608). */
+  const int64_t Ms[] = {1, 3, 8, 16, 17, 33, 77, 90, 120, 130};
   const int64_t NKs[][2] = {{64, 7168 + 96}, {2112, 576}, {48, 96}, {256, 608}, {16, 32}};
   const qf_dtype outs[] = {QF_BF16, QF_F32, QF_F16};
   int v = 0;

@@ -1,7 +1,6 @@
 // Launcher of the NVFP4 GEMM: up to 8 tokens the mma.sync kernel (nvfp4_gemm.cuh), beyond them
 // the wgmma kernel (nvfp4_gemm_wide.cuh), each with K split over a cluster where its tiles leave
 // SMs idle; per input and output type.
-#include <algorithm>
 #include <atomic>
 
 #include "cuda/common.cuh"
@@ -66,20 +65,22 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int spli
 
 // The kernel for the shape (docs/NVFP4.md; bench/results/h200-dev-nvfp4-regs-configs.jsonl,
 // h200-dev-nvfp4-tok64-ab.jsonl, h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-tok96-ab.jsonl,
-// h100-dev-nvfp4-tok16-ab.jsonl):
+// h100-dev-nvfp4-tok16-ab.jsonl, h100-dev-nvfp4-balanced-tiles-ab.jsonl):
 // the mma.sync kernel up to 8 tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two
 // warpgroups, one CTA per SM: each dequantized fragment serves twice the tokens) where more than
 // 128 tokens fill three quarters of the CTA slots of their last wave, else on one-warpgroup tiles
-// of 64 rows by M rounded up to 16 tokens, at most 128 (a tile's zero-filled token rows cost as
-// much as real ones: h100-dev-nvfp4-tok16-ab.jsonl), with K split over a cluster of up to 8 CTAs
-// where they leave SMs idle.
+// of 64 rows: the fewest token tiles of at most 128 tokens, each M / tiles rounded up to 16 (a
+// tile's zero-filled token rows cost as much as real ones: M = 144 on two tiles of 80 tokens ran
+// 1.3-2.2x faster than on two of 128, h100-dev-nvfp4-balanced-tiles-ab.jsonl), with K split over a
+// cluster of up to 8 CTAs where they leave SMs idle.
 template <typename T, typename Tout>
 qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   if (p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
   const int64_t sms = qf_cuda_stream_sms(ctx), tiles = (p.M + 255) / 256 * ((p.N + 127) / 128);
   if (p.M > 128 && 4 * tiles >= 3 * ((tiles + sms - 1) / sms * sms)) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
-  const int tok = static_cast<int>(std::min<int64_t>((p.M + 15) / 16 * 16, 128));
-  const int64_t tiles64 = (p.M + tok - 1) / tok * ((p.N + 63) / 64);
+  const int64_t token_tiles = (p.M + 127) / 128;
+  const int tok = static_cast<int>(((p.M + token_tiles - 1) / token_tiles + 15) / 16 * 16);
+  const int64_t tiles64 = token_tiles * ((p.N + 63) / 64);
   // The split doubles while the CTAs are fewer than the target and each would keep min_steps steps:
   // up to 64 tokens (three CTAs or more per SM) the CTAs are to fill 4 per SM, keeping 8 steps (4
   // where the tiles are fewer than half the SMs); past 64 tokens (two or three CTAs per SM) they

@@ -6,6 +6,7 @@
 #include "cuda/common.cuh"
 #include "cuda/fp4/nvfp4_gemm.cuh"
 #include "cuda/fp4/nvfp4_gemm_wide.cuh"
+#include "cuda/fp4/nvfp4_heuristic.h"
 #include "cuda/tma_map.h"
 
 namespace {
@@ -63,43 +64,18 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int spli
   return qf_cuda_launch_ex(ctx, kOp, lc, kernel, p, x_map, b_map, split);
 }
 
-// The kernel for the shape (docs/NVFP4.md; bench/results/h200-dev-nvfp4-regs-configs.jsonl,
-// h200-dev-nvfp4-tok64-ab.jsonl, h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-tok96-ab.jsonl,
-// h100-dev-nvfp4-tok16-ab.jsonl, h100-dev-nvfp4-balanced-tiles-ab.jsonl):
-// the mma.sync kernel up to 8 tokens; past that the wgmma kernel, on 128-row x 256-token tiles (two
-// warpgroups, one CTA per SM: each dequantized fragment serves twice the tokens) where more than
-// 128 tokens fill three quarters of the CTA slots of their last wave, else on one-warpgroup tiles
-// of 64 rows: the fewest token tiles of at most 128 tokens, each M / tiles rounded up to 16 (a
-// tile's zero-filled token rows cost as much as real ones: M = 144 on two tiles of 80 tokens ran
-// 1.3-2.2x faster than on two of 128, h100-dev-nvfp4-balanced-tiles-ab.jsonl), with K split over a
-// cluster of up to 8 CTAs where they leave SMs idle.
+// The kernel for the shape: the mma.sync kernel up to kFp4NarrowMaxM tokens, past that the wgmma
+// kernel on the tile and K split of fp4_wide_plan (nvfp4_heuristic.h).
 template <typename T, typename Tout>
 qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
   if (p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
-  const int64_t sms = qf_cuda_stream_sms(ctx), tiles = (p.M + 255) / 256 * ((p.N + 127) / 128);
-  if (p.M > 128 && 4 * tiles >= 3 * ((tiles + sms - 1) / sms * sms)) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
-  const int64_t token_tiles = (p.M + 127) / 128;
-  const int tok = static_cast<int>(((p.M + token_tiles - 1) / token_tiles + 15) / 16 * 16);
-  const int64_t tiles64 = token_tiles * ((p.N + 63) / 64);
-  // The split doubles while the CTAs are fewer than the target and each would keep min_steps steps:
-  // up to 64 tokens (three CTAs or more per SM) the CTAs are to fill 4 per SM, keeping 8 steps (4
-  // where the tiles are fewer than half the SMs); past 64 tokens (two or three CTAs per SM) they
-  // are to fill nine tenths of the SMs, keeping 12. Shorter ranges, or more CTAs, lost to the exchange
-  // of partial sums (h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-wide-ksplit-ab.jsonl).
-  const int64_t target = tok <= 64 ? 4 * sms : 9 * sms / 10;
-  const int min_steps = tok > 64 ? 12 : 2 * tiles64 < sms ? 4 : 8;
-  int split = 1;
-  while (split < 8 && tiles64 * split <= target && p.steps / (2 * split) >= min_steps) split *= 2;
-  switch (tok) {
-    case 16: return launch_wide<T, Tout, 1, 16, 3>(ctx, p, a, split);
-    case 32: return launch_wide<T, Tout, 1, 32, 3>(ctx, p, a, split);
-    case 48: return launch_wide<T, Tout, 1, 48, 3>(ctx, p, a, split);
-    case 64: return launch_wide<T, Tout, 1, 64, 3>(ctx, p, a, split);
-    case 80: return launch_wide<T, Tout, 1, 80, 3>(ctx, p, a, split);
-    case 96: return launch_wide<T, Tout, 1, 96, 3>(ctx, p, a, split);
-    case 112: return launch_wide<T, Tout, 1, 112, 3>(ctx, p, a, split);
-    default: return launch_wide<T, Tout, 1, 128, 3>(ctx, p, a, split);
-  }
+  const Fp4WidePlan plan = fp4_wide_plan(p.M, p.N, p.steps, qf_cuda_stream_sms(ctx));
+  if (plan.warpgroups == 2) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
+#define QF_FP4_CASE(TOK) \
+  if (plan.tok == TOK) return launch_wide<T, Tout, 1, TOK, 3>(ctx, p, a, plan.split);
+  QF_FP4_WIDE_TOKENS(QF_FP4_CASE)
+#undef QF_FP4_CASE
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for %d-token tiles", kOp, plan.tok);
 }
 
 template <typename T>

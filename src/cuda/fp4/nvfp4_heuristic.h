@@ -1,0 +1,43 @@
+// Launch plan of qf_gemm_nvfp4's wgmma kernel (nvfp4_gemm_wide.cuh, past kFp4NarrowMaxM tokens):
+// its tile and its K split, from the shape and the SM count. Host code only, no CUDA: the launcher
+// (nvfp4_gemm.cu) instantiates the tiles listed here, and tests/cpu/test_nvfp4_plan.cpp checks the
+// rules on the CPU. Measurements behind them: docs/NVFP4.md; bench/results/h200-dev-nvfp4-regs-
+// configs.jsonl, h200-dev-nvfp4-tok64-ab.jsonl, h100-dev-nvfp4-split-rules.jsonl,
+// h200-dev-nvfp4-tok96-ab.jsonl, h100-dev-nvfp4-tok16-ab.jsonl, h100-dev-nvfp4-balanced-tiles-ab.jsonl.
+#pragma once
+
+#include <cstdint>
+
+// The one-warpgroup tiles' token counts (64 weight rows by TOK tokens), each instantiated.
+#define QF_FP4_WIDE_TOKENS(X) X(16) X(32) X(48) X(64) X(80) X(96) X(112) X(128)
+
+struct Fp4WidePlan {
+  int warpgroups; // 2: 128 rows x 256 tokens; 1: 64 rows x tok tokens
+  int tok;        // tokens per tile
+  int split;      // CTAs of a cluster splitting K (1: none; one-warpgroup tiles only)
+};
+
+// 128 x 256 tiles (two warpgroups, one CTA per SM: each dequantized fragment serves twice the
+// tokens) where more than 128 tokens fill three quarters of the CTA slots of their last wave; else
+// one-warpgroup tiles on the fewest token tiles of at most 128 tokens, each M / tiles rounded up to
+// 16 (a tile's zero-filled token rows cost as much as real ones: M = 144 on two tiles of 80 ran
+// 1.3-2.2x faster than on 128 + 16), with K split over a cluster where the tiles leave SMs idle.
+// `steps`: K / 128, rounded up.
+constexpr Fp4WidePlan fp4_wide_plan(int64_t M, int64_t N, int steps, int64_t sms) {
+  const int64_t wide_tiles = (M + 255) / 256 * ((N + 127) / 128);
+  if (M > 128 && 4 * wide_tiles >= 3 * ((wide_tiles + sms - 1) / sms * sms)) return {2, 256, 1};
+  const int64_t token_tiles = (M + 127) / 128;
+  const int tok = static_cast<int>(((M + token_tiles - 1) / token_tiles + 15) / 16 * 16);
+  const int64_t tiles = token_tiles * ((N + 63) / 64);
+  // The split doubles while the CTAs are fewer than the target and each would keep min_steps steps:
+  // up to 64 tokens (three CTAs or more per SM) the CTAs are to fill 4 per SM, keeping 8 steps (4
+  // where the tiles are fewer than half the SMs); past 64 tokens (two or three CTAs per SM) they
+  // are to fill nine tenths of the SMs, keeping 12. Shorter ranges, or more CTAs, lost to the
+  // exchange of partial sums (h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-wide-ksplit-ab.jsonl);
+  // so did the first rule for the 80-token tiles (h100-dev-nvfp4-balanced-tiles-ab.jsonl).
+  const int64_t target = tok <= 64 ? 4 * sms : 9 * sms / 10;
+  const int min_steps = tok > 64 ? 12 : 2 * tiles < sms ? 4 : 8;
+  int split = 1;
+  while (split < 8 && tiles * split <= target && steps / (2 * split) >= min_steps) split *= 2;
+  return {1, tok, split};
+}

@@ -161,6 +161,48 @@ class TestFamily(unittest.TestCase):
         want = 0.125 * (ai.astype(np.int64) @ bi.astype(np.int64).T - azp[:, None] * adj[None, :])
         np.testing.assert_allclose(d2, want, rtol=1e-6)
 
+    def test_gemm_masked(self):
+        # masked MoE layout: expert 0 has 3 tokens (its block computed whole), expert 1 none (its
+        # rows of D untouched)
+        n, k = 16, 256
+        a = self.rng.integers(0, 0x70, (2, 128, k), dtype=np.uint8)
+        a_s = np.ones((2, 256), np.float32)  # [KB, E * max_m], column-major
+        b = self.rng.integers(0, 0x70, (2, n, k), dtype=np.uint8)
+        b_s = np.array([[[0.5, 0.5]], [[2.0, 2.0]]], np.float32)
+        d = np.full((2, 128, n), 7.0, np.float32)
+        self.ctx.gemm_fp8_blockscale_masked(qfuse.view(a, "e4m3fn"), a_s, qfuse.view(b, "e4m3fn"), b_s,
+                                            np.array([3, 0], np.int32), d)
+        np.testing.assert_allclose(d[0], 0.5 * self.vals[a[0]] @ self.vals[b[0]].T, rtol=1e-6)
+        self.assertTrue((d[1] == 7.0).all())
+        with self.assertRaises(qfuse.QfuseError):  # a count past max_m
+            self.ctx.gemm_fp8_blockscale_masked(qfuse.view(a, "e4m3fn"), a_s, qfuse.view(b, "e4m3fn"), b_s,
+                                                np.array([3, 129], np.int32), d)
+
+    def test_vq_attention_decode(self):
+        # CQ-2 caches of 2 sequences x 5 tokens, 2 kv heads of 8 dims, 4 query heads (GQA): the
+        # softmax over the dequantized keys and values, in float64
+        fmt = self.ctx.vq_format("cq-2")
+        bsz, seq, hkv, hq, dim = 2, 5, 2, 4, 8
+        sz = self.ctx.vq_sizes(fmt, bsz * seq, hkv * dim)
+        kc, vc = (self.rng.integers(0, 256, (1, bsz * seq, sz.row_bytes), dtype=np.uint8) for _ in range(2))
+        kb, vb = (self.rng.standard_normal((1, sz.n_books, 256, 4)).astype(np.float16) for _ in range(2))
+        kw, vw = np.empty((bsz * seq, hkv * dim), np.float32), np.empty((bsz * seq, hkv * dim), np.float32)
+        self.ctx.vq_dequantize(kc, kb, fmt, kw)
+        self.ctx.vq_dequantize(vc, vb, fmt, vw)
+        q = self.rng.standard_normal((bsz, hq * dim)).astype(np.float32)
+        o, lse = np.empty((bsz, hq * dim), np.float32), np.empty((bsz, hq), np.float32)
+        self.ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o, lse, head_dim=dim, kv_heads=hkv, seq_len=seq)
+        for b in range(bsz):
+            for h in range(hq):
+                g = h // (hq // hkv)
+                keys = kw[b * seq:(b + 1) * seq, g * dim:(g + 1) * dim].astype(np.float64)
+                vals = vw[b * seq:(b + 1) * seq, g * dim:(g + 1) * dim].astype(np.float64)
+                s = keys @ q[b, h * dim:(h + 1) * dim].astype(np.float64) / math.sqrt(dim)
+                want_lse = math.log(np.exp(s - s.max()).sum()) + s.max()
+                np.testing.assert_allclose(o[b, h * dim:(h + 1) * dim], np.exp(s - want_lse) @ vals, rtol=1e-5,
+                                           atol=1e-6)
+                self.assertAlmostEqual(float(lse[b, h]), want_lse, places=5)
+
     def test_vq_round_trip(self):
         fmt = self.ctx.vq_format("gptvq-2")
         w = self.rng.standard_normal((256, 256)).astype(np.float32)

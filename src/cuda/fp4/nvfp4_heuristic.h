@@ -34,7 +34,8 @@ constexpr Fp4WidePlan fp4_wide_plan(int64_t M, int64_t N, int steps, int64_t sms
   // where the tiles are fewer than half the SMs); past 64 tokens (two or three CTAs per SM) they
   // are to fill nine tenths of the SMs, keeping 12. Shorter ranges, or more CTAs, lost to the
   // exchange of partial sums (h100-dev-nvfp4-split-rules.jsonl, h200-dev-nvfp4-wide-ksplit-ab.jsonl);
-  // so did the first rule for the 80-token tiles (h100-dev-nvfp4-balanced-tiles-ab.jsonl).
+  // the smaller tiles' rule for the 80-token ones was mixed, 0.85-1.28x (h100-dev-nvfp4-balanced-
+  // tiles-ab.jsonl).
   const int64_t target = tok <= 64 ? 4 * sms : 9 * sms / 10;
   const int min_steps = tok > 64 ? 12 : 2 * tiles < sms ? 4 : 8;
   int split = 1;

@@ -1,0 +1,78 @@
+// sm90_gemm_pick (src/cuda/gemm/sm90_gemm_heuristic.h), the Hopper GEMM engine's tile, ring and
+// split choice, as host code on the CPU (built with the CUDA backend; no GPU needed): hand-derived
+// plans of bench shapes, then, over a grid of shapes, SM counts and the three recipes, that every
+// plan is one the launcher (sm90_gemm.cu) runs rather than refuses: an instantiated tile, K ranges
+// of at least two K-blocks, split tiles fewer than the workspace's counters, and a split 256-row
+// tile's units all in the last round of the grid, one per CTA (they wait for each other).
+#include <cinttypes>
+#include <cstdio>
+
+#include "check.h"
+#include "cuda/common.cuh"
+#include "cuda/gemm/sm90_gemm_heuristic.h"
+
+static const char *recipe_name(Sm90Recipe r) {
+  return r == Sm90Recipe::kBlockScaledFp8 ? "block-scaled" : r == Sm90Recipe::kScaledFp8 ? "scaled FP8" : "INT8";
+}
+
+static bool instantiated(Sm90Recipe r, int bm, int bn) {
+  bool ok = false;
+#define QF_PLAN_TILE(BM, BN) ok = ok || (bm == BM && bn == BN);
+  QF_SM90_GEMM_TILES(QF_PLAN_TILE)
+  if (sm90_gemm_wide(r)) QF_SM90_GEMM_WIDE_TILES(QF_PLAN_TILE)
+  if (sm90_gemm_narrow(r)) QF_SM90_GEMM_NARROW_TILES(QF_PLAN_TILE)
+  if (sm90_gemm_tall(r)) QF_SM90_GEMM_TALL_TILES(QF_PLAN_TILE)
+#undef QF_PLAN_TILE
+  return ok;
+}
+
+static void expect(int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, int64_t whole) {
+  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, 132, Sm90Recipe::kBlockScaledFp8);
+  CHECK(c.block_m == bm && c.block_n == bn && c.splits == splits && c.whole_tiles == whole,
+        "(%" PRId64 ", %" PRId64 ", %" PRId64 "): %dx%d split %d, %" PRId64 " whole; expected %dx%d split %d, %" PRId64
+        " whole", M, N, K, c.block_m, c.block_n, c.splits, c.whole_tiles, bm, bn, splits, whole);
+}
+
+int main() {
+  // Block-scaled on 132 SMs. M = 1: 33 tiles of 64 x 64, split 132 / 33 = 4 ways; M = 64 on
+  // (7168, 16384): 112 tiles, one wave, unsplit; M = 128 on (32768, 512): 256 tiles of 128 x 128
+  // (each unit 4 K-blocks, 256 >= 132 tiles of 128 columns); M = 4096 on (7168, 16384): 256 x 128
+  // tiles, 896 of them, whose last wave (104 tiles) is more than half the SMs: whole.
+  expect(1, 2112, 7168, 64, 64, 4, 0);
+  expect(64, 7168, 16384, 64, 64, 1, 112);
+  expect(128, 32768, 512, 128, 128, 1, 256);
+  expect(4096, 7168, 16384, 256, 128, 1, 896);
+
+  const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
+  const int64_t Ms[] = {1, 3, 16, 33, 64, 65, 100, 128, 129, 200, 256, 300, 512, 1000, 2048, 4096, 4097, 8192};
+  const int64_t Ns[] = {16, 48, 128, 208, 1024, 2112, 4096, 6144, 7168, 24576, 28672, 32768, 57344};
+  const int64_t Ks[] = {16, 128, 512, 576, 1536, 2048, 4096, 7168, 7296, 16384, 28672};
+  const int smss[] = {8, 66, 78, 114, 132};
+  for (Sm90Recipe r : recipes)
+    for (int sms : smss)
+      for (int64_t M : Ms)
+        for (int64_t N : Ns)
+          for (int64_t K : Ks) {
+            const sm90_gemm_config c = sm90_gemm_pick(M, N, K, sms, r);
+            const int64_t num_kb = (K + 127) / 128;
+            const int64_t tiles = (M + c.block_m - 1) / c.block_m * ((N + c.block_n - 1) / c.block_n);
+            const int64_t units = c.whole_tiles + (tiles - c.whole_tiles) * c.splits;
+            const int64_t grid = units < sms ? units : sms;
+            char what[160];
+            snprintf(what, sizeof what, "%s (%" PRId64 ", %" PRId64 ", %" PRId64 ") on %d SMs: %dx%d, split %d",
+                     recipe_name(r), M, N, K, sms, c.block_m, c.block_n, c.splits);
+            CHECK(instantiated(r, c.block_m, c.block_n), "%s: no such tile", what);
+            CHECK(c.splits >= 1 && c.whole_tiles >= 0 && c.whole_tiles <= tiles && (c.splits > 1 || c.whole_tiles == tiles),
+                  "%s: %" PRId64 " whole tiles of %" PRId64, what, c.whole_tiles, tiles);
+            if (c.splits > 1) {
+              CHECK(num_kb / c.splits >= 2, "%s: K ranges under two K-blocks (%" PRId64 ")", what, num_kb);
+              CHECK(tiles - c.whole_tiles <= kQfWorkspaceCounters, "%s: %" PRId64 " split tiles", what, tiles - c.whole_tiles);
+            }
+            if (c.block_m > 128 && c.splits > 1) {
+              CHECK(c.whole_tiles % grid == 0 && units - c.whole_tiles <= grid,
+                    "%s: %" PRId64 " split units not in the last round of %" PRId64 " CTAs", what, units - c.whole_tiles, grid);
+              CHECK(sm90_gemm_tall_share_fits(c.splits, sm90_gemm_stages(256, 128, 2)), "%s: shares too large", what);
+            }
+          }
+  return check_finish("test_gemm_plan");
+}

@@ -3,7 +3,8 @@
 // plans of bench shapes, then, over a grid of shapes, SM counts and the three recipes, that every
 // plan is one the launcher (sm90_gemm.cu) runs rather than refuses: an instantiated tile, K ranges
 // of at least two K-blocks, split tiles fewer than the workspace's counters, and a split 256-row
-// tile's units all in the last round of the grid, one per CTA (they wait for each other).
+// tile's units all in the last round of the grid, one per CTA (they wait for each other); and the
+// grouped (MoE) plan's tiles and splits.
 #include <cinttypes>
 #include <cstdio>
 
@@ -73,6 +74,21 @@ int main() {
                     "%s: %" PRId64 " split units not in the last round of %" PRId64 " CTAs", what, units - c.whole_tiles, grid);
               CHECK(sm90_gemm_tall_share_fits(c.splits, sm90_gemm_stages(256, 128, 2)), "%s: shares too large", what);
             }
+          }
+  // The grouped (MoE) plan: 128-row tiles of 64 or 128 columns; the masked layout never split.
+  for (int sms : smss)
+    for (int64_t M : Ms)
+      for (int64_t N : Ns)
+        for (int64_t K : Ks)
+          for (int64_t masked : {int64_t{0}, int64_t{8}}) {
+            const sm90_gemm_config c = sm90_gemm_pick_grouped(M, N, K, sms, masked);
+            const int64_t tiles = (M + 127) / 128 * ((N + c.block_n - 1) / c.block_n);
+            CHECK(c.block_m == 128 && (c.block_n == 64 || c.block_n == 128) && instantiated(Sm90Recipe::kBlockScaledFp8, 128,
+                  c.block_n), "grouped (%" PRId64 ", %" PRId64 ", %" PRId64 "): %dx%d", M, N, K, c.block_m, c.block_n);
+            CHECK(c.splits == 1 ? c.whole_tiles == tiles
+                                : masked == 0 && (K + 127) / 128 / c.splits >= 2 && c.whole_tiles == tiles - tiles % sms,
+                  "grouped (%" PRId64 ", %" PRId64 ", %" PRId64 ") masked %" PRId64 ": split %d, %" PRId64 " whole of %" PRId64,
+                  M, N, K, masked, c.splits, c.whole_tiles, tiles);
           }
   return check_finish("test_gemm_plan");
 }

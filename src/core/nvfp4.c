@@ -53,28 +53,49 @@ qf_status qf_nvfp4_pack(qf_ctx *ctx, const DLTensor *codes, DLTensor *packed) {
   return qf_cpu_nvfp4_pack(ctx, &c, &p);
 }
 
-qf_status qf_gemm_nvfp4(qf_ctx *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *b_scales,
-                        const DLTensor *b_tensor_scale, DLTensor *d) {
-  static const char op[] = "qf_gemm_nvfp4";
-  if (!ctx) return QF_ERR_NULL;
-  qf_gemm_nvfp4_args g = {0};
+/* The checked arguments of qf_gemm_nvfp4 and qf_gemm_nvfp4_with in *g. */
+static qf_status gemm_args(qf_ctx *ctx, const char *op, const DLTensor *a, const DLTensor *b, const DLTensor *b_scales,
+                           const DLTensor *b_tensor_scale, DLTensor *d, qf_gemm_nvfp4_args *g) {
   int64_t K2 = 0;
   qf_status st;
-  if ((st = shape_2d(ctx, op, "a", a, &g.M, &g.K)) || (st = shape_2d(ctx, op, "b", b, &g.N, &K2))) return st;
-  if (K2 != g.K)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[1]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, K2, g.K);
-  if (g.N % 16 || g.K % 32 || g.K == 0)
+  if ((st = shape_2d(ctx, op, "a", a, &g->M, &g->K)) || (st = shape_2d(ctx, op, "b", b, &g->N, &K2))) return st;
+  if (K2 != g->K)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: b.shape[1]=%" PRId64 " differs from a.shape[1]=%" PRId64 " (K)", op, K2, g->K);
+  if (g->N % 16 || g->K % 32 || g->K == 0)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 " must be a multiple of 16 and K=%" PRId64 " a positive multiple of 32",
-                   op, g.N, g.K);
-  if ((st = qf_check_mat_2d(ctx, op, "a", a, FLOAT16S, 16, g.M, g.K, 8, &g.a)) ||
-      (st = qf_check_mat_2d(ctx, op, "b", b, QF_DT(QF_E2M1X2), 16, g.N, g.K, 32, &g.b)) ||
-      (st = qf_check_mat_2d(ctx, op, "b_scales", b_scales, QF_DT(QF_E4M3FN), 2, g.N, g.K / 16, 2, &g.scales)) ||
-      (st = qf_check_vec(ctx, op, "b_tensor_scale", b_tensor_scale, QF_F32, 1, (void **)&g.tensor_scale)) ||
-      (st = qf_check_mat_2d(ctx, op, "d", d, FLOAT16S | QF_DT(QF_F32), 1, g.M, g.N, 1, &g.d)))
+                   op, g->N, g->K);
+  if ((st = qf_check_mat_2d(ctx, op, "a", a, FLOAT16S, 16, g->M, g->K, 8, &g->a)) ||
+      (st = qf_check_mat_2d(ctx, op, "b", b, QF_DT(QF_E2M1X2), 16, g->N, g->K, 32, &g->b)) ||
+      (st = qf_check_mat_2d(ctx, op, "b_scales", b_scales, QF_DT(QF_E4M3FN), 2, g->N, g->K / 16, 2, &g->scales)) ||
+      (st = qf_check_vec(ctx, op, "b_tensor_scale", b_tensor_scale, QF_F32, 1, (void **)&g->tensor_scale)) ||
+      (st = qf_check_mat_2d(ctx, op, "d", d, FLOAT16S | QF_DT(QF_F32), 1, g->M, g->N, 1, &g->d)))
     return st;
-  if (g.M == 0 || g.N == 0) return QF_OK;
+  return QF_OK;
+}
+
+qf_status qf_gemm_nvfp4(qf_ctx *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *b_scales,
+                        const DLTensor *b_tensor_scale, DLTensor *d) {
+  if (!ctx) return QF_ERR_NULL;
+  qf_gemm_nvfp4_args g = {0};
+  const qf_status st = gemm_args(ctx, "qf_gemm_nvfp4", a, b, b_scales, b_tensor_scale, d, &g);
+  if (st || g.M == 0 || g.N == 0) return st;
 #ifdef QF_WITH_CUDA
   if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_nvfp4(ctx, &g);
 #endif
   return qf_cpu_gemm_nvfp4(ctx, &g);
+}
+
+qf_status qf_gemm_nvfp4_with(qf_ctx *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *b_scales,
+                             const DLTensor *b_tensor_scale, DLTensor *d, int warpgroups, int tok, int split) {
+  static const char op[] = "qf_gemm_nvfp4_with";
+  if (!ctx) return QF_ERR_NULL;
+  qf_gemm_nvfp4_args g = {0};
+  const qf_status st = gemm_args(ctx, op, a, b, b_scales, b_tensor_scale, d, &g);
+  if (st) return st;
+#ifdef QF_WITH_CUDA
+  if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_nvfp4_with(ctx, &g, warpgroups, tok, split);
+#else
+  (void)warpgroups, (void)tok, (void)split;
+#endif
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the wgmma kernel's plans are CUDA's; this context is not", op);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/backend.h"
 #include "formats/nvfp4.h"
 #include "qfuse.h"
 #include "tensors.h"
@@ -202,6 +203,16 @@ static void test_errors(void) {
     CHECK(strstr(qf_ctx_last_error(ctx), "qf_gemm_nvfp4") != NULL, "%s: message \"%s\" does not name the op", cases[c].what,
           qf_ctx_last_error(ctx));
   }
+  /* The entry with the CUDA kernel's plan forced (GPU tests, qfuse-bench) checks the tensors as
+   * qf_gemm_nvfp4 does, then refuses a CPU context. */
+  tensor2d a32 = mat(a, QF_BF16, M, K, K);
+  a32.t.dtype = qf_dtype_to_dl(QF_F32);
+  CHECK(qf_gemm_nvfp4_with(ctx, dl(&a32), dl(&bt), dl(&st), &tst, dl(&dt), 1, 64, 1) == QF_ERR_DTYPE,
+        "forced plan, a fp32: %s", qf_ctx_last_error(ctx));
+  CHECK(qf_gemm_nvfp4_with(ctx, dl(&at), dl(&bt), dl(&st), &tst, dl(&dt), 1, 64, 1) == QF_ERR_UNSUPPORTED,
+        "forced plan on the CPU: %s", qf_ctx_last_error(ctx));
+  CHECK(strstr(qf_ctx_last_error(ctx), "qf_gemm_nvfp4_with") != NULL, "forced plan: message \"%s\" does not name the op",
+        qf_ctx_last_error(ctx));
   int clean = 1;
   for (size_t i = 0; i < sizeof d; i++) clean &= ((uint8_t *)d)[i] == POISON;
   CHECK(clean, "a refused call wrote to d");

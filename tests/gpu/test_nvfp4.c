@@ -1,7 +1,9 @@
 /* NVFP4 on the GPU against the CPU reference: qf_quant_nvfp4 and qf_nvfp4_pack byte for byte,
  * and qf_gemm_nvfp4 over decode and prefill shapes (every token tile, K split or not, partial
  * last steps of K, each of the prefill launcher's three kernels), both activation types and every
- * output type, strided rows, poisoned outputs with sentinels, zero and NaN block scales.
+ * output type, strided rows, poisoned outputs with sentinels, zero and NaN block scales; then
+ * every plan of the wgmma kernel forced (qf_gemm_nvfp4_with: each token tile, split or not,
+ * whatever the heuristic picks), and the plans it refuses.
  *
  * GEMM bound, per element: CUDA's products code * scale are exact and it accumulates them times
  * a in fp32, so |got - ref| <= 2^-14 * sum_k |a w^| (rounding errors of fp32 sums of up to 7296
@@ -12,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "gpu.h"
 
 static int64_t one = 1;
@@ -21,6 +24,7 @@ typedef struct {
   qf_dtype at, dt;
   int pad;        /* row pitches padded (a by 8, b by 32 values, scales by 2, d by 3) */
   int nan_scale;  /* one block scale NaN: its row is NaN for every token */
+  int wg, tok, split; /* wg > 0: the wgmma kernel's plan forced (qf_gemm_nvfp4_with) */
 } gemm_case;
 
 /* The weight of a case: codes as stored and scales from qf_quant_nvfp4 on the GPU, checked
@@ -114,7 +118,9 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
   tensor2d_init(&S, ds, QF_E4M3FN, N, K / 16, lds, kDLCUDA);
   tensor2d_init(&D, dd, g->dt, M, N, ldd, kDLCUDA);
   T = dl_tensor(dts, QF_F32, 1, &one, kDLCUDA);
-  CHECK(qf_gemm_nvfp4(gpu, &A.t, &B.t, &S.t, &T, &D.t) == QF_OK, "gpu gemm: %s", qf_ctx_last_error(gpu));
+  const qf_status st = g->wg ? qf_gemm_nvfp4_with(gpu, &A.t, &B.t, &S.t, &T, &D.t, g->wg, g->tok, g->split)
+                             : qf_gemm_nvfp4(gpu, &A.t, &B.t, &S.t, &T, &D.t);
+  CHECK(st == QF_OK, "gpu gemm: %s", qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaMemcpy(got, dd, dbytes + PAIR_TAIL, cudaMemcpyDeviceToHost));
 
@@ -141,9 +147,10 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
     }
   long tail = 0;
   for (size_t i = 0; i < PAIR_TAIL; i++) tail += ((uint8_t *)got)[dbytes + i] != POISON;
-  char desc[128];
-  snprintf(desc, sizeof desc, "gemm %s->%s M=%lld N=%lld K=%lld pad=%d%s", qf_dtype_name(g->at), qf_dtype_name(g->dt),
-           (long long)M, (long long)N, (long long)K, g->pad, g->nan_scale ? " nan-scale" : "");
+  char desc[160], plan[48] = "";
+  if (g->wg) snprintf(plan, sizeof plan, " plan %dx%d split %d", g->wg, g->tok, g->split);
+  snprintf(desc, sizeof desc, "gemm %s->%s M=%lld N=%lld K=%lld pad=%d%s%s", qf_dtype_name(g->at), qf_dtype_name(g->dt),
+           (long long)M, (long long)N, (long long)K, g->pad, g->nan_scale ? " nan-scale" : "", plan);
   CHECK(bad == 0, "%s: %ld elements past the bound (worst %.2f of it)", desc, bad, worst);
   CHECK(nan_bad == 0, "%s: %ld elements NaN on one side only", desc, nan_bad);
   CHECK(sqrt(err2 / (ref2 + 1e-300)) < (g->dt == QF_F32 ? 1e-5 : 5e-3), "%s: relative Frobenius error %.3g", desc,
@@ -204,6 +211,54 @@ int main(void) {
                      .dt = t ? QF_F32 : QF_BF16};
       one_case(gpu, cpu, &g, &seed);
     }
+
+  /* Every plan of the wgmma kernel forced: one-warpgroup tiles of each instantiated token count,
+   * unsplit and split 2, 4 or 8 in turn, and the two-warpgroup 128 x 256 tile (unsplit); M = 3
+   * (one partial token tile) and tok + 5 (a second one of 5 tokens); N = 208 (the last 64- or 128-row tile
+   * partial), K = 1120 (9 steps, the last partial: the 8-way split's last CTA takes two). */
+  {
+    const int toks[] = {16, 32, 48, 64, 80, 96, 112, 128, 256};
+    for (size_t i = 0; i < sizeof toks / sizeof *toks; i++)
+      for (int sp = 0; sp < 2; sp++) {
+        const int wg = toks[i] == 256 ? 2 : 1;
+        if (quick && toks[i] % 64) continue;
+        gemm_case g = {.M = sp ? toks[i] + 5 : 3, .N = 208, .K = 1120, .at = i % 2 ? QF_F16 : QF_BF16,
+                       .dt = outs[(i + (size_t)sp) % 3], .pad = (int)(i % 3 == 1), .nan_scale = sp && i % 4 == 2,
+                       .wg = wg, .tok = toks[i], .split = sp && wg == 1 ? 2 << (i % 3) : 1};
+        one_case(gpu, cpu, &g, &seed);
+      }
+  }
+  /* Plans it refuses, leaving d untouched: no such tile, a split of two warpgroups, of 16, or of
+   * more CTAs than steps (K = 32: one step). */
+  {
+    void *b = dev_alloc(64 * 32), *s = dev_alloc(64 * 4), *a = dev_alloc(64 * 2), *d = dev_alloc(64 * 4);
+    float ts = 1.0f;
+    void *t = dev_alloc(4);
+    CUDA_OK(cudaMemcpy(t, &ts, 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(a, 0, 64 * 2));
+    CUDA_OK(cudaMemset(b, 0, 64 * 32));
+    CUDA_OK(cudaMemset(s, 0, 64 * 4));
+    CUDA_OK(cudaMemset(d, POISON, 64 * 4));
+    tensor2d A, B, S, D;
+    tensor2d_init(&A, a, QF_BF16, 1, 32, 32, kDLCUDA);
+    tensor2d_init(&B, b, QF_E2M1X2, 16, 32, 32, kDLCUDA);
+    tensor2d_init(&S, s, QF_E4M3FN, 16, 2, 2, kDLCUDA);
+    tensor2d_init(&D, d, QF_F32, 1, 16, 16, kDLCUDA);
+    DLTensor T = dl_tensor(t, QF_F32, 1, &one, kDLCUDA);
+    const int bad[][3] = {{1, 40, 1}, {1, 256, 1}, {2, 128, 1}, {2, 256, 2}, {1, 64, 16}, {1, 64, 3}, {1, 64, 2}, {0, 64, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      const qf_status st = qf_gemm_nvfp4_with(gpu, &A.t, &B.t, &S.t, &T, &D.t, bad[i][0], bad[i][1], bad[i][2]);
+      CHECK(st == QF_ERR_UNSUPPORTED, "plan %dx%d split %d: status %s (%s)", bad[i][0], bad[i][1], bad[i][2],
+            qf_status_str(st), qf_ctx_last_error(gpu));
+    }
+    CHECK(dev_poisoned(d, 64 * 4), "a refused plan wrote to d");
+    CHECK(qf_gemm_nvfp4_with(gpu, &A.t, &B.t, &S.t, &T, &D.t, 1, 64, 1) == QF_OK, "plan 1x64: %s", qf_ctx_last_error(gpu));
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(dev_holds(d, 64, 0), "the valid forced plan did not write d = 0 (zero weights)");
+    CHECK(dev_poisoned((uint8_t *)d + 64, 64 * 3), "the valid forced plan wrote past d");
+    void *bufs[] = {b, s, a, d, t};
+    for (int i = 0; i < 5; i++) CUDA_OK(cudaFree(bufs[i]));
+  }
 
   /* A misaligned weight pointer is refused on the GPU (16-byte loads). */
   {

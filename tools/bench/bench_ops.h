@@ -21,6 +21,7 @@ typedef struct {
 int bench_quant(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_gemm_grouped(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
+int bench_nvfp4(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_vq(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);
 int bench_vq_attention(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows);

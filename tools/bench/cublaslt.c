@@ -40,7 +40,7 @@ struct qfb_lt_gemm {
   int64_t M, N, K;
   qfb_lt_scale mode;          /* FP8 plans */
   int int8;                   /* an INT8 plan (qfb_lt_gemm_plan_i8) */
-  int f16;                    /* an FP16 plan (qfb_lt_gemm_plan_f16) */
+  int f16;                    /* a 16-bit plan (qfb_lt_gemm_plan_f16 or _bf16) */
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a_layout, b_layout, d_layout; /* cuBLAS A (our B), B (our A), D */
   cublasLtMatmulAlgo_t algo;
@@ -288,12 +288,21 @@ qfb_lt_gemm *qfb_lt_gemm_plan_i8(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
   return plan_finish(g, CUDA_R_8I, CUDA_R_32I, "int8 -> int32");
 }
 
-qfb_lt_gemm *qfb_lt_gemm_plan_f16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
-  if (!plan_args_ok(lt, M, N, K, "qfb_lt_gemm_plan_f16")) return NULL;
+static qfb_lt_gemm *plan_16bit(qfb_lt *lt, int64_t M, int64_t N, int64_t K, cudaDataType_t type, const char *name,
+                               const char *what) {
+  if (!plan_args_ok(lt, M, N, K, name)) return NULL;
   qfb_lt_gemm *g = plan_create(lt, M, N, K, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (!g) return NULL;
   g->f16 = 1;
-  return plan_finish(g, CUDA_R_16F, CUDA_R_16F, "fp16 -> fp16");
+  return plan_finish(g, type, type, what);
+}
+
+qfb_lt_gemm *qfb_lt_gemm_plan_f16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
+  return plan_16bit(lt, M, N, K, CUDA_R_16F, "qfb_lt_gemm_plan_f16", "fp16 -> fp16");
+}
+
+qfb_lt_gemm *qfb_lt_gemm_plan_bf16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
+  return plan_16bit(lt, M, N, K, CUDA_R_16BF, "qfb_lt_gemm_plan_bf16", "bf16 -> bf16");
 }
 
 /* The planned matmul with our operands: cuBLAS A is our B (the weight), cuBLAS B is our A; C is
@@ -313,7 +322,7 @@ int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a
     return 1;
   }
   if (g->int8 || g->f16) {
-    fprintf(stderr, "qfb_lt_gemm_run: an %s plan (use qfb_lt_gemm_run_%s)\n", g->int8 ? "INT8" : "FP16",
+    fprintf(stderr, "qfb_lt_gemm_run: an %s plan (use qfb_lt_gemm_run_%s)\n", g->int8 ? "INT8" : "16-bit",
             g->int8 ? "i8" : "f16");
     return 1;
   }
@@ -344,7 +353,7 @@ int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, c
     return 1;
   }
   if (!g->f16) {
-    fprintf(stderr, "qfb_lt_gemm_run_f16: not an FP16 plan\n");
+    fprintf(stderr, "qfb_lt_gemm_run_f16: not a 16-bit plan\n");
     return 1;
   }
   const float alpha = 1.0f, beta = 0.0f;

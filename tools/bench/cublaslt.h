@@ -6,8 +6,8 @@
  * qfb_lt_scale below.
  * INT8: D[M,N] (int32, row-major, ldd = N) = A[M,K] (int8) x B[N,K]^T (int8), int32
  * accumulation, no scaling: see qfb_lt_gemm_plan_i8.
- * FP16: D[M,N] (fp16, row-major, ldd = N) = A[M,K] (fp16) x B[N,K]^T (fp16), fp32 accumulation,
- * no scaling: see qfb_lt_gemm_plan_f16. */
+ * FP16 / BF16: D[M,N] (fp16 / bf16, row-major, ldd = N) = A[M,K] x B[N,K]^T of the same type,
+ * fp32 accumulation, no scaling: see qfb_lt_gemm_plan_f16 and _bf16. */
 #ifndef QFUSE_TOOLS_BENCH_CUBLASLT_H
 #define QFUSE_TOOLS_BENCH_CUBLASLT_H
 
@@ -86,7 +86,9 @@ int qfb_lt_gemm_run_i8(qfb_lt_gemm *g, const void *A, const void *B, int32_t *D,
  * tensor-core kernels. Plan, free with qfb_lt_gemm_free; NULL + message on stderr as
  * qfb_lt_gemm_plan. */
 qfb_lt_gemm *qfb_lt_gemm_plan_f16(qfb_lt *lt, int64_t M, int64_t N, int64_t K);
-/* Enqueues an FP16 plan on stream s. Returns 0, or nonzero after printing the failing call. */
+/* BF16: the same with bf16 operands and D, the peer of the NVFP4 GEMM (the weight dequantized). */
+qfb_lt_gemm *qfb_lt_gemm_plan_bf16(qfb_lt *lt, int64_t M, int64_t N, int64_t K);
+/* Enqueues an FP16 or BF16 plan on stream s. Returns 0, or nonzero after printing the failing call. */
 int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, cudaStream_t s);
 
 #ifdef __cplusplus

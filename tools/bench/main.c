@@ -16,7 +16,8 @@ static void usage(void) {
           "  --jsonl    append one JSON line per result to FILE\n"
           "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
           "  --reps     timed runs per measurement (at least 20; default 30)\n"
-          "  --only     run only the ops named, comma-separated (e.g. quant_group,quant_token)\n"
+          "  --only     run only the ops named, comma-separated (e.g. quant_group,quant_token); some\n"
+          "             run only when named (gemm_nvfp4_plans: the NVFP4 GEMM's launch plans forced)\n"
           "  --m        run only the shapes with this M (e.g. under a profiler; grouped GEMM: tokens per expert)\n"
           "  --k        quantization, GEMM and vq_gemm ops: run only the shapes with this K (H for SiLU * Mul)\n"
           "  --flush    how the L2 is emptied before each timed GPU run: a read pass over 2x the L2\n"
@@ -86,6 +87,7 @@ int main(int argc, char **argv) {
   int rc = bench_quant(b, ctx, &sel, &rows);
   rc |= bench_gemm(b, ctx, &sel, &rows);
   rc |= bench_gemm_grouped(b, ctx, &sel, &rows);
+  rc |= bench_nvfp4(b, ctx, &sel, &rows);
   rc |= bench_vq(b, ctx, &sel, &rows);
   if (!rows && (sel.ops || sel.m || sel.k)) {
     fprintf(stderr, "qfuse-bench: --only %s --m %lld --k %lld matches no row\n", sel.ops ? sel.ops : "(all)",

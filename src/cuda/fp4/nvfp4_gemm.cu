@@ -65,11 +65,12 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int spli
 }
 
 // The kernel for the shape: the mma.sync kernel up to kFp4NarrowMaxM tokens, past that the wgmma
-// kernel on the tile and K split of fp4_wide_plan (nvfp4_heuristic.h).
+// kernel on the tile and K split of fp4_wide_plan (nvfp4_heuristic.h); a forced plan (not NULL:
+// qf_cuda_gemm_nvfp4_with) takes the wgmma kernel whatever M.
 template <typename T, typename Tout>
-qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
-  if (p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
-  const Fp4WidePlan plan = fp4_wide_plan(p.M, p.N, p.steps, qf_cuda_stream_sms(ctx));
+qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, const Fp4WidePlan *forced) {
+  if (!forced && p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
+  const Fp4WidePlan plan = forced ? *forced : fp4_wide_plan(p.M, p.N, p.steps, qf_cuda_stream_sms(ctx));
   if (plan.warpgroups == 2) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
 #define QF_FP4_CASE(TOK) \
   if (plan.tok == TOK) return launch_wide<T, Tout, 1, TOK, 3>(ctx, p, a, plan.split);
@@ -79,17 +80,15 @@ qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a) {
 }
 
 template <typename T>
-qf_status run_out(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, qf_dtype out) {
+qf_status run_out(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, qf_dtype out, const Fp4WidePlan *forced) {
   switch (out) {
-    case QF_F32: return run<T, float>(ctx, p, a);
-    case QF_F16: return run<T, __half>(ctx, p, a);
-    default: return run<T, __nv_bfloat16>(ctx, p, a);
+    case QF_F32: return run<T, float>(ctx, p, a, forced);
+    case QF_F16: return run<T, __half>(ctx, p, a, forced);
+    default: return run<T, __nv_bfloat16>(ctx, p, a, forced);
   }
 }
 
-} // namespace
-
-extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g) {
+qf_status gemm(qf_ctx *ctx, const qf_gemm_nvfp4_args *g, const Fp4WidePlan *forced) {
   // Grid extents (the narrow kernel's row tiles on z, the wide kernel's tiles on x) and the
   // kernels' 32-bit token, row and K indices (a token tile's last index, up to M + 255, included).
   const int64_t narrow_rows = (g->N + kFp4Rows - 1) / kFp4Rows;
@@ -107,5 +106,41 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
   p.d = g->d.data, p.ldd = g->d.ld;
   p.M = static_cast<int>(g->M), p.N = static_cast<int>(g->N), p.K = static_cast<int>(g->K);
   p.steps = static_cast<int>((g->K + kFp4StepK - 1) / kFp4StepK);
-  return g->a.dtype == QF_F16 ? run_out<__half>(ctx, p, g->a, g->d.dtype) : run_out<__nv_bfloat16>(ctx, p, g->a, g->d.dtype);
+  return g->a.dtype == QF_F16 ? run_out<__half>(ctx, p, g->a, g->d.dtype, forced)
+                              : run_out<__nv_bfloat16>(ctx, p, g->a, g->d.dtype, forced);
+}
+
+} // namespace
+
+extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g) { return gemm(ctx, g, nullptr); }
+
+extern "C" qf_status qf_cuda_gemm_nvfp4_with(qf_ctx *ctx, const qf_gemm_nvfp4_args *g, int warpgroups, int tok,
+                                             int split) {
+  static constexpr char kOpWith[] = "qf_gemm_nvfp4_with";
+  bool tile = warpgroups == 2 && tok == 256;
+#define QF_FP4_IS(TOK) tile = tile || (warpgroups == 1 && tok == TOK);
+  QF_FP4_WIDE_TOKENS(QF_FP4_IS)
+#undef QF_FP4_IS
+  const int64_t steps = (g->K + kFp4StepK - 1) / kFp4StepK;
+  if (!tile || !(split == 1 || split == 2 || split == 4 || split == 8) || (warpgroups == 2 && split > 1) || split > steps)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: no plan of %d warpgroup(s), %d-token tiles and a split of %d for K=%lld (one warpgroup: a "
+                   "token tile of QF_FP4_WIDE_TOKENS and 1, 2, 4 or 8 CTAs of a step of 128 K or more; two: 256 "
+                   "tokens, unsplit)",
+                   kOpWith, warpgroups, tok, split, (long long)g->K);
+  if (g->M == 0 || g->N == 0) return QF_OK;
+  const int64_t ctas = (g->M + tok - 1) / tok * ((g->N + 64 * warpgroups - 1) / (64 * warpgroups)) * split;
+  if (ctas > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %lld CTAs for %d-token tiles split %d; at most 2^31 - 1", kOpWith,
+                   (long long)ctas, tok, split);
+  const Fp4WidePlan plan = {warpgroups, tok, split};
+  return gemm(ctx, g, &plan);
+}
+
+extern "C" void qf_cuda_gemm_nvfp4_plan(qf_ctx *ctx, int64_t M, int64_t N, int64_t K, int *warpgroups, int *tok,
+                                        int *split) {
+  const Fp4WidePlan plan = M <= kFp4NarrowMaxM ? Fp4WidePlan{0, 0, 0}
+                                               : fp4_wide_plan(M, N, static_cast<int>((K + kFp4StepK - 1) / kFp4StepK),
+                                                               qf_cuda_stream_sms(ctx));
+  *warpgroups = plan.warpgroups, *tok = plan.tok, *split = plan.split;
 }

@@ -212,19 +212,20 @@ int main(void) {
       one_case(gpu, cpu, &g, &seed);
     }
 
-  /* Every plan of the wgmma kernel forced: one-warpgroup tiles of each instantiated token count,
-   * unsplit and split 2, 4 or 8 in turn, and the two-warpgroup 128 x 256 tile (unsplit); M = 3
-   * (one partial token tile) and tok + 5 (a second one of 5 tokens); N = 208 (the last 64- or 128-row tile
-   * partial), K = 1120 (9 steps, the last partial: the 8-way split's last CTA takes two). */
+  /* Every plan of the wgmma kernel forced: the one-warpgroup tiles of each instantiated token
+   * count, unsplit and split 2, 4 or 8 in turn, and the two-warpgroup ones (unsplit); M = 3 (one
+   * partial token tile) and tok + 5 (a second one of 5 tokens); N = 208 (the last 64- or 128-row
+   * tile partial), K = 1120 (9 steps, the last partial: the 8-way split's last CTA takes two). */
   {
-    const int toks[] = {16, 32, 48, 64, 80, 96, 112, 128, 256};
-    for (size_t i = 0; i < sizeof toks / sizeof *toks; i++)
+    const int tiles[][2] = {{1, 16}, {1, 32}, {1, 48}, {1, 64},  {1, 80},  {1, 96},
+                            {1, 112}, {1, 128}, {2, 160}, {2, 192}, {2, 224}, {2, 256}};
+    for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++)
       for (int sp = 0; sp < 2; sp++) {
-        const int wg = toks[i] == 256 ? 2 : 1;
-        if (quick && toks[i] % 64) continue;
-        gemm_case g = {.M = sp ? toks[i] + 5 : 3, .N = 208, .K = 1120, .at = i % 2 ? QF_F16 : QF_BF16,
+        const int wg = tiles[i][0], tok = tiles[i][1];
+        if (quick && tok % 64) continue;
+        gemm_case g = {.M = sp ? tok + 5 : 3, .N = 208, .K = 1120, .at = i % 2 ? QF_F16 : QF_BF16,
                        .dt = outs[(i + (size_t)sp) % 3], .pad = (int)(i % 3 == 1), .nan_scale = sp && i % 4 == 2,
-                       .wg = wg, .tok = toks[i], .split = sp && wg == 1 ? 2 << (i % 3) : 1};
+                       .wg = wg, .tok = tok, .split = sp && wg == 1 ? 2 << (i % 3) : 1};
         one_case(gpu, cpu, &g, &seed);
       }
   }
@@ -245,7 +246,8 @@ int main(void) {
     tensor2d_init(&S, s, QF_E4M3FN, 16, 2, 2, kDLCUDA);
     tensor2d_init(&D, d, QF_F32, 1, 16, 16, kDLCUDA);
     DLTensor T = dl_tensor(t, QF_F32, 1, &one, kDLCUDA);
-    const int bad[][3] = {{1, 40, 1}, {1, 256, 1}, {2, 128, 1}, {2, 256, 2}, {1, 64, 16}, {1, 64, 3}, {1, 64, 2}, {0, 64, 1}};
+    const int bad[][3] = {{1, 40, 1}, {1, 256, 1}, {2, 128, 1}, {2, 176, 1}, {2, 256, 2},
+                          {1, 64, 16}, {1, 64, 3}, {1, 64, 2}, {0, 64, 1}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
       const qf_status st = qf_gemm_nvfp4_with(gpu, &A.t, &B.t, &S.t, &T, &D.t, bad[i][0], bad[i][1], bad[i][2]);
       CHECK(st == QF_ERR_UNSUPPORTED, "plan %dx%d split %d: status %s (%s)", bad[i][0], bad[i][1], bad[i][2],

@@ -14,8 +14,9 @@
  *    (qf_gemm_nvfp4_with), variant "bf16,plan=WGxTOK/SPLIT" (warpgroups, tokens per tile, CTAs
  *    splitting K), at M in {16, 64, 128, 144, 192, 256, 300, 384, 512, 1024, 2048}: the fewest
  *    one-warpgroup token tiles of at most 128 tokens, each M / tiles rounded up to 16, unsplit
- *    and split 2, 4 and 8, and past 64 tokens the two-warpgroup 128 x 256 tile; variant
- *    "bf16,auto=WGxTOK/SPLIT" is the heuristic's own (nvfp4_heuristic.h). For sweeps of the
+ *    and split 2, 4 and 8, and past 64 tokens the two-warpgroup tiles of 256 tokens and of the
+ *    fewest of at most 256 (160, 192, 224 or 256 tokens, the smallest that holds M / tiles);
+ *    variant "bf16,auto=WGxTOK/SPLIT" is the heuristic's own (nvfp4_heuristic.h). For sweeps of the
  *    heuristic's rules in one run.
  * The peer, "cublaslt_bf16", runs once per (M, N, K). Every qfuse output is compared with the
  * peer's: both add the same exact products in fp32 and round to bf16, so a relative Frobenius
@@ -191,13 +192,17 @@ static int fp4b_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, const fp4b_weight *w, int6
   const int steps = (int)((K + 127) / 128);
   int auto_wg, auto_tok, auto_split;
   qf_cuda_gemm_nvfp4_plan(ctx, M, N, K, &auto_wg, &auto_tok, &auto_split);
-  const int64_t tiles = (M + 127) / 128;
+  const int64_t tiles = (M + 127) / 128, tiles2 = (M + 255) / 256;
   const int tok = (int)(((M + tiles - 1) / tiles + 15) / 16 * 16);
-  const int sweep[][3] = {{auto_wg, auto_tok, auto_split}, {1, tok, 1}, {1, tok, 2}, {1, tok, 4}, {1, tok, 8}, {2, 256, 1}};
+  const int64_t per_tile2 = (M + tiles2 - 1) / tiles2; /* the two-warpgroup tile that holds it */
+  const int tok2 = per_tile2 <= 160 ? 160 : per_tile2 <= 192 ? 192 : per_tile2 <= 224 ? 224 : 256;
+  const int sweep[][3] = {{auto_wg, auto_tok, auto_split}, {1, tok, 1}, {1, tok, 2}, {1, tok, 4}, {1, tok, 8},
+                          {2, 256, 1}, {2, tok2, 1}};
   for (size_t i = 0; i < sizeof sweep / sizeof *sweep; i++) {
     c.wg = sweep[i][0], c.tok = sweep[i][1], c.split = sweep[i][2];
     if (c.split > steps || (c.wg == 2 && M <= 64)) continue;
     if (i > 0 && c.wg == auto_wg && c.tok == auto_tok && c.split == auto_split) continue; /* the auto row has it */
+    if (i == 6 && tok2 == 256) continue;                                                   /* the row before */
     snprintf(variant, sizeof variant, "bf16,%s=%dx%d/%d", i ? "plan" : "auto", c.wg, c.tok, c.split);
     rc |= fp4b_row(b, &c, "gemm_nvfp4_plans", variant, shape, peer_us, peer_d, h0, h1, rows);
   }

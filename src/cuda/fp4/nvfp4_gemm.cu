@@ -71,10 +71,14 @@ template <typename T, typename Tout>
 qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, const Fp4WidePlan *forced) {
   if (!forced && p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
   const Fp4WidePlan plan = forced ? *forced : fp4_wide_plan(p.M, p.N, p.steps, qf_cuda_stream_sms(ctx));
-  if (plan.warpgroups == 2) return launch_wide<T, Tout, 2, 256, 3>(ctx, p, a);
-#define QF_FP4_CASE(TOK) \
-  if (plan.tok == TOK) return launch_wide<T, Tout, 1, TOK, 3>(ctx, p, a, plan.split);
-  QF_FP4_WIDE_TOKENS(QF_FP4_CASE)
+#define QF_FP4_CASE(WG, TOK) \
+  if (plan.warpgroups == WG && plan.tok == TOK) return launch_wide<T, Tout, WG, TOK, 3>(ctx, p, a, plan.split);
+#define QF_FP4_CASE1(TOK) QF_FP4_CASE(1, TOK)
+#define QF_FP4_CASE2(TOK) QF_FP4_CASE(2, TOK)
+  QF_FP4_WIDE_TOKENS(QF_FP4_CASE1)
+  QF_FP4_WIDE2_TOKENS(QF_FP4_CASE2)
+#undef QF_FP4_CASE2
+#undef QF_FP4_CASE1
 #undef QF_FP4_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for %d-token tiles", kOp, plan.tok);
 }
@@ -117,16 +121,19 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
 extern "C" qf_status qf_cuda_gemm_nvfp4_with(qf_ctx *ctx, const qf_gemm_nvfp4_args *g, int warpgroups, int tok,
                                              int split) {
   static constexpr char kOpWith[] = "qf_gemm_nvfp4_with";
-  bool tile = warpgroups == 2 && tok == 256;
-#define QF_FP4_IS(TOK) tile = tile || (warpgroups == 1 && tok == TOK);
-  QF_FP4_WIDE_TOKENS(QF_FP4_IS)
-#undef QF_FP4_IS
+  bool tile = false;
+#define QF_FP4_IS1(TOK) tile = tile || (warpgroups == 1 && tok == TOK);
+#define QF_FP4_IS2(TOK) tile = tile || (warpgroups == 2 && tok == TOK);
+  QF_FP4_WIDE_TOKENS(QF_FP4_IS1)
+  QF_FP4_WIDE2_TOKENS(QF_FP4_IS2)
+#undef QF_FP4_IS2
+#undef QF_FP4_IS1
   const int64_t steps = (g->K + kFp4StepK - 1) / kFp4StepK;
   if (!tile || !(split == 1 || split == 2 || split == 4 || split == 8) || (warpgroups == 2 && split > 1) || split > steps)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
                    "%s: no plan of %d warpgroup(s), %d-token tiles and a split of %d for K=%lld (one warpgroup: a "
-                   "token tile of QF_FP4_WIDE_TOKENS and 1, 2, 4 or 8 CTAs of a step of 128 K or more; two: 256 "
-                   "tokens, unsplit)",
+                   "token tile of QF_FP4_WIDE_TOKENS and 1, 2, 4 or 8 CTAs of a step of 128 K or more; two: one of "
+                   "QF_FP4_WIDE2_TOKENS, unsplit)",
                    kOpWith, warpgroups, tok, split, (long long)g->K);
   if (g->M == 0 || g->N == 0) return QF_OK;
   const int64_t ctas = (g->M + tok - 1) / tok * ((g->N + 64 * warpgroups - 1) / (64 * warpgroups)) * split;

@@ -10,6 +10,10 @@
 
 // The one-warpgroup tiles' token counts (64 weight rows by TOK tokens), each instantiated.
 #define QF_FP4_WIDE_TOKENS(X) X(16) X(32) X(48) X(64) X(80) X(96) X(112) X(128)
+// The two-warpgroup tiles' (128 rows by TOK tokens). The plan below takes 256; the smaller ones
+// are there for qf_gemm_nvfp4_with, so that one run can time balanced token tiles of this kernel
+// (M = 300 as two tiles of 160, not of 256) against the plan's (qfuse-bench's gemm_nvfp4_plans).
+#define QF_FP4_WIDE2_TOKENS(X) X(160) X(192) X(224) X(256)
 
 struct Fp4WidePlan {
   int warpgroups; // 2: 128 rows x 256 tokens; 1: 64 rows x tok tokens

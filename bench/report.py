@@ -6,7 +6,8 @@ BENCH.jsonl is qfuse-bench's output (device-check's bench.jsonl), VS_TORCH.jsonl
 pairing with torch.compile (device-check's peers.jsonl). Prints markdown: the ceilings, the
 activation-quantization family as percent of copy16, the GEMMs as ratios to cuBLASLt, and every
 VQ row pivoted by variant. NVFP4.jsonl (device-check's nvfp4.jsonl, bench/peers/nvfp4_torch.py)
-gives the NVFP4 table by (N, K) and M. Every figure is a row of the files given; nothing is averaged across
+gives the NVFP4 table by (N, K) and M; qfuse-bench's gemm_nvfp4 rows give it too, and its
+gemm_nvfp4_plans rows (the plan sweep) a list of each forced plan against the heuristic's. Every figure is a row of the files given; nothing is averaged across
 runs.
 """
 import json
@@ -44,6 +45,8 @@ def quant(rows, torch):
         if r["op"] in ops:
             d = dims(r["shape"])
             cell[(r["op"], r["variant"], d.get("M"), d.get("K", d.get("H")))] = r
+    if not cell:
+        return
     print("| op | variant | M = 4096: % of copy16 at K = 2048 / 7168 / 18432 | M = 16384 | vs torch.compile (M = 16384) |")
     print("|---|---|---|---|---|")
     for op in ops:
@@ -163,6 +166,37 @@ def nvfp4(rows):
     print()
 
 
+def nvfp4_plans(rows):
+    """gemm_nvfp4_plans rows (qfuse-bench --only gemm_nvfp4_plans): per (N, K) and M the
+    heuristic's plan and time, each forced plan's speedup over it (auto us / plan us), the best
+    marked; then per M the geomean over the weights of the best plan's speedup."""
+    cell = defaultdict(dict)
+    for r in rows:
+        if r["op"] == "gemm_nvfp4_plans" and r["us"]:
+            d = dims(r["shape"])
+            cell[(d["N"], d["K"], d["M"])][r["variant"].split(",", 1)[1]] = r["us"]
+    if not cell:
+        return
+    print("gemm_nvfp4_plans: the heuristic's plan (WGxTOK/SPLIT) and us, each forced plan's speedup over it, "
+          "the best in bold")
+    print()
+    best = defaultdict(list)
+    for (n, k, m), plans in cell.items():
+        auto = next((v for v in plans if v.startswith("auto=")), None)
+        if auto is None:
+            continue
+        t0 = plans[auto]
+        forced = {v[5:]: t0 / us for v, us in plans.items() if v.startswith("plan=")}
+        top = max(forced.values(), default=1.0)
+        best[m].append(max(top, 1.0))
+        parts = [f"**{p} {x:.2f}x**" if x == top and x > 1.0 else f"{p} {x:.2f}x" for p, x in forced.items()]
+        print(f"- ({n}, {k}) M = {m}: {auto[5:]} {t0:.1f} us; " + ", ".join(parts))
+    print()
+    for m in sorted(best):
+        print(f"- M = {m}: best plan over the heuristic's, geomean of {len(best[m])} weights: {geomean(best[m]):.3f}x")
+    print()
+
+
 def main():
     rows = load(sys.argv[1])
     torch = load(sys.argv[2]) if len(sys.argv) > 2 else []
@@ -178,6 +212,8 @@ def main():
     blockscale(rows)
     scaled(rows)
     vq(rows)
+    nvfp4(rows)
+    nvfp4_plans(rows)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@
  *  - op "gemm_nvfp4", variant "bf16": the public call.
  *  - op "gemm_nvfp4_plans", only when --only names it: the wgmma kernel's launch plans forced
  *    (qf_gemm_nvfp4_with), variant "bf16,plan=WGxTOK/SPLIT" (warpgroups, tokens per tile, CTAs
- *    splitting K), at M in {16, 64, 128, 144, 192, 256, 300, 384, 512, 1024, 2048}: the fewest
+ *    splitting K), at M in {8, 16, 64, 128, 144, 192, 256, 300, 384, 512, 1024, 2048}: the fewest
  *    one-warpgroup token tiles of at most 128 tokens, each M / tiles rounded up to 16, unsplit
  *    and split 2, 4 and 8, and past 64 tokens the two-warpgroup tiles of 256 tokens and of the
  *    fewest of at most 256 (160, 192, 224 or 256 tokens, the smallest that holds M / tiles);
- *    variant "bf16,auto=WGxTOK/SPLIT" is the heuristic's own (nvfp4_heuristic.h). For sweeps of the
- *    heuristic's rules in one run.
+ *    variant "bf16,auto=WGxTOK/SPLIT" is the heuristic's own (nvfp4_heuristic.h), "bf16,auto=narrow"
+ *    its mma.sync kernel (M <= 8, against the wgmma kernel's 16-token tiles there). For sweeps of
+ *    the heuristic's rules in one run.
  * The peer, "cublaslt_bf16", runs once per (M, N, K). Every qfuse output is compared with the
  * peer's: both add the same exact products in fp32 and round to bf16, so a relative Frobenius
  * error past 1e-2 fails the row.
@@ -186,7 +187,7 @@ static int fp4b_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, const fp4b_weight *w, int6
   char shape[64], variant[64];
   snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
   if (public_row) rc |= fp4b_row(b, &c, "gemm_nvfp4", "bf16", shape, peer_us, peer_d, h0, h1, rows);
-  if (!plans || M <= 8) return rc;
+  if (!plans) return rc;
 
   /* The heuristic's plan, then the sweep's. */
   const int steps = (int)((K + 127) / 128);
@@ -203,7 +204,10 @@ static int fp4b_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, const fp4b_weight *w, int6
     if (c.split > steps || (c.wg == 2 && M <= 64)) continue;
     if (i > 0 && c.wg == auto_wg && c.tok == auto_tok && c.split == auto_split) continue; /* the auto row has it */
     if (i == 6 && tok2 == 256) continue;                                                   /* the row before */
-    snprintf(variant, sizeof variant, "bf16,%s=%dx%d/%d", i ? "plan" : "auto", c.wg, c.tok, c.split);
+    if (c.wg == 0) /* the heuristic's mma.sync kernel (M <= 8), through the public call */
+      snprintf(variant, sizeof variant, "bf16,auto=narrow");
+    else
+      snprintf(variant, sizeof variant, "bf16,%s=%dx%d/%d", i ? "plan" : "auto", c.wg, c.tok, c.split);
     rc |= fp4b_row(b, &c, "gemm_nvfp4_plans", variant, shape, peer_us, peer_d, h0, h1, rows);
   }
   return rc;
@@ -218,7 +222,7 @@ int bench_nvfp4(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
                                   {4096, 7168}, {7168, 2048}, {8192, 8192}, {28672, 8192}};
   static const int64_t public_ms[] = {1, 16, 64, 128, 2048};
-  static const int64_t plan_ms[] = {16, 64, 128, 144, 192, 256, 300, 384, 512, 1024, 2048};
+  static const int64_t plan_ms[] = {8, 16, 64, 128, 144, 192, 256, 300, 384, 512, 1024, 2048};
   int64_t ms[32], max_m = 0, max_n = 0, max_k = 0;
   size_t n_ms = 0;
   for (size_t i = 0; public_rows && i < sizeof public_ms / sizeof *public_ms; i++) ms[n_ms++] = public_ms[i];

@@ -56,6 +56,7 @@ static int distinct_elements(const int64_t dims[4], const int64_t strides[3]) {
   return 1;
 }
 
+#ifdef QF_WITH_CUDA
 /* The CUDA kernels' layout needs: 16-byte pointers and strides of whole 16-byte chunks. */
 static qf_status check_cuda_layout(qf_ctx *ctx, const char *op, const char *name, const void *data,
                                    const int64_t strides[3], qf_dtype dt) {
@@ -67,6 +68,7 @@ static qf_status check_cuda_layout(qf_ctx *ctx, const char *op, const char *name
                      strides[d]);
   return QF_OK;
 }
+#endif
 
 /* Validates the arguments of both forms into *a (paged: k and v are caches [num_pages, page_size,
  * Hkv, D], with block_table [B, max_pages] and kv_lens [B]) and dispatches. */

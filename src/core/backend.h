@@ -172,8 +172,9 @@ qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *a);
 /* qf_gemm_nvfp4 on CUDA's wgmma kernel with its plan forced (cuda/fp4/nvfp4_heuristic.h), any M:
  * warpgroups 2 on 128-row tiles of `tok` tokens (one of QF_FP4_WIDE2_TOKENS; split 1), or 1 on
  * 64-row tiles of `tok` tokens (one of QF_FP4_WIDE_TOKENS) with K split over a cluster of `split`
- * CTAs (1, 2, 4 or 8, at most one per step of 128 K). For the tests, which run every tile, and qfuse-bench's plan rows. Other plans,
- * and contexts that are not CUDA's, get QF_ERR_UNSUPPORTED; M or N zero does nothing. */
+ * CTAs (1, 2, 4 or 8, at most one per step of 128 K). For the tests, which run every tile, and
+ * qfuse-bench's plan rows. Other plans, and contexts that are not CUDA's, get QF_ERR_UNSUPPORTED;
+ * a valid plan with M or N zero does nothing. */
 qf_status qf_gemm_nvfp4_with(qf_ctx *ctx, const DLTensor *a, const DLTensor *b, const DLTensor *b_scales,
                              const DLTensor *b_tensor_scale, DLTensor *d, int warpgroups, int tok, int split);
 qf_status qf_cuda_gemm_nvfp4_with(qf_ctx *ctx, const qf_gemm_nvfp4_args *a, int warpgroups, int tok, int split);

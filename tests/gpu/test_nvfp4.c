@@ -213,7 +213,8 @@ int main(void) {
     }
 
   /* Every plan of the wgmma kernel forced: the one-warpgroup tiles of each instantiated token
-   * count, unsplit and split 2, 4 or 8 in turn, and the two-warpgroup ones (unsplit); M = 3 (one
+   * count, unsplit and split 4, 8 or 2 in turn (128 tokens split 8), and the two-warpgroup ones
+   * (unsplit); M = 3 (one
    * partial token tile) and tok + 5 (a second one of 5 tokens); N = 208 (the last 64- or 128-row
    * tile partial), K = 1120 (9 steps, the last partial: the 8-way split's last CTA takes two). */
   {
@@ -225,7 +226,7 @@ int main(void) {
         if (quick && tok % 64) continue;
         gemm_case g = {.M = sp ? tok + 5 : 3, .N = 208, .K = 1120, .at = i % 2 ? QF_F16 : QF_BF16,
                        .dt = outs[(i + (size_t)sp) % 3], .pad = (int)(i % 3 == 1), .nan_scale = sp && i % 4 == 2,
-                       .wg = wg, .tok = tok, .split = sp && wg == 1 ? 2 << (i % 3) : 1};
+                       .wg = wg, .tok = tok, .split = sp && wg == 1 ? 2 << ((i + 1) % 3) : 1};
         one_case(gpu, cpu, &g, &seed);
       }
   }
@@ -253,6 +254,16 @@ int main(void) {
       CHECK(st == QF_ERR_UNSUPPORTED, "plan %dx%d split %d: status %s (%s)", bad[i][0], bad[i][1], bad[i][2],
             qf_status_str(st), qf_ctx_last_error(gpu));
     }
+    /* more CTAs than a grid holds: 2^30 tokens on 16-token tiles, 2048 rows (refused before
+     * anything is read) */
+    tensor2d Ab, Bb, Sb, Db;
+    tensor2d_init(&Ab, a, QF_BF16, (int64_t)1 << 30, 32, 32, kDLCUDA);
+    tensor2d_init(&Bb, b, QF_E2M1X2, 2048, 32, 32, kDLCUDA);
+    tensor2d_init(&Sb, s, QF_E4M3FN, 2048, 2, 2, kDLCUDA);
+    tensor2d_init(&Db, d, QF_F32, (int64_t)1 << 30, 2048, 2048, kDLCUDA);
+    const qf_status big = qf_gemm_nvfp4_with(gpu, &Ab.t, &Bb.t, &Sb.t, &T, &Db.t, 1, 16, 1);
+    CHECK(big == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(gpu), "CTAs") != NULL,
+          "2^31 CTAs: status %s (%s)", qf_status_str(big), qf_ctx_last_error(gpu));
     CHECK(dev_poisoned(d, 64 * 4), "a refused plan wrote to d");
     CHECK(qf_gemm_nvfp4_with(gpu, &A.t, &B.t, &S.t, &T, &D.t, 1, 64, 1) == QF_OK, "plan 1x64: %s", qf_ctx_last_error(gpu));
     CUDA_OK(cudaDeviceSynchronize());

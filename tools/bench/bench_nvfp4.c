@@ -20,8 +20,8 @@
  *    its mma.sync kernel (M <= 8, against the wgmma kernel's 16-token tiles there). For sweeps of
  *    the heuristic's rules in one run.
  * The peer, "cublaslt_bf16", runs once per (M, N, K). Every qfuse output is compared with the
- * peer's: both add the same exact products in fp32 and round to bf16, so a relative Frobenius
- * error past 1e-2 fails the row.
+ * peer's before it is timed: both add the same exact products in fp32 and round to bf16, so a
+ * relative Frobenius error past 1e-2 (or NaN: d is poisoned first) gives a FAILED row.
  * Bytes (the floor's and GB/s): codes N K / 2 + scales N K / 16 + a 2 M K + d 2 M N; flops
  * 2 M N K, with the bf16 tensor peak taken as half the measured FP8 ceiling. */
 #include <math.h>
@@ -143,20 +143,19 @@ static int fp4b_row(qfb *b, fp4b_call *c, const char *op, const char *variant, c
   const int64_t M = c->dshape[0], N = c->dshape[1], K = c->ashape[1];
   const double bytes = (double)(N * K / 2 + N * K / 16 + 2 * M * K + 2 * M * N), flops = 2.0 * (double)M * (double)N * (double)K;
   const double fp8 = qfb_fp8_tflops(b);
-  if (!fp4b_cuda(cudaMemset(c->d.data, 0xFF, (size_t)(M * N) * 2), "poisoning d") || fp4b_run(c) ||
-      !fp4b_cuda(cudaDeviceSynchronize(), "the call"))
-    return 1;
-  const double err = fp4b_distance(c->d.data, peer_d, (size_t)(M * N), h0, h1);
   qfb_row row = {.op = op, .variant = variant, .shape = shape, .bytes = bytes, .flops = flops, .peer = "cublaslt_bf16",
-                 .peer_us = peer_us};
-  row.us = qfb_time_us(b, fp4b_run, c);
+                 .peer_us = peer_us, .us = -1.0};
   row.floor_us = qfb_floor_us(b, bytes, flops, fp8 > 0.0 ? fp8 / 2.0 : 0.0);
-  qfb_emit(b, &row);
-  ++*rows;
-  if (!(err >= 0.0 && err <= 1e-2)) {
+  double err = -1.0;
+  if (fp4b_cuda(cudaMemset(c->d.data, 0xFF, (size_t)(M * N) * 2), "poisoning d") && !fp4b_run(c) &&
+      fp4b_cuda(cudaDeviceSynchronize(), "the call"))
+    err = fp4b_distance(c->d.data, peer_d, (size_t)(M * N), h0, h1);
+  if (err >= 0.0 && err <= 1e-2)
+    row.us = qfb_time_us(b, fp4b_run, c);
+  else if (err >= 0.0 || isnan(err))
     fprintf(stderr, "bench_nvfp4: %s %s %s: relative Frobenius error %.3g against the peer\n", op, variant, shape, err);
-    return 1;
-  }
+  qfb_emit(b, &row); /* a FAILED row where the call, its check or its timing failed */
+  ++*rows;
   return row.us > 0 ? 0 : 1;
 }
 
@@ -252,7 +251,8 @@ int bench_nvfp4(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
       ha[i] = qf_bf16_from_f32((float)((double)(fp4b_rand(&seed) >> 11) * 0x1p-51 - 2.0));
     rc = fp4b_cuda(cudaMemcpy(a, ha, (size_t)(max_m * max_k) * 2, cudaMemcpyHostToDevice), "a to the device") ? 0 : 1;
   }
-  for (size_t j = 0; j < sizeof nk / sizeof *nk && !rc; j++) {
+  const int setup_failed = rc; /* rows that fail do not stop the shapes after them */
+  for (size_t j = 0; j < sizeof nk / sizeof *nk && !setup_failed; j++) {
     if (sel->k && nk[j][1] != sel->k) continue;
     int any = 0;
     for (size_t i = 0; i < n_ms; i++) any |= !sel->m || ms[i] == sel->m;
@@ -260,7 +260,7 @@ int bench_nvfp4(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     fp4b_weight w;
     if (!fp4b_weight_make(&w, nk[j][0], nk[j][1])) {
       rc = 1;
-      break;
+      continue;
     }
     for (size_t i = 0; i < n_ms; i++) {
       if (sel->m && ms[i] != sel->m) continue;

@@ -16,7 +16,7 @@
 #define QF_FP4_WIDE2_TOKENS(X) X(160) X(192) X(224) X(256)
 
 struct Fp4WidePlan {
-  int warpgroups; // 2: 128 rows x 256 tokens; 1: 64 rows x tok tokens
+  int warpgroups; // 2: 128 rows x tok tokens (the plan: 256); 1: 64 rows x tok tokens
   int tok;        // tokens per tile
   int split;      // CTAs of a cluster splitting K (1: none; one-warpgroup tiles only)
 };

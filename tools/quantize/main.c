@@ -1,0 +1,226 @@
+/* qfuse-quantize: quantizes a weight offline on the CPU backend, from a NumPy .npy file into the
+ * tensors qfuse's kernels read, and reports how close the result is.
+ *
+ *   qfuse-quantize FORMAT IN.npy OUT [--iterations N] [--seed S]
+ *
+ * IN.npy holds w [N, K], float32 or float16, C order. FORMAT:
+ *  - a VQ preset (qf_vq_format_preset): gptvq-2, cq-2, cq-4, aqlm-3, quip-4. qf_vq_quantize
+ *    (k-means, or the E8P lattice for quip-4) writes OUT.codes.npy (uint8 [R, N, row_bytes]),
+ *    OUT.codebooks.npy (float16 [R, n_books, entries, vector_size]) and, for formats with row
+ *    scales, OUT.scales.npy (float32 [N]). --iterations and --seed go to its k-means.
+ *  - nvfp4: the tensor scale amax(|w|) / (6 * 448) (ModelOpt's), qf_quant_nvfp4 and qf_nvfp4_pack
+ *    write OUT.codes.npy (uint8 [N, K / 2], codes as stored: element 2i in the low nibble of byte
+ *    i), OUT.packed.npy (the same bytes in qf_gemm_nvfp4's layout), OUT.scales.npy (uint8 [N,
+ *    K / 16], e4m3fn bits) and OUT.tensor_scale.npy (float32 [1]).
+ * It prints the bits per value and the relative squared error ||w - w^||^2 / ||w||^2 of the
+ * decoded weight (qf_vq_dequantize; for NVFP4 the format's formula), and for VQ the codebooks'
+ * statistics (entries no code uses, hot entries above mean + 3 sigma and their share of the codes).
+ * Nothing is written unless quantization succeeded. Exit status 0, 1 on failure (with a message),
+ * 2 on bad usage. k-means is quadratic in the entries: a large weight in a 12-bit format takes hours. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/formats.h"
+#include "npy.h"
+#include "qfuse.h"
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: qfuse-quantize FORMAT IN.npy OUT [--iterations N] [--seed S]\n"
+          "  FORMAT  gptvq-2, cq-2, cq-4, aqlm-3, quip-4 (vector quantization) or nvfp4\n"
+          "  IN.npy  the weight [N, K], float32 or float16, C order\n"
+          "  OUT     prefix of the files written: OUT.codes.npy, OUT.codebooks.npy, OUT.scales.npy (VQ);\n"
+          "          OUT.codes.npy, OUT.packed.npy, OUT.scales.npy, OUT.tensor_scale.npy (nvfp4)\n");
+}
+
+static DLTensor host_tensor(void *data, qf_dtype dt, int ndim, int64_t *shape) {
+  DLTensor t = {.data = data, .device = {kDLCPU, 0}, .ndim = ndim, .dtype = qf_dtype_to_dl(dt), .shape = shape};
+  return t;
+}
+
+static double w_value(const npy_array *w, size_t i) {
+  return w->item == 4 ? ((const float *)w->data)[i] : qf_f16_to_f32(((const uint16_t *)w->data)[i]);
+}
+
+/* ||w - w^||^2 / ||w||^2 with w^ fp32. */
+static double rel_error(const npy_array *w, const float *decoded) {
+  const size_t n = (size_t)(w->shape[0] * w->shape[1]);
+  double e2 = 0.0, r2 = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double v = w_value(w, i), d = v - decoded[i];
+    e2 += d * d, r2 += v * v;
+  }
+  return r2 > 0.0 ? e2 / r2 : e2;
+}
+
+/* The files of one result, written only once every tensor exists. */
+typedef struct {
+  const char *suffix, *descr;
+  int ndim;
+  int64_t shape[4];
+  const void *data;
+} out_file;
+
+static int write_all(const char *prefix, const out_file *files, int n) {
+  char path[4096], err[512];
+  for (int i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s.%s.npy", prefix, files[i].suffix);
+    if (npy_write(path, files[i].descr, files[i].ndim, files[i].shape, files[i].data, err, sizeof err)) {
+      fprintf(stderr, "qfuse-quantize: %s\n", err);
+      return 1;
+    }
+    printf("wrote %s\n", path);
+  }
+  return 0;
+}
+
+static int quantize_vq(qf_ctx *ctx, qf_vq_preset preset, const char *name, const npy_array *w, DLTensor *wt,
+                       const qf_vq_quantize_opts *opts, const char *prefix) {
+  const int64_t N = w->shape[0], K = w->shape[1];
+  qf_vq_format fmt;
+  qf_vq_sizes sz;
+  qf_vq_format_preset(preset, &fmt);
+  if (qf_vq_sizes_of(ctx, &fmt, N, K, &sz) != QF_OK) {
+    fprintf(stderr, "qfuse-quantize: %s: %s\n", name, qf_ctx_last_error(ctx));
+    return 1;
+  }
+  int64_t cshape[3] = {fmt.residuals, N, sz.row_bytes}, bshape[4] = {fmt.residuals, sz.n_books, sz.entries, fmt.vector_size},
+          sshape[1] = {N}, wshape[2] = {N, K};
+  uint8_t *codes = calloc((size_t)(cshape[0] * cshape[1] * cshape[2]), 1);
+  uint16_t *books = calloc((size_t)(bshape[0] * bshape[1] * bshape[2] * bshape[3]), 2);
+  float *scales = calloc((size_t)N, 4), *decoded = calloc((size_t)(N * K), 4);
+  int rc = 1;
+  if (!codes || !books || !scales || !decoded) {
+    fprintf(stderr, "qfuse-quantize: no memory for the %lld x %lld weight's codes and codebooks\n", (long long)N,
+            (long long)K);
+    goto done;
+  }
+  DLTensor ct = host_tensor(codes, QF_U8, 3, cshape), bt = host_tensor(books, fmt.entry_dtype, 4, bshape),
+           st = host_tensor(scales, QF_F32, 1, sshape), dt = host_tensor(decoded, QF_F32, 2, wshape);
+  qf_vq_stats stats;
+  if (qf_vq_quantize(ctx, wt, &fmt, opts, &ct, &bt, fmt.row_scale ? &st : NULL, &stats) != QF_OK ||
+      qf_vq_dequantize(ctx, &ct, &bt, fmt.row_scale ? &st : NULL, &fmt, &dt) != QF_OK) {
+    fprintf(stderr, "qfuse-quantize: %s\n", qf_ctx_last_error(ctx));
+    goto done;
+  }
+  printf("%s: VQ<%d, %d, %d>, %lld x %lld, %.3f bits per value (codes; %lld codebooks of %lld entries per "
+         "residual)\n",
+         name, fmt.vector_size, fmt.index_bits, fmt.residuals, (long long)N, (long long)K, sz.bits_per_value,
+         (long long)sz.n_books, (long long)sz.entries);
+  printf("relative squared error %.4g (the quantizer's: %.4g)\n", rel_error(w, decoded), stats.rel_mse);
+  printf("entries %lld, unused %lld, hot (above mean + 3 sigma) %lld taking %.1f%% of the codes\n",
+         (long long)stats.entries, (long long)stats.unused_entries, (long long)stats.hot_entries,
+         100.0 * stats.hot_share);
+  const out_file files[] = {{"codes", "|u1", 3, {cshape[0], cshape[1], cshape[2]}, codes},
+                            {"codebooks", "<f2", 4, {bshape[0], bshape[1], bshape[2], bshape[3]}, books},
+                            {"scales", "<f4", 1, {N}, scales}};
+  rc = write_all(prefix, files, fmt.row_scale ? 3 : 2);
+done:
+  free(codes), free(books), free(scales), free(decoded);
+  return rc;
+}
+
+static int quantize_nvfp4(qf_ctx *ctx, const npy_array *w, DLTensor *wt, const char *prefix) {
+  const int64_t N = w->shape[0], K = w->shape[1];
+  if (K % 32) { /* (the GEMM's K; the quantizer alone takes multiples of 16) */
+    fprintf(stderr, "qfuse-quantize: nvfp4: K=%lld is not a multiple of 32 (qf_gemm_nvfp4)\n", (long long)K);
+    return 1;
+  }
+  double amax = 0.0;
+  for (size_t i = 0; i < (size_t)(N * K); i++) {
+    const double v = fabs(w_value(w, i));
+    if (v > amax) amax = v; /* (NaN is skipped: qf_quant_nvfp4 would give it the code +6) */
+  }
+  float ts = (float)(amax / (6.0 * 448.0));
+  if (!(ts > 0.0f) || isinf(ts)) {
+    fprintf(stderr, "qfuse-quantize: nvfp4: max |w| = %g gives no usable tensor scale\n", amax);
+    return 1;
+  }
+  uint8_t *codes = malloc((size_t)(N * K / 2)), *packed = malloc((size_t)(N * K / 2)), *scales = malloc((size_t)(N * K / 16));
+  float *decoded = malloc((size_t)(N * K) * 4);
+  int rc = 1;
+  if (!codes || !packed || !scales || !decoded) {
+    fprintf(stderr, "qfuse-quantize: no memory for the %lld x %lld weight's codes\n", (long long)N, (long long)K);
+    goto done;
+  }
+  int64_t wshape[2] = {N, K}, sshape[2] = {N, K / 16}, one = 1;
+  DLTensor ct = host_tensor(codes, QF_E2M1X2, 2, wshape), pt = host_tensor(packed, QF_E2M1X2, 2, wshape),
+           st = host_tensor(scales, QF_E4M3FN, 2, sshape), tt = host_tensor(&ts, QF_F32, 1, &one);
+  if (qf_quant_nvfp4(ctx, wt, &tt, &ct, &st) != QF_OK || qf_nvfp4_pack(ctx, &ct, &pt) != QF_OK) {
+    fprintf(stderr, "qfuse-quantize: %s\n", qf_ctx_last_error(ctx));
+    goto done;
+  }
+  for (int64_t n = 0; n < N; n++) /* w^ = e2m1(code) * e4m3fn(block scale) * tensor scale */
+    for (int64_t k = 0; k < K; k++)
+      decoded[n * K + k] = qf_e2m1_to_f32((uint8_t)(codes[(n * K + k) / 2] >> (4 * (k % 2)))) *
+                           qf_e4m3fn_to_f32(scales[n * (K / 16) + k / 16]) * ts;
+  printf("nvfp4: %lld x %lld, 4.5 bits per value (e2m1 codes, an e4m3fn scale per 16), tensor scale %.6g\n",
+         (long long)N, (long long)K, ts);
+  printf("relative squared error %.4g\n", rel_error(w, decoded));
+  const out_file files[] = {{"codes", "|u1", 2, {N, K / 2}, codes},
+                            {"packed", "|u1", 2, {N, K / 2}, packed},
+                            {"scales", "|u1", 2, {N, K / 16}, scales},
+                            {"tensor_scale", "<f4", 1, {1}, &ts}};
+  rc = write_all(prefix, files, 4);
+done:
+  free(codes), free(packed), free(scales), free(decoded);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  static const struct {
+    const char *name;
+    int preset; /* -1: nvfp4 */
+  } formats[] = {{"gptvq-2", QF_VQ_GPTVQ_2}, {"cq-2", QF_VQ_CQ_2}, {"cq-4", QF_VQ_CQ_4},
+                 {"aqlm-3", QF_VQ_AQLM_3},   {"quip-4", QF_VQ_QUIP_4}, {"nvfp4", -1}};
+  if (argc < 4) {
+    usage();
+    return 2;
+  }
+  int format = -1;
+  for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
+    if (!strcmp(argv[1], formats[i].name)) format = (int)i;
+  qf_vq_quantize_opts opts = {0, 0};
+  for (int i = 4; i < argc; i++) {
+    char *end = NULL;
+    if (!strcmp(argv[i], "--iterations") && i + 1 < argc) opts.iterations = (int)strtol(argv[++i], &end, 10);
+    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) opts.seed = strtoull(argv[++i], &end, 10);
+    if (!end || *end || end == argv[i]) {
+      usage();
+      return 2;
+    }
+  }
+  if (format < 0) {
+    fprintf(stderr, "qfuse-quantize: unknown format '%s'\n", argv[1]);
+    usage();
+    return 2;
+  }
+
+  npy_array w;
+  char err[512];
+  if (npy_read(argv[2], &w, err, sizeof err)) {
+    fprintf(stderr, "qfuse-quantize: %s\n", err);
+    return 1;
+  }
+  int rc = 1;
+  qf_ctx *ctx = NULL;
+  if (w.ndim != 2 || w.item == 1 || w.shape[0] == 0 || w.shape[1] == 0) {
+    fprintf(stderr, "qfuse-quantize: %s: a weight is a non-empty 2-D float32 or float16 array (got %d-D %s)\n", argv[2],
+            w.ndim, w.descr);
+    goto done;
+  }
+  if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) {
+    fprintf(stderr, "qfuse-quantize: no CPU context\n");
+    goto done;
+  }
+  DLTensor wt = host_tensor(w.data, w.item == 4 ? QF_F32 : QF_F16, 2, w.shape);
+  rc = formats[format].preset < 0
+           ? quantize_nvfp4(ctx, &w, &wt, argv[3])
+           : quantize_vq(ctx, (qf_vq_preset)formats[format].preset, formats[format].name, &w, &wt, &opts, argv[3]);
+done:
+  qf_ctx_destroy(ctx);
+  npy_free(&w);
+  return rc;
+}

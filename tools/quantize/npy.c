@@ -1,0 +1,143 @@
+/* NumPy .npy reading and writing (npy.h). The header is a Python dict literal, e.g.
+ * {'descr': '<f4', 'fortran_order': False, 'shape': (4096, 4096), } padded with spaces to a
+ * multiple of 64 bytes and ended by a newline; the data follows it in C order. */
+#include "npy.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(char *err, size_t err_len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, err_len, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* The value after 'key': in the header, or NULL. */
+static const char *header_value(const char *header, const char *key) {
+  char quoted[32];
+  snprintf(quoted, sizeof quoted, "'%s':", key);
+  const char *p = strstr(header, quoted);
+  if (!p) return NULL;
+  p += strlen(quoted);
+  while (*p == ' ') p++;
+  return p;
+}
+
+static size_t item_size(const char *descr) {
+  if (!strcmp(descr, "<f4")) return 4;
+  if (!strcmp(descr, "<f2")) return 2;
+  if (!strcmp(descr, "|u1") || !strcmp(descr, "<u1")) return 1;
+  return 0;
+}
+
+int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
+  memset(a, 0, sizeof *a);
+  FILE *f = fopen(path, "rb");
+  if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
+  unsigned char pre[12];
+  char *header = NULL;
+  int rc = -1;
+  if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) || pre[6] < 1 || pre[6] > 3) {
+    fail(err, err_len, "%s: not a NumPy .npy file", path);
+    goto done;
+  }
+  size_t header_len;
+  if (pre[6] == 1) {
+    if (fread(pre + 8, 1, 2, f) != 2) goto truncated;
+    header_len = (size_t)pre[8] | (size_t)pre[9] << 8;
+  } else {
+    if (fread(pre + 8, 1, 4, f) != 4) goto truncated;
+    header_len = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+  }
+  if (header_len > (1u << 20) || !(header = malloc(header_len + 1))) {
+    fail(err, err_len, "%s: a header of %zu bytes", path, header_len);
+    goto done;
+  }
+  if (fread(header, 1, header_len, f) != header_len) goto truncated;
+  header[header_len] = '\0';
+
+  const char *descr = header_value(header, "descr"), *order = header_value(header, "fortran_order"),
+             *shape = header_value(header, "shape");
+  if (!descr || !order || !shape || *descr != '\'' || *shape != '(') {
+    fail(err, err_len, "%s: a header without descr, fortran_order and shape", path);
+    goto done;
+  }
+  const char *end = strchr(descr + 1, '\'');
+  if (!end || end - descr - 1 >= (long)sizeof a->descr) {
+    fail(err, err_len, "%s: an unreadable descr", path);
+    goto done;
+  }
+  memcpy(a->descr, descr + 1, (size_t)(end - descr - 1));
+  if (!(a->item = item_size(a->descr))) {
+    fail(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2') or uint8 are read", path, a->descr);
+    goto done;
+  }
+  if (strncmp(order, "False", 5)) {
+    fail(err, err_len, "%s: Fortran order; save a C-order array (np.ascontiguousarray)", path);
+    goto done;
+  }
+  size_t count = 1;
+  for (const char *p = shape + 1; *p != ')';) {
+    while (*p == ' ' || *p == ',') p++;
+    if (*p == ')') break;
+    char *next;
+    const long long v = strtoll(p, &next, 10);
+    if (next == p || v < 0 || a->ndim == NPY_MAX_DIMS) {
+      fail(err, err_len, "%s: a shape of more than %d dimensions, or unreadable", path, NPY_MAX_DIMS);
+      goto done;
+    }
+    a->shape[a->ndim++] = v;
+    count *= (size_t)v;
+    p = next;
+  }
+  if (!(a->data = malloc(count * a->item + 1))) {
+    fail(err, err_len, "%s: no memory for %zu bytes", path, count * a->item);
+    goto done;
+  }
+  if (fread(a->data, a->item, count, f) != count) goto truncated;
+  rc = 0;
+  goto done;
+truncated:
+  fail(err, err_len, "%s: shorter than its header says", path);
+done:
+  free(header);
+  fclose(f);
+  if (rc) npy_free(a);
+  return rc;
+}
+
+int npy_write(const char *path, const char *descr, int ndim, const int64_t *shape, const void *data, char *err,
+              size_t err_len) {
+  const size_t item = item_size(descr);
+  if (!item || ndim < 1 || ndim > NPY_MAX_DIMS) return fail(err, err_len, "%s: cannot write dtype %s", path, descr);
+  char dict[256], dims[160] = "";
+  size_t count = 1, used = 0;
+  for (int d = 0; d < ndim; d++) {
+    used += (size_t)snprintf(dims + used, sizeof dims - used, "%lld,%s", (long long)shape[d], d + 1 < ndim ? " " : "");
+    count *= (size_t)shape[d];
+  }
+  if (ndim > 1) dims[used - 1] = '\0'; /* (N,) keeps its comma, (N, K) drops the last */
+  int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, dims);
+  /* pad with spaces so that the 10 bytes before it, it and its newline end on a multiple of 64 */
+  const size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64, header_len = total - 10;
+  memset(dict + n, ' ', header_len - 1 - (size_t)n);
+  dict[header_len - 1] = '\n';
+  FILE *f = fopen(path, "wb");
+  if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
+  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header_len & 0xFF),
+                                 (unsigned char)(header_len >> 8)};
+  const int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, header_len, f) == header_len &&
+                 fwrite(data, item, count, f) == count;
+  if (fclose(f) || !ok) return fail(err, err_len, "%s: write failed", path);
+  return 0;
+}
+
+void npy_free(npy_array *a) {
+  free(a->data);
+  a->data = NULL;
+}

@@ -1,0 +1,31 @@
+/* NumPy .npy files (format versions 1 to 3), as much as qfuse-quantize needs: C-order arrays of
+ * little-endian numbers, read whole into memory and written with a version 1.0 header. */
+#ifndef QFUSE_TOOLS_NPY_H
+#define QFUSE_TOOLS_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NPY_MAX_DIMS 4
+
+typedef struct {
+  char descr[8];                /* NumPy's type string, e.g. "<f4", "<f2", "|u1" */
+  int ndim;
+  int64_t shape[NPY_MAX_DIMS];
+  size_t item;                  /* bytes per element */
+  void *data;                   /* malloc'd, item * prod(shape) bytes */
+} npy_array;
+
+/* Reads path into *a. Returns 0, or -1 after writing why into err (err_len bytes): unreadable
+ * file, not an .npy file, Fortran order, more than NPY_MAX_DIMS dimensions, a type other than
+ * little-endian float32 / float16 / uint8, or fewer data bytes than the shape needs. */
+int npy_read(const char *path, npy_array *a, char *err, size_t err_len);
+
+/* Writes an array of type descr ("<f4", "<f2" or "|u1") and the given shape from data. Returns 0,
+ * or -1 after writing why into err. */
+int npy_write(const char *path, const char *descr, int ndim, const int64_t *shape, const void *data, char *err,
+              size_t err_len);
+
+void npy_free(npy_array *a);
+
+#endif

@@ -1,7 +1,7 @@
 """qfuse-quantize (tools/quantize) on .npy files (run by CI): for every format, its files hold the
 bytes the API writes for the same weight and options (through the Python binding), its reported
-error is that of the decoded weight, and bad input is refused with a message and no file
-written. QFUSE_QUANTIZE names the tool's binary."""
+error is that of the decoded weight, the block-scaled weight feeds qf_gemm_fp8_blockscale, and
+bad input is refused with a message and no file written. QFUSE_QUANTIZE names the tool's binary."""
 import os
 import re
 import subprocess
@@ -13,6 +13,16 @@ import numpy as np
 import qfuse
 
 TOOL = os.environ.get("QFUSE_QUANTIZE", "qfuse-quantize")
+
+
+def e4m3fn_values():
+    """Value of every e4m3fn code (NaN for 0x7F and 0xFF)."""
+    c = np.arange(256)
+    e, m = (c >> 3) & 15, (c & 7) / 8
+    mag = np.where(e > 0, (1 + m) * 2.0 ** (e - 7), m * 2.0 ** -6)
+    vals = np.where(c & 0x80, -mag, mag)
+    vals[[0x7F, 0xFF]] = np.nan
+    return vals
 
 
 def run(*args):
@@ -86,6 +96,59 @@ class TestQuantizeTool(unittest.TestCase):
         self.assertAlmostEqual(reported_error(r.stdout) / rel, 1.0, places=3)
         self.assertLess(rel, 0.02)
 
+    def test_fp8_block(self):
+        # DeepSeek-V3 weight blocks (partial ones at both edges): each block's scale is amax / 448 in
+        # fp32 and its codes those qf_quant_per_tensor gives for that scale; the result feeds
+        # qf_gemm_fp8_blockscale as its weight and weight scales.
+        n, k = 208, 320
+        w = np.random.default_rng(4).standard_normal((n, k)).astype(np.float32) * 3.0
+        w[150, 300] = -90.0  # an outlier in the last block
+        src = self.path("wb.npy")
+        np.save(src, w)
+        out = self.path("blk")
+        r = run("fp8-block", src, out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        codes, scales = np.load(out + ".codes.npy"), np.load(out + ".scales.npy")
+        self.assertEqual(codes.shape, (n, k))
+        self.assertEqual(scales.shape, (2, 3))
+        for nb in range(2):
+            for kb in range(3):
+                blk = np.ascontiguousarray(w[nb * 128:(nb + 1) * 128, kb * 128:(kb + 1) * 128])
+                s = np.float32(np.abs(blk).max()) / np.float32(448)
+                self.assertEqual(scales[nb, kb], s)
+                want = np.zeros(blk.shape, np.uint8)
+                self.ctx.quant_per_tensor(blk, np.array([s], np.float32), qfuse.view(want, "e4m3fn"))
+                np.testing.assert_array_equal(codes[nb * 128:(nb + 1) * 128, kb * 128:(kb + 1) * 128], want)
+        m = 3
+        x = np.random.default_rng(5).standard_normal((m, k)).astype(np.float32)
+        xq = np.zeros((m, 384), np.uint8)  # (quantized with zeros to a whole last group: the same codes)
+        xs = np.zeros((m, 3), np.float32)
+        self.ctx.quant_group(np.pad(x, ((0, 0), (0, 384 - k))), qfuse.view(xq, "e4m3fn"), xs, group_size=128)
+        xq = np.ascontiguousarray(xq[:, :k])
+        d = np.zeros((m, n), np.float32)
+        self.ctx.gemm_fp8_blockscale(qfuse.view(xq, "e4m3fn"), xs, qfuse.view(codes, "e4m3fn"), scales, d,
+                                     a_scales_row_major=True)
+        e4m3 = e4m3fn_values()
+        wd = e4m3[codes] * np.repeat(np.repeat(scales, 128, axis=0), 128, axis=1)[:n, :k]
+        xd = e4m3[xq] * np.repeat(xs, 128, axis=1)[:, :k]
+        np.testing.assert_allclose(d, xd @ wd.T, rtol=1e-5, atol=1e-5)
+        self.assertLess(np.linalg.norm(wd - w) / np.linalg.norm(w), 0.05)
+
+    def test_channel(self):
+        # per-channel FP8 and INT8 weights of qf_gemm_scaled: qf_quant_token's bytes and scales
+        for fmt, dtype, view in (("fp8-channel", np.uint8, "e4m3fn"), ("int8-channel", np.int8, None)):
+            with self.subTest(fmt=fmt):
+                out = self.path(fmt)
+                r = run(fmt, self.src, out)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                q = np.zeros(self.w.shape, dtype)
+                scales = np.zeros(64, np.float32)
+                self.ctx.quant_token(self.w, qfuse.view(q, view) if view else q, scales)
+                got = np.load(out + ".codes.npy")
+                self.assertEqual(got.dtype, dtype)
+                np.testing.assert_array_equal(got, q)
+                np.testing.assert_array_equal(np.load(out + ".scales.npy"), scales)
+
     def test_float16_input(self):
         src = self.path("w16.npy")
         np.save(src, self.w[:32, :256].astype(np.float16))
@@ -101,6 +164,7 @@ class TestQuantizeTool(unittest.TestCase):
             "k-not-32": (np.ones((4, 48), np.float32), "nvfp4", "multiple of 32"),
             "all-zero": (np.zeros((4, 32), np.float32), "nvfp4", "tensor scale"),
             "gptvq-k": (np.ones((4, 100), np.float32), "gptvq-2", "gptvq-2"),
+            "block-n": (np.ones((40, 128), np.float32), "fp8-block", "multiples of 16"),
         }
         for name, (arr, fmt, msg) in cases.items():
             with self.subTest(case=name):

@@ -12,6 +12,12 @@
  *    write OUT.codes.npy (uint8 [N, K / 2], codes as stored: element 2i in the low nibble of byte
  *    i), OUT.packed.npy (the same bytes in qf_gemm_nvfp4's layout), OUT.scales.npy (uint8 [N,
  *    K / 16], e4m3fn bits) and OUT.tensor_scale.npy (float32 [1]).
+ *  - fp8-block: qf_gemm_fp8_blockscale's weight (DeepSeek-V3): per 128 x 128 block the dynamic
+ *    scale rule of docs/NUMERICS.md (s = amax / 448, q = e4m3fn(w * (1 / s))), OUT.codes.npy
+ *    (uint8 [N, K], e4m3fn bits) and OUT.scales.npy (float32 [ceil(N / 128), ceil(K / 128)]).
+ *  - fp8-channel, int8-channel: qf_gemm_scaled's weight with per-channel scales: qf_quant_token
+ *    on its rows, OUT.codes.npy (uint8 e4m3fn bits, or int8 [N, K]) and OUT.scales.npy (float32
+ *    [N]).
  * It prints the bits per value and the relative squared error ||w - w^||^2 / ||w||^2 of the
  * decoded weight (qf_vq_dequantize; for NVFP4 the format's formula), and for VQ the codebooks'
  * statistics (entries no code uses, hot entries above mean + 3 sigma and their share of the codes).
@@ -23,16 +29,19 @@
 #include <string.h>
 
 #include "formats/formats.h"
+#include "formats/quant_math.h"
 #include "npy.h"
 #include "qfuse.h"
 
 static void usage(void) {
   fprintf(stderr,
           "usage: qfuse-quantize FORMAT IN.npy OUT [--iterations N] [--seed S]\n"
-          "  FORMAT  gptvq-2, cq-2, cq-4, aqlm-3, quip-4 (vector quantization) or nvfp4\n"
+          "  FORMAT  gptvq-2, cq-2, cq-4, aqlm-3, quip-4 (vector quantization), nvfp4, fp8-block,\n"
+          "          fp8-channel or int8-channel\n"
           "  IN.npy  the weight [N, K], float32 or float16, C order\n"
           "  OUT     prefix of the files written: OUT.codes.npy, OUT.codebooks.npy, OUT.scales.npy (VQ);\n"
-          "          OUT.codes.npy, OUT.packed.npy, OUT.scales.npy, OUT.tensor_scale.npy (nvfp4)\n");
+          "          OUT.codes.npy, OUT.packed.npy, OUT.scales.npy, OUT.tensor_scale.npy (nvfp4);\n"
+          "          OUT.codes.npy, OUT.scales.npy (fp8-block, fp8-channel, int8-channel)\n");
 }
 
 static DLTensor host_tensor(void *data, qf_dtype dt, int ndim, int64_t *shape) {
@@ -169,12 +178,86 @@ done:
   return rc;
 }
 
+/* DeepSeek-V3's 128 x 128 weight blocks: the scale rule and encoding of the dynamic quantizations
+ * (quant_math.h), so that the codes are those qf_quant_per_tensor gives each block for its scale. */
+static int quantize_fp8_block(const npy_array *w, const char *prefix) {
+  const int64_t N = w->shape[0], K = w->shape[1], NB = (N + 127) / 128, KB = (K + 127) / 128;
+  if (N % 16 || K % 16) {
+    fprintf(stderr, "qfuse-quantize: fp8-block: N=%lld and K=%lld must be multiples of 16 (qf_gemm_fp8_blockscale)\n",
+            (long long)N, (long long)K);
+    return 1;
+  }
+  uint8_t *codes = malloc((size_t)(N * K));
+  float *scales = malloc((size_t)(NB * KB) * 4), *decoded = malloc((size_t)(N * K) * 4);
+  int rc = 1;
+  if (!codes || !scales || !decoded) {
+    fprintf(stderr, "qfuse-quantize: no memory for the %lld x %lld weight's codes\n", (long long)N, (long long)K);
+    goto done;
+  }
+  for (int64_t nb = 0; nb < NB; nb++)
+    for (int64_t kb = 0; kb < KB; kb++) {
+      const int64_t n1 = nb * 128 + 128 < N ? nb * 128 + 128 : N, k1 = kb * 128 + 128 < K ? kb * 128 + 128 : K;
+      float amax = 0.0f;
+      for (int64_t n = nb * 128; n < n1; n++)
+        for (int64_t k = kb * 128; k < k1; k++) amax = qf_nan_max(amax, qf_absf((float)w_value(w, (size_t)(n * K + k))));
+      const float s = qf_group_scale(amax, 448.0f, 0, 0.0f, 1e-10f, 0), inv = qf_inv_scale(s);
+      scales[nb * KB + kb] = s;
+      for (int64_t n = nb * 128; n < n1; n++)
+        for (int64_t k = kb * 128; k < k1; k++) {
+          const uint8_t q = qf_e4m3fn_from_f32((float)w_value(w, (size_t)(n * K + k)) * inv);
+          codes[n * K + k] = q;
+          decoded[n * K + k] = qf_e4m3fn_to_f32(q) * s;
+        }
+    }
+  printf("fp8-block: %lld x %lld, e4m3fn with an fp32 scale per 128 x 128 block (%lld x %lld scales)\n", (long long)N,
+         (long long)K, (long long)NB, (long long)KB);
+  printf("relative squared error %.4g\n", rel_error(w, decoded));
+  const out_file files[] = {{"codes", "|u1", 2, {N, K}, codes}, {"scales", "<f4", 2, {NB, KB}, scales}};
+  rc = write_all(prefix, files, 2);
+done:
+  free(codes), free(scales), free(decoded);
+  return rc;
+}
+
+/* Per-channel weights for qf_gemm_scaled: qf_quant_token on the weight's rows. */
+static int quantize_channel(qf_ctx *ctx, const npy_array *w, DLTensor *wt, int int8, const char *prefix) {
+  const int64_t N = w->shape[0], K = w->shape[1];
+  uint8_t *codes = malloc((size_t)(N * K));
+  float *scales = malloc((size_t)N * 4), *decoded = malloc((size_t)(N * K) * 4);
+  int rc = 1;
+  if (!codes || !scales || !decoded) {
+    fprintf(stderr, "qfuse-quantize: no memory for the %lld x %lld weight's codes\n", (long long)N, (long long)K);
+    goto done;
+  }
+  int64_t qshape[2] = {N, K}, sshape[1] = {N};
+  DLTensor qt = host_tensor(codes, int8 ? QF_I8 : QF_E4M3FN, 2, qshape), st = host_tensor(scales, QF_F32, 1, sshape);
+  if (qf_quant_token(ctx, wt, &qt, &st, NULL, NULL) != QF_OK) {
+    fprintf(stderr, "qfuse-quantize: %s\n", qf_ctx_last_error(ctx));
+    goto done;
+  }
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t k = 0; k < K; k++) {
+      const uint8_t q = codes[n * K + k];
+      decoded[n * K + k] = (int8 ? (float)(int8_t)q : qf_e4m3fn_to_f32(q)) * scales[n];
+    }
+  printf("%s-channel: %lld x %lld, %s with an fp32 scale per row (output channel)\n", int8 ? "int8" : "fp8",
+         (long long)N, (long long)K, int8 ? "int8" : "e4m3fn");
+  printf("relative squared error %.4g\n", rel_error(w, decoded));
+  const out_file files[] = {{"codes", int8 ? "|i1" : "|u1", 2, {N, K}, codes}, {"scales", "<f4", 1, {N}, scales}};
+  rc = write_all(prefix, files, 2);
+done:
+  free(codes), free(scales), free(decoded);
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  enum { NVFP4 = -1, FP8_BLOCK = -2, FP8_CHANNEL = -3, INT8_CHANNEL = -4 };
   static const struct {
     const char *name;
-    int preset; /* -1: nvfp4 */
-  } formats[] = {{"gptvq-2", QF_VQ_GPTVQ_2}, {"cq-2", QF_VQ_CQ_2}, {"cq-4", QF_VQ_CQ_4},
-                 {"aqlm-3", QF_VQ_AQLM_3},   {"quip-4", QF_VQ_QUIP_4}, {"nvfp4", -1}};
+    int preset; /* a qf_vq_preset, or one of the above */
+  } formats[] = {{"gptvq-2", QF_VQ_GPTVQ_2}, {"cq-2", QF_VQ_CQ_2},        {"cq-4", QF_VQ_CQ_4},
+                 {"aqlm-3", QF_VQ_AQLM_3},   {"quip-4", QF_VQ_QUIP_4},    {"nvfp4", NVFP4},
+                 {"fp8-block", FP8_BLOCK},   {"fp8-channel", FP8_CHANNEL}, {"int8-channel", INT8_CHANNEL}};
   if (argc < 4) {
     usage();
     return 2;
@@ -216,9 +299,14 @@ int main(int argc, char **argv) {
     goto done;
   }
   DLTensor wt = host_tensor(w.data, w.item == 4 ? QF_F32 : QF_F16, 2, w.shape);
-  rc = formats[format].preset < 0
-           ? quantize_nvfp4(ctx, &w, &wt, argv[3])
-           : quantize_vq(ctx, (qf_vq_preset)formats[format].preset, formats[format].name, &w, &wt, &opts, argv[3]);
+  switch (formats[format].preset) {
+    case NVFP4: rc = quantize_nvfp4(ctx, &w, &wt, argv[3]); break;
+    case FP8_BLOCK: rc = quantize_fp8_block(&w, argv[3]); break;
+    case FP8_CHANNEL: rc = quantize_channel(ctx, &w, &wt, 0, argv[3]); break;
+    case INT8_CHANNEL: rc = quantize_channel(ctx, &w, &wt, 1, argv[3]); break;
+    default:
+      rc = quantize_vq(ctx, (qf_vq_preset)formats[format].preset, formats[format].name, &w, &wt, &opts, argv[3]);
+  }
 done:
   qf_ctx_destroy(ctx);
   npy_free(&w);

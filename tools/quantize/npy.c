@@ -31,7 +31,7 @@ static const char *header_value(const char *header, const char *key) {
 static size_t item_size(const char *descr) {
   if (!strcmp(descr, "<f4")) return 4;
   if (!strcmp(descr, "<f2")) return 2;
-  if (!strcmp(descr, "|u1") || !strcmp(descr, "<u1")) return 1;
+  if (!strcmp(descr, "|u1") || !strcmp(descr, "<u1") || !strcmp(descr, "|i1")) return 1;
   return 0;
 }
 
@@ -74,7 +74,7 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
   }
   memcpy(a->descr, descr + 1, (size_t)(end - descr - 1));
   if (!(a->item = item_size(a->descr))) {
-    fail(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2') or uint8 are read", path, a->descr);
+    fail(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2'), uint8 or int8 are read", path, a->descr);
     goto done;
   }
   if (strncmp(order, "False", 5)) {

@@ -9,7 +9,7 @@
 #define NPY_MAX_DIMS 4
 
 typedef struct {
-  char descr[8];                /* NumPy's type string, e.g. "<f4", "<f2", "|u1" */
+  char descr[8];                /* NumPy's type string, e.g. "<f4", "<f2", "|u1", "|i1" */
   int ndim;
   int64_t shape[NPY_MAX_DIMS];
   size_t item;                  /* bytes per element */
@@ -18,10 +18,10 @@ typedef struct {
 
 /* Reads path into *a. Returns 0, or -1 after writing why into err (err_len bytes): unreadable
  * file, not an .npy file, Fortran order, more than NPY_MAX_DIMS dimensions, a type other than
- * little-endian float32 / float16 / uint8, or fewer data bytes than the shape needs. */
+ * little-endian float32 / float16 / uint8 / int8, or fewer data bytes than the shape needs. */
 int npy_read(const char *path, npy_array *a, char *err, size_t err_len);
 
-/* Writes an array of type descr ("<f4", "<f2" or "|u1") and the given shape from data. Returns 0,
+/* Writes an array of type descr ("<f4", "<f2", "|u1" or "|i1") and the given shape from data. Returns 0,
  * or -1 after writing why into err. */
 int npy_write(const char *path, const char *descr, int ndim, const int64_t *shape, const void *data, char *err,
               size_t err_len);

@@ -150,21 +150,65 @@ class TestQuantizeTool(unittest.TestCase):
                 np.testing.assert_array_equal(np.load(out + ".scales.npy"), scales)
 
     def test_float16_input(self):
-        src = self.path("w16.npy")
-        np.save(src, self.w[:32, :256].astype(np.float16))
-        r = run("nvfp4", src, self.path("h"))
+        # a float16 weight gives the files of its float32 copy, byte for byte, in every format
+        w16 = self.w[:32, :256].astype(np.float16)
+        np.save(self.path("h16.npy"), w16)
+        np.save(self.path("h32.npy"), w16.astype(np.float32))
+        for fmt in ("gptvq-2", "nvfp4", "fp8-block", "fp8-channel", "int8-channel"):
+            with self.subTest(fmt=fmt):
+                for t in ("16", "32"):
+                    r = run(fmt, self.path(f"h{t}.npy"), self.path(f"{fmt}-{t}"))
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                files = sorted(f[len(fmt) + 4:] for f in os.listdir(self.dir.name) if f.startswith(fmt + "-16."))
+                self.assertTrue(files)
+                for f in files:
+                    with open(self.path(f"{fmt}-16.{f}"), "rb") as a, open(self.path(f"{fmt}-32.{f}"), "rb") as b:
+                        self.assertEqual(a.read(), b.read(), f)
+
+    def test_fp8_block_floor(self):
+        # an all-zero block takes the scale floor, 1e-10 in fp32, and zero codes
+        w = np.ones((128, 256), np.float32)
+        w[:, 128:] = 0.0
+        np.save(self.path("z.npy"), w)
+        r = run("fp8-block", self.path("z.npy"), self.path("z"))
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(np.load(self.path("h.codes.npy")).shape, (32, 128))
+        scales = np.load(self.path("z.scales.npy"))
+        self.assertEqual(scales[0, 1], np.float32(1e-10))
+        self.assertEqual(scales[0, 0], np.float32(1) / np.float32(448))
+        self.assertFalse(np.load(self.path("z.codes.npy"))[:, 128:].any())
+
+    def test_outputs_together(self):
+        # an earlier result's files that this format does not write are removed; a result that
+        # cannot be written whole leaves none of its files
+        out = self.path("o")
+        self.assertEqual(run("fp8-channel", self.src, out).returncode, 0)
+        r = run("gptvq-2", self.src, out, "--iterations", 2)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(out + ".scales.npy"))
+        out = self.path("p")
+        os.mkdir(out + ".codebooks.npy")  # where the second file goes
+        r = run("gptvq-2", self.src, out, "--iterations", 2)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(sorted(f for f in os.listdir(self.dir.name) if f.startswith("p.")), ["p.codebooks.npy"])
 
     def test_refusals(self):
+        nan = self.w.copy()
+        nan[7, 9] = np.nan
+        inf = self.w.copy()
+        inf[1, 2] = -np.inf
         cases = {
             "3-D": (np.zeros((2, 4, 32), np.float32), "nvfp4", "2-D"),
             "int32": (np.zeros((4, 32), np.int32), "nvfp4", "dtype"),
             "fortran": (np.asfortranarray(self.w), "nvfp4", "Fortran"),
-            "k-not-32": (np.ones((4, 48), np.float32), "nvfp4", "multiple of 32"),
-            "all-zero": (np.zeros((4, 32), np.float32), "nvfp4", "tensor scale"),
-            "gptvq-k": (np.ones((4, 100), np.float32), "gptvq-2", "gptvq-2"),
+            "k-not-32": (np.ones((16, 48), np.float32), "nvfp4", "K=48"),
+            "n-not-16": (np.ones((20, 64), np.float32), "nvfp4", "N=20"),
+            "all-zero": (np.zeros((16, 32), np.float32), "nvfp4", "tensor scale"),
+            "tiny": (np.full((16, 32), 1e-36, np.float32), "nvfp4", "tensor scale"),
+            "gptvq-k": (np.ones((4, 100), np.float32), "gptvq-2", "multiple"),
             "block-n": (np.ones((40, 128), np.float32), "fp8-block", "multiples of 16"),
+            "nan-vq": (nan, "gptvq-2", "w[7, 9] = nan"),
+            "nan-block": (nan, "fp8-block", "finite"),
+            "inf-channel": (inf, "int8-channel", "w[1, 2] = -inf"),
         }
         for name, (arr, fmt, msg) in cases.items():
             with self.subTest(case=name):
@@ -175,13 +219,30 @@ class TestQuantizeTool(unittest.TestCase):
                 self.assertIn(msg, r.stderr)
                 self.assertFalse([f for f in os.listdir(self.dir.name) if f.startswith(name + ".")])
         self.assertEqual(run("nvfp4", self.path("missing.npy"), self.path("m")).returncode, 1)
-        self.assertEqual(run("fp3", self.src, self.path("x")).returncode, 2)
-        self.assertEqual(run("nvfp4", self.src, self.path("x"), "--iterations").returncode, 2)
+        for args in (("fp3",), ("nvfp4", "--iterations"), ("gptvq-2", "--iterations", 0),
+                     ("gptvq-2", "--iterations", -5), ("gptvq-2", "--iterations", "4x"), ("gptvq-2", "--seed", -1),
+                     ("gptvq-2", "--seed", "99999999999999999999999"), ("nvfp4", "--seed", 3), ("gptvq-2", "--bits", 2)):
+            with self.subTest(args=args):
+                self.assertEqual(run(args[0], self.src, self.path("x"), *args[1:]).returncode, 2)
+        self.assertFalse([f for f in os.listdir(self.dir.name) if f.startswith("x.")])
+        # malformed files: not .npy, shapes whose sizes overflow, data shorter than the shape
+        def npy(name, descr, shape, data=b""):
+            header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}".encode()
+            header += b" " * (-(len(header) + 11) % 64) + b"\n"
+            with open(self.path(name), "wb") as f:
+                f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + data)
         with open(self.path("junk.npy"), "wb") as f:
             f.write(b"not an npy file at all")
-        r = run("nvfp4", self.path("junk.npy"), self.path("j"))
-        self.assertEqual(r.returncode, 1)
-        self.assertIn("not a NumPy", r.stderr)
+        npy("wrap.npy", "|u1", "(3, 6148914691236517205)", b"x" * 64)
+        npy("zero.npy", "<f4", "(274877906944, 274877906944)", b"x")
+        npy("big.npy", "<f4", "(99999999999999999999999, 4)")
+        npy("short.npy", "<f4", "(100000, 100000)", b"x" * 64)
+        for name, msg in (("junk", "not a NumPy"), ("wrap", "elements"), ("zero", "elements"), ("big", "shape"),
+                          ("short", "shorter")):
+            with self.subTest(file=name):
+                r = run("nvfp4", self.path(name + ".npy"), self.path("x"))
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(msg, r.stderr)
 
 
 if __name__ == "__main__":

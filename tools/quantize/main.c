@@ -21,8 +21,13 @@
  * It prints the bits per value and the relative squared error ||w - w^||^2 / ||w||^2 of the
  * decoded weight (qf_vq_dequantize; for NVFP4 the format's formula), and for VQ the codebooks'
  * statistics (entries no code uses, hot entries above mean + 3 sigma and their share of the codes).
- * Nothing is written unless quantization succeeded. Exit status 0, 1 on failure (with a message),
- * 2 on bad usage. k-means is quadratic in the entries: a large weight in a 12-bit format takes hours. */
+ * Weights must be finite. Nothing is written unless quantization succeeded, and then the files
+ * appear together (written under temporary names, then renamed); files an earlier run left under
+ * the same prefix that this format does not write are removed. Exit status 0, 1 on failure (with a
+ * message), 2 on bad usage. k-means is quadratic in the entries: a large weight in a 12-bit format
+ * takes hours. */
+#include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,15 +77,46 @@ typedef struct {
   const void *data;
 } out_file;
 
+/* Writes every file under a temporary name, then renames them all: a failure leaves none of them
+ * (nor a truncated one). Files of the prefix that this format does not write (an earlier run's,
+ * which would not match the new ones) are removed. */
 static int write_all(const char *prefix, const out_file *files, int n) {
-  char path[4096], err[512];
-  for (int i = 0; i < n; i++) {
-    snprintf(path, sizeof path, "%s.%s.npy", prefix, files[i].suffix);
-    if (npy_write(path, files[i].descr, files[i].ndim, files[i].shape, files[i].data, err, sizeof err)) {
-      fprintf(stderr, "qfuse-quantize: %s\n", err);
-      return 1;
+  char path[8][4096], tmp[8][4096], err[512];
+  int written = 0, rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    if (snprintf(path[i], sizeof path[i], "%s.%s.npy", prefix, files[i].suffix) >= (int)sizeof path[i] ||
+        snprintf(tmp[i], sizeof tmp[i], "%s.%s.npy.tmp", prefix, files[i].suffix) >= (int)sizeof tmp[i]) {
+      fprintf(stderr, "qfuse-quantize: the output prefix is too long\n");
+      rc = 1;
+      break;
     }
-    printf("wrote %s\n", path);
+    if (npy_write(tmp[i], files[i].descr, files[i].ndim, files[i].shape, files[i].data, err, sizeof err)) {
+      fprintf(stderr, "qfuse-quantize: %s\n", err);
+      remove(tmp[i]);
+      rc = 1;
+    }
+    written = i + 1 - rc;
+  }
+  int renamed = 0;
+  for (; !rc && renamed < n; renamed++)
+    if (rename(tmp[renamed], path[renamed])) {
+      fprintf(stderr, "qfuse-quantize: cannot rename %s to %s\n", tmp[renamed], path[renamed]);
+      rc = 1;
+      break;
+    }
+  if (rc) { /* none of this result stays */
+    for (int i = 0; i < renamed; i++) remove(path[i]);
+    for (int i = renamed; i < written; i++) remove(tmp[i]);
+    return 1;
+  }
+  for (int i = 0; i < n; i++) printf("wrote %s\n", path[i]);
+  static const char *const every[] = {"codes", "codebooks", "scales", "packed", "tensor_scale"};
+  for (size_t j = 0; j < sizeof every / sizeof *every; j++) {
+    int mine = 0;
+    for (int i = 0; i < n; i++) mine |= !strcmp(files[i].suffix, every[j]);
+    char old[4096];
+    snprintf(old, sizeof old, "%s.%s.npy", prefix, every[j]);
+    if (!mine && !remove(old)) printf("removed %s (an earlier result's; this format has none)\n", old);
   }
   return 0;
 }
@@ -133,18 +169,16 @@ done:
 
 static int quantize_nvfp4(qf_ctx *ctx, const npy_array *w, DLTensor *wt, const char *prefix) {
   const int64_t N = w->shape[0], K = w->shape[1];
-  if (K % 32) { /* (the GEMM's K; the quantizer alone takes multiples of 16) */
-    fprintf(stderr, "qfuse-quantize: nvfp4: K=%lld is not a multiple of 32 (qf_gemm_nvfp4)\n", (long long)K);
+  if (N % 16 || K % 32) { /* (qf_gemm_nvfp4's; the quantizer alone takes any N and K a multiple of 16) */
+    fprintf(stderr, "qfuse-quantize: nvfp4: N=%lld must be a multiple of 16 and K=%lld of 32 (qf_gemm_nvfp4)\n",
+            (long long)N, (long long)K);
     return 1;
   }
   double amax = 0.0;
-  for (size_t i = 0; i < (size_t)(N * K); i++) {
-    const double v = fabs(w_value(w, i));
-    if (v > amax) amax = v; /* (NaN is skipped: qf_quant_nvfp4 would give it the code +6) */
-  }
+  for (size_t i = 0; i < (size_t)(N * K); i++) amax = fmax(amax, fabs(w_value(w, i))); /* (w is finite) */
   float ts = (float)(amax / (6.0 * 448.0));
-  if (!(ts > 0.0f) || isinf(ts)) {
-    fprintf(stderr, "qfuse-quantize: nvfp4: max |w| = %g gives no usable tensor scale\n", amax);
+  if (!(ts >= FLT_MIN)) { /* a subnormal tensor scale keeps few bits, and times an activation scale underflows */
+    fprintf(stderr, "qfuse-quantize: nvfp4: max |w| = %g gives a tensor scale below 2^-126\n", amax);
     return 1;
   }
   uint8_t *codes = malloc((size_t)(N * K / 2)), *packed = malloc((size_t)(N * K / 2)), *scales = malloc((size_t)(N * K / 16));
@@ -265,20 +299,31 @@ int main(int argc, char **argv) {
   int format = -1;
   for (size_t i = 0; i < sizeof formats / sizeof *formats; i++)
     if (!strcmp(argv[1], formats[i].name)) format = (int)i;
-  qf_vq_quantize_opts opts = {0, 0};
-  for (int i = 4; i < argc; i++) {
-    char *end = NULL;
-    if (!strcmp(argv[i], "--iterations") && i + 1 < argc) opts.iterations = (int)strtol(argv[++i], &end, 10);
-    else if (!strcmp(argv[i], "--seed") && i + 1 < argc) opts.seed = strtoull(argv[++i], &end, 10);
-    if (!end || *end || end == argv[i]) {
-      usage();
-      return 2;
-    }
-  }
   if (format < 0) {
     fprintf(stderr, "qfuse-quantize: unknown format '%s'\n", argv[1]);
     usage();
     return 2;
+  }
+  qf_vq_quantize_opts opts = {0, 0};
+  for (int i = 4; i < argc; i++) {
+    const int iterations = !strcmp(argv[i], "--iterations"), seed = !strcmp(argv[i], "--seed");
+    char *end = NULL;
+    errno = 0;
+    const unsigned long long v = (iterations || seed) && i + 1 < argc && argv[i + 1][0] != '-'
+                                     ? strtoull(argv[i + 1], &end, 10)
+                                     : 0;
+    if (!end || *end || end == argv[i + 1] || errno || (iterations && (v < 1 || v > 1000000))) {
+      fprintf(stderr, "qfuse-quantize: %s: expected --iterations 1..1000000 or --seed 0..2^64-1\n", argv[i]);
+      usage();
+      return 2;
+    }
+    if (formats[format].preset < 0) {
+      fprintf(stderr, "qfuse-quantize: %s applies to the VQ formats (k-means) only\n", argv[i]);
+      return 2;
+    }
+    if (iterations) opts.iterations = (int)v;
+    else opts.seed = v;
+    i++;
   }
 
   npy_array w;
@@ -294,6 +339,12 @@ int main(int argc, char **argv) {
             w.ndim, w.descr);
     goto done;
   }
+  for (int64_t i = 0; i < w.shape[0] * w.shape[1]; i++)
+    if (!isfinite(w_value(&w, (size_t)i))) { /* (each format would carry it into its scales or codebooks) */
+      fprintf(stderr, "qfuse-quantize: %s: w[%lld, %lld] = %g; a weight must be finite\n", argv[2],
+              (long long)(i / w.shape[1]), (long long)(i % w.shape[1]), w_value(&w, (size_t)i));
+      goto done;
+    }
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) {
     fprintf(stderr, "qfuse-quantize: no CPU context\n");
     goto done;

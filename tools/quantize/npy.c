@@ -81,25 +81,35 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
     fail(err, err_len, "%s: Fortran order; save a C-order array (np.ascontiguousarray)", path);
     goto done;
   }
-  size_t count = 1;
+  /* Element counts stay below NPY_MAX_ELEMENTS, so that no product of them (in bytes, in int64 or
+   * size_t) overflows here or in the caller; and the data must be in the file before it is read. */
+  int64_t count = 1;
   for (const char *p = shape + 1; *p != ')';) {
     while (*p == ' ' || *p == ',') p++;
     if (*p == ')') break;
     char *next;
+    errno = 0;
     const long long v = strtoll(p, &next, 10);
-    if (next == p || v < 0 || a->ndim == NPY_MAX_DIMS) {
+    if (next == p || errno || v < 0 || a->ndim == NPY_MAX_DIMS) {
       fail(err, err_len, "%s: a shape of more than %d dimensions, or unreadable", path, NPY_MAX_DIMS);
       goto done;
     }
+    if (v && count > NPY_MAX_ELEMENTS / v) {
+      fail(err, err_len, "%s: more than 2^%d elements", path, NPY_MAX_ELEMENTS_LOG2);
+      goto done;
+    }
     a->shape[a->ndim++] = v;
-    count *= (size_t)v;
+    count *= v;
     p = next;
   }
-  if (!(a->data = malloc(count * a->item + 1))) {
-    fail(err, err_len, "%s: no memory for %zu bytes", path, count * a->item);
+  const long here = ftell(f);
+  if (here < 0 || fseek(f, 0, SEEK_END) || ftell(f) - here < count * (int64_t)a->item || fseek(f, here, SEEK_SET))
+    goto truncated;
+  if (!(a->data = malloc((size_t)count * a->item + 1))) {
+    fail(err, err_len, "%s: no memory for %lld bytes", path, (long long)(count * (int64_t)a->item));
     goto done;
   }
-  if (fread(a->data, a->item, count, f) != count) goto truncated;
+  if (fread(a->data, a->item, (size_t)count, f) != (size_t)count) goto truncated;
   rc = 0;
   goto done;
 truncated:

@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #define NPY_MAX_DIMS 4
+#define NPY_MAX_ELEMENTS_LOG2 40 /* arrays read hold at most 2^40 elements */
+#define NPY_MAX_ELEMENTS ((int64_t)1 << NPY_MAX_ELEMENTS_LOG2)
 
 typedef struct {
   char descr[8];                /* NumPy's type string, e.g. "<f4", "<f2", "|u1", "|i1" */
@@ -17,8 +19,9 @@ typedef struct {
 } npy_array;
 
 /* Reads path into *a. Returns 0, or -1 after writing why into err (err_len bytes): unreadable
- * file, not an .npy file, Fortran order, more than NPY_MAX_DIMS dimensions, a type other than
- * little-endian float32 / float16 / uint8 / int8, or fewer data bytes than the shape needs. */
+ * file, not an .npy file, Fortran order, more than NPY_MAX_DIMS dimensions or NPY_MAX_ELEMENTS
+ * elements, a type other than little-endian float32 / float16 / uint8 / int8, or fewer data bytes
+ * than the shape needs. */
 int npy_read(const char *path, npy_array *a, char *err, size_t err_len);
 
 /* Writes an array of type descr ("<f4", "<f2", "|u1" or "|i1") and the given shape from data. Returns 0,

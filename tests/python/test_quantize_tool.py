@@ -2,6 +2,7 @@
 bytes the API writes for the same weight and options (through the Python binding), its reported
 error is that of the decoded weight, the block-scaled weight feeds qf_gemm_fp8_blockscale, and
 bad input is refused with a message and no file written. QFUSE_QUANTIZE names the tool's binary."""
+import json
 import os
 import re
 import subprocess
@@ -23,6 +24,30 @@ def e4m3fn_values():
     vals = np.where(c & 0x80, -mag, mag)
     vals[[0x7F, 0xFF]] = np.nan
     return vals
+
+
+def bf16_bits(a):
+    """float32 values rounded to bfloat16 (nearest even), as uint16 bits."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def save_safetensors(path, tensors, metadata=None, header_edit=None):
+    """tensors: name -> (dtype string, array whose bytes are the data)."""
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, arr) in tensors.items():
+        b = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    if metadata:
+        header["__metadata__"] = metadata
+    if header_edit:
+        header_edit(header)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
 
 
 def run(*args):
@@ -190,6 +215,64 @@ class TestQuantizeTool(unittest.TestCase):
         r = run("gptvq-2", self.src, out, "--iterations", 2)
         self.assertEqual(r.returncode, 1)
         self.assertEqual(sorted(f for f in os.listdir(self.dir.name) if f.startswith("p.")), ["p.codebooks.npy"])
+
+    def test_safetensors(self):
+        # a checkpoint's BF16 and F16 tensors give the files of their values saved as .npy
+        wb = bf16_bits(self.w)
+        w16 = self.w[:32, :256].astype(np.float16)
+        ckpt = self.path("model.safetensors")
+        save_safetensors(ckpt, {"model.layers.0.mlp.up_proj.weight": ("BF16", wb), "norm.weight": ("F32", self.w[0]),
+                                "embed": ("F16", w16)}, metadata={"format": "pt"})
+        r = run("--list", ckpt)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(), ["model.layers.0.mlp.up_proj.weight  BF16 [64, 512]",
+                                                 "norm.weight  F32 [512]", "embed  F16 [32, 256]"])
+        np.save(self.path("wb.npy"), (wb.astype(np.uint32) << 16).view(np.float32))
+        np.save(self.path("w16.npy"), w16)
+        for fmt in ("gptvq-2", "nvfp4", "fp8-block", "int8-channel"):
+            for name, npy in (("model.layers.0.mlp.up_proj.weight", "wb"), ("embed", "w16")):
+                with self.subTest(fmt=fmt, tensor=name):
+                    r = run(fmt, f"{ckpt}:{name}", self.path(f"{fmt}-st"), *(("--iterations", 2) if fmt == "gptvq-2" else ()))
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    r = run(fmt, self.path(npy + ".npy"), self.path(f"{fmt}-np"), *(("--iterations", 2) if fmt == "gptvq-2" else ()))
+                    self.assertEqual(r.returncode, 0, r.stderr)
+                    files = sorted(f[len(fmt) + 4:] for f in os.listdir(self.dir.name) if f.startswith(fmt + "-st."))
+                    self.assertTrue(files)
+                    for f in files:
+                        with open(self.path(f"{fmt}-st.{f}"), "rb") as a, open(self.path(f"{fmt}-np.{f}"), "rb") as b:
+                            self.assertEqual(a.read(), b.read(), f)
+
+    def test_safetensors_refusals(self):
+        good = {"w": ("F32", self.w[:16, :64])}
+        def bad_offsets(h):
+            h["w"]["data_offsets"][1] -= 4
+        def past_end(h):
+            h["w"]["data_offsets"] = [0, 1 << 40]
+        cases = {
+            "missing": (good, None, "x.safetensors:nope", "no tensor 'nope'"),
+            "1-D": ({"w": ("F32", self.w[0])}, None, "x.safetensors:w", "2-D"),
+            "int8": ({"w": ("I8", np.zeros((16, 64), np.int8))}, None, "x.safetensors:w", "I8"),
+            "offsets": (good, bad_offsets, "x.safetensors:w", "data offsets"),
+            "past-end": (good, past_end, "x.safetensors:w", "data offsets"),
+        }
+        for case, (tensors, edit, arg, msg) in cases.items():
+            with self.subTest(case=case):
+                save_safetensors(self.path("x.safetensors"), tensors, header_edit=edit)
+                r = run("nvfp4", self.path(arg), self.path("y"))
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(msg, r.stderr)
+        for name, data in (("short", b"\x10\x00"), ("huge", (1 << 40).to_bytes(8, "little") + b"{}"),
+                           ("json", (6).to_bytes(8, "little") + b'{"w":}'),
+                           ("deep", (130).to_bytes(8, "little") + b'{"__metadata__":' + b"[" * 100 + b"]" * 13 + b"}")):
+            with self.subTest(file=name):
+                with open(self.path(name + ".safetensors"), "wb") as f:
+                    f.write(data)
+                for args in (("--list", self.path(name + ".safetensors")),
+                             ("nvfp4", self.path(name + ".safetensors:w"), self.path("y"))):
+                    r = run(*args)
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    self.assertIn(name + ".safetensors", r.stderr)
+        self.assertFalse([f for f in os.listdir(self.dir.name) if f.startswith("y.")])
 
     def test_refusals(self):
         nan = self.w.copy()

@@ -1,9 +1,11 @@
 /* qfuse-quantize: quantizes a weight offline on the CPU backend, from a NumPy .npy file into the
  * tensors qfuse's kernels read, and reports how close the result is.
  *
- *   qfuse-quantize FORMAT IN.npy OUT [--iterations N] [--seed S]
+ *   qfuse-quantize FORMAT IN OUT [--iterations N] [--seed S]
+ *   qfuse-quantize --list FILE.safetensors
  *
- * IN.npy holds w [N, K], float32 or float16, C order. FORMAT:
+ * IN is w [N, K]: a .npy file (float32 or float16, C order) or FILE.safetensors:NAME, the tensor
+ * NAME of a checkpoint (F32, F16 or BF16; --list prints the tensors). FORMAT:
  *  - a VQ preset (qf_vq_format_preset): gptvq-2, cq-2, cq-4, aqlm-3, quip-4. qf_vq_quantize
  *    (k-means, or the E8P lattice for quip-4) writes OUT.codes.npy (uint8 [R, N, row_bytes]),
  *    OUT.codebooks.npy (float16 [R, n_books, entries, vector_size]) and, for formats with row
@@ -37,13 +39,16 @@
 #include "formats/quant_math.h"
 #include "npy.h"
 #include "qfuse.h"
+#include "safetensors.h"
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: qfuse-quantize FORMAT IN.npy OUT [--iterations N] [--seed S]\n"
+          "usage: qfuse-quantize FORMAT IN OUT [--iterations N] [--seed S]\n"
+          "       qfuse-quantize --list FILE.safetensors\n"
           "  FORMAT  gptvq-2, cq-2, cq-4, aqlm-3, quip-4 (vector quantization), nvfp4, fp8-block,\n"
           "          fp8-channel or int8-channel\n"
-          "  IN.npy  the weight [N, K], float32 or float16, C order\n"
+          "  IN      the weight [N, K]: W.npy (float32 or float16, C order) or FILE.safetensors:NAME\n"
+          "          (a checkpoint's tensor, F32, F16 or BF16)\n"
           "  OUT     prefix of the files written: OUT.codes.npy, OUT.codebooks.npy, OUT.scales.npy (VQ);\n"
           "          OUT.codes.npy, OUT.packed.npy, OUT.scales.npy, OUT.tensor_scale.npy (nvfp4);\n"
           "          OUT.codes.npy, OUT.scales.npy (fp8-block, fp8-channel, int8-channel)\n");
@@ -55,7 +60,21 @@ static DLTensor host_tensor(void *data, qf_dtype dt, int ndim, int64_t *shape) {
 }
 
 static double w_value(const npy_array *w, size_t i) {
-  return w->item == 4 ? ((const float *)w->data)[i] : qf_f16_to_f32(((const uint16_t *)w->data)[i]);
+  if (w->item == 4) return ((const float *)w->data)[i];
+  const uint16_t h = ((const uint16_t *)w->data)[i];
+  return strcmp(w->descr, "bf16") ? qf_f16_to_f32(h) : qf_bf16_to_f32(h);
+}
+
+/* The weight from W.npy or FILE.safetensors:NAME. */
+static int read_weight(const char *in, npy_array *w, char *err, size_t err_len) {
+  const char *st = strstr(in, ".safetensors:");
+  if (!st) return npy_read(in, w, err, err_len);
+  char path[4096];
+  const size_t n = (size_t)(st - in) + strlen(".safetensors");
+  if (n >= sizeof path) return snprintf(err, err_len, "a path of %zu bytes", n), -1;
+  memcpy(path, in, n);
+  path[n] = '\0';
+  return safetensors_read(path, st + strlen(".safetensors:"), w, err, err_len);
 }
 
 /* ||w - w^||^2 / ||w||^2 with w^ fp32. */
@@ -292,6 +311,12 @@ int main(int argc, char **argv) {
   } formats[] = {{"gptvq-2", QF_VQ_GPTVQ_2}, {"cq-2", QF_VQ_CQ_2},        {"cq-4", QF_VQ_CQ_4},
                  {"aqlm-3", QF_VQ_AQLM_3},   {"quip-4", QF_VQ_QUIP_4},    {"nvfp4", NVFP4},
                  {"fp8-block", FP8_BLOCK},   {"fp8-channel", FP8_CHANNEL}, {"int8-channel", INT8_CHANNEL}};
+  char err[512];
+  if (argc == 3 && !strcmp(argv[1], "--list")) {
+    if (!safetensors_list(argv[2], stdout, err, sizeof err)) return 0;
+    fprintf(stderr, "qfuse-quantize: %s\n", err);
+    return 1;
+  }
   if (argc < 4) {
     usage();
     return 2;
@@ -327,16 +352,15 @@ int main(int argc, char **argv) {
   }
 
   npy_array w;
-  char err[512];
-  if (npy_read(argv[2], &w, err, sizeof err)) {
+  if (read_weight(argv[2], &w, err, sizeof err)) {
     fprintf(stderr, "qfuse-quantize: %s\n", err);
     return 1;
   }
   int rc = 1;
   qf_ctx *ctx = NULL;
   if (w.ndim != 2 || w.item == 1 || w.shape[0] == 0 || w.shape[1] == 0) {
-    fprintf(stderr, "qfuse-quantize: %s: a weight is a non-empty 2-D float32 or float16 array (got %d-D %s)\n", argv[2],
-            w.ndim, w.descr);
+    fprintf(stderr, "qfuse-quantize: %s: a weight is a non-empty 2-D float32, float16 or bfloat16 array (got %d-D %s)\n",
+            argv[2], w.ndim, w.descr);
     goto done;
   }
   for (int64_t i = 0; i < w.shape[0] * w.shape[1]; i++)
@@ -349,7 +373,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "qfuse-quantize: no CPU context\n");
     goto done;
   }
-  DLTensor wt = host_tensor(w.data, w.item == 4 ? QF_F32 : QF_F16, 2, w.shape);
+  DLTensor wt = host_tensor(w.data, w.item == 4 ? QF_F32 : strcmp(w.descr, "bf16") ? QF_F16 : QF_BF16, 2, w.shape);
   switch (formats[format].preset) {
     case NVFP4: rc = quantize_nvfp4(ctx, &w, &wt, argv[3]); break;
     case FP8_BLOCK: rc = quantize_fp8_block(&w, argv[3]); break;

@@ -11,7 +11,8 @@
 #define NPY_MAX_ELEMENTS ((int64_t)1 << NPY_MAX_ELEMENTS_LOG2)
 
 typedef struct {
-  char descr[8];                /* NumPy's type string, e.g. "<f4", "<f2", "|u1", "|i1" */
+  char descr[8];                /* NumPy's type string, e.g. "<f4", "<f2", "|u1", "|i1"; "bf16" (NumPy has
+                                   none) for bfloat16 read from a .safetensors file */
   int ndim;
   int64_t shape[NPY_MAX_DIMS];
   size_t item;                  /* bytes per element */

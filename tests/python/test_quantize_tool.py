@@ -73,6 +73,18 @@ class TestQuantizeTool(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.dir.name, name)
 
+    def assert_same_results(self, fmt, in_a, in_b):
+        """fmt run on inputs in_a and in_b writes the same files, byte for byte."""
+        extra = ("--iterations", 2) if fmt == "gptvq-2" else ()
+        for tag, src in (("a", in_a), ("b", in_b)):
+            r = run(fmt, src, self.path(f"{fmt}-{tag}"), *extra)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        files = sorted(f[len(fmt) + 3:] for f in os.listdir(self.dir.name) if f.startswith(fmt + "-a."))
+        self.assertTrue(files)
+        for f in files:
+            with open(self.path(f"{fmt}-a.{f}"), "rb") as a, open(self.path(f"{fmt}-b.{f}"), "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+
     def test_vq_presets(self):
         for preset in ("gptvq-2", "cq-2", "cq-4", "aqlm-3", "quip-4"):
             with self.subTest(preset=preset):
@@ -181,14 +193,7 @@ class TestQuantizeTool(unittest.TestCase):
         np.save(self.path("h32.npy"), w16.astype(np.float32))
         for fmt in ("gptvq-2", "nvfp4", "fp8-block", "fp8-channel", "int8-channel"):
             with self.subTest(fmt=fmt):
-                for t in ("16", "32"):
-                    r = run(fmt, self.path(f"h{t}.npy"), self.path(f"{fmt}-{t}"))
-                    self.assertEqual(r.returncode, 0, r.stderr)
-                files = sorted(f[len(fmt) + 4:] for f in os.listdir(self.dir.name) if f.startswith(fmt + "-16."))
-                self.assertTrue(files)
-                for f in files:
-                    with open(self.path(f"{fmt}-16.{f}"), "rb") as a, open(self.path(f"{fmt}-32.{f}"), "rb") as b:
-                        self.assertEqual(a.read(), b.read(), f)
+                self.assert_same_results(fmt, self.path("h16.npy"), self.path("h32.npy"))
 
     def test_fp8_block_floor(self):
         # an all-zero block takes the scale floor, 1e-10 in fp32, and zero codes
@@ -232,15 +237,7 @@ class TestQuantizeTool(unittest.TestCase):
         for fmt in ("gptvq-2", "nvfp4", "fp8-block", "int8-channel"):
             for name, npy in (("model.layers.0.mlp.up_proj.weight", "wb"), ("embed", "w16")):
                 with self.subTest(fmt=fmt, tensor=name):
-                    r = run(fmt, f"{ckpt}:{name}", self.path(f"{fmt}-st"), *(("--iterations", 2) if fmt == "gptvq-2" else ()))
-                    self.assertEqual(r.returncode, 0, r.stderr)
-                    r = run(fmt, self.path(npy + ".npy"), self.path(f"{fmt}-np"), *(("--iterations", 2) if fmt == "gptvq-2" else ()))
-                    self.assertEqual(r.returncode, 0, r.stderr)
-                    files = sorted(f[len(fmt) + 4:] for f in os.listdir(self.dir.name) if f.startswith(fmt + "-st."))
-                    self.assertTrue(files)
-                    for f in files:
-                        with open(self.path(f"{fmt}-st.{f}"), "rb") as a, open(self.path(f"{fmt}-np.{f}"), "rb") as b:
-                            self.assertEqual(a.read(), b.read(), f)
+                    self.assert_same_results(fmt, f"{ckpt}:{name}", self.path(npy + ".npy"))
 
     def test_safetensors_refusals(self):
         good = {"w": ("F32", self.w[:16, :64])}

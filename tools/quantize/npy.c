@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t err_len, const char *fmt, ...) {
+int npy_error(char *err, size_t err_len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err, err_len, fmt, ap);
@@ -38,12 +38,12 @@ static size_t item_size(const char *descr) {
 int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
   memset(a, 0, sizeof *a);
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
+  if (!f) return npy_error(err, err_len, "%s: %s", path, strerror(errno));
   unsigned char pre[12];
   char *header = NULL;
   int rc = -1;
   if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) || pre[6] < 1 || pre[6] > 3) {
-    fail(err, err_len, "%s: not a NumPy .npy file", path);
+    npy_error(err, err_len, "%s: not a NumPy .npy file", path);
     goto done;
   }
   size_t header_len;
@@ -55,7 +55,7 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
     header_len = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
   }
   if (header_len > (1u << 20) || !(header = malloc(header_len + 1))) {
-    fail(err, err_len, "%s: a header of %zu bytes", path, header_len);
+    npy_error(err, err_len, "%s: a header of %zu bytes", path, header_len);
     goto done;
   }
   if (fread(header, 1, header_len, f) != header_len) goto truncated;
@@ -64,21 +64,21 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
   const char *descr = header_value(header, "descr"), *order = header_value(header, "fortran_order"),
              *shape = header_value(header, "shape");
   if (!descr || !order || !shape || *descr != '\'' || *shape != '(') {
-    fail(err, err_len, "%s: a header without descr, fortran_order and shape", path);
+    npy_error(err, err_len, "%s: a header without descr, fortran_order and shape", path);
     goto done;
   }
   const char *end = strchr(descr + 1, '\'');
   if (!end || end - descr - 1 >= (long)sizeof a->descr) {
-    fail(err, err_len, "%s: an unreadable descr", path);
+    npy_error(err, err_len, "%s: an unreadable descr", path);
     goto done;
   }
   memcpy(a->descr, descr + 1, (size_t)(end - descr - 1));
   if (!(a->item = item_size(a->descr))) {
-    fail(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2'), uint8 or int8 are read", path, a->descr);
+    npy_error(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2'), uint8 or int8 are read", path, a->descr);
     goto done;
   }
   if (strncmp(order, "False", 5)) {
-    fail(err, err_len, "%s: Fortran order; save a C-order array (np.ascontiguousarray)", path);
+    npy_error(err, err_len, "%s: Fortran order; save a C-order array (np.ascontiguousarray)", path);
     goto done;
   }
   /* Element counts stay below NPY_MAX_ELEMENTS, so that no product of them (in bytes, in int64 or
@@ -91,11 +91,11 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
     errno = 0;
     const long long v = strtoll(p, &next, 10);
     if (next == p || errno || v < 0 || a->ndim == NPY_MAX_DIMS) {
-      fail(err, err_len, "%s: a shape of more than %d dimensions, or unreadable", path, NPY_MAX_DIMS);
+      npy_error(err, err_len, "%s: a shape of more than %d dimensions, or unreadable", path, NPY_MAX_DIMS);
       goto done;
     }
     if (v && count > NPY_MAX_ELEMENTS / v) {
-      fail(err, err_len, "%s: more than 2^%d elements", path, NPY_MAX_ELEMENTS_LOG2);
+      npy_error(err, err_len, "%s: more than 2^%d elements", path, NPY_MAX_ELEMENTS_LOG2);
       goto done;
     }
     a->shape[a->ndim++] = v;
@@ -106,14 +106,14 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
   if (here < 0 || fseek(f, 0, SEEK_END) || ftell(f) - here < count * (int64_t)a->item || fseek(f, here, SEEK_SET))
     goto truncated;
   if (!(a->data = malloc((size_t)count * a->item + 1))) {
-    fail(err, err_len, "%s: no memory for %lld bytes", path, (long long)(count * (int64_t)a->item));
+    npy_error(err, err_len, "%s: no memory for %lld bytes", path, (long long)(count * (int64_t)a->item));
     goto done;
   }
   if (fread(a->data, a->item, (size_t)count, f) != (size_t)count) goto truncated;
   rc = 0;
   goto done;
 truncated:
-  fail(err, err_len, "%s: shorter than its header says", path);
+  npy_error(err, err_len, "%s: shorter than its header says", path);
 done:
   free(header);
   fclose(f);
@@ -124,7 +124,7 @@ done:
 int npy_write(const char *path, const char *descr, int ndim, const int64_t *shape, const void *data, char *err,
               size_t err_len) {
   const size_t item = item_size(descr);
-  if (!item || ndim < 1 || ndim > NPY_MAX_DIMS) return fail(err, err_len, "%s: cannot write dtype %s", path, descr);
+  if (!item || ndim < 1 || ndim > NPY_MAX_DIMS) return npy_error(err, err_len, "%s: cannot write dtype %s", path, descr);
   char dict[256], dims[160] = "";
   size_t count = 1, used = 0;
   for (int d = 0; d < ndim; d++) {
@@ -138,12 +138,12 @@ int npy_write(const char *path, const char *descr, int ndim, const int64_t *shap
   memset(dict + n, ' ', header_len - 1 - (size_t)n);
   dict[header_len - 1] = '\n';
   FILE *f = fopen(path, "wb");
-  if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
+  if (!f) return npy_error(err, err_len, "%s: %s", path, strerror(errno));
   const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(header_len & 0xFF),
                                  (unsigned char)(header_len >> 8)};
   const int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, header_len, f) == header_len &&
                  fwrite(data, item, count, f) == count;
-  if (fclose(f) || !ok) return fail(err, err_len, "%s: write failed", path);
+  if (fclose(f) || !ok) return npy_error(err, err_len, "%s: write failed", path);
   return 0;
 }
 

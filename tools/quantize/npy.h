@@ -32,4 +32,7 @@ int npy_write(const char *path, const char *descr, int ndim, const int64_t *shap
 
 void npy_free(npy_array *a);
 
+/* Formats a message into err (err_len bytes) and returns -1: the readers' error return. */
+int npy_error(char *err, size_t err_len, const char *fmt, ...);
+
 #endif

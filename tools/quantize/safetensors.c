@@ -3,20 +3,11 @@
 #include "safetensors.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define ST_MAX_HEADER ((int64_t)100 << 20) /* the format's own limit on the JSON header */
 #define ST_MAX_DEPTH 32
-
-static int fail(char *err, size_t err_len, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, err_len, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 /* ---- the JSON scanner: each function returns 1 and moves past what it read, or 0 ---- */
 typedef struct {
@@ -148,17 +139,17 @@ static int read_entry(cursor *c, entry *t) {
 static int read_header(FILE *f, const char *path, char **json, int64_t *len, int64_t *data0, int64_t *file_end,
                        char *err, size_t err_len) {
   unsigned char n8[8];
-  if (fread(n8, 1, 8, f) != 8) return fail(err, err_len, "%s: not a .safetensors file (shorter than 8 bytes)", path);
+  if (fread(n8, 1, 8, f) != 8) return npy_error(err, err_len, "%s: not a .safetensors file (shorter than 8 bytes)", path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; i--) n = n << 8 | n8[i];
   if (fseek(f, 0, SEEK_END) || (*file_end = ftell(f)) < 0 || fseek(f, 8, SEEK_SET))
-    return fail(err, err_len, "%s: %s", path, strerror(errno));
+    return npy_error(err, err_len, "%s: %s", path, strerror(errno));
   if (n < 2 || (int64_t)n > ST_MAX_HEADER || (int64_t)n > *file_end - 8)
-    return fail(err, err_len, "%s: not a .safetensors file (a header of %llu bytes)", path, (unsigned long long)n);
-  if (!(*json = malloc(n + 1))) return fail(err, err_len, "%s: no memory for the header", path);
+    return npy_error(err, err_len, "%s: not a .safetensors file (a header of %llu bytes)", path, (unsigned long long)n);
+  if (!(*json = malloc(n + 1))) return npy_error(err, err_len, "%s: no memory for the header", path);
   if (fread(*json, 1, n, f) != n) {
     free(*json);
-    return fail(err, err_len, "%s: shorter than its header says", path);
+    return npy_error(err, err_len, "%s: shorter than its header says", path);
   }
   (*json)[n] = '\0';
   *len = (int64_t)n, *data0 = 8 + (int64_t)n;
@@ -171,20 +162,20 @@ static int each_entry(const char *json, int64_t len, const char *path, void (*vi
                       char *err, size_t err_len) {
   cursor c = {json, json + len};
   entry t;
-  if (!take(&c, '{')) return fail(err, err_len, "%s: the header is not a JSON object", path);
+  if (!take(&c, '{')) return npy_error(err, err_len, "%s: the header is not a JSON object", path);
   if (take(&c, '}')) return 0;
   do {
     const size_t n = read_string(&c, t.name, sizeof t.name);
-    if (!n || !take(&c, ':')) return fail(err, err_len, "%s: unreadable header", path);
+    if (!n || !take(&c, ':')) return npy_error(err, err_len, "%s: unreadable header", path);
     t.cut = n > sizeof t.name;
     if (!strcmp(t.name, "__metadata__")) {
-      if (!skip_value(&c, 1)) return fail(err, err_len, "%s: unreadable __metadata__", path);
+      if (!skip_value(&c, 1)) return npy_error(err, err_len, "%s: unreadable __metadata__", path);
       continue;
     }
-    if (!read_entry(&c, &t)) return fail(err, err_len, "%s: unreadable entry '%s' in the header", path, t.name);
+    if (!read_entry(&c, &t)) return npy_error(err, err_len, "%s: unreadable entry '%s' in the header", path, t.name);
     visit(&t, arg);
   } while (take(&c, ','));
-  if (!take(&c, '}')) return fail(err, err_len, "%s: unreadable header", path);
+  if (!take(&c, '}')) return npy_error(err, err_len, "%s: unreadable header", path);
   return 0;
 }
 
@@ -209,7 +200,7 @@ static void print_entry(const entry *t, void *arg) {
 
 int safetensors_list(const char *path, FILE *out, char *err, size_t err_len) {
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
+  if (!f) return npy_error(err, err_len, "%s: %s", path, strerror(errno));
   char *json = NULL;
   int64_t len, data0, file_end;
   int rc = read_header(f, path, &json, &len, &data0, &file_end, err, err_len);
@@ -223,25 +214,25 @@ int safetensors_list(const char *path, FILE *out, char *err, size_t err_len) {
 int safetensors_read(const char *path, const char *name, npy_array *a, char *err, size_t err_len) {
   memset(a, 0, sizeof *a);
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
+  if (!f) return npy_error(err, err_len, "%s: %s", path, strerror(errno));
   char *json = NULL;
   int64_t len, data0, file_end;
   int rc = read_header(f, path, &json, &len, &data0, &file_end, err, err_len);
   search s = {name, 0, {{0}, {0}, 0, 0, {0}, 0, 0}, NULL};
   if (!rc) rc = each_entry(json, len, path, find_entry, &s, err, err_len);
-  if (!rc && !s.found) rc = fail(err, err_len, "%s: no tensor '%s' (--list names them)", path, name);
+  if (!rc && !s.found) rc = npy_error(err, err_len, "%s: no tensor '%s' (--list names them)", path, name);
   const entry *t = &s.first;
   const char *descr = !strcmp(t->dtype, "F32") ? "<f4" : !strcmp(t->dtype, "F16") ? "<f2" : !strcmp(t->dtype, "BF16") ? "bf16" : NULL;
   int64_t count = 1;
   for (int d = 0; !rc && d < t->ndim; d++) {
     if (t->shape[d] && count > NPY_MAX_ELEMENTS / t->shape[d])
-      rc = fail(err, err_len, "%s: '%s' has more than 2^%d elements", path, name, NPY_MAX_ELEMENTS_LOG2);
+      rc = npy_error(err, err_len, "%s: '%s' has more than 2^%d elements", path, name, NPY_MAX_ELEMENTS_LOG2);
     count *= t->shape[d];
   }
-  if (!rc && !descr) rc = fail(err, err_len, "%s: '%s' is %s; F32, F16 or BF16 are read", path, name, t->dtype);
+  if (!rc && !descr) rc = npy_error(err, err_len, "%s: '%s' is %s; F32, F16 or BF16 are read", path, name, t->dtype);
   const int64_t item = !strcmp(t->dtype, "F32") ? 4 : 2;
   if (!rc && (t->end - t->begin != count * item || t->begin > t->end || t->end > file_end - data0))
-    rc = fail(err, err_len, "%s: '%s' has data offsets [%lld, %lld] that do not hold its shape in the file", path, name,
+    rc = npy_error(err, err_len, "%s: '%s' has data offsets [%lld, %lld] that do not hold its shape in the file", path, name,
               (long long)t->begin, (long long)t->end);
   if (!rc) {
     memcpy(a->descr, descr, strlen(descr) + 1);
@@ -249,10 +240,10 @@ int safetensors_read(const char *path, const char *name, npy_array *a, char *err
     a->ndim = t->ndim;
     memcpy(a->shape, t->shape, sizeof a->shape);
     if (!(a->data = malloc((size_t)(t->end - t->begin) + 1)))
-      rc = fail(err, err_len, "%s: no memory for '%s'", path, name);
+      rc = npy_error(err, err_len, "%s: no memory for '%s'", path, name);
     else if (fseek(f, data0 + t->begin, SEEK_SET) ||
              fread(a->data, 1, (size_t)(t->end - t->begin), f) != (size_t)(t->end - t->begin))
-      rc = fail(err, err_len, "%s: cannot read '%s'", path, name);
+      rc = npy_error(err, err_len, "%s: cannot read '%s'", path, name);
   }
   free(json);
   fclose(f);

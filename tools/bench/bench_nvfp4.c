@@ -136,8 +136,8 @@ static double fp4b_distance(const void *d0, const void *d1, size_t n, uint16_t *
   return sqrt(e2 / (r2 > 0.0 ? r2 : 1e-300));
 }
 
-/* Times one call (the public one, or a forced plan), checks its output against the peer's and
- * emits its row. Returns nonzero when the call, the timing or the check failed. */
+/* Checks one call's output (the public call's, or a forced plan's) against the peer's, then times
+ * the call and emits its row. Returns nonzero when the call, the check or the timing failed. */
 static int fp4b_row(qfb *b, fp4b_call *c, const char *op, const char *variant, const char *shape, double peer_us,
                     const void *peer_d, uint16_t *h0, uint16_t *h1, int *rows) {
   const int64_t M = c->dshape[0], N = c->dshape[1], K = c->ashape[1];

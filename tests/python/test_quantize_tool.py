@@ -306,8 +306,8 @@ class TestQuantizeTool(unittest.TestCase):
                 self.assertEqual(run(args[0], self.src, self.path("x"), *args[1:]).returncode, 2)
         self.assertFalse([f for f in os.listdir(self.dir.name) if f.startswith("x.")])
         # malformed files: not .npy, shapes whose sizes overflow, data shorter than the shape
-        def npy(name, descr, shape, data=b""):
-            header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}".encode()
+        def npy(name, descr, shape, data=b"", extra=""):
+            header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, {extra}}}".encode()
             header += b" " * (-(len(header) + 11) % 64) + b"\n"
             with open(self.path(name), "wb") as f:
                 f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + data)
@@ -317,8 +317,10 @@ class TestQuantizeTool(unittest.TestCase):
         npy("zero.npy", "<f4", "(274877906944, 274877906944)", b"x")
         npy("big.npy", "<f4", "(99999999999999999999999, 4)")
         npy("short.npy", "<f4", "(100000, 100000)", b"x" * 64)
+        npy("twice.npy", "<f4", "(2, 32)", b"x" * 256, extra="'shape': (4, 32), ")
+        npy("other.npy", "<f4", "(2, 32)", b"x" * 256, extra="'x': \"'shape': (2, 32)\", ")
         for name, msg in (("junk", "not a NumPy"), ("wrap", "elements"), ("zero", "elements"), ("big", "shape"),
-                          ("short", "shorter")):
+                          ("short", "shorter"), ("twice", "repeated"), ("other", "unknown")):
             with self.subTest(file=name):
                 r = run("nvfp4", self.path(name + ".npy"), self.path("x"))
                 self.assertEqual(r.returncode, 1, r.stderr)

@@ -17,21 +17,81 @@ int npy_error(char *err, size_t err_len, const char *fmt, ...) {
   return -1;
 }
 
-/* The value after 'key': in the header, or NULL. */
-static const char *header_value(const char *header, const char *key) {
-  char quoted[32];
-  snprintf(quoted, sizeof quoted, "'%s':", key);
-  const char *p = strstr(header, quoted);
-  if (!p) return NULL;
-  p += strlen(quoted);
-  while (*p == ' ') p++;
-  return p;
-}
-
 static size_t item_size(const char *descr) {
   if (!strcmp(descr, "<f4")) return 4;
   if (!strcmp(descr, "<f2")) return 2;
   if (!strcmp(descr, "|u1") || !strcmp(descr, "<u1") || !strcmp(descr, "|i1")) return 1;
+  return 0;
+}
+
+/* The header dict as NumPy writes it: the keys 'descr' (a quoted string), 'fortran_order' (True
+ * or False) and 'shape' (a tuple of non-negative integers), each once, in any order, nothing else.
+ * Fills a's descr, item, ndim and shape and *count (below NPY_MAX_ELEMENTS, so that no product of
+ * the sizes overflows here or in the caller); 0, or -1 with err. */
+static int parse_header(const char *path, const char *p, npy_array *a, int64_t *count, char *err, size_t err_len) {
+  int seen = 0;
+  *count = 1;
+#define QF_NPY_SPACE() \
+  while (*p == ' ') p++
+  QF_NPY_SPACE();
+  if (*p++ != '{') return npy_error(err, err_len, "%s: the header is not a dict", path);
+  for (;;) {
+    QF_NPY_SPACE();
+    if (*p == '}') break;
+    const char *key = p + 1, *key_end = *p == '\'' ? strchr(key, '\'') : NULL;
+    if (!key_end) return npy_error(err, err_len, "%s: an unreadable header", path);
+    const size_t kl = (size_t)(key_end - key);
+    const int bit = kl == 5 && !strncmp(key, "descr", 5)           ? 1
+                    : kl == 13 && !strncmp(key, "fortran_order", 13) ? 2
+                    : kl == 5 && !strncmp(key, "shape", 5)           ? 4
+                                                                   : 0;
+    if (!bit || (seen & bit))
+      return npy_error(err, err_len, "%s: header key '%.*s' unknown or repeated", path, (int)(kl < 40 ? kl : 40), key);
+    seen |= bit;
+    p = key_end + 1;
+    QF_NPY_SPACE();
+    if (*p++ != ':') return npy_error(err, err_len, "%s: an unreadable header", path);
+    QF_NPY_SPACE();
+    if (bit == 1) {
+      const char *end = *p == '\'' ? strchr(p + 1, '\'') : NULL;
+      if (!end || end - p - 1 >= (long)sizeof a->descr) return npy_error(err, err_len, "%s: an unreadable descr", path);
+      memcpy(a->descr, p + 1, (size_t)(end - p - 1));
+      p = end + 1;
+    } else if (bit == 2) {
+      if (!strncmp(p, "True", 4))
+        return npy_error(err, err_len, "%s: Fortran order; save a C-order array (np.ascontiguousarray)", path);
+      if (strncmp(p, "False", 5)) return npy_error(err, err_len, "%s: an unreadable fortran_order", path);
+      p += 5;
+    } else {
+      if (*p++ != '(') return npy_error(err, err_len, "%s: an unreadable shape", path);
+      for (;;) {
+        QF_NPY_SPACE();
+        if (*p == ')') break;
+        char *next;
+        errno = 0;
+        const long long v = strtoll(p, &next, 10);
+        if (next == p || errno || v < 0 || a->ndim == NPY_MAX_DIMS)
+          return npy_error(err, err_len, "%s: a shape of more than %d dimensions, or unreadable", path, NPY_MAX_DIMS);
+        if (v && *count > NPY_MAX_ELEMENTS / v)
+          return npy_error(err, err_len, "%s: more than 2^%d elements", path, NPY_MAX_ELEMENTS_LOG2);
+        a->shape[a->ndim++] = v;
+        *count *= v;
+        p = next;
+        QF_NPY_SPACE();
+        if (*p == ',') p++;
+        else if (*p != ')') return npy_error(err, err_len, "%s: an unreadable shape", path);
+      }
+      p++;
+    }
+    QF_NPY_SPACE();
+    if (*p == ',') p++;
+    else if (*p != '}') return npy_error(err, err_len, "%s: an unreadable header", path);
+  }
+#undef QF_NPY_SPACE
+  if (seen != 7) return npy_error(err, err_len, "%s: a header without descr, fortran_order and shape", path);
+  if (!(a->item = item_size(a->descr)))
+    return npy_error(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2'), uint8 or int8 are read", path,
+                     a->descr);
   return 0;
 }
 
@@ -61,47 +121,9 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
   if (fread(header, 1, header_len, f) != header_len) goto truncated;
   header[header_len] = '\0';
 
-  const char *descr = header_value(header, "descr"), *order = header_value(header, "fortran_order"),
-             *shape = header_value(header, "shape");
-  if (!descr || !order || !shape || *descr != '\'' || *shape != '(') {
-    npy_error(err, err_len, "%s: a header without descr, fortran_order and shape", path);
-    goto done;
-  }
-  const char *end = strchr(descr + 1, '\'');
-  if (!end || end - descr - 1 >= (long)sizeof a->descr) {
-    npy_error(err, err_len, "%s: an unreadable descr", path);
-    goto done;
-  }
-  memcpy(a->descr, descr + 1, (size_t)(end - descr - 1));
-  if (!(a->item = item_size(a->descr))) {
-    npy_error(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2'), uint8 or int8 are read", path, a->descr);
-    goto done;
-  }
-  if (strncmp(order, "False", 5)) {
-    npy_error(err, err_len, "%s: Fortran order; save a C-order array (np.ascontiguousarray)", path);
-    goto done;
-  }
-  /* Element counts stay below NPY_MAX_ELEMENTS, so that no product of them (in bytes, in int64 or
-   * size_t) overflows here or in the caller; and the data must be in the file before it is read. */
-  int64_t count = 1;
-  for (const char *p = shape + 1; *p != ')';) {
-    while (*p == ' ' || *p == ',') p++;
-    if (*p == ')') break;
-    char *next;
-    errno = 0;
-    const long long v = strtoll(p, &next, 10);
-    if (next == p || errno || v < 0 || a->ndim == NPY_MAX_DIMS) {
-      npy_error(err, err_len, "%s: a shape of more than %d dimensions, or unreadable", path, NPY_MAX_DIMS);
-      goto done;
-    }
-    if (v && count > NPY_MAX_ELEMENTS / v) {
-      npy_error(err, err_len, "%s: more than 2^%d elements", path, NPY_MAX_ELEMENTS_LOG2);
-      goto done;
-    }
-    a->shape[a->ndim++] = v;
-    count *= v;
-    p = next;
-  }
+  int64_t count;
+  if (parse_header(path, header, a, &count, err, err_len)) goto done;
+  /* the data must be in the file before it is read */
   const long here = ftell(f);
   if (here < 0 || fseek(f, 0, SEEK_END) || ftell(f) - here < count * (int64_t)a->item || fseek(f, here, SEEK_SET))
     goto truncated;

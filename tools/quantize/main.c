@@ -1,5 +1,5 @@
-/* qfuse-quantize: quantizes a weight offline on the CPU backend, from a NumPy .npy file into the
- * tensors qfuse's kernels read, and reports how close the result is.
+/* qfuse-quantize: quantizes a weight offline on the CPU backend, from a .npy file or a checkpoint's
+ * tensor into the tensors qfuse's kernels read, and reports how close the result is.
  *
  *   qfuse-quantize FORMAT IN OUT [--iterations N] [--seed S]
  *   qfuse-quantize --list FILE.safetensors
@@ -20,14 +20,15 @@
  *  - fp8-channel, int8-channel: qf_gemm_scaled's weight with per-channel scales: qf_quant_token
  *    on its rows, OUT.codes.npy (uint8 e4m3fn bits, or int8 [N, K]) and OUT.scales.npy (float32
  *    [N]).
- * It prints the bits per value and the relative squared error ||w - w^||^2 / ||w||^2 of the
- * decoded weight (qf_vq_dequantize; for NVFP4 the format's formula), and for VQ the codebooks'
- * statistics (entries no code uses, hot entries above mean + 3 sigma and their share of the codes).
+ * It prints the relative squared error ||w - w^||^2 / ||w||^2 of the decoded weight
+ * (qf_vq_dequantize; otherwise the format's formula), and for VQ the bits per value and the
+ * codebooks' statistics (entries no code uses, hot entries above mean + 3 sigma and their share of
+ * the codes).
  * Weights must be finite. Nothing is written unless quantization succeeded, and then the files
  * appear together (written under temporary names, then renamed); files an earlier run left under
  * the same prefix that this format does not write are removed. Exit status 0, 1 on failure (with a
- * message), 2 on bad usage. k-means is quadratic in the entries: a large weight in a 12-bit format
- * takes hours. */
+ * message), 2 on bad usage. A k-means iteration costs vectors x entries distances: a large weight
+ * in a 12-bit format (4096 entries) takes hours. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>

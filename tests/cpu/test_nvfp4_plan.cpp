@@ -7,12 +7,6 @@
 #include "check.h"
 #include "cuda/fp4/nvfp4_heuristic.h"
 
-static bool instantiated(int tok) {
-#define QF_FP4_IS(TOK) || tok == TOK
-  return false QF_FP4_WIDE_TOKENS(QF_FP4_IS);
-#undef QF_FP4_IS
-}
-
 static void expect(int64_t M, int64_t N, int steps, int64_t sms, int wg, int tok, int split) {
   const Fp4WidePlan p = fp4_wide_plan(M, N, steps, sms);
   CHECK(p.warpgroups == wg && p.tok == tok && p.split == split,
@@ -47,7 +41,7 @@ int main() {
             continue;
           }
           const int64_t tiles = (M + p.tok - 1) / p.tok, fewest = (M + 127) / 128;
-          CHECK(p.warpgroups == 1 && instantiated(p.tok), "M=%" PRId64 ": %d-token tiles are not instantiated", M, p.tok);
+          CHECK(p.warpgroups == 1 && fp4_wide_tile(1, p.tok), "M=%" PRId64 ": %d-token tiles are not instantiated", M, p.tok);
           CHECK(tiles == fewest && p.tok - (M + tiles - 1) / tiles < 16,
                 "M=%" PRId64 ": %" PRId64 " tiles of %d tokens, not the fewest (%" PRId64 ") of equal size", M, tiles,
                 p.tok, fewest);

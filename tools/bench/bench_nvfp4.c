@@ -111,16 +111,6 @@ static int fp4b_run(void *arg) {
   return st != QF_OK;
 }
 
-typedef struct {
-  qfb_lt_gemm *g;
-  const void *a, *w;
-  void *d;
-} fp4b_peer;
-
-static int fp4b_run_peer(void *arg) {
-  fp4b_peer *p = arg;
-  return qfb_lt_gemm_run_f16(p->g, p->a, p->w, p->d, 0);
-}
 
 /* Relative Frobenius distance of two bf16 [M, N] device arrays (host copies in h0, h1); -1 when
  * a copy fails. */
@@ -166,8 +156,8 @@ static int fp4b_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, const fp4b_weight *w, int6
   const int64_t N = w->N, K = w->K;
   qfb_lt_gemm *g = qfb_lt_gemm_plan_bf16(lt, M, N, K);
   if (!g) return 1;
-  fp4b_peer peer = {g, a, w->w16, peer_d};
-  const double peer_us = qfb_time_us(b, fp4b_run_peer, &peer); /* (its runs leave peer_d) */
+  qfb_lt_call16 peer = {g, a, w->w16, peer_d};
+  const double peer_us = qfb_time_us(b, qfb_lt_run_call16, &peer); /* (its runs leave peer_d) */
   int rc = peer_us > 0 && fp4b_cuda(cudaDeviceSynchronize(), "the peer") ? 0 : 1;
   qfb_lt_gemm_free(g);
   if (rc) return rc;
@@ -201,8 +191,9 @@ static int fp4b_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, const fp4b_weight *w, int6
   for (size_t i = 0; i < sizeof sweep / sizeof *sweep; i++) {
     c.wg = sweep[i][0], c.tok = sweep[i][1], c.split = sweep[i][2];
     if (c.split > steps || (c.wg == 2 && M <= 64)) continue;
-    if (i > 0 && c.wg == auto_wg && c.tok == auto_tok && c.split == auto_split) continue; /* the auto row has it */
-    if (i == 6 && tok2 == 256) continue;                                                   /* the row before */
+    size_t same = 0; /* a plan an earlier row of the sweep (the auto row first) has timed */
+    while (same < i && memcmp(sweep[same], sweep[i], sizeof sweep[i])) same++;
+    if (same < i) continue;
     if (c.wg == 0) /* the heuristic's mma.sync kernel (M <= 8), through the public call */
       snprintf(variant, sizeof variant, "bf16,auto=narrow");
     else

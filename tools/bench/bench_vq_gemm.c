@@ -215,16 +215,6 @@ static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_
   return cfg.placement;
 }
 
-typedef struct {
-  qfb_lt_gemm *g;
-  const void *x, *w;
-  void *d;
-} vqb_lt_call;
-
-static int vqb_run_lt(void *arg) {
-  vqb_lt_call *c = arg;
-  return qfb_lt_gemm_run_f16(c->g, c->x, c->w, c->d, 0);
-}
 
 
 /* The unfused baseline: decode W into an fp16 matrix, then cuBLASLt on it. */
@@ -369,8 +359,8 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
     if (sel->m && ms[i] != sel->m) continue;
     plans[i] = qfb_lt_gemm_plan_f16(lt, ms[i], N, K);
     if (!plans[i]) continue; /* the rows go without a peer */
-    vqb_lt_call c = {plans[i], x, wf16, d};
-    peer_us[i] = qfb_time_us(b, vqb_run_lt, &c);
+    qfb_lt_call16 c = {plans[i], x, wf16, d};
+    peer_us[i] = qfb_time_us(b, qfb_lt_run_call16, &c);
   }
 
   qf_vq_format gptvq, aqlm, quip4, quip4_books;

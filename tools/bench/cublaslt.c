@@ -359,3 +359,8 @@ int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, c
   const float alpha = 1.0f, beta = 0.0f;
   return matmul(g, &alpha, &beta, A, B, D, s);
 }
+
+int qfb_lt_run_call16(void *arg) {
+  const qfb_lt_call16 *c = arg;
+  return qfb_lt_gemm_run_f16(c->g, c->a, c->b, c->d, 0);
+}

@@ -91,6 +91,14 @@ qfb_lt_gemm *qfb_lt_gemm_plan_bf16(qfb_lt *lt, int64_t M, int64_t N, int64_t K);
 /* Enqueues an FP16 or BF16 plan on stream s. Returns 0, or nonzero after printing the failing call. */
 int qfb_lt_gemm_run_f16(qfb_lt_gemm *g, const void *A, const void *B, void *D, cudaStream_t s);
 
+/* One FP16 or BF16 run on stream 0, as a qfb_time_us callback: arg points to a qfb_lt_call16. */
+typedef struct {
+  qfb_lt_gemm *g;
+  const void *a, *b;
+  void *d;
+} qfb_lt_call16;
+int qfb_lt_run_call16(void *arg);
+
 #ifdef __cplusplus
 }
 #endif

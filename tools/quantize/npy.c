@@ -9,6 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+int64_t npy_elements(const int64_t *shape, int ndim) {
+  int64_t count = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0 || (shape[d] && count > NPY_MAX_ELEMENTS / shape[d])) return -1;
+    count *= shape[d];
+  }
+  return count;
+}
+
 int npy_error(char *err, size_t err_len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -26,11 +35,9 @@ static size_t item_size(const char *descr) {
 
 /* The header dict as NumPy writes it: the keys 'descr' (a quoted string), 'fortran_order' (True
  * or False) and 'shape' (a tuple of non-negative integers), each once, in any order, nothing else.
- * Fills a's descr, item, ndim and shape and *count (below NPY_MAX_ELEMENTS, so that no product of
- * the sizes overflows here or in the caller); 0, or -1 with err. */
+ * Fills a's descr, item, ndim and shape and *count (npy_elements); 0, or -1 with err. */
 static int parse_header(const char *path, const char *p, npy_array *a, int64_t *count, char *err, size_t err_len) {
   int seen = 0;
-  *count = 1;
 #define QF_NPY_SPACE() \
   while (*p == ' ') p++
   QF_NPY_SPACE();
@@ -72,10 +79,7 @@ static int parse_header(const char *path, const char *p, npy_array *a, int64_t *
         const long long v = strtoll(p, &next, 10);
         if (next == p || errno || v < 0 || a->ndim == NPY_MAX_DIMS)
           return npy_error(err, err_len, "%s: a shape of more than %d dimensions, or unreadable", path, NPY_MAX_DIMS);
-        if (v && *count > NPY_MAX_ELEMENTS / v)
-          return npy_error(err, err_len, "%s: more than 2^%d elements", path, NPY_MAX_ELEMENTS_LOG2);
         a->shape[a->ndim++] = v;
-        *count *= v;
         p = next;
         QF_NPY_SPACE();
         if (*p == ',') p++;
@@ -89,6 +93,8 @@ static int parse_header(const char *path, const char *p, npy_array *a, int64_t *
   }
 #undef QF_NPY_SPACE
   if (seen != 7) return npy_error(err, err_len, "%s: a header without descr, fortran_order and shape", path);
+  if ((*count = npy_elements(a->shape, a->ndim)) < 0)
+    return npy_error(err, err_len, "%s: more than 2^%d elements", path, NPY_MAX_ELEMENTS_LOG2);
   if (!(a->item = item_size(a->descr)))
     return npy_error(err, err_len, "%s: dtype '%s'; float32 ('<f4'), float16 ('<f2'), uint8 or int8 are read", path,
                      a->descr);
@@ -121,7 +127,7 @@ int npy_read(const char *path, npy_array *a, char *err, size_t err_len) {
   if (fread(header, 1, header_len, f) != header_len) goto truncated;
   header[header_len] = '\0';
 
-  int64_t count;
+  int64_t count = 0;
   if (parse_header(path, header, a, &count, err, err_len)) goto done;
   /* the data must be in the file before it is read */
   const long here = ftell(f);

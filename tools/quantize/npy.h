@@ -32,6 +32,10 @@ int npy_write(const char *path, const char *descr, int ndim, const int64_t *shap
 
 void npy_free(npy_array *a);
 
+/* The elements of an array of this shape, or -1 past NPY_MAX_ELEMENTS (so that no product of the
+ * sizes overflows, in bytes, int64 or size_t). */
+int64_t npy_elements(const int64_t *shape, int ndim);
+
 /* Formats a message into err (err_len bytes) and returns -1: the readers' error return. */
 int npy_error(char *err, size_t err_len, const char *fmt, ...);
 

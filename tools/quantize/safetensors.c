@@ -179,74 +179,74 @@ static int each_entry(const char *json, int64_t len, const char *path, void (*vi
   return 0;
 }
 
+/* One pass over a file's header: with `name`, the first entry of that name (`found`); without,
+ * every entry printed to `out`. The file stays open (f) for the data that follows. */
 typedef struct {
   const char *name;
+  FILE *out, *f;
   int found;
   entry first;
-  FILE *out;
-} search;
+  int64_t data0, file_end; /* where the data starts and the file ends */
+} scan;
 
-static void find_entry(const entry *t, void *arg) {
-  search *s = arg;
-  if (!s->found && !t->cut && !strcmp(t->name, s->name)) s->first = *t, s->found = 1;
+static void visit_entry(const entry *t, void *arg) {
+  scan *s = arg;
+  if (!s->name) {
+    fprintf(s->out, "%s%s  %s [", t->name, t->cut ? "..." : "", t->dtype);
+    for (int d = 0; d < t->ndim; d++) fprintf(s->out, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    fprintf(s->out, "]\n");
+  } else if (!s->found && !t->cut && !strcmp(t->name, s->name)) {
+    s->first = *t, s->found = 1;
+  }
 }
 
-static void print_entry(const entry *t, void *arg) {
-  search *s = arg;
-  fprintf(s->out, "%s%s  %s [", t->name, t->cut ? "..." : "", t->dtype);
-  for (int d = 0; d < t->ndim; d++) fprintf(s->out, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-  fprintf(s->out, "]\n");
+/* Opens path and scans its header; 0 with s->f open, or -1 with err (and nothing open). */
+static int scan_file(const char *path, scan *s, char *err, size_t err_len) {
+  if (!(s->f = fopen(path, "rb"))) return npy_error(err, err_len, "%s: %s", path, strerror(errno));
+  char *json = NULL;
+  int64_t len = 0;
+  int rc = read_header(s->f, path, &json, &len, &s->data0, &s->file_end, err, err_len);
+  if (!rc) rc = each_entry(json, len, path, visit_entry, s, err, err_len);
+  free(json);
+  if (rc) fclose(s->f), s->f = NULL;
+  return rc;
 }
 
 int safetensors_list(const char *path, FILE *out, char *err, size_t err_len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return npy_error(err, err_len, "%s: %s", path, strerror(errno));
-  char *json = NULL;
-  int64_t len, data0, file_end;
-  int rc = read_header(f, path, &json, &len, &data0, &file_end, err, err_len);
-  search s = {NULL, 0, {{0}, {0}, 0, 0, {0}, 0, 0}, out};
-  if (!rc) rc = each_entry(json, len, path, print_entry, &s, err, err_len);
-  free(json);
-  fclose(f);
-  return rc;
+  scan s = {.out = out};
+  if (scan_file(path, &s, err, err_len)) return -1;
+  fclose(s.f);
+  return 0;
 }
 
 int safetensors_read(const char *path, const char *name, npy_array *a, char *err, size_t err_len) {
   memset(a, 0, sizeof *a);
-  FILE *f = fopen(path, "rb");
-  if (!f) return npy_error(err, err_len, "%s: %s", path, strerror(errno));
-  char *json = NULL;
-  int64_t len, data0, file_end;
-  int rc = read_header(f, path, &json, &len, &data0, &file_end, err, err_len);
-  search s = {name, 0, {{0}, {0}, 0, 0, {0}, 0, 0}, NULL};
-  if (!rc) rc = each_entry(json, len, path, find_entry, &s, err, err_len);
-  if (!rc && !s.found) rc = npy_error(err, err_len, "%s: no tensor '%s' (--list names them)", path, name);
+  scan s = {.name = name};
+  if (scan_file(path, &s, err, err_len)) return -1;
   const entry *t = &s.first;
-  const char *descr = !strcmp(t->dtype, "F32") ? "<f4" : !strcmp(t->dtype, "F16") ? "<f2" : !strcmp(t->dtype, "BF16") ? "bf16" : NULL;
-  int64_t count = 1;
-  for (int d = 0; !rc && d < t->ndim; d++) {
-    if (t->shape[d] && count > NPY_MAX_ELEMENTS / t->shape[d])
-      rc = npy_error(err, err_len, "%s: '%s' has more than 2^%d elements", path, name, NPY_MAX_ELEMENTS_LOG2);
-    count *= t->shape[d];
-  }
-  if (!rc && !descr) rc = npy_error(err, err_len, "%s: '%s' is %s; F32, F16 or BF16 are read", path, name, t->dtype);
-  const int64_t item = !strcmp(t->dtype, "F32") ? 4 : 2;
-  if (!rc && (t->end - t->begin != count * item || t->begin > t->end || t->end > file_end - data0))
-    rc = npy_error(err, err_len, "%s: '%s' has data offsets [%lld, %lld] that do not hold its shape in the file", path, name,
-              (long long)t->begin, (long long)t->end);
+  const int f32 = !strcmp(t->dtype, "F32"), f16 = !strcmp(t->dtype, "F16"), bf16 = !strcmp(t->dtype, "BF16");
+  const int64_t count = npy_elements(t->shape, t->ndim), item = f32 ? 4 : 2;
+  int rc = 0;
+  if (!s.found)
+    rc = npy_error(err, err_len, "%s: no tensor '%s' (--list names them)", path, name);
+  else if (count < 0)
+    rc = npy_error(err, err_len, "%s: '%s' has more than 2^%d elements", path, name, NPY_MAX_ELEMENTS_LOG2);
+  else if (!f32 && !f16 && !bf16)
+    rc = npy_error(err, err_len, "%s: '%s' is %s; F32, F16 or BF16 are read", path, name, t->dtype);
+  else if (t->end - t->begin != count * item || t->begin > t->end || t->end > s.file_end - s.data0)
+    rc = npy_error(err, err_len, "%s: '%s' has data offsets [%lld, %lld] that do not hold its shape in the file", path,
+                   name, (long long)t->begin, (long long)t->end);
   if (!rc) {
-    memcpy(a->descr, descr, strlen(descr) + 1);
+    strcpy(a->descr, f32 ? "<f4" : f16 ? "<f2" : "bf16");
     a->item = (size_t)item;
     a->ndim = t->ndim;
     memcpy(a->shape, t->shape, sizeof a->shape);
-    if (!(a->data = malloc((size_t)(t->end - t->begin) + 1)))
+    if (!(a->data = malloc((size_t)(count * item) + 1)))
       rc = npy_error(err, err_len, "%s: no memory for '%s'", path, name);
-    else if (fseek(f, data0 + t->begin, SEEK_SET) ||
-             fread(a->data, 1, (size_t)(t->end - t->begin), f) != (size_t)(t->end - t->begin))
+    else if (fseek(s.f, s.data0 + t->begin, SEEK_SET) || fread(a->data, (size_t)item, (size_t)count, s.f) != (size_t)count)
       rc = npy_error(err, err_len, "%s: cannot read '%s'", path, name);
   }
-  free(json);
-  fclose(f);
+  fclose(s.f);
   if (rc) npy_free(a);
   return rc;
 }

@@ -121,15 +121,8 @@ extern "C" qf_status qf_cuda_gemm_nvfp4(qf_ctx *ctx, const qf_gemm_nvfp4_args *g
 extern "C" qf_status qf_cuda_gemm_nvfp4_with(qf_ctx *ctx, const qf_gemm_nvfp4_args *g, int warpgroups, int tok,
                                              int split) {
   static constexpr char kOpWith[] = "qf_gemm_nvfp4_with";
-  bool tile = false;
-#define QF_FP4_IS1(TOK) tile = tile || (warpgroups == 1 && tok == TOK);
-#define QF_FP4_IS2(TOK) tile = tile || (warpgroups == 2 && tok == TOK);
-  QF_FP4_WIDE_TOKENS(QF_FP4_IS1)
-  QF_FP4_WIDE2_TOKENS(QF_FP4_IS2)
-#undef QF_FP4_IS2
-#undef QF_FP4_IS1
   const int64_t steps = (g->K + kFp4StepK - 1) / kFp4StepK;
-  if (!tile || !(split == 1 || split == 2 || split == 4 || split == 8) || (warpgroups == 2 && split > 1) || split > steps)
+  if (!fp4_wide_tile(warpgroups, tok) || !(split == 1 || split == 2 || split == 4 || split == 8) || (warpgroups == 2 && split > 1) || split > steps)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
                    "%s: no plan of %d warpgroup(s), %d-token tiles and a split of %d for K=%lld (one warpgroup: a "
                    "token tile of QF_FP4_WIDE_TOKENS and 1, 2, 4 or 8 CTAs of a step of 128 K or more; two: one of "

@@ -15,6 +15,15 @@
 // (M = 300 as two tiles of 160, not of 256) against the plan's (qfuse-bench's gemm_nvfp4_plans).
 #define QF_FP4_WIDE2_TOKENS(X) X(160) X(192) X(224) X(256)
 
+// Whether the kernel is instantiated for tiles of `warpgroups` x 64 rows by `tok` tokens.
+constexpr bool fp4_wide_tile(int warpgroups, int tok) {
+#define QF_FP4_IS1(TOK) || (warpgroups == 1 && tok == TOK)
+#define QF_FP4_IS2(TOK) || (warpgroups == 2 && tok == TOK)
+  return false QF_FP4_WIDE_TOKENS(QF_FP4_IS1) QF_FP4_WIDE2_TOKENS(QF_FP4_IS2);
+#undef QF_FP4_IS2
+#undef QF_FP4_IS1
+}
+
 struct Fp4WidePlan {
   int warpgroups; // 2: 128 rows x tok tokens (the plan: 256); 1: 64 rows x tok tokens
   int tok;        // tokens per tile

@@ -23,7 +23,11 @@ int main() {
   expect(129, 2112, 56, 132, 1, 80, 2);   // two tiles of 80 (was 128 + 1), 66 tiles
   expect(144, 8192, 64, 132, 1, 80, 1);   // 256 tiles of 80: more than 0.9 x SMs
   expect(300, 2112, 56, 132, 1, 112, 2);  // three tiles of 112, 99 in all
-  expect(300, 7168, 128, 132, 2, 256, 1); // 112 tiles of 128 x 256 fill 85% of their wave
+  expect(300, 7168, 128, 132, 2, 160, 1); // 112 tiles of 128 x 160 fill 85% of their wave
+  expect(144, 28672, 64, 132, 2, 160, 1); // 224 tiles of 128 x 160: 85% of two waves
+  expect(144, 24576, 12, 132, 1, 80, 1);  // 192 tiles of 128 x 160 would fill 73% of two waves
+  expect(384, 32768, 4, 132, 2, 192, 1);  // two tiles of 192
+  expect(420, 32768, 4, 132, 2, 224, 1);  // two tiles of 210, rounded up to 224
   expect(2048, 7168, 16, 132, 2, 256, 1);
   expect(2048, 2112, 56, 132, 1, 128, 1); // 136 tiles of 128 x 256 would fill 52% of two waves
 
@@ -36,8 +40,12 @@ int main() {
         for (int64_t M = 9; M <= 1100; M++) {
           const Fp4WidePlan p = fp4_wide_plan(M, N, steps, sms);
           if (p.warpgroups == 2) {
-            CHECK(M > 128 && p.tok == 256 && p.split == 1, "M=%" PRId64 " N=%" PRId64 ": two warpgroups, tok %d split %d", M,
-                  N, p.tok, p.split);
+            const int64_t tiles2 = (M + p.tok - 1) / p.tok, fewest2 = (M + 255) / 256;
+            CHECK(M > 128 && fp4_wide_tile(2, p.tok) && p.split == 1,
+                  "M=%" PRId64 " N=%" PRId64 ": two warpgroups, tok %d split %d", M, N, p.tok, p.split);
+            CHECK(tiles2 == fewest2 && p.tok - (M + tiles2 - 1) / tiles2 < 32,
+                  "M=%" PRId64 ": %" PRId64 " two-warpgroup tiles of %d tokens, not the fewest (%" PRId64 ") of equal size",
+                  M, tiles2, p.tok, fewest2);
             continue;
           }
           const int64_t tiles = (M + p.tok - 1) / p.tok, fewest = (M + 127) / 128;

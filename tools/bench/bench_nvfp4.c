@@ -12,7 +12,7 @@
  *  - op "gemm_nvfp4", variant "bf16": the public call.
  *  - op "gemm_nvfp4_plans", only when --only names it: the wgmma kernel's launch plans forced
  *    (qf_gemm_nvfp4_with), variant "bf16,plan=WGxTOK/SPLIT" (warpgroups, tokens per tile, CTAs
- *    splitting K), at M in {8, 16, 64, 128, 144, 192, 256, 300, 384, 512, 1024, 2048}: the fewest
+ *    splitting K), at M in {8, 16, 64, 128, 144, 192, 256, 300, 384, 416, 512, 1024, 2048}: the fewest
  *    one-warpgroup token tiles of at most 128 tokens, each M / tiles rounded up to 16, unsplit
  *    and split 2, 4 and 8, and past 64 tokens the two-warpgroup tiles of 256 tokens and of the
  *    fewest of at most 256 (160, 192, 224 or 256 tokens, the smallest that holds M / tiles);
@@ -212,7 +212,7 @@ int bench_nvfp4(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
                                   {4096, 7168}, {7168, 2048}, {8192, 8192}, {28672, 8192}};
   static const int64_t public_ms[] = {1, 16, 64, 128, 2048};
-  static const int64_t plan_ms[] = {8, 16, 64, 128, 144, 192, 256, 300, 384, 512, 1024, 2048};
+  static const int64_t plan_ms[] = {8, 16, 64, 128, 144, 192, 256, 300, 384, 416, 512, 1024, 2048};
   int64_t ms[32], max_m = 0, max_n = 0, max_k = 0;
   size_t n_ms = 0;
   for (size_t i = 0; public_rows && i < sizeof public_ms / sizeof *public_ms; i++) ms[n_ms++] = public_ms[i];

@@ -3,16 +3,15 @@
 // (nvfp4_gemm.cu) instantiates the tiles listed here, and tests/cpu/test_nvfp4_plan.cpp checks the
 // rules on the CPU. Measurements behind them: docs/NVFP4.md; bench/results/h200-dev-nvfp4-regs-
 // configs.jsonl, h200-dev-nvfp4-tok64-ab.jsonl, h100-dev-nvfp4-split-rules.jsonl,
-// h200-dev-nvfp4-tok96-ab.jsonl, h100-dev-nvfp4-tok16-ab.jsonl, h100-dev-nvfp4-balanced-tiles-ab.jsonl.
+// h200-dev-nvfp4-tok96-ab.jsonl, h100-dev-nvfp4-tok16-ab.jsonl, h100-dev-nvfp4-balanced-tiles-ab.jsonl,
+// h100-a638f72-nvfp4-plans.jsonl.
 #pragma once
 
 #include <cstdint>
 
 // The one-warpgroup tiles' token counts (64 weight rows by TOK tokens), each instantiated.
 #define QF_FP4_WIDE_TOKENS(X) X(16) X(32) X(48) X(64) X(80) X(96) X(112) X(128)
-// The two-warpgroup tiles' (128 rows by TOK tokens). The plan below takes 256; the smaller ones
-// are there for qf_gemm_nvfp4_with, so that one run can time balanced token tiles of this kernel
-// (M = 300 as two tiles of 160, not of 256) against the plan's (qfuse-bench's gemm_nvfp4_plans).
+// The two-warpgroup tiles' (128 rows by TOK tokens): the plan's balanced token tiles past 128 tokens.
 #define QF_FP4_WIDE2_TOKENS(X) X(160) X(192) X(224) X(256)
 
 // Whether the kernel is instantiated for tiles of `warpgroups` x 64 rows by `tok` tokens.
@@ -25,20 +24,24 @@ constexpr bool fp4_wide_tile(int warpgroups, int tok) {
 }
 
 struct Fp4WidePlan {
-  int warpgroups; // 2: 128 rows x tok tokens (the plan: 256); 1: 64 rows x tok tokens
+  int warpgroups; // 2: 128 rows x tok tokens (160-256); 1: 64 rows x tok tokens
   int tok;        // tokens per tile
   int split;      // CTAs of a cluster splitting K (1: none; one-warpgroup tiles only)
 };
 
-// 128 x 256 tiles (two warpgroups, one CTA per SM: each dequantized fragment serves twice the
-// tokens) where more than 128 tokens fill three quarters of the CTA slots of their last wave; else
-// one-warpgroup tiles on the fewest token tiles of at most 128 tokens, each M / tiles rounded up to
-// 16 (a tile's zero-filled token rows cost as much as real ones: M = 144 on two tiles of 80 ran
-// 1.3-2.2x faster than on 128 + 16), with K split over a cluster where the tiles leave SMs idle.
-// `steps`: K / 128, rounded up.
+// Two-warpgroup tiles (one CTA per SM: each dequantized fragment serves twice the tokens) where
+// more than 128 tokens fill three quarters of the CTA slots of their last wave, on the fewest token
+// tiles of at most 256 tokens, each M / tiles rounded up to 32 (M = 300 as two tiles of 160 ran
+// 1.3-1.9x faster than as two of 256 wherever they fill the wave, M = 384 as two of 192 1.2-1.3x:
+// h100-a638f72-nvfp4-plans.jsonl); else one-warpgroup tiles on the fewest token tiles of at most 128
+// tokens, each M / tiles rounded up to 16 (a tile's zero-filled token rows cost as much as real
+// ones: M = 144 on two tiles of 80 ran 1.3-2.2x faster than on 128 + 16), with K split over a
+// cluster where the tiles leave SMs idle. `steps`: K / 128, rounded up.
 constexpr Fp4WidePlan fp4_wide_plan(int64_t M, int64_t N, int steps, int64_t sms) {
-  const int64_t wide_tiles = (M + 255) / 256 * ((N + 127) / 128);
-  if (M > 128 && 4 * wide_tiles >= 3 * ((wide_tiles + sms - 1) / sms * sms)) return {2, 256, 1};
+  const int64_t wide_token_tiles = (M + 255) / 256;
+  const int wide_tok = static_cast<int>(((M + wide_token_tiles - 1) / wide_token_tiles + 31) / 32 * 32);
+  const int64_t wide_tiles = wide_token_tiles * ((N + 127) / 128);
+  if (M > 128 && 4 * wide_tiles >= 3 * ((wide_tiles + sms - 1) / sms * sms)) return {2, wide_tok, 1};
   const int64_t token_tiles = (M + 127) / 128;
   const int tok = static_cast<int>(((M + token_tiles - 1) / token_tiles + 15) / 16 * 16);
   const int64_t tiles = token_tiles * ((N + 63) / 64);

@@ -110,23 +110,25 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
   const bool rows_ok = row < p.N; // warp-uniform: N is a multiple of 16
   constexpr int kBf16 = std::is_same_v<T, __nv_bfloat16>;
   const uint32_t rot = qf_nvfp4_pair_rot(t, kBf16); // the lane decodes pair t of each word
-  // The lane's two scale bytes of each row (slices 2t, 2t + 1 of a step), zero past K or N.
+  // The lane's two scale bytes of each of its rows (slices 2t, 2t + 1 of a step; x: row r0, y:
+  // r0 + 8), zero past K or N. Loaded three steps ahead and kept apart until the dequantization
+  // uses them: combined right after the loads, they held each step's issue for the loads' whole
+  // latency (ncu: a tenth of the warps' stall samples on that one combining instruction).
   const uint16_t *sc0 = reinterpret_cast<const uint16_t *>(p.scales + row * p.lds + 8 * s0 + 2 * t);
   const uint16_t *sc1 = sc0 + 4 * p.lds;
   auto load_scales = [&](int s) {
-    return rows_ok && s < steps && kFp4StepK * (s0 + s) + 32 * t < p.K
-               ? uint32_t{__ldg(sc0 + 4 * s)} | uint32_t{__ldg(sc1 + 4 * s)} << 16
-               : 0u;
+    const bool ok = rows_ok && s < steps && kFp4StepK * (s0 + s) + 32 * t < p.K;
+    return ok ? make_uint2(__ldg(sc0 + 4 * s), __ldg(sc1 + 4 * s)) : make_uint2(0u, 0u);
   };
   // Chunk q (16 bytes: slices 2q, 2q + 1) of row r0 in a stage, 64-byte swizzled; row r0 + 8 is
   // 512 bytes on, with the same swizzle.
   const uint32_t row_codes = codes0 + r0 * 64, swz = (r0 / 2 % 4) * 16;
   // Step s's A fragments of the lane, a[j] for the slice of K 16 j .. 16 j + 15, from its codes
   // in stage st and its scale bytes sc.
-  auto dequant = [&](int st, uint32_t sc, uint32_t(&a)[8][4]) {
+  auto dequant = [&](int st, uint2 sc, uint32_t(&a)[8][4]) {
     uint32_t pr0[2], pr8[2]; // (s, s) of rows r0 and r0 + 8 for slices 2t and 2t + 1
-    fp4_scales<T>(sc & 0xFFFFu, pr0);
-    fp4_scales<T>(sc >> 16, pr8);
+    fp4_scales<T>(sc.x, pr0);
+    fp4_scales<T>(sc.y, pr8);
     const uint32_t base = row_codes + st * kCodesStage;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
 
   float acc[kTok / 2] = {};
   uint32_t a0[8][4], a1[8][4] = {};
-  uint32_t sc_next = load_scales(1), sc_after = load_scales(2); // steps s + 1 and s + 2
+  uint2 sc_next = load_scales(1), sc_after = load_scales(2); // steps s + 1 and s + 2
   int st = 0;                                                    // step s's stage
   uint32_t ph = 0;                                               // and the parity of its `full` phase
   // Step s: wgmma with fragments `cur`; once step s - 1's are done (its fragments `nxt` and its
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(128 * kWG) nvfp4_gemm_wide_kernel(const __grid
     sc_next = sc_after, sc_after = load_scales(s + 3);
   };
 
-  const uint32_t sc_first = load_scales(0); // the weights do not depend on the kernel before this one
+  const uint2 sc_first = load_scales(0); // the weights do not depend on the kernel before this one
   griddep_wait();
   if (threadIdx.x == 0)
     for (int n = 0; n < kStages; n++) fetch(n, n);

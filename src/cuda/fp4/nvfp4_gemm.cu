@@ -72,7 +72,8 @@ qf_status run(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, const Fp4WidePla
   if (!forced && p.M <= kFp4NarrowMaxM) return launch_narrow<T, Tout>(ctx, p);
   const Fp4WidePlan plan = forced ? *forced : fp4_wide_plan(p.M, p.N, p.steps, qf_cuda_stream_sms(ctx));
 #define QF_FP4_CASE(WG, TOK) \
-  if (plan.warpgroups == WG && plan.tok == TOK) return launch_wide<T, Tout, WG, TOK, 3>(ctx, p, a, plan.split);
+  if (plan.warpgroups == WG && plan.tok == TOK) \
+    return launch_wide<T, Tout, WG, TOK, fp4_wide_stages(WG, TOK)>(ctx, p, a, plan.split);
 #define QF_FP4_CASE1(TOK) QF_FP4_CASE(1, TOK)
 #define QF_FP4_CASE2(TOK) QF_FP4_CASE(2, TOK)
   QF_FP4_WIDE_TOKENS(QF_FP4_CASE1)

@@ -25,14 +25,19 @@ int k_split(int64_t tiles, int steps, int64_t target) {
 // leave SMs idle.
 template <typename T, typename Tout>
 qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
-  static std::atomic<uint64_t> non_portable{0};
-  auto kernel = nvfp4_gemm_kernel<T, Tout>;
+  static std::atomic<uint64_t> non_portable[2]; // per kernel below (the devices it was set on)
   const int64_t row_tiles = (p.N + kFp4Rows - 1) / kFp4Rows;
   // A target of four CTAs per SM (eight and sixteen measured no better: docs/NVFP4.md).
   const int split = k_split(row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
+  // A third ring stage where each CTA streams kFp4LongChunks chunks or more: at M = 1 28672 x 8192
+  // (split 2, 8 chunks a CTA) 64.6 -> 60.9 us; on every CTA, the streams of 4 chunks or fewer ran
+  // -7% to +2.4% (H100, bench/results/h100-dev-nvfp4-narrow-stages-ab.jsonl, -ring-variants-ab.txt).
+  const bool long_ctas = p.steps / split / kFp4Chunk >= kFp4LongChunks;
+  auto kernel = long_ctas ? nvfp4_gemm_kernel<T, Tout, kFp4LongStages> : nvfp4_gemm_kernel<T, Tout, kFp4Stages>;
   if (split > 8) {
     const qf_status st =
-        qf_cuda_func_attribute_once(ctx, kOp, kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1, non_portable);
+        qf_cuda_func_attribute_once(ctx, kOp, kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1,
+                                    non_portable[long_ctas]);
     if (st) return st;
   }
   const dim3 grid(split, 1, static_cast<unsigned>(row_tiles));

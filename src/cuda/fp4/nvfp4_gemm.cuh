@@ -16,7 +16,7 @@
 // and the tensor scale.
 //
 // The codes stream in chunks of 4 steps (256 contiguous bytes of a row) through a two-chunk ring
-// in shared memory that each lane fills with cp.async and reads back alone (no barrier; no
+// (three chunks for CTAs of kFp4LongChunks chunks or more) in shared memory that each lane fills with cp.async and reads back alone (no barrier; no
 // registers held while a chunk loads); the scales, 2 bytes a row and step, come through the L1.
 // K is split across the CTAs of a cluster where the row tiles alone leave SMs idle; their fp32
 // partial sums meet in shared memory (distributed shared memory, rank order), so no workspace and
@@ -41,6 +41,8 @@ constexpr int kFp4Rows = 16 * kFp4Warps; // weight rows per CTA
 constexpr int kFp4StepK = 128;           // K per step: 4 lanes x 32 codes per row
 constexpr int kFp4Chunk = 4;             // steps per load: 256 contiguous bytes of each row
 constexpr int kFp4Stages = 2;            // chunks in the shared-memory ring
+constexpr int kFp4LongStages = 3;        // and for CTAs of kFp4LongChunks chunks or more
+constexpr int kFp4LongChunks = 8;
 constexpr int kFp4MaxSplit = 16;         // CTAs per cluster (past 8: the non-portable size)
 constexpr int kFp4NarrowMaxM = 8;        // tokens: one B fragment
 
@@ -146,7 +148,7 @@ __device__ __forceinline__ void fp4_step(uint4 c0, uint4 c1, uint32_t sc, const 
 
 // Grid (split, 1, row tiles), clusters of `split` CTAs along x:
 // the CTAs of a cluster take consecutive ranges of whole chunks of its row tile.
-template <typename T, typename Tout>
+template <typename T, typename Tout, int kStages>
 __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid_constant__ Fp4Params p) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int split = gridDim.x, rank = blockIdx.x;
@@ -166,15 +168,15 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
   // Whole chunks stream through a ring of lane-private slots in shared memory (cp.async: no
   // registers held while they load; each lane reads back only what it copied); their scales,
   // 8 bytes a chunk, come into registers a chunk ahead.
-  __shared__ uint4 ring[kFp4Stages][kFp4Chunk][2][32 * kFp4Warps];
+  __shared__ uint4 ring[kStages][kFp4Chunk][2][32 * kFp4Warps];
   const int n_chunks = max(0, s_full - s0) / kFp4Chunk;
   auto issue = [&](int c) { // chunk c (of this CTA's) into its slot; one commit group either way
     if (rows_ok && c < n_chunks)
 #pragma unroll
       for (int j = 0; j < kFp4Chunk; j++) {
         const int step = s0 + kFp4Chunk * c + j;
-        cp_async_cg_shared_global_16(static_cast<uint32_t>(__cvta_generic_to_shared(&ring[c % kFp4Stages][j][0][threadIdx.x])), b0 + 4 * step);
-        cp_async_cg_shared_global_16(static_cast<uint32_t>(__cvta_generic_to_shared(&ring[c % kFp4Stages][j][1][threadIdx.x])), b1 + 4 * step);
+        cp_async_cg_shared_global_16(static_cast<uint32_t>(__cvta_generic_to_shared(&ring[c % kStages][j][0][threadIdx.x])), b0 + 4 * step);
+        cp_async_cg_shared_global_16(static_cast<uint32_t>(__cvta_generic_to_shared(&ring[c % kStages][j][1][threadIdx.x])), b1 + 4 * step);
       }
     cp_async_commit_group();
   };
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
     }
   };
 #pragma unroll
-  for (int c = 0; c + 1 < kFp4Stages; c++) issue(c); // the weights do not depend on the kernel before this one
+  for (int c = 0; c + 1 < kStages; c++) issue(c); // the weights do not depend on the kernel before this one
   uint32_t sc[kFp4Chunk];
   load_scales(0, sc);
   griddep_wait();
@@ -196,14 +198,14 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
 
   float acc[2][4] = {};
   for (int c = 0; c < n_chunks; c++) {
-    issue(c + kFp4Stages - 1);
+    issue(c + kStages - 1);
     uint32_t sc_next[kFp4Chunk];
     load_scales(c + 1, sc_next);
-    cp_async_wait_group<kFp4Stages - 1>(); // chunk c has landed
+    cp_async_wait_group<kStages - 1>(); // chunk c has landed
 #pragma unroll
     for (int j = 0; j < kFp4Chunk; j++) {
       uint4 c0 = {}, c1 = {};
-      if (rows_ok) c0 = ring[c % kFp4Stages][j][0][threadIdx.x], c1 = ring[c % kFp4Stages][j][1][threadIdx.x];
+      if (rows_ok) c0 = ring[c % kStages][j][0][threadIdx.x], c1 = ring[c % kStages][j][1][threadIdx.x];
       uint4 xv[4];
       fp4_load_x<T>(x, true, xv);
       fp4_step<T>(c0, c1, sc[j], xv, acc);
@@ -239,8 +241,11 @@ __global__ void __launch_bounds__(32 * kFp4Warps) nvfp4_gemm_kernel(const __grid
     for (int i = 0; i < 4; i++) store_out<Tout>(p, row + 8 * (i / 2), 2 * t + i % 2, acc[0][i] * out_scale);
     return;
   }
-  __shared__ float part[4][32 * kFp4Warps];
+  // The partial sums go into the ring once every warp is done with it (three stages and a buffer
+  // of their own would pass the 48 KB of static shared memory).
+  __syncthreads();
+  float *part = reinterpret_cast<float *>(&ring[0][0][0][0]);
 #pragma unroll
-  for (int i = 0; i < 4; i++) part[i][threadIdx.x] = acc[0][i];
-  cluster_sum_store<Tout, 4>(p, &part[0][0], 32 * kFp4Warps, rank, split, rows_ok, row, 0, t, out_scale);
+  for (int i = 0; i < 4; i++) part[i * 32 * kFp4Warps + threadIdx.x] = acc[0][i];
+  cluster_sum_store<Tout, 4>(p, part, 32 * kFp4Warps, rank, split, rows_ok, row, 0, t, out_scale);
 }

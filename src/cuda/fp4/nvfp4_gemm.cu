@@ -31,7 +31,7 @@ qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
   const int split = k_split(row_tiles, p.steps, 4 * static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
   // A third ring stage where each CTA streams kFp4LongChunks chunks or more: at M = 1 28672 x 8192
   // (split 2, 8 chunks a CTA) 64.6 -> 60.9 us; on every CTA, the streams of 4 chunks or fewer ran
-  // -7% to +2.4% (H100, bench/results/h100-dev-nvfp4-narrow-stages-ab.jsonl, -ring-variants-ab.txt).
+  // -11% to +2.4% (H100, bench/results/h100-dev-nvfp4-narrow-stages-ab.jsonl, -ring-variants-ab.txt).
   const bool long_ctas = p.steps / split / kFp4Chunk >= kFp4LongChunks;
   auto kernel = long_ctas ? nvfp4_gemm_kernel<T, Tout, kFp4LongStages> : nvfp4_gemm_kernel<T, Tout, kFp4Stages>;
   if (split > 8) {
@@ -55,6 +55,7 @@ qf_status launch_wide(qf_ctx *ctx, const Fp4Params &p, const qf_mat &a, int spli
   static std::atomic<uint64_t> opted{0};
   auto kernel = nvfp4_gemm_wide_kernel<T, Tout, kWG, kTok, kStages>;
   const size_t smem = sizeof(Fp4WideSmem<kWG, kTok, kStages>) + 1024;
+  static_assert(sizeof(Fp4WideSmem<kWG, kTok, kStages>) + 1024 <= 227 * 1024, "the ring fits an SM's shared memory");
   qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted);
   if (st) return st;
   CUtensorMap x_map, b_map;

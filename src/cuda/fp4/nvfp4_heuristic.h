@@ -26,7 +26,7 @@ constexpr bool fp4_wide_tile(int warpgroups, int tok) {
 // Ring stages of a tile: as many as fit in 227 KB of shared memory for the two-warpgroup tiles, up
 // to 4 (stage bytes: the activations, 256 per token, and the codes, 4 KB per warpgroup): the 160-
 // and 192-token tiles take 4, 160 tokens 0.7-5.4% faster than on 3, 192 tokens -3.7% to +3.5%
-// (h100-dev-nvfp4-2wg-4stages-ab.jsonl); 3 for the one-warpgroup tiles, two or three of whose CTAs
+// (h100-dev-nvfp4-2wg-4stages-ab.jsonl); 3 for the one-warpgroup tiles, several of whose CTAs
 // share an SM.
 constexpr int fp4_wide_stages(int warpgroups, int tok) {
   const int stage = 256 * tok + 4096 * warpgroups, fit = (227 * 1024 - 2048) / stage;
@@ -42,7 +42,7 @@ struct Fp4WidePlan {
 // Two-warpgroup tiles (one CTA per SM: each dequantized fragment serves twice the tokens) where
 // more than 128 tokens fill three quarters of the CTA slots of their last wave, on the fewest token
 // tiles of at most 256 tokens, each M / tiles rounded up to 32 (M = 300 as two tiles of 160 ran
-// 1.3-1.9x faster than as two of 256 wherever they fill the wave, M = 384 as two of 192 1.2-1.3x:
+// 1.3-1.9x faster than as two of 256 wherever they fill the wave, M = 384 as two of 192 1.15-1.3x:
 // h100-a638f72-nvfp4-plans.jsonl); else one-warpgroup tiles on the fewest token tiles of at most 128
 // tokens, each M / tiles rounded up to 16 (a tile's zero-filled token rows cost as much as real
 // ones: M = 144 on two tiles of 80 ran 1.3-2.2x faster than on 128 + 16), with K split over a

@@ -27,14 +27,15 @@ template <typename T, typename Tout>
 qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
   static std::atomic<uint64_t> non_portable[2]; // per kernel below (the devices it was set on)
   const int64_t row_tiles = (p.N + kFp4Rows - 1) / kFp4Rows;
-  // A target of one CTA per SM: fewer, longer streams, which the third ring stage below serves.
-  // Against four per SM (the target of the two-stage kernel), M = 1 on an H100: 7168 x 16384 37.0
+  // A target of as many CTAs as SMs (the split stops at the first that reaches it: one to two CTAs
+  // per SM): fewer, longer streams, which the third ring stage below serves. Against the target of
+  // four per SM before it, M = 1 on an H100: 7168 x 16384 37.0
   // -> 32.1 us, 8192 x 8192 24.5 -> 20.6, 28672 x 8192 60.7 -> 54.8 (76 -> 84% of the floor), the
   // others unchanged; two per SM ran within 2% of one (bench/results/h100-dev-nvfp4-narrow-split-
   // target-ab.jsonl).
   const int split = k_split(row_tiles, p.steps, static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
   // A third ring stage where each CTA streams kFp4LongChunks chunks or more: at M = 1 28672 x 8192
-  // (split 2, 8 chunks a CTA) 64.6 -> 60.9 us; on every CTA, the streams of 4 chunks or fewer ran
+  // (split 2, 8 chunks a CTA, on the target before; unsplit, 16, on this one) 64.6 -> 60.9 us; on every CTA, the streams of 4 chunks or fewer ran
   // -11% to +2.4%, and 8192 x 8192 (4 chunks a CTA) 18% slower with it on a target of two CTAs
   // per SM (H100, h100-dev-nvfp4-narrow-stages-ab.jsonl, -ring-variants-ab.txt, -split-target-ab.jsonl).
   const bool long_ctas = p.steps / split / kFp4Chunk >= kFp4LongChunks;

@@ -181,6 +181,9 @@ qf_status qf_cuda_gemm_nvfp4_with(qf_ctx *ctx, const qf_gemm_nvfp4_args *a, int 
 /* The plan qf_gemm_nvfp4 takes on this CUDA context for M x N x K: the wgmma kernel's (as
  * qf_gemm_nvfp4_with names it), or warpgroups 0 for the mma.sync kernel (M <= 8). */
 void qf_cuda_gemm_nvfp4_plan(qf_ctx *ctx, int64_t M, int64_t N, int64_t K, int *warpgroups, int *tok, int *split);
+/* The token tile of the fewest equal tiles that hold M tokens on the wgmma kernel's tiles of
+ * `warpgroups` (1: at most 128 tokens, a multiple of 16; 2: at most 256, a multiple of 32). */
+int qf_cuda_gemm_nvfp4_balanced_tok(int64_t M, int warpgroups);
 
 /* ---- vq ---- */
 typedef struct {

@@ -14,8 +14,10 @@
  *    (qf_gemm_nvfp4_with), variant "bf16,plan=WGxTOK/SPLIT" (warpgroups, tokens per tile, CTAs
  *    splitting K), at M in {8, 16, 64, 128, 144, 192, 256, 300, 384, 416, 512, 1024, 2048}: the fewest
  *    one-warpgroup token tiles of at most 128 tokens, each M / tiles rounded up to 16, unsplit
- *    and split 2, 4 and 8, and past 64 tokens the two-warpgroup tiles of 256 tokens and of the
- *    fewest of at most 256 (160, 192, 224 or 256 tokens, the smallest that holds M / tiles);
+ *    and split 2, 4 and 8, and past 128 tokens (where the heuristic may take them) the
+ *    two-warpgroup tiles of 256 tokens and of the fewest of at most 256, each M / tiles rounded up
+ *    to 32 (160, 192, 224 or 256 tokens; the token tiles of both kinds are the heuristic's own,
+ *    qf_cuda_gemm_nvfp4_balanced_tok);
  *    variant "bf16,auto=WGxTOK/SPLIT" is the heuristic's own (nvfp4_heuristic.h), "bf16,auto=narrow"
  *    its mma.sync kernel (M <= 8, against the wgmma kernel's 16-token tiles there). For sweeps of
  *    the heuristic's rules in one run.
@@ -182,15 +184,12 @@ static int fp4b_rows(qfb *b, qf_ctx *ctx, qfb_lt *lt, const fp4b_weight *w, int6
   const int steps = (int)((K + 127) / 128);
   int auto_wg, auto_tok, auto_split;
   qf_cuda_gemm_nvfp4_plan(ctx, M, N, K, &auto_wg, &auto_tok, &auto_split);
-  const int64_t tiles = (M + 127) / 128, tiles2 = (M + 255) / 256;
-  const int tok = (int)(((M + tiles - 1) / tiles + 15) / 16 * 16);
-  const int64_t per_tile2 = (M + tiles2 - 1) / tiles2; /* the two-warpgroup tile that holds it */
-  const int tok2 = per_tile2 <= 160 ? 160 : per_tile2 <= 192 ? 192 : per_tile2 <= 224 ? 224 : 256;
+  const int tok = qf_cuda_gemm_nvfp4_balanced_tok(M, 1), tok2 = qf_cuda_gemm_nvfp4_balanced_tok(M, 2);
   const int sweep[][3] = {{auto_wg, auto_tok, auto_split}, {1, tok, 1}, {1, tok, 2}, {1, tok, 4}, {1, tok, 8},
                           {2, 256, 1}, {2, tok2, 1}};
   for (size_t i = 0; i < sizeof sweep / sizeof *sweep; i++) {
     c.wg = sweep[i][0], c.tok = sweep[i][1], c.split = sweep[i][2];
-    if (c.split > steps || (c.wg == 2 && M <= 64)) continue;
+    if (c.split > steps || (c.wg == 2 && M <= 128)) continue;
     size_t same = 0; /* a plan an earlier row of the sweep (the auto row first) has timed */
     while (same < i && memcmp(sweep[same], sweep[i], sizeof sweep[i])) same++;
     if (same < i) continue;

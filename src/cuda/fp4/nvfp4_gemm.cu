@@ -29,15 +29,15 @@ qf_status launch_narrow(qf_ctx *ctx, const Fp4Params &p) {
   const int64_t row_tiles = (p.N + kFp4Rows - 1) / kFp4Rows;
   // A target of as many CTAs as SMs (the split stops at the first that reaches it: one to two CTAs
   // per SM): fewer, longer streams, which the third ring stage below serves. Against the target of
-  // four per SM before it, M = 1 on an H100: 7168 x 16384 37.0
-  // -> 32.1 us, 8192 x 8192 24.5 -> 20.6, 28672 x 8192 60.7 -> 54.8 (76 -> 84% of the floor), the
-  // others unchanged; two per SM ran within 2% of one (bench/results/h100-dev-nvfp4-narrow-split-
-  // target-ab.jsonl).
+  // four per SM before it, M = 1 on an H100: 7168 x 16384 37.0 -> 32.1 us, 8192 x 8192 24.5 ->
+  // 20.6, 28672 x 8192 60.7 -> 54.8 (76 -> 84% of the floor), the others unchanged; two per SM ran
+  // within 2% of one (bench/results/h100-dev-nvfp4-narrow-split-target-ab.jsonl).
   const int split = k_split(row_tiles, p.steps, static_cast<int64_t>(qf_cuda_stream_sms(ctx)));
   // A third ring stage where each CTA streams kFp4LongChunks chunks or more: at M = 1 28672 x 8192
-  // (split 2, 8 chunks a CTA, on the target before; unsplit, 16, on this one) 64.6 -> 60.9 us; on every CTA, the streams of 4 chunks or fewer ran
-  // -11% to +2.4%, and 8192 x 8192 (4 chunks a CTA) 18% slower with it on a target of two CTAs
-  // per SM (H100, h100-dev-nvfp4-narrow-stages-ab.jsonl, -ring-variants-ab.txt, -split-target-ab.jsonl).
+  // (split 2, 8 chunks a CTA, on the target before; unsplit, 16, on this one) 64.6 -> 60.9 us; on
+  // every CTA, the streams of 4 chunks or fewer ran -11% to +2.4%, and 8192 x 8192 (4 chunks a CTA)
+  // 18% slower with it on a target of two CTAs per SM (H100, h100-dev-nvfp4-narrow-stages-ab.jsonl,
+  // -ring-variants-ab.txt, -split-target-ab.jsonl).
   const bool long_ctas = p.steps / split / kFp4Chunk >= kFp4LongChunks;
   auto kernel = long_ctas ? nvfp4_gemm_kernel<T, Tout, kFp4LongStages> : nvfp4_gemm_kernel<T, Tout, kFp4Stages>;
   if (split > 8) {
@@ -135,7 +135,8 @@ extern "C" qf_status qf_cuda_gemm_nvfp4_with(qf_ctx *ctx, const qf_gemm_nvfp4_ar
                                              int split) {
   static constexpr char kOpWith[] = "qf_gemm_nvfp4_with";
   const int64_t steps = (g->K + kFp4StepK - 1) / kFp4StepK;
-  if (!fp4_wide_tile(warpgroups, tok) || !(split == 1 || split == 2 || split == 4 || split == 8) || (warpgroups == 2 && split > 1) || split > steps)
+  if (!fp4_wide_tile(warpgroups, tok) || !(split == 1 || split == 2 || split == 4 || split == 8) ||
+      (warpgroups == 2 && split > 1) || split > steps)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED,
                    "%s: no plan of %d warpgroup(s), %d-token tiles and a split of %d for K=%lld (one warpgroup: a "
                    "token tile of QF_FP4_WIDE_TOKENS and 1, 2, 4 or 8 CTAs of a step of 128 K or more; two: one of "
@@ -156,4 +157,8 @@ extern "C" void qf_cuda_gemm_nvfp4_plan(qf_ctx *ctx, int64_t M, int64_t N, int64
                                                : fp4_wide_plan(M, N, static_cast<int>((K + kFp4StepK - 1) / kFp4StepK),
                                                                qf_cuda_stream_sms(ctx));
   *warpgroups = plan.warpgroups, *tok = plan.tok, *split = plan.split;
+}
+
+extern "C" int qf_cuda_gemm_nvfp4_balanced_tok(int64_t M, int warpgroups) {
+  return warpgroups == 1 ? fp4_balanced_tok(M, 128, 16) : fp4_balanced_tok(M, 256, 32);
 }

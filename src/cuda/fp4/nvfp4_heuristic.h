@@ -33,6 +33,14 @@ constexpr int fp4_wide_stages(int warpgroups, int tok) {
   return warpgroups == 1 || fit < 3 ? 3 : fit > 4 ? 4 : fit;
 }
 
+// Tokens per tile of the fewest token tiles of at most `most` tokens that hold M, each M / tiles
+// rounded up to a multiple of `multiple` (equal tiles: a tile's zero-filled rows cost as much as
+// real ones).
+constexpr int fp4_balanced_tok(int64_t M, int most, int multiple) {
+  const int64_t tiles = (M + most - 1) / most;
+  return static_cast<int>(((M + tiles - 1) / tiles + multiple - 1) / multiple * multiple);
+}
+
 struct Fp4WidePlan {
   int warpgroups; // 2: 128 rows x tok tokens (160-256); 1: 64 rows x tok tokens
   int tok;        // tokens per tile
@@ -48,13 +56,11 @@ struct Fp4WidePlan {
 // ones: M = 144 on two tiles of 80 ran 1.3-2.2x faster than on 128 + 16), with K split over a
 // cluster where the tiles leave SMs idle. `steps`: K / 128, rounded up.
 constexpr Fp4WidePlan fp4_wide_plan(int64_t M, int64_t N, int steps, int64_t sms) {
-  const int64_t wide_token_tiles = (M + 255) / 256;
-  const int wide_tok = static_cast<int>(((M + wide_token_tiles - 1) / wide_token_tiles + 31) / 32 * 32);
-  const int64_t wide_tiles = wide_token_tiles * ((N + 127) / 128);
+  const int wide_tok = fp4_balanced_tok(M, 256, 32);
+  const int64_t wide_tiles = (M + wide_tok - 1) / wide_tok * ((N + 127) / 128);
   if (M > 128 && 4 * wide_tiles >= 3 * ((wide_tiles + sms - 1) / sms * sms)) return {2, wide_tok, 1};
-  const int64_t token_tiles = (M + 127) / 128;
-  const int tok = static_cast<int>(((M + token_tiles - 1) / token_tiles + 15) / 16 * 16);
-  const int64_t tiles = token_tiles * ((N + 63) / 64);
+  const int tok = fp4_balanced_tok(M, 128, 16);
+  const int64_t tiles = (M + tok - 1) / tok * ((N + 63) / 64);
   // The split doubles while the CTAs are fewer than the target and each would keep min_steps steps:
   // up to 64 tokens (three CTAs or more per SM) the CTAs are to fill 4 per SM, keeping 8 steps (4
   // where the tiles are fewer than half the SMs); past 64 tokens (two or three CTAs per SM) they

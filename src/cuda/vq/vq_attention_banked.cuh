@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half, or each grouped
   // head, its own 32 columns, S = 64 one table for both halves), the V books, then per half (256-byte
   // aligned) its code slot (K rows, then V rows), the warps' probabilities and the slot's two
-  // mbarriers (K, V); probabilities and q per grouped head. The warps' partials at the end of a
-  // unit take the slot's V rows (refilled after the merge) and q, staged for a table build, the
-  // probabilities' place.
+  // mbarriers (K, V); probabilities per grouped head. The warps' partials at the end of a unit
+  // take the slot's V rows (refilled after the merge), and the q of a grouped block's table build
+  // the probabilities' place.
   extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
   uint8_t *vbook_s = smem + p.lut_bytes;                                              // [256][kS] entries
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   uint8_t *vcodes_s = kcodes_s + kTile * kS;                                          // [kTile][kS]
   float *p_s = reinterpret_cast<float *>(vcodes_s + kTile * kS);                      // [kG][warps][32]
   float *red_s = reinterpret_cast<float *>(vcodes_s);                                 // [warps][kD + 2]
-  float *q_s = p_s;                                                                   // [kG][kD]
+  float *q_s = p_s;                                                                   // [kG][kD] (kG > 1)
   static_assert(kVqAttnWarps * (kD + 2) * 4 <= kTile * kS && kD <= kTile, "aliases fit");
   const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kG * kTile)), bar_v = bar_k + 8;
   // Query head i's table (i < kG; with kG = 1 the half's): byte offset `region` from smem, in
@@ -158,14 +158,71 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // this tile's values are computed, its V indices while the next scores are.
   vq_attn_tile t = vq_attn_tile_at(p, u_begin);
 
+  // ---- the score table of a batch entry: its q parts dotted with head g's K entries ----
+  // Built by the half, or by the block where the halves share it. Thread i: vector j = i % S,
+  // chunks c0, c0 + step, ... (c0 = i / S), four in flight, each entry dotted with the q part of
+  // every head of the block. The loads of the thread's q parts and first four chunks (for S = 64
+  // in a paired block, all of them) are issued apart from the build, which then waits on nothing
+  // else: at the end of a unit they overlap its merge.
+  const int bt = paired ? threadIdx.x : tid, bj = bt % kS, bstep = (paired ? 2 * kHalf : kHalf) / kS;
+  const uint16_t *kbook = p.books[0] + vq_attn_book(p, g * kS + bj) * book_elems;
+  struct table_inputs {
+    float q[kG][kVS];
+    uint4 r[4][2];
+  };
+  auto load_table_inputs = [&](int64_t b, table_inputs &in) {
+    const int64_t qrow = b * p.q_ld + static_cast<int64_t>(h) * kD;  // (the group's heads: kG kD values)
+    if constexpr (kG == 1) {
+#pragma unroll
+      for (int c = 0; c < kVS; c++) in.q[0][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + bj * kVS + c) * p.q_scale;
+    } else {  // through shared memory (kG kVS loads per thread made groups of 4 on CQ-2 5% slower)
+      for (int i = tid; i < kG * kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
+      vq_attn_half_sync(half);
+#pragma unroll
+      for (int hh = 0; hh < kG; hh++)
+#pragma unroll
+        for (int c = 0; c < kVS; c++) in.q[hh][c] = q_s[hh * kD + bj * kVS + c];
+    }
+    load_chunks(kbook, bt / kS, bstep, in.r);
+  };
+  auto build_table = [&](table_inputs &in) {
+    for (int c0 = bt / kS;;) {
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int i = 0; i < kCE; i++) {
+          if (c0 + u * bstep >= kChunks) break;
+          float e[kVS];
+#pragma unroll
+          for (int c = 0; c < kVS; c++) {
+            const uint32_t w = chunk_word(in.r[u], (i * kVS + c) / 2);
+            e[c] = c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w);
+          }
+#pragma unroll
+          for (int hh = 0; hh < kG; hh++) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int c = 0; c < kVS; c++) dot = fmaf(in.q[hh][c], e[c], dot);
+            reinterpret_cast<float *>(smem + table_region(hh))[((c0 + u * bstep) * kCE + i) * (kRow / 4) + table_col0(hh) + bj] = dot;
+          }
+        }
+      c0 += 4 * bstep;
+      if (c0 >= kChunks) break;
+      load_chunks(kbook, c0, bstep, in.r);
+    }
+    if (paired) __syncthreads();  // table built
+    else vq_attn_half_sync(half);
+  };
+
   // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
   // One pass: at most 2048 chunks, eight per thread at 256 threads. With one query head per block
-  // their loads go out before the first tile's code copies, so that they do not queue behind the
-  // codes of every block starting at once (3-9% faster; the grouped CQ-4 kernel at batch 8 was 5%
-  // slower that way and keeps the codes first).
+  // their loads and those of the first table's inputs go out before the first tile's code copies,
+  // so that they do not queue behind the codes of every block starting at once (the grouped CQ-4
+  // kernel at batch 8 was 5% slower that way and keeps the codes first).
   // Vector v's column: v, or for S = 64 (v & 1) 32 + v / 2, so that lane j's vectors 2j and 2j + 1
   // (adjacent index bytes: one 16-bit load) sit in columns j and 32 + j, bank j for both.
   auto vcolumn = [](int v) { return kSPL == 2 ? (v & 1) * 32 + (v >> 1) : v; };
+  table_inputs first;
   {
     static_assert(kChunks * kS <= 8 * kVqAttnThreads, "one pass of eight chunks per thread");
     const int j = threadIdx.x % kS, cstep = blockDim.x / kS, c0 = threadIdx.x / kS;
@@ -180,6 +237,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     uint4 r[8][2];  // (nothing else is live yet)
     if (kG > 1) first_codes();
     load_chunks(book, c0, cstep, r);
+    if (u_begin < u_end) load_table_inputs(t.b, first);
     if (kG == 1) first_codes();
 #pragma unroll
     for (int u = 0; u < 8; u++)
@@ -195,6 +253,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   }
   __syncthreads();  // the V books are in place
   if (u_begin >= u_end) return;  // (both halves of a paired block, or a half that takes no barrier with the other)
+  build_table(first);
 
   float m[kG], l[kG];  // per query head: this warp's running max (log2 units) and this lane's sum of p
   float acc[kG][kSPL][kVS];
@@ -202,57 +261,11 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   for (int i = 0; i < kG; i++) m[i] = -INFINITY, l[i] = 0.0f;
   vq_zero(acc);
 
-  int64_t lut_b = -1;  // the batch entry the table was built for
   uint32_t phase = 0u;  // parity of the K and V parts' next completion
   const int tok0 = warp * 32;  // this warp's tokens of a tile
   while (t.unit < u_end) {
     const vq_attn_tile next = advance(t);
     const bool more = next.unit < u_end;
-    if (t.b != lut_b) {  // a new batch entry: q[b, h], scaled, then its table (while the tile's codes land)
-      // Built by the half, or by the block where the halves share it (both are done with the last
-      // one: the halves of a paired block meet here at the same units).
-      if (paired) __syncthreads();
-      const int bt = paired ? threadIdx.x : tid, threads = paired ? 2 * kHalf : kHalf;
-      const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;  // (the group's heads: kG kD values)
-      for (int i = tid; i < kG * kD; i += kHalf) q_s[i] = vq_load_as_f32(p.q, p.q_dtype, qrow + i) * p.q_scale;
-      vq_attn_half_sync(half);
-      // Thread i: vector j = i % S, chunks c0, c0 + step, ... (c0 = i / S), four in flight, each
-      // entry dotted with the q part of every head of the block. (Each half staged the same q.)
-      const int j = bt % kS, step = threads / kS;
-      float qv[kG][kVS];
-#pragma unroll
-      for (int hh = 0; hh < kG; hh++)
-#pragma unroll
-        for (int c = 0; c < kVS; c++) qv[hh][c] = q_s[hh * kD + j * kVS + c];
-      const uint16_t *kbook = p.books[0] + vq_attn_book(p, g * kS + j) * book_elems;
-      for (int c0 = bt / kS; c0 < kChunks; c0 += 4 * step) {
-        uint4 r[4][2];
-        load_chunks(kbook, c0, step, r);
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-          for (int i = 0; i < kCE; i++) {
-            if (c0 + u * step >= kChunks) break;
-            float e[kVS];
-#pragma unroll
-            for (int c = 0; c < kVS; c++) {
-              const uint32_t w = chunk_word(r[u], (i * kVS + c) / 2);
-              e[c] = c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w);
-            }
-#pragma unroll
-            for (int hh = 0; hh < kG; hh++) {
-              float dot = 0.0f;
-#pragma unroll
-              for (int c = 0; c < kVS; c++) dot = fmaf(qv[hh][c], e[c], dot);
-              reinterpret_cast<float *>(smem + table_region(hh))[((c0 + u * step) * kCE + i) * (kRow / 4) + table_col0(hh) + j] = dot;
-            }
-          }
-      }
-      lut_b = t.b;
-      if (paired) __syncthreads();  // table built
-      else vq_attn_half_sync(half);
-    }
-
     const int n = min(32, t.count - tok0);  // this warp's tokens of the tile
     float pr[kG];  // the lane's token's probability, per query head
     mbarrier_wait_parity(bar_k, phase);  // the tile's K indices landed
@@ -373,6 +386,12 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     }
     vq_attn_half_sync(half);  // every warp is done with the V indices and its probabilities
 
+    // The next unit's table inputs where it starts a batch entry: requested before the merge,
+    // built after it.
+    const bool rebuild = t.last && more && next.b != t.b;
+    table_inputs in;
+    if (rebuild) load_table_inputs(next.b, in);
+
     // ---- end of a unit: per query head, the warps' (m, l, o~) merged in warp order into the
     // unit's partial ----
     if (t.last) {
@@ -439,6 +458,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       vq_zero(acc);
     }
     if (more) stage_codes(next, 1);
+    if (rebuild) {
+      if (paired) __syncthreads();  // both halves are done with the last table
+      build_table(in);
+    }
     t = next;
   }
 }

@@ -17,7 +17,8 @@
 //
 // The codes stream in chunks of 4 steps (256 contiguous bytes of a row) through a two-chunk ring
 // (three chunks for CTAs of kFp4LongChunks chunks or more) in shared memory that each lane fills
-// with cp.async and reads back alone (no barrier; no registers held while a chunk loads); the scales, 2 bytes a row and step, come through the L1.
+// with cp.async and reads back alone (no barrier; no registers held while a chunk loads); the
+// scales, 2 bytes a row and step, come through the L1.
 // K is split across the CTAs of a cluster where the row tiles alone leave SMs idle; their fp32
 // partial sums meet in shared memory (distributed shared memory, rank order), so no workspace and
 // no second kernel.

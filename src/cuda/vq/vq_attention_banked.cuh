@@ -154,8 +154,6 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // The tile after t in this half's run.
   auto advance = [&](const vq_attn_tile &t) { return t.last ? vq_attn_tile_at(p, t.unit + stride) : vq_attn_next(p, t); };
 
-  // One code slot per half, its K and V parts refilled apart: the next tile's K indices land while
-  // this tile's values are computed, its V indices while the next scores are.
   vq_attn_tile t = vq_attn_tile_at(p, u_begin);
 
   // ---- the score table of a batch entry: its q parts dotted with head g's K entries ----
@@ -227,6 +225,8 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     static_assert(kChunks * kS <= 8 * kVqAttnThreads, "one pass of eight chunks per thread");
     const int j = threadIdx.x % kS, cstep = blockDim.x / kS, c0 = threadIdx.x / kS;
     const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
+    // One code slot per half, its K and V parts refilled apart: the next tile's K indices land
+    // while this tile's values are computed, its V indices while the next scores are.
     auto first_codes = [&] {
       if (tid == 0) {
         mbarrier_init(bar_k, 1), mbarrier_init(bar_v, 1);

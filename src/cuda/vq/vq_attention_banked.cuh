@@ -234,11 +234,12 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       }
       if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
     };
+    constexpr bool kCodesFirst = kG > 1;  // (the grouped kernels' order; above)
     uint4 r[8][2];  // (nothing else is live yet)
-    if (kG > 1) first_codes();
+    if (kCodesFirst) first_codes();
     load_chunks(book, c0, cstep, r);
     if (u_begin < u_end) load_table_inputs(t.b, first);
-    if (kG == 1) first_codes();
+    if (!kCodesFirst) first_codes();
 #pragma unroll
     for (int u = 0; u < 8; u++)
 #pragma unroll

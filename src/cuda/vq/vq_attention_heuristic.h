@@ -231,8 +231,8 @@ static inline int qf_vq_attn_banked_heads(const qf_vq_attention_problem *pb) {
  * 64 KB, shared by two halves), the V books [256][S] entries, then per half (8 warps) a code slot
  * of one tile of QF_VQ_ATTN_TILE tokens (K and V rows of S bytes; the warps' partials take the V
  * rows at the end of a unit), the warps' probabilities [heads][TILE] (a grouped block's q
- * during a table build) and the slot's two mbarriers, rounded up to 256 bytes. Two halves when they fit and a block serves one query head
- * (16 warps per SM), else one.
+ * during a table build) and the slot's two mbarriers, rounded up to 256 bytes. Two halves when
+ * they fit and a block serves one query head (16 warps per SM), else one.
  * Fills everything but the split (cfg->heads query heads per block, qf_vq_attn_banked_heads;
  * cfg->blocks will count halves); 0 when not even one half fits. The format must pass
  * qf_vq_attn_banked_refusal. */

@@ -17,6 +17,10 @@
 #include "kernel_timer.h"
 #endif
 
+#define QFB_READ_MAX ((size_t)1 << 30)
+#define QFB_READ_CACHE 512
+#define QFB_READ_SINK_WORDS 16384u
+
 struct qfb {
   int use_gpu;
   int reps;
@@ -34,6 +38,14 @@ struct qfb {
   double copy_gbps;
   int fp8_measured;
   double fp8_tflops;
+  void *read_buf;        /* qfb_read_us: the bytes read (grown on demand, at most QFB_READ_MAX) */
+  size_t read_buf_bytes;
+  unsigned *read_sink;   /* its kernel's words */
+  struct {
+    size_t bytes;
+    double us;
+  } read_cache[QFB_READ_CACHE];
+  int read_cached;
 };
 
 /* ---- small helpers ---------------------------------------------------------------------- */
@@ -182,6 +194,8 @@ void qfb_close(qfb *b) {
 #ifdef QF_WITH_CUDA
   if (b->flush) CUDA_CHECK(cudaFree(b->flush));
   if (b->sink) CUDA_CHECK(cudaFree(b->sink));
+  if (b->read_buf) CUDA_CHECK(cudaFree(b->read_buf));
+  if (b->read_sink) CUDA_CHECK(cudaFree(b->read_sink));
 #endif
   if (b->jsonl) fclose(b->jsonl);
   free(b->commit);
@@ -304,10 +318,10 @@ double qfb_time_us(qfb *b, int (*fn)(void *arg), void *arg) {
 
 /* ---- rows ------------------------------------------------------------------------------- */
 
-#define QFB_ROW_FMT "%-22s %-36s %-24s %10s %9s %8s %7s %-18s %10s %7s\n"
+#define QFB_ROW_FMT "%-22s %-36s %-24s %10s %9s %8s %7s %6s %-18s %10s %7s\n"
 
 void qfb_print_header(void) {
-  printf(QFB_ROW_FMT, "op", "variant", "shape", "us", "GB/s", "TFLOPS", "%floor", "peer",
+  printf(QFB_ROW_FMT, "op", "variant", "shape", "us", "GB/s", "TFLOPS", "%floor", "%read", "peer",
          "peer us", "ratio");
 }
 
@@ -371,13 +385,19 @@ static void emit_row(qfb *b, const qfb_row *r, int print) {
   const double gbps = or_nan(ok && r->bytes > 0.0, r->bytes / (r->us * 1e3));
   const double tflops = or_nan(ok && r->flops > 0.0, r->flops / (r->us * 1e6));
   const double pct = or_nan(ok && r->floor_us > 0.0, 100.0 * r->floor_us / r->us);
+  /* the read floor where the bytes set the row's floor */
+  const int memory_bound = ok && r->bytes > 0.0 && r->floor_us > 0.0 && b->copy_gbps > 0.0 &&
+                           r->bytes / (b->copy_gbps * 1e3) >= 0.999 * r->floor_us;
+  const double read_raw = memory_bound ? qfb_read_us(b, r->bytes) : 0.0;
+  const double read_us = or_nan(read_raw > 0.0, read_raw);
+  const double pct_read = or_nan(read_raw > 0.0, 100.0 * read_raw / r->us);
   const double peer_us = or_nan(peer_ok, r->peer_us);
   const double ratio = or_nan(ok && peer_ok, r->peer_us / r->us);
   const char *op = r->op ? r->op : "";
   const char *variant = r->variant ? r->variant : "";
   const char *shape = r->shape ? r->shape : "";
 
-  char s_us[32], s_gbps[32], s_tf[32], s_pct[32], s_peer_us[32], s_ratio[32];
+  char s_us[32], s_gbps[32], s_tf[32], s_pct[32], s_read[32], s_peer_us[32], s_ratio[32];
   if (ok)
     fmt_num(s_us, sizeof s_us, us, 2);
   else
@@ -385,13 +405,14 @@ static void emit_row(qfb *b, const qfb_row *r, int print) {
   fmt_num(s_gbps, sizeof s_gbps, gbps, 1);
   fmt_num(s_tf, sizeof s_tf, tflops, 1);
   fmt_num(s_pct, sizeof s_pct, pct, 1);
+  fmt_num(s_read, sizeof s_read, pct_read, 1);
   if (has_peer && !peer_ok)
     snprintf(s_peer_us, sizeof s_peer_us, "FAILED");
   else
     fmt_num(s_peer_us, sizeof s_peer_us, peer_us, 2);
   fmt_num(s_ratio, sizeof s_ratio, ratio, 2);
   if (print) {
-    printf(QFB_ROW_FMT, op, variant, shape, s_us, s_gbps, s_tf, s_pct, has_peer ? r->peer : "-",
+    printf(QFB_ROW_FMT, op, variant, shape, s_us, s_gbps, s_tf, s_pct, s_read, has_peer ? r->peer : "-",
            s_peer_us, s_ratio);
     fflush(stdout);
   }
@@ -411,6 +432,8 @@ static void emit_row(qfb *b, const qfb_row *r, int print) {
   json_key_number(f, "gbps", gbps, 0);
   json_key_number(f, "tflops", tflops, 0);
   json_key_number(f, "pct_floor", pct, 0);
+  json_key_number(f, "read_us", read_us, 0);
+  json_key_number(f, "pct_read", pct_read, 0);
   json_key_string(f, "peer", r->peer, 0);
   json_key_number(f, "peer_us", peer_us, 0);
   json_key_number(f, "ratio", ratio, 1);
@@ -628,6 +651,54 @@ double qfb_fp8_tflops(qfb *b) {
     if (b->fp8_tflops <= 0.0) fprintf(stderr, "qfb_fp8_tflops: no FP8 ceiling this session\n");
   }
   return b->fp8_tflops;
+}
+
+#ifdef QF_WITH_CUDA
+typedef struct {
+  qfb *b;
+  size_t bytes;
+} read_arg;
+
+static int run_read(void *p) {
+  const read_arg *a = p;
+  return qfb_stream_read(a->b->read_buf, a->bytes, a->b->read_sink, QFB_READ_SINK_WORDS, 0);
+}
+
+/* A read buffer of at least n bytes (0: none). */
+static int read_buffer(qfb *b, size_t n) {
+  if (n <= b->read_buf_bytes) return 1;
+  if (b->read_buf) CUDA_CHECK(cudaFree(b->read_buf));
+  b->read_buf = NULL;
+  b->read_buf_bytes = 0;
+  const size_t size = (n + ((size_t)64 << 20) - 1) / ((size_t)64 << 20) * ((size_t)64 << 20);
+  if (!b->read_sink && !CUDA_CHECK(cudaMalloc((void **)&b->read_sink, QFB_READ_SINK_WORDS * sizeof(unsigned))))
+    return 0;
+  if (!CUDA_CHECK(cudaMalloc(&b->read_buf, size))) return 0;
+  if (!CUDA_CHECK(cudaMemset(b->read_buf, 0, size)) || !CUDA_CHECK(cudaDeviceSynchronize())) return 0;
+  b->read_buf_bytes = size;
+  return 1;
+}
+#endif
+
+double qfb_read_us(qfb *b, double bytes) {
+  if (!b || !b->use_gpu || !(bytes > 0.0) || bytes > (double)QFB_READ_MAX) return 0.0;
+  const size_t n = ((size_t)bytes + 15) / 16 * 16;
+  for (int i = 0; i < b->read_cached; i++)
+    if (b->read_cache[i].bytes == n) return b->read_cache[i].us;
+  double us = 0.0;
+#ifdef QF_WITH_CUDA
+  if (read_buffer(b, n)) {
+    read_arg a = {b, n};
+    us = qfb_time_us(b, run_read, &a);
+    if (us < 0.0) us = 0.0;
+  }
+#endif
+  if (b->read_cached < QFB_READ_CACHE) {
+    b->read_cache[b->read_cached].bytes = n;
+    b->read_cache[b->read_cached].us = us;
+    b->read_cached++;
+  }
+  return us;
 }
 
 double qfb_floor_us(qfb *b, double bytes, double flops, double peak_tflops) {

@@ -87,11 +87,13 @@ typedef struct {
 } qfb_row;
 
 void qfb_print_header(void);
-/* Prints one aligned row (op, variant, shape, us, GB/s, TFLOPS, %floor, peer, peer us,
+/* Prints one aligned row (op, variant, shape, us, GB/s, TFLOPS, %floor, %read, peer, peer us,
  * ratio = peer_us/us) and appends one JSON line with the keys op, variant, shape, device,
  * commit, backend ("cuda"|"cpu"), flush (qfb_flush_name; null on the CPU), timing
  * (qfb_timing_name of the session's timing in effect; null on the CPU), us, gbps, tflops,
- * pct_floor, peer, peer_us, ratio; null where not applicable. */
+ * pct_floor, read_us, pct_read, peer, peer_us, ratio; null where not applicable. read_us is
+ * qfb_read_us of the row's bytes, given where the bytes term sets the row's floor (a memory-bound
+ * row); pct_read = 100 x read_us / us. */
 void qfb_emit(qfb *b, const qfb_row *r);
 
 /* Ceilings, measured on the first call and cached in the session (GPU only; 0 on the CPU or
@@ -105,6 +107,12 @@ void qfb_emit(qfb *b, const qfb_row *r);
 double qfb_copy_gbps(qfb *b);
 double qfb_fp8_tflops(qfb *b);
 
+/* The time of reading `bytes` once with a plain streaming kernel (copy16's loads, no stores),
+ * measured as every row is (L2 flushed, the session's timing) and cached per byte count: about the
+ * least time any kernel needs to read that much, launch and first-data latency included, which
+ * the copy ceiling's 2 GiB leave out. 0 on the CPU, past 1 GiB, or when the measurement fails. */
+double qfb_read_us(qfb *b, double bytes);
+
 /* floor_us for a row, in microseconds: max(bytes / copy ceiling, flops / matrix peak), where the
  * matrix peak is peak_tflops when > 0 and the measured FP8 ceiling otherwise (ceilings are
  * measured on first use). Terms whose ceiling is unknown are left out; 0 when none applies. */
@@ -117,6 +125,9 @@ int qfb_copy16(const void *src, void *dst, size_t bytes, cudaStream_t s);
 /* copy.cu: reads src[0, bytes) on stream s with 16-byte loads, leaving one word per warp in
  * sink[0, sink_words) (bytes a multiple of 16, src aligned). Returns 0, or the cudaError_t. */
 int qfb_read16(const void *src, size_t bytes, unsigned *sink, unsigned sink_words, cudaStream_t s);
+/* copy.cu: the same read by copy16's scheme (four loads in flight per thread, one full wave):
+ * qfb_read_us's kernel. */
+int qfb_stream_read(const void *src, size_t bytes, unsigned *sink, unsigned sink_words, cudaStream_t s);
 #endif
 
 #ifdef __cplusplus

@@ -40,13 +40,13 @@ def main():
             val = f"{r['gbps']:.0f} GB/s" if r["gbps"] else f"{r['tflops']:.0f} TFLOPS"
             print(f"- {r['op']} ({r['variant']}, {r['shape']}): {val}")
         print()
-    print("| op | variant | shape | us | GB/s | TFLOPS | % floor | peer | peer us | speedup |")
-    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|")
+    print("| op | variant | shape | us | GB/s | TFLOPS | % floor | % read | peer | peer us | speedup |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|")
     for r in rows:
         if r["op"].startswith("ceiling") or (ops and r["op"] not in ops):
             continue
         print(f"| {r['op']} | {r['variant']} | {r['shape']} | {fmt(r['us'], '.2f')} | {fmt(r['gbps'], '.0f')} | "
-              f"{fmt(r['tflops'], '.0f')} | {fmt(r['pct_floor'], '.1f')} | {r['peer'] or '-'} | "
+              f"{fmt(r['tflops'], '.0f')} | {fmt(r['pct_floor'], '.1f')} | {fmt(r.get('pct_read'), '.1f')} | {r['peer'] or '-'} | "
               f"{fmt(r['peer_us'], '.2f')} | {fmt(r['ratio'], '.2f')} |")
 
 

@@ -19,7 +19,6 @@
 
 #define QFB_READ_MAX ((size_t)1 << 30)
 #define QFB_READ_CACHE 512
-#define QFB_READ_SINK_WORDS 16384u
 
 struct qfb {
   int use_gpu;
@@ -40,7 +39,6 @@ struct qfb {
   double fp8_tflops;
   void *read_buf;        /* qfb_read_us: the bytes read (grown on demand, at most QFB_READ_MAX) */
   size_t read_buf_bytes;
-  unsigned *read_sink;   /* its kernel's words */
   struct {
     size_t bytes;
     double us;
@@ -87,7 +85,7 @@ static int cuda_ok(cudaError_t err, const char *call, const char *file, int line
  * after a read pass (68 -> 78% of its floor; H200, alternated twice). A read pass evicts the same
  * lines (their write-back falls inside the flush) and leaves clean ones, so a timed run starts
  * with nothing of its data in the L2 and nothing to write back. */
-#define QFB_SINK_WORDS 4096u
+#define QFB_SINK_WORDS 16384u
 
 const char *qfb_flush_name(qfb_flush f) {
   switch (f) {
@@ -195,7 +193,6 @@ void qfb_close(qfb *b) {
   if (b->flush) CUDA_CHECK(cudaFree(b->flush));
   if (b->sink) CUDA_CHECK(cudaFree(b->sink));
   if (b->read_buf) CUDA_CHECK(cudaFree(b->read_buf));
-  if (b->read_sink) CUDA_CHECK(cudaFree(b->read_sink));
 #endif
   if (b->jsonl) fclose(b->jsonl);
   free(b->commit);
@@ -661,7 +658,7 @@ typedef struct {
 
 static int run_read(void *p) {
   const read_arg *a = p;
-  return qfb_stream_read(a->b->read_buf, a->bytes, a->b->read_sink, QFB_READ_SINK_WORDS, 0);
+  return qfb_read16(a->b->read_buf, a->bytes, a->b->sink, QFB_SINK_WORDS, 0);
 }
 
 /* A read buffer of at least n bytes (0: none). */
@@ -671,8 +668,6 @@ static int read_buffer(qfb *b, size_t n) {
   b->read_buf = NULL;
   b->read_buf_bytes = 0;
   const size_t size = (n + ((size_t)64 << 20) - 1) / ((size_t)64 << 20) * ((size_t)64 << 20);
-  if (!b->read_sink && !CUDA_CHECK(cudaMalloc((void **)&b->read_sink, QFB_READ_SINK_WORDS * sizeof(unsigned))))
-    return 0;
   if (!CUDA_CHECK(cudaMalloc(&b->read_buf, size))) return 0;
   if (!CUDA_CHECK(cudaMemset(b->read_buf, 0, size)) || !CUDA_CHECK(cudaDeviceSynchronize())) return 0;
   b->read_buf_bytes = size;

@@ -122,12 +122,11 @@ double qfb_floor_us(qfb *b, double bytes, double flops, double peak_tflops);
 /* copy.cu: dst[0, bytes) = src[0, bytes) on stream s with 16-byte loads and stores (both
  * pointers must be 16-byte aligned). Returns 0, or the cudaError_t after printing it. */
 int qfb_copy16(const void *src, void *dst, size_t bytes, cudaStream_t s);
-/* copy.cu: reads src[0, bytes) on stream s with 16-byte loads, leaving one word per warp in
- * sink[0, sink_words) (bytes a multiple of 16, src aligned). Returns 0, or the cudaError_t. */
+/* copy.cu: reads src[0, bytes) on stream s with copy16's 16-byte loads (four in flight per thread,
+ * a grid of one full wave, at most as many blocks as sink has words for), leaving one word per warp
+ * in sink[0, sink_words) (bytes a multiple of 16, src aligned): the L2 flush and qfb_read_us's
+ * kernel. Returns 0, or the cudaError_t. */
 int qfb_read16(const void *src, size_t bytes, unsigned *sink, unsigned sink_words, cudaStream_t s);
-/* copy.cu: the same read by copy16's scheme (four loads in flight per thread, one full wave):
- * qfb_read_us's kernel. */
-int qfb_stream_read(const void *src, size_t bytes, unsigned *sink, unsigned sink_words, cudaStream_t s);
 #endif
 
 #ifdef __cplusplus

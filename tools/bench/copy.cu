@@ -40,25 +40,12 @@ __global__ void copy_tail_kernel(const unsigned char* __restrict__ src,
   if (threadIdx.x < n) dst[threadIdx.x] = src[threadIdx.x];
 }
 
-// Reads n vectors and leaves one word per warp in sink (so that no load can be dropped): after
-// it the L2 holds clean lines of src.
+// Reads n vectors as copy16_kernel does (kLoadsInFlight loads per thread, one grid stride apart,
+// all issued before any is used) and leaves one word per warp in sink (so that no load can be
+// dropped): about the least time any kernel takes to read those bytes once, at whatever size (the
+// read floor of qfuse-bench's rows); after it the L2 holds clean lines of src (the flush).
 __global__ void __launch_bounds__(kThreads)
     read16_kernel(const uint4* __restrict__ src, size_t n, unsigned* __restrict__ sink) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
-  unsigned acc = 0;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
-    const uint4 v = src[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  acc = __reduce_xor_sync(0xffffffffu, acc);
-  if (threadIdx.x % 32 == 0) sink[(static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x) / 32] = acc;
-}
-
-// Reads n vectors as copy16_kernel does (kLoadsInFlight loads per thread, one grid stride apart,
-// all issued before any is used) and leaves one word per warp in sink: about the least time any
-// kernel takes to read those bytes once, at whatever size (the read floor of qfuse-bench's rows).
-__global__ void __launch_bounds__(kThreads)
-    stream_read_kernel(const uint4* __restrict__ src, size_t n, unsigned* __restrict__ sink) {
   const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
   size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
   unsigned acc = 0;
@@ -130,33 +117,17 @@ extern "C" int qfb_read16(const void* src, size_t bytes, unsigned* sink, unsigne
     return (int)cudaErrorInvalidValue;
   }
   const size_t n16 = bytes / 16;
-  const size_t per_block = static_cast<size_t>(kThreads) * kLoadsInFlight;
-  size_t grid = (n16 + per_block - 1) / per_block;
-  if (grid > sink_words / (kThreads / 32)) grid = sink_words / (kThreads / 32);
-  if (grid == 0) return 0;
-  read16_kernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(static_cast<const uint4*>(src), n16, sink);
-  QFB_CUDA_TRY(cudaGetLastError());
-  return 0;
-}
-
-extern "C" int qfb_stream_read(const void* src, size_t bytes, unsigned* sink, unsigned sink_words, cudaStream_t s) {
-  if (reinterpret_cast<uintptr_t>(src) % 16 != 0 || bytes % 16 != 0 || sink_words < kThreads / 32) {
-    std::fprintf(stderr, "qfb_stream_read: src %p and bytes %zu must be multiples of 16, sink_words %u at least %d\n",
-                 src, bytes, sink_words, kThreads / 32);
-    return (int)cudaErrorInvalidValue;
-  }
-  const size_t n16 = bytes / 16;
   int dev = 0, sms = 0, per_sm = 0;
   QFB_CUDA_TRY(cudaGetDevice(&dev));
   QFB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  QFB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stream_read_kernel, kThreads, 0));
+  QFB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read16_kernel, kThreads, 0));
   // one full wave (as many blocks as the sink has words for), fewer when the bytes do not need them
   const size_t per_block = static_cast<size_t>(kThreads) * kLoadsInFlight;
   size_t grid = static_cast<size_t>(sms) * static_cast<size_t>(per_sm > 0 ? per_sm : 1);
   if (grid > (n16 + per_block - 1) / per_block) grid = (n16 + per_block - 1) / per_block;
   if (grid > sink_words / (kThreads / 32)) grid = sink_words / (kThreads / 32);
   if (grid == 0) return 0;
-  stream_read_kernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(static_cast<const uint4*>(src), n16, sink);
+  read16_kernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(static_cast<const uint4*>(src), n16, sink);
   QFB_CUDA_TRY(cudaGetLastError());
   return 0;
 }

@@ -382,9 +382,10 @@ static void emit_row(qfb *b, const qfb_row *r, int print) {
   const double gbps = or_nan(ok && r->bytes > 0.0, r->bytes / (r->us * 1e3));
   const double tflops = or_nan(ok && r->flops > 0.0, r->flops / (r->us * 1e6));
   const double pct = or_nan(ok && r->floor_us > 0.0, 100.0 * r->floor_us / r->us);
-  /* the read floor where the bytes set the row's floor */
+  /* the read floor where the bytes set the row's floor (qfb_floor_us's bytes term, the same
+     expression, equal to the floor then) */
   const int memory_bound = ok && r->bytes > 0.0 && r->floor_us > 0.0 && b->copy_gbps > 0.0 &&
-                           r->bytes / (b->copy_gbps * 1e3) >= 0.999 * r->floor_us;
+                           r->bytes / (b->copy_gbps * 1e3) >= r->floor_us;
   const double read_raw = memory_bound ? qfb_read_us(b, r->bytes) : 0.0;
   const double read_us = or_nan(read_raw > 0.0, read_raw);
   const double pct_read = or_nan(read_raw > 0.0, 100.0 * read_raw / r->us);

@@ -79,6 +79,21 @@ bool cuda_ok(cudaError_t err, const char* call, int line) {
     if (!cuda_ok(qfb_err_, #call, __LINE__)) return (int)qfb_err_; \
   } while (0)
 
+// Blocks for kernel k over n16 vectors (kLoadsInFlight a thread) into grid: one full wave, fewer
+// when the vectors do not need them. Returns 0, or the cudaError_t after printing it.
+template <typename Kernel>
+static int full_wave(Kernel k, size_t n16, size_t& grid) {
+  int dev = 0, sms = 0, per_sm = 0;
+  QFB_CUDA_TRY(cudaGetDevice(&dev));
+  QFB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  QFB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, 0));
+  const size_t per_block = static_cast<size_t>(kThreads) * kLoadsInFlight;
+  const size_t needed = (n16 + per_block - 1) / per_block;
+  grid = static_cast<size_t>(sms) * static_cast<size_t>(per_sm > 0 ? per_sm : 1);
+  if (grid > needed) grid = needed;
+  return 0;
+}
+
 extern "C" int qfb_copy16(const void* src, void* dst, size_t bytes, cudaStream_t s) {
   if (bytes == 0) return 0;
   if (((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) & 15u) != 0) {
@@ -89,15 +104,8 @@ extern "C" int qfb_copy16(const void* src, void* dst, size_t bytes, cudaStream_t
   const unsigned tail = static_cast<unsigned>(bytes % 16);
 
   if (n16 > 0) {
-    int dev = 0, sms = 0, per_sm = 0;
-    QFB_CUDA_TRY(cudaGetDevice(&dev));
-    QFB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QFB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy16_kernel, kThreads, 0));
-    // one full wave, fewer blocks when the buffer does not need them
-    const size_t per_block = static_cast<size_t>(kThreads) * kLoadsInFlight;
-    size_t grid = static_cast<size_t>(sms) * static_cast<size_t>(per_sm > 0 ? per_sm : 1);
-    const size_t needed = (n16 + per_block - 1) / per_block;
-    if (grid > needed) grid = needed;
+    size_t grid = 0;
+    if (const int err = full_wave(copy16_kernel, n16, grid)) return err;
     copy16_kernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(
         static_cast<const uint4*>(src), static_cast<uint4*>(dst), n16);
     QFB_CUDA_TRY(cudaGetLastError());
@@ -117,16 +125,10 @@ extern "C" int qfb_read16(const void* src, size_t bytes, unsigned* sink, unsigne
     return (int)cudaErrorInvalidValue;
   }
   const size_t n16 = bytes / 16;
-  int dev = 0, sms = 0, per_sm = 0;
-  QFB_CUDA_TRY(cudaGetDevice(&dev));
-  QFB_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  QFB_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read16_kernel, kThreads, 0));
-  // one full wave (as many blocks as the sink has words for), fewer when the bytes do not need them
-  const size_t per_block = static_cast<size_t>(kThreads) * kLoadsInFlight;
-  size_t grid = static_cast<size_t>(sms) * static_cast<size_t>(per_sm > 0 ? per_sm : 1);
-  if (grid > (n16 + per_block - 1) / per_block) grid = (n16 + per_block - 1) / per_block;
-  if (grid > sink_words / (kThreads / 32)) grid = sink_words / (kThreads / 32);
-  if (grid == 0) return 0;
+  if (n16 == 0) return 0;
+  size_t grid = 0;
+  if (const int err = full_wave(read16_kernel, n16, grid)) return err;
+  if (grid > sink_words / (kThreads / 32)) grid = sink_words / (kThreads / 32);  // a word per warp
   read16_kernel<<<static_cast<unsigned>(grid), kThreads, 0, s>>>(static_cast<const uint4*>(src), n16, sink);
   QFB_CUDA_TRY(cudaGetLastError());
   return 0;

@@ -38,8 +38,12 @@ int main() {
   // Block-scaled on 132 SMs. M = 1: 33 tiles of 64 x 64, split 132 / 33 = 4 ways; M = 64 on
   // (7168, 16384): 112 tiles, one wave, unsplit; M = 128 on (32768, 512): 256 tiles of 128 x 128
   // (each unit 4 K-blocks, 256 >= 132 tiles of 128 columns); M = 4096 on (7168, 16384): 256 x 128
-  // tiles, 896 of them, whose last wave (104 tiles) is more than half the SMs: whole.
+  // tiles, 896 of them, whose last wave (104 tiles) is more than half the SMs: whole. M = 128:
+  // (4096, 7168) one row of 64 128 x 64 tiles split twice; (2112, 7168) two rows of 33 64 x 64
+  // tiles split twice (one row of 128 x 64 would take four ranges).
   expect(1, 2112, 7168, 64, 64, 4, 0);
+  expect(128, 4096, 7168, 128, 64, 2, 0);
+  expect(128, 2112, 7168, 64, 64, 2, 0);
   expect(64, 7168, 16384, 64, 64, 1, 112);
   expect(128, 32768, 512, 128, 128, 1, 256);
   expect(4096, 7168, 16384, 256, 128, 1, 896);

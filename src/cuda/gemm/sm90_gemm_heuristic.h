@@ -167,7 +167,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // per product), as long as that is at most two ranges: block-scaled (128, 4096, 7168), two ranges
   // of 128 x 64 against the two rows unsplit, 16.4 -> 15.3 us (H200; on an H100 within 1%), while
   // (128, 2112, 7168), four ranges of 128 x 64 against two of the two rows, ran 11.3 -> 10.6 us on
-  // the two rows (H100, two calls; the four-way reduction of a 128 x 64 tile costs it 1.75 us,
+  // the two rows (H100, three calls; the four-way reduction of a 128 x 64 tile costs it 1.75 us,
   // docs/GEMM.md; an H200 before the lighter split handshake had it the other way, 11.55 -> 11.8).
   if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms &&
       decode_splits((N + 63) / 64) <= 2)

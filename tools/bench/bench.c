@@ -374,6 +374,12 @@ static void json_key_number(FILE *f, const char *key, double v, int last) {
 }
 
 /* The table row goes to stdout when print is set; the JSON line goes to the file when open. */
+/* The bytes term of a row's floor: bytes at the session's copy ceiling, in microseconds (0 while
+ * the ceiling is unmeasured or there are no bytes). */
+static double bytes_term_us(const qfb *b, double bytes) {
+  return bytes > 0.0 && b->copy_gbps > 0.0 ? bytes / (b->copy_gbps * 1e3) : 0.0;
+}
+
 static void emit_row(qfb *b, const qfb_row *r, int print) {
   const int ok = r->us > 0.0 && isfinite(r->us);
   const int has_peer = r->peer != NULL;
@@ -382,10 +388,8 @@ static void emit_row(qfb *b, const qfb_row *r, int print) {
   const double gbps = or_nan(ok && r->bytes > 0.0, r->bytes / (r->us * 1e3));
   const double tflops = or_nan(ok && r->flops > 0.0, r->flops / (r->us * 1e6));
   const double pct = or_nan(ok && r->floor_us > 0.0, 100.0 * r->floor_us / r->us);
-  /* the read floor where the bytes set the row's floor (qfb_floor_us's bytes term, the same
-     expression, equal to the floor then) */
-  const int memory_bound = ok && r->bytes > 0.0 && r->floor_us > 0.0 && b->copy_gbps > 0.0 &&
-                           r->bytes / (b->copy_gbps * 1e3) >= r->floor_us;
+  /* the read floor where the bytes set the row's floor (qfb_floor_us's bytes term equals it) */
+  const int memory_bound = ok && r->floor_us > 0.0 && bytes_term_us(b, r->bytes) >= r->floor_us;
   const double read_raw = memory_bound ? qfb_read_us(b, r->bytes) : 0.0;
   const double read_us = or_nan(read_raw > 0.0, read_raw);
   const double pct_read = or_nan(read_raw > 0.0, 100.0 * read_raw / r->us);
@@ -698,11 +702,8 @@ double qfb_read_us(qfb *b, double bytes) {
 }
 
 double qfb_floor_us(qfb *b, double bytes, double flops, double peak_tflops) {
-  double floor_us = 0.0;
-  if (bytes > 0.0) {
-    const double gbps = qfb_copy_gbps(b);
-    if (gbps > 0.0 && bytes / (gbps * 1e3) > floor_us) floor_us = bytes / (gbps * 1e3);
-  }
+  if (bytes > 0.0) qfb_copy_gbps(b);  /* (measured on first use) */
+  double floor_us = bytes_term_us(b, bytes);
   if (flops > 0.0) {
     const double peak = peak_tflops > 0.0 ? peak_tflops : qfb_fp8_tflops(b);
     if (peak > 0.0 && flops / (peak * 1e6) > floor_us) floor_us = flops / (peak * 1e6);

@@ -183,33 +183,41 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     }
     load_chunks(kbook, bt / kS, bstep, in.r);
   };
-  auto build_table = [&](table_inputs &in) {
-    for (int c0 = bt / kS;;) {
+  // The dots of chunks c0, c0 + bstep, .. c0 + 3 bstep (held in r) with every head's q part.
+  auto build_round = [&](const table_inputs &in, int c0) {
 #pragma unroll
-      for (int u = 0; u < 4; u++)
+    for (int u = 0; u < 4; u++)
 #pragma unroll
-        for (int i = 0; i < kCE; i++) {
-          if (c0 + u * bstep >= kChunks) break;
-          float e[kVS];
+      for (int i = 0; i < kCE; i++) {
+        if (c0 + u * bstep >= kChunks) break;
+        float e[kVS];
 #pragma unroll
-          for (int c = 0; c < kVS; c++) {
-            const uint32_t w = chunk_word(in.r[u], (i * kVS + c) / 2);
-            e[c] = c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w);
-          }
-#pragma unroll
-          for (int hh = 0; hh < kG; hh++) {
-            float dot = 0.0f;
-#pragma unroll
-            for (int c = 0; c < kVS; c++) dot = fmaf(in.q[hh][c], e[c], dot);
-            reinterpret_cast<float *>(smem + table_region(hh))[((c0 + u * bstep) * kCE + i) * (kRow / 4) + table_col0(hh) + bj] = dot;
-          }
+        for (int c = 0; c < kVS; c++) {
+          const uint32_t w = chunk_word(in.r[u], (i * kVS + c) / 2);
+          e[c] = c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w);
         }
+#pragma unroll
+        for (int hh = 0; hh < kG; hh++) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kVS; c++) dot = fmaf(in.q[hh][c], e[c], dot);
+          reinterpret_cast<float *>(smem + table_region(hh))[((c0 + u * bstep) * kCE + i) * (kRow / 4) + table_col0(hh) + bj] = dot;
+        }
+      }
+  };
+  auto table_built = [&] {
+    if (paired) __syncthreads();
+    else vq_attn_half_sync(half);
+  };
+  // The table from chunk c0 on (in.r holds c0's round), four chunks in flight.
+  auto build_table = [&](table_inputs &in, int c0) {
+    for (;;) {
+      build_round(in, c0);
       c0 += 4 * bstep;
       if (c0 >= kChunks) break;
       load_chunks(kbook, c0, bstep, in.r);
     }
-    if (paired) __syncthreads();  // table built
-    else vq_attn_half_sync(half);
+    table_built();
   };
 
   // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
@@ -252,9 +260,23 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
           *reinterpret_cast<uint32_t *>(dst) = chunk_word(r[u], i);
       }
   }
+  // The first table's second round of chunks, requested before the barrier rather than after the
+  // first round's dots (one L2 round trip less before the first tile). Not for S = 64, whose
+  // 64-vector kernels spill with it (the paired CQ-4 plan has one round anyway).
+  const int fc0 = bt / kS, fc1 = fc0 + 4 * bstep;
+  const bool ahead_round = kS == 32 && fc1 < kChunks;  // (for every thread or none)
+  uint4 ahead[4][2];
+  if (u_begin < u_end && ahead_round) load_chunks(kbook, fc1, bstep, ahead);
   __syncthreads();  // the V books are in place
   if (u_begin >= u_end) return;  // (both halves of a paired block, or a half that takes no barrier with the other)
-  build_table(first);
+  if (ahead_round) {
+    build_round(first, fc0);
+#pragma unroll
+    for (int u = 0; u < 4; u++) first.r[u][0] = ahead[u][0], first.r[u][1] = ahead[u][1];
+    build_table(first, fc1);
+  } else {
+    build_table(first, fc0);
+  }
 
   float m[kG], l[kG];  // per query head: this warp's running max (log2 units) and this lane's sum of p
   float acc[kG][kSPL][kVS];
@@ -461,7 +483,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     if (more) stage_codes(next, 1);
     if (rebuild) {
       if (paired) __syncthreads();  // both halves are done with the last table
-      build_table(in);
+      build_table(in, bt / kS);
     }
     t = next;
   }

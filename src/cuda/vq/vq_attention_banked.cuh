@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // Shared memory: the score tables (rows of 64 fp32: S = 32 gives each half, or each grouped
   // head, its own 32 columns, S = 64 one table for both halves), the V books, then per half (256-byte
   // aligned) its code slot (K rows, then V rows), the warps' probabilities and the slot's two
-  // mbarriers (K, V); probabilities per grouped head. The warps' partials at the end of a unit
-  // take the slot's V rows (refilled after the merge), and the q of a grouped block's table build
-  // the probabilities' place.
+  // mbarriers (K, V; after the first half's, the two of the setup by bulk copies); probabilities
+  // per grouped head. The warps' partials at the end of a unit take the slot's V rows (refilled
+  // after the merge), and the q of a grouped block's table build the probabilities' place.
   extern __shared__ __align__(128) uint8_t smem[];
   const int half = threadIdx.x / kHalf, tid = threadIdx.x % kHalf, lane = tid & 31, warp = tid >> 5;
   uint8_t *vbook_s = smem + p.lut_bytes;                                              // [256][kS] entries
@@ -220,62 +220,132 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     table_built();
   };
 
-  // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
-  // One pass: at most 2048 chunks, eight per thread at 256 threads. With one query head per block
-  // their loads and those of the first table's inputs go out before the first tile's code copies,
-  // so that they do not queue behind the codes of every block starting at once (the grouped CQ-4
-  // kernel at batch 8 was 5% slower that way and keeps the codes first).
-  // Vector v's column: v, or for S = 64 (v & 1) 32 + v / 2, so that lane j's vectors 2j and 2j + 1
-  // (adjacent index bytes: one 16-bit load) sit in columns j and 32 + j, bank j for both.
+  // Vector v's column in the V books: v, or for S = 64 (v & 1) 32 + v / 2, so that lane j's vectors
+  // 2j and 2j + 1 (adjacent index bytes: one 16-bit load) sit in columns j and 32 + j, bank j for
+  // both.
   auto vcolumn = [](int v) { return kSPL == 2 ? (v & 1) * 32 + (v >> 1) : v; };
-  table_inputs first;
-  {
-    static_assert(kChunks * kS <= 8 * kVqAttnThreads, "one pass of eight chunks per thread");
-    const int j = threadIdx.x % kS, cstep = blockDim.x / kS, c0 = threadIdx.x / kS;
-    const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
-    // One code slot per half, its K and V parts refilled apart: the next tile's K indices land
-    // while this tile's values are computed, its V indices while the next scores are.
-    auto first_codes = [&] {
-      if (tid == 0) {
-        mbarrier_init(bar_k, 1), mbarrier_init(bar_v, 1);
-        fence_mbarrier_init();
+  // One code slot per half, its K and V parts refilled apart: the next tile's K indices land while
+  // this tile's values are computed, its V indices while the next scores are.
+  auto first_codes = [&] {
+    if (tid == 0) {
+      mbarrier_init(bar_k, 1), mbarrier_init(bar_v, 1);
+      fence_mbarrier_init();
+    }
+    if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
+  };
+
+  constexpr bool kBulkSetup = kG == 1 && kS == 32;
+  if constexpr (kBulkSetup) {
+    // ---- setup by bulk copies: head g's K and V books as stored, then laid out in shared memory ----
+    // The raw K books land in the V books' place and the raw V books in the tables' (at most S x 256
+    // entries each: both regions are that large), by two bulk copies asked for before the code
+    // tiles' boxes (a copy engine takes its copies in order, and boxes of 32-byte rows are slow).
+    // Each thread computes its table values from the raw K books into registers while the V books
+    // land, then takes its V entries into registers; after one barrier both go to their layouts.
+    // Lane l works on vector (column) l and entries (base + k + l) mod 256, so that its reads of a
+    // raw book and its writes into a [256][S] layout fall into the lanes' own banks. (32-byte
+    // chunks through registers, the grouped kernels' way, finished the setup 1.3 us later for
+    // CQ-2; for S = 64 the chunks were faster: docs/VQ.md.)
+    const int first_book = vq_attn_book(p, g * kS);
+    const uint32_t raw_bytes = static_cast<uint32_t>(vq_attn_book(p, g * kS + kS - 1) - first_book + 1) * 256u * kEB;
+    const uint32_t bar_kb = bar_k - half * p.half_bytes + 16, bar_vb = bar_kb + 8;  // (after the first half's two)
+    if (threadIdx.x == 0) {
+      mbarrier_init(bar_kb, 1), mbarrier_init(bar_vb, 1);
+      fence_mbarrier_init();
+      mbarrier_arrive_expect_tx(bar_kb, raw_bytes);
+      cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vbook_s)), p.books[0] + first_book * book_elems, raw_bytes, bar_kb);
+      mbarrier_arrive_expect_tx(bar_vb, raw_bytes);
+      cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_book * book_elems, raw_bytes, bar_vb);
+    }
+    first_codes();
+    const int raw_col = (vq_attn_book(p, g * kS + lane) - first_book) * (256 * kEB);  // vector lane's raw book
+    float qv[kVS];  // its q part of the first unit's batch entry
+    if (u_begin < u_end) {
+      const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
+#pragma unroll
+      for (int c = 0; c < kVS; c++) qv[c] = vq_load_as_f32(p.q, p.q_dtype, qrow + lane * kVS + c) * p.q_scale;
+    }
+    __syncthreads();  // the barriers' inits are visible
+
+    // The half's table values: warp w of the half takes entries 32 w + k (rotated by the lane).
+    float tv[32];
+    mbarrier_wait_parity(bar_kb, 0);
+    if (u_begin < u_end) {
+#pragma unroll
+      for (int k = 0; k < 32; k++) {
+        float ent[kVS];
+        vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(vbook_s + raw_col + ((32 * warp + k + lane) & 255) * kEB), ent);
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kVS; c++) dot = fmaf(qv[c], ent[c], dot);
+        tv[k] = dot;
       }
-      if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
-    };
-    constexpr bool kCodesFirst = kG > 1;  // (the grouped kernels' order; above)
-    uint4 r[8][2];  // (nothing else is live yet)
-    if (kCodesFirst) first_codes();
-    load_chunks(book, c0, cstep, r);
-    if (u_begin < u_end) load_table_inputs(t.b, first);
-    if (!kCodesFirst) first_codes();
+    }
+    // V entries: warp w of the block's nw takes entries w 256 / nw + k.
+    constexpr int kMaxPer = 256 / kVqAttnWarps;  // (a block of one half)
+    using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
+    word_t ve[kMaxPer];
+    const int per = 256 / (blockDim.x / 32), bw = threadIdx.x / 32;
+    mbarrier_wait_parity(bar_vb, 0);
 #pragma unroll
-    for (int u = 0; u < 8; u++)
+    for (int k = 0; k < kMaxPer; k++)
+      if (k < per) ve[k] = *reinterpret_cast<const word_t *>(smem + raw_col + ((bw * per + k + lane) & 255) * kEB);
+    __syncthreads();  // both raw books are read
+    if (u_begin < u_end) {
 #pragma unroll
-      for (int i = 0; i < kCE; i++) {
-        if (c0 + u * cstep >= kChunks) break;
-        uint8_t *dst = vbook_s + (((c0 + u * cstep) * kCE + i) * kS + vcolumn(j)) * kEB;
-        if constexpr (kEB == 8)
-          *reinterpret_cast<uint2 *>(dst) = make_uint2(chunk_word(r[u], 2 * i), chunk_word(r[u], 2 * i + 1));
-        else
-          *reinterpret_cast<uint32_t *>(dst) = chunk_word(r[u], i);
-      }
-  }
-  // The first table's second round of chunks, requested before the barrier rather than after the
-  // first round's dots (one L2 round trip less before the first tile). Not for S = 64, whose
-  // 64-vector kernels spill with it (the paired CQ-4 plan has one round anyway).
-  const int fc0 = bt / kS, fc1 = fc0 + 4 * bstep;
-  const bool ahead_round = kS == 32 && fc1 < kChunks;  // (for every thread or none)
-  uint4 ahead[4][2];
-  if (u_begin < u_end && ahead_round) load_chunks(kbook, fc1, bstep, ahead);
-  __syncthreads();  // the V books are in place
-  if (u_begin >= u_end) return;  // (both halves of a paired block, or a half that takes no barrier with the other)
-  if (ahead_round) {
-    build_round(first, fc0);
+      for (int k = 0; k < 32; k++) reinterpret_cast<float *>(smem)[((32 * warp + k + lane) & 255) * (kRow / 4) + table_col0(0) + lane] = tv[k];
+    }
 #pragma unroll
-    for (int u = 0; u < 4; u++) first.r[u][0] = ahead[u][0], first.r[u][1] = ahead[u][1];
-    build_table(first, fc1);
+    for (int k = 0; k < kMaxPer; k++)
+      if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + lane * kEB) = ve[k];
+    __syncthreads();  // the tables are built and the V books in place
+    if (u_begin >= u_end) return;
   } else {
-    build_table(first, fc0);
+    // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
+    // One pass: at most 2048 chunks, eight per thread at 256 threads. With one query head per block
+    // their loads and those of the first table's inputs go out before the first tile's code copies,
+    // so that they do not queue behind the codes of every block starting at once (the grouped CQ-4
+    // kernel at batch 8 was 5% slower that way and keeps the codes first).
+    table_inputs first;
+    {
+      static_assert(kChunks * kS <= 8 * kVqAttnThreads, "one pass of eight chunks per thread");
+      const int j = threadIdx.x % kS, cstep = blockDim.x / kS, c0 = threadIdx.x / kS;
+      const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
+      constexpr bool kCodesFirst = kG > 1;
+      uint4 r[8][2];  // (nothing else is live yet)
+      if (kCodesFirst) first_codes();
+      load_chunks(book, c0, cstep, r);
+      if (u_begin < u_end) load_table_inputs(t.b, first);
+      if (!kCodesFirst) first_codes();
+#pragma unroll
+      for (int u = 0; u < 8; u++)
+#pragma unroll
+        for (int i = 0; i < kCE; i++) {
+          if (c0 + u * cstep >= kChunks) break;
+          uint8_t *dst = vbook_s + (((c0 + u * cstep) * kCE + i) * kS + vcolumn(j)) * kEB;
+          if constexpr (kEB == 8)
+            *reinterpret_cast<uint2 *>(dst) = make_uint2(chunk_word(r[u], 2 * i), chunk_word(r[u], 2 * i + 1));
+          else
+            *reinterpret_cast<uint32_t *>(dst) = chunk_word(r[u], i);
+        }
+    }
+    // The first table's second round of chunks, requested before the barrier rather than after the
+    // first round's dots (one L2 round trip less before the first tile). Not for S = 64, whose
+    // 64-vector kernels spill with it.
+    const int fc0 = bt / kS, fc1 = fc0 + 4 * bstep;
+    const bool ahead_round = kS == 32 && fc1 < kChunks;  // (for every thread or none)
+    uint4 ahead[4][2];
+    if (u_begin < u_end && ahead_round) load_chunks(kbook, fc1, bstep, ahead);
+    __syncthreads();  // the V books are in place
+    if (u_begin >= u_end) return;  // (a half that takes no barrier with the other)
+    if (ahead_round) {
+      build_round(first, fc0);
+#pragma unroll
+      for (int u = 0; u < 4; u++) first.r[u][0] = ahead[u][0], first.r[u][1] = ahead[u][1];
+      build_table(first, fc1);
+    } else {
+      build_table(first, fc0);
+    }
   }
 
   float m[kG], l[kG];  // per query head: this warp's running max (log2 units) and this lane's sum of p

@@ -17,10 +17,14 @@
 //   heads h .. h + kG - 1 of one kv head, each with its table, so that the values phase loads and
 //   converts each V entry once for all of them (GQA: 4 query heads per kv head in Llama-3). Its
 //   shared memory: kG tables (32 or 64 KB each), the V books, one code slot.
-// - Book reads (the V books' copy and the K entries of a table): a lane reads 32-byte chunks of
-//   one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive
-//   vectors, eight (V books) or four (tables) chunks in flight, and stores entry by entry into the
-//   layouts below.
+// - Setup of a one-head block with S = 32 (CQ-2): two bulk copies bring head g's K and V books as
+//   stored (raw) into the V books' and the tables' places, asked for before the first code boxes;
+//   each thread computes its first-table values from the raw K books while the V books land,
+//   reads its V entries, and after one barrier writes both into the layouts below. Elsewhere, and
+//   for every later table: a lane reads 32-byte chunks of one vector's book (4 or 8 entries, a
+//   whole sector), the 32 lanes of a warp 32 consecutive vectors, eight (V books) or four
+//   (tables) chunks in flight, and stores entry by entry into the layouts (for S = 64 this was
+//   faster than the bulk copies: docs/VQ.md).
 // - Layouts: the score table is lut[e][col0 + j] = q-part j . K entry e of vector j (fp32, q
 //   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
 //   side for S = 32, col0 = half S; grouped heads: head i's in columns 32 (i % 2) of the (i / 2)-th

@@ -17,14 +17,14 @@
 //   heads h .. h + kG - 1 of one kv head, each with its table, so that the values phase loads and
 //   converts each V entry once for all of them (GQA: 4 query heads per kv head in Llama-3). Its
 //   shared memory: kG tables (32 or 64 KB each), the V books, one code slot.
-// - Setup of a one-head block with S = 32 (CQ-2): two bulk copies bring head g's K and V books as
-//   stored (raw) into the V books' and the tables' places, asked for before the first code boxes;
-//   each thread computes its first-table values from the raw K books while the V books land,
-//   reads its V entries, and after one barrier writes both into the layouts below. Elsewhere, and
-//   for every later table: a lane reads 32-byte chunks of one vector's book (4 or 8 entries, a
-//   whole sector), the 32 lanes of a warp 32 consecutive vectors, eight (V books) or four
-//   (tables) chunks in flight, and stores entry by entry into the layouts (for S = 64 this was
-//   faster than the bulk copies: docs/VQ.md).
+// - Setup of a one-head block with S = 32 (CQ-2), or with S = 64 (CQ-4) where its halves share the
+//   table: two bulk copies bring head g's K and V books as stored (raw) into the V books' and the
+//   tables' places, asked for first of all (before the plan's divisions and the code boxes); each
+//   thread computes its first-table values from the raw K books while the V books land, reads its
+//   V entries, and after one barrier writes both into the layouts below. Elsewhere (grouped heads,
+//   a lone S = 64 half), and for every later table: a lane reads 32-byte chunks of one vector's
+//   book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive vectors, eight
+//   (V books) or four (tables) chunks in flight, and stores entry by entry into the layouts.
 // - Layouts: the score table is lut[e][col0 + j] = q-part j . K entry e of vector j (fp32, q
 //   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
 //   side for S = 32, col0 = half S; grouped heads: head i's in columns 32 (i % 2) of the (i / 2)-th
@@ -117,6 +117,21 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // batch entries: the block's run is one of pairs of units, half h takes unit 2 pair + h.
   const bool paired = kS == 64 && p.halves == 2;
   const int h = blockIdx.y * kG, g = h / p.group;  // the block's query heads h .. h + kG - 1
+  // One-head blocks of S = 32, and S = 64 blocks whose halves share the table, set up by two bulk
+  // copies of head g's raw books (below, "setup by bulk copies"), asked for first of all.
+  const bool bulk_setup = kG == 1 && (kS == 32 || paired);
+  const int first_book = vq_attn_book(p, g * kS);
+  const uint32_t bar_kb = bar_k - half * p.half_bytes + 16, bar_vb = bar_kb + 8;  // (after the first half's two)
+  if (bulk_setup && threadIdx.x == 0) {
+    const uint32_t raw_bytes = static_cast<uint32_t>(vq_attn_book(p, g * kS + kS - 1) - first_book + 1) * 256u * kEB;
+    const int64_t first_elem = static_cast<int64_t>(first_book) * p.entries * kVS;
+    mbarrier_init(bar_kb, 1), mbarrier_init(bar_vb, 1);
+    fence_mbarrier_init();
+    mbarrier_arrive_expect_tx(bar_kb, raw_bytes);
+    cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vbook_s)), p.books[0] + first_elem, raw_bytes, bar_kb);
+    mbarrier_arrive_expect_tx(bar_vb, raw_bytes);
+    cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_elem, raw_bytes, bar_vb);
+  }
   const int runs = paired ? p.vblocks / 2 : p.vblocks, run = paired ? blockIdx.x : blockIdx.x * p.halves + half;
   const int run_units = paired ? p.units / 2 : p.units, stride = paired ? 2 : 1;
   const int r0 = run < runs ? static_cast<int>(static_cast<int64_t>(run) * run_units / runs) : 0;
@@ -238,70 +253,78 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
   };
 
-  constexpr bool kBulkSetup = kG == 1 && kS == 32;
-  if constexpr (kBulkSetup) {
+  if (bulk_setup) {
     // ---- setup by bulk copies: head g's K and V books as stored, then laid out in shared memory ----
     // The raw K books land in the V books' place and the raw V books in the tables' (at most S x 256
     // entries each: both regions are that large), by two bulk copies asked for before the code
     // tiles' boxes (a copy engine takes its copies in order, and boxes of 32-byte rows are slow).
     // Each thread computes its table values from the raw K books into registers while the V books
     // land, then takes its V entries into registers; after one barrier both go to their layouts.
-    // Lane l works on vector (column) l and entries (base + k + l) mod 256, so that its reads of a
-    // raw book and its writes into a [256][S] layout fall into the lanes' own banks. (32-byte
-    // chunks through registers, the grouped kernels' way, finished the setup 1.3 us later for
-    // CQ-2; for S = 64 the chunks were faster: docs/VQ.md.)
-    const int first_book = vq_attn_book(p, g * kS);
-    const uint32_t raw_bytes = static_cast<uint32_t>(vq_attn_book(p, g * kS + kS - 1) - first_book + 1) * 256u * kEB;
-    const uint32_t bar_kb = bar_k - half * p.half_bytes + 16, bar_vb = bar_kb + 8;  // (after the first half's two)
-    if (threadIdx.x == 0) {
-      mbarrier_init(bar_kb, 1), mbarrier_init(bar_vb, 1);
-      fence_mbarrier_init();
-      mbarrier_arrive_expect_tx(bar_kb, raw_bytes);
-      cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vbook_s)), p.books[0] + first_book * book_elems, raw_bytes, bar_kb);
-      mbarrier_arrive_expect_tx(bar_vb, raw_bytes);
-      cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_book * book_elems, raw_bytes, bar_vb);
-    }
+    // Lane l works on columns l + 32 ps (ps < S / 32) and entries (base + k + l) mod 256, so that
+    // its reads of a raw book and its writes into a [256][S] layout fall into the lanes' own banks.
+    // (32-byte chunks through registers, the other blocks' way, finished CQ-2's setup 1.3 us later:
+    // docs/VQ.md.)
+    constexpr int kPasses = kS / 32;
     first_codes();
-    const int raw_col = (vq_attn_book(p, g * kS + lane) - first_book) * (256 * kEB);  // vector lane's raw book
-    float qv[kVS];  // its q part of the first unit's batch entry
+    auto raw_col = [&](int v) { return (vq_attn_book(p, g * kS + v) - first_book) * (256 * kEB); };  // vector v's raw book
+    float qv[kPasses][kVS];  // q parts of vectors lane + 32 ps, the first unit's batch entry
     if (u_begin < u_end) {
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
 #pragma unroll
-      for (int c = 0; c < kVS; c++) qv[c] = vq_load_as_f32(p.q, p.q_dtype, qrow + lane * kVS + c) * p.q_scale;
+      for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+        for (int c = 0; c < kVS; c++) qv[ps][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + (lane + 32 * ps) * kVS + c) * p.q_scale;
     }
     __syncthreads();  // the barriers' inits are visible
 
-    // The half's table values: warp w of the half takes entries 32 w + k (rotated by the lane).
-    float tv[32];
+    // Table values: warp w of the table's builders (the half's 8 warps; the block's 16 where the
+    // halves share the table) takes entries w 256 / warps + k of columns lane + 32 ps.
+    constexpr int kTPer = kS == 32 ? 32 : 16;
+    const int twarp = paired ? static_cast<int>(threadIdx.x) / 32 : warp;
+    float tv[kPasses][kTPer];
     mbarrier_wait_parity(bar_kb, 0);
     if (u_begin < u_end) {
 #pragma unroll
-      for (int k = 0; k < 32; k++) {
-        float ent[kVS];
-        vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(vbook_s + raw_col + ((32 * warp + k + lane) & 255) * kEB), ent);
-        float dot = 0.0f;
+      for (int ps = 0; ps < kPasses; ps++) {
+        const int col = raw_col(lane + 32 * ps);
 #pragma unroll
-        for (int c = 0; c < kVS; c++) dot = fmaf(qv[c], ent[c], dot);
-        tv[k] = dot;
+        for (int k = 0; k < kTPer; k++) {
+          float ent[kVS];
+          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(vbook_s + col + ((kTPer * twarp + k + lane) & 255) * kEB), ent);
+          float dot = 0.0f;
+#pragma unroll
+          for (int c = 0; c < kVS; c++) dot = fmaf(qv[ps][c], ent[c], dot);
+          tv[ps][k] = dot;
+        }
       }
     }
-    // V entries: warp w of the block's nw takes entries w 256 / nw + k.
-    constexpr int kMaxPer = 256 / kVqAttnWarps;  // (a block of one half)
+    // V entries: warp w of the block's nw takes entries w 256 / nw + k of columns lane + 32 ps.
+    constexpr int kMaxPer = kS == 32 ? 256 / kVqAttnWarps : 256 / (2 * kVqAttnWarps);  // (S = 64: two halves)
     using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
-    word_t ve[kMaxPer];
+    word_t ve[kPasses][kMaxPer];
     const int per = 256 / (blockDim.x / 32), bw = threadIdx.x / 32;
+    auto vcol_vector = [](int c) { return kSPL == 2 ? 2 * (c & 31) + (c >> 5) : c; };  // vcolumn's inverse
     mbarrier_wait_parity(bar_vb, 0);
 #pragma unroll
-    for (int k = 0; k < kMaxPer; k++)
-      if (k < per) ve[k] = *reinterpret_cast<const word_t *>(smem + raw_col + ((bw * per + k + lane) & 255) * kEB);
+    for (int ps = 0; ps < kPasses; ps++) {
+      const int col = raw_col(vcol_vector(lane + 32 * ps));
+#pragma unroll
+      for (int k = 0; k < kMaxPer; k++)
+        if (k < per) ve[ps][k] = *reinterpret_cast<const word_t *>(smem + col + ((bw * per + k + lane) & 255) * kEB);
+    }
     __syncthreads();  // both raw books are read
     if (u_begin < u_end) {
 #pragma unroll
-      for (int k = 0; k < 32; k++) reinterpret_cast<float *>(smem)[((32 * warp + k + lane) & 255) * (kRow / 4) + table_col0(0) + lane] = tv[k];
+      for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+        for (int k = 0; k < kTPer; k++)
+          reinterpret_cast<float *>(smem)[((kTPer * twarp + k + lane) & 255) * (kRow / 4) + table_col0(0) + lane + 32 * ps] = tv[ps][k];
     }
 #pragma unroll
-    for (int k = 0; k < kMaxPer; k++)
-      if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + lane * kEB) = ve[k];
+    for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+      for (int k = 0; k < kMaxPer; k++)
+        if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + (lane + 32 * ps) * kEB) = ve[ps][k];
     __syncthreads();  // the tables are built and the V books in place
     if (u_begin >= u_end) return;
   } else {

@@ -21,10 +21,14 @@
 //   table: two bulk copies bring head g's K and V books as stored (raw) into the V books' and the
 //   tables' places, asked for first of all (before the plan's divisions and the code boxes); each
 //   thread computes its first-table values from the raw K books while the V books land, reads its
-//   V entries, and after one barrier writes both into the layouts below. Elsewhere (grouped heads,
-//   a lone S = 64 half), and for every later table: a lane reads 32-byte chunks of one vector's
-//   book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32 consecutive vectors, eight
-//   (V books) or four (tables) chunks in flight, and stores entry by entry into the layouts.
+//   V entries, and after one barrier writes both into the layouts below. Grouped blocks whose
+//   tables fill two 64 KB regions (4 heads of S = 32, 2 of S = 64) take raw V into the first region
+//   and raw K into the second: V goes straight to its layout, then one pass over raw K stores the
+//   first region's tables and holds the second's in registers until raw K is read. Elsewhere (2
+//   grouped heads of S = 32, a lone S = 64 half), and for every later table: a lane reads 32-byte
+//   chunks of one vector's book (4 or 8 entries, a whole sector), the 32 lanes of a warp 32
+//   consecutive vectors, eight (V books) or four (tables) chunks in flight, and stores entry by
+//   entry into the layouts.
 // - Layouts: the score table is lut[e][col0 + j] = q-part j . K entry e of vector j (fp32, q
 //   scaled by sm_scale log2(e)) in rows of 64 values (256 bytes: the two halves' tables side by
 //   side for S = 32, col0 = half S; grouped heads: head i's in columns 32 (i % 2) of the (i / 2)-th
@@ -117,20 +121,27 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // batch entries: the block's run is one of pairs of units, half h takes unit 2 pair + h.
   const bool paired = kS == 64 && p.halves == 2;
   const int h = blockIdx.y * kG, g = h / p.group;  // the block's query heads h .. h + kG - 1
-  // One-head blocks of S = 32, and S = 64 blocks whose halves share the table, set up by two bulk
-  // copies of head g's raw books (below, "setup by bulk copies"), asked for first of all.
-  const bool bulk_setup = kG == 1 && (kS == 32 || paired);
+  // One-head blocks of S = 32, S = 64 blocks whose halves share the table, and grouped blocks
+  // whose tables fill two 64 KB regions (S = 32 with 4 heads, S = 64 with 2) set up by two bulk
+  // copies of head g's raw books (below, "setup by bulk copies"), asked for first of all: raw V
+  // into the tables' (first) region, raw K into the V books' place (one head) or the tables' second
+  // region (grouped).
+  constexpr bool kGroupedBulk = (kS == 32 && kG == 4) || (kS == 64 && kG == 2);
+  const bool bulk_setup = kG == 1 ? kS == 32 || paired : kGroupedBulk;
   const int first_book = vq_attn_book(p, g * kS);
   const uint32_t bar_kb = bar_k - half * p.half_bytes + 16, bar_vb = bar_kb + 8;  // (after the first half's two)
+  uint8_t *const kraw_s = kG == 1 ? vbook_s : smem + 256 * kRow;
   if (bulk_setup && threadIdx.x == 0) {
     const uint32_t raw_bytes = static_cast<uint32_t>(vq_attn_book(p, g * kS + kS - 1) - first_book + 1) * 256u * kEB;
     const int64_t first_elem = static_cast<int64_t>(first_book) * p.entries * kVS;
     mbarrier_init(bar_kb, 1), mbarrier_init(bar_vb, 1);
     fence_mbarrier_init();
     mbarrier_arrive_expect_tx(bar_kb, raw_bytes);
-    cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vbook_s)), p.books[0] + first_elem, raw_bytes, bar_kb);
     mbarrier_arrive_expect_tx(bar_vb, raw_bytes);
-    cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_elem, raw_bytes, bar_vb);
+    // (one head: K first, its table is built while V lands; grouped: V first, laid out while K lands)
+    if (kG > 1) cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_elem, raw_bytes, bar_vb);
+    cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kraw_s)), p.books[0] + first_elem, raw_bytes, bar_kb);
+    if (kG == 1) cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_elem, raw_bytes, bar_vb);
   }
   const int runs = paired ? p.vblocks / 2 : p.vblocks, run = paired ? blockIdx.x : blockIdx.x * p.halves + half;
   const int run_units = paired ? p.units / 2 : p.units, stride = paired ? 2 : 1;
@@ -253,7 +264,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
   };
 
-  if (bulk_setup) {
+  if (kG == 1 && bulk_setup) {
     // ---- setup by bulk copies: head g's K and V books as stored, then laid out in shared memory ----
     // The raw K books land in the V books' place and the raw V books in the tables' (at most S x 256
     // entries each: both regions are that large), by two bulk copies asked for before the code
@@ -327,6 +338,82 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + (lane + 32 * ps) * kEB) = ve[ps][k];
     __syncthreads();  // the tables are built and the V books in place
     if (u_begin >= u_end) return;
+  } else if (bulk_setup) {
+    // ---- the same for a grouped block (one half of 8 warps, query heads h .. h + kG - 1) ----
+    // Raw V (the first tables' region) goes straight to its layout (the V books' place is free),
+    // then one pass over the raw K books (the second region) computes every head's table values:
+    // those of the first region's heads are stored (raw V is read by then), the others held in
+    // registers until the raw K books are read.
+    if constexpr (kGroupedBulk) {
+      constexpr int kPasses = kS / 32;
+      constexpr int kLow = kS == 32 ? 2 : 1;  // heads per 64 KB region: the first region's are heads 0 .. kLow - 1
+      first_codes();
+      auto raw_col = [&](int v) { return (vq_attn_book(p, g * kS + v) - first_book) * (256 * kEB); };
+      auto vcol_vector = [](int c) { return kSPL == 2 ? 2 * (c & 31) + (c >> 5) : c; };  // vcolumn's inverse
+      auto lut = [&](int i, int e, int j) -> float & {  // head i's table value of entry e, vector j
+        return reinterpret_cast<float *>(smem + table_region(i))[e * (kRow / 4) + table_col0(i) + j];
+      };
+      float qv[kG][kPasses][kVS];  // each head's q parts of vectors lane + 32 ps, the first unit's batch entry
+      if (u_begin < u_end) {
+        const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
+#pragma unroll
+        for (int i = 0; i < kG; i++)
+#pragma unroll
+          for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+            for (int c = 0; c < kVS; c++)
+              qv[i][ps][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + i * kD + (lane + 32 * ps) * kVS + c) * p.q_scale;
+      }
+      __syncthreads();  // the barriers' inits are visible
+      // V entries: warp w takes entries 32 w + k of columns lane + 32 ps.
+      using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
+      mbarrier_wait_parity(bar_vb, 0);
+#pragma unroll
+      for (int ps = 0; ps < kPasses; ps++) {
+        const int col = raw_col(vcol_vector(lane + 32 * ps));
+#pragma unroll 8
+        for (int k = 0; k < 32; k++) {
+          const int e = (32 * warp + k + lane) & 255;
+          const word_t v = *reinterpret_cast<const word_t *>(smem + col + e * kEB);
+          *reinterpret_cast<word_t *>(vbook_s + e * kVRow + (lane + 32 * ps) * kEB) = v;
+        }
+      }
+      __syncthreads();  // the raw V books are read: the first region is free
+      float tv[kG - kLow][kPasses][32];  // the second region's heads
+      mbarrier_wait_parity(bar_kb, 0);
+      if (u_begin < u_end) {
+#pragma unroll
+        for (int ps = 0; ps < kPasses; ps++) {
+          const int col = raw_col(lane + 32 * ps);
+#pragma unroll
+          for (int k = 0; k < 32; k++) {
+            const int e = (32 * warp + k + lane) & 255;
+            float ent[kVS];
+            vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(kraw_s + col + e * kEB), ent);
+#pragma unroll
+            for (int i = 0; i < kG; i++) {
+              float dot = 0.0f;
+#pragma unroll
+              for (int c = 0; c < kVS; c++) dot = fmaf(qv[i][ps][c], ent[c], dot);
+              if (i < kLow) lut(i, e, lane + 32 * ps) = dot;
+              else tv[i - kLow][ps][k] = dot;
+            }
+          }
+        }
+      }
+      __syncthreads();  // the raw K books are read: the second region is free
+      if (u_begin < u_end) {
+#pragma unroll
+        for (int i = kLow; i < kG; i++)
+#pragma unroll
+          for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+            for (int k = 0; k < 32; k++)
+              lut(i, (32 * warp + k + lane) & 255, lane + 32 * ps) = tv[i - kLow][ps][k];
+      }
+      __syncthreads();  // the tables are built
+      if (u_begin >= u_end) return;
+    }
   } else {
     // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
     // One pass: at most 2048 chunks, eight per thread at 256 threads. With one query head per block

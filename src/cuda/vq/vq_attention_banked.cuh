@@ -264,6 +264,22 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
   };
 
+  // The bulk setups' helpers: vector v's raw book (byte offset in a raw region), the vector in
+  // column c of the V books (vcolumn's inverse), an entry's word, entry e of the raw K book at
+  // byte offset col, and a q part's dot with an entry.
+  auto raw_col = [&](int v) { return (vq_attn_book(p, g * kS + v) - first_book) * (256 * kEB); };
+  auto vcol_vector = [](int c) { return kSPL == 2 ? 2 * (c & 31) + (c >> 5) : c; };
+  using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
+  auto raw_k_entry = [&](int col, int e, float (&ent)[kVS]) {
+    vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(kraw_s + col + e * kEB), ent);
+  };
+  auto q_dot = [](const float (&q)[kVS], const float (&ent)[kVS]) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kVS; c++) dot = fmaf(q[c], ent[c], dot);
+    return dot;
+  };
+
   if (kG == 1 && bulk_setup) {
     // ---- setup by bulk copies: head g's K and V books as stored, then laid out in shared memory ----
     // The raw K books land in the V books' place and the raw V books in the tables' (at most S x 256
@@ -277,7 +293,6 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // docs/VQ.md.)
     constexpr int kPasses = kS / 32;
     first_codes();
-    auto raw_col = [&](int v) { return (vq_attn_book(p, g * kS + v) - first_book) * (256 * kEB); };  // vector v's raw book
     float qv[kPasses][kVS];  // q parts of vectors lane + 32 ps, the first unit's batch entry
     if (u_begin < u_end) {
       const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
@@ -301,20 +316,15 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
 #pragma unroll
         for (int k = 0; k < kTPer; k++) {
           float ent[kVS];
-          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(vbook_s + col + ((kTPer * twarp + k + lane) & 255) * kEB), ent);
-          float dot = 0.0f;
-#pragma unroll
-          for (int c = 0; c < kVS; c++) dot = fmaf(qv[ps][c], ent[c], dot);
-          tv[ps][k] = dot;
+          raw_k_entry(col, (kTPer * twarp + k + lane) & 255, ent);
+          tv[ps][k] = q_dot(qv[ps], ent);
         }
       }
     }
     // V entries: warp w of the block's nw takes entries w 256 / nw + k of columns lane + 32 ps.
     constexpr int kMaxPer = kS == 32 ? 256 / kVqAttnWarps : 256 / (2 * kVqAttnWarps);  // (S = 64: two halves)
-    using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
     word_t ve[kPasses][kMaxPer];
     const int per = 256 / (blockDim.x / 32), bw = threadIdx.x / 32;
-    auto vcol_vector = [](int c) { return kSPL == 2 ? 2 * (c & 31) + (c >> 5) : c; };  // vcolumn's inverse
     mbarrier_wait_parity(bar_vb, 0);
 #pragma unroll
     for (int ps = 0; ps < kPasses; ps++) {
@@ -348,8 +358,6 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       constexpr int kPasses = kS / 32;
       constexpr int kLow = kS == 32 ? 2 : 1;  // heads per 64 KB region: the first region's are heads 0 .. kLow - 1
       first_codes();
-      auto raw_col = [&](int v) { return (vq_attn_book(p, g * kS + v) - first_book) * (256 * kEB); };
-      auto vcol_vector = [](int c) { return kSPL == 2 ? 2 * (c & 31) + (c >> 5) : c; };  // vcolumn's inverse
       auto lut = [&](int i, int e, int j) -> float & {  // head i's table value of entry e, vector j
         return reinterpret_cast<float *>(smem + table_region(i))[e * (kRow / 4) + table_col0(i) + j];
       };
@@ -366,7 +374,6 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       }
       __syncthreads();  // the barriers' inits are visible
       // V entries: warp w takes entries 32 w + k of columns lane + 32 ps.
-      using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
       mbarrier_wait_parity(bar_vb, 0);
 #pragma unroll
       for (int ps = 0; ps < kPasses; ps++) {
@@ -389,12 +396,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
           for (int k = 0; k < 32; k++) {
             const int e = (32 * warp + k + lane) & 255;
             float ent[kVS];
-            vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(kraw_s + col + e * kEB), ent);
+            raw_k_entry(col, e, ent);
 #pragma unroll
             for (int i = 0; i < kG; i++) {
-              float dot = 0.0f;
-#pragma unroll
-              for (int c = 0; c < kVS; c++) dot = fmaf(qv[i][ps][c], ent[c], dot);
+              const float dot = q_dot(qv[i][ps], ent);
               if (i < kLow) lut(i, e, lane + 32 * ps) = dot;
               else tv[i - kLow][ps][k] = dot;
             }

@@ -373,13 +373,13 @@ static void json_key_number(FILE *f, const char *key, double v, int last) {
   fputs(last ? "}" : ",", f);
 }
 
-/* The table row goes to stdout when print is set; the JSON line goes to the file when open. */
 /* The bytes term of a row's floor: bytes at the session's copy ceiling, in microseconds (0 while
  * the ceiling is unmeasured or there are no bytes). */
 static double bytes_term_us(const qfb *b, double bytes) {
   return bytes > 0.0 && b->copy_gbps > 0.0 ? bytes / (b->copy_gbps * 1e3) : 0.0;
 }
 
+/* The table row goes to stdout when print is set; the JSON line goes to the file when open. */
 static void emit_row(qfb *b, const qfb_row *r, int print) {
   const int ok = r->us > 0.0 && isfinite(r->us);
   const int has_peer = r->peer != NULL;

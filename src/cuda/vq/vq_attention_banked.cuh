@@ -115,6 +115,15 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // columns `col0` .. col0 + kS - 1 of its 256 rows (S = 32: two tables per 64 KB of rows).
   auto table_region = [&](int i) { return kG == 1 ? 0 : (kS == 32 ? i >> 1 : i) * 256 * kRow; };  // (compile-time)
   auto table_col0 = [&](int i) { return kS == 32 ? ((kG == 1 ? half : i) & 1) * kS : 0; };
+  auto lut = [&](int i, int e, int j) -> float & {  // head i's table value of entry e, vector j
+    return reinterpret_cast<float *>(smem + table_region(i))[e * (kRow / 4) + table_col0(i) + j];
+  };
+  auto q_dot = [](const float (&q)[kVS], const float (&ent)[kVS]) {  // a q part's dot with an entry
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kVS; c++) dot = fmaf(q[c], ent[c], dot);
+    return dot;
+  };
 
   // This half's run of units: u_begin, u_begin + stride, ... below u_end. Halves that share the
   // table (S = 64, two halves; qf_vq_attn_banked_paired) take chunks 2c and 2c + 1 of the same
@@ -227,12 +236,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
           e[c] = c % 2 == 0 ? vq_widen_lo(E{}, w) : vq_widen_hi(E{}, w);
         }
 #pragma unroll
-        for (int hh = 0; hh < kG; hh++) {
-          float dot = 0.0f;
-#pragma unroll
-          for (int c = 0; c < kVS; c++) dot = fmaf(in.q[hh][c], e[c], dot);
-          reinterpret_cast<float *>(smem + table_region(hh))[((c0 + u * bstep) * kCE + i) * (kRow / 4) + table_col0(hh) + bj] = dot;
-        }
+        for (int hh = 0; hh < kG; hh++) lut(hh, (c0 + u * bstep) * kCE + i, bj) = q_dot(in.q[hh], e);
       }
   };
   auto table_built = [&] {
@@ -266,18 +270,25 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
 
   // The bulk setups' helpers: vector v's raw book (byte offset in a raw region), the vector in
   // column c of the V books (vcolumn's inverse), an entry's word, entry e of the raw K book at
-  // byte offset col, and a q part's dot with an entry.
+  // byte offset col, and each head's q parts of vectors lane + 32 ps (ps < S / 32) for the first
+  // unit's batch entry.
+  constexpr int kPasses = kS / 32;
   auto raw_col = [&](int v) { return (vq_attn_book(p, g * kS + v) - first_book) * (256 * kEB); };
   auto vcol_vector = [](int c) { return kSPL == 2 ? 2 * (c & 31) + (c >> 5) : c; };
   using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
   auto raw_k_entry = [&](int col, int e, float (&ent)[kVS]) {
     vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(kraw_s + col + e * kEB), ent);
   };
-  auto q_dot = [](const float (&q)[kVS], const float (&ent)[kVS]) {
-    float dot = 0.0f;
+  auto load_q_parts = [&](float (&qv)[kG][kPasses][kVS]) {
+    if (u_begin >= u_end) return;
+    const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
 #pragma unroll
-    for (int c = 0; c < kVS; c++) dot = fmaf(q[c], ent[c], dot);
-    return dot;
+    for (int i = 0; i < kG; i++)
+#pragma unroll
+      for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+        for (int c = 0; c < kVS; c++)
+          qv[i][ps][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + i * kD + (lane + 32 * ps) * kVS + c) * p.q_scale;
   };
 
   if (kG == 1 && bulk_setup) {
@@ -291,16 +302,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // its reads of a raw book and its writes into a [256][S] layout fall into the lanes' own banks.
     // (32-byte chunks through registers, the other blocks' way, finished CQ-2's setup 1.3 us later:
     // docs/VQ.md.)
-    constexpr int kPasses = kS / 32;
     first_codes();
-    float qv[kPasses][kVS];  // q parts of vectors lane + 32 ps, the first unit's batch entry
-    if (u_begin < u_end) {
-      const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
-#pragma unroll
-      for (int ps = 0; ps < kPasses; ps++)
-#pragma unroll
-        for (int c = 0; c < kVS; c++) qv[ps][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + (lane + 32 * ps) * kVS + c) * p.q_scale;
-    }
+    float qv[kG][kPasses][kVS];
+    load_q_parts(qv);
     __syncthreads();  // the barriers' inits are visible
 
     // Table values: warp w of the table's builders (the half's 8 warps; the block's 16 where the
@@ -317,7 +321,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         for (int k = 0; k < kTPer; k++) {
           float ent[kVS];
           raw_k_entry(col, (kTPer * twarp + k + lane) & 255, ent);
-          tv[ps][k] = q_dot(qv[ps], ent);
+          tv[ps][k] = q_dot(qv[0][ps], ent);
         }
       }
     }
@@ -339,7 +343,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       for (int ps = 0; ps < kPasses; ps++)
 #pragma unroll
         for (int k = 0; k < kTPer; k++)
-          reinterpret_cast<float *>(smem)[((kTPer * twarp + k + lane) & 255) * (kRow / 4) + table_col0(0) + lane + 32 * ps] = tv[ps][k];
+          lut(0, (kTPer * twarp + k + lane) & 255, lane + 32 * ps) = tv[ps][k];
     }
 #pragma unroll
     for (int ps = 0; ps < kPasses; ps++)
@@ -355,23 +359,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // those of the first region's heads are stored (raw V is read by then), the others held in
     // registers until the raw K books are read.
     if constexpr (kGroupedBulk) {
-      constexpr int kPasses = kS / 32;
       constexpr int kLow = kS == 32 ? 2 : 1;  // heads per 64 KB region: the first region's are heads 0 .. kLow - 1
       first_codes();
-      auto lut = [&](int i, int e, int j) -> float & {  // head i's table value of entry e, vector j
-        return reinterpret_cast<float *>(smem + table_region(i))[e * (kRow / 4) + table_col0(i) + j];
-      };
-      float qv[kG][kPasses][kVS];  // each head's q parts of vectors lane + 32 ps, the first unit's batch entry
-      if (u_begin < u_end) {
-        const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
-#pragma unroll
-        for (int i = 0; i < kG; i++)
-#pragma unroll
-          for (int ps = 0; ps < kPasses; ps++)
-#pragma unroll
-            for (int c = 0; c < kVS; c++)
-              qv[i][ps][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + i * kD + (lane + 32 * ps) * kVS + c) * p.q_scale;
-      }
+      float qv[kG][kPasses][kVS];
+      load_q_parts(qv);
       __syncthreads();  // the barriers' inits are visible
       // V entries: warp w takes entries 32 w + k of columns lane + 32 ps.
       mbarrier_wait_parity(bar_vb, 0);

@@ -132,25 +132,31 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   const int h = blockIdx.y * kG, g = h / p.group;  // the block's query heads h .. h + kG - 1
   // One-head blocks of S = 32, S = 64 blocks whose halves share the table, and grouped blocks
   // whose tables fill two 64 KB regions (S = 32 with 4 heads, S = 64 with 2) set up by two bulk
-  // copies of head g's raw books (below, "setup by bulk copies"), asked for first of all: raw V
-  // into the tables' (first) region, raw K into the V books' place (one head) or the tables' second
-  // region (grouped).
+  // copies of head g's raw books (below, "setup by bulk copies"), asked for first of all: for one
+  // head of S = 32 raw K into the table region, and raw V into its own place behind the V books,
+  // asked for after the first code tiles and laid out after the first tile's scores (kVStaged);
+  // for paired halves of S = 64 raw V into the
+  // table region and raw K into the V books' place; grouped, raw V into the tables' first region
+  // and raw K into their second.
   constexpr bool kGroupedBulk = (kS == 32 && kG == 4) || (kS == 64 && kG == 2);
+  constexpr bool kVStaged = kS == 32 && kG == 1;
   const bool bulk_setup = kG == 1 ? kS == 32 || paired : kGroupedBulk;
   const int first_book = vq_attn_book(p, g * kS);
   const uint32_t bar_kb = bar_k - half * p.half_bytes + 16, bar_vb = bar_kb + 8;  // (after the first half's two)
-  uint8_t *const kraw_s = kG == 1 ? vbook_s : smem + 256 * kRow;
+  uint8_t *const kraw_s = kVStaged ? smem : kG == 1 ? vbook_s : smem + 256 * kRow;
+  uint8_t *const vraw_s = kVStaged ? vbook_s + 256 * kVRow : smem;
+  const uint32_t raw_bytes = static_cast<uint32_t>(vq_attn_book(p, g * kS + kS - 1) - first_book + 1) * 256u * kEB;
+  const int64_t first_elem = static_cast<int64_t>(first_book) * p.entries * kVS;
+  auto copy_raw_v = [&] { cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vraw_s)), p.books[1] + first_elem, raw_bytes, bar_vb); };
   if (bulk_setup && threadIdx.x == 0) {
-    const uint32_t raw_bytes = static_cast<uint32_t>(vq_attn_book(p, g * kS + kS - 1) - first_book + 1) * 256u * kEB;
-    const int64_t first_elem = static_cast<int64_t>(first_book) * p.entries * kVS;
     mbarrier_init(bar_kb, 1), mbarrier_init(bar_vb, 1);
     fence_mbarrier_init();
     mbarrier_arrive_expect_tx(bar_kb, raw_bytes);
     mbarrier_arrive_expect_tx(bar_vb, raw_bytes);
     // (one head: K first, its table is built while V lands; grouped: V first, laid out while K lands)
-    if (kG > 1) cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_elem, raw_bytes, bar_vb);
+    if (kG > 1) copy_raw_v();
     cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kraw_s)), p.books[0] + first_elem, raw_bytes, bar_kb);
-    if (kG == 1) cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), p.books[1] + first_elem, raw_bytes, bar_vb);
+    if (kG == 1 && !kVStaged) copy_raw_v();
   }
   const int runs = paired ? p.vblocks / 2 : p.vblocks, run = paired ? blockIdx.x : blockIdx.x * p.halves + half;
   const int run_units = paired ? p.units / 2 : p.units, stride = paired ? 2 : 1;
@@ -291,18 +297,59 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
           qv[i][ps][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + i * kD + (lane + 32 * ps) * kVS + c) * p.q_scale;
   };
 
+  // The V books from their raw copy into their layout (block-wide, one-head blocks): warp w of the
+  // block's nw takes entries w 256 / nw + k of columns lane + 32 ps.
+  constexpr int kMaxPer = kS == 32 ? 256 / kVqAttnWarps : 256 / (2 * kVqAttnWarps);  // (S = 64: two halves)
+  const int per = 256 / (blockDim.x / 32), bw = threadIdx.x / 32;
+  auto load_vbooks = [&](word_t (&ve)[kPasses][kMaxPer]) {
+    mbarrier_wait_parity(bar_vb, 0);
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ps++) {
+      const int col = raw_col(vcol_vector(lane + 32 * ps));
+#pragma unroll
+      for (int k = 0; k < kMaxPer; k++)
+        if (k < per) ve[ps][k] = *reinterpret_cast<const word_t *>(vraw_s + col + ((bw * per + k + lane) & 255) * kEB);
+    }
+  };
+  auto store_vbooks = [&](const word_t (&ve)[kPasses][kMaxPer]) {
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+      for (int k = 0; k < kMaxPer; k++)
+        if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + (lane + 32 * ps) * kEB) = ve[ps][k];
+  };
+  // kVStaged: the raw V books have a place of their own, so they are laid out once the first
+  // tile's scores are done (every thread of the block, once; a half without units before it leaves).
+  // Four entries in flight at a time: the tile loop's registers stay as they are. (S = 32: one pass)
+  auto lay_out_staged_vbooks = [&] {
+    mbarrier_wait_parity(bar_vb, 0);
+    const int col = raw_col(vcol_vector(lane));
+#pragma unroll 1
+    for (int k0 = 0; k0 < kMaxPer; k0 += 4) {
+      word_t v[4];
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        if (k0 + k < per) v[k] = *reinterpret_cast<const word_t *>(vraw_s + col + ((bw * per + k0 + k + lane) & 255) * kEB);
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        if (k0 + k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k0 + k + lane) & 255) * kVRow + lane * kEB) = v[k];
+    }
+    __syncthreads();  // the V books are in place
+  };
+
   if (kG == 1 && bulk_setup) {
     // ---- setup by bulk copies: head g's K and V books as stored, then laid out in shared memory ----
-    // The raw K books land in the V books' place and the raw V books in the tables' (at most S x 256
-    // entries each: both regions are that large), by two bulk copies asked for before the code
-    // tiles' boxes (a copy engine takes its copies in order, and boxes of 32-byte rows are slow).
-    // Each thread computes its table values from the raw K books into registers while the V books
-    // land, then takes its V entries into registers; after one barrier both go to their layouts.
-    // Lane l works on columns l + 32 ps (ps < S / 32) and entries (base + k + l) mod 256, so that
-    // its reads of a raw book and its writes into a [256][S] layout fall into the lanes' own banks.
-    // (32-byte chunks through registers, the other blocks' way, finished CQ-2's setup 1.3 us later:
-    // docs/VQ.md.)
+    // Two bulk copies of at most S x 256 entries each, asked for before the code tiles' boxes (a
+    // copy engine takes its copies in order, and boxes of 32-byte rows are slow). Each thread
+    // computes its table values from the raw K books into registers; after a barrier they go to the
+    // tables. S = 32 starts its first tile's scores then and lays the V books out after them
+    // (kVStaged: batch 1 x 1024 1.12x faster, the other rows within 2%); paired S = 64 halves take their V entries into registers while the K books are
+    // read and write both layouts after the barrier. Lane l works on columns l + 32 ps (ps < S /
+    // 32) and entries (base + k + l) mod 256, so that its reads of a raw book and its writes into a
+    // [256][S] layout fall into the lanes' own banks. (32-byte chunks through registers, the other
+    // blocks' way, finished CQ-2's setup 1.3 us later: docs/VQ.md.)
     first_codes();
+    if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first code boxes)
     float qv[kG][kPasses][kVS];
     load_q_parts(qv);
     __syncthreads();  // the barriers' inits are visible
@@ -325,19 +372,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         }
       }
     }
-    // V entries: warp w of the block's nw takes entries w 256 / nw + k of columns lane + 32 ps.
-    constexpr int kMaxPer = kS == 32 ? 256 / kVqAttnWarps : 256 / (2 * kVqAttnWarps);  // (S = 64: two halves)
     word_t ve[kPasses][kMaxPer];
-    const int per = 256 / (blockDim.x / 32), bw = threadIdx.x / 32;
-    mbarrier_wait_parity(bar_vb, 0);
-#pragma unroll
-    for (int ps = 0; ps < kPasses; ps++) {
-      const int col = raw_col(vcol_vector(lane + 32 * ps));
-#pragma unroll
-      for (int k = 0; k < kMaxPer; k++)
-        if (k < per) ve[ps][k] = *reinterpret_cast<const word_t *>(smem + col + ((bw * per + k + lane) & 255) * kEB);
-    }
-    __syncthreads();  // both raw books are read
+    if (!kVStaged) load_vbooks(ve);
+    __syncthreads();  // the raw books in the tables' and V books' places are read
     if (u_begin < u_end) {
 #pragma unroll
       for (int ps = 0; ps < kPasses; ps++)
@@ -345,13 +382,12 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         for (int k = 0; k < kTPer; k++)
           lut(0, (kTPer * twarp + k + lane) & 255, lane + 32 * ps) = tv[ps][k];
     }
-#pragma unroll
-    for (int ps = 0; ps < kPasses; ps++)
-#pragma unroll
-      for (int k = 0; k < kMaxPer; k++)
-        if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + (lane + 32 * ps) * kEB) = ve[ps][k];
-    __syncthreads();  // the tables are built and the V books in place
-    if (u_begin >= u_end) return;
+    if (!kVStaged) store_vbooks(ve);
+    __syncthreads();  // the tables are built (and without kVStaged the V books in place)
+    if (u_begin >= u_end) {
+      if constexpr (kVStaged) lay_out_staged_vbooks();
+      return;
+    }
   } else if (bulk_setup) {
     // ---- the same for a grouped block (one half of 8 warps, query heads h .. h + kG - 1) ----
     // Raw V (the first tables' region) goes straight to its layout (the V books' place is free),
@@ -465,6 +501,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   vq_zero(acc);
 
   uint32_t phase = 0u;  // parity of the K and V parts' next completion
+  bool vbooks_ready = false;  // (kVStaged)
   const int tok0 = warp * 32;  // this warp's tokens of a tile
   while (t.unit < u_end) {
     const vq_attn_tile next = advance(t);
@@ -531,6 +568,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     }
     vq_attn_half_sync(half);  // every warp is done with the K indices
     if (more) stage_codes(next, 0);
+    if constexpr (kVStaged) {
+      if (!vbooks_ready) lay_out_staged_vbooks(), vbooks_ready = true;
+    }
     mbarrier_wait_parity(bar_v, phase);  // the tile's V indices landed
     phase ^= 1u;
 

@@ -228,7 +228,8 @@ static inline int qf_vq_attn_banked_heads(const qf_vq_attention_problem *pb) {
 /* Shared memory of the banked kernel: the score tables, rows of 64 fp32 per entry (256 rows; so
  * that a lookup's byte offset is the index times 256 plus its column: for S = 32 each half's or
  * grouped head's table in 32 of the columns, two per 64 KB of rows, for S = 64 one table per
- * 64 KB, shared by two halves), the V books [256][S] entries, then per half (8 warps) a code slot
+ * 64 KB, shared by two halves), the V books [256][S] entries (one head of S = 32: then as many
+ * bytes again, where the raw V books land during the setup), then per half (8 warps) a code slot
  * of one tile of QF_VQ_ATTN_TILE tokens (K and V rows of S bytes; the warps' partials take the V
  * rows at the end of a unit), the warps' probabilities [heads][TILE] (a grouped block's q
  * during a table build) and the slot's two mbarriers, rounded up to 256 bytes. Two halves when
@@ -240,7 +241,10 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
                                                 qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
   const int heads = qf_vq_attn_banked_heads(pb);
-  const size_t lut = (size_t)(S == 32 ? (heads + 1) / 2 : heads) * 256u * 256u, books = 256u * (size_t)S * (size_t)pb->vector_size * 2u;
+  const size_t lut = (size_t)(S == 32 ? (heads + 1) / 2 : heads) * 256u * 256u;
+  /* the V books, and behind them for one head of S = 32 a place as large for their raw copy (the
+   * setup lays them out after the first tile's scores) */
+  const size_t books = (S == 32 && heads == 1 ? 2u : 1u) * 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
   /* the warps' probabilities per head, the code slot's two mbarriers and the setup's two (used in
    * the first half's) */

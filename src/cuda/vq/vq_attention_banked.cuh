@@ -133,11 +133,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // One-head blocks of S = 32, S = 64 blocks whose halves share the table, and grouped blocks
   // whose tables fill two 64 KB regions (S = 32 with 4 heads, S = 64 with 2) set up by two bulk
   // copies of head g's raw books (below, "setup by bulk copies"), asked for first of all: for one
-  // head of S = 32 raw K into the table region, and raw V into its own place behind the V books,
-  // asked for after the first code tiles and laid out after the first tile's scores (kVStaged);
-  // for paired halves of S = 64 raw V into the
-  // table region and raw K into the V books' place; grouped, raw V into the tables' first region
-  // and raw K into their second.
+  // head of S = 32 raw K into the table region and raw V into a place of its own behind the V
+  // books, asked for after the first code tiles and laid out after the first tile's scores
+  // (kVStaged); for paired halves of S = 64 raw V into the table region and raw K into the V
+  // books' place; grouped, raw V into the tables' first region and raw K into their second.
   constexpr bool kGroupedBulk = (kS == 32 && kG == 4) || (kS == 64 && kG == 2);
   constexpr bool kVStaged = kS == 32 && kG == 1;
   const bool bulk_setup = kG == 1 ? kS == 32 || paired : kGroupedBulk;
@@ -319,8 +318,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + (lane + 32 * ps) * kEB) = ve[ps][k];
   };
   // kVStaged: the raw V books have a place of their own, so they are laid out once the first
-  // tile's scores are done (every thread of the block, once; a half without units before it leaves).
-  // Four entries in flight at a time: the tile loop's registers stay as they are. (S = 32: one pass)
+  // tile's scores are done (every thread of the block, once; a half without units before it
+  // leaves), four entries in flight at a time so that the tile loop keeps its registers (S = 32:
+  // one pass; the same addresses as load_vbooks and store_vbooks, which would hold them all).
   auto lay_out_staged_vbooks = [&] {
     mbarrier_wait_parity(bar_vb, 0);
     const int col = raw_col(vcol_vector(lane));
@@ -341,13 +341,14 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // ---- setup by bulk copies: head g's K and V books as stored, then laid out in shared memory ----
     // Two bulk copies of at most S x 256 entries each, asked for before the code tiles' boxes (a
     // copy engine takes its copies in order, and boxes of 32-byte rows are slow). Each thread
-    // computes its table values from the raw K books into registers; after a barrier they go to the
-    // tables. S = 32 starts its first tile's scores then and lays the V books out after them
-    // (kVStaged: batch 1 x 1024 1.12x faster, the other rows within 2%); paired S = 64 halves take their V entries into registers while the K books are
-    // read and write both layouts after the barrier. Lane l works on columns l + 32 ps (ps < S /
-    // 32) and entries (base + k + l) mod 256, so that its reads of a raw book and its writes into a
-    // [256][S] layout fall into the lanes' own banks. (32-byte chunks through registers, the other
-    // blocks' way, finished CQ-2's setup 1.3 us later: docs/VQ.md.)
+    // computes its table values from the raw K books into registers; after a barrier they go to
+    // the tables. S = 32 starts its first tile's scores then and lays the V books out after them
+    // (kVStaged: batch 1 x 1024 1.12x faster, the other rows within 2%); paired S = 64 halves take
+    // their V entries into registers while the K books are read and write both layouts after the
+    // barrier. Lane l works on columns l + 32 ps (ps < S / 32) and entries (base + k + l) mod 256,
+    // so that its reads of a raw book and its writes into a [256][S] layout fall into the lanes'
+    // own banks. (32-byte chunks through registers, the other blocks' way, finished CQ-2's setup
+    // 1.3 us later: docs/VQ.md.)
     first_codes();
     if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first code boxes)
     float qv[kG][kPasses][kVS];

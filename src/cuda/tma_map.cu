@@ -16,7 +16,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
 // box_rows elements.
 qf_status encode_2d(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
                     CUtensorMapDataType type, int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols,
-                    uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+                    uint32_t box_rows, CUtensorMapSwizzle swizzle,
+                    CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_fn();
   if (encode == nullptr)
     return qf_fail(ctx, QF_ERR_CUDA, "%s: the driver does not provide cuTensorMapEncodeTiled", op);
@@ -28,8 +29,7 @@ qf_status encode_2d(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *n
   const cuuint32_t box[2] = {box_cols, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUresult r = encode(map, type, 2, const_cast<void *>(data), dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return qf_fail(ctx, QF_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed for %s [%lld, %lld] (%lld-byte rows, CUresult %d)",
                    op, name, static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(pitch),
@@ -74,7 +74,7 @@ qf_status qf_cuda_make_tmap(qf_ctx *ctx, const char *op, CUtensorMap *map, const
 
 qf_status qf_cuda_make_tmap_bytes(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
                                   int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols, uint32_t box_rows,
-                                  CUtensorMapSwizzle swizzle) {
+                                  CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion) {
   return encode_2d(ctx, op, map, name, data, CU_TENSOR_MAP_DATA_TYPE_UINT8, rows, cols, pitch, box_cols, box_rows,
-                   swizzle);
+                   swizzle, promotion);
 }

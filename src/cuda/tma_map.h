@@ -14,10 +14,12 @@ qf_status qf_cuda_make_tmap(qf_ctx *ctx, const char *op, CUtensorMap *map, const
 
 // Tensor map of `rows` rows of `cols` bytes, `pitch` bytes apart (a multiple of 16), in boxes of
 // box_cols bytes (a multiple of 16) x box_rows rows, row r of a box at r * box_cols: unswizzled,
-// or with the given swizzle of its 16-byte chunks.
+// or with the given swizzle of its 16-byte chunks. A miss brings `promotion` bytes around it into
+// the L2 (256 unless said).
 qf_status qf_cuda_make_tmap_bytes(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
                                   int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols, uint32_t box_rows,
-                                  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE);
+                                  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE,
+                                  CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 
 // Tensor map of a 16-bit (fp16 / bf16) tensor [B, S, H, D] with the last dimension contiguous and
 // element strides {batch, token, head} (multiples of 8), as the 4-D map (D, S, H, B), in boxes of

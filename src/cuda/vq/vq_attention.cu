@@ -240,11 +240,15 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.half_bytes = static_cast<uint32_t>((cfg.smem_bytes - cfg.lut_bytes - cfg.books_bytes) / cfg.halves);
 
   if (cfg.placement == QF_VQ_BOOKS_BANKED) {  // the code tiles' TMA maps: boxes of a tile's tokens x one head's indices
+    // A head's 64-byte slices (S = 64) with misses filling 128 bytes of the L2 (its row and the
+    // next head's), 32-byte ones with 256: CQ-4 at batch 8 x 4096 2.5% faster than with 256, CQ-2
+    // 1-2% slower with 128 (H100, docs/VQ.md).
+    const CUtensorMapL2promotion promotion = V == 64 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
     const qf_vq_tensors *c[2] = {&a->k, &a->v};
     for (int m = 0; m < 2; m++)
       if ((st = qf_cuda_make_tmap_bytes(ctx, kOp, &p.tmap_codes[m], m ? "V codes" : "K codes", c[m]->codes, p.N,
                                         c[m]->sz.row_bytes, c[m]->sz.row_bytes, static_cast<uint32_t>(V),
-                                        QF_VQ_ATTN_TILE)) != QF_OK)
+                                        QF_VQ_ATTN_TILE, CU_TENSOR_MAP_SWIZZLE_NONE, promotion)) != QF_OK)
         return st;
   }
   const dim3 grid(static_cast<unsigned>((cfg.blocks + cfg.halves - 1) / cfg.halves), static_cast<unsigned>(a->Hkv * cfg.head_tiles));

@@ -16,8 +16,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled_fn() {
 // box_rows elements.
 qf_status encode_2d(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
                     CUtensorMapDataType type, int64_t rows, int64_t cols, int64_t pitch, uint32_t box_cols,
-                    uint32_t box_rows, CUtensorMapSwizzle swizzle,
-                    CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
+                    uint32_t box_rows, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = encode_tiled_fn();
   if (encode == nullptr)
     return qf_fail(ctx, QF_ERR_CUDA, "%s: the driver does not provide cuTensorMapEncodeTiled", op);
@@ -69,7 +68,7 @@ qf_status qf_cuda_make_tmap(qf_ctx *ctx, const char *op, CUtensorMap *map, const
   // A single row's pitch is never used: any multiple of 16 bytes will do.
   const int64_t pitch = m.rows == 1 ? (m.cols * esize + 15) / 16 * 16 : m.ld * esize;
   return encode_2d(ctx, op, map, name, m.data, type, m.rows, m.cols, pitch, 128 / esize, box_rows,
-                   CU_TENSOR_MAP_SWIZZLE_128B);
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 qf_status qf_cuda_make_tmap_bytes(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,

@@ -317,24 +317,46 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       for (int k = 0; k < kMaxPer; k++)
         if (k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k + lane) & 255) * kVRow + (lane + 32 * ps) * kEB) = ve[ps][k];
   };
+  // The same copy without holding the entries across a barrier (the raw copy and the layout in
+  // places of their own), four entries in flight at a time so that a caller keeps its registers:
+  // the staged layout of one-head blocks and the grouped blocks' setup.
+  auto copy_vbooks = [&] {
+    mbarrier_wait_parity(bar_vb, 0);
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ps++) {
+      const int col = raw_col(vcol_vector(lane + 32 * ps));
+#pragma unroll 1
+      for (int k0 = 0; k0 < per; k0 += 4) {
+        word_t v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = *reinterpret_cast<const word_t *>(vraw_s + col + ((bw * per + k0 + k + lane) & 255) * kEB);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+          *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k0 + k + lane) & 255) * kVRow + (lane + 32 * ps) * kEB) = v[k];
+      }
+    }
+  };
   // kVStaged: the raw V books have a place of their own, so they are laid out once the first
   // tile's scores are done (every thread of the block, once; a half without units before it
-  // leaves), four entries in flight at a time so that the tile loop keeps its registers (S = 32:
-  // one pass; the same addresses as load_vbooks and store_vbooks, which would hold them all).
+  // leaves).
   auto lay_out_staged_vbooks = [&] {
-    mbarrier_wait_parity(bar_vb, 0);
-    const int col = raw_col(vcol_vector(lane));
-#pragma unroll 1
-    for (int k0 = 0; k0 < kMaxPer; k0 += 4) {
-      word_t v[4];
-#pragma unroll
-      for (int k = 0; k < 4; k++)
-        if (k0 + k < per) v[k] = *reinterpret_cast<const word_t *>(vraw_s + col + ((bw * per + k0 + k + lane) & 255) * kEB);
-#pragma unroll
-      for (int k = 0; k < 4; k++)
-        if (k0 + k < per) *reinterpret_cast<word_t *>(vbook_s + ((bw * per + k0 + k + lane) & 255) * kVRow + lane * kEB) = v[k];
-    }
+    copy_vbooks();
     __syncthreads();  // the V books are in place
+  };
+  // fn(ps, k, e, ent) for entries e = (first + k + lane) mod 256 (k < n) of the raw K book of
+  // column lane + 32 ps, each entry read once: the table builds of the bulk setups.
+  auto each_raw_k_entry = [&](int n, int first, auto &&fn) {
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ps++) {
+      const int col = raw_col(lane + 32 * ps);
+#pragma unroll
+      for (int k = 0; k < n; k++) {
+        const int e = (first + k + lane) & 255;
+        float ent[kVS];
+        raw_k_entry(col, e, ent);
+        fn(ps, k, e, ent);
+      }
+    }
   };
 
   if (kG == 1 && bulk_setup) {
@@ -361,18 +383,8 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     const int twarp = paired ? static_cast<int>(threadIdx.x) / 32 : warp;
     float tv[kPasses][kTPer];
     mbarrier_wait_parity(bar_kb, 0);
-    if (u_begin < u_end) {
-#pragma unroll
-      for (int ps = 0; ps < kPasses; ps++) {
-        const int col = raw_col(lane + 32 * ps);
-#pragma unroll
-        for (int k = 0; k < kTPer; k++) {
-          float ent[kVS];
-          raw_k_entry(col, (kTPer * twarp + k + lane) & 255, ent);
-          tv[ps][k] = q_dot(qv[0][ps], ent);
-        }
-      }
-    }
+    if (u_begin < u_end)
+      each_raw_k_entry(kTPer, kTPer * twarp, [&](int ps, int k, int, const float (&ent)[kVS]) { tv[ps][k] = q_dot(qv[0][ps], ent); });
     word_t ve[kPasses][kMaxPer];
     if (!kVStaged) load_vbooks(ve);
     __syncthreads();  // the raw books in the tables' and V books' places are read
@@ -401,39 +413,19 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       float qv[kG][kPasses][kVS];
       load_q_parts(qv);
       __syncthreads();  // the barriers' inits are visible
-      // V entries: warp w takes entries 32 w + k of columns lane + 32 ps.
-      mbarrier_wait_parity(bar_vb, 0);
-#pragma unroll
-      for (int ps = 0; ps < kPasses; ps++) {
-        const int col = raw_col(vcol_vector(lane + 32 * ps));
-#pragma unroll 8
-        for (int k = 0; k < 32; k++) {
-          const int e = (32 * warp + k + lane) & 255;
-          const word_t v = *reinterpret_cast<const word_t *>(smem + col + e * kEB);
-          *reinterpret_cast<word_t *>(vbook_s + e * kVRow + (lane + 32 * ps) * kEB) = v;
-        }
-      }
+      copy_vbooks();  // (one half: warp w takes entries 32 w + k)
       __syncthreads();  // the raw V books are read: the first region is free
       float tv[kG - kLow][kPasses][32];  // the second region's heads
       mbarrier_wait_parity(bar_kb, 0);
-      if (u_begin < u_end) {
+      if (u_begin < u_end)
+        each_raw_k_entry(32, 32 * warp, [&](int ps, int k, int e, const float (&ent)[kVS]) {
 #pragma unroll
-        for (int ps = 0; ps < kPasses; ps++) {
-          const int col = raw_col(lane + 32 * ps);
-#pragma unroll
-          for (int k = 0; k < 32; k++) {
-            const int e = (32 * warp + k + lane) & 255;
-            float ent[kVS];
-            raw_k_entry(col, e, ent);
-#pragma unroll
-            for (int i = 0; i < kG; i++) {
-              const float dot = q_dot(qv[i][ps], ent);
-              if (i < kLow) lut(i, e, lane + 32 * ps) = dot;
-              else tv[i - kLow][ps][k] = dot;
-            }
+          for (int i = 0; i < kG; i++) {
+            const float dot = q_dot(qv[i][ps], ent);
+            if (i < kLow) lut(i, e, lane + 32 * ps) = dot;
+            else tv[i - kLow][ps][k] = dot;
           }
-        }
-      }
+        });
       __syncthreads();  // the raw K books are read: the second region is free
       if (u_begin < u_end) {
 #pragma unroll

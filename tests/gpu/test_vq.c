@@ -154,7 +154,8 @@ static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ra
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
     ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_one_split, ran_lut_splits,
     ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p, ran_e8p_one_split,
-    ran_e8p_splits, ran_banked16, ran_e8p16; /* the last two: x tiles of 16 rows */
+    ran_e8p_splits, ran_banked16, ran_e8p16, /* the last two: x tiles of 16 rows */
+    ran_lut_tiles, ran_lut_tiles_one_split, ran_lut_tiles_splits; /* the tile-table GeMV (lut placement, GPTVQ) */
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -368,8 +369,9 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
           continue;
         }
-        if (placements[i] == QF_VQ_BOOKS_LUT && (mm || bn || qf_cuda_vq_lut_refusal(&xm, &t) != NULL)) {
-          /* the table GeMV runs its own launch shape at M = 1, for its formats only: refused, y untouched */
+        if (placements[i] == QF_VQ_BOOKS_LUT &&
+            (mm || bn || (qf_cuda_vq_lut_refusal(&xm, &t) != NULL && qf_cuda_vq_lut_tiles_refusal(&xm, &t) != NULL))) {
+          /* the table GeMVs run their own launch shape at M = 1, for their formats only: refused, y untouched */
           CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut placement outside its limits gave %s", d3, qf_status_str(st));
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
           continue;
@@ -404,7 +406,8 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
         else if (used.placement == QF_VQ_BOOKS_BANKED)
           ran_banked++, ran_banked16 += used.m_tiles8 == 2, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         if (used.placement == QF_VQ_BOOKS_LUT) {
-          ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
+          if (qf_cuda_vq_lut_refusal(&xm, &t) != NULL) ran_lut_tiles++;
+          else ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         } else if (used.placement == QF_VQ_BOOKS_TILED) {
           ran_tiled++, ran_tiled_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
           ran_tiled_rows[used.tile_m == 64 ? 1 : used.tile_m == 128 ? 2 : 0]++;
@@ -440,6 +443,9 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
                   &ran_lut_row_ranges, &ran_lut_row_ranges);
     packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc);
   }
+  if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL)  /* K ranges over 128-column chunks */
+    forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, K / 128, &xm, &t, &ym, &Y,
+                  yld, tol, desc, &ran_lut_tiles_one_split, &ran_lut_tiles_splits);
   if (forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL)
     forced_splits(gpu, qf_cuda_vq_gemm_tiled_with, "tiled", QF_VQ_BOOKS_TILED, K / 64, &xm, &t, &ym, &Y, yld, tol, desc,
                   &ran_tiled_one_split, &ran_tiled_splits);
@@ -651,6 +657,9 @@ int main(void) {
         "bf16 %d; one split %d, several %d)",
         ran_tiled, ran_tiled_vs[2], ran_tiled_vs[4], ran_tiled_vs[8], ran_tiled_rows[1], ran_tiled_rows[2],
         ran_tiled_residuals2, ran_tiled_bf16, ran_tiled_one_split, ran_tiled_splits);
+  CHECK(ran_lut_tiles > 0 && ran_lut_tiles_one_split > 0 && ran_lut_tiles_splits > 0,
+        "the tile-table GeMV ran (%d; one split %d, several %d)", ran_lut_tiles, ran_lut_tiles_one_split,
+        ran_lut_tiles_splits);
   CHECK(ran_lut > 0 && ran_lut_vs[4] > 0 && ran_lut_vs[8] > 0 && ran_lut_one_split > 0 && ran_lut_splits > 0 &&
             ran_lut_row_ranges > 0,
         "the table GeMV ran (%d; vector sizes 4, 8: %d, %d; one split %d, several %d; 64-row ranges %d)", ran_lut,

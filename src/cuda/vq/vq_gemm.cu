@@ -1,8 +1,8 @@
-// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16: the table kernel at
-// M = 1, vq_gemv_lut.cu, the banked kernel or vq_gemm.cuh with x tiles of 8 or 16 rows; VQ-GeMM
-// above: the tiled kernel, vq_gemm_tiled.cu, or vq_gemm.cuh with x tiles of 32 rows), the
-// QF_VQ_BOOKS switch of the public call, and the limits, launch shape and kernel parameters they
-// share.
+// Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16: the table kernels at
+// M = 1, vq_gemv_lut.cu and vq_gemv_lut_tiles.cu, the banked kernel or vq_gemm.cuh with x tiles of
+// 8 or 16 rows; VQ-GeMM above: the tiled kernel, vq_gemm_tiled.cu, or vq_gemm.cuh with x tiles of
+// 32 rows), the QF_VQ_BOOKS switch of the public call, and the limits, launch shape and kernel
+// parameters they share.
 #include <cstring>
 
 #include "cuda/common.cuh"
@@ -55,9 +55,14 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   if (w->packed && placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
 
-  // VQ-GeMV: at M = 1 the table kernel where it can run and pays (vq_gemv_lut.cu), else the banked
-  // kernel where it can run (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel
-  // (vq_gemm_tiled.cu); unless a placement or a tile height is forced.
+  // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
+  // GPTVQ: vq_gemv_lut_tiles.cu, 1.02-1.25x the banked kernel on the Llama layers on an H100; one
+  // book per residual: vq_gemv_lut.cu), else the banked kernel where it can run
+  // (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a
+  // placement or a tile height is forced.
+  if ((placement == QF_VQ_BOOKS_LUT || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) && !w->packed &&
+      qf_cuda_vq_lut_refusal(x, w) != nullptr && qf_cuda_vq_lut_tiles_refusal(x, w) == nullptr)
+    return qf_cuda_vq_gemv_lut_tiles_with(ctx, x, w, y, 0, used);
   if (placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M == 1 &&
                                        qf_vq_lut_pays(N, f.index_bits) && qf_cuda_vq_lut_refusal(x, w) == nullptr))
     return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, 0, 0, used);

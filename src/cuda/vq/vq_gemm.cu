@@ -60,7 +60,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   // book per residual: vq_gemv_lut.cu), else the banked kernel where it can run
   // (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a
   // placement or a tile height is forced.
-  if ((placement == QF_VQ_BOOKS_LUT || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) && !w->packed &&
+  if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) &&
       qf_cuda_vq_lut_refusal(x, w) != nullptr && qf_cuda_vq_lut_tiles_refusal(x, w) == nullptr)
     return qf_cuda_vq_gemv_lut_tiles_with(ctx, x, w, y, 0, used);
   if (placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M == 1 &&

@@ -48,7 +48,9 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
+#include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/shared.cuh"
 #include "cuda/ptx/sync.cuh"
 #include "cuda/vq/vq_common.cuh"
@@ -56,7 +58,7 @@
 #include "cuda/vq/vq_heuristic.h"
 
 struct vq_lut_tiles_params {
-  const uint32_t *codes;  // [R, N, row_words]
+  const uint32_t *codes;  // [R, N, row_words], or packed (qf_vq_pack_gemv): [R, pack_tiles, pack_chunks, 512 x 8 bytes]
   const uint16_t *books;  // [R, n_books, entries, 4]
   const float *scales;    // [N] or NULL
   const void *x;          // [1, K], the entries' 16-bit type
@@ -67,6 +69,7 @@ struct vq_lut_tiles_params {
   uint32_t row_words;
   int chunks_per_book;  // 128-column chunks per book along K (all of them for one book per row)
   int books_per_row, scope_rows;
+  int64_t pack_tiles, pack_chunks;  // packed codes: 512-row tiles, 8-vector chunks
   int tiles_n, splits;
   float *partials;  // splits > 1: [tiles_n][splits][256]
   int *counters;    // splits > 1: [tiles_n], zero between calls
@@ -81,6 +84,10 @@ constexpr int kEntries = 256;              // table rows (books of fewer entries
 constexpr int kTableBytes = kEntries * 256;  // two 128-byte buffers per entry row
 constexpr int kBookBytes = kEntries * 16;    // a staged book: 32 bytes of entries and 32 of zeros per 4 entries
 constexpr int kSmemBytes = kTableBytes + 2 * kBookBytes;
+// Packed codes: an item's 256 rows are 4 runs of 2 KB (one per 8-vector chunk), copied into a ring
+// of 4 item slots; the runs sit 2080 bytes apart so that the lanes' words fall in 32 banks.
+constexpr int kStages = 4, kRunBytes = 2048, kRunPitch = kRunBytes + 32, kSlotBytes = 4 * kRunPitch;
+constexpr int kPackedSmemBytes = kSmemBytes + kStages * kSlotBytes + kStages * 8;
 
 // prmt.b32 in its default mode (a selector nibble's bit 3 replicates the chosen byte's sign).
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -91,7 +98,7 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 
 }  // namespace vq_lut_tiles_detail
 
-template <typename T>
+template <typename T, bool kPacked>
 __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     vq_gemv_lut_tiles_kernel(const __grid_constant__ vq_lut_tiles_params p) {
   using namespace vq_lut_tiles_detail;
@@ -174,6 +181,26 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
 #pragma unroll
     for (int k = 0; k < 8; k++) w[k] = __ldg(src + row_off[k]);
   };
+  // Packed codes: thread 0 copies an item's 4 runs into ring slot `slot`; a lane's word k is row
+  // 32 w + 4 k + q's word m % 2 of run m / 2.
+  const uint32_t ring = smem_base + kSmemBytes, bars = ring + kStages * kSlotBytes;
+  const uint8_t *const packed_tile = reinterpret_cast<const uint8_t *>(p.codes) +
+                                     ((n_base / 512) * p.pack_chunks * 4096 + ((n_base / 256) & 1) * kRunBytes);
+  auto issue_codes = [&](item_t it, int slot) {
+    const uint32_t bar = bars + 8 * slot;
+    fence_proxy_async_shared_cta();  // the slot's reads two steps ago, before the copy's writes
+    mbarrier_arrive_expect_tx(bar, 4 * kRunBytes);
+    const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + 4 * it.c) * 4096;
+#pragma unroll
+    for (int j = 0; j < 4; j++) cp_async_bulk_g2s(ring + slot * kSlotBytes + j * kRunPitch, src + j * 4096, kRunBytes, bar);
+  };
+  const uint8_t *const ring_lane = smem + kSmemBytes + (32 * warp + q) * 8 + (m >> 1) * kRunPitch + 4 * (m & 1);
+  auto read_codes = [&](int i, uint32_t (&w)[8]) {
+    mbarrier_wait_parity(bars + 8 * (i % kStages), static_cast<uint32_t>(i / kStages) & 1u);
+    const uint8_t *src = ring_lane + (i % kStages) * kSlotBytes;
+#pragma unroll
+    for (int k = 0; k < 8; k++) w[k] = *reinterpret_cast<const uint32_t *>(src + 32 * k);
+  };
   // Step s reads vector 4 m + t, t = (s + q) % 4: byte t of the code word above column byte
   // 4 (4 m + t), the two upper bytes the sign of that column byte (zero).
   const uint32_t cols = 0x0C080400u + 0x10101010u * static_cast<uint32_t>(m);
@@ -199,7 +226,7 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   // Item i uses table and book buffer i % 2 and code words cw[i % 2]; it1, it2 are items i + 1, i + 2.
   uint32_t cw[2][8];
   uint2 xq{};
-  item_t it1 = next_item(it0), it2 = next_item(it1);
+  item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);  // (it3: packed copies)
   constexpr std::integral_constant<int, 0> kEven{};
   constexpr std::integral_constant<int, 1> kOdd{};
   if (items > 0) {
@@ -208,7 +235,16 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
           make_uint4(0u, 0u, 0u, 0u);
     stage_entry(kEven, load_entry(it0));
     if (items > 1) stage_entry(kOdd, load_entry(it1));
-    load_codes(it0, cw[0]);
+    if constexpr (kPacked) {
+      if (threadIdx.x == 0) {
+        for (int sl = 0; sl < kStages; sl++) mbarrier_init(bars + 8 * sl, 1);
+        fence_mbarrier_init();
+        item_t it = it0;
+        for (int k = 0; k < kStages - 1 && k < items; k++, it = next_item(it)) issue_codes(it, k);
+      }
+    } else {
+      load_codes(it0, cw[0]);
+    }
     xq = load_x(it0);
     __syncthreads();
     build(kEven, xq);
@@ -218,15 +254,24 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     constexpr int kP = decltype(parity)::value;
     constexpr std::integral_constant<int, 1 - kP> other{};
     __syncthreads();  // table i complete; book i + 1 staged; table buffer (i + 1) % 2 no longer read
-    if (i + 1 < items) load_codes(it1, cw[1 - kP]);
+    if constexpr (kPacked) {
+      if (threadIdx.x == 0 && i + kStages - 1 < items) issue_codes(it3, (i + kStages - 1) % kStages);
+    } else if (i + 1 < items) {
+      load_codes(it1, cw[1 - kP]);
+    }
     uint2 entry{};
     if (i + 2 < items) entry = load_entry(it2);
     const uint2 x_next = xq;
     if (i + 2 < items) xq = load_x(it2);
     if (i + 1 < items) build(other, x_next);
+    if constexpr (kPacked) read_codes(i, cw[kP]);
     lookups(parity, cw[kP]);
     if (i + 2 < items) stage_entry(parity, entry);
-    it1 = it2, it2 = next_item(it2);
+    if constexpr (kPacked) {
+      it1 = it2, it2 = it3, it3 = next_item(it3);
+    } else {
+      it1 = it2, it2 = next_item(it2);
+    }
   };
   int i = 0;
   for (; i + 1 < items; i += 2) {
@@ -286,6 +331,8 @@ extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq
   if (w->K % kChunk != 0) return "the tile-table GeMV needs K a multiple of 128";
   if (f.scope_rows % kRows != 0 || f.scope_cols % kChunk != 0)
     return "the tile-table GeMV needs codebook scopes of 0 or a multiple of 256 rows and of 128 columns";
+  if (w->packed && reinterpret_cast<uintptr_t>(w->codes) % 16 != 0)
+    return "the tile-table GeMV needs packed codes aligned to 16 bytes";
   return nullptr;
 }
 
@@ -297,10 +344,13 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   const int64_t N = w->N, K = w->K;
   const bool bf16 = f.entry_dtype == QF_BF16;
-  auto kernel = bf16 ? vq_gemv_lut_tiles_kernel<__nv_bfloat16> : vq_gemv_lut_tiles_kernel<__half>;
-  static std::atomic<uint64_t> opted_in[2];
+  const bool packed = w->packed != 0;
+  auto kernel = bf16 ? (packed ? vq_gemv_lut_tiles_kernel<__nv_bfloat16, true> : vq_gemv_lut_tiles_kernel<__nv_bfloat16, false>)
+                     : (packed ? vq_gemv_lut_tiles_kernel<__half, true> : vq_gemv_lut_tiles_kernel<__half, false>);
+  const int smem = packed ? kPackedSmemBytes : kSmemBytes;
+  static std::atomic<uint64_t> opted_in[2][2];
   int per_sm = 0;
-  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tile-table GeMV", kernel, kThreads, kSmemBytes, opted_in[bf16], &per_sm);
+  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tile-table GeMV", kernel, kThreads, smem, opted_in[bf16][packed], &per_sm);
       st != QF_OK)
     return st;
 
@@ -328,6 +378,8 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   p.chunks_per_book = f.scope_cols ? f.scope_cols / kChunk : chunks;
   p.books_per_row = static_cast<int>(w->sz.books_per_row);
   p.scope_rows = f.scope_rows;
+  p.pack_tiles = qf_vq_pack_tiles(N);
+  p.pack_chunks = qf_vq_pack_chunks(K / 4);
   p.tiles_n = tiles_n;
   p.splits = splits;
   if (splits > 1) {
@@ -335,11 +387,11 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
     if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   if (used) {
-    *used = vq_gemv_shape(1, kRows, kWarps, tiles_n, splits, kSmemBytes);
+    *used = vq_gemv_shape(1, kRows, kWarps, tiles_n, splits, smem);
     used->placement = QF_VQ_BOOKS_LUT;
     used->tile_m = 1;
     used->mma_bf16 = bf16;
   }
-  kernel<<<static_cast<unsigned>(tiles_n * splits), kThreads, kSmemBytes, qf_stream(ctx)>>>(p);
+  kernel<<<static_cast<unsigned>(tiles_n * splits), kThreads, smem, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }

@@ -600,6 +600,17 @@ inline qf_vq_mma_config vq_gemv_shape(int mt, int rows, int warps, int64_t tiles
   return c;
 }
 
+// The split-K of the chunked GeMVs (banked, tile-table): as many K ranges per row tile as fill one
+// wave of per_sm blocks on every SM, two chunks a range at least (a range of one chunk loads its
+// book and codes with nothing to overlap them: (4096, 4096) at M = 1 ran 16 ranges of one chunk in
+// 9.3 us, 8 of two in 8.8), one range where the tiles outnumber the workspace's counters.
+inline int vq_gemv_wave_splits(const qf_ctx *ctx, int per_sm, int64_t tiles_n, int chunks) {
+  if (tiles_n > kQfWorkspaceCounters) return 1;
+  const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
+  const int64_t want = slots / tiles_n, most = chunks / 2 < 1 ? 1 : chunks / 2;
+  return static_cast<int>(want < 1 ? 1 : want > most ? most : want);
+}
+
 // A split-K (K ranges per tile) the launchers can run: at most one range per unit of K (`units`
 // of them, named `unit`), the tiles within the workspace's counters once split, and tiles x
 // splits within the grid. QF_ERR_UNSUPPORTED / QF_ERR_SHAPE with the numbers otherwise.

@@ -391,15 +391,9 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
       st != QF_OK)
     return st;
 
-  // Split: as many K ranges per row tile as fill one wave of blocks, at most one per chunk.
   const int chunks = static_cast<int>(K / QF_VQ_MMA_CHUNK);
   const int tiles_n = static_cast<int>((N + kRows - 1) / kRows);
-  const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
-  if (splits <= 0) {
-    const int most = chunks / 2 < 1 ? 1 : chunks / 2;  // two chunks a range at least: the next one's book and codes load under this one
-    splits = static_cast<int>(slots / tiles_n < 1 ? 1 : slots / tiles_n > most ? most : slots / tiles_n);
-    if (tiles_n > kQfWorkspaceCounters) splits = 1;
-  }
+  if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, chunks);
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "chunks", tiles_n); st != QF_OK) return st;
 
   vq_banked_params p = {};

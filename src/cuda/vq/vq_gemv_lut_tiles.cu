@@ -108,7 +108,8 @@ template <typename T, bool kPacked>
 __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     vq_gemv_lut_tiles_kernel(const __grid_constant__ vq_lut_tiles_params p) {
   using namespace vq_lut_tiles_detail;
-  // The table [256][256 bytes] (buffer b at byte 128 b of a row), then two staged books.
+  // The table [256][256 bytes] (buffer b at byte 128 b of a row), then two staged books (packed
+  // codes: then the ring of item slots and their mbarriers).
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int last_unit;
 

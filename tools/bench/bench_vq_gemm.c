@@ -23,8 +23,9 @@
  *    book copies, codebook-centric split-K; M <= 16, 8-bit formats; QuIP#-4: the E8P GeMV);
  *    "<fmt>,fp16,banked-1split": the same with its split-K forced to one range (the codebook cache
  *    without the dataflow's split, for the ablation); "<fmt>,fp16,tiled": the tiled
- *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16); "<fmt>,fp16,lut": the table
- *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1, AQLM-3); "<fmt>,fp16,lut-packed": the
+ *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16); "<fmt>,fp16,lut": a table
+ *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1: AQLM-3's one book per
+ *    residual, GPTVQ-2's tile-table kernel); "<fmt>,fp16,lut-packed": the
  *    public call on the codes packed for it (qf_vq_pack_gemv, done once, untimed). A placement the kernel cannot
  *    use for the shape is skipped with a line saying why (no row).
  *  - "<fmt>,fp16,unfused": the ablation's no-fusion baseline, qf_vq_dequantize into an fp16 weight

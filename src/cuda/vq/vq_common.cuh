@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/ptx/sync.cuh"
 #include "qfuse.h"
 
 // Entry dtypes, as tags: entries travel as raw 16-bit words and are widened on use.
@@ -109,4 +110,15 @@ __device__ __forceinline__ void vq_store_as(void *a, int dtype, int64_t i, float
     case QF_F16: vq_store(static_cast<__half *>(a) + i, v); break;
     default: vq_store(static_cast<float *>(a) + i, v); break;
   }
+}
+
+// Split-K's hand-off, once every thread of the block has stored its unit's partial: counts the
+// unit done on its tile's counter; true in every thread of the unit that counted last, to which
+// the other units' partials are then visible. A block may call it once per unit, units in turn.
+__device__ __forceinline__ bool vq_split_counted_last(int *counter, int splits) {
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) last = atom_add_acq_rel_gpu(counter, 1) == splits - 1;
+  __syncthreads();
+  return last != 0;
 }

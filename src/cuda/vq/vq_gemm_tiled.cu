@@ -62,7 +62,6 @@
 #include "cuda/common.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/shared.cuh"
-#include "cuda/ptx/sync.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/tma_map.h"
@@ -149,7 +148,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto w_tile = [&](int b, int r) { return base + kXStages * S::kXBytes + kDStages * S::kDBytes + (b * R + r) * S::kWBytes; };
   const uint32_t banked = base + kXStages * S::kXBytes + kDStages * S::kDBytes + 2 * R * S::kWBytes;
   __shared__ __align__(8) uint64_t full[kXStages + kDStages];  // a stage's copies have landed
-  __shared__ int last_unit;
   auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
@@ -343,10 +341,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < kWN / 8; j++)
       __stcg(part + static_cast<int64_t>(split) * kSlots + j * kThreads + tid,
              make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
-    __syncthreads();
-    if (tid == 0) last_unit = atom_add_acq_rel_gpu(p.counters + tile, 1) == p.splits - 1;
-    __syncthreads();
-    if (!last_unit) return;
+    if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
 #pragma unroll
     for (int j = 0; j < kWN / 8; j++)
       for (int other = 0; other < p.splits; other++) {

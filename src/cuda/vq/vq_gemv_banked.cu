@@ -44,7 +44,6 @@
 
 #include "cuda/common.cuh"
 #include "cuda/ptx/shared.cuh"
-#include "cuda/ptx/sync.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
 
@@ -99,7 +98,6 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
 
   // Two books of [entries][128 bytes], then two x tiles of [8 kMT rows][512 bytes].
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ int last_unit;
   constexpr int kXRows = 8 * kMT, kXTileBytes = kXRows * kXRowBytes;
   const int book_bytes = p.entries * kRowBytes;
   uint8_t *const x_s = smem + 2 * book_bytes;
@@ -301,10 +299,7 @@ __global__ void __launch_bounds__(vq_banked_detail::kThreads, 2)
         if (8 * j + 2 * t < p.M)
           __stcg(part + static_cast<int64_t>(split) * kSlots + (nt * kMT + j) * kThreads + threadIdx.x,
                  make_float4(acc[nt][j][0], acc[nt][j][1], acc[nt][j][2], acc[nt][j][3]));
-    __syncthreads();
-    if (threadIdx.x == 0) last_unit = atom_add_acq_rel_gpu(p.counters + tile, 1) == p.splits - 1;
-    __syncthreads();
-    if (!last_unit) return;
+    if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
 #pragma unroll
     for (int nt = 0; nt < kRowTiles; nt++)
 #pragma unroll

@@ -38,7 +38,6 @@
 #include "cuda/common.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/shared.cuh"
-#include "cuda/ptx/sync.cuh"
 #include "cuda/vq/vq_e8p.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
@@ -76,7 +75,6 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
   // The table's 8 interleaved copies (vq_e8p.cuh), then each warp's ring of code chunks: stage,
   // residual, row half (g or g + 8), lane: 16 bytes each.
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ int last_unit;
   // A slot holds 8 rows' 64 bytes of a chunk at an 80-byte pitch (the word reads below then hit
   // 8 different bank groups).
   constexpr int kRowPitch = 80, kSlotBytes = 8 * kRowPitch, kWarpRing = kStages * kR * 2 * kSlotBytes;
@@ -207,10 +205,7 @@ __global__ void __launch_bounds__(vq_e8p_detail::kThreads, 2) vq_gemv_e8p_kernel
       for (int j = 0; j < kMT; j++)
         if (8 * j + 2 * c < p.M)
           __stcg(part + split * kSlots + j * kThreads + threadIdx.x, make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
-      __syncthreads();
-      if (threadIdx.x == 0) last_unit = atom_add_acq_rel_gpu(p.counters + tile, 1) == p.splits - 1;
-      __syncthreads();
-      if (!last_unit) continue;  // every thread of the block reads it before the next unit's barrier
+      if (!vq_split_counted_last(p.counters + tile, p.splits)) continue;
 #pragma unroll
       for (int j = 0; j < kMT; j++) {
         if (8 * j + 2 * c >= p.M) continue;

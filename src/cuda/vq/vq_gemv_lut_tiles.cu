@@ -58,7 +58,6 @@
 #include "cuda/ptx/mma.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/shared.cuh"
-#include "cuda/ptx/sync.cuh"
 #include "cuda/vq/vq_common.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
@@ -111,7 +110,6 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   // The table [256][256 bytes] (buffer b at byte 128 b of a row), then two staged books (packed
   // codes: then the ring of item slots and their mbarriers).
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ int last_unit;
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int tile = static_cast<int>(blockIdx.x) / p.splits, split = static_cast<int>(blockIdx.x) % p.splits;
@@ -195,7 +193,7 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
                                      ((n_base / 512) * p.pack_chunks * 4096 + ((n_base / 256) & 1) * kRunBytes);
   auto issue_codes = [&](item_t it, int slot) {
     const uint32_t bar = bars + 8 * slot;
-    fence_proxy_async_shared_cta();  // the slot's reads two steps ago, before the copy's writes
+    fence_proxy_async_shared_cta();  // the slot's reads in the step before, ahead of the copy's writes
     mbarrier_arrive_expect_tx(bar, 4 * kRunBytes);
     const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + 4 * it.c) * 4096;
 #pragma unroll
@@ -230,10 +228,11 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   };
 
   // ---- the pipeline: build i + 1 and look up i between barriers ----
-  // Item i uses table and book buffer i % 2 and code words cw[i % 2]; it1, it2 are items i + 1, i + 2.
+  // Item i uses table and book buffer i % 2 and code words cw[i % 2] (packed: read from ring slot
+  // i % 4 in its step); it1, it2, it3 are items i + 1, i + 2, i + 3 (the packed copy's item).
   uint32_t cw[2][8];
   uint2 xq{};
-  item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);  // (it3: packed copies)
+  item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);
   constexpr std::integral_constant<int, 0> kEven{};
   constexpr std::integral_constant<int, 1> kOdd{};
   if (items > 0) {
@@ -304,10 +303,7 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   if (p.splits > 1) {
     float *part = p.partials + static_cast<int64_t>(tile) * p.splits * kRows;
     __stcg(part + split * kRows + row, sum);
-    __syncthreads();
-    if (threadIdx.x == 0) last_unit = atom_add_acq_rel_gpu(p.counters + tile, 1) == p.splits - 1;
-    __syncthreads();
-    if (!last_unit) return;
+    if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
     sum = __ldcg(part + row);
     for (int other = 1; other < p.splits; other++) sum = __fadd_rn(sum, __ldcg(part + other * kRows + row));
     if (threadIdx.x == 0) p.counters[tile] = 0;

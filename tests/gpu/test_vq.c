@@ -226,14 +226,51 @@ static qf_status lut_rows_64(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *
   return st;
 }
 
-/* The table GeMV on packed codes (qf_vq_pack_gemv): packed on the GPU, byte for byte the CPU's
- * packing; the public call at M = 1 against the reference in Y->ref; the kernel with its K ranges
- * forced (1, 3, one per item) and with 512 rows per block (several row ranges when N > 512); M = 2
- * on packed codes refused with y untouched. `tiles`: the tile-table GeMV's formats (GPTVQ), its K
- * ranges forced (1, 3, one per 128-column chunk) instead. */
+/* packed_case's kernel runs on the packed codes tp (`desc` names the case), against Y->ref. */
+typedef void (*packed_forced)(qf_ctx *gpu, const vq_weight *w, const qf_mat *xm, const qf_vq_tensors *tp,
+                              const qf_mat *ym, pair *Y, int64_t yld, double tol, const char *desc);
+
+/* The table GeMV of one book per residual (AQLM): its K ranges forced (1, 3, one per item) with as
+ * many rows per block as fit and with 512 (several row ranges when N > 512); rows per block not in
+ * whole packed tiles refused, y untouched. */
+static void packed_lut_forced(qf_ctx *gpu, const vq_weight *w, const qf_mat *xm, const qf_vq_tensors *tp,
+                              const qf_mat *ym, pair *Y, int64_t yld, double tol, const char *desc) {
+  const int64_t items = (w->K / w->f.vector_size + 7) / 8 * w->f.residuals;
+  for (int rows = 0; rows <= 512; rows += 512)
+    for (int sp = 0; sp < 3; sp++) {
+      const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)items;
+      if (splits > items) continue;
+      char d3[300];
+      snprintf(d3, sizeof d3, "%s, %d K splits, rows per block %d", desc, splits, rows);
+      CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
+      qf_vq_mma_config used;
+      qf_status st = qf_cuda_vq_gemv_lut_with(gpu, xm, tp, ym, splits, rows, &used);
+      if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
+      CUDA_OK(cudaDeviceSynchronize());
+      const double err = y_error(Y, ym->dtype, ym->rows, ym->cols, yld, d3);
+      CHECK(err < tol && used.splits == splits, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
+      ran_packed_splits += splits > 1;
+      ran_packed_row_ranges += used.tiles_n > 1;
+    }
+  CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
+  qf_status st = qf_cuda_vq_gemv_lut_with(gpu, xm, tp, ym, 0, 64, NULL);
+  CHECK(st == QF_ERR_UNSUPPORTED, "%s: 64 rows per block on packed codes gave %s", desc, qf_status_str(st));
+  CHECK(dev_poisoned(Y->dev, Y->bytes), "%s: y written after a refused call", desc);
+}
+
+/* The tile-table GeMV (books per tile of W, GPTVQ): its K ranges forced (1, 3, one per 128-column chunk). */
+static void packed_lut_tiles_forced(qf_ctx *gpu, const vq_weight *w, const qf_mat *xm, const qf_vq_tensors *tp,
+                                    const qf_mat *ym, pair *Y, int64_t yld, double tol, const char *desc) {
+  forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, w->K / 128, xm, tp, ym, Y,
+                yld, tol, desc, &ran_packed_tiles, &ran_packed_tiles_splits);
+}
+
+/* A table GeMV on packed codes (qf_vq_pack_gemv): packed on the GPU, byte for byte the CPU's
+ * packing; the public call at M = 1 against the reference in Y->ref; the kernel's own runs
+ * (`forced`); M = 2 on packed codes refused with y untouched. */
 static void packed_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, const qf_mat *xm, const qf_vq_tensors *t,
                         const qf_mat *ym, const DLTensor *gx, const DLTensor *gy, pair *Y, int64_t yld, double tol,
-                        const char *desc, int tiles) {
+                        const char *desc, packed_forced forced) {
   int64_t shape[4];
   if (!CHECK(qf_vq_pack_gemv_shape(cpu, &w->f, w->N, w->K, shape) == QF_OK, "%s: pack shape: %s", desc,
              qf_ctx_last_error(cpu)))
@@ -257,35 +294,12 @@ static void packed_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, const qf_mat *xm
     const double err = y_error(Y, ym->dtype, ym->rows, ym->cols, yld, d2);
     CHECK(err < tol, "%s: relative Frobenius error %.3g (tolerance %.0e)", d2, err, tol);
     ran_packed++;
-    ran_packed_tiles += tiles;
   }
   qf_vq_tensors tp = *t;
   tp.codes = P.dev, tp.packed = 1;
-  const int64_t items = (w->K / w->f.vector_size + 7) / 8 * w->f.residuals;
-  if (tiles)
-    forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables), packed codes", QF_VQ_BOOKS_LUT, w->K / 128,
-                  xm, &tp, ym, Y, yld, tol, desc, &ran_packed_tiles, &ran_packed_tiles_splits);
-  for (int rows = 0; !tiles && rows <= 512; rows += 512)
-    for (int sp = 0; sp < 3; sp++) {
-      const int splits = sp == 0 ? 1 : sp == 1 ? 3 : (int)items;
-      if (splits > items) continue;
-      char d3[300];
-      snprintf(d3, sizeof d3, "%s, %d K splits, rows per block %d", d2, splits, rows);
-      CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
-      qf_vq_mma_config used;
-      st = qf_cuda_vq_gemv_lut_with(gpu, xm, &tp, ym, splits, rows, &used);
-      if (!CHECK(st == QF_OK, "%s: gpu: %s", d3, qf_ctx_last_error(gpu))) continue;
-      CUDA_OK(cudaDeviceSynchronize());
-      const double err = y_error(Y, ym->dtype, ym->rows, ym->cols, yld, d3);
-      CHECK(err < tol && used.splits == splits, "%s: relative Frobenius error %.3g (tolerance %.0e)", d3, err, tol);
-      ran_packed_splits += splits > 1;
-      ran_packed_row_ranges += used.tiles_n > 1;
-    }
-  /* rows per block not in whole packed tiles, and M = 2: refused, y untouched */
+  forced(gpu, w, xm, &tp, ym, Y, yld, tol, d2);
+  /* M = 2: refused, y untouched */
   CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
-  st = qf_cuda_vq_gemv_lut_with(gpu, xm, &tp, ym, 0, 64, NULL);
-  CHECK(st == QF_ERR_UNSUPPORTED, "%s: 64 rows per block on packed codes gave %s", d2, qf_status_str(st));
-  CHECK(dev_poisoned(Y->dev, Y->bytes), "%s: y written after a refused call", d2);
   int64_t xs2[2] = {2, w->K}, ys2[2] = {2, w->N};
   DLTensor gx2 = *gx, gy2 = *gy;
   gx2.shape = xs2, gy2.shape = ys2, gx2.strides = gy2.strides = NULL;
@@ -448,10 +462,10 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
                   &ran_lut_one_split, &ran_lut_splits);
     forced_splits(gpu, lut_rows_64, "lut, 64 rows per block", QF_VQ_BOOKS_LUT, items, &xm, &t, &ym, &Y, yld, tol, desc,
                   &ran_lut_row_ranges, &ran_lut_row_ranges);
-    packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc, 0);
+    packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc, packed_lut_forced);
   }
   if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL)
-    packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc, 1);
+    packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc, packed_lut_tiles_forced);
   if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL)  /* K ranges over 128-column chunks */
     forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, K / 128, &xm, &t, &ym, &Y,
                   yld, tol, desc, &ran_lut_tiles_one_split, &ran_lut_tiles_splits);
@@ -670,7 +684,7 @@ int main(void) {
         "the tile-table GeMV ran (%d; one split %d, several %d)", ran_lut_tiles, ran_lut_tiles_one_split,
         ran_lut_tiles_splits);
   CHECK(ran_packed_tiles > 0 && ran_packed_tiles_splits > 0,
-        "the tile-table GeMV ran on packed codes (%d; several K ranges %d)", ran_packed_tiles, ran_packed_tiles_splits);
+        "the tile-table GeMV ran on packed codes (one split %d, several %d)", ran_packed_tiles, ran_packed_tiles_splits);
   CHECK(ran_lut > 0 && ran_lut_vs[4] > 0 && ran_lut_vs[8] > 0 && ran_lut_one_split > 0 && ran_lut_splits > 0 &&
             ran_lut_row_ranges > 0,
         "the table GeMV ran (%d; vector sizes 4, 8: %d, %d; one split %d, several %d; 64-row ranges %d)", ran_lut,

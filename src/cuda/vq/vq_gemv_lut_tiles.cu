@@ -15,37 +15,39 @@
 //   element d) with A[(e', g)][(p, d)] = entry[e'][d] where p == g, else 0, and
 //   B[(p, d)][n] = x[4 (8 p + n) + d], so D[(e', g)][n] = T[e'][8 g + n]: 4 entries by the chunk's
 //   32 vectors. k is permuted (k -> p = (k % 8) / 2, d = k % 2 + 2 (k / 8)) so that a lane's A
-//   registers a0..a3 are two whole entries (e' and e' + 2) or zero: the books are staged in that
-//   order (16 bytes per lane slot, two slots per group of 4 entries, then 32 bytes of zeros), one
-//   16-byte load per MMA: the 8 lanes whose rows meet their columns read their slot, the others
-//   the zeros. Its two 8-byte stores per MMA fill 32 banks twice: conflict-free.
+//   registers a0..a3 are two whole entries or zero; with rows grp and grp + 8 on two adjacent
+//   entries, the 8 lanes whose rows meet their columns read those 16 bytes of the book as it is
+//   stored (one 16-byte load per MMA), the others 16 bytes of zeros. Its two 8-byte stores per MMA
+//   fill 32 banks twice: conflict-free.
 // - The table is [256 entries][256 bytes], two buffers side by side (bytes 0..127 and 128..255 of
 //   a row), so an address is (index << 8) | column byte: one byte permute of the code word and the
 //   lane's column bytes. The lanes of a step read 32 different columns: lane (q, m) (row q of 4,
 //   code word m of 8 in a row's 32 bytes) reads column 4 m + (s + q) % 4 at step s, so the entry
 //   row (a multiple of 64 words) never decides the bank: every lookup is one wavefront.
 // - Work: a unit is 256 rows of W (8 warps of 32, inside one row scope) by a range of chunks; an
-//   item is one (chunk, residual). Items are pipelined over one barrier each: while the warps look
-//   up item i in one table buffer they build item i + 1's table in the other (its book staged an
-//   item earlier, its x quads loaded an item earlier) and stage item i + 2's book.
-// - Speed (H100, the Llama layers of GPTVQ-2 at batch 1, alternated with the banked GeMV in one
-//   run): 1.02-1.25x the banked kernel, most on the short-K layers; (22016, 8192) 36 against 37.7
-//   us, 49% of the copy floor, where both kernels stop whatever their instruction counts (about 7
-//   a vector here, 10 there). Measured and not kept (docs/VQ.md): the code words three items ahead
-//   (5-10% slower), bulk L2 prefetches of each row's next 4, 8 or 16 chunks (14-20% slower), the
-//   unit's books prefetched into L2 at entry and the book entries two items ahead (3-11% slower).
-// - Packed codes (qf_vq_pack_gemv, kPacked): an item's 256 rows are 4 contiguous runs of 2 KB
-//   (one per 8-vector chunk of a 512-row tile), which thread 0 copies with cp.async.bulk into a
-//   ring of 4 item slots, three items ahead, each slot's mbarrier counting its bytes; the slot is
-//   rewritten only after the item barrier that follows its last reads. The lanes read their code
-//   words from the slot (runs 2080 bytes apart: conflict-free). H100: the Llama-65B layers 1.10-1.11x
-//   the standard layout ((22016, 8192) 32.3 us, 55% of the copy floor), (4096, 4096) 0.96x.
+//   item is one (chunk, residual). Thread 0 copies each item's book (2 KB) and x's chunk (256
+//   bytes) with cp.async.bulk into a ring of 4 item slots, three items ahead, each slot's mbarrier
+//   counting its bytes; a slot is rewritten only after the item barrier that follows its last
+//   reads. Items are pipelined over one barrier each: while the warps look up item i in one table
+//   buffer they build item i + 1's table in the other, straight from its slot.
+// - Codes: in the standard layout each lane loads its 8 code words an item ahead. Packed
+//   (qf_vq_pack_gemv, kPacked): an item's 256 rows are 4 contiguous runs of 2 KB (one per 8-vector
+//   chunk of a 512-row tile), copied into the item's slot with its book (runs 2080 bytes apart, so
+//   the lanes' words fall in 32 banks).
+// - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 31.1 us, 57% of
+//   the copy floor; the standard layout 36-37 us there, 1.0-1.25x the banked GeMV over the layers.
+//   The build's books and x came from per-thread loads staged in shared memory before: the ring
+//   made the packed layers 4-9% faster, the standard ones from 7% faster ((4096, 4096)) to 3%
+//   slower (the Llama-65B layers). Nsight Compute on the packed (22016, 8192): shared memory at
+//   65% of its throughput (about 920 wavefronts an item: lookups 256, the build's loads and
+//   stores about 530 - each 16-byte load takes four wavefronts for the 32 bytes of book it
+//   carries), warps stalled mostly on shared-memory results. docs/VQ.md has what did not pay.
 // - Split-K over blocks as in the banked GeMV: each unit leaves its 256 row sums in the workspace
 //   and the tile's last unit adds them in split order (a call repeats bit for bit).
 // - Limits (else QF_ERR_UNSUPPORTED with the reason; the other placements serve the call): M = 1,
-//   8-bit indices, vector size 4, at most 256 entries, x of the entries' 16-bit type aligned to 8
-//   bytes, codes aligned to 4 (packed: 16), K a multiple of 128, scope_rows 0 or a multiple of
-//   256, scope_cols 0 or a multiple of 128.
+//   8-bit indices, vector size 4, x of the entries' 16-bit type aligned to 16 bytes, books aligned
+//   to 16, codes to 4 (packed: 16), K a multiple of 128, scope_rows 0 or a multiple of 256,
+//   scope_cols 0 or a multiple of 128.
 // - Numerics: a table value is the tensor core's fp32 sum of the entry's 4 exact products; a lane
 //   adds its rows' values in item order (one round-to-nearest add each), the 8 lanes of a row are
 //   added in a fixed butterfly, then the split partials in split order; the row scale multiplies
@@ -70,7 +72,7 @@ struct vq_lut_tiles_params {
   void *y;                // [1, N]
   int64_t n_books;
   int y_dtype;
-  int N, chunks, residuals, entries;
+  int N, chunks, residuals;
   uint32_t row_words;
   int chunks_per_book;  // 128-column chunks per book along K (all of them for one book per row)
   int books_per_row, scope_rows;
@@ -83,16 +85,22 @@ struct vq_lut_tiles_params {
 namespace vq_lut_tiles_detail {
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
-constexpr int kRows = kWarps * 32;         // rows of W per unit
-constexpr int kChunk = 128;                // columns per item: 32 vectors of 4
-constexpr int kEntries = 256;              // table rows (books of fewer entries: zero rows)
+constexpr int kRows = kWarps * 32;           // rows of W per unit
+constexpr int kChunk = 128;                  // columns per item: 32 vectors of 4
+constexpr int kEntries = 256;                // table rows: a book of 8-bit indices
 constexpr int kTableBytes = kEntries * 256;  // two 128-byte buffers per entry row
-constexpr int kBookBytes = kEntries * 16;    // a staged book: 32 bytes of entries and 32 of zeros per 4 entries
-constexpr int kSmemBytes = kTableBytes + 2 * kBookBytes;
-// Packed codes: an item's 256 rows are 4 runs of 2 KB (one per 8-vector chunk), copied into a ring
-// of 4 item slots; the runs sit 2080 bytes apart so that the lanes' words fall in 32 banks.
-constexpr int kStages = 4, kRunBytes = 2048, kRunPitch = kRunBytes + 32, kSlotBytes = 4 * kRunPitch;
-constexpr int kPackedSmemBytes = kSmemBytes + kStages * kSlotBytes + kStages * 8;
+constexpr int kBookBytes = kEntries * 8, kXBytes = kChunk * 2;
+// The ring: an item slot holds the item's book and x's chunk, then (packed codes) its 256 rows'
+// codes as 4 runs of 2 KB (one per 8-vector chunk), 2080 bytes apart so that the lanes' words fall
+// in 32 banks. Slots are multiples of 128 bytes, so every book sits at the same bank offset.
+constexpr int kStages = 4, kRunBytes = 2048, kRunPitch = kRunBytes + 32;
+template <bool kPacked>
+constexpr int kSlotBytes = kBookBytes + kXBytes + (kPacked ? 4 * kRunPitch : 0);
+// The zeros that the build's lanes off the diagonal read: 64 bytes past a multiple of 128, so that
+// they share no bank with the 32 bytes of book that the other lanes read in the same load.
+constexpr int kZerosAt = kTableBytes + 64, kRingAt = kTableBytes + 384;
+template <bool kPacked>
+constexpr int kSmemBytes = kRingAt + kStages * kSlotBytes<kPacked> + kStages * 8;
 
 // prmt.b32 in its default mode (a selector nibble's bit 3 replicates the chosen byte's sign).
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -107,8 +115,9 @@ template <typename T, bool kPacked>
 __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     vq_gemv_lut_tiles_kernel(const __grid_constant__ vq_lut_tiles_params p) {
   using namespace vq_lut_tiles_detail;
-  // The table [256][256 bytes] (buffer b at byte 128 b of a row), then two staged books (packed
-  // codes: then the ring of item slots and their mbarriers).
+  constexpr int kSlot = kSlotBytes<kPacked>;
+  // The table [256][256 bytes] (buffer b at byte 128 b of a row), 256 bytes of zeros, the ring of
+  // item slots, their mbarriers.
   extern __shared__ __align__(128) uint8_t smem[];
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -120,6 +129,7 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   const int64_t code_res = static_cast<int64_t>(p.N) * p.row_words;
   const int64_t book_first = static_cast<int64_t>(p.scope_rows ? n_base / p.scope_rows : 0) * p.books_per_row;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t ring = smem_base + kRingAt, bars = ring + kStages * kSlot;
 
   // An item is (chunk c, residual r); the next one is (c, r + 1) or (c + 1, 0).
   // kb: the chunk's book along K, kc: the chunk's place in it.
@@ -133,44 +143,49 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   };
   const item_t it0 = {c_begin, 0, c_begin / p.chunks_per_book, c_begin % p.chunks_per_book};
 
-  // ---- the build: lane (grp, tig) of the MMA fragments ----
-  const int grp = lane >> 2, tig = lane & 3;
-  const bool a_on = (grp & 3) == tig;  // rows (e', g = grp % 4) meet columns (p = tig)
-  // Book stager: thread e stages entry e of the item's book (zero past the book's entries).
-  auto load_entry = [&](item_t it) -> uint2 {
-    if (static_cast<int>(threadIdx.x) >= p.entries) return make_uint2(0u, 0u);
+  // ---- the ring: thread 0 copies an item's book, x's chunk and (packed) codes into its slot ----
+  const uint8_t *const packed_tile = reinterpret_cast<const uint8_t *>(p.codes) +
+                                     ((n_base / 512) * p.pack_chunks * 4096 + ((n_base / 256) & 1) * kRunBytes);
+  auto issue = [&](item_t it, int slot) {
+    const uint32_t bar = bars + 8 * slot, dst = ring + slot * kSlot;
+    fence_proxy_async_shared_cta();  // the slot's reads in the steps before, ahead of the copies' writes
+    mbarrier_arrive_expect_tx(bar, kBookBytes + kXBytes + (kPacked ? 4 * kRunBytes : 0));
     const int64_t book = static_cast<int64_t>(it.r) * p.n_books + book_first + it.kb;
-    return __ldg(reinterpret_cast<const uint2 *>(p.books + (book * p.entries + threadIdx.x) * 4));
+    cp_async_bulk_g2s(dst, p.books + book * kEntries * 4, kBookBytes, bar);
+    cp_async_bulk_g2s(dst + kBookBytes, static_cast<const T *>(p.x) + it.c * kChunk, kXBytes, bar);
+    if constexpr (kPacked) {
+      const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + 4 * it.c) * 4096;
+#pragma unroll
+      for (int j = 0; j < 4; j++) cp_async_bulk_g2s(dst + kBookBytes + kXBytes + j * kRunPitch, src + j * 4096, kRunBytes, bar);
+    }
   };
-  // Group e / 4 holds 16 bytes per lane slot e % 2: (e'.0-1, e'+2.0-1, e'.2-3, e'+2.2-3), the A
-  // registers of the lanes whose rows are entries e' and e' + 2; then 32 bytes of zeros, which the
-  // other lanes read.
-  const uint32_t stage_at = static_cast<uint32_t>(64 * (threadIdx.x >> 2) + 16 * (threadIdx.x & 1) + 4 * ((threadIdx.x >> 1) & 1));
-  auto stage_entry = [&](auto bbuf, uint2 e) {
-    uint8_t *slot = smem + kTableBytes + decltype(bbuf)::value * kBookBytes + stage_at;
-    *reinterpret_cast<uint32_t *>(slot) = e.x;
-    *reinterpret_cast<uint32_t *>(slot + 8) = e.y;
-  };
-  // x's quad of vector 8 tig + grp of the item's chunk: the B fragment (elements 0, 1 and 2, 3).
-  auto load_x = [&](item_t it) -> uint2 {
-    return __ldg(reinterpret_cast<const uint2 *>(static_cast<const T *>(p.x) + it.c * kChunk + 4 * (8 * tig + grp)));
-  };
-  // A table into buffer `buf` from staged book `buf`: warp w builds entries 32 w .. 32 w + 31 (8
-  // groups of 4); D rows grp and grp + 8 are entries e0 and e0 + 2 of a group at columns col, col + 1.
+  auto wait_slot = [&](int i) { mbarrier_wait_parity(bars + 8 * (i % kStages), static_cast<uint32_t>(i / kStages) & 1u); };
+
+  // ---- the build: lane (grp, tig) of the MMA fragments ----
+  // MMA rows grp and grp + 8 are entries 2 e0 and 2 e0 + 1 of a group of 4 (e0 = grp / 4), the
+  // 16 bytes that lane reads from the book as they are stored: a0, a2 the first entry, a1, a3 the
+  // second. A lane off the block diagonal (rows (e, g = grp % 4) meet columns p = tig only where
+  // g == tig) reads zeros instead.
+  const int grp = lane >> 2, tig = lane & 3;
+  const bool a_on = (grp & 3) == tig;
   const int e0 = grp >> 2, col = 8 * (grp & 3) + 2 * tig;
-  const uint32_t a_at = smem_base + kTableBytes + 64 * 8 * warp + 16 * e0 + (a_on ? 0 : 32);
-  uint8_t *const d_at = smem + (32 * warp + e0) * 256 + 4 * col;
-  auto build = [&](auto buf, uint2 xq) {
+  uint8_t *const d_at = smem + (32 * warp + 2 * e0) * 256 + 4 * col;
+  // Table buffer `buf` of the item in `slot`: warp w builds entries 32 w .. 32 w + 31 (8 groups of
+  // 4); B is x's quad of vector 8 tig + grp of the chunk (elements 0, 1 and 2, 3).
+  auto build = [&](auto buf, int slot) {
     constexpr int kBuf = decltype(buf)::value;
+    const uint32_t at = ring + slot * kSlot;
+    const uint2 xq = ld_shared_v2(at + kBookBytes + 8 * (8 * tig + grp));
     const uint32_t b[2] = {xq.x, xq.y};
+    const uint32_t a_at = a_on ? at + 64 * 4 * warp + 16 * e0 : smem_base + kZerosAt;
 #pragma unroll
     for (int gi = 0; gi < 8; gi++) {
-      const uint4 v = ld_shared_v4(a_at + kBuf * kBookBytes + 64 * gi);
-      const uint32_t a[4] = {v.x, v.y, v.z, v.w};
+      const uint4 v = ld_shared_v4(a_at + 32 * gi);
+      const uint32_t a[4] = {v.x, v.z, v.y, v.w};
       float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       mma_m16n8k16(T{}, d, a, b);
       *reinterpret_cast<float2 *>(d_at + 4 * gi * 256 + kBuf * 128) = make_float2(d[0], d[1]);
-      *reinterpret_cast<float2 *>(d_at + (4 * gi + 2) * 256 + kBuf * 128) = make_float2(d[2], d[3]);
+      *reinterpret_cast<float2 *>(d_at + (4 * gi + 1) * 256 + kBuf * 128) = make_float2(d[2], d[3]);
     }
   };
 
@@ -186,23 +201,11 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
 #pragma unroll
     for (int k = 0; k < 8; k++) w[k] = __ldg(src + row_off[k]);
   };
-  // Packed codes: thread 0 copies an item's 4 runs into ring slot `slot`; a lane's word k is row
-  // 32 w + 4 k + q's word m % 2 of run m / 2.
-  const uint32_t ring = smem_base + kSmemBytes, bars = ring + kStages * kSlotBytes;
-  const uint8_t *const packed_tile = reinterpret_cast<const uint8_t *>(p.codes) +
-                                     ((n_base / 512) * p.pack_chunks * 4096 + ((n_base / 256) & 1) * kRunBytes);
-  auto issue_codes = [&](item_t it, int slot) {
-    const uint32_t bar = bars + 8 * slot;
-    fence_proxy_async_shared_cta();  // the slot's reads in the step before, ahead of the copy's writes
-    mbarrier_arrive_expect_tx(bar, 4 * kRunBytes);
-    const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + 4 * it.c) * 4096;
-#pragma unroll
-    for (int j = 0; j < 4; j++) cp_async_bulk_g2s(ring + slot * kSlotBytes + j * kRunPitch, src + j * 4096, kRunBytes, bar);
-  };
-  const uint8_t *const ring_lane = smem + kSmemBytes + (32 * warp + q) * 8 + (m >> 1) * kRunPitch + 4 * (m & 1);
-  auto read_codes = [&](int i, uint32_t (&w)[8]) {
-    mbarrier_wait_parity(bars + 8 * (i % kStages), static_cast<uint32_t>(i / kStages) & 1u);
-    const uint8_t *src = ring_lane + (i % kStages) * kSlotBytes;
+  // Packed codes: a lane's word k is row 32 w + 4 k + q's word m % 2 of run m / 2 of the slot.
+  const uint8_t *const ring_lane =
+      smem + kRingAt + kBookBytes + kXBytes + (32 * warp + q) * 8 + (m >> 1) * kRunPitch + 4 * (m & 1);
+  auto read_codes = [&](int slot, uint32_t (&w)[8]) {
+    const uint8_t *src = ring_lane + slot * kSlot;
 #pragma unroll
     for (int k = 0; k < 8; k++) w[k] = *reinterpret_cast<const uint32_t *>(src + 32 * k);
   };
@@ -228,56 +231,40 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   };
 
   // ---- the pipeline: build i + 1 and look up i between barriers ----
-  // Item i uses table and book buffer i % 2 and code words cw[i % 2] (packed: read from ring slot
-  // i % 4 in its step); it1, it2, it3 are items i + 1, i + 2, i + 3 (the packed copy's item).
+  // Item i uses table buffer i % 2 and ring slot i % 4, copied three items ahead; its code words
+  // are cw[i % 2] (standard layout: loaded an item ahead; packed: read from the slot in its step).
+  // it1, it2, it3 are items i + 1, i + 2, i + 3.
   uint32_t cw[2][8];
-  uint2 xq{};
   item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);
   constexpr std::integral_constant<int, 0> kEven{};
   constexpr std::integral_constant<int, 1> kOdd{};
   if (items > 0) {
-    for (int k = static_cast<int>(threadIdx.x); k < 2 * kEntries / 4; k += kThreads)  // the zero halves
-      *reinterpret_cast<uint4 *>(smem + kTableBytes + 64 * k + 32) = *reinterpret_cast<uint4 *>(smem + kTableBytes + 64 * k + 48) =
-          make_uint4(0u, 0u, 0u, 0u);
-    stage_entry(kEven, load_entry(it0));
-    if (items > 1) stage_entry(kOdd, load_entry(it1));
-    if constexpr (kPacked) {
-      if (threadIdx.x == 0) {
-        for (int sl = 0; sl < kStages; sl++) mbarrier_init(bars + 8 * sl, 1);
-        fence_mbarrier_init();
-        item_t it = it0;
-        for (int k = 0; k < kStages - 1 && k < items; k++, it = next_item(it)) issue_codes(it, k);
-      }
-    } else {
-      load_codes(it0, cw[0]);
+    if (threadIdx.x < 16) *reinterpret_cast<uint4 *>(smem + kZerosAt + 16 * threadIdx.x) = make_uint4(0u, 0u, 0u, 0u);
+    if (threadIdx.x == 0) {
+      for (int sl = 0; sl < kStages; sl++) mbarrier_init(bars + 8 * sl, 1);
+      fence_mbarrier_init();
+      item_t it = it0;
+      for (int k = 0; k < kStages - 1 && k < items; k++, it = next_item(it)) issue(it, k);
     }
-    xq = load_x(it0);
+    if constexpr (!kPacked) load_codes(it0, cw[0]);
     __syncthreads();
-    build(kEven, xq);
-    if (items > 1) xq = load_x(it1);
+    wait_slot(0);
+    build(kEven, 0);
   }
   auto step = [&](auto parity, int i) {
     constexpr int kP = decltype(parity)::value;
     constexpr std::integral_constant<int, 1 - kP> other{};
-    __syncthreads();  // table i complete; book i + 1 staged; table buffer (i + 1) % 2 no longer read
-    if constexpr (kPacked) {
-      if (threadIdx.x == 0 && i + kStages - 1 < items) issue_codes(it3, (i + kStages - 1) % kStages);
-    } else if (i + 1 < items) {
-      load_codes(it1, cw[1 - kP]);
+    __syncthreads();  // table i complete; table buffer (i + 1) % 2 and slot (i + 3) % 4 no longer read
+    if (threadIdx.x == 0 && i + kStages - 1 < items) issue(it3, (i + kStages - 1) % kStages);
+    if constexpr (!kPacked)
+      if (i + 1 < items) load_codes(it1, cw[1 - kP]);
+    if (i + 1 < items) {
+      wait_slot(i + 1);
+      build(other, (i + 1) % kStages);
     }
-    uint2 entry{};
-    if (i + 2 < items) entry = load_entry(it2);
-    const uint2 x_next = xq;
-    if (i + 2 < items) xq = load_x(it2);
-    if (i + 1 < items) build(other, x_next);
-    if constexpr (kPacked) read_codes(i, cw[kP]);
+    if constexpr (kPacked) read_codes(i % kStages, cw[kP]);  // the slot waited for by the build before
     lookups(parity, cw[kP]);
-    if (i + 2 < items) stage_entry(parity, entry);
-    if constexpr (kPacked) {
-      it1 = it2, it2 = it3, it3 = next_item(it3);
-    } else {
-      it1 = it2, it2 = next_item(it2);
-    }
+    it1 = it2, it2 = it3, it3 = next_item(it3);
   };
   int i = 0;
   for (; i + 1 < items; i += 2) {
@@ -326,11 +313,10 @@ extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq
   if (x->rows != 1) return "the tile-table GeMV takes M = 1";
   if (f.lattice || f.index_bits != 8 || f.vector_size != 4)
     return "the tile-table GeMV takes 8-bit indices with vector size 4";
-  if (w->sz.entries > kEntries) return "the tile-table GeMV holds books of at most 256 entries";
   if (x->dtype != f.entry_dtype) return "the tile-table GeMV needs x of the codebook entries' type (fp16 or bf16)";
-  if (reinterpret_cast<uintptr_t>(x->data) % 8 != 0) return "the tile-table GeMV needs x aligned to 8 bytes";
-  if (reinterpret_cast<uintptr_t>(w->codes) % 4 != 0 || reinterpret_cast<uintptr_t>(w->books) % 8 != 0)
-    return "the tile-table GeMV needs codes aligned to 4 bytes and codebooks to 8";
+  if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0) return "the tile-table GeMV needs x aligned to 16 bytes";
+  if (reinterpret_cast<uintptr_t>(w->codes) % 4 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
+    return "the tile-table GeMV needs codes aligned to 4 bytes and codebooks to 16";
   if (w->K % kChunk != 0) return "the tile-table GeMV needs K a multiple of 128";
   if (f.scope_rows % kRows != 0 || f.scope_cols % kChunk != 0)
     return "the tile-table GeMV needs codebook scopes of 0 or a multiple of 256 rows and of 128 columns";
@@ -350,7 +336,7 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   const bool packed = w->packed != 0;
   auto kernel = bf16 ? (packed ? vq_gemv_lut_tiles_kernel<__nv_bfloat16, true> : vq_gemv_lut_tiles_kernel<__nv_bfloat16, false>)
                      : (packed ? vq_gemv_lut_tiles_kernel<__half, true> : vq_gemv_lut_tiles_kernel<__half, false>);
-  const int smem = packed ? kPackedSmemBytes : kSmemBytes;
+  const int smem = packed ? kSmemBytes<true> : kSmemBytes<false>;
   static std::atomic<uint64_t> opted_in[2][2];
   int per_sm = 0;
   if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tile-table GeMV", kernel, kThreads, smem, opted_in[bf16][packed], &per_sm);
@@ -370,7 +356,6 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   p.N = static_cast<int>(N);
   p.chunks = chunks;
   p.residuals = f.residuals;
-  p.entries = static_cast<int>(w->sz.entries);
   p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.chunks_per_book = f.scope_cols ? f.scope_cols / kChunk : chunks;
   p.books_per_row = static_cast<int>(w->sz.books_per_row);

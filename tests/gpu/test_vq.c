@@ -30,7 +30,9 @@
  *    64 (several row ranges); the E8P GeMV (vq_gemv_e8p.cu, the banked placement of a lattice
  *    format: QuIP#-4 with fp16 x and K a multiple of 256) likewise, with its split-K forced to 1,
  *    3 and one range per chunk; the register tier over the shared books (GPTVQ-2 and VQ<2,8,1>
- *    with 256 x 512 scopes; refused elsewhere) likewise. The shapes cover: K a multiple of the kernel's 256-column
+ *    with 256 x 512 scopes; refused elsewhere) likewise; the tile-table GeMV (vq_gemv_lut_tiles.cu:
+ *    M = 1, GPTVQ-2) likewise over 128-column chunks, and refused, y untouched, for x 8 bytes off
+ *    16-byte alignment. The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -466,9 +468,19 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   }
   if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL)
     packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc, packed_lut_tiles_forced);
-  if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL)  /* K ranges over 128-column chunks */
+  if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL) { /* K ranges over 128-column chunks */
     forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, K / 128, &xm, &t, &ym, &Y,
                   yld, tol, desc, &ran_lut_tiles_one_split, &ran_lut_tiles_splits);
+    /* x 8 bytes past 16-byte alignment (its chunks are bulk copies): refused, y untouched */
+    qf_mat x8 = xm;
+    x8.data = (char *)xm.data + 8;
+    CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
+    const qf_status st = qf_cuda_vq_gemv_lut_tiles_with(gpu, &x8, &t, &ym, 0, NULL);
+    CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut (tile tables), x 8 bytes off 16-byte alignment gave %s", desc,
+          qf_status_str(st));
+    CUDA_OK(cudaDeviceSynchronize());
+    CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: lut (tile tables), y written after a refused call", desc);
+  }
   if (forced && M > QF_VQ_GEMV_MAX_M && qf_cuda_vq_tiled_refusal(&xm, &t) == NULL)
     forced_splits(gpu, qf_cuda_vq_gemm_tiled_with, "tiled", QF_VQ_BOOKS_TILED, K / 64, &xm, &t, &ym, &Y, yld, tol, desc,
                   &ran_tiled_one_split, &ran_tiled_splits);

@@ -11,14 +11,15 @@
 //   values, 32 KB) costs as many products as the 256 rows' vectors it serves, but the tensor cores
 //   make it: one mma.sync m16n8k16 gives 128 table values. A vector then costs a byte permute that
 //   makes the address, a 4-byte load and an add.
-// - The build: rows of the MMA are (entry e', group g), 4 entries x 4 groups; its k is (group p,
-//   element d) with A[(e', g)][(p, d)] = entry[e'][d] where p == g, else 0, and
-//   B[(p, d)][n] = x[4 (8 p + n) + d], so D[(e', g)][n] = T[e'][8 g + n]: 4 entries by the chunk's
-//   32 vectors. k is permuted (k -> p = (k % 8) / 2, d = k % 2 + 2 (k / 8)) so that a lane's A
-//   registers a0..a3 are two whole entries or zero; with rows grp and grp + 8 on two adjacent
-//   entries, the 8 lanes whose rows meet their columns read those 16 bytes of the book as it is
-//   stored (one 16-byte load per MMA), the others 16 bytes of zeros. Its two 8-byte stores per MMA
-//   fill 32 banks twice: conflict-free.
+// - The build: the MMA's rows r are x's vectors, its columns n entries, its k (group p, element
+//   d): A[r][(p, d)] = x[vec(r, p)][d], B[(p, d)][n] = entry[e(n)][d] where p == n / 2, else 0,
+//   so D[r][n] = T[e(n)][vec(r, n / 2)]: 8 entries by 16 vectors each. k is permuted
+//   (k -> p = (k % 8) / 2, d = k % 2 + 2 (k / 8)) so that a lane's B registers are its column's
+//   whole entry (8 lanes, one 8-byte load of the book as it is stored) or zeros, and its A
+//   registers two whole x quads. Two variants of A (h) take each B to all 32 vectors, and vec is
+//   chosen so that each of the four 4-byte stores of D writes 32 different columns: conflict-free.
+//   (B carrying x and A the entries, as built first, needs one 16-byte load per MMA for 32 bytes
+//   of book, four wavefronts: 11% slower on the Llama-65B layers.)
 // - The table is [256 entries][256 bytes], two buffers side by side (bytes 0..127 and 128..255 of
 //   a row), so an address is (index << 8) | column byte: one byte permute of the code word and the
 //   lane's column bytes. The lanes of a step read 32 different columns: lane (q, m) (row q of 4,
@@ -34,14 +35,11 @@
 //   (qf_vq_pack_gemv, kPacked): an item's 256 rows are 4 contiguous runs of 2 KB (one per 8-vector
 //   chunk of a 512-row tile), copied into the item's slot with its book (runs 2080 bytes apart, so
 //   the lanes' words fall in 32 banks).
-// - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 31.1 us, 57% of
-//   the copy floor; the standard layout 36-37 us there, 1.0-1.25x the banked GeMV over the layers.
-//   The build's books and x came from per-thread loads staged in shared memory before: the ring
-//   made the packed layers 4-9% faster, the standard ones from 7% faster ((4096, 4096)) to 3%
-//   slower (the Llama-65B layers). Nsight Compute on the packed (22016, 8192): shared memory at
-//   65% of its throughput (about 920 wavefronts an item: lookups 256, the build's loads and
-//   stores about 530 - each 16-byte load takes four wavefronts for the 32 bytes of book it
-//   carries), warps stalled mostly on shared-memory results. docs/VQ.md has what did not pay.
+// - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 27.8 us, 64% of
+//   the copy floor, 4.5x cuBLASLt fp16; the standard layout 34.3 us there, 1.09-1.29x the banked
+//   GeMV over the layers. The shared-memory pipe is what the loop waits on (Nsight Compute: about
+//   930 wavefronts an item before the build was turned around, 65% of its throughput; warps
+//   stalled on shared-memory results); docs/VQ.md has the steps and what did not pay.
 // - Split-K over blocks as in the banked GeMV: each unit leaves its 256 row sums in the workspace
 //   and the tile's last unit adds them in split order (a call repeats bit for bit).
 // - Limits (else QF_ERR_UNSUPPORTED with the reason; the other placements serve the call): M = 1,
@@ -162,30 +160,41 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   auto wait_slot = [&](int i) { mbarrier_wait_parity(bars + 8 * (i % kStages), static_cast<uint32_t>(i / kStages) & 1u); };
 
   // ---- the build: lane (grp, tig) of the MMA fragments ----
-  // MMA rows grp and grp + 8 are entries 2 e0 and 2 e0 + 1 of a group of 4 (e0 = grp / 4), the
-  // 16 bytes that lane reads from the book as they are stored: a0, a2 the first entry, a1, a3 the
-  // second. A lane off the block diagonal (rows (e, g = grp % 4) meet columns p = tig only where
-  // g == tig) reads zeros instead.
+  // Rows r of the MMA are x's vectors, columns n entries: A[r][(p, d)] = x[vec(r, p)][d] (dense),
+  // B[(p, d)][n] = entry[e(n)][d] where p == n / 2, else 0, so D[r][n] = T[e(n)][vec(r, n / 2)].
+  // A lane's B registers are its column's whole entry (the lanes with tig == grp / 2) or zeros;
+  // its A registers the quads of vectors vec(grp, tig) and vec(grp + 8, tig), with
+  // vec(r, g) = 4 g + r % 4 + 16 (r / 4 % 2) + 8 (r / 8) + 4 h: the two variants h of A take one
+  // B to all 32 vectors, and the 32 lanes' D values of a store fall in 32 different columns.
   const int grp = lane >> 2, tig = lane & 3;
-  const bool a_on = (grp & 3) == tig;
-  const int e0 = grp >> 2, col = 8 * (grp & 3) + 2 * tig;
-  uint8_t *const d_at = smem + (32 * warp + 2 * e0) * 256 + 4 * col;
-  // Table buffer `buf` of the item in `slot`: warp w builds entries 32 w .. 32 w + 31 (8 groups of
-  // 4); B is x's quad of vector 8 tig + grp of the chunk (elements 0, 1 and 2, 3).
+  const bool b_on = (grp >> 1) == tig;
+  const int v0 = 4 * tig + (grp & 3) + 16 * (grp >> 2);  // vec(grp, tig) for h = 0
+  uint8_t *const d_at = smem + (32 * warp + 2 * tig) * 256;
+  // Table buffer `buf` of the item in `slot`: warp w builds entries 32 w .. 32 w + 31, 8 (block b)
+  // per B, each against both variants of A.
   auto build = [&](auto buf, int slot) {
     constexpr int kBuf = decltype(buf)::value;
     const uint32_t at = ring + slot * kSlot;
-    const uint2 xq = ld_shared_v2(at + kBookBytes + 8 * (8 * tig + grp));
-    const uint32_t b[2] = {xq.x, xq.y};
-    const uint32_t a_at = a_on ? at + 64 * 4 * warp + 16 * e0 : smem_base + kZerosAt;
+    uint2 xq[4];  // x's quads of vectors v0 + 4 k
 #pragma unroll
-    for (int gi = 0; gi < 8; gi++) {
-      const uint4 v = ld_shared_v4(a_at + 32 * gi);
-      const uint32_t a[4] = {v.x, v.z, v.y, v.w};
-      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      mma_m16n8k16(T{}, d, a, b);
-      *reinterpret_cast<float2 *>(d_at + 4 * gi * 256 + kBuf * 128) = make_float2(d[0], d[1]);
-      *reinterpret_cast<float2 *>(d_at + (4 * gi + 1) * 256 + kBuf * 128) = make_float2(d[2], d[3]);
+    for (int k = 0; k < 4; k++) xq[k] = ld_shared_v2(at + kBookBytes + 8 * ((v0 + 4 * k) & 31));
+    const uint32_t b_at = b_on ? at + 256 * warp + 8 * grp : smem_base + kZerosAt;
+#pragma unroll
+    for (int bk = 0; bk < 4; bk++) {
+      const uint2 e = ld_shared_v2(b_at + 64 * bk);
+      const uint32_t b[2] = {e.x, e.y};
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const uint32_t a[4] = {xq[h].x, xq[h + 2].x, xq[h].y, xq[h + 2].y};
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_m16n8k16(T{}, d, a, b);
+        uint8_t *const row = d_at + 8 * bk * 256 + kBuf * 128;
+        const int j0 = 4 * ((v0 + 4 * h) & 31), j1 = 4 * ((v0 + 4 * h + 8) & 31);
+        *reinterpret_cast<float *>(row + j0) = d[0];
+        *reinterpret_cast<float *>(row + 256 + j0) = d[1];
+        *reinterpret_cast<float *>(row + j1) = d[2];
+        *reinterpret_cast<float *>(row + 256 + j1) = d[3];
+      }
     }
   };
 

@@ -16,8 +16,9 @@
 //   so D[r][n] = T[e(n)][vec(r, n / 2)]: 8 entries by 16 vectors each. k is permuted
 //   (k -> p = (k % 8) / 2, d = k % 2 + 2 (k / 8)) so that a lane's B registers are its column's
 //   whole entry (8 lanes, one 8-byte load of the book as it is stored) or zeros, and its A
-//   registers two whole x quads. Two variants of A (h) take each B to all 32 vectors, and vec is
-//   chosen so that each of the four 4-byte stores of D writes 32 different columns: conflict-free.
+//   registers two adjacent x quads (one 16-byte load). Two variants of A (h) take each B to all 32
+//   vectors, and vec is chosen so that each 8-byte store of D (two adjacent vectors of an entry)
+//   and each load of x is conflict-free.
 //   (B carrying x and A the entries, as built first, needs one 16-byte load per MMA for 32 bytes
 //   of book, four wavefronts: 11% slower on the Llama-65B layers.)
 // - The table is [256 entries][256 bytes], two buffers side by side (bytes 0..127 and 128..255 of
@@ -35,8 +36,8 @@
 //   (qf_vq_pack_gemv, kPacked): an item's 256 rows are 4 contiguous runs of 2 KB (one per 8-vector
 //   chunk of a 512-row tile), copied into the item's slot with its book (runs 2080 bytes apart, so
 //   the lanes' words fall in 32 banks).
-// - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 27.8 us, 64% of
-//   the copy floor, 4.5x cuBLASLt fp16; the standard layout 34.3 us there, 1.09-1.29x the banked
+// - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 27.1-27.3 us, 65%
+//   of the copy floor, 4.6x cuBLASLt fp16; the standard layout 34.3 us there, 1.09-1.29x the banked
 //   GeMV over the layers. The shared-memory pipe is what the loop waits on (Nsight Compute: about
 //   930 wavefronts an item before the build was turned around, 65% of its throughput; warps
 //   stalled on shared-memory results); docs/VQ.md has the steps and what did not pay.
@@ -163,21 +164,22 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   // Rows r of the MMA are x's vectors, columns n entries: A[r][(p, d)] = x[vec(r, p)][d] (dense),
   // B[(p, d)][n] = entry[e(n)][d] where p == n / 2, else 0, so D[r][n] = T[e(n)][vec(r, n / 2)].
   // A lane's B registers are its column's whole entry (the lanes with tig == grp / 2) or zeros;
-  // its A registers the quads of vectors vec(grp, tig) and vec(grp + 8, tig), with
-  // vec(r, g) = 4 g + r % 4 + 16 (r / 4 % 2) + 8 (r / 8) + 4 h: the two variants h of A take one
-  // B to all 32 vectors, and the 32 lanes' D values of a store fall in 32 different columns.
+  // its A registers the quads of vectors vec(grp, g) and vec(grp + 8, g) (g = tig), a pair
+  // 2 c, 2 c + 1 with c = c_h(grp, g) = grp % 2 + 2 ((g + 2 (grp / 4) + h) % 4) + 8 (grp / 2 % 2):
+  // one 16-byte load of x per variant h of A, and D's values of one entry and vector pair in one
+  // 8-byte store. The two variants take each B to all 32 vectors; c is distinct over each half
+  // warp (the stores of 16 lanes fill 32 banks) and modulo 8 over each quarter (the loads of x).
   const int grp = lane >> 2, tig = lane & 3;
   const bool b_on = (grp >> 1) == tig;
-  const int v0 = 4 * tig + (grp & 3) + 16 * (grp >> 2);  // vec(grp, tig) for h = 0
   uint8_t *const d_at = smem + (32 * warp + 2 * tig) * 256;
-  // Table buffer `buf` of the item in `slot`: warp w builds entries 32 w .. 32 w + 31, 8 (block b)
+  auto pair_of = [&](int h) { return (grp & 1) + 2 * ((tig + 2 * (grp >> 2) + h) & 3) + 8 * ((grp >> 1) & 1); };
+  const int c0 = pair_of(0), c1 = pair_of(1);
+  // Table buffer `buf` of the item in `slot`: warp w builds entries 32 w .. 32 w + 31, 8 (block bk)
   // per B, each against both variants of A.
   auto build = [&](auto buf, int slot) {
     constexpr int kBuf = decltype(buf)::value;
     const uint32_t at = ring + slot * kSlot;
-    uint2 xq[4];  // x's quads of vectors v0 + 4 k
-#pragma unroll
-    for (int k = 0; k < 4; k++) xq[k] = ld_shared_v2(at + kBookBytes + 8 * ((v0 + 4 * k) & 31));
+    const uint4 xq[2] = {ld_shared_v4(at + kBookBytes + 16 * c0), ld_shared_v4(at + kBookBytes + 16 * c1)};
     const uint32_t b_at = b_on ? at + 256 * warp + 8 * grp : smem_base + kZerosAt;
 #pragma unroll
     for (int bk = 0; bk < 4; bk++) {
@@ -185,15 +187,12 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
       const uint32_t b[2] = {e.x, e.y};
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        const uint32_t a[4] = {xq[h].x, xq[h + 2].x, xq[h].y, xq[h + 2].y};
+        const uint32_t a[4] = {xq[h].x, xq[h].z, xq[h].y, xq[h].w};
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16(T{}, d, a, b);
-        uint8_t *const row = d_at + 8 * bk * 256 + kBuf * 128;
-        const int j0 = 4 * ((v0 + 4 * h) & 31), j1 = 4 * ((v0 + 4 * h + 8) & 31);
-        *reinterpret_cast<float *>(row + j0) = d[0];
-        *reinterpret_cast<float *>(row + 256 + j0) = d[1];
-        *reinterpret_cast<float *>(row + j1) = d[2];
-        *reinterpret_cast<float *>(row + 256 + j1) = d[3];
+        uint8_t *const row = d_at + 8 * bk * 256 + kBuf * 128 + 8 * (h ? c1 : c0);
+        *reinterpret_cast<float2 *>(row) = make_float2(d[0], d[2]);
+        *reinterpret_cast<float2 *>(row + 256) = make_float2(d[1], d[3]);
       }
     }
   };

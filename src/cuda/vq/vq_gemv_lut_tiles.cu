@@ -38,9 +38,10 @@
 //   the lanes' words fall in 32 banks).
 // - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 27.1-27.3 us, 65%
 //   of the copy floor, 4.6x cuBLASLt fp16; the standard layout 34.3 us there, 1.09-1.29x the banked
-//   GeMV over the layers. The shared-memory pipe is what the loop waits on (Nsight Compute: about
-//   930 wavefronts an item before the build was turned around, 65% of its throughput; warps
-//   stalled on shared-memory results); docs/VQ.md has the steps and what did not pay.
+//   GeMV over the layers. Nsight Compute there: 760 shared-memory wavefronts an item (930 before
+//   the build was turned around) at 61% of the pipe's throughput, warps stalled on shared-memory
+//   results, fixed latencies and the item barrier, issue slots 48% busy; the loop's time follows
+//   its per-step instruction path (docs/VQ.md has the steps and what did not pay).
 // - Split-K over blocks as in the banked GeMV: each unit leaves its 256 row sums in the workspace
 //   and the tile's last unit adds them in split order (a call repeats bit for bit).
 // - Limits (else QF_ERR_UNSUPPORTED with the reason; the other placements serve the call): M = 1,
@@ -95,8 +96,9 @@ constexpr int kBookBytes = kEntries * 8, kXBytes = kChunk * 2;
 constexpr int kStages = 4, kRunBytes = 2048, kRunPitch = kRunBytes + 32;
 template <bool kPacked>
 constexpr int kSlotBytes = kBookBytes + kXBytes + (kPacked ? 4 * kRunPitch : 0);
-// The zeros that the build's lanes off the diagonal read: 64 bytes past a multiple of 128, so that
-// they share no bank with the 32 bytes of book that the other lanes read in the same load.
+// The zeros that the build's lanes off B's diagonal read: 64 bytes past a multiple of 128, so that
+// they share no bank with the 64 bytes of book that the other lanes read in the same load (both
+// step 64 bytes per block of 8 entries).
 constexpr int kZerosAt = kTableBytes + 64, kRingAt = kTableBytes + 384;
 template <bool kPacked>
 constexpr int kSmemBytes = kRingAt + kStages * kSlotBytes<kPacked> + kStages * 8;

@@ -56,7 +56,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
 
   // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
-  // GPTVQ: vq_gemv_lut_tiles.cu, 1.09-1.29x the banked kernel on the Llama layers on an H100; one
+  // GPTVQ: vq_gemv_lut_tiles.cu, 1.08-1.30x the banked kernel on the Llama layers on an H100; one
   // book per residual: vq_gemv_lut.cu), else the banked kernel where it can run
   // (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a
   // placement or a tile height is forced.

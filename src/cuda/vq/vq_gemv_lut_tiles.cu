@@ -37,7 +37,7 @@
 //   chunk of a 512-row tile), copied into the item's slot with its book (runs 2080 bytes apart, so
 //   the lanes' words fall in 32 banks).
 // - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 27.1-27.3 us, 66%
-//   of the copy floor, 4.6x cuBLASLt fp16; the standard layout 34.3 us there, 1.09-1.29x the banked
+//   of the copy floor, 4.6x cuBLASLt fp16; the standard layout 34.3 us there, 1.08-1.30x the banked
 //   GeMV over the layers. Nsight Compute there: 760 shared-memory wavefronts an item (930 before
 //   the build was turned around) at 61% of the pipe's throughput, warps stalled on shared-memory
 //   results, fixed latencies and the item barrier, issue slots 48% busy; the loop's time follows

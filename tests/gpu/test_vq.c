@@ -31,8 +31,8 @@
  *    format: QuIP#-4 with fp16 x and K a multiple of 256) likewise, with its split-K forced to 1,
  *    3 and one range per chunk; the register tier over the shared books (GPTVQ-2 and VQ<2,8,1>
  *    with 256 x 512 scopes; refused elsewhere) likewise; the tile-table GeMV (vq_gemv_lut_tiles.cu:
- *    M = 1, GPTVQ-2) likewise over 128-column chunks, and refused, y untouched, for x 8 bytes off
- *    16-byte alignment. The shapes cover: K a multiple of the kernel's 256-column
+ *    M = 1, GPTVQ-2, fp16 or bf16 y) likewise over 256-column chunks, and refused, y untouched, for
+ *    x 2 bytes off 4-byte alignment. The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -158,7 +158,8 @@ static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ra
     ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p, ran_e8p_one_split,
     ran_e8p_splits, ran_banked16, ran_e8p16, /* the last two: x tiles of 16 rows */
     ran_lut_tiles, ran_lut_tiles_one_split, ran_lut_tiles_splits, /* the tile-table GeMV (lut placement, GPTVQ) */
-    ran_packed_tiles, ran_packed_tiles_splits; /* ... on packed codes */
+    ran_packed_tiles, ran_packed_tiles_splits, /* ... on packed codes */
+    ran_lut_tiles_f32_refused;                 /* its refusals of fp32 y */
 static int bn_turn; /* rotates the forced tile heights */
 
 /* Relative Frobenius error of y (M x N of an ld-pitched buffer) against the reference; every byte
@@ -260,10 +261,10 @@ static void packed_lut_forced(qf_ctx *gpu, const vq_weight *w, const qf_mat *xm,
   CHECK(dev_poisoned(Y->dev, Y->bytes), "%s: y written after a refused call", desc);
 }
 
-/* The tile-table GeMV (books per tile of W, GPTVQ): its K ranges forced (1, 3, one per 128-column chunk). */
+/* The tile-table GeMV (books per tile of W, GPTVQ): its K ranges forced (1, 3, one per 256-column chunk). */
 static void packed_lut_tiles_forced(qf_ctx *gpu, const vq_weight *w, const qf_mat *xm, const qf_vq_tensors *tp,
                                     const qf_mat *ym, pair *Y, int64_t yld, double tol, const char *desc) {
-  forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, w->K / 128, xm, tp, ym, Y,
+  forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, w->K / 256, xm, tp, ym, Y,
                 yld, tol, desc, &ran_packed_tiles, &ran_packed_tiles_splits);
 }
 
@@ -393,7 +394,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           continue;
         }
         if (placements[i] == QF_VQ_BOOKS_LUT &&
-            (mm || bn || (qf_cuda_vq_lut_refusal(&xm, &t) != NULL && qf_cuda_vq_lut_tiles_refusal(&xm, &t) != NULL))) {
+            (mm || bn || (qf_cuda_vq_lut_refusal(&xm, &t) != NULL && qf_cuda_vq_lut_tiles_refusal(&xm, &t, &ym) != NULL))) {
           /* the table GeMVs run their own launch shape at M = 1, for their formats only: refused, y untouched */
           CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut placement outside its limits gave %s", d3, qf_status_str(st));
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
@@ -466,18 +467,24 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
                   &ran_lut_row_ranges, &ran_lut_row_ranges);
     packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc, packed_lut_forced);
   }
-  if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL)
+  if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t, &ym) == NULL)
     packed_case(gpu, cpu, w, &xm, &t, &ym, &gx.t, &gy.t, &Y, yld, tol, desc, packed_lut_tiles_forced);
-  if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t) == NULL) { /* K ranges over 128-column chunks */
-    forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, K / 128, &xm, &t, &ym, &Y,
+  if (forced && qf_cuda_vq_lut_tiles_refusal(&xm, &t, &ym) == NULL) { /* K ranges over 256-column chunks */
+    forced_splits(gpu, qf_cuda_vq_gemv_lut_tiles_with, "lut (tile tables)", QF_VQ_BOOKS_LUT, K / 256, &xm, &t, &ym, &Y,
                   yld, tol, desc, &ran_lut_tiles_one_split, &ran_lut_tiles_splits);
-    /* x 8 bytes past 16-byte alignment (its chunks are bulk copies): refused, y untouched */
-    qf_mat x8 = xm;
-    x8.data = (char *)xm.data + 8;
+    /* x 2 bytes past 4-byte alignment (its chunks come in 4-byte copies): refused */
+    qf_mat x2 = xm;
+    x2.data = (char *)xm.data + 2;
     CUDA_OK(cudaMemset(Y.dev, POISON, Y.bytes));
-    const qf_status st = qf_cuda_vq_gemv_lut_tiles_with(gpu, &x8, &t, &ym, 0, NULL);
-    CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut (tile tables), x 8 bytes off 16-byte alignment gave %s", desc,
+    const qf_status st = qf_cuda_vq_gemv_lut_tiles_with(gpu, &x2, &t, &ym, 0, NULL);
+    CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut (tile tables), x 2 bytes off 4-byte alignment gave %s", desc,
           qf_status_str(st));
+    /* the same y as fp32 (its table values are 16-bit): refused, y untouched */
+    qf_mat y32 = ym;
+    y32.dtype = QF_F32;
+    const qf_status st32 = qf_cuda_vq_gemv_lut_tiles_with(gpu, &xm, &t, &y32, 0, NULL);
+    CHECK(st32 == QF_ERR_UNSUPPORTED, "%s: lut (tile tables), fp32 y gave %s", desc, qf_status_str(st32));
+    ran_lut_tiles_f32_refused += st32 == QF_ERR_UNSUPPORTED;
     CUDA_OK(cudaDeviceSynchronize());
     CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: lut (tile tables), y written after a refused call", desc);
   }
@@ -692,9 +699,9 @@ int main(void) {
         "bf16 %d; one split %d, several %d)",
         ran_tiled, ran_tiled_vs[2], ran_tiled_vs[4], ran_tiled_vs[8], ran_tiled_rows[1], ran_tiled_rows[2],
         ran_tiled_residuals2, ran_tiled_bf16, ran_tiled_one_split, ran_tiled_splits);
-  CHECK(ran_lut_tiles > 0 && ran_lut_tiles_one_split > 0 && ran_lut_tiles_splits > 0,
-        "the tile-table GeMV ran (%d; one split %d, several %d)", ran_lut_tiles, ran_lut_tiles_one_split,
-        ran_lut_tiles_splits);
+  CHECK(ran_lut_tiles > 0 && ran_lut_tiles_one_split > 0 && ran_lut_tiles_splits > 0 && ran_lut_tiles_f32_refused > 0,
+        "the tile-table GeMV ran (%d; one split %d, several %d; fp32 y refused %d)", ran_lut_tiles,
+        ran_lut_tiles_one_split, ran_lut_tiles_splits, ran_lut_tiles_f32_refused);
   CHECK(ran_packed_tiles > 0 && ran_packed_tiles_splits > 0,
         "the tile-table GeMV ran on packed codes (one split %d, several %d)", ran_packed_tiles, ran_packed_tiles_splits);
   CHECK(ran_lut > 0 && ran_lut_vs[4] > 0 && ran_lut_vs[8] > 0 && ran_lut_one_split > 0 && ran_lut_splits > 0 &&

@@ -6,56 +6,58 @@
 // - Why: the banked GeMV (vq_gemv_banked.cu) spends about 10 instructions per vector: a byte
 //   permute, an address, an 8-byte entry load, the moves that place it in the MMA's A fragment,
 //   and its share of the MMA and the adds. At M = 1 a vector's contribution is entry . x-vector,
-//   the same number for every row of the book's scope that selects the entry. For a chunk of 32
-//   vectors (128 columns) and one book, the table T[e][j] = entry e . x's vector j (256 x 32 fp32
-//   values, 32 KB) costs as many products as the 256 rows' vectors it serves, but the tensor cores
-//   make it: one mma.sync m16n8k16 gives 128 table values. A vector then costs a byte permute that
-//   makes the address, a 4-byte load and an add.
+//   the same number for every row of the book's scope that selects the entry. For a chunk of 64
+//   vectors (256 columns, a GPTVQ book's width) and one book, the table T[e][j] = entry e . x's
+//   vector j (256 x 64 values) costs as many products as the 256 rows' vectors it serves, but the
+//   tensor cores make it: one mma.sync m16n8k16 gives 128 table values. A vector then costs a
+//   byte permute that makes the address, a 2-byte load, a widening and an add.
+// - Table values in the entries' 16-bit type: the table's stores are half the shared-memory
+//   traffic of building it, and each value is used about once (256 rows, 256 entries), so the
+//   build's stores were as many wavefronts as the lookups. With fp32 values, halving them alone
+//   (a timing-only build) took packed (22016, 8192) from 26.3 to 23.5 us.
 // - The build: the MMA's rows r are x's vectors, its columns n entries, its k (group p, element
 //   d): A[r][(p, d)] = x[vec(r, p)][d], B[(p, d)][n] = entry[e(n)][d] where p == n / 2, else 0,
 //   so D[r][n] = T[e(n)][vec(r, n / 2)]: 8 entries by 16 vectors each. k is permuted
 //   (k -> p = (k % 8) / 2, d = k % 2 + 2 (k / 8)) so that a lane's B registers are its column's
 //   whole entry (8 lanes, one 8-byte load of the book as it is stored) or zeros, and its A
-//   registers two adjacent x quads (one 16-byte load). Two variants of A (h) take each B to all 32
-//   vectors, and vec is chosen so that each 8-byte store of D (two adjacent vectors of an entry)
-//   and each load of x is conflict-free.
+//   registers two x quads (one 16-byte load of x as the copy reorders it). Four variants of A (h)
+//   take each B to all 64 vectors, and vec is chosen so that each 4-byte store of D (two adjacent
+//   vectors of an entry, rounded) and each load of x is conflict-free.
 //   (B carrying x and A the entries, as built first, needs one 16-byte load per MMA for 32 bytes
 //   of book, four wavefronts: 11% slower on the Llama-65B layers.)
 // - The table is [256 entries][256 bytes], two buffers side by side (bytes 0..127 and 128..255 of
 //   a row), so an address is (index << 8) | column byte: one byte permute of the code word and the
-//   lane's column bytes. The lanes of a step read 32 different columns: lane (q, m) (row q of 4,
-//   code word m of 8 in a row's 32 bytes) reads column 4 m + (s + q) % 4 at step s, so the entry
-//   row (a multiple of 64 words) never decides the bank: every lookup is one wavefront.
+//   lane's column bytes. In each step the 32 lanes read 32 different 4-byte columns (below), so
+//   the entry row (a multiple of 64 words) never decides the bank: every lookup is one wavefront.
 // - Work: a unit is 256 rows of W (8 warps of 32, inside one row scope) by a range of chunks; an
-//   item is one (chunk, residual). Thread 0 copies each item's book (2 KB) and x's chunk (256
-//   bytes) with cp.async.bulk into a ring of 4 item slots, three items ahead, each slot's mbarrier
-//   counting its bytes; a slot is rewritten only after the item barrier that follows its last
-//   reads. Items are pipelined over one barrier each: while the warps look up item i in one table
-//   buffer they build item i + 1's table in the other, straight from its slot.
-// - Codes: in the standard layout each lane loads its 8 code words an item ahead. Packed
-//   (qf_vq_pack_gemv, kPacked): an item's 256 rows are 4 contiguous runs of 2 KB (one per 8-vector
-//   chunk of a 512-row tile), copied into the item's slot with its book (runs 2080 bytes apart, so
-//   the lanes' words fall in 32 banks).
-// - Speed (H100, the Llama layers of GPTVQ-2 at batch 1): packed, (22016, 8192) 27.1-27.3 us, 66%
-//   of the copy floor, 4.6x cuBLASLt fp16; the standard layout 34.3 us there, 1.08-1.30x the banked
-//   GeMV over the layers. Nsight Compute there: 760 shared-memory wavefronts an item (930 before
-//   the build was turned around) at 61% of the pipe's throughput, warps stalled on shared-memory
-//   results, fixed latencies and the item barrier, issue slots 48% busy; the loop's time follows
-//   its per-step instruction path (docs/VQ.md has the steps and what did not pay).
+//   item is one (chunk, residual). Thread 0 copies each item's book (2 KB) with cp.async.bulk and
+//   warp 0 x's chunk (512 bytes, by 4-byte cp.async that reorder its words for A) into a ring of 4
+//   book slots, three items ahead; a slot's mbarrier counts the book's bytes and x's 32 arrivals,
+//   and a slot is rewritten only after the item barrier that follows its last reads. Items are
+//   pipelined over one barrier each: while the warps look up item i in one table buffer they
+//   build item i + 1's table in the other, straight from its slot.
+// - Codes: in the standard layout each lane loads its 16 code words an item ahead. Packed
+//   (qf_vq_pack_gemv, kPacked): an item's 256 rows are 8 contiguous runs of 2 KB (one per 8-vector
+//   chunk of a 512-row tile), copied an item ahead into one of two code slots (runs 2080 bytes
+//   apart, so the lanes' words fall in 32 banks).
+// - Speed: see the figures in docs/VQ.md ("16-bit table values").
 // - Split-K over blocks as in the banked GeMV: each unit leaves its 256 row sums in the workspace
 //   and the tile's last unit adds them in split order (a call repeats bit for bit).
 // - Limits (else QF_ERR_UNSUPPORTED with the reason; the other placements serve the call): M = 1,
-//   8-bit indices, vector size 4, x of the entries' 16-bit type aligned to 16 bytes, books aligned
-//   to 16, codes to 4 (packed: 16), K a multiple of 128, scope_rows 0 or a multiple of 256,
-//   scope_cols 0 or a multiple of 128.
-// - Numerics: a table value is the tensor core's fp32 sum of the entry's 4 exact products; a lane
-//   adds its rows' values in item order (one round-to-nearest add each), the 8 lanes of a row are
-//   added in a fixed butterfly, then the split partials in split order; the row scale multiplies
-//   the finished sum.
+//   8-bit indices, vector size 4, x of the entries' 16-bit type aligned to 4 bytes, y fp16 or
+//   bf16, books aligned to 16, codes to 4 (packed: 16), K a multiple of 256, scope_rows 0 or a
+//   multiple of 256, scope_cols 0 or a multiple of 256.
+// - Numerics: a table value is the tensor core's fp32 sum of the entry's 4 exact products, rounded
+//   to nearest in the entries' type (fp16 or bf16; an fp16 value beyond 65504 is infinite); a lane
+//   adds its rows' values, widened exactly, in item order (one round-to-nearest fp32 add each),
+//   the 8 lanes of a row are added in a fixed butterfly, then the split partials in split order;
+//   the row scale multiplies the finished sum. (Hence fp32 y is refused: its callers expect the
+//   fp32 accuracy of the other kernels.)
 #include <atomic>
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/ptx/tma.cuh"
@@ -74,7 +76,7 @@ struct vq_lut_tiles_params {
   int y_dtype;
   int N, chunks, residuals;
   uint32_t row_words;
-  int chunks_per_book;  // 128-column chunks per book along K (all of them for one book per row)
+  int chunks_per_book;  // 256-column chunks per book along K (all of them for one book per row)
   int books_per_row, scope_rows;
   int64_t pack_tiles, pack_chunks;  // packed codes: 512-row tiles, 8-vector chunks
   int tiles_n, splits;
@@ -86,22 +88,28 @@ namespace vq_lut_tiles_detail {
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kRows = kWarps * 32;           // rows of W per unit
-constexpr int kChunk = 128;                  // columns per item: 32 vectors of 4
+constexpr int kChunk = 256;                  // columns per item: 64 vectors of 4
 constexpr int kEntries = 256;                // table rows: a book of 8-bit indices
-constexpr int kTableBytes = kEntries * 256;  // two 128-byte buffers per entry row
+constexpr int kTableBytes = kEntries * 256;  // two 128-byte buffers (64 16-bit values) per entry row
 constexpr int kBookBytes = kEntries * 8, kXBytes = kChunk * 2;
-// The ring: an item slot holds the item's book and x's chunk, then (packed codes) its 256 rows'
-// codes as 4 runs of 2 KB (one per 8-vector chunk), 2080 bytes apart so that the lanes' words fall
-// in 32 banks. Slots are multiples of 128 bytes, so every book sits at the same bank offset.
-constexpr int kStages = 4, kRunBytes = 2048, kRunPitch = kRunBytes + 32;
-template <bool kPacked>
-constexpr int kSlotBytes = kBookBytes + kXBytes + (kPacked ? 4 * kRunPitch : 0);
+// Book slots: an item's book and x's chunk (each vector pair's four words in the order the MMA's A
+// fragment takes them), 2560 bytes, a multiple of 128, so every book sits at the same bank offset.
+constexpr int kBookStages = 4, kBookSlot = kBookBytes + kXBytes;
+// Code slots (packed codes): an item's 256 rows as 8 runs of 2 KB (one per 8-vector chunk), 2080
+// bytes apart so that the lanes' words fall in 32 banks.
+constexpr int kCodeStages = 2, kRuns = kChunk / 32, kRunBytes = 2048, kRunPitch = kRunBytes + 32;
+constexpr int kCodeSlot = kRuns * kRunPitch;
 // The zeros that the build's lanes off B's diagonal read: 64 bytes past a multiple of 128, so that
 // they share no bank with the 64 bytes of book that the other lanes read in the same load (both
 // step 64 bytes per block of 8 entries).
-constexpr int kZerosAt = kTableBytes + 64, kRingAt = kTableBytes + 384;
+constexpr int kZerosAt = kTableBytes + 64, kBookRingAt = kTableBytes + 384;
+constexpr int kCodeRingAt = kBookRingAt + kBookStages * kBookSlot;
 template <bool kPacked>
-constexpr int kSmemBytes = kRingAt + kStages * kSlotBytes<kPacked> + kStages * 8;
+constexpr int kBarsAt = kCodeRingAt + (kPacked ? kCodeStages * kCodeSlot : 0);
+template <bool kPacked>
+constexpr int kSmemBytes = kBarsAt<kPacked> + (kBookStages + kCodeStages) * 8;
+// A book slot's phase: the book copy's arrival with its bytes, and x's 32 lanes' arrivals.
+constexpr int kBookArrivals = 1 + 32;
 
 // prmt.b32 in its default mode (a selector nibble's bit 3 replicates the chosen byte's sign).
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -110,15 +118,36 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   return d;
 }
 
+// The value as an empty asm leaves it: opaque to the compiler, which then keeps a lane's constant
+// offsets in registers instead of recomputing them from the thread index in every step.
+__device__ __forceinline__ uint32_t pinned(uint32_t v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+// Two table values (fp32 sums) rounded to the entries' type, lo at the lower address.
+__device__ __forceinline__ uint32_t table_pair(__half, float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+__device__ __forceinline__ uint32_t table_pair(__nv_bfloat16, float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+// A table value's 16 bits, widened to fp32 (exactly).
+__device__ __forceinline__ float table_value(__half, uint32_t v) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(v)));
+}
+__device__ __forceinline__ float table_value(__nv_bfloat16, uint32_t v) { return __uint_as_float(v << 16); }
+
 }  // namespace vq_lut_tiles_detail
 
 template <typename T, bool kPacked>
 __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     vq_gemv_lut_tiles_kernel(const __grid_constant__ vq_lut_tiles_params p) {
   using namespace vq_lut_tiles_detail;
-  constexpr int kSlot = kSlotBytes<kPacked>;
-  // The table [256][256 bytes] (buffer b at byte 128 b of a row), 256 bytes of zeros, the ring of
-  // item slots, their mbarriers.
+  // The table [256][256 bytes] (buffer b at byte 128 b of a row), 256 bytes of zeros, the book
+  // slots, (packed) the code slots, their mbarriers.
   extern __shared__ __align__(128) uint8_t smem[];
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -130,7 +159,8 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   const int64_t code_res = static_cast<int64_t>(p.N) * p.row_words;
   const int64_t book_first = static_cast<int64_t>(p.scope_rows ? n_base / p.scope_rows : 0) * p.books_per_row;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t ring = smem_base + kRingAt, bars = ring + kStages * kSlot;
+  const uint32_t book_ring = smem_base + kBookRingAt, code_ring = smem_base + kCodeRingAt;
+  const uint32_t book_bars = smem_base + kBarsAt<kPacked>, code_bars = book_bars + 8 * kBookStages;
 
   // An item is (chunk c, residual r); the next one is (c, r + 1) or (c + 1, 0).
   // kb: the chunk's book along K, kc: the chunk's place in it.
@@ -144,136 +174,200 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   };
   const item_t it0 = {c_begin, 0, c_begin / p.chunks_per_book, c_begin % p.chunks_per_book};
 
-  // ---- the ring: thread 0 copies an item's book, x's chunk and (packed) codes into its slot ----
+  // ---- the copies ----
+  // Thread 0 copies an item's book (cp.async.bulk) into its book slot; the 32 lanes of warp 0 copy
+  // x's chunk beside it, lane l the 16 bytes of vectors 2 l and 2 l + 1 as words 0, 2, 1, 3 (both
+  // vectors' elements 0-1, then 2-3: the A fragment's registers in order), by 4-byte cp.async, and
+  // arrive on the slot's mbarrier once they have landed.
+  auto issue_book = [&](item_t it, int slot) {
+    const uint32_t bar = book_bars + 8 * slot;
+    fence_proxy_async_shared_cta();  // the slot's reads in the steps before, ahead of the copy's writes
+    mbarrier_arrive_expect_tx(bar, kBookBytes);
+    const int64_t book = static_cast<int64_t>(it.r) * p.n_books + book_first + it.kb;
+    cp_async_bulk_g2s(book_ring + slot * kBookSlot, p.books + book * kEntries * 4, kBookBytes, bar);
+  };
+  auto issue_x = [&](item_t it, int slot) {
+    const uint32_t dst = book_ring + slot * kBookSlot + kBookBytes + 16 * lane;
+    const uint8_t *src = reinterpret_cast<const uint8_t *>(static_cast<const T *>(p.x) + it.c * kChunk) + 16 * lane;
+    cp_async_ca_shared_global_4(dst, src, 4);
+    cp_async_ca_shared_global_4(dst + 4, src + 8, 4);
+    cp_async_ca_shared_global_4(dst + 8, src + 4, 4);
+    cp_async_ca_shared_global_4(dst + 12, src + 12, 4);
+    cp_async_mbarrier_arrive_noinc(book_bars + 8 * slot);
+  };
+  // Packed codes: thread 0 copies an item's 8 runs (rows n_base .. + 255 of the 8 chunks of 8
+  // vectors) into its code slot.
   const uint8_t *const packed_tile = reinterpret_cast<const uint8_t *>(p.codes) +
                                      ((n_base / 512) * p.pack_chunks * 4096 + ((n_base / 256) & 1) * kRunBytes);
-  auto issue = [&](item_t it, int slot) {
-    const uint32_t bar = bars + 8 * slot, dst = ring + slot * kSlot;
+  auto issue_codes = [&](item_t it, int slot) {
+    const uint32_t bar = code_bars + 8 * slot, dst = code_ring + slot * kCodeSlot;
     fence_proxy_async_shared_cta();  // the slot's reads in the steps before, ahead of the copies' writes
-    mbarrier_arrive_expect_tx(bar, kBookBytes + kXBytes + (kPacked ? 4 * kRunBytes : 0));
-    const int64_t book = static_cast<int64_t>(it.r) * p.n_books + book_first + it.kb;
-    cp_async_bulk_g2s(dst, p.books + book * kEntries * 4, kBookBytes, bar);
-    cp_async_bulk_g2s(dst + kBookBytes, static_cast<const T *>(p.x) + it.c * kChunk, kXBytes, bar);
-    if constexpr (kPacked) {
-      const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + 4 * it.c) * 4096;
+    mbarrier_arrive_expect_tx(bar, kRuns * kRunBytes);
+    const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + kRuns * it.c) * 4096;
 #pragma unroll
-      for (int j = 0; j < 4; j++) cp_async_bulk_g2s(dst + kBookBytes + kXBytes + j * kRunPitch, src + j * 4096, kRunBytes, bar);
-    }
+    for (int j = 0; j < kRuns; j++) cp_async_bulk_g2s(dst + j * kRunPitch, src + j * 4096, kRunBytes, bar);
   };
-  auto wait_slot = [&](int i) { mbarrier_wait_parity(bars + 8 * (i % kStages), static_cast<uint32_t>(i / kStages) & 1u); };
+  auto wait_book = [&](int i) {
+    mbarrier_wait_parity(book_bars + 8 * (i % kBookStages), static_cast<uint32_t>(i / kBookStages) & 1u);
+  };
+  auto wait_codes = [&](int i) {
+    mbarrier_wait_parity(code_bars + 8 * (i % kCodeStages), static_cast<uint32_t>(i / kCodeStages) & 1u);
+  };
 
   // ---- the build: lane (grp, tig) of the MMA fragments ----
   // Rows r of the MMA are x's vectors, columns n entries: A[r][(p, d)] = x[vec(r, p)][d] (dense),
   // B[(p, d)][n] = entry[e(n)][d] where p == n / 2, else 0, so D[r][n] = T[e(n)][vec(r, n / 2)].
   // A lane's B registers are its column's whole entry (the lanes with tig == grp / 2) or zeros;
-  // its A registers the quads of vectors vec(grp, g) and vec(grp + 8, g) (g = tig), a pair
-  // 2 c, 2 c + 1 with c = c_h(grp, g) = grp % 2 + 2 ((g + 2 (grp / 4) + h) % 4) + 8 (grp / 2 % 2):
-  // one 16-byte load of x per variant h of A, and D's values of one entry and vector pair in one
-  // 8-byte store. The two variants take each B to all 32 vectors; c is distinct over each half
-  // warp (the stores of 16 lanes fill 32 banks) and modulo 8 over each quarter (the loads of x).
+  // its A registers, in variant h of A, the vector pair 2 c, 2 c + 1 (rows grp, grp + 8, g = tig)
+  // with c = c_h(grp, g) = 8 ((grp / 2 + h) % 4) + (4 (grp % 2) + g + h) % 8: one 16-byte load of x
+  // per variant, and D's values of one entry and vector pair, rounded to T, in one 4-byte store.
+  // The four variants take each B to all 64 vectors; c is distinct over the warp for each h (the
+  // stores fill 32 banks) and modulo 8 over each quarter warp (the loads of x).
   const int grp = lane >> 2, tig = lane & 3;
   const bool b_on = (grp >> 1) == tig;
-  uint8_t *const d_at = smem + (32 * warp + 2 * tig) * 256;
-  auto pair_of = [&](int h) { return (grp & 1) + 2 * ((tig + 2 * (grp >> 2) + h) & 3) + 8 * ((grp >> 1) & 1); };
-  const int c0 = pair_of(0), c1 = pair_of(1);
-  // Table buffer `buf` of the item in `slot`: warp w builds entries 32 w .. 32 w + 31, 8 (block bk)
-  // per B, each against both variants of A.
+  uint32_t x_at[4], d_at[4];
+#pragma unroll
+  for (int h = 0; h < 4; h++) {
+    const int c = 8 * (((grp >> 1) + h) & 3) + ((4 * (grp & 1) + tig + h) & 7);
+    x_at[h] = pinned(kBookBytes + 16 * c);
+    d_at[h] = pinned((32 * warp + 2 * tig) * 256 + 4 * c);
+  }
+  const uint32_t entry_at = pinned(256 * warp + 8 * grp), zeros = smem_base + kZerosAt;
+  // Table buffer `buf` of the item in book slot `slot`: warp w builds entries 32 w .. 32 w + 31, 8
+  // (block bk) per B, each against the four variants of A.
   auto build = [&](auto buf, int slot) {
     constexpr int kBuf = decltype(buf)::value;
-    const uint32_t at = ring + slot * kSlot;
-    const uint4 xq[2] = {ld_shared_v4(at + kBookBytes + 16 * c0), ld_shared_v4(at + kBookBytes + 16 * c1)};
-    const uint32_t b_at = b_on ? at + 256 * warp + 8 * grp : smem_base + kZerosAt;
+    const uint32_t at = book_ring + slot * kBookSlot;
+    uint4 xq[4];
+#pragma unroll
+    for (int h = 0; h < 4; h++) xq[h] = ld_shared_v4(at + x_at[h]);
+    const uint32_t b_at = b_on ? at + entry_at : zeros;
 #pragma unroll
     for (int bk = 0; bk < 4; bk++) {
       const uint2 e = ld_shared_v2(b_at + 64 * bk);
       const uint32_t b[2] = {e.x, e.y};
 #pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const uint32_t a[4] = {xq[h].x, xq[h].z, xq[h].y, xq[h].w};
+      for (int h = 0; h < 4; h++) {
+        const uint32_t a[4] = {xq[h].x, xq[h].y, xq[h].z, xq[h].w};
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16(T{}, d, a, b);
-        uint8_t *const row = d_at + 8 * bk * 256 + kBuf * 128 + 8 * (h ? c1 : c0);
-        *reinterpret_cast<float2 *>(row) = make_float2(d[0], d[2]);
-        *reinterpret_cast<float2 *>(row + 256) = make_float2(d[1], d[3]);
+        uint8_t *const row = smem + d_at[h] + 8 * bk * 256 + kBuf * 128;
+        *reinterpret_cast<uint32_t *>(row) = table_pair(T{}, d[0], d[2]);
+        *reinterpret_cast<uint32_t *>(row + 256) = table_pair(T{}, d[1], d[3]);
       }
     }
   };
 
-  // ---- the lookups: lane (q, m) takes code word m (vectors 4 m .. 4 m + 3) of rows 4 k + q ----
+  // ---- the lookups: lane (q, m) takes rows 4 k + q, and of each row code words m and m + 8 ----
+  // Its slot j of a row holds word m + 8 H_j (vectors 32 H_j + 4 m .. + 3), H_j = (q + j) % 2.
+  // Step s reads slot s % 2's byte t = 2 ((q / 2 + s / 2) % 2) + s / 4 of each row (the vector
+  // 32 H + 4 m + t): over the 8 steps every vector of both words, and in each step the lanes' 16-bit
+  // values lie in 32 different banks (bank 16 H + 2 m + t / 2).
   const int q = lane >> 3, m = lane & 7;
   const uint32_t *const crow = p.codes + static_cast<int64_t>(min(n_base + 32 * warp + q, p.N - 1)) * p.row_words + m;
-  uint32_t row_off[8];  // rows 4 k + q past the unit's end read the last row
+  uint32_t row_off[8];  // rows 4k + q past the unit's end read the last row
 #pragma unroll
   for (int k = 0; k < 8; k++)
     row_off[k] = static_cast<uint32_t>(min(n_base + 32 * warp + 4 * k + q, p.N - 1) - min(n_base + 32 * warp + q, p.N - 1)) * p.row_words;
-  auto load_codes = [&](item_t it, uint32_t (&w)[8]) {
+  auto load_codes = [&](item_t it, uint32_t (&w)[2][8]) {
     const uint32_t *src = crow + it.r * code_res + it.c * (kChunk / 16);
 #pragma unroll
-    for (int k = 0; k < 8; k++) w[k] = __ldg(src + row_off[k]);
-  };
-  // Packed codes: a lane's word k is row 32 w + 4 k + q's word m % 2 of run m / 2 of the slot.
-  const uint8_t *const ring_lane =
-      smem + kRingAt + kBookBytes + kXBytes + (32 * warp + q) * 8 + (m >> 1) * kRunPitch + 4 * (m & 1);
-  auto read_codes = [&](int slot, uint32_t (&w)[8]) {
-    const uint8_t *src = ring_lane + slot * kSlot;
+    for (int j = 0; j < 2; j++)
 #pragma unroll
-    for (int k = 0; k < 8; k++) w[k] = *reinterpret_cast<const uint32_t *>(src + 32 * k);
+      for (int k = 0; k < 8; k++) w[j][k] = __ldg(src + row_off[k] + 8 * ((q + j) & 1));
   };
-  // Step s reads vector 4 m + t, t = (s + q) % 4: byte t of the code word above column byte
-  // 4 (4 m + t), the two upper bytes the sign of that column byte (zero).
-  const uint32_t cols = 0x0C080400u + 0x10101010u * static_cast<uint32_t>(m);
-  uint32_t sel[4];
+  // Packed codes: word m + 8 H of row 32 w + 4 k + q is word m % 2 of run m / 2 + 4 H.
+  uint32_t codes_at[2];
 #pragma unroll
-  for (int s = 0; s < 4; s++) {
-    const uint32_t t = static_cast<uint32_t>((s + q) & 3);
-    sel[s] = (4 + t) | (t << 4) | ((0xC + t) << 8) | ((0xC + t) << 12);
+  for (int j = 0; j < 2; j++)
+    codes_at[j] = pinned(kCodeRingAt + ((m >> 1) + 4 * ((q + j) & 1)) * kRunPitch + (32 * warp + q) * 8 + 4 * (m & 1));
+  auto read_codes = [&](int slot, uint32_t (&w)[2][8]) {
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+      for (int k = 0; k < 8; k++) w[j][k] = *reinterpret_cast<const uint32_t *>(smem + codes_at[j] + slot * kCodeSlot + 32 * k);
+  };
+  // The address of a value: byte t of the code word (the entry) above byte t of cols (the column
+  // byte 2 (32 H + 4 m + t)), the two upper bytes the sign of that column byte (zero).
+  uint32_t cols[2], sel[8];
+#pragma unroll
+  for (int j = 0; j < 2; j++) cols[j] = pinned(0x06040200u + 0x08080808u * static_cast<uint32_t>(m) + 0x40404040u * ((q + j) & 1));
+#pragma unroll
+  for (int s = 0; s < 8; s++) {
+    const uint32_t t = 2 * (((q >> 1) + (s >> 1)) & 1) + (s >> 2);
+    sel[s] = pinned((4 + t) | (t << 4) | ((0xC + t) << 8) | ((0xC + t) << 12));
   }
   float acc[8];
 #pragma unroll
   for (int k = 0; k < 8; k++) acc[k] = 0.0f;
-  auto lookups = [&](auto buf, const uint32_t (&w)[8]) {
+  auto lookups = [&](auto buf, const uint32_t (&w)[2][8]) {
     const uint8_t *table = smem + decltype(buf)::value * 128;
 #pragma unroll
-    for (int s = 0; s < 4; s++)
+    for (int s = 0; s < 8; s++)
 #pragma unroll
-      for (int k = 0; k < 8; k++)
-        acc[k] = __fadd_rn(acc[k], *reinterpret_cast<const float *>(table + prmt(w[k], cols, sel[s])));
+      for (int k = 0; k < 8; k++) {
+        const uint32_t v = *reinterpret_cast<const uint16_t *>(table + prmt(w[s & 1][k], cols[s & 1], sel[s]));
+        acc[k] = __fadd_rn(acc[k], table_value(T{}, v));
+      }
   };
 
   // ---- the pipeline: build i + 1 and look up i between barriers ----
-  // Item i uses table buffer i % 2 and ring slot i % 4, copied three items ahead; its code words
-  // are cw[i % 2] (standard layout: loaded an item ahead; packed: read from the slot in its step).
-  // it1, it2, it3 are items i + 1, i + 2, i + 3.
-  uint32_t cw[2][8];
+  // Item i uses table buffer i % 2 and book slot i % 4, copied three items ahead; its code words
+  // (standard layout) are loaded an item ahead into cw[i % 2], or (packed) copied into code slot
+  // i % 2 an item ahead and read in its step. it1, it2, it3 are items i + 1, i + 2, i + 3.
+  uint32_t cw[2][2][8];
   item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);
   constexpr std::integral_constant<int, 0> kEven{};
   constexpr std::integral_constant<int, 1> kOdd{};
   if (items > 0) {
     if (threadIdx.x < 16) *reinterpret_cast<uint4 *>(smem + kZerosAt + 16 * threadIdx.x) = make_uint4(0u, 0u, 0u, 0u);
-    if (threadIdx.x == 0) {
-      for (int sl = 0; sl < kStages; sl++) mbarrier_init(bars + 8 * sl, 1);
-      fence_mbarrier_init();
+    if (warp == 0) {
+      if (lane == 0) {
+        for (int sl = 0; sl < kBookStages; sl++) mbarrier_init(book_bars + 8 * sl, kBookArrivals);
+        for (int sl = 0; sl < kCodeStages; sl++) mbarrier_init(code_bars + 8 * sl, 1);
+        fence_mbarrier_init();
+      }
+      __syncwarp();
       item_t it = it0;
-      for (int k = 0; k < kStages - 1 && k < items; k++, it = next_item(it)) issue(it, k);
+      for (int k = 0; k < kBookStages - 1 && k < items; k++, it = next_item(it)) {
+        if (lane == 0) issue_book(it, k);
+        issue_x(it, k);
+      }
+      if constexpr (kPacked)
+        if (lane == 0) issue_codes(it0, 0);
     }
     if constexpr (!kPacked) load_codes(it0, cw[0]);
     __syncthreads();
-    wait_slot(0);
+    wait_book(0);
     build(kEven, 0);
   }
   auto step = [&](auto parity, int i) {
     constexpr int kP = decltype(parity)::value;
     constexpr std::integral_constant<int, 1 - kP> other{};
-    __syncthreads();  // table i complete; table buffer (i + 1) % 2 and slot (i + 3) % 4 no longer read
-    if (threadIdx.x == 0 && i + kStages - 1 < items) issue(it3, (i + kStages - 1) % kStages);
+    // Table i complete; table buffer (i + 1) % 2, book slot (i + 3) % 4 and code slot (i + 1) % 2
+    // no longer read.
+    __syncthreads();
+    if (warp == 0) {
+      if (i + kBookStages - 1 < items) {
+        if (lane == 0) issue_book(it3, (i + kBookStages - 1) % kBookStages);
+        issue_x(it3, (i + kBookStages - 1) % kBookStages);
+      }
+      if constexpr (kPacked)
+        if (lane == 0 && i + 1 < items) issue_codes(it1, (i + 1) % kCodeStages);
+    }
     if constexpr (!kPacked)
       if (i + 1 < items) load_codes(it1, cw[1 - kP]);
     if (i + 1 < items) {
-      wait_slot(i + 1);
-      build(other, (i + 1) % kStages);
+      wait_book(i + 1);
+      build(other, (i + 1) % kBookStages);
     }
-    if constexpr (kPacked) read_codes(i % kStages, cw[kP]);  // the slot waited for by the build before
-    lookups(parity, cw[kP]);
+    if constexpr (kPacked) {
+      wait_codes(i);
+      read_codes(i % kCodeStages, cw[0]);
+      lookups(parity, cw[0]);
+    } else {
+      lookups(parity, cw[kP]);
+    }
     it1 = it2, it2 = it3, it3 = next_item(it3);
   };
   int i = 0;
@@ -317,19 +411,21 @@ const char kOp[] = "qf_vq_gemm";
 
 }  // namespace
 
-extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq_tensors *w) {
+extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
   using namespace vq_lut_tiles_detail;
   const qf_vq_format &f = w->fmt;
   if (x->rows != 1) return "the tile-table GeMV takes M = 1";
   if (f.lattice || f.index_bits != 8 || f.vector_size != 4)
     return "the tile-table GeMV takes 8-bit indices with vector size 4";
   if (x->dtype != f.entry_dtype) return "the tile-table GeMV needs x of the codebook entries' type (fp16 or bf16)";
-  if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0) return "the tile-table GeMV needs x aligned to 16 bytes";
+  if (y->dtype != QF_F16 && y->dtype != QF_BF16)
+    return "the tile-table GeMV writes fp16 or bf16 y (its table values are rounded to the entries' type)";
+  if (reinterpret_cast<uintptr_t>(x->data) % 4 != 0) return "the tile-table GeMV needs x aligned to 4 bytes";
   if (reinterpret_cast<uintptr_t>(w->codes) % 4 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
     return "the tile-table GeMV needs codes aligned to 4 bytes and codebooks to 16";
-  if (w->K % kChunk != 0) return "the tile-table GeMV needs K a multiple of 128";
+  if (w->K % kChunk != 0) return "the tile-table GeMV needs K a multiple of 256";
   if (f.scope_rows % kRows != 0 || f.scope_cols % kChunk != 0)
-    return "the tile-table GeMV needs codebook scopes of 0 or a multiple of 256 rows and of 128 columns";
+    return "the tile-table GeMV needs codebook scopes of 0 or a multiple of 256 rows and of 256 columns";
   if (w->packed && reinterpret_cast<uintptr_t>(w->codes) % 16 != 0)
     return "the tile-table GeMV needs packed codes aligned to 16 bytes";
   return nullptr;
@@ -338,7 +434,7 @@ extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq
 extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w,
                                                     const qf_mat *y, int splits, qf_vq_mma_config *used) {
   using namespace vq_lut_tiles_detail;
-  if (const char *why = qf_cuda_vq_lut_tiles_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
+  if (const char *why = qf_cuda_vq_lut_tiles_refusal(x, w, y)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   const qf_vq_format &f = w->fmt;
   if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   const int64_t N = w->N, K = w->K;
@@ -355,8 +451,10 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
 
   const int chunks = static_cast<int>(K / kChunk);
   const int tiles_n = static_cast<int>((N + kRows - 1) / kRows);
-  if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, chunks);
-  if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "128-column chunks", tiles_n); st != QF_OK) return st;
+  // The heuristic's split leaves two units of K a range at least: counted in 128-column halves of
+  // a chunk, a range here may be one chunk.
+  if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, 2 * chunks);
+  if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "256-column chunks", tiles_n); st != QF_OK) return st;
 
   vq_lut_tiles_params p = {};
   vq_weight_params(p, w);

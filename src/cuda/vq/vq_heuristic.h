@@ -229,16 +229,16 @@ static inline int qf_vq_lut_pays(int64_t N, int index_bits) { return 2 * N >= (I
 qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
                                    int rows_per_block, qf_vq_mma_config *used);
 
-/* Why the tile-table VQ-GeMV (vq_gemv_lut_tiles.cu: tables of entry . x products per 128-column
- * chunk and book, built on the tensor cores) cannot take this call, or NULL when it can: M = 1,
- * 8-bit indices with vector size 4 (GPTVQ-2), x of the entries' 16-bit type aligned to 16 bytes,
- * codes aligned to 4 (packed: 16) and codebooks to 16, K a multiple of 128, scopes of 0 or
- * multiples of 256 rows and 128 columns. The lut placement runs it where the table GeMV of
- * vq_gemv_lut.cu refuses the call. */
-const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq_tensors *w);
+/* Why the tile-table VQ-GeMV (vq_gemv_lut_tiles.cu: tables of entry . x products per 256-column
+ * chunk and book, built on the tensor cores, values in the entries' 16-bit type) cannot take this
+ * call, or NULL when it can: M = 1, 8-bit indices with vector size 4 (GPTVQ-2), x of the entries'
+ * 16-bit type aligned to 4 bytes, y fp16 or bf16, codes aligned to 4 (packed: 16) and codebooks
+ * to 16, K a multiple of 256, scopes of 0 or multiples of 256 rows and 256 columns. The lut
+ * placement runs it where the table GeMV of vq_gemv_lut.cu refuses the call. */
+const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
 
 /* The tile-table VQ-GeMV with its split-K forced (splits > 0: K ranges per 256-row tile, at most
- * one per 128-column chunk; 0: the heuristic's, as many as fill one wave of blocks).
+ * one per 256-column chunk; 0: the heuristic's, as many as fill one wave of blocks).
  * QF_ERR_UNSUPPORTED with the reason when the kernel cannot take the call. */
 qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
                                          int splits, qf_vq_mma_config *used);

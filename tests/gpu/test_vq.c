@@ -605,6 +605,7 @@ int main(void) {
   const qf_vq_format pairs = {2, 6, 2, 32, 64, QF_F16, 1, 0};         /* vector size 2, 6-bit indices */
   const qf_vq_format quads10 = {4, 10, 1, 0, 0, QF_BF16, 0, 0};       /* vector size 4, 10-bit indices */
   const qf_vq_format gptvq_bf16 = {4, 8, 1, 256, 256, QF_BF16, 1, 0}; /* 8-bit codes, bf16 entries */
+  const qf_vq_format gptvq_r2 = {4, 8, 2, 256, 256, QF_F16, 0, 0};    /* GPTVQ-2's layout with two residuals */
   const qf_vq_format pairs8 = {2, 8, 1, 0, 128, QF_F16, 0, 0};        /* vector size 2, 8-bit indices */
   const qf_vq_format octs8 = {8, 8, 2, 0, 0, QF_F16, 0, 0};           /* vector size 8, 8-bit indices (banked) */
   const qf_vq_format pairs8_wide = {2, 8, 1, 256, 512, QF_BF16, 1, 0}; /* vector size 2, 256 x 512 scopes (banked) */
@@ -632,6 +633,7 @@ int main(void) {
       {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192},
       {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516},
       {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512},
+      {"VQ<4,8,2>, 256 x 256 scopes", gptvq_r2, 300, 512, 100, 256},
       {"VQ<2,8,1> fp16, 128-column books", pairs8, 112, 640, 48, 384},
       {"VQ<8,8,2> fp16, one book per row", octs8, 200, 768, 48, 512},
       {"VQ<2,8,1> bf16, 256 x 512 scopes, row scales", pairs8_wide, 520, 1024, 260, 512},

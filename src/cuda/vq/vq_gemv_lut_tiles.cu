@@ -36,17 +36,19 @@
 //   and a slot is rewritten only after the item barrier that follows its last reads. Items are
 //   pipelined over one barrier each: while the warps look up item i in one table buffer they
 //   build item i + 1's table in the other, straight from its slot.
-// - Codes: in the standard layout each lane loads its 16 code words an item ahead. Packed
-//   (qf_vq_pack_gemv, kPacked): an item's 256 rows are 8 contiguous runs of 2 KB (one per 8-vector
-//   chunk of a 512-row tile), copied an item ahead into one of two code slots (runs 2080 bytes
-//   apart, so the lanes' words fall in 32 banks).
+// - Codes: an item's 256 rows x 64 bytes are copied an item ahead into one of two code slots and
+//   each lane reads its 16 words from there. The standard layout: one TMA box of the code matrix,
+//   64-byte swizzled. Packed (qf_vq_pack_gemv, kPacked): 8 contiguous runs of 2 KB (one per
+//   8-vector chunk of a 512-row tile) by bulk copies, 2080 bytes apart. Either way the lanes'
+//   words of a load fall in 32 banks. (Each lane loading its words from global memory an item
+//   ahead, as before, ran the standard layout 1.3x slower than packed codes.)
 // - Speed: see the figures in docs/VQ.md ("16-bit table values").
 // - Split-K over blocks as in the banked GeMV: each unit leaves its 256 row sums in the workspace
 //   and the tile's last unit adds them in split order (a call repeats bit for bit).
 // - Limits (else QF_ERR_UNSUPPORTED with the reason; the other placements serve the call): M = 1,
 //   8-bit indices, vector size 4, x of the entries' 16-bit type aligned to 4 bytes, y fp16 or
-//   bf16, books aligned to 16, codes to 4 (packed: 16), K a multiple of 256, scope_rows 0 or a
-//   multiple of 256, scope_cols 0 or a multiple of 256.
+//   bf16, books and codes aligned to 16 (code rows a multiple of 16 bytes), K a multiple of 256,
+//   scope_rows 0 or a multiple of 256, scope_cols 0 or a multiple of 256.
 // - Numerics: a table value is the tensor core's fp32 sum of the entry's 4 exact products, rounded
 //   to nearest in the entries' type (fp16 or bf16; an fp16 value beyond 65504 is infinite); a lane
 //   adds its rows' values, widened exactly, in item order (one round-to-nearest fp32 add each),
@@ -62,12 +64,13 @@
 #include "cuda/ptx/mma.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/shared.cuh"
+#include "cuda/tma_map.h"
 #include "cuda/vq/vq_common.cuh"
 #include "cuda/vq/vq_gemm.cuh"
 #include "cuda/vq/vq_heuristic.h"
 
 struct vq_lut_tiles_params {
-  const uint32_t *codes;  // [R, N, row_words], or packed (qf_vq_pack_gemv): [R, pack_tiles, pack_chunks, 512 x 8 bytes]
+  const uint32_t *codes;  // packed (qf_vq_pack_gemv): [R, pack_tiles, pack_chunks, 512 x 8 bytes]; else the tensor map's
   const uint16_t *books;  // [R, n_books, entries, 4]
   const float *scales;    // [N] or NULL
   const void *x;          // [1, K], the entries' 16-bit type
@@ -75,7 +78,6 @@ struct vq_lut_tiles_params {
   int64_t n_books;
   int y_dtype;
   int N, chunks, residuals;
-  uint32_t row_words;
   int chunks_per_book;  // 256-column chunks per book along K (all of them for one book per row)
   int books_per_row, scope_rows;
   int64_t pack_tiles, pack_chunks;  // packed codes: 512-row tiles, 8-vector chunks
@@ -95,17 +97,23 @@ constexpr int kBookBytes = kEntries * 8, kXBytes = kChunk * 2;
 // Book slots: an item's book and x's chunk (each vector pair's four words in the order the MMA's A
 // fragment takes them), 2560 bytes, a multiple of 128, so every book sits at the same bank offset.
 constexpr int kBookStages = 4, kBookSlot = kBookBytes + kXBytes;
-// Code slots (packed codes): an item's 256 rows as 8 runs of 2 KB (one per 8-vector chunk), 2080
-// bytes apart so that the lanes' words fall in 32 banks.
+// Code slots: an item's 256 rows of 64 code bytes. Packed codes: 8 runs of 2 KB (one per 8-vector
+// chunk), 2080 bytes apart so that the lanes' words fall in 32 banks. The standard layout: one
+// TMA box of 256 rows x 64 bytes, its 16-byte chunks swizzled (chunk c of row r at c ^ (r / 2) % 4),
+// which spreads the lanes' words over 32 banks. The pattern follows the shared-memory address, so
+// the code slots start at the first 1024-byte boundary past kCodeRingAt (the block's static
+// shared memory comes first).
 constexpr int kCodeStages = 2, kRuns = kChunk / 32, kRunBytes = 2048, kRunPitch = kRunBytes + 32;
-constexpr int kCodeSlot = kRuns * kRunPitch;
+constexpr int kCodeBytes = kRows * kChunk / 4;
+template <bool kPacked>
+constexpr int kCodeSlot = kPacked ? kRuns * kRunPitch : kCodeBytes;
 // The zeros that the build's lanes off B's diagonal read: 64 bytes past a multiple of 128, so that
 // they share no bank with the 64 bytes of book that the other lanes read in the same load (both
 // step 64 bytes per block of 8 entries).
 constexpr int kZerosAt = kTableBytes + 64, kBookRingAt = kTableBytes + 384;
 constexpr int kCodeRingAt = kBookRingAt + kBookStages * kBookSlot;
 template <bool kPacked>
-constexpr int kBarsAt = kCodeRingAt + (kPacked ? kCodeStages * kCodeSlot : 0);
+constexpr int kBarsAt = kCodeRingAt + 1024 + kCodeStages * kCodeSlot<kPacked>;
 template <bool kPacked>
 constexpr int kSmemBytes = kBarsAt<kPacked> + (kBookStages + kCodeStages) * 8;
 // A book slot's phase: the book copy's arrival with its bytes, and x's 32 lanes' arrivals.
@@ -144,10 +152,11 @@ __device__ __forceinline__ float table_value(__nv_bfloat16, uint32_t v) { return
 
 template <typename T, bool kPacked>
 __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
-    vq_gemv_lut_tiles_kernel(const __grid_constant__ vq_lut_tiles_params p) {
+    vq_gemv_lut_tiles_kernel(const __grid_constant__ CUtensorMap tmap_codes, const __grid_constant__ vq_lut_tiles_params p) {
   using namespace vq_lut_tiles_detail;
+  constexpr int kCodeSlotBytes = kCodeSlot<kPacked>;
   // The table [256][256 bytes] (buffer b at byte 128 b of a row), 256 bytes of zeros, the book
-  // slots, (packed) the code slots, their mbarriers.
+  // slots, the code slots, their mbarriers.
   extern __shared__ __align__(128) uint8_t smem[];
 
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -156,10 +165,9 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   const int c_begin = static_cast<int>(static_cast<int64_t>(split) * p.chunks / p.splits);
   const int c_end = static_cast<int>(static_cast<int64_t>(split + 1) * p.chunks / p.splits);
   const int items = (c_end - c_begin) * p.residuals;
-  const int64_t code_res = static_cast<int64_t>(p.N) * p.row_words;
   const int64_t book_first = static_cast<int64_t>(p.scope_rows ? n_base / p.scope_rows : 0) * p.books_per_row;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t book_ring = smem_base + kBookRingAt, code_ring = smem_base + kCodeRingAt;
+  const uint32_t book_ring = smem_base + kBookRingAt, code_ring = (smem_base + kCodeRingAt + 1023) & ~1023u;
   const uint32_t book_bars = smem_base + kBarsAt<kPacked>, code_bars = book_bars + 8 * kBookStages;
 
   // An item is (chunk c, residual r); the next one is (c, r + 1) or (c + 1, 0).
@@ -195,17 +203,21 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     cp_async_ca_shared_global_4(dst + 12, src + 12, 4);
     cp_async_mbarrier_arrive_noinc(book_bars + 8 * slot);
   };
-  // Packed codes: thread 0 copies an item's 8 runs (rows n_base .. + 255 of the 8 chunks of 8
-  // vectors) into its code slot.
+  // Thread 0 copies an item's codes (rows n_base .. + 255, 64 bytes each) into its code slot:
+  // packed, the 8 runs of its chunks of 8 vectors; else one box of the code matrix [R N, row bytes].
   const uint8_t *const packed_tile = reinterpret_cast<const uint8_t *>(p.codes) +
                                      ((n_base / 512) * p.pack_chunks * 4096 + ((n_base / 256) & 1) * kRunBytes);
   auto issue_codes = [&](item_t it, int slot) {
-    const uint32_t bar = code_bars + 8 * slot, dst = code_ring + slot * kCodeSlot;
+    const uint32_t bar = code_bars + 8 * slot, dst = code_ring + slot * kCodeSlotBytes;
     fence_proxy_async_shared_cta();  // the slot's reads in the steps before, ahead of the copies' writes
-    mbarrier_arrive_expect_tx(bar, kRuns * kRunBytes);
-    const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + kRuns * it.c) * 4096;
+    mbarrier_arrive_expect_tx(bar, kCodeBytes);
+    if constexpr (kPacked) {
+      const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + kRuns * it.c) * 4096;
 #pragma unroll
-    for (int j = 0; j < kRuns; j++) cp_async_bulk_g2s(dst + j * kRunPitch, src + j * 4096, kRunBytes, bar);
+      for (int j = 0; j < kRuns; j++) cp_async_bulk_g2s(dst + j * kRunPitch, src + j * 4096, kRunBytes, bar);
+    } else {
+      cp_async_bulk_tensor_2d_g2s(dst, &tmap_codes, bar, it.c * (kChunk / 4), it.r * p.N + n_base);
+    }
   };
   auto wait_book = [&](int i) {
     mbarrier_wait_parity(book_bars + 8 * (i % kBookStages), static_cast<uint32_t>(i / kBookStages) & 1u);
@@ -259,42 +271,42 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   };
 
   // ---- the lookups: lane (q, m) takes rows 4 k + q, and of each row code words m and m + 8 ----
-  // Its slot j of a row holds word m + 8 H_j (vectors 32 H_j + 4 m .. + 3), H_j = (q + j) % 2.
-  // Step s reads slot s % 2's byte t = 2 ((q / 2 + s / 2) % 2) + s / 4 of each row (the vector
+  // Its slot j of a row holds word m + 8 H_j (vectors 32 H_j + 4 m .. + 3), H_j = (q / 2 + j) % 2.
+  // Step s reads slot s % 2's byte t = 2 ((q + s / 2) % 2) + s / 4 of each row (the vector
   // 32 H + 4 m + t): over the 8 steps every vector of both words, and in each step the lanes' 16-bit
   // values lie in 32 different banks (bank 16 H + 2 m + t / 2).
   const int q = lane >> 3, m = lane & 7;
-  const uint32_t *const crow = p.codes + static_cast<int64_t>(min(n_base + 32 * warp + q, p.N - 1)) * p.row_words + m;
-  uint32_t row_off[8];  // rows 4k + q past the unit's end read the last row
-#pragma unroll
-  for (int k = 0; k < 8; k++)
-    row_off[k] = static_cast<uint32_t>(min(n_base + 32 * warp + 4 * k + q, p.N - 1) - min(n_base + 32 * warp + q, p.N - 1)) * p.row_words;
-  auto load_codes = [&](item_t it, uint32_t (&w)[2][8]) {
-    const uint32_t *src = crow + it.r * code_res + it.c * (kChunk / 16);
-#pragma unroll
-    for (int j = 0; j < 2; j++)
-#pragma unroll
-      for (int k = 0; k < 8; k++) w[j][k] = __ldg(src + row_off[k] + 8 * ((q + j) & 1));
-  };
-  // Packed codes: word m + 8 H of row 32 w + 4 k + q is word m % 2 of run m / 2 + 4 H.
-  uint32_t codes_at[2];
+  // Word m + 8 H of row 32 w + 4 k + q in a code slot, for k even and odd: packed, word m % 2 of
+  // run m / 2 + 4 H (banks 8 (m / 2) + 8 k + 2 q + m % 2); the standard layout's box, 16-byte chunk
+  // (m / 4 + 2 H) ^ (q / 2 + 2 k) % 4 of the row (banks 16 (q % 2) + 4 chunk + m % 4).
+  uint32_t codes_at[2][2];
 #pragma unroll
   for (int j = 0; j < 2; j++)
-    codes_at[j] = pinned(kCodeRingAt + ((m >> 1) + 4 * ((q + j) & 1)) * kRunPitch + (32 * warp + q) * 8 + 4 * (m & 1));
+#pragma unroll
+    for (int odd = 0; odd < 2; odd++) {
+      const int H = ((q >> 1) + j) & 1;
+      codes_at[j][odd] =
+          kPacked ? pinned(code_ring - smem_base + ((m >> 1) + 4 * H) * kRunPitch + (32 * warp + q) * 8 + 4 * (m & 1) + 32 * odd)
+                  : pinned(code_ring - smem_base + 64 * (32 * warp + q + 4 * odd) +
+                           16 * (((m >> 2) + 2 * H) ^ ((q >> 1) + 2 * odd)) + 4 * (m & 3));
+    }
   auto read_codes = [&](int slot, uint32_t (&w)[2][8]) {
 #pragma unroll
     for (int j = 0; j < 2; j++)
 #pragma unroll
-      for (int k = 0; k < 8; k++) w[j][k] = *reinterpret_cast<const uint32_t *>(smem + codes_at[j] + slot * kCodeSlot + 32 * k);
+      for (int k = 0; k < 8; k++)
+        w[j][k] = *reinterpret_cast<const uint32_t *>(smem + codes_at[j][k & 1] + slot * kCodeSlotBytes +
+                                                      (kPacked ? 64 * (k >> 1) : 512 * (k >> 1)));
   };
   // The address of a value: byte t of the code word (the entry) above byte t of cols (the column
   // byte 2 (32 H + 4 m + t)), the two upper bytes the sign of that column byte (zero).
   uint32_t cols[2], sel[8];
 #pragma unroll
-  for (int j = 0; j < 2; j++) cols[j] = pinned(0x06040200u + 0x08080808u * static_cast<uint32_t>(m) + 0x40404040u * ((q + j) & 1));
+  for (int j = 0; j < 2; j++)
+    cols[j] = pinned(0x06040200u + 0x08080808u * static_cast<uint32_t>(m) + 0x40404040u * (((q >> 1) + j) & 1));
 #pragma unroll
   for (int s = 0; s < 8; s++) {
-    const uint32_t t = 2 * (((q >> 1) + (s >> 1)) & 1) + (s >> 2);
+    const uint32_t t = 2 * ((q + (s >> 1)) & 1) + (s >> 2);
     sel[s] = pinned((4 + t) | (t << 4) | ((0xC + t) << 8) | ((0xC + t) << 12));
   }
   float acc[8];
@@ -312,10 +324,9 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   };
 
   // ---- the pipeline: build i + 1 and look up i between barriers ----
-  // Item i uses table buffer i % 2 and book slot i % 4, copied three items ahead; its code words
-  // (standard layout) are loaded an item ahead into cw[i % 2], or (packed) copied into code slot
-  // i % 2 an item ahead and read in its step. it1, it2, it3 are items i + 1, i + 2, i + 3.
-  uint32_t cw[2][2][8];
+  // Item i uses table buffer i % 2, book slot i % 4, copied three items ahead, and code slot i % 2,
+  // copied an item ahead. it1, it2, it3 are items i + 1, i + 2, i + 3.
+  uint32_t cw[2][8];
   item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);
   constexpr std::integral_constant<int, 0> kEven{};
   constexpr std::integral_constant<int, 1> kOdd{};
@@ -333,10 +344,8 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
         if (lane == 0) issue_book(it, k);
         issue_x(it, k);
       }
-      if constexpr (kPacked)
-        if (lane == 0) issue_codes(it0, 0);
+      if (lane == 0) issue_codes(it0, 0);
     }
-    if constexpr (!kPacked) load_codes(it0, cw[0]);
     __syncthreads();
     wait_book(0);
     build(kEven, 0);
@@ -352,22 +361,15 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
         if (lane == 0) issue_book(it3, (i + kBookStages - 1) % kBookStages);
         issue_x(it3, (i + kBookStages - 1) % kBookStages);
       }
-      if constexpr (kPacked)
-        if (lane == 0 && i + 1 < items) issue_codes(it1, (i + 1) % kCodeStages);
+      if (lane == 0 && i + 1 < items) issue_codes(it1, (i + 1) % kCodeStages);
     }
-    if constexpr (!kPacked)
-      if (i + 1 < items) load_codes(it1, cw[1 - kP]);
     if (i + 1 < items) {
       wait_book(i + 1);
       build(other, (i + 1) % kBookStages);
     }
-    if constexpr (kPacked) {
-      wait_codes(i);
-      read_codes(i % kCodeStages, cw[0]);
-      lookups(parity, cw[0]);
-    } else {
-      lookups(parity, cw[kP]);
-    }
+    wait_codes(i);
+    read_codes(i % kCodeStages, cw);
+    lookups(parity, cw);
     it1 = it2, it2 = it3, it3 = next_item(it3);
   };
   int i = 0;
@@ -421,13 +423,13 @@ extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq
   if (y->dtype != QF_F16 && y->dtype != QF_BF16)
     return "the tile-table GeMV writes fp16 or bf16 y (its table values are rounded to the entries' type)";
   if (reinterpret_cast<uintptr_t>(x->data) % 4 != 0) return "the tile-table GeMV needs x aligned to 4 bytes";
-  if (reinterpret_cast<uintptr_t>(w->codes) % 4 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
-    return "the tile-table GeMV needs codes aligned to 4 bytes and codebooks to 16";
+  if (reinterpret_cast<uintptr_t>(w->codes) % 16 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
+    return "the tile-table GeMV needs codes and codebooks aligned to 16 bytes";
+  if (!w->packed && (w->sz.row_bytes % 16 != 0 || f.residuals * w->N > INT32_MAX))
+    return "the tile-table GeMV needs code rows of a multiple of 16 bytes and R * N rows below 2^31";
   if (w->K % kChunk != 0) return "the tile-table GeMV needs K a multiple of 256";
   if (f.scope_rows % kRows != 0 || f.scope_cols % kChunk != 0)
     return "the tile-table GeMV needs codebook scopes of 0 or a multiple of 256 rows and of 256 columns";
-  if (w->packed && reinterpret_cast<uintptr_t>(w->codes) % 16 != 0)
-    return "the tile-table GeMV needs packed codes aligned to 16 bytes";
   return nullptr;
 }
 
@@ -456,6 +458,13 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, 2 * chunks);
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "256-column chunks", tiles_n); st != QF_OK) return st;
 
+  CUtensorMap tmap_codes = {};  // the standard layout's code matrix [R N, row bytes], 256 x 64-byte boxes
+  if (!packed)
+    if (qf_status st = qf_cuda_make_tmap_bytes(ctx, kOp, &tmap_codes, "codes", w->codes, f.residuals * N, w->sz.row_bytes,
+                                               w->sz.row_bytes, kChunk / 4, kRows, CU_TENSOR_MAP_SWIZZLE_64B);
+        st != QF_OK)
+      return st;
+
   vq_lut_tiles_params p = {};
   vq_weight_params(p, w);
   p.x = x->data;
@@ -464,7 +473,6 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   p.N = static_cast<int>(N);
   p.chunks = chunks;
   p.residuals = f.residuals;
-  p.row_words = static_cast<uint32_t>(w->sz.row_bytes / 4);
   p.chunks_per_book = f.scope_cols ? f.scope_cols / kChunk : chunks;
   p.books_per_row = static_cast<int>(w->sz.books_per_row);
   p.scope_rows = f.scope_rows;
@@ -482,6 +490,6 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
     used->tile_m = 1;
     used->mma_bf16 = bf16;
   }
-  kernel<<<static_cast<unsigned>(tiles_n * splits), kThreads, smem, qf_stream(ctx)>>>(p);
+  kernel<<<static_cast<unsigned>(tiles_n * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_codes, p);
   return qf_cuda_check_launch(ctx, kOp);
 }

@@ -59,6 +59,7 @@
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/pack.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
@@ -133,15 +134,6 @@ __device__ __forceinline__ uint32_t pinned(uint32_t v) {
   return v;
 }
 
-// Two table values (fp32 sums) rounded to the entries' type, lo at the lower address.
-__device__ __forceinline__ uint32_t table_pair(__half, float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
-__device__ __forceinline__ uint32_t table_pair(__nv_bfloat16, float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
 // A table value's 16 bits, widened to fp32 (exactly).
 __device__ __forceinline__ float table_value(__half, uint32_t v) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(v)));
@@ -264,8 +256,8 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16(T{}, d, a, b);
         uint8_t *const row = smem + d_at[h] + 8 * bk * 256 + kBuf * 128;
-        *reinterpret_cast<uint32_t *>(row) = table_pair(T{}, d[0], d[2]);
-        *reinterpret_cast<uint32_t *>(row + 256) = table_pair(T{}, d[1], d[3]);
+        *reinterpret_cast<uint32_t *>(row) = pack_pair(T{}, d[0], d[2]);
+        *reinterpret_cast<uint32_t *>(row + 256) = pack_pair(T{}, d[1], d[3]);
       }
     }
   };

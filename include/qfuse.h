@@ -87,7 +87,8 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * scales, C or bias or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and
  * qf_quant_per_tensor launch the same way (they wait for the kernel before them, e.g. the GEMM
  * that wrote x), and so does qf_rms_norm_quant at decode (one block a row up to one per SM, or
- * clusters of blocks up to half the SMs). On such a context those let the GEMM after them start
+ * clusters of blocks up to half the SMs), and qf_vq_gemm's tile-table GeMV (M = 1, books per tile
+ * of W: its first codebook and code copies are asked for before it waits). On such a context those let the GEMM after them start
  * early; after any other kernel it starts when that kernel's blocks have all exited. Every other
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as
  * usual. QF_ERR_UNSUPPORTED on a CPU context. */

@@ -499,6 +499,60 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
 /* QF_VQ_BOOKS through the public call at M (GeMV or GeMM): global and shared (where the format
  * allows it) match the reference, an unknown value is QF_ERR_VALUE naming the variable, y
  * untouched. Unset again afterwards. */
+/* The tile-table GeMV under programmatic dependent launch (qf_ctx_set_pdl), on a square weight:
+ * ROUNDS rounds of y1 = W x_r into one shared buffer and y2_r = W y1 into a buffer of the round,
+ * launched back to back without a synchronization. Each y2_r must equal, byte for byte, the same
+ * two calls with PDL off and the device synchronized between them: a GeMV that read y1 before the
+ * one writing it had finished, or wrote y1 while the one before still read it, would compute from
+ * another round's y1. The rounds' y2 differ from one another (checked). */
+static void gemv_pdl_chain(qf_ctx *gpu, const vq_weight *w, uint64_t *seed) {
+  enum { ROUNDS = 6 };
+  const int64_t K = w->K;
+  if (w->N != K) return;
+  qf_ctx *pdl = NULL;
+  if (!CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "%s: PDL context",
+             w->name))
+    return;
+  const size_t bytes = (size_t)K * 2;
+  uint16_t *hx = malloc(bytes);
+  void *x[ROUNDS], *y2[ROUNDS], *y2_ref[ROUNDS], *y1 = dev_alloc(bytes);
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int64_t k = 0; k < K; k++) float_put(hx, QF_F16, (size_t)k, rng_normal(seed));
+    x[r] = dev_alloc(bytes), y2[r] = dev_alloc(bytes), y2_ref[r] = dev_alloc(bytes);
+    CUDA_OK(cudaMemcpy(x[r], hx, bytes, cudaMemcpyHostToDevice));
+  }
+  const qf_vq_tensors t = {w->f, w->sz, K, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL, 0};
+  const qf_mat m1 = {y1, QF_F16, 1, K, K};
+  int ok = 1;
+  for (int pass = 0; pass < 2 && ok; pass++) /* pass 0: the reference, PDL off and synchronized */
+    for (int r = 0; r < ROUNDS && ok; r++) {
+      qf_ctx *ctx = pass ? pdl : gpu;
+      const qf_mat mx = {x[r], QF_F16, 1, K, K}, my = {pass ? y2[r] : y2_ref[r], QF_F16, 1, K, K};
+      ok = CHECK(qf_cuda_vq_gemv_lut_tiles_with(ctx, &mx, &t, &m1, 0, NULL) == QF_OK &&
+                     (pass || cudaDeviceSynchronize() == cudaSuccess) &&
+                     qf_cuda_vq_gemv_lut_tiles_with(ctx, &m1, &t, &my, 0, NULL) == QF_OK,
+                 "%s: PDL chain, pass %d round %d: %s", w->name, pass, r, qf_ctx_last_error(ctx));
+      if (!pass) CUDA_OK(cudaDeviceSynchronize());
+    }
+  CUDA_OK(cudaDeviceSynchronize());
+  uint16_t *got = malloc(bytes), *want = malloc(bytes), *prev = malloc(bytes);
+  for (int r = 0; r < ROUNDS && ok; r++) {
+    CUDA_OK(cudaMemcpy(got, y2[r], bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(want, y2_ref[r], bytes, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(got, want, bytes) == 0, "%s: PDL chain, round %d: y2 differs from the synchronized calls'", w->name, r);
+    if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: PDL chain, rounds %d and %d gave the same y2", w->name, r - 1, r);
+    memcpy(prev, got, bytes);
+  }
+  for (int r = 0; r < ROUNDS; r++) {
+    CUDA_OK(cudaFree(x[r]));
+    CUDA_OK(cudaFree(y2[r]));
+    CUDA_OK(cudaFree(y2_ref[r]));
+  }
+  CUDA_OK(cudaFree(y1));
+  free(hx), free(got), free(want), free(prev);
+  qf_ctx_destroy(pdl);
+}
+
 static void gemm_env(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, uint64_t *seed) {
   const int64_t N = w->N, K = w->K;
   char desc[160];
@@ -676,7 +730,7 @@ int main(void) {
           if (M == 1000 && (quick ? a != 1 : a == 2)) continue;
           gemm_case(gpu, cpu, &w, M, dts[a], dts[b], 1, &seed);
         }
-    if (c == 0) gemm_env(gpu, cpu, &w, 1, &seed), gemm_env(gpu, cpu, &w, 40, &seed);
+    if (c == 0) gemm_env(gpu, cpu, &w, 1, &seed), gemm_env(gpu, cpu, &w, 40, &seed), gemv_pdl_chain(gpu, &w, &seed);
     if (w.f.lattice)
       for (size_t mi = 0; mi < 3; mi++) lattice_case(gpu, &w, (int64_t[]){1, 16, 40}[mi], dts[mi], dts[(mi + 1) % 3], &seed);
     free_weight(&w);

@@ -218,6 +218,48 @@ static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_
 
 
 
+/* Two GeMVs in a row, y1 = W x and y2 = W y1 (a square W), as an engine runs layers. */
+typedef struct {
+  vqb_call first, second;
+} vqb_pair;
+
+static int vqb_run_pair(void *arg) {
+  vqb_pair *p = arg;
+  return vqb_run(&p->first) || vqb_run(&p->second);
+}
+
+/* The pair on a context with programmatic dependent launch (qf_ctx_set_pdl) against the same calls
+ * on c's context, event-timed (the overlap is across kernels; the peer's time the mean of a run
+ * before and one after), as op vq_gemm_chain. y2: a device buffer of c's y. */
+static int vqb_chain_row(qfb *b, const vqb_call *c, const char *shape, double bytes, void *y2, int *rows) {
+  qf_ctx *pdl = NULL;
+  if (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK) {
+    fprintf(stderr, "bench_vq_gemm: no PDL context\n");
+    qf_ctx_destroy(pdl);
+    return 1;
+  }
+  vqb_pair plain = {*c, *c};
+  plain.second.x = c->y, plain.second.xm = c->ym;
+  plain.second.y.data = y2, plain.second.ym.data = y2;  /* (the tensors' shapes stay c's) */
+  vqb_pair dep = plain;
+  dep.first.ctx = dep.second.ctx = pdl;
+  char variant[64];
+  snprintf(variant, sizeof variant, "%s,fp16,auto,pdl", c->w->name);
+  qfb_row row = {.op = "vq_gemm_chain", .variant = variant, .shape = shape, .bytes = 2.0 * bytes,
+                 .flops = 4.0 * (double)c->w->N * (double)c->w->K};
+  const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
+  const double before = qfb_time_us(b, vqb_run_pair, &plain);
+  row.us = qfb_time_us(b, vqb_run_pair, &dep);
+  row.peer_us = 0.5 * (before + qfb_time_us(b, vqb_run_pair, &plain));
+  row.peer = "no_pdl (same calls)";
+  row.floor_us = qfb_floor_us(b, row.bytes, row.flops, 0);
+  qfb_emit(b, &row);
+  qfb_set_timing(b, was);
+  qf_ctx_destroy(pdl);
+  ++*rows;
+  return row.us > 0 && before > 0 ? 0 : 1;
+}
+
 /* The unfused baseline: decode W into an fp16 matrix, then cuBLASLt on it. */
 typedef struct {
   vqb_call *c;
@@ -322,6 +364,12 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
         }
         cudaFree(packed);
       }
+    }
+    void *y2 = NULL;
+    if (M == 1 && N == K && vqb_cuda(cudaMalloc(&y2, (size_t)N * 2), "cudaMalloc y2")) {
+      c.placement = -1;
+      rc |= vqb_chain_row(b, &c, shape, bytes, y2, rows);
+      cudaFree(y2);
     }
     if (plans[i]) {
       int64_t wshape[2] = {N, K};

@@ -60,6 +60,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/pack.cuh"
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
@@ -83,6 +84,7 @@ struct vq_lut_tiles_params {
   int books_per_row, scope_rows;
   int64_t pack_tiles, pack_chunks;  // packed codes: 512-row tiles, 8-vector chunks
   int tiles_n, splits;
+  int pdl;          // launched as a programmatic dependent (qf_ctx_set_pdl)
   float *partials;  // splits > 1: [tiles_n][splits][256]
   int *counters;    // splits > 1: [tiles_n], zero between calls
 };
@@ -331,14 +333,24 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
         fence_mbarrier_init();
       }
       __syncwarp();
+      // Under qf_ctx_set_pdl (a programmatic dependent) the weight's first copies are asked for,
+      // then x's (the kernel before's output) after the wait for that kernel, which every later
+      // global access of the block follows (the barrier); else each item's book and x together
+      // (the order measured fastest: packed 2-7% slower with x's copies after the codes').
       item_t it = it0;
       for (int k = 0; k < kBookStages - 1 && k < items; k++, it = next_item(it)) {
         if (lane == 0) issue_book(it, k);
-        issue_x(it, k);
+        if (!p.pdl) issue_x(it, k);
       }
       if (lane == 0) issue_codes(it0, 0);
+      if (p.pdl) {
+        griddep_wait();
+        it = it0;
+        for (int k = 0; k < kBookStages - 1 && k < items; k++, it = next_item(it)) issue_x(it, k);
+      }
     }
     __syncthreads();
+    if (p.pdl) griddep_launch_dependents();
     wait_book(0);
     build(kEven, 0);
   }
@@ -472,6 +484,7 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   p.pack_chunks = qf_vq_pack_chunks(K / 4);
   p.tiles_n = tiles_n;
   p.splits = splits;
+  p.pdl = ctx->pdl;
   if (splits > 1) {
     const size_t partial_bytes = static_cast<size_t>(tiles_n) * splits * kRows * sizeof(float);
     if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
@@ -482,6 +495,8 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
     used->tile_m = 1;
     used->mma_bf16 = bf16;
   }
-  kernel<<<static_cast<unsigned>(tiles_n * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_codes, p);
-  return qf_cuda_check_launch(ctx, kOp);
+  // With qf_ctx_set_pdl a programmatic dependent: the first books and codes are asked for while the
+  // kernel before still runs (the kernel waits for it before reading x or writing anything).
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles_n * splits)), dim3(kThreads), smem,
+                        tmap_codes, p);
 }

@@ -462,10 +462,19 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, 2 * chunks);
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "256-column chunks", tiles_n); st != QF_OK) return st;
 
-  CUtensorMap tmap_codes = {};  // the standard layout's code matrix [R N, row bytes], 256 x 64-byte boxes
+  // The standard layout's code matrix [R N, row bytes] in boxes of 256 rows x 64 bytes. A box row
+  // that misses brings its neighbours into the L2 as the units' length along K pays (H100,
+  // docs/VQ.md): 128 bytes (the next item's) for units of 8 items or more, none for 2 to 7 (each
+  // unit's next bytes there belong to others, read later), 256 bytes for one-item units (the
+  // tile's other units read theirs at the same time).
+  const int unit_items = (chunks + splits - 1) / splits;
+  const CUtensorMapL2promotion promotion = unit_items >= 8   ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                           : unit_items >= 2 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                                                             : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  CUtensorMap tmap_codes = {};
   if (!packed)
     if (qf_status st = qf_cuda_make_tmap_bytes(ctx, kOp, &tmap_codes, "codes", w->codes, f.residuals * N, w->sz.row_bytes,
-                                               w->sz.row_bytes, kChunk / 4, kRows, CU_TENSOR_MAP_SWIZZLE_64B);
+                                               w->sz.row_bytes, kChunk / 4, kRows, CU_TENSOR_MAP_SWIZZLE_64B, promotion);
         st != QF_OK)
       return st;
 

@@ -59,7 +59,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                    qf_cuda_vq_lut_refusal(x, w), qf_cuda_vq_lut_tiles_refusal(x, w, y));
 
   // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
-  // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.49x the banked kernel on the Llama layers on an H100; one
+  // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers on an H100; one
   // book per residual: vq_gemv_lut.cu), else the banked kernel where it can run
   // (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a
   // placement or a tile height is forced.

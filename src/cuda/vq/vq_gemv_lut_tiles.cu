@@ -44,7 +44,7 @@
 //   words of a load fall in 32 banks. (Each lane loading its words from global memory an item
 //   ahead, as before, ran the standard layout 1.3x slower than packed codes.)
 // - Speed (H100, GPTVQ-2 on the Llama layers): packed (22016, 8192) 22.3-22.6 us, 80% of the
-//   copy floor, 5.6x cuBLASLt fp16; the standard layout 25.6 us there (70%), 1.30-1.49x the
+//   copy floor, 5.6x cuBLASLt fp16; the standard layout 25.6 us there (70%), 1.30-1.60x the
 //   banked GeMV over the layers (docs/VQ.md, "16-bit table values" and after).
 // - Under qf_ctx_set_pdl the kernel launches as a programmatic dependent: the weight's first
 //   copies are asked for before it waits for the kernel before (which wrote x).

@@ -624,7 +624,7 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * qf_vq_gemm takes such a 4-D codes tensor in place of the 3-D one: the CPU reference unpacks
  * it; CUDA runs a table GeMV on it directly (M = 1 and the table GeMVs' formats only, else
  * QF_ERR_UNSUPPORTED, as is fp32 y for books per tile of W): 1.2-1.5x faster than on the standard
- * layout for one book per residual (AQLM), 1.17x on the Llama-65B layers for books per tile of W
+ * layout for one book per residual (AQLM), 1.14x on the Llama-65B layers for books per tile of W
  * (GPTVQ-2; docs/VQ.md). */
 qf_status qf_vq_pack_gemv_shape(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, int64_t shape[4]);
 

@@ -212,6 +212,18 @@ qfb_timing qfb_set_timing(qfb *b, qfb_timing t) {
   return old;
 }
 
+int qfb_emit_pdl_pair(qfb *b, qfb_row *row, int (*fn)(void *arg), void *pdl, void *plain) {
+  const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
+  const double before = qfb_time_us(b, fn, plain);
+  row->us = qfb_time_us(b, fn, pdl);
+  const double after = qfb_time_us(b, fn, plain);
+  row->peer_us = 0.5 * (before + after);
+  row->peer = "no_pdl (same calls)";
+  qfb_emit(b, row);
+  qfb_set_timing(b, was);
+  return row->us > 0 && before > 0 && after > 0 ? 0 : 1;
+}
+
 int qfb_reps(const qfb *b) { return b ? b->reps : 0; }
 int qfb_uses_gpu(const qfb *b) { return b ? b->use_gpu : 0; }
 

@@ -96,6 +96,13 @@ void qfb_print_header(void);
  * row); pct_read = 100 x read_us / us. */
 void qfb_emit(qfb *b, const qfb_row *r);
 
+/* A row for calls that may overlap across kernels under programmatic dependent launch: fn(pdl)
+ * (on a context with qf_ctx_set_pdl) against fn(plain) (the same calls on one without), both
+ * event-timed; row->us is the first's time, row->peer_us the mean of a run of the second before
+ * and one after (so that clock drift does not fall on one side), row->peer "no_pdl (same calls)".
+ * Emits the row (its other fields the caller's) and returns nonzero when a timing failed. */
+int qfb_emit_pdl_pair(qfb *b, qfb_row *row, int (*fn)(void *arg), void *pdl, void *plain);
+
 /* Ceilings, measured on the first call and cached in the session (GPU only; 0 on the CPU or
  * when the measurement fails, with a message). Each prints "ceiling: ..." lines and appends a
  * JSON row (op "ceiling_copy" / "ceiling_fp8_gemm") without a table row.

@@ -358,8 +358,7 @@ static int run_chain(void *arg) {
 }
 
 /* The two calls on a context with programmatic dependent launch (qf_ctx_set_pdl) against the
- * same calls on one without, event-timed (the overlap is across kernels); the peer's time is the
- * mean of a run before and one after, so that clock drift does not fall on one side. */
+ * same calls on one without (qfb_emit_pdl_pair). */
 static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, int64_t N, int64_t K) {
   const int after = kind == CHAIN_TOKEN_AFTER, scaled = kind == CHAIN_TOKEN || after, rms = kind == CHAIN_RMS;
   const int silu = kind == CHAIN_SILU, requant = rms || silu || after; /* quantizes D, not x */
@@ -439,15 +438,8 @@ static int chain_shape(qfb *b, qf_ctx *plain, qf_ctx *pdl, int kind, int64_t M, 
                        (rms ? 2.0 * (double)N : 0);
   qfb_row row = {.op = chain_ops[kind], .variant = chain_variants[kind], .shape = shape, .bytes = bytes,
                  .flops = 2.0 * (double)M * (double)N * (double)K};
-  const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
-  const double before = qfb_time_us(b, run_chain, &p);
-  row.us = qfb_time_us(b, run_chain, &c);
-  row.peer_us = 0.5 * (before + qfb_time_us(b, run_chain, &p));
-  row.peer = "no_pdl (same calls)";
   row.floor_us = qfb_floor_us(b, bytes, row.flops, 0);
-  qfb_emit(b, &row);
-  qfb_set_timing(b, was);
-  rc = row.us > 0 && before > 0 ? 0 : 1;
+  rc = qfb_emit_pdl_pair(b, &row, run_chain, &c, &p);
 done:
   if (rc) fprintf(stderr, "bench_gemm: chain M=%lld N=%lld K=%lld failed\n", (long long)M, (long long)N, (long long)K);
   cudaFree(x), cudaFree(a), cudaFree(bm), cudaFree(d), cudaFree(as), cudaFree(bs);

@@ -229,8 +229,7 @@ static int vqb_run_pair(void *arg) {
 }
 
 /* The pair on a context with programmatic dependent launch (qf_ctx_set_pdl) against the same calls
- * on c's context, event-timed (the overlap is across kernels; the peer's time the mean of a run
- * before and one after), as op vq_gemm_chain. y2: a device buffer of c's y. */
+ * on c's context (qfb_emit_pdl_pair), as op vq_gemm_chain. y2: a device buffer of c's y. */
 static int vqb_chain_row(qfb *b, const vqb_call *c, const char *shape, double bytes, void *y2, int *rows) {
   qf_ctx *pdl = NULL;
   if (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK) {
@@ -247,17 +246,11 @@ static int vqb_chain_row(qfb *b, const vqb_call *c, const char *shape, double by
   snprintf(variant, sizeof variant, "%s,fp16,auto,pdl", c->w->name);
   qfb_row row = {.op = "vq_gemm_chain", .variant = variant, .shape = shape, .bytes = 2.0 * bytes,
                  .flops = 4.0 * (double)c->w->N * (double)c->w->K};
-  const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
-  const double before = qfb_time_us(b, vqb_run_pair, &plain);
-  row.us = qfb_time_us(b, vqb_run_pair, &dep);
-  row.peer_us = 0.5 * (before + qfb_time_us(b, vqb_run_pair, &plain));
-  row.peer = "no_pdl (same calls)";
   row.floor_us = qfb_floor_us(b, row.bytes, row.flops, 0);
-  qfb_emit(b, &row);
-  qfb_set_timing(b, was);
+  const int rc = qfb_emit_pdl_pair(b, &row, vqb_run_pair, &dep, &plain);
   qf_ctx_destroy(pdl);
   ++*rows;
-  return row.us > 0 && before > 0 ? 0 : 1;
+  return rc;
 }
 
 /* The unfused baseline: decode W into an fp16 matrix, then cuBLASLt on it. */

@@ -54,9 +54,10 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   // Packed codes (qf_vq_pack_gemv) are the table GeMV's layout: that kernel only (it refuses M > 1).
   if (w->packed && placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
-  if (w->packed && qf_cuda_vq_lut_refusal(x, w) != nullptr && qf_cuda_vq_lut_tiles_refusal(x, w, y) != nullptr)
+  const char *const lut_why = qf_cuda_vq_lut_refusal(x, w), *const tiles_why = qf_cuda_vq_lut_tiles_refusal(x, w, y);
+  if (w->packed && lut_why != nullptr && tiles_why != nullptr)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run a table GeMV, and neither takes this call (%s; %s)", kOp,
-                   qf_cuda_vq_lut_refusal(x, w), qf_cuda_vq_lut_tiles_refusal(x, w, y));
+                   lut_why, tiles_why);
 
   // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
   // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers on an H100; one
@@ -64,10 +65,10 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   // (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a
   // placement or a tile height is forced.
   if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) &&
-      qf_cuda_vq_lut_refusal(x, w) != nullptr && qf_cuda_vq_lut_tiles_refusal(x, w, y) == nullptr)
+      lut_why != nullptr && tiles_why == nullptr)
     return qf_cuda_vq_gemv_lut_tiles_with(ctx, x, w, y, 0, used);
   if (placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M == 1 &&
-                                       qf_vq_lut_pays(N, f.index_bits) && qf_cuda_vq_lut_refusal(x, w) == nullptr))
+                                       qf_vq_lut_pays(N, f.index_bits) && lut_why == nullptr))
     return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, 0, 0, used);
   if (placement == QF_VQ_BOOKS_BANKED || (placement == QF_VQ_BOOKS_AUTO && gemv_shape &&
                                           qf_cuda_vq_banked_refusal(x, w) == nullptr))

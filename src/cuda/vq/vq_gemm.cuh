@@ -601,13 +601,15 @@ inline qf_vq_mma_config vq_gemv_shape(int mt, int rows, int warps, int64_t tiles
 }
 
 // The split-K of the chunked GeMVs (banked, tile-table): as many K ranges per row tile as fill one
-// wave of per_sm blocks on every SM, two chunks a range at least (a range of one chunk loads its
-// book and codes with nothing to overlap them: (4096, 4096) at M = 1 ran 16 ranges of one chunk in
-// 9.3 us, 8 of two in 8.8), one range where the tiles outnumber the workspace's counters.
-inline int vq_gemv_wave_splits(const qf_ctx *ctx, int per_sm, int64_t tiles_n, int chunks) {
+// wave of per_sm blocks on every SM, min_chunks chunks a range at least, one range where the tiles
+// outnumber the workspace's counters. (The banked GeMV's ranges take two of its 256-column chunks:
+// a range of one loads its book and codes with nothing to overlap them, (4096, 4096) at M = 1 ran
+// 16 ranges of one chunk in 9.3 us, 8 of two in 8.8; the tile-table GeMV's 256-column items
+// pipeline their own halves, one a range.)
+inline int vq_gemv_wave_splits(const qf_ctx *ctx, int per_sm, int64_t tiles_n, int chunks, int min_chunks) {
   if (tiles_n > kQfWorkspaceCounters) return 1;
   const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
-  const int64_t want = slots / tiles_n, most = chunks / 2 < 1 ? 1 : chunks / 2;
+  const int64_t want = slots / tiles_n, most = chunks / min_chunks < 1 ? 1 : chunks / min_chunks;
   return static_cast<int>(want < 1 ? 1 : want > most ? most : want);
 }
 

@@ -388,7 +388,7 @@ extern "C" qf_status qf_cuda_vq_gemv_banked_with(qf_ctx *ctx, const qf_mat *x, c
 
   const int chunks = static_cast<int>(K / QF_VQ_MMA_CHUNK);
   const int tiles_n = static_cast<int>((N + kRows - 1) / kRows);
-  if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, chunks);
+  if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, chunks, 2);
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "chunks", tiles_n); st != QF_OK) return st;
 
   vq_banked_params p = {};

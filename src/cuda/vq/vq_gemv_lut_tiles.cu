@@ -462,9 +462,7 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
 
   const int chunks = static_cast<int>(K / kChunk);
   const int tiles_n = static_cast<int>((N + kRows - 1) / kRows);
-  // The heuristic's split leaves two units of K a range at least: counted in 128-column halves of
-  // a chunk, a range here may be one chunk.
-  if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, 2 * chunks);
+  if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, chunks, 1);
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "256-column chunks", tiles_n); st != QF_OK) return st;
 
   // The standard layout's code matrix [R N, row bytes] in boxes of 256 rows x 64 bytes. A box row

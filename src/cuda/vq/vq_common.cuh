@@ -112,6 +112,25 @@ __device__ __forceinline__ void vq_store_as(void *a, int dtype, int64_t i, float
   }
 }
 
+// Split-K's sum in the tile's last unit: the splits' partials of one value, partial o at
+// part[o * stride], added in split order. They are loaded kBatch at a time and unconditionally
+// (a batch's loads past the last split load that one again), so that the compiler issues a
+// batch's loads before its adds: one L2 round trip per batch. (Loaded one after another, or
+// behind `o < splits`, the adds went between the loads: a round trip each, or each few.)
+template <int kBatch>
+__device__ __forceinline__ float vq_split_sum(const float *part, int64_t stride, int splits) {
+  float sum = 0.0f;
+  for (int o0 = 0; o0 < splits; o0 += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int o = 0; o < kBatch; o++) v[o] = __ldcg(part + min(o0 + o, splits - 1) * stride);
+#pragma unroll
+    for (int o = 0; o < kBatch; o++)
+      if (o0 + o < splits) sum = o0 + o == 0 ? v[o] : __fadd_rn(sum, v[o]);
+  }
+  return sum;
+}
+
 // Split-K's hand-off, once every thread of the block has stored its unit's partial: counts the
 // unit done on its tile's counter; true in every thread of the unit that counted last, to which
 // the other units' partials are then visible. A block may call it once per unit, units in turn.

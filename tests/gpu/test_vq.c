@@ -31,8 +31,9 @@
  *    format: QuIP#-4 with fp16 x and K a multiple of 256) likewise, with its split-K forced to 1,
  *    3 and one range per chunk; the register tier over the shared books (GPTVQ-2 and VQ<2,8,1>
  *    with 256 x 512 scopes; refused elsewhere) likewise; the tile-table GeMV (vq_gemv_lut_tiles.cu:
- *    M = 1, GPTVQ-2, fp16 or bf16 y) likewise over 256-column chunks, and refused, y untouched, for
- *    x 2 bytes off 4-byte alignment. The shapes cover: K a multiple of the kernel's 256-column
+ *    M = 1, GPTVQ-2, fp16 or bf16 y) likewise over 256-column chunks (at K = 8192, 32 splits: the
+ *    last unit's sum loads 16 partials at a time, so that takes two batches), and refused, y
+ *    untouched, for x 2 bytes off 4-byte alignment. The shapes cover: K a multiple of the kernel's 256-column
  *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
  *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
  *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
@@ -681,6 +682,7 @@ int main(void) {
       {"VQ<8,5,2> bf16, 64 x 128 scopes", odd_bits, 192, 384, 64, 256},
       {"VQ<3,7,3>, 96-column scopes", generic, 160, 288, 32, 192},
       {"GPTVQ-2 long K", gptvq, 64, 4096, 32, 2048},
+      {"GPTVQ-2 longer K (over 16 tile-table splits)", gptvq, 32, 8192, 32, 4608},
       {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256},
       {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136},
       {"AQLM-3 (row scales), three 512-row tiles", aqlm, 1100, 256, 600, 128},

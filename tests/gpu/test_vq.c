@@ -33,12 +33,12 @@
  *    with 256 x 512 scopes; refused elsewhere) likewise; the tile-table GeMV (vq_gemv_lut_tiles.cu:
  *    M = 1, GPTVQ-2, fp16 or bf16 y) likewise over 256-column chunks (at K = 8192, 32 splits: the
  *    last unit's sum loads 16 partials at a time, so that takes two batches), and refused, y
- *    untouched, for x 2 bytes off 4-byte alignment. The shapes cover: K a multiple of the kernel's 256-column
- *    chunks and not (the careful last chunk), K of 1 to 16 chunks (the 8 warps of a block split
- *    K: some idle, some with several chunks), N not a multiple of 16, books narrower than a lane's
- *    16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other widths with each, vector
- *    size 3 (element-wise), bf16 entries; the coverage counts at the end check that each kernel
- *    path ran.
+ *    untouched, for x 2 bytes off 4-byte alignment. The shapes cover: K a multiple of the
+ *    kernel's 256-column chunks and not (the careful last chunk), K of 1 to 32 chunks (the 8
+ *    warps of a block split K: some idle, some with several chunks), N not a multiple of 16,
+ *    books narrower than a lane's 16 columns (CQ), 8-bit codes with vector sizes 2, 4, 8 and other
+ *    widths with each, vector size 3 (element-wise), bf16 entries; the coverage counts at the end
+ *    check that each kernel path ran.
  *    Tolerances: the tensor cores get x and the entries as 16-bit parts that sum to them exactly
  *    (vq_gemm.cuh), so every product is exact and only the fp32 accumulation differs from the
  *    reference: the tensor core's sum inside a 64-column sub-chunk (4 x parts x entry parts MMAs

@@ -88,8 +88,9 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * qf_quant_per_tensor launch the same way (they wait for the kernel before them, e.g. the GEMM
  * that wrote x), and so does qf_rms_norm_quant at decode (one block a row up to one per SM, or
  * clusters of blocks up to half the SMs), and qf_vq_gemm's tile-table GeMV (M = 1, books per tile
- * of W: its first codebook and code copies are asked for before it waits). On such a context those let the GEMM after them start
- * early; after any other kernel it starts when that kernel's blocks have all exited. Every other
+ * of W: its first codebook and code copies are asked for before it waits). On such a context
+ * those let the GEMM after them start early; after any other kernel it starts when that kernel's
+ * blocks have all exited. Every other
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as
  * usual. QF_ERR_UNSUPPORTED on a CPU context. */
 qf_status qf_ctx_set_pdl(qf_ctx *ctx, int enable);
@@ -609,8 +610,8 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * the tile-table GeMV: per 256 columns and book a table of the entries' products with x built on
  * the tensor cores, each value the fp32 sum of an entry's 4 exact products rounded to the
  * entries' type (fp16 values beyond 65504 are infinite), one lookup per vector, the lookups
- * widened and added in fp32 in order (split-K as above); with fp32 y the banked GeMV runs. The environment
- * variable QF_VQ_BOOKS (auto, global, shared, banked, tiled, lut, registers) forces the codebook placement of
+ * widened and added in fp32 in order (split-K as above); with fp32 y the banked GeMV runs. The
+ * environment variable QF_VQ_BOOKS (auto, global, shared, banked, tiled, lut, registers) forces the codebook placement of
  * the CUDA kernels for the ablation (docs/VQ.md). */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);

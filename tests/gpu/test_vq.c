@@ -395,7 +395,8 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           continue;
         }
         if (placements[i] == QF_VQ_BOOKS_LUT &&
-            (mm || bn || (qf_cuda_vq_lut_refusal(&xm, &t) != NULL && qf_cuda_vq_lut_tiles_refusal(&xm, &t, &ym) != NULL))) {
+            (mm || bn ||
+             (qf_cuda_vq_lut_refusal(&xm, &t) != NULL && qf_cuda_vq_lut_tiles_refusal(&xm, &t, &ym) != NULL))) {
           /* the table GeMVs run their own launch shape at M = 1, for their formats only: refused, y untouched */
           CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut placement outside its limits gave %s", d3, qf_status_str(st));
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
@@ -497,9 +498,6 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
   free(hx);
 }
 
-/* QF_VQ_BOOKS through the public call at M (GeMV or GeMM): global and shared (where the format
- * allows it) match the reference, an unknown value is QF_ERR_VALUE naming the variable, y
- * untouched. Unset again afterwards. */
 /* The tile-table GeMV under programmatic dependent launch (qf_ctx_set_pdl), on a square weight:
  * ROUNDS rounds of y1 = W x_r into one shared buffer and y2_r = W y1 into a buffer of the round,
  * launched back to back without a synchronization. Each y2_r must equal, byte for byte, the same
@@ -509,7 +507,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
 static void gemv_pdl_chain(qf_ctx *gpu, const vq_weight *w, uint64_t *seed) {
   enum { ROUNDS = 6 };
   const int64_t K = w->K;
-  if (w->N != K) return;
+  if (w->N != K || w->f.entry_dtype != QF_F16) return; /* (x and y below are fp16) */
   qf_ctx *pdl = NULL;
   if (!CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "%s: PDL context",
              w->name))
@@ -554,6 +552,9 @@ static void gemv_pdl_chain(qf_ctx *gpu, const vq_weight *w, uint64_t *seed) {
   qf_ctx_destroy(pdl);
 }
 
+/* QF_VQ_BOOKS through the public call at M (GeMV or GeMM): global and shared (where the format
+ * allows it) match the reference, an unknown value is QF_ERR_VALUE naming the variable, y
+ * untouched. Unset again afterwards. */
 static void gemm_env(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, uint64_t *seed) {
   const int64_t N = w->N, K = w->K;
   char desc[160];

@@ -60,8 +60,8 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                    lut_why, tiles_why);
 
   // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
-  // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers on an H100; one
-  // book per residual: vq_gemv_lut.cu), else the banked kernel where it can run
+  // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers on an
+  // H100; one book per residual: vq_gemv_lut.cu), else the banked kernel where it can run
   // (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a
   // placement or a tile height is forced.
   if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) &&

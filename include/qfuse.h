@@ -595,19 +595,19 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * workspace); an E8P lattice format (QuIP#-4) with fp16 x, K and scope_cols multiples of 256,
  * scope_rows 0 or a multiple of 16 runs the E8P GeMV instead (the entries decoded from the index
  * bits into the MMA's operands, each residual's share of 256 columns summed by the tensor core,
- * then the same reduction). For M > 16 with 8-bit indices, vector size 2, 4 or 8, or the E8P
- * lattice, one or two residuals, x of the entries' type (16-byte aligned rows), K a multiple of 64
- * and codebook scopes of 0 or multiples of 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W
- * decoded once per 128-row block tile into shared memory, wgmma against x tiles; x and the
- * entries then enter as themselves and the tensor cores accumulate each block's K range in fp32,
- * split-K as above). For M = 1 with one
- * codebook per residual (AQLM), vector size 8 with 12- or 8-bit indices or 4 with 10-bit ones and
- * N at least half the entries, CUDA runs the table GeMV: per chunk of 8 vectors the products of
- * every entry with x's vectors (fp32 fma chains: exact products) in a shared-memory table, then
- * one lookup per vector of a row, the 8 lookups of a chunk added in a fixed tree and the chunks
- * in order (split-K as above). For M = 1 with books per tile of W, 8-bit indices and vector size 4
- * (GPTVQ-2), x of the entries' type, fp16 or bf16 y, K and the scopes multiples of 256, CUDA runs
- * the tile-table GeMV: per 256 columns and book a table of the entries' products with x built on
+ * then the same reduction). For M > 16 with 8-bit indices, vector size 2, 4 or 8, the E8P
+ * lattice, or 12-bit indices of vector size 8 with one codebook per residual (AQLM), one or two
+ * residuals, x of the entries' type (16-byte aligned rows), K a multiple of 64 and codebook scopes
+ * of 0 or multiples of 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W decoded once per
+ * 128-row block tile into shared memory, wgmma against x tiles; x and the entries then enter as
+ * themselves and the tensor cores accumulate each block's K range in fp32, split-K as above). For
+ * M = 1 with one codebook per residual (AQLM), vector size 8 with 12- or 8-bit indices or 4 with
+ * 10-bit ones and N at least half the entries, CUDA runs the table GeMV: per chunk of 8 vectors
+ * the products of every entry with x's vectors (fp32 fma chains: exact products) in a
+ * shared-memory table, then one lookup per vector of a row, the 8 lookups of a chunk added in a
+ * fixed tree and the chunks in order (split-K as above). For M = 1 with books per tile of W,
+ * 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type, fp16 or bf16 y, K and the
+ * scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a table of the entries' products with x built on
  * the tensor cores, each value the fp32 sum of an entry's 4 exact products rounded to the
  * entries' type (fp16 values beyond 65504 are infinite), one lookup per vector, the lookups
  * widened and added in fp32 in order (split-K as above); with fp32 y the banked GeMV runs. The

@@ -23,13 +23,13 @@
  *    policies run everywhere they can; the banked GeMV (vq_gemv_banked.cu) where its limits allow
  *    it (refused with y untouched elsewhere), also with its split-K forced to 1, 3 and one split
  *    per chunk, and refused for more splits than chunks; the tiled GeMM (vq_gemm_tiled.cu, with its
- *    E8P decoder for QuIP#-4) likewise for M > 16, with its split-K forced to 1, 3 and one split
- *    per 64 columns; the table GeMV
- *    (vq_gemv_lut.cu: M = 1, one book per residual: AQLM-3, VQ<4,10,1>, VQ<8,8,2>) likewise, with its
- *    split-K forced to 1, 3 and one range per item, each with the rows per block that fit and with
- *    64 (several row ranges); the E8P GeMV (vq_gemv_e8p.cu, the banked placement of a lattice
- *    format: QuIP#-4 with fp16 x and K a multiple of 256) likewise, with its split-K forced to 1,
- *    3 and one range per chunk; the register tier over the shared books (GPTVQ-2 and VQ<2,8,1>
+ *    E8P decoder for QuIP#-4 and its whole books for AQLM-3's 12-bit indices) likewise for M > 16,
+ *    with its split-K forced to 1, 3 and one split per 64 columns; the table GeMV (vq_gemv_lut.cu:
+ *    M = 1, one book per residual: AQLM-3, VQ<4,10,1>, VQ<8,8,2>) likewise, with its split-K forced
+ *    to 1, 3 and one range per item, each with the rows per block that fit and with 64 (several row
+ *    ranges); the E8P GeMV (vq_gemv_e8p.cu, the banked placement of a lattice format: QuIP#-4 with
+ *    fp16 x and K a multiple of 256) likewise, with its split-K forced to 1, 3 and one range per
+ *    chunk; the register tier over the shared books (GPTVQ-2 and VQ<2,8,1>
  *    with 256 x 512 scopes; refused elsewhere) likewise; the tile-table GeMV (vq_gemv_lut_tiles.cu:
  *    M = 1, GPTVQ-2, fp16 or bf16 y) likewise over 256-column chunks (at K = 8192, 32 splits: the
  *    last unit's sum loads 16 partials at a time, so that takes two batches), and refused, y
@@ -155,9 +155,9 @@ static int ran_registers_vs[2]; /* runs of the register tier, [vector size 2] */
 static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
-    ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_one_split, ran_lut_splits,
-    ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p, ran_e8p_one_split,
-    ran_e8p_splits, ran_banked16, ran_e8p16, /* the last two: x tiles of 16 rows */
+    ran_tiled_whole[2], ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_one_split,
+    ran_lut_splits, ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p,
+    ran_e8p_one_split, ran_e8p_splits, ran_banked16, ran_e8p16, /* the last two: x tiles of 16 rows */
     ran_lut_tiles, ran_lut_tiles_one_split, ran_lut_tiles_splits, /* the tile-table GeMV (lut placement, GPTVQ) */
     ran_packed_tiles, ran_packed_tiles_splits, /* ... on packed codes */
     ran_lut_tiles_f32_refused;                 /* its refusals of fp32 y */
@@ -439,6 +439,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           ran_tiled_rows[used.tile_m == 64 ? 1 : used.tile_m == 128 ? 2 : 0]++;
           ran_tiled_residuals2 += w->f.residuals == 2;
           ran_tiled_bf16 += used.mma_bf16;
+          if (w->f.index_bits == 12) ran_tiled_whole[used.tile_m == 128]++; /* AQLM's whole books */
         } else {  /* the other kernels' launch shapes */
           ran_tiles8[used.m_tiles8 >= 1 && used.m_tiles8 <= 4 ? used.m_tiles8 : 0]++;
           ran_warps_k[used.warps_k >= 1 && used.warps_k <= 8 ? used.warps_k : 0]++;
@@ -664,6 +665,7 @@ int main(void) {
   const qf_vq_format gptvq_r2 = {4, 8, 2, 256, 256, QF_F16, 0, 0};    /* GPTVQ-2's layout with two residuals */
   const qf_vq_format pairs8 = {2, 8, 1, 0, 128, QF_F16, 0, 0};        /* vector size 2, 8-bit indices */
   const qf_vq_format octs8 = {8, 8, 2, 0, 0, QF_F16, 0, 0};           /* vector size 8, 8-bit indices (banked) */
+  const qf_vq_format aqlm_bf16 = {8, 12, 2, 0, 0, QF_BF16, 0, 0};     /* AQLM-3's layout, bf16 entries */
   const qf_vq_format pairs8_wide = {2, 8, 1, 256, 512, QF_BF16, 1, 0}; /* vector size 2, 256 x 512 scopes (banked) */
   /* E8P lattices with codebook scopes: a book per 64 x 512 block and one residual (the E8P GeMV's
    * book per row scope and chunk range); per 128 x 256 block and two residuals, without row scales
@@ -687,6 +689,7 @@ int main(void) {
       {"GPTVQ-2 odd N", gptvq, 300, 512, 97, 256},
       {"AQLM-3 (row scales) odd N and K", aqlm, 203, 520, 45, 136},
       {"AQLM-3 (row scales), three 512-row tiles", aqlm, 1100, 256, 600, 128},
+      {"AQLM-3 bf16 entries, long K", aqlm_bf16, 136, 2048, 136, 1024},
       {"VQ<2,6,2> fp16, 32 x 64 scopes", pairs, 96, 320, 48, 192},
       {"VQ<4,10,1> bf16", quads10, 80, 1028, 40, 516},
       {"GPTVQ-2 bf16 entries, row scales", gptvq_bf16, 272, 768, 48, 512},
@@ -753,11 +756,12 @@ int main(void) {
         ran_banked_vs[2], ran_banked_vs[4], ran_banked_vs[8], ran_banked_one_split, ran_banked_splits);
   CHECK(ran_tiled > 0 && ran_tiled_vs[2] > 0 && ran_tiled_vs[4] > 0 && ran_tiled_vs[8] > 0 && ran_tiled_rows[1] > 0 &&
             ran_tiled_rows[2] > 0 && ran_tiled_residuals2 > 0 && ran_tiled_bf16 > 0 && ran_tiled_bf16 < ran_tiled &&
-            ran_tiled_one_split > 0 && ran_tiled_splits > 0,
+            ran_tiled_one_split > 0 && ran_tiled_splits > 0 && ran_tiled_whole[0] > 0 && ran_tiled_whole[1] > 0,
         "the tiled GeMM ran (%d; vector sizes 2, 4, 8: %d, %d, %d; 64- and 128-row x tiles %d, %d; two residuals %d; "
-        "bf16 %d; one split %d, several %d)",
+        "bf16 %d; one split %d, several %d; whole books at 64- and 128-row x tiles %d, %d)",
         ran_tiled, ran_tiled_vs[2], ran_tiled_vs[4], ran_tiled_vs[8], ran_tiled_rows[1], ran_tiled_rows[2],
-        ran_tiled_residuals2, ran_tiled_bf16, ran_tiled_one_split, ran_tiled_splits);
+        ran_tiled_residuals2, ran_tiled_bf16, ran_tiled_one_split, ran_tiled_splits, ran_tiled_whole[0],
+        ran_tiled_whole[1]);
   CHECK(ran_lut_tiles > 0 && ran_lut_tiles_one_split > 0 && ran_lut_tiles_splits > 0 && ran_lut_tiles_f32_refused > 0,
         "the tile-table GeMV ran (%d; one split %d, several %d; fp32 y refused %d)", ran_lut_tiles,
         ran_lut_tiles_one_split, ran_lut_tiles_splits, ran_lut_tiles_f32_refused);

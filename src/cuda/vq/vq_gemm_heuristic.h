@@ -23,7 +23,8 @@ qf_status qf_cuda_vq_gemm_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_ten
                                    int bn, qf_vq_gemm_config *used);
 
 /* Why the tiled VQ-GeMM (vq_gemm_tiled.cu, placement QF_VQ_BOOKS_TILED) cannot take this call, or
- * NULL when it can: 8-bit indices, vector size 2, 4 or 8, one or two residuals, x of the entries'
+ * NULL when it can: 8-bit indices, vector size 2, 4 or 8, the E8P lattice, or 12-bit indices of
+ * vector size 8 with one codebook per residual (AQLM); one or two residuals, x of the entries'
  * 16-bit type with 16-byte aligned rows, codes and codebooks 16-byte aligned, K a positive
  * multiple of 64, codebook scopes of 0 or a multiple of 128 rows and of 64 columns. Any M. */
 const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w);

@@ -52,10 +52,22 @@
 //   (vq_e8p.cuh), and the scale from entry 0 of the k-step's book; only the indices are copied
 //   per k-step (16 bytes per W row). The decoded entries equal the books', so the numerics are
 //   those below.
+// - Whole books (AQLM: 12-bit indices, vector size 8, one book of 4096 entries per residual for
+//   the whole weight, 64 KB each): thread 0 copies the books into shared memory once per block and
+//   the d ring carries indices only (a 32-byte box per row and k-step holding its 12 bytes). Two
+//   64 KB books leave no room for W tiles of both residuals in two buffers, so the k-step's
+//   residuals are decoded and multiplied one after the other (a step per residual, each with its
+//   barrier, the W double buffer holding one residual's plane); x is copied one k-step ahead at
+//   BM = 128, two at BM = 64, indices three. One block per SM (225 KB at BM = 128). A lookup is a
+//   16-byte load at a random entry of 4096: without copies to spread them, lanes collide in the
+//   banks as the plain books above do (ncu, H200, M = 64: a third of the shared-memory
+//   wavefronts are conflicts, 0.16 eligible warps per scheduler at 8 warps per SM). Running the
+//   lookups a step ahead into registers, after the step's fence, so that their latency overlapped
+//   the wgmma wait and the barrier, made every AQLM-3 row 0.6-3.8% slower (H100): not kept.
 // - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, or the E8P
-//   lattice; one or two residuals, x of the entries' type with 16-byte aligned rows, K a multiple
-//   of 64, codebook scopes of 0 or a multiple of 128 rows and of 64 columns. Rows of x past M read zeros, rows of
-//   W past N decode row N - 1; neither is stored.
+//   lattice, or whole books (above); one or two residuals, x of the entries' type with 16-byte
+//   aligned rows, K a multiple of 64, codebook scopes of 0 or a multiple of 128 rows and of 64
+//   columns. Rows of x past M read zeros, rows of W past N decode row N - 1; neither is stored.
 #include <atomic>
 #include <type_traits>
 
@@ -83,12 +95,18 @@ constexpr int kBankedBytes = 256 * 128;  // a book's bank-private copies: entry 
 constexpr int kThreads = 256; // two warpgroups
 constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
+// Whole books (NOTES): 4096 entries of 8 values, 12-bit indices (12 bytes per W row and k-step).
+constexpr int kWholeEntries = 4096, kWholeBookBytes = kWholeEntries * 8 * 2, kWholeStepCodeBytes = 12;
+constexpr int whole_x_stages(int bm) { return bm == 128 ? 2 : 3; }
+constexpr int kWholeDStages = 4;
 
 // W rows of a warpgroup (its wgmma N): 64 x rows by all 128 W rows (BM = 128), or by 64 (BM = 64).
 constexpr int warpgroup_n(int bm) { return bm == 128 ? 128 : 64; }
 // Bytes per W row of a k-step's index box: its 64 / vs indices, at least the 16 bytes of a TMA box
 // row (vs = 8's 8 bytes then sit in the first or second half).
 constexpr int code_pitch(int vs) { return 64 / vs < 16 ? 16 : 64 / vs; }
+// Whole books: a k-step's 12 bytes start 4-byte aligned at (12 kt) % 16 of a 32-byte box row.
+constexpr int kWholeCodePitch = 32;
 
 struct params {
   const uint32_t *codes;  // [R, N, row words] (read through the tensor map)
@@ -109,18 +127,21 @@ struct params {
 
 // E8P (the lattice decoded from 16-bit indices, vq_e8p.cuh): a k-step's indices are 16 bytes
 // per W row; no books are copied (the pattern table is staged once per block, the scale is entry
-// 0 of each book).
-template <int VS, int R, int BM, bool E8P>
+// 0 of each book). Whole: 12-bit indices, books staged once per block (NOTES).
+template <int VS, int R, int BM, bool E8P, bool Whole>
 struct shape {
   static constexpr int kWN = warpgroup_n(BM);
   static constexpr int kCodeWords = E8P ? 2 : 8 / VS;  // a thread's 32 columns of 8-bit (E8P: 16-bit) indices
-  static constexpr int kStepCodeBytes = E8P ? 16 : 64 / VS;  // a W row's indices of a k-step
-  static constexpr int kCodePitch = code_pitch(VS);
-  static constexpr int kBookBytes = E8P ? 0 : kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
+  static constexpr int kStepCodeBytes = E8P ? 16 : Whole ? kWholeStepCodeBytes : 64 / VS;  // a W row's indices of a k-step
+  static constexpr int kCodePitch = Whole ? kWholeCodePitch : code_pitch(VS);
+  static constexpr int kBookBytes = E8P || Whole ? 0 : kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
   static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
   static constexpr int kDBytes = R * (kBookBytes + kCodeBytes);  // one k-step's books and indices
-  static constexpr bool kBanked = !E8P && banked_books(R);
-  static constexpr int kXStages = x_stages(R), kDStages = d_stages(R);
+  static constexpr bool kBanked = !E8P && !Whole && banked_books(R);
+  static constexpr int kXStages = Whole ? whole_x_stages(BM) : x_stages(R), kDStages = Whole ? kWholeDStages : d_stages(R);
+  // Steps per k-step and the W planes (residuals) each decodes and multiplies: whole books take
+  // the residuals one step each (NOTES), the others all of them in one step.
+  static constexpr int kSteps = Whole ? R : 1, kPlanes = Whole ? 1 : R;
   static_assert(kXBytes % 1024 == 0 && kWBytes % 1024 == 0 && kDBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary");
 };
@@ -131,23 +152,24 @@ __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
   return tile + r * kRowBytes + ((c ^ (r & 7)) << 4);
 }
 
-template <typename T, int VS, int R, int BM, bool E8P>
-__global__ void __launch_bounds__(kThreads, 2)
+template <typename T, int VS, int R, int BM, bool E8P, bool Whole>
+__global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     vq_gemm_tiled_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
                          const params p) {
-  using S = shape<VS, R, BM, E8P>;
-  constexpr int kWN = S::kWN, kXStages = S::kXStages, kDStages = S::kDStages;
+  using S = shape<VS, R, BM, E8P, Whole>;
+  constexpr int kWN = S::kWN, kXStages = S::kXStages, kDStages = S::kDStages, kPlanes = S::kPlanes;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
   // x ring, then the books-and-indices ring, then the two W buffers, then the banked book (E8P:
-  // the pattern table's 8 copies)
+  // the pattern table's 8 copies; Whole: the R books)
   auto x_tile = [&](int s) { return base + s * S::kXBytes; };
   auto d_stage = [&](int s) { return base + kXStages * S::kXBytes + s * S::kDBytes; };
   auto book = [&](int s, int r) { return d_stage(s) + r * S::kBookBytes; };
   auto code_box = [&](int s, int r) { return d_stage(s) + R * S::kBookBytes + r * S::kCodeBytes; };
-  auto w_tile = [&](int b, int r) { return base + kXStages * S::kXBytes + kDStages * S::kDBytes + (b * R + r) * S::kWBytes; };
-  const uint32_t banked = base + kXStages * S::kXBytes + kDStages * S::kDBytes + 2 * R * S::kWBytes;
-  __shared__ __align__(8) uint64_t full[kXStages + kDStages];  // a stage's copies have landed
+  auto w_tile = [&](int b, int r) { return base + kXStages * S::kXBytes + kDStages * S::kDBytes + (b * kPlanes + r) * S::kWBytes; };
+  const uint32_t banked = base + kXStages * S::kXBytes + kDStages * S::kDBytes + 2 * kPlanes * S::kWBytes;
+  // a stage's copies have landed (Whole: the last one, the books)
+  __shared__ __align__(8) uint64_t full[kXStages + kDStages + Whole];
   auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
@@ -166,10 +188,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   if constexpr (E8P)  // the pattern table (read after the barrier below)
     vq_e8p_stage<kThreads>(reinterpret_cast<uint4 *>(smem + (banked - static_cast<uint32_t>(__cvta_generic_to_shared(smem)))));
   if (tid == 0) {
-    for (int i = 0; i < kXStages + kDStages; i++) mbarrier_init(bar(i), 1);
+    for (int i = 0; i < kXStages + kDStages + Whole; i++) mbarrier_init(bar(i), 1);
     fence_mbarrier_init();
     prefetch_tensormap(&tmap_x);
     prefetch_tensormap(&tmap_codes);
+    if constexpr (Whole) {  // the books, once: read after the wait before the first decoding
+      mbarrier_arrive_expect_tx(bar(kXStages + kDStages), R * kWholeBookBytes);
+#pragma unroll
+      for (int r = 0; r < R; r++)
+        cp_async_bulk_g2s(banked + r * kWholeBookBytes, p.books + static_cast<int64_t>(r) * p.n_books * kWholeEntries * 8,
+                          kWholeBookBytes, bar(kXStages + kDStages));
+    }
   }
   __syncthreads();
   auto book_of = [&](int kt) { return scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0); };
@@ -184,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t b = book_of(kt);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      if constexpr (!E8P)
+      if constexpr (!E8P && !Whole)
         cp_async_bulk_g2s(book(s, r), p.books + ((r * p.n_books + b) * kEntries) * VS, S::kBookBytes, bar(kXStages + s));
       cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kXStages + s), kt * S::kStepCodeBytes & ~15, r * p.N + n0);
     }
@@ -218,52 +247,66 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
   const uint32_t copy_at = (lane * VS * 2) & 127;
   // All lookups first, then the stores (the shared-memory accesses keep their program order).
-  auto decode = [&](int kt, int s, int b) {
-    const uint32_t at = code_at + (kt * S::kStepCodeBytes & 15);
+  // Step `step` of k-step kt (Whole: residual `step` alone, into plane 0 of W buffer b; else every
+  // residual).
+  auto decode = [&](int kt, int step, int s, int b) {
+    if constexpr (Whole) {  // the thread's 4 indices: 48 bits at byte 6 dhalf of the k-step's 12
+      const uint32_t a = drow * S::kCodePitch + (kt * kWholeStepCodeBytes & 15) + 6 * dhalf;
+      const uint32_t word = code_box(s, step) + (a & ~3u);
+      const uint64_t bits = (static_cast<uint64_t>(ld_shared_b32(word + 4)) << 32 | ld_shared_b32(word)) >> (8 * (a & 3));
+      uint4 e[4];
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      if constexpr (E8P) {  // vectors c = 0..3 of the thread's 32 columns, each one 16-byte chunk
-        const uint2 v = ld_shared_v2(code_box(s, r) + at);
-        const vq_e8p_scale scale = vq_e8p_scale_of(__ldg(p.books + (r * p.n_books + book_of(kt)) * kVqE8pBookValues));
-        uint4 e[4];
+      for (int c = 0; c < 4; c++)
+        e[c] = ld_shared_v4(banked + step * kWholeBookBytes + static_cast<uint32_t>(bits >> (12 * c) & 0xfffu) * 16);
+#pragma unroll
+      for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, 0) + w_dst[c], e[c]);
+    } else {
+      const uint32_t at = code_at + (kt * S::kStepCodeBytes & 15);
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if constexpr (E8P) {  // vectors c = 0..3 of the thread's 32 columns, each one 16-byte chunk
+          const uint2 v = ld_shared_v2(code_box(s, r) + at);
+          const vq_e8p_scale scale = vq_e8p_scale_of(__ldg(p.books + (r * p.n_books + book_of(kt)) * kVqE8pBookValues));
+          uint4 e[4];
+#pragma unroll
+          for (int c = 0; c < 4; c++) {
+            const uint32_t w = c < 2 ? v.x : v.y, idx = c & 1 ? w >> 16 : w & 0xFFFFu;
+            e[c] = vq_e8p_entry(ld_shared_v4(banked + (idx >> 8) * 128 + (lane & 7) * 16), idx, scale);
+          }
+#pragma unroll
+          for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], e[c]);
+          continue;
+        }
+        uint32_t codes[S::kCodeWords];
+        if constexpr (S::kCodeWords == 4) {
+          const uint4 v = ld_shared_v4(code_box(s, r) + at);
+          codes[0] = v.x, codes[1] = v.y, codes[2] = v.z, codes[3] = v.w;
+        } else if constexpr (S::kCodeWords == 2) {
+          const uint2 v = ld_shared_v2(code_box(s, r) + at);
+          codes[0] = v.x, codes[1] = v.y;
+        } else {
+          codes[0] = ld_shared_b32(code_box(s, r) + at);
+        }
+        auto entry = [&](int v) {
+          const uint32_t idx = (codes[v / 4] >> (8 * (v % 4))) & 0xffu;
+          return S::kBanked ? banked + idx * 128 + copy_at : book(s, r) + idx * (VS * 2);
+        };
+        uint4 q[4];  // the thread's 16-byte chunks: vectors c * 8 / VS ...
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-          const uint32_t w = c < 2 ? v.x : v.y, idx = c & 1 ? w >> 16 : w & 0xFFFFu;
-          e[c] = vq_e8p_entry(ld_shared_v4(banked + (idx >> 8) * 128 + (lane & 7) * 16), idx, scale);
+          if constexpr (VS == 8) {
+            q[c] = ld_shared_v4(entry(c));
+          } else if constexpr (VS == 4) {
+            const uint2 e0 = ld_shared_v2(entry(2 * c)), e1 = ld_shared_v2(entry(2 * c + 1));
+            q[c] = make_uint4(e0.x, e0.y, e1.x, e1.y);
+          } else {
+            q[c] = make_uint4(ld_shared_b32(entry(4 * c)), ld_shared_b32(entry(4 * c + 1)), ld_shared_b32(entry(4 * c + 2)),
+                              ld_shared_b32(entry(4 * c + 3)));
+          }
         }
 #pragma unroll
-        for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], e[c]);
-        continue;
+        for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], q[c]);
       }
-      uint32_t codes[S::kCodeWords];
-      if constexpr (S::kCodeWords == 4) {
-        const uint4 v = ld_shared_v4(code_box(s, r) + at);
-        codes[0] = v.x, codes[1] = v.y, codes[2] = v.z, codes[3] = v.w;
-      } else if constexpr (S::kCodeWords == 2) {
-        const uint2 v = ld_shared_v2(code_box(s, r) + at);
-        codes[0] = v.x, codes[1] = v.y;
-      } else {
-        codes[0] = ld_shared_b32(code_box(s, r) + at);
-      }
-      auto entry = [&](int v) {
-        const uint32_t idx = (codes[v / 4] >> (8 * (v % 4))) & 0xffu;
-        return S::kBanked ? banked + idx * 128 + copy_at : book(s, r) + idx * (VS * 2);
-      };
-      uint4 q[4];  // the thread's 16-byte chunks: vectors c * 8 / VS ...
-#pragma unroll
-      for (int c = 0; c < 4; c++) {
-        if constexpr (VS == 8) {
-          q[c] = ld_shared_v4(entry(c));
-        } else if constexpr (VS == 4) {
-          const uint2 e0 = ld_shared_v2(entry(2 * c)), e1 = ld_shared_v2(entry(2 * c + 1));
-          q[c] = make_uint4(e0.x, e0.y, e1.x, e1.y);
-        } else {
-          q[c] = make_uint4(ld_shared_b32(entry(4 * c)), ld_shared_b32(entry(4 * c + 1)), ld_shared_b32(entry(4 * c + 2)),
-                            ld_shared_b32(entry(4 * c + 3)));
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], q[c]);
     }
   };
 
@@ -278,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < kWN / 2; i++) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < kPlanes; r++) {
       const uint64_t db = wgmma_desc_kmajor_sw128(w_tile(b, r) + wg_n * kRowBytes);
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; kk++) {  // 32 bytes of K each (+ 2 in the address field)
@@ -293,43 +336,51 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < kWN / 2; i++) wgmma_fence_operand(acc[i]);
   };
 
-  // ---- main loop (NOTES: one barrier per k-step) ----
+  // ---- main loop (NOTES: one barrier per step; a step is a k-step, or with whole books one
+  // residual of it: step q of k-step i uses W buffer (kSteps i + q) % 2) ----
+  constexpr int kSteps = S::kSteps;
   if (nk > 0) {
     if (tid == 0) {
       for (int i = 0; i < kXStages - 1 && i < nk; i++) load_x(i);
       for (int i = 0; i < kDStages - 1 && i < nk; i++) load_d(i);
     }
+    if constexpr (Whole) mbarrier_wait_parity(bar(kXStages + kDStages), 0);
     wait_d(0);
     if constexpr (S::kBanked) {
       expand(0);
       __syncthreads();
     }
-    decode(kb0, 0, 0);
+    decode(kb0, 0, 0, 0);
     fence_proxy_async_shared_cta();  // this thread's W stores, to the wgmma's proxy
     for (int i = 0; i < nk; i++) {
-      __syncthreads();
-      // Refill the stages k-step i - 1 used (its wgmma and decoding are done: waited before this
-      // barrier), run k-step i's wgmma and, while they run, decode k-step i + 1 into the other W
-      // buffer.
-      if (tid == 0) {
-        if (i + kXStages - 1 < nk) load_x(i + kXStages - 1);
-        if (i + kDStages - 1 < nk) load_d(i + kDStages - 1);
-      }
-      wait_x(i);
-      issue(i % kXStages, i % 2);
-      if (i + 1 < nk) {
-        wait_d(i + 1);
-        // A new book: every thread has decoded k-step i (before the barrier above), so the
-        // copies can be rewritten; a second barrier before they are read (uniform: it depends
-        // on the k-step only).
-        if (S::kBanked && book_of(kb0 + i + 1) != book_of(kb0 + i)) {
-          expand((i + 1) % kDStages);
-          __syncthreads();
+#pragma unroll
+      for (int q = 0; q < kSteps; q++) {
+        __syncthreads();
+        // Refill the stages k-step i - 1 used (its wgmma and decoding are done: waited before this
+        // barrier), run the step's wgmma and, while they run, decode the next step into the other
+        // W buffer.
+        if (tid == 0 && q == 0) {
+          if (i + kXStages - 1 < nk) load_x(i + kXStages - 1);
+          if (i + kDStages - 1 < nk) load_d(i + kDStages - 1);
         }
-        decode(kb0 + i + 1, (i + 1) % kDStages, (i + 1) % 2);
+        if (q == 0) wait_x(i);
+        issue(i % kXStages, (i * kSteps + q) % 2);
+        if (q + 1 < kSteps) {
+          decode(kb0 + i, q + 1, i % kDStages, (i * kSteps + q + 1) % 2);
+        } else if (i + 1 < nk) {
+          wait_d(i + 1);
+          // A new book: every thread has decoded k-step i (before the barrier above), so the
+          // copies can be rewritten; a second barrier before they are read (uniform: it depends
+          // on the k-step only).
+          if (S::kBanked && book_of(kb0 + i + 1) != book_of(kb0 + i)) {
+            expand((i + 1) % kDStages);
+            __syncthreads();
+          }
+          decode(kb0 + i + 1, 0, (i + 1) % kDStages, (i * kSteps + q + 1) % 2);
+        }
+        fence_proxy_async_shared_cta();
+        wgmma_wait_group<0>();
       }
-      fence_proxy_async_shared_cta();
-      wgmma_wait_group<0>();
     }
   }
 
@@ -384,25 +435,36 @@ __global__ void __launch_bounds__(kThreads, 2)
 using kernel_t = void (*)(CUtensorMap, CUtensorMap, params);
 
 template <typename T, int R, int BM>
-kernel_t pick(int vs) {
-  return vs == 2 ? vq_gemm_tiled_kernel<T, 2, R, BM, false> : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM, false>
-                                                                       : vq_gemm_tiled_kernel<T, 8, R, BM, false>;
+kernel_t pick(int vs, bool whole) {
+  if (whole) return vq_gemm_tiled_kernel<T, 8, R, BM, false, true>;
+  return vs == 2   ? vq_gemm_tiled_kernel<T, 2, R, BM, false, false>
+         : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM, false, false>
+                   : vq_gemm_tiled_kernel<T, 8, R, BM, false, false>;
 }
 
 template <typename T>
-kernel_t pick(int vs, int residuals, int bm) {
-  if (residuals == 1) return bm == 64 ? pick<T, 1, 64>(vs) : pick<T, 1, 128>(vs);
-  return bm == 64 ? pick<T, 2, 64>(vs) : pick<T, 2, 128>(vs);
+kernel_t pick(int vs, int residuals, int bm, bool whole) {
+  if (residuals == 1) return bm == 64 ? pick<T, 1, 64>(vs, whole) : pick<T, 1, 128>(vs, whole);
+  return bm == 64 ? pick<T, 2, 64>(vs, whole) : pick<T, 2, 128>(vs, whole);
 }
 
 kernel_t pick_e8p(int residuals, int bm) {
   if (residuals == 1)
-    return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 1, 64, true> : vq_gemm_tiled_kernel<__half, 8, 1, 128, true>;
-  return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 2, 64, true> : vq_gemm_tiled_kernel<__half, 8, 2, 128, true>;
+    return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 1, 64, true, false> : vq_gemm_tiled_kernel<__half, 8, 1, 128, true, false>;
+  return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 2, 64, true, false> : vq_gemm_tiled_kernel<__half, 8, 2, 128, true, false>;
+}
+
+// Whole books (NOTES): 12-bit indices of vectors of 8, one book per residual for the whole weight.
+bool whole_books(const qf_vq_format &f) {
+  return !f.lattice && f.index_bits == 12 && f.vector_size == 8 && f.scope_rows == 0 && f.scope_cols == 0;
 }
 
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
-size_t smem_bytes(int vs, int residuals, int bm, bool e8p) {
+size_t smem_bytes(int vs, int residuals, int bm, bool e8p, bool whole) {
+  if (whole)
+    return whole_x_stages(bm) * static_cast<size_t>(bm) * kRowBytes +
+           kWholeDStages * static_cast<size_t>(residuals) * kBN * kWholeCodePitch + 2u * kBN * kRowBytes +
+           static_cast<size_t>(residuals) * kWholeBookBytes + 1024;
   const size_t book = e8p ? 0 : kEntries * vs * 2, d_stage = static_cast<size_t>(residuals) * (book + kBN * code_pitch(vs));
   const size_t after_w = e8p ? QF_VQ_E8P_TABLE_BYTES : banked_books(residuals) ? kBankedBytes : 0;
   return x_stages(residuals) * static_cast<size_t>(bm) * kRowBytes + d_stages(residuals) * d_stage +
@@ -420,8 +482,9 @@ const char kOp[] = "qf_vq_gemm";
 extern "C" const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w) {
   using namespace vq_tiled_detail;
   const qf_vq_format &f = w->fmt;
-  if (!f.lattice && (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8)))
-    return "the tiled VQ-GeMM needs 8-bit indices and vector size 2, 4 or 8, or the E8P lattice";
+  if (!f.lattice && !whole_books(f) && (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8)))
+    return "the tiled VQ-GeMM needs 8-bit indices and vector size 2, 4 or 8, the E8P lattice, or 12-bit indices of "
+           "vector size 8 with one codebook per residual (AQLM)";
   if (f.residuals > 2) return "the tiled VQ-GeMM takes one or two residuals";
   if (x->dtype != f.entry_dtype) return "the tiled VQ-GeMM needs x of the codebook entries' type (fp16 or bf16)";
   if (reinterpret_cast<uintptr_t>(x->data) % 16 != 0 || (x->rows > 1 && x->ld % 8 != 0))
@@ -444,13 +507,13 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   if (M == 0 || N == 0) return QF_OK;
   const int bm = M <= 64 ? 64 : 128;  // rows of x per tile
   const bool bf16 = f.entry_dtype == QF_BF16;
-  const bool e8p = f.lattice == QF_VQ_LATTICE_E8P;
+  const bool e8p = f.lattice == QF_VQ_LATTICE_E8P, whole = whole_books(f);
   const kernel_t kernel = e8p    ? pick_e8p(f.residuals, bm)
-                          : bf16 ? pick<__nv_bfloat16>(f.vector_size, f.residuals, bm)
-                                 : pick<__half>(f.vector_size, f.residuals, bm);
-  const size_t smem = smem_bytes(f.vector_size, f.residuals, bm, e8p);
-  static std::atomic<uint64_t> opted_in[2][2][2][4];
-  const int vs_slot = e8p ? 3 : f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
+                          : bf16 ? pick<__nv_bfloat16>(f.vector_size, f.residuals, bm, whole)
+                                 : pick<__half>(f.vector_size, f.residuals, bm, whole);
+  const size_t smem = smem_bytes(f.vector_size, f.residuals, bm, e8p, whole);
+  static std::atomic<uint64_t> opted_in[2][2][2][5];
+  const int vs_slot = whole ? 4 : e8p ? 3 : f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
   int per_sm = 0;
   if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tiled VQ-GeMM", kernel, kThreads, smem,
                                       opted_in[bf16][f.residuals - 1][bm / 128][vs_slot], &per_sm);
@@ -463,11 +526,14 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   // each), the count with the fewest waves of resident blocks per unit of K; ties go to fewer
   // (less partial traffic). H200, GPTVQ-2: 172 tiles split 3 ways instead of 2 ran 5-22% faster;
   // 344 tiles (more than the 264 slots) split 3 ways 2% slower than whole, so those stay whole.
+  // With one block per SM (whole books) a wave is a whole round of the SMs, and tiles up to twice
+  // the SMs are split as well.
   const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
+  const int64_t split_below = per_sm == 1 ? 2 * slots : slots;
   if (splits <= 0) {
     splits = 1;
-    int64_t best_waves = 1;  // waves / splits, compared cross-multiplied
-    for (int s = 2; s <= 8 && s <= ksteps / 4 && tiles < slots && tiles <= kQfWorkspaceCounters; s++) {
+    int64_t best_waves = (tiles + slots - 1) / slots;  // waves / splits, compared cross-multiplied
+    for (int s = 2; s <= 8 && s <= ksteps / 4 && tiles < split_below && tiles <= kQfWorkspaceCounters; s++) {
       const int64_t waves = (tiles * s + slots - 1) / slots;
       if (waves * splits < best_waves * s) best_waves = waves, splits = s;
     }
@@ -477,7 +543,7 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   CUtensorMap tmap_x = {}, tmap_codes = {};
   if (qf_status st = qf_cuda_make_tmap(ctx, kOp, &tmap_x, "x", *x, bm); st != QF_OK) return st;
   if (qf_status st = qf_cuda_make_tmap_bytes(ctx, kOp, &tmap_codes, "codes", w->codes, f.residuals * N, w->sz.row_bytes,
-                                             w->sz.row_bytes, code_pitch(f.vector_size), kBN);
+                                             w->sz.row_bytes, whole ? kWholeCodePitch : code_pitch(f.vector_size), kBN);
       st != QF_OK)
     return st;
   params p = {};
@@ -510,9 +576,10 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
     used->tiles_m = tiles_m;
     used->tiles = tiles * splits;
     used->splits = splits;
-    used->books_bytes = e8p ? QF_VQ_E8P_TABLE_BYTES
-                            : static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2 +
-                                  (banked_books(f.residuals) ? kBankedBytes : 0);
+    used->books_bytes = e8p     ? QF_VQ_E8P_TABLE_BYTES
+                        : whole ? static_cast<size_t>(f.residuals) * kWholeBookBytes
+                                : static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2 +
+                                      (banked_books(f.residuals) ? kBankedBytes : 0);
     used->smem_bytes = smem;
   }
   kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_x, tmap_codes, p);

@@ -53,17 +53,20 @@
 //   per k-step (16 bytes per W row). The decoded entries equal the books', so the numerics are
 //   those below.
 // - Whole books (AQLM: 12-bit indices, vector size 8, one book of 4096 entries per residual for
-//   the whole weight, 64 KB each): thread 0 copies the books into shared memory once per block and
-//   the d ring carries indices only (a 32-byte box per row and k-step holding its 12 bytes). Two
-//   64 KB books leave no room for W tiles of both residuals in two buffers, so the k-step's
-//   residuals are decoded and multiplied one after the other (a step per residual, each with its
-//   barrier, the W double buffer holding one residual's plane); x is copied one k-step ahead at
-//   BM = 128, two at BM = 64, indices three. One block per SM (225 KB at BM = 128). A lookup is a
-//   16-byte load at a random entry of 4096: without copies to spread them, lanes collide in the
-//   banks as the plain books above do (ncu, H200, M = 64: a third of the shared-memory
-//   wavefronts are conflicts, 0.16 eligible warps per scheduler at 8 warps per SM). Running the
-//   lookups a step ahead into registers, after the step's fence, so that their latency overlapped
-//   the wgmma wait and the barrier, made every AQLM-3 row 0.6-3.8% slower (H100): not kept.
+//   the whole weight, 64 KB each) run a kernel of their own, vq_gemm_whole_kernel. Thread 0 copies
+//   the books into shared memory once per block; one ring carries the x tiles, another each
+//   k-step's indices (a 32-byte TMA box per W row and residual holding its 12 bytes, which start
+//   4-byte aligned at (12 kt) % 16), four stages each (225 KB at BM = 128: one block per SM). W
+//   never passes through shared memory: it is the wgmma's A operand, decoded from the books
+//   straight into the fragments (per residual and k-step a thread's 16 4-byte pieces of its two
+//   rows' entries), and x the B operand. The fragments are double-buffered in registers, so one
+//   barrier per k-step orders the rings, with no W tile stored, fenced and read back. A first form
+//   decoded into a W tile in shared memory as the kernel above (the books leave room for one
+//   residual's plane double-buffered: a step and a barrier per residual); the register form is
+//   1.35-1.45x faster on every AQLM-3 layer at M = 64 and 256 (H100, same call). That form was
+//   latency-bound on the decode chain (ncu, H200, M = 64: 0.16 eligible warps per scheduler at 8
+//   warps per SM, a third of the shared-memory wavefronts bank conflicts of the lookups), and its
+//   lookups run a step ahead into registers were 0.6-3.8% slower.
 // - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, or the E8P
 //   lattice, or whole books (above); one or two residuals, x of the entries' type with 16-byte
 //   aligned rows, K a multiple of 64, codebook scopes of 0 or a multiple of 128 rows and of 64
@@ -76,6 +79,7 @@
 #include "cuda/ptx/shared.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/ptx/wgmma_rs.cuh"
 #include "cuda/tma_map.h"
 #include "cuda/vq/vq_e8p.cuh"
 #include "cuda/vq/vq_gemm.cuh"
@@ -97,8 +101,6 @@ constexpr int kEntries = 256;
 constexpr int kRowBytes = kBK * 2;
 // Whole books (NOTES): 4096 entries of 8 values, 12-bit indices (12 bytes per W row and k-step).
 constexpr int kWholeEntries = 4096, kWholeBookBytes = kWholeEntries * 8 * 2, kWholeStepCodeBytes = 12;
-constexpr int whole_x_stages(int bm) { return bm == 128 ? 2 : 3; }
-constexpr int kWholeDStages = 4;
 
 // W rows of a warpgroup (its wgmma N): 64 x rows by all 128 W rows (BM = 128), or by 64 (BM = 64).
 constexpr int warpgroup_n(int bm) { return bm == 128 ? 128 : 64; }
@@ -127,21 +129,18 @@ struct params {
 
 // E8P (the lattice decoded from 16-bit indices, vq_e8p.cuh): a k-step's indices are 16 bytes
 // per W row; no books are copied (the pattern table is staged once per block, the scale is entry
-// 0 of each book). Whole: 12-bit indices, books staged once per block (NOTES).
-template <int VS, int R, int BM, bool E8P, bool Whole>
+// 0 of each book).
+template <int VS, int R, int BM, bool E8P>
 struct shape {
   static constexpr int kWN = warpgroup_n(BM);
   static constexpr int kCodeWords = E8P ? 2 : 8 / VS;  // a thread's 32 columns of 8-bit (E8P: 16-bit) indices
-  static constexpr int kStepCodeBytes = E8P ? 16 : Whole ? kWholeStepCodeBytes : 64 / VS;  // a W row's indices of a k-step
-  static constexpr int kCodePitch = Whole ? kWholeCodePitch : code_pitch(VS);
-  static constexpr int kBookBytes = E8P || Whole ? 0 : kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
+  static constexpr int kStepCodeBytes = E8P ? 16 : 64 / VS;  // a W row's indices of a k-step
+  static constexpr int kCodePitch = code_pitch(VS);
+  static constexpr int kBookBytes = E8P ? 0 : kEntries * VS * 2, kCodeBytes = kBN * kCodePitch;
   static constexpr int kXBytes = BM * kRowBytes, kWBytes = kBN * kRowBytes;
   static constexpr int kDBytes = R * (kBookBytes + kCodeBytes);  // one k-step's books and indices
-  static constexpr bool kBanked = !E8P && !Whole && banked_books(R);
-  static constexpr int kXStages = Whole ? whole_x_stages(BM) : x_stages(R), kDStages = Whole ? kWholeDStages : d_stages(R);
-  // Steps per k-step and the W planes (residuals) each decodes and multiplies: whole books take
-  // the residuals one step each (NOTES), the others all of them in one step.
-  static constexpr int kSteps = Whole ? R : 1, kPlanes = Whole ? 1 : R;
+  static constexpr bool kBanked = !E8P && banked_books(R);
+  static constexpr int kXStages = x_stages(R), kDStages = d_stages(R);
   static_assert(kXBytes % 1024 == 0 && kWBytes % 1024 == 0 && kDBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary");
 };
@@ -152,24 +151,23 @@ __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
   return tile + r * kRowBytes + ((c ^ (r & 7)) << 4);
 }
 
-template <typename T, int VS, int R, int BM, bool E8P, bool Whole>
-__global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
+template <typename T, int VS, int R, int BM, bool E8P>
+__global__ void __launch_bounds__(kThreads, 2)
     vq_gemm_tiled_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
                          const params p) {
-  using S = shape<VS, R, BM, E8P, Whole>;
-  constexpr int kWN = S::kWN, kXStages = S::kXStages, kDStages = S::kDStages, kPlanes = S::kPlanes;
+  using S = shape<VS, R, BM, E8P>;
+  constexpr int kWN = S::kWN, kXStages = S::kXStages, kDStages = S::kDStages;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
   // x ring, then the books-and-indices ring, then the two W buffers, then the banked book (E8P:
-  // the pattern table's 8 copies; Whole: the R books)
+  // the pattern table's 8 copies)
   auto x_tile = [&](int s) { return base + s * S::kXBytes; };
   auto d_stage = [&](int s) { return base + kXStages * S::kXBytes + s * S::kDBytes; };
   auto book = [&](int s, int r) { return d_stage(s) + r * S::kBookBytes; };
   auto code_box = [&](int s, int r) { return d_stage(s) + R * S::kBookBytes + r * S::kCodeBytes; };
-  auto w_tile = [&](int b, int r) { return base + kXStages * S::kXBytes + kDStages * S::kDBytes + (b * kPlanes + r) * S::kWBytes; };
-  const uint32_t banked = base + kXStages * S::kXBytes + kDStages * S::kDBytes + 2 * kPlanes * S::kWBytes;
-  // a stage's copies have landed (Whole: the last one, the books)
-  __shared__ __align__(8) uint64_t full[kXStages + kDStages + Whole];
+  auto w_tile = [&](int b, int r) { return base + kXStages * S::kXBytes + kDStages * S::kDBytes + (b * R + r) * S::kWBytes; };
+  const uint32_t banked = base + kXStages * S::kXBytes + kDStages * S::kDBytes + 2 * R * S::kWBytes;
+  __shared__ __align__(8) uint64_t full[kXStages + kDStages];  // a stage's copies have landed
   auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
@@ -188,17 +186,10 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
   if constexpr (E8P)  // the pattern table (read after the barrier below)
     vq_e8p_stage<kThreads>(reinterpret_cast<uint4 *>(smem + (banked - static_cast<uint32_t>(__cvta_generic_to_shared(smem)))));
   if (tid == 0) {
-    for (int i = 0; i < kXStages + kDStages + Whole; i++) mbarrier_init(bar(i), 1);
+    for (int i = 0; i < kXStages + kDStages; i++) mbarrier_init(bar(i), 1);
     fence_mbarrier_init();
     prefetch_tensormap(&tmap_x);
     prefetch_tensormap(&tmap_codes);
-    if constexpr (Whole) {  // the books, once: read after the wait before the first decoding
-      mbarrier_arrive_expect_tx(bar(kXStages + kDStages), R * kWholeBookBytes);
-#pragma unroll
-      for (int r = 0; r < R; r++)
-        cp_async_bulk_g2s(banked + r * kWholeBookBytes, p.books + static_cast<int64_t>(r) * p.n_books * kWholeEntries * 8,
-                          kWholeBookBytes, bar(kXStages + kDStages));
-    }
   }
   __syncthreads();
   auto book_of = [&](int kt) { return scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0); };
@@ -213,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     const int64_t b = book_of(kt);
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      if constexpr (!E8P && !Whole)
+      if constexpr (!E8P)
         cp_async_bulk_g2s(book(s, r), p.books + ((r * p.n_books + b) * kEntries) * VS, S::kBookBytes, bar(kXStages + s));
       cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kXStages + s), kt * S::kStepCodeBytes & ~15, r * p.N + n0);
     }
@@ -247,66 +238,52 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
   };
   const uint32_t copy_at = (lane * VS * 2) & 127;
   // All lookups first, then the stores (the shared-memory accesses keep their program order).
-  // Step `step` of k-step kt (Whole: residual `step` alone, into plane 0 of W buffer b; else every
-  // residual).
-  auto decode = [&](int kt, int step, int s, int b) {
-    if constexpr (Whole) {  // the thread's 4 indices: 48 bits at byte 6 dhalf of the k-step's 12
-      const uint32_t a = drow * S::kCodePitch + (kt * kWholeStepCodeBytes & 15) + 6 * dhalf;
-      const uint32_t word = code_box(s, step) + (a & ~3u);
-      const uint64_t bits = (static_cast<uint64_t>(ld_shared_b32(word + 4)) << 32 | ld_shared_b32(word)) >> (8 * (a & 3));
-      uint4 e[4];
+  auto decode = [&](int kt, int s, int b) {
+    const uint32_t at = code_at + (kt * S::kStepCodeBytes & 15);
 #pragma unroll
-      for (int c = 0; c < 4; c++)
-        e[c] = ld_shared_v4(banked + step * kWholeBookBytes + static_cast<uint32_t>(bits >> (12 * c) & 0xfffu) * 16);
-#pragma unroll
-      for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, 0) + w_dst[c], e[c]);
-    } else {
-      const uint32_t at = code_at + (kt * S::kStepCodeBytes & 15);
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        if constexpr (E8P) {  // vectors c = 0..3 of the thread's 32 columns, each one 16-byte chunk
-          const uint2 v = ld_shared_v2(code_box(s, r) + at);
-          const vq_e8p_scale scale = vq_e8p_scale_of(__ldg(p.books + (r * p.n_books + book_of(kt)) * kVqE8pBookValues));
-          uint4 e[4];
-#pragma unroll
-          for (int c = 0; c < 4; c++) {
-            const uint32_t w = c < 2 ? v.x : v.y, idx = c & 1 ? w >> 16 : w & 0xFFFFu;
-            e[c] = vq_e8p_entry(ld_shared_v4(banked + (idx >> 8) * 128 + (lane & 7) * 16), idx, scale);
-          }
-#pragma unroll
-          for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], e[c]);
-          continue;
-        }
-        uint32_t codes[S::kCodeWords];
-        if constexpr (S::kCodeWords == 4) {
-          const uint4 v = ld_shared_v4(code_box(s, r) + at);
-          codes[0] = v.x, codes[1] = v.y, codes[2] = v.z, codes[3] = v.w;
-        } else if constexpr (S::kCodeWords == 2) {
-          const uint2 v = ld_shared_v2(code_box(s, r) + at);
-          codes[0] = v.x, codes[1] = v.y;
-        } else {
-          codes[0] = ld_shared_b32(code_box(s, r) + at);
-        }
-        auto entry = [&](int v) {
-          const uint32_t idx = (codes[v / 4] >> (8 * (v % 4))) & 0xffu;
-          return S::kBanked ? banked + idx * 128 + copy_at : book(s, r) + idx * (VS * 2);
-        };
-        uint4 q[4];  // the thread's 16-byte chunks: vectors c * 8 / VS ...
+    for (int r = 0; r < R; r++) {
+      if constexpr (E8P) {  // vectors c = 0..3 of the thread's 32 columns, each one 16-byte chunk
+        const uint2 v = ld_shared_v2(code_box(s, r) + at);
+        const vq_e8p_scale scale = vq_e8p_scale_of(__ldg(p.books + (r * p.n_books + book_of(kt)) * kVqE8pBookValues));
+        uint4 e[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-          if constexpr (VS == 8) {
-            q[c] = ld_shared_v4(entry(c));
-          } else if constexpr (VS == 4) {
-            const uint2 e0 = ld_shared_v2(entry(2 * c)), e1 = ld_shared_v2(entry(2 * c + 1));
-            q[c] = make_uint4(e0.x, e0.y, e1.x, e1.y);
-          } else {
-            q[c] = make_uint4(ld_shared_b32(entry(4 * c)), ld_shared_b32(entry(4 * c + 1)), ld_shared_b32(entry(4 * c + 2)),
-                              ld_shared_b32(entry(4 * c + 3)));
-          }
+          const uint32_t w = c < 2 ? v.x : v.y, idx = c & 1 ? w >> 16 : w & 0xFFFFu;
+          e[c] = vq_e8p_entry(ld_shared_v4(banked + (idx >> 8) * 128 + (lane & 7) * 16), idx, scale);
         }
 #pragma unroll
-        for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], q[c]);
+        for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], e[c]);
+        continue;
       }
+      uint32_t codes[S::kCodeWords];
+      if constexpr (S::kCodeWords == 4) {
+        const uint4 v = ld_shared_v4(code_box(s, r) + at);
+        codes[0] = v.x, codes[1] = v.y, codes[2] = v.z, codes[3] = v.w;
+      } else if constexpr (S::kCodeWords == 2) {
+        const uint2 v = ld_shared_v2(code_box(s, r) + at);
+        codes[0] = v.x, codes[1] = v.y;
+      } else {
+        codes[0] = ld_shared_b32(code_box(s, r) + at);
+      }
+      auto entry = [&](int v) {
+        const uint32_t idx = (codes[v / 4] >> (8 * (v % 4))) & 0xffu;
+        return S::kBanked ? banked + idx * 128 + copy_at : book(s, r) + idx * (VS * 2);
+      };
+      uint4 q[4];  // the thread's 16-byte chunks: vectors c * 8 / VS ...
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        if constexpr (VS == 8) {
+          q[c] = ld_shared_v4(entry(c));
+        } else if constexpr (VS == 4) {
+          const uint2 e0 = ld_shared_v2(entry(2 * c)), e1 = ld_shared_v2(entry(2 * c + 1));
+          q[c] = make_uint4(e0.x, e0.y, e1.x, e1.y);
+        } else {
+          q[c] = make_uint4(ld_shared_b32(entry(4 * c)), ld_shared_b32(entry(4 * c + 1)), ld_shared_b32(entry(4 * c + 2)),
+                            ld_shared_b32(entry(4 * c + 3)));
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < 4; c++) st_shared_v4(w_tile(b, r) + w_dst[c], q[c]);
     }
   };
 
@@ -321,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     for (int i = 0; i < kWN / 2; i++) wgmma_fence_operand(acc[i]);
     wgmma_fence();
 #pragma unroll
-    for (int r = 0; r < kPlanes; r++) {
+    for (int r = 0; r < R; r++) {
       const uint64_t db = wgmma_desc_kmajor_sw128(w_tile(b, r) + wg_n * kRowBytes);
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; kk++) {  // 32 bytes of K each (+ 2 in the address field)
@@ -336,51 +313,43 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     for (int i = 0; i < kWN / 2; i++) wgmma_fence_operand(acc[i]);
   };
 
-  // ---- main loop (NOTES: one barrier per step; a step is a k-step, or with whole books one
-  // residual of it: step q of k-step i uses W buffer (kSteps i + q) % 2) ----
-  constexpr int kSteps = S::kSteps;
+  // ---- main loop (NOTES: one barrier per k-step) ----
   if (nk > 0) {
     if (tid == 0) {
       for (int i = 0; i < kXStages - 1 && i < nk; i++) load_x(i);
       for (int i = 0; i < kDStages - 1 && i < nk; i++) load_d(i);
     }
-    if constexpr (Whole) mbarrier_wait_parity(bar(kXStages + kDStages), 0);
     wait_d(0);
     if constexpr (S::kBanked) {
       expand(0);
       __syncthreads();
     }
-    decode(kb0, 0, 0, 0);
+    decode(kb0, 0, 0);
     fence_proxy_async_shared_cta();  // this thread's W stores, to the wgmma's proxy
     for (int i = 0; i < nk; i++) {
-#pragma unroll
-      for (int q = 0; q < kSteps; q++) {
-        __syncthreads();
-        // Refill the stages k-step i - 1 used (its wgmma and decoding are done: waited before this
-        // barrier), run the step's wgmma and, while they run, decode the next step into the other
-        // W buffer.
-        if (tid == 0 && q == 0) {
-          if (i + kXStages - 1 < nk) load_x(i + kXStages - 1);
-          if (i + kDStages - 1 < nk) load_d(i + kDStages - 1);
-        }
-        if (q == 0) wait_x(i);
-        issue(i % kXStages, (i * kSteps + q) % 2);
-        if (q + 1 < kSteps) {
-          decode(kb0 + i, q + 1, i % kDStages, (i * kSteps + q + 1) % 2);
-        } else if (i + 1 < nk) {
-          wait_d(i + 1);
-          // A new book: every thread has decoded k-step i (before the barrier above), so the
-          // copies can be rewritten; a second barrier before they are read (uniform: it depends
-          // on the k-step only).
-          if (S::kBanked && book_of(kb0 + i + 1) != book_of(kb0 + i)) {
-            expand((i + 1) % kDStages);
-            __syncthreads();
-          }
-          decode(kb0 + i + 1, 0, (i + 1) % kDStages, (i * kSteps + q + 1) % 2);
-        }
-        fence_proxy_async_shared_cta();
-        wgmma_wait_group<0>();
+      __syncthreads();
+      // Refill the stages k-step i - 1 used (its wgmma and decoding are done: waited before this
+      // barrier), run k-step i's wgmma and, while they run, decode k-step i + 1 into the other W
+      // buffer.
+      if (tid == 0) {
+        if (i + kXStages - 1 < nk) load_x(i + kXStages - 1);
+        if (i + kDStages - 1 < nk) load_d(i + kDStages - 1);
       }
+      wait_x(i);
+      issue(i % kXStages, i % 2);
+      if (i + 1 < nk) {
+        wait_d(i + 1);
+        // A new book: every thread has decoded k-step i (before the barrier above), so the
+        // copies can be rewritten; a second barrier before they are read (uniform: it depends
+        // on the k-step only).
+        if (S::kBanked && book_of(kb0 + i + 1) != book_of(kb0 + i)) {
+          expand((i + 1) % kDStages);
+          __syncthreads();
+        }
+        decode(kb0 + i + 1, (i + 1) % kDStages, (i + 1) % 2);
+      }
+      fence_proxy_async_shared_cta();
+      wgmma_wait_group<0>();
     }
   }
 
@@ -432,14 +401,204 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
   }
 }
 
+// ---- whole books (NOTES): W the wgmma's A operand, decoded from the books straight into its
+// fragments; x the B operand from the x ring ----
+constexpr int kWholeXStages = 4, kWholeDStages = 4;
+
+template <typename T, int R, int BM>
+__global__ void __launch_bounds__(kThreads, 1)
+    vq_gemm_whole_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
+                         const params p) {
+  constexpr int kXBytes = BM * kRowBytes, kCodeBytes = kBN * kWholeCodePitch, kDBytes = R * kCodeBytes;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
+  // x ring, then the indices ring, then the R books
+  auto x_tile = [&](int s) { return base + s * kXBytes; };
+  auto code_box = [&](int s, int r) { return base + kWholeXStages * kXBytes + s * kDBytes + r * kCodeBytes; };
+  const uint32_t books = base + kWholeXStages * kXBytes + kWholeDStages * kDBytes;
+  __shared__ __align__(8) uint64_t full[kWholeXStages + kWholeDStages + 1];  // stages, then the books
+  auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
+  constexpr int kBooksBar = kWholeXStages + kWholeDStages;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
+  const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
+  const int m0 = (tile % p.tiles_m) * BM, n0 = (tile / p.tiles_m) * kBN;
+  const int kb0 = static_cast<int>(static_cast<int64_t>(p.ksteps) * split / p.splits);
+  const int kb1 = static_cast<int>(static_cast<int64_t>(p.ksteps) * (split + 1) / p.splits);
+  const int nk = kb1 - kb0;
+
+  if (tid == 0) {
+    for (int i = 0; i <= kBooksBar; i++) mbarrier_init(bar(i), 1);
+    fence_mbarrier_init();
+    prefetch_tensormap(&tmap_x);
+    prefetch_tensormap(&tmap_codes);
+    mbarrier_arrive_expect_tx(bar(kBooksBar), R * kWholeBookBytes);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      cp_async_bulk_g2s(books + r * kWholeBookBytes, p.books + static_cast<int64_t>(r) * p.n_books * kWholeEntries * 8,
+                        kWholeBookBytes, bar(kBooksBar));
+  }
+  __syncthreads();
+  // k-step i's x tile into x stage i % 4, its indices (a 32-byte box per W row and residual) into
+  // stage i % 4 of the indices ring
+  auto load_x = [&](int i) {
+    const int s = i % kWholeXStages;
+    mbarrier_arrive_expect_tx(bar(s), kXBytes);
+    cp_async_bulk_tensor_2d_g2s(x_tile(s), &tmap_x, bar(s), (kb0 + i) * kBK, m0);
+  };
+  auto load_d = [&](int i) {
+    const int s = i % kWholeDStages, kt = kb0 + i;
+    mbarrier_arrive_expect_tx(bar(kWholeXStages + s), kDBytes);
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kWholeXStages + s), kt * kWholeStepCodeBytes & ~15,
+                                  r * p.N + n0);
+  };
+  auto wait_x = [&](int i) { mbarrier_wait_parity(bar(i % kWholeXStages), (i / kWholeXStages) & 1); };
+  auto wait_d = [&](int i) { mbarrier_wait_parity(bar(kWholeXStages + i % kWholeDStages), (i / kWholeDStages) & 1); };
+
+  // ---- decoding into A fragments: thread (g, c) = (lane / 4, lane % 4) of warp w of its
+  // warpgroup holds tile rows 64 wg + 16 w + g (+ 8) and, per 16 columns kk of a k-step, columns
+  // 2c, 2c + 1 (+ 8): 4 bytes of the entries of vectors 2 kk and 2 kk + 1 of each row ----
+  const int g = lane / 4, c = lane % 4, wrow = 64 * wg + 16 * (warp % 4) + g;
+  auto decode = [&](int i, uint32_t(&a)[R][4][4]) {
+    const int s = i % kWholeDStages;
+    const uint32_t o = (kb0 + i) * kWholeStepCodeBytes & 15;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {  // row wrow + 8 h: its 8 indices, 96 bits from byte o
+        const uint32_t at = code_box(s, r) + (wrow + 8 * h) * kWholeCodePitch + o;
+        const uint32_t w[3] = {ld_shared_b32(at), ld_shared_b32(at + 4), ld_shared_b32(at + 8)};
+        uint32_t idx[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          const int bit = 12 * j, word = bit / 32, sh = bit % 32;
+          idx[j] = (sh <= 20 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & 0xfffu;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          a[r][kk][h] = ld_shared_b32(books + r * kWholeBookBytes + idx[2 * kk] * 16 + 4 * c);
+          a[r][kk][2 + h] = ld_shared_b32(books + r * kWholeBookBytes + idx[2 * kk + 1] * 16 + 4 * c);
+        }
+      }
+  };
+  // Keeps fragments that a wgmma in flight reads in their registers until a wait shows it done.
+  auto hold = [](uint32_t(&a)[R][4][4]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) wgmma_fence_operand(a[r][kk][j]);
+  };
+
+  float acc[BM / 2];
+#pragma unroll
+  for (int i = 0; i < BM / 2; i++) acc[i] = 0.0f;
+  // k-step i: its wgmma from `cur`; once k-step i - 1's are done in every warp (its x stage,
+  // indices and fragments `nxt` free), refill those stages and decode k-step i + 1 into `nxt`.
+  auto step = [&](int i, uint32_t(&cur)[R][4][4], uint32_t(&nxt)[R][4][4]) {
+    wait_x(i);
+#pragma unroll
+    for (int j = 0; j < BM / 2; j++) wgmma_fence_operand(acc[j]);
+    wgmma_fence();
+    const uint64_t db = wgmma_desc_kmajor_sw128(x_tile(i % kWholeXStages));
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {  // 32 bytes of K each (+ 2 in the address field)
+        if constexpr (std::is_same_v<T, __half>)
+          wgmma_m64k16_f32_f16_rs_kmajor<BM>(acc, cur[r][kk], db + 2 * kk, 1);
+        else
+          wgmma_m64k16_f32_bf16_rs_kmajor<BM>(acc, cur[r][kk], db + 2 * kk, 1);
+      }
+    wgmma_commit_group();
+    wgmma_wait_group<1>();
+#pragma unroll
+    for (int j = 0; j < BM / 2; j++) wgmma_fence_operand(acc[j]);
+    hold(nxt);
+    __syncthreads();
+    if (tid == 0 && i > 0) {
+      if (i - 1 + kWholeXStages < nk) load_x(i - 1 + kWholeXStages);
+      if (i - 1 + kWholeDStages < nk) load_d(i - 1 + kWholeDStages);
+    }
+    if (i + 1 < nk) {
+      wait_d(i + 1);
+      decode(i + 1, nxt);
+    }
+  };
+  if (nk > 0) {
+    if (tid == 0) {
+      for (int i = 0; i < kWholeXStages && i < nk; i++) load_x(i);
+      for (int i = 0; i < kWholeDStages && i < nk; i++) load_d(i);
+    }
+    uint32_t a0[R][4][4], a1[R][4][4];
+    mbarrier_wait_parity(bar(kBooksBar), 0);
+    wait_d(0);
+    decode(0, a0);
+    for (int i = 0; i < nk; i += 2) {
+      step(i, a0, a1);
+      if (i + 1 < nk) step(i + 1, a1, a0);
+    }
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int j = 0; j < BM / 2; j++) wgmma_fence_operand(acc[j]);
+  }
+
+  // ---- split-K, as the tiled kernel ----
+  if (p.splits > 1) {
+    constexpr int kSlots = BM / 8 * kThreads;  // float4 per unit
+    float4 *part = reinterpret_cast<float4 *>(p.partials) + static_cast<int64_t>(tile) * p.splits * kSlots;
+#pragma unroll
+    for (int j = 0; j < BM / 8; j++)
+      __stcg(part + static_cast<int64_t>(split) * kSlots + j * kThreads + tid,
+             make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+    if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
+#pragma unroll
+    for (int j = 0; j < BM / 8; j++)
+      for (int other = 0; other < p.splits; other++) {
+        const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + j * kThreads + tid);
+        if (other == 0) {
+          acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
+        } else {
+          acc[4 * j] = __fadd_rn(acc[4 * j], v.x), acc[4 * j + 1] = __fadd_rn(acc[4 * j + 1], v.y);
+          acc[4 * j + 2] = __fadd_rn(acc[4 * j + 2], v.z), acc[4 * j + 3] = __fadd_rn(acc[4 * j + 3], v.w);
+        }
+      }
+    if (tid == 0) p.counters[tile] = 0;
+  }
+
+  // ---- y = row scale x sum: acc[4 j + 2 h + e] is W row wrow + 8 h by x row 8 j + 2 c + e ----
+  auto store_y = [&](auto *y) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int n = n0 + wrow + 8 * h;
+      if (n >= p.N) continue;
+      const float sc = p.scales ? p.scales[n] : 1.0f;
+#pragma unroll
+      for (int j = 0; j < BM / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int m = m0 + 8 * j + 2 * c + e;
+          if (m < p.M) vq_store(y + m * p.y_ld + n, p.scales ? acc[4 * j + 2 * h + e] * sc : acc[4 * j + 2 * h + e]);
+        }
+    }
+  };
+  switch (p.y_dtype) {
+    case QF_BF16: store_y(static_cast<__nv_bfloat16 *>(p.y)); break;
+    case QF_F16: store_y(static_cast<__half *>(p.y)); break;
+    default: store_y(static_cast<float *>(p.y)); break;
+  }
+}
+
 using kernel_t = void (*)(CUtensorMap, CUtensorMap, params);
 
 template <typename T, int R, int BM>
 kernel_t pick(int vs, bool whole) {
-  if (whole) return vq_gemm_tiled_kernel<T, 8, R, BM, false, true>;
-  return vs == 2   ? vq_gemm_tiled_kernel<T, 2, R, BM, false, false>
-         : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM, false, false>
-                   : vq_gemm_tiled_kernel<T, 8, R, BM, false, false>;
+  if (whole) return vq_gemm_whole_kernel<T, R, BM>;
+  return vs == 2 ? vq_gemm_tiled_kernel<T, 2, R, BM, false> : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM, false>
+                                                                     : vq_gemm_tiled_kernel<T, 8, R, BM, false>;
 }
 
 template <typename T>
@@ -450,8 +609,8 @@ kernel_t pick(int vs, int residuals, int bm, bool whole) {
 
 kernel_t pick_e8p(int residuals, int bm) {
   if (residuals == 1)
-    return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 1, 64, true, false> : vq_gemm_tiled_kernel<__half, 8, 1, 128, true, false>;
-  return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 2, 64, true, false> : vq_gemm_tiled_kernel<__half, 8, 2, 128, true, false>;
+    return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 1, 64, true> : vq_gemm_tiled_kernel<__half, 8, 1, 128, true>;
+  return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 2, 64, true> : vq_gemm_tiled_kernel<__half, 8, 2, 128, true>;
 }
 
 // Whole books (NOTES): 12-bit indices of vectors of 8, one book per residual for the whole weight.
@@ -462,8 +621,8 @@ bool whole_books(const qf_vq_format &f) {
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
 size_t smem_bytes(int vs, int residuals, int bm, bool e8p, bool whole) {
   if (whole)
-    return whole_x_stages(bm) * static_cast<size_t>(bm) * kRowBytes +
-           kWholeDStages * static_cast<size_t>(residuals) * kBN * kWholeCodePitch + 2u * kBN * kRowBytes +
+    return kWholeXStages * static_cast<size_t>(bm) * kRowBytes +
+           kWholeDStages * static_cast<size_t>(residuals) * kBN * kWholeCodePitch +
            static_cast<size_t>(residuals) * kWholeBookBytes + 1024;
   const size_t book = e8p ? 0 : kEntries * vs * 2, d_stage = static_cast<size_t>(residuals) * (book + kBN * code_pitch(vs));
   const size_t after_w = e8p ? QF_VQ_E8P_TABLE_BYTES : banked_books(residuals) ? kBankedBytes : 0;

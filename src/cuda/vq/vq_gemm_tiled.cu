@@ -63,7 +63,7 @@
 //   barrier per k-step orders the rings, with no W tile stored, fenced and read back. A first form
 //   decoded into a W tile in shared memory as the kernel above (the books leave room for one
 //   residual's plane double-buffered: a step and a barrier per residual); the register form is
-//   1.35-1.45x faster on every AQLM-3 layer at M = 64 and 256 (H100, same call). That form was
+//   1.29-1.44x faster on every AQLM-3 layer at M = 64 and 256 (H100, same call). That form was
 //   latency-bound on the decode chain (ncu, H200, M = 64: 0.16 eligible warps per scheduler at 8
 //   warps per SM, a third of the shared-memory wavefronts bank conflicts of the lookups), and its
 //   lookups run a step ahead into registers were 0.6-3.8% slower.

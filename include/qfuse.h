@@ -607,12 +607,12 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * shared-memory table, then one lookup per vector of a row, the 8 lookups of a chunk added in a
  * fixed tree and the chunks in order (split-K as above). For M = 1 with books per tile of W,
  * 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type, fp16 or bf16 y, K and the
- * scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a table of the entries' products with x built on
- * the tensor cores, each value the fp32 sum of an entry's 4 exact products rounded to the
- * entries' type (fp16 values beyond 65504 are infinite), one lookup per vector, the lookups
- * widened and added in fp32 in order (split-K as above); with fp32 y the banked GeMV runs. The
- * environment variable QF_VQ_BOOKS (auto, global, shared, banked, tiled, lut, registers) forces the codebook placement of
- * the CUDA kernels for the ablation (docs/VQ.md). */
+ * scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a table of the
+ * entries' products with x built on the tensor cores, each value the fp32 sum of an entry's 4
+ * exact products rounded to the entries' type (fp16 values beyond 65504 are infinite), one lookup
+ * per vector, the lookups widened and added in fp32 in order (split-K as above); with fp32 y the
+ * banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global, shared, banked, tiled,
+ * lut, registers) forces the codebook placement of the CUDA kernels for the ablation (docs/VQ.md). */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
 

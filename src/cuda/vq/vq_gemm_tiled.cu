@@ -151,6 +151,48 @@ __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
   return tile + r * kRowBytes + ((c ^ (r & 7)) << 4);
 }
 
+// A block's unit: its tile (x rows from m0, W rows from n0) and its split's k-steps [kb0, kb0 + nk).
+struct unit {
+  int tile, split, m0, n0, kb0, nk;
+};
+template <int BM>
+__device__ __forceinline__ unit unit_of(const params &p) {
+  unit u;
+  u.tile = blockIdx.x / p.splits, u.split = blockIdx.x % p.splits;
+  u.m0 = (u.tile % p.tiles_m) * BM, u.n0 = (u.tile / p.tiles_m) * kBN;
+  u.kb0 = static_cast<int>(static_cast<int64_t>(p.ksteps) * u.split / p.splits);
+  u.nk = static_cast<int>(static_cast<int64_t>(p.ksteps) * (u.split + 1) / p.splits) - u.kb0;
+  return u;
+}
+
+// Split-K (NOTES): leaves a unit's kAcc accumulators per thread as its fp32 partial (thread-major
+// 16-byte words); in the tile's last unit to count, sets acc to the sum of all units' partials in
+// split order, puts the counter back to zero and returns true; false in the others.
+template <int kAcc>
+__device__ __forceinline__ bool tiled_split_sum(float (&acc)[kAcc], const params &p, int tile, int split) {
+  const int tid = threadIdx.x;
+  constexpr int kSlots = kAcc / 4 * kThreads;  // float4 per unit
+  float4 *part = reinterpret_cast<float4 *>(p.partials) + static_cast<int64_t>(tile) * p.splits * kSlots;
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; j++)
+    __stcg(part + static_cast<int64_t>(split) * kSlots + j * kThreads + tid,
+           make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+  if (!vq_split_counted_last(p.counters + tile, p.splits)) return false;
+#pragma unroll
+  for (int j = 0; j < kAcc / 4; j++)
+    for (int other = 0; other < p.splits; other++) {
+      const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + j * kThreads + tid);
+      if (other == 0) {
+        acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
+      } else {
+        acc[4 * j] = __fadd_rn(acc[4 * j], v.x), acc[4 * j + 1] = __fadd_rn(acc[4 * j + 1], v.y);
+        acc[4 * j + 2] = __fadd_rn(acc[4 * j + 2], v.z), acc[4 * j + 3] = __fadd_rn(acc[4 * j + 3], v.w);
+      }
+    }
+  if (tid == 0) p.counters[tile] = 0;
+  return true;
+}
+
 template <typename T, int VS, int R, int BM, bool E8P>
 __global__ void __launch_bounds__(kThreads, 2)
     vq_gemm_tiled_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
@@ -171,11 +213,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
-  const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
-  const int m0 = (tile % p.tiles_m) * BM, n0 = (tile / p.tiles_m) * kBN;
-  const int kb0 = static_cast<int>(static_cast<int64_t>(p.ksteps) * split / p.splits);
-  const int kb1 = static_cast<int>(static_cast<int64_t>(p.ksteps) * (split + 1) / p.splits);
-  const int nk = kb1 - kb0;
+  const unit u = unit_of<BM>(p);
+  const int tile = u.tile, split = u.split, m0 = u.m0, n0 = u.n0, kb0 = u.kb0, nk = u.nk;
   const int64_t scope_book = static_cast<int64_t>(p.scope_rows ? n0 / p.scope_rows : 0) * p.books_per_row;
 
   // ---- the rings: thread 0 copies k-step kt's x tile (TMA, the 128-byte swizzle; rows past M
@@ -354,27 +393,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   // ---- split-K: leave the partial; the tile's last unit adds them all in split order ----
-  if (p.splits > 1) {
-    constexpr int kSlots = kWN / 8 * kThreads;  // float4 per unit
-    float4 *part = reinterpret_cast<float4 *>(p.partials) + static_cast<int64_t>(tile) * p.splits * kSlots;
-#pragma unroll
-    for (int j = 0; j < kWN / 8; j++)
-      __stcg(part + static_cast<int64_t>(split) * kSlots + j * kThreads + tid,
-             make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
-    if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
-#pragma unroll
-    for (int j = 0; j < kWN / 8; j++)
-      for (int other = 0; other < p.splits; other++) {
-        const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + j * kThreads + tid);
-        if (other == 0) {
-          acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
-        } else {
-          acc[4 * j] = __fadd_rn(acc[4 * j], v.x), acc[4 * j + 1] = __fadd_rn(acc[4 * j + 1], v.y);
-          acc[4 * j + 2] = __fadd_rn(acc[4 * j + 2], v.z), acc[4 * j + 3] = __fadd_rn(acc[4 * j + 3], v.w);
-        }
-      }
-    if (tid == 0) p.counters[tile] = 0;
-  }
+  if (p.splits > 1 && !tiled_split_sum(acc, p, tile, split)) return;
 
   // ---- y = row scale x sum: thread (g, t) of warp w of its warpgroup holds x rows 16 w + g (+ 8)
   // by W rows 8 j + 2 t (+ 1) of the warpgroup's block (the wgmma accumulator layout) ----
@@ -421,11 +440,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kBooksBar = kWholeXStages + kWholeDStages;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
-  const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
-  const int m0 = (tile % p.tiles_m) * BM, n0 = (tile / p.tiles_m) * kBN;
-  const int kb0 = static_cast<int>(static_cast<int64_t>(p.ksteps) * split / p.splits);
-  const int kb1 = static_cast<int>(static_cast<int64_t>(p.ksteps) * (split + 1) / p.splits);
-  const int nk = kb1 - kb0;
+  const unit u = unit_of<BM>(p);
+  const int tile = u.tile, split = u.split, m0 = u.m0, n0 = u.n0, kb0 = u.kb0, nk = u.nk;
 
   if (tid == 0) {
     for (int i = 0; i <= kBooksBar; i++) mbarrier_init(bar(i), 1);
@@ -547,27 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- split-K, as the tiled kernel ----
-  if (p.splits > 1) {
-    constexpr int kSlots = BM / 8 * kThreads;  // float4 per unit
-    float4 *part = reinterpret_cast<float4 *>(p.partials) + static_cast<int64_t>(tile) * p.splits * kSlots;
-#pragma unroll
-    for (int j = 0; j < BM / 8; j++)
-      __stcg(part + static_cast<int64_t>(split) * kSlots + j * kThreads + tid,
-             make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
-    if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
-#pragma unroll
-    for (int j = 0; j < BM / 8; j++)
-      for (int other = 0; other < p.splits; other++) {
-        const float4 v = __ldcg(part + static_cast<int64_t>(other) * kSlots + j * kThreads + tid);
-        if (other == 0) {
-          acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
-        } else {
-          acc[4 * j] = __fadd_rn(acc[4 * j], v.x), acc[4 * j + 1] = __fadd_rn(acc[4 * j + 1], v.y);
-          acc[4 * j + 2] = __fadd_rn(acc[4 * j + 2], v.z), acc[4 * j + 3] = __fadd_rn(acc[4 * j + 3], v.w);
-        }
-      }
-    if (tid == 0) p.counters[tile] = 0;
-  }
+  if (p.splits > 1 && !tiled_split_sum(acc, p, tile, split)) return;
 
   // ---- y = row scale x sum: acc[4 j + 2 h + e] is W row wrow + 8 h by x row 8 j + 2 c + e ----
   auto store_y = [&](auto *y) {
@@ -641,7 +637,8 @@ const char kOp[] = "qf_vq_gemm";
 extern "C" const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w) {
   using namespace vq_tiled_detail;
   const qf_vq_format &f = w->fmt;
-  if (!f.lattice && !whole_books(f) && (f.index_bits != 8 || (f.vector_size != 2 && f.vector_size != 4 && f.vector_size != 8)))
+  const bool vs_248 = f.vector_size == 2 || f.vector_size == 4 || f.vector_size == 8;
+  if (!f.lattice && !whole_books(f) && (f.index_bits != 8 || !vs_248))
     return "the tiled VQ-GeMM needs 8-bit indices and vector size 2, 4 or 8, the E8P lattice, or 12-bit indices of "
            "vector size 8 with one codebook per residual (AQLM)";
   if (f.residuals > 2) return "the tiled VQ-GeMM takes one or two residuals";
@@ -735,10 +732,10 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
     used->tiles_m = tiles_m;
     used->tiles = tiles * splits;
     used->splits = splits;
+    const size_t staged_books = static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2;
     used->books_bytes = e8p     ? QF_VQ_E8P_TABLE_BYTES
                         : whole ? static_cast<size_t>(f.residuals) * kWholeBookBytes
-                                : static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2 +
-                                      (banked_books(f.residuals) ? kBankedBytes : 0);
+                                : staged_books + (banked_books(f.residuals) ? kBankedBytes : 0);
     used->smem_bytes = smem;
   }
   kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_x, tmap_codes, p);

@@ -600,7 +600,8 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * residuals, x of the entries' type (16-byte aligned rows), K a multiple of 64 and codebook scopes
  * of 0 or multiples of 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W decoded once per
  * 128-row block tile into shared memory, wgmma against x tiles; x and the entries then enter as
- * themselves and the tensor cores accumulate each block's K range in fp32, split-K as above). For
+ * themselves and the tensor cores accumulate each block's K range in fp32, split-K as above; the
+ * AQLM formats from M = 9, W decoded into the wgmma's registers from books staged whole). For
  * M = 1 with one codebook per residual (AQLM), vector size 8 with 12- or 8-bit indices or 4 with
  * 10-bit ones and N at least half the entries, CUDA runs the table GeMV: per chunk of 8 vectors
  * the products of every entry with x's vectors (fp32 fma chains: exact products) in a

@@ -73,8 +73,12 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   if (placement == QF_VQ_BOOKS_BANKED || (placement == QF_VQ_BOOKS_AUTO && gemv_shape &&
                                           qf_cuda_vq_banked_refusal(x, w) == nullptr))
     return qf_cuda_vq_gemv_banked_with(ctx, x, w, y, 0, used);
-  if (placement == QF_VQ_BOOKS_TILED || (placement == QF_VQ_BOOKS_AUTO && gemm_shape && M > QF_VQ_GEMV_MAX_M &&
-                                         qf_cuda_vq_tiled_refusal(x, w) == nullptr))
+  // AQLM's whole-book GeMM also takes 9 to 16 rows: its 64-row x tile decodes W once, as the fused
+  // GeMV's 16-row tile does, and ran M = 16 faster than that GeMV on every Llama layer (docs/VQ.md).
+  const bool whole_gemv = gemv_shape && M > 8 && qf_cuda_vq_whole_books(&f);
+  if (placement == QF_VQ_BOOKS_TILED ||
+      (placement == QF_VQ_BOOKS_AUTO && ((gemm_shape && M > QF_VQ_GEMV_MAX_M) || whole_gemv) &&
+       qf_cuda_vq_tiled_refusal(x, w) == nullptr))
     return qf_cuda_vq_gemm_tiled_with(ctx, x, w, y, 0, used);
   const qf_vq_mma_problem pb = {M, N, K, f.vector_size, f.index_bits, f.residuals, f.scope_rows, f.scope_cols,
                                 w->sz.books_per_row, w->sz.entries, static_cast<int>(x->dtype),

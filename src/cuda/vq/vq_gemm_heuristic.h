@@ -29,6 +29,10 @@ qf_status qf_cuda_vq_gemm_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_ten
  * multiple of 64, codebook scopes of 0 or a multiple of 128 rows and of 64 columns. Any M. */
 const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w);
 
+/* Whether the tiled VQ-GeMM runs this format on its whole-book kernel (12-bit indices of vector
+ * size 8, one codebook per residual: AQLM), which the router also takes for 9 to 16 rows. */
+int qf_cuda_vq_whole_books(const qf_vq_format *f);
+
 /* The tiled VQ-GeMM with its split-K forced (splits > 0: K ranges per tile, at most one per 64
  * columns; 0: the heuristic's), for the tests and the bench. QF_ERR_UNSUPPORTED with the reason
  * when the kernel cannot take the call. */

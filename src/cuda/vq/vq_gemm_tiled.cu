@@ -634,6 +634,8 @@ namespace {
 const char kOp[] = "qf_vq_gemm";
 }
 
+extern "C" int qf_cuda_vq_whole_books(const qf_vq_format *f) { return vq_tiled_detail::whole_books(*f); }
+
 extern "C" const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w) {
   using namespace vq_tiled_detail;
   const qf_vq_format &f = w->fmt;

@@ -67,6 +67,12 @@
 //   latency-bound on the decode chain (ncu, H200, M = 64: 0.16 eligible warps per scheduler at 8
 //   warps per SM, a third of the shared-memory wavefronts bank conflicts of the lookups), and its
 //   lookups run a step ahead into registers were 0.6-3.8% slower.
+// - The same register form runs GPTVQ-2 (8-bit indices, vectors of 4, one residual) at 64-row x
+//   tiles: each k-step's book comes with its indices, and when the book changes the threads expand
+//   it into the bank-private copies (entry e's 16 copies fill the 128-byte row e), where lane l
+//   reads byte 4 l of its entry's row: no bank conflicts. Two blocks per SM (118 registers). On an
+//   H100 against the shared-memory W tile, same call: M = 64 1.07-1.18x faster on every Llama
+//   layer; at 128-row x tiles (128 registers and a spill) 0.97x to 0.82x, so those stay above.
 // - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, or the E8P
 //   lattice, or whole books (above); one or two residuals, x of the entries' type with 16-byte
 //   aligned rows, K a multiple of 64, codebook scopes of 0 or a multiple of 128 rows and of 64
@@ -424,17 +430,23 @@ __global__ void __launch_bounds__(kThreads, 2)
 // fragments; x the B operand from the x ring ----
 constexpr int kWholeXStages = 4, kWholeDStages = 4;
 
-template <typename T, int R, int BM>
-__global__ void __launch_bounds__(kThreads, 1)
+// Whole: AQLM's books (above); else GPTVQ's (8-bit indices, vectors of 4, one residual, books per
+// scope: each k-step's book copied with its indices, expanded into bank-private copies when it
+// changes, so that lane l reads byte 4 l of an entry's 128-byte row: no bank conflicts).
+template <typename T, int R, int BM, bool Whole>
+__global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     vq_gemm_whole_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
                          const params p) {
-  constexpr int kXBytes = BM * kRowBytes, kCodeBytes = kBN * kWholeCodePitch, kDBytes = R * kCodeBytes;
+  static_assert(Whole || R == 1, "the register form of scoped books takes one residual");
+  constexpr int kCodePitch = Whole ? kWholeCodePitch : 16, kBookBytes = Whole ? 0 : kEntries * 4 * 2;  // 16: code_pitch(4)
+  constexpr int kXBytes = BM * kRowBytes, kCodeBytes = kBN * kCodePitch, kDBytes = R * kCodeBytes + kBookBytes;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
   // x ring, then the indices ring, then the R books
   auto x_tile = [&](int s) { return base + s * kXBytes; };
   auto code_box = [&](int s, int r) { return base + kWholeXStages * kXBytes + s * kDBytes + r * kCodeBytes; };
-  const uint32_t books = base + kWholeXStages * kXBytes + kWholeDStages * kDBytes;
+  auto book = [&](int s) { return base + kWholeXStages * kXBytes + s * kDBytes + R * kCodeBytes; };  // scoped
+  const uint32_t books = base + kWholeXStages * kXBytes + kWholeDStages * kDBytes;  // whole, or the copies
   __shared__ __align__(8) uint64_t full[kWholeXStages + kWholeDStages + 1];  // stages, then the books
   auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
   constexpr int kBooksBar = kWholeXStages + kWholeDStages;
@@ -442,17 +454,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
   const unit u = unit_of<BM>(p);
   const int tile = u.tile, split = u.split, m0 = u.m0, n0 = u.n0, kb0 = u.kb0, nk = u.nk;
+  const int64_t scope_book = static_cast<int64_t>(p.scope_rows ? n0 / p.scope_rows : 0) * p.books_per_row;
+  auto book_of = [&](int kt) { return scope_book + (p.ksteps_per_book ? kt / p.ksteps_per_book : 0); };
 
   if (tid == 0) {
     for (int i = 0; i <= kBooksBar; i++) mbarrier_init(bar(i), 1);
     fence_mbarrier_init();
     prefetch_tensormap(&tmap_x);
     prefetch_tensormap(&tmap_codes);
-    mbarrier_arrive_expect_tx(bar(kBooksBar), R * kWholeBookBytes);
+    if constexpr (Whole) {
+      mbarrier_arrive_expect_tx(bar(kBooksBar), R * kWholeBookBytes);
 #pragma unroll
-    for (int r = 0; r < R; r++)
-      cp_async_bulk_g2s(books + r * kWholeBookBytes, p.books + static_cast<int64_t>(r) * p.n_books * kWholeEntries * 8,
-                        kWholeBookBytes, bar(kBooksBar));
+      for (int r = 0; r < R; r++)
+        cp_async_bulk_g2s(books + r * kWholeBookBytes, p.books + static_cast<int64_t>(r) * p.n_books * kWholeEntries * 8,
+                          kWholeBookBytes, bar(kBooksBar));
+    }
   }
   __syncthreads();
   // k-step i's x tile into x stage i % 4, its indices (a 32-byte box per W row and residual) into
@@ -465,10 +481,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto load_d = [&](int i) {
     const int s = i % kWholeDStages, kt = kb0 + i;
     mbarrier_arrive_expect_tx(bar(kWholeXStages + s), kDBytes);
+    if constexpr (!Whole) cp_async_bulk_g2s(book(s), p.books + book_of(kt) * kEntries * 4, kBookBytes, bar(kWholeXStages + s));
 #pragma unroll
     for (int r = 0; r < R; r++)
-      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kWholeXStages + s), kt * kWholeStepCodeBytes & ~15,
-                                  r * p.N + n0);
+      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kWholeXStages + s),
+                                  Whole ? kt * kWholeStepCodeBytes & ~15 : kt * 16, r * p.N + n0);
   };
   auto wait_x = [&](int i) { mbarrier_wait_parity(bar(i % kWholeXStages), (i / kWholeXStages) & 1); };
   auto wait_d = [&](int i) { mbarrier_wait_parity(bar(kWholeXStages + i % kWholeDStages), (i / kWholeDStages) & 1); };
@@ -477,27 +494,47 @@ __global__ void __launch_bounds__(kThreads, 1)
   // warpgroup holds tile rows 64 wg + 16 w + g (+ 8) and, per 16 columns kk of a k-step, columns
   // 2c, 2c + 1 (+ 8): 4 bytes of the entries of vectors 2 kk and 2 kk + 1 of each row ----
   const int g = lane / 4, c = lane % 4, wrow = 64 * wg + 16 * (warp % 4) + g;
+  // Scoped books: thread t writes entry t's 16 copies over row t (rotated 16-byte stores).
+  auto expand = [&](int s) {
+    const uint2 e = ld_shared_v2(book(s) + tid * 8);
+    const uint4 v = make_uint4(e.x, e.y, e.x, e.y);
+#pragma unroll
+    for (int j = 0; j < 8; j++) st_shared_v4(books + tid * 128 + ((j + tid) & 7) * 16, v);
+  };
   auto decode = [&](int i, uint32_t(&a)[R][4][4]) {
     const int s = i % kWholeDStages;
-    const uint32_t o = (kb0 + i) * kWholeStepCodeBytes & 15;
+    if constexpr (!Whole) {  // vectors 4 kk + c / 2 (columns 2c, 2c + 1) and + 2 (+ 8): word c % 2
 #pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) {  // row wrow + 8 h: its 8 indices, 96 bits from byte o
-        const uint32_t at = code_box(s, r) + (wrow + 8 * h) * kWholeCodePitch + o;
-        const uint32_t w[3] = {ld_shared_b32(at), ld_shared_b32(at + 4), ld_shared_b32(at + 8)};
-        uint32_t idx[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          const int bit = 12 * j, word = bit / 32, sh = bit % 32;
-          idx[j] = (sh <= 20 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & 0xfffu;
-        }
+      for (int h = 0; h < 2; h++) {
+        const uint4 v = ld_shared_v4(code_box(s, 0) + (wrow + 8 * h) * kCodePitch);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w}, sh = 8 * (c / 2);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
-          a[r][kk][h] = ld_shared_b32(books + r * kWholeBookBytes + idx[2 * kk] * 16 + 4 * c);
-          a[r][kk][2 + h] = ld_shared_b32(books + r * kWholeBookBytes + idx[2 * kk + 1] * 16 + 4 * c);
+          a[0][kk][h] = ld_shared_b32(books + (w[kk] >> sh & 0xffu) * 128 + 4 * lane);
+          a[0][kk][2 + h] = ld_shared_b32(books + (w[kk] >> (sh + 16) & 0xffu) * 128 + 4 * lane);
         }
       }
+    } else {
+      const uint32_t o = (kb0 + i) * kWholeStepCodeBytes & 15;
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {  // row wrow + 8 h: its 8 indices, 96 bits from byte o
+          const uint32_t at = code_box(s, r) + (wrow + 8 * h) * kWholeCodePitch + o;
+          const uint32_t w[3] = {ld_shared_b32(at), ld_shared_b32(at + 4), ld_shared_b32(at + 8)};
+          uint32_t idx[8];
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            const int bit = 12 * j, word = bit / 32, sh = bit % 32;
+            idx[j] = (sh <= 20 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & 0xfffu;
+          }
+#pragma unroll
+          for (int kk = 0; kk < 4; kk++) {
+            a[r][kk][h] = ld_shared_b32(books + r * kWholeBookBytes + idx[2 * kk] * 16 + 4 * c);
+            a[r][kk][2 + h] = ld_shared_b32(books + r * kWholeBookBytes + idx[2 * kk + 1] * 16 + 4 * c);
+          }
+        }
+    }
   };
   // Keeps fragments that a wgmma in flight reads in their registers until a wait shows it done.
   auto hold = [](uint32_t(&a)[R][4][4]) {
@@ -541,6 +578,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (i + 1 < nk) {
       wait_d(i + 1);
+      // A new scoped book: every thread decoded k-step i before the barrier above, so the copies
+      // can be rewritten; a second barrier before they are read (uniform: it depends on i only).
+      if (!Whole && book_of(kb0 + i + 1) != book_of(kb0 + i)) {
+        expand((i + 1) % kWholeDStages);
+        __syncthreads();
+      }
       decode(i + 1, nxt);
     }
   };
@@ -550,8 +593,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < kWholeDStages && i < nk; i++) load_d(i);
     }
     uint32_t a0[R][4][4], a1[R][4][4];
-    mbarrier_wait_parity(bar(kBooksBar), 0);
+    if constexpr (Whole) mbarrier_wait_parity(bar(kBooksBar), 0);
     wait_d(0);
+    if constexpr (!Whole) {
+      expand(0);
+      __syncthreads();
+    }
     decode(0, a0);
     for (int i = 0; i < nk; i += 2) {
       step(i, a0, a1);
@@ -592,9 +639,13 @@ using kernel_t = void (*)(CUtensorMap, CUtensorMap, params);
 
 template <typename T, int R, int BM>
 kernel_t pick(int vs, bool whole) {
-  if (whole) return vq_gemm_whole_kernel<T, R, BM>;
-  return vs == 2 ? vq_gemm_tiled_kernel<T, 2, R, BM, false> : vs == 4 ? vq_gemm_tiled_kernel<T, 4, R, BM, false>
-                                                                     : vq_gemm_tiled_kernel<T, 8, R, BM, false>;
+  if (whole) return vq_gemm_whole_kernel<T, R, BM, true>;
+  if (vs == 2) return vq_gemm_tiled_kernel<T, 2, R, BM, false>;
+  if (vs == 8) return vq_gemm_tiled_kernel<T, 8, R, BM, false>;
+  if constexpr (R == 1 && BM == 64)  // GPTVQ-2 at 64-row x tiles: the register form (NOTES)
+    return vq_gemm_whole_kernel<T, 1, 64, false>;
+  else
+    return vq_gemm_tiled_kernel<T, 4, R, BM, false>;
 }
 
 template <typename T>
@@ -616,6 +667,9 @@ bool whole_books(const qf_vq_format &f) {
 
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
 size_t smem_bytes(int vs, int residuals, int bm, bool e8p, bool whole) {
+  if (!whole && !e8p && residuals == 1 && vs == 4 && bm == 64)  // the register form of scoped books
+    return kWholeXStages * static_cast<size_t>(bm) * kRowBytes +
+           kWholeDStages * static_cast<size_t>(kBN * code_pitch(4) + kEntries * 4 * 2) + kBankedBytes + 1024;
   if (whole)
     return kWholeXStages * static_cast<size_t>(bm) * kRowBytes +
            kWholeDStages * static_cast<size_t>(residuals) * kBN * kWholeCodePitch +

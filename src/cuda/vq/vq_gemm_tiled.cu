@@ -72,7 +72,8 @@
 //   it into the bank-private copies (entry e's 16 copies fill the 128-byte row e), where lane l
 //   reads byte 4 l of its entry's row: no bank conflicts. Two blocks per SM (118 registers). On an
 //   H100 against the shared-memory W tile, same call: M = 64 1.07-1.18x faster on every Llama
-//   layer; at 128-row x tiles (128 registers and a spill) 0.97x to 0.82x, so those stay above.
+//   layer; at 128-row x tiles (128 registers and a spill) 0.82-1.03x, five of six layers slower,
+//   so those stay above.
 // - Limits (qf_cuda_vq_tiled_refusal): 8-bit indices, vector size 2, 4 or 8, or the E8P
 //   lattice, or whole books (above); one or two residuals, x of the entries' type with 16-byte
 //   aligned rows, K a multiple of 64, codebook scopes of 0 or a multiple of 128 rows and of 64

@@ -53,7 +53,7 @@
 //   per k-step (16 bytes per W row). The decoded entries equal the books', so the numerics are
 //   those below.
 // - Whole books (AQLM: 12-bit indices, vector size 8, one book of 4096 entries per residual for
-//   the whole weight, 64 KB each) run a kernel of their own, vq_gemm_whole_kernel. Thread 0 copies
+//   the whole weight, 64 KB each) run a kernel of their own, vq_gemm_regs_kernel. Thread 0 copies
 //   the books into shared memory once per block; one ring carries the x tiles, another each
 //   k-step's indices (a 32-byte TMA box per W row and residual holding its 12 bytes, which start
 //   4-byte aligned at (12 kt) % 16), four stages each (225 KB at BM = 128: one block per SM). W
@@ -427,30 +427,31 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// ---- whole books (NOTES): W the wgmma's A operand, decoded from the books straight into its
-// fragments; x the B operand from the x ring ----
-constexpr int kWholeXStages = 4, kWholeDStages = 4;
+// ---- the register form (NOTES): W the wgmma's A operand, decoded from the books straight into
+// its fragments; x the B operand from the x ring ----
+constexpr int kRegsXStages = 4, kRegsDStages = 4;
 
 // Whole: AQLM's books (above); else GPTVQ's (8-bit indices, vectors of 4, one residual, books per
 // scope: each k-step's book copied with its indices, expanded into bank-private copies when it
 // changes, so that lane l reads byte 4 l of an entry's 128-byte row: no bank conflicts).
 template <typename T, int R, int BM, bool Whole>
 __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
-    vq_gemm_whole_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
+    vq_gemm_regs_kernel(const __grid_constant__ CUtensorMap tmap_x, const __grid_constant__ CUtensorMap tmap_codes,
                          const params p) {
   static_assert(Whole || R == 1, "the register form of scoped books takes one residual");
-  constexpr int kCodePitch = Whole ? kWholeCodePitch : 16, kBookBytes = Whole ? 0 : kEntries * 4 * 2;  // 16: code_pitch(4)
+  // a W row's indices per k-step and residual in the ring (16: code_pitch(4)); a scoped book
+  constexpr int kCodePitch = Whole ? kWholeCodePitch : 16, kBookBytes = Whole ? 0 : kEntries * 4 * 2;
   constexpr int kXBytes = BM * kRowBytes, kCodeBytes = kBN * kCodePitch, kDBytes = R * kCodeBytes + kBookBytes;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + 1023u) & ~1023u;
   // x ring, then the indices ring, then the R books
   auto x_tile = [&](int s) { return base + s * kXBytes; };
-  auto code_box = [&](int s, int r) { return base + kWholeXStages * kXBytes + s * kDBytes + r * kCodeBytes; };
-  auto book = [&](int s) { return base + kWholeXStages * kXBytes + s * kDBytes + R * kCodeBytes; };  // scoped
-  const uint32_t books = base + kWholeXStages * kXBytes + kWholeDStages * kDBytes;  // whole, or the copies
-  __shared__ __align__(8) uint64_t full[kWholeXStages + kWholeDStages + 1];  // stages, then the books
+  auto code_box = [&](int s, int r) { return base + kRegsXStages * kXBytes + s * kDBytes + r * kCodeBytes; };
+  auto book = [&](int s) { return base + kRegsXStages * kXBytes + s * kDBytes + R * kCodeBytes; };  // scoped
+  const uint32_t books = base + kRegsXStages * kXBytes + kRegsDStages * kDBytes;  // whole, or the copies
+  __shared__ __align__(8) uint64_t full[kRegsXStages + kRegsDStages + 1];  // stages, then the books
   auto bar = [&](int i) { return static_cast<uint32_t>(__cvta_generic_to_shared(&full[i])); };
-  constexpr int kBooksBar = kWholeXStages + kWholeDStages;
+  constexpr int kBooksBar = kRegsXStages + kRegsDStages;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
   const unit u = unit_of<BM>(p);
@@ -467,29 +468,31 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
       mbarrier_arrive_expect_tx(bar(kBooksBar), R * kWholeBookBytes);
 #pragma unroll
       for (int r = 0; r < R; r++)
-        cp_async_bulk_g2s(books + r * kWholeBookBytes, p.books + static_cast<int64_t>(r) * p.n_books * kWholeEntries * 8,
-                          kWholeBookBytes, bar(kBooksBar));
+        cp_async_bulk_g2s(books + r * kWholeBookBytes,
+                          p.books + static_cast<int64_t>(r) * p.n_books * kWholeEntries * 8, kWholeBookBytes,
+                          bar(kBooksBar));
     }
   }
   __syncthreads();
   // k-step i's x tile into x stage i % 4, its indices (a 32-byte box per W row and residual) into
   // stage i % 4 of the indices ring
   auto load_x = [&](int i) {
-    const int s = i % kWholeXStages;
+    const int s = i % kRegsXStages;
     mbarrier_arrive_expect_tx(bar(s), kXBytes);
     cp_async_bulk_tensor_2d_g2s(x_tile(s), &tmap_x, bar(s), (kb0 + i) * kBK, m0);
   };
   auto load_d = [&](int i) {
-    const int s = i % kWholeDStages, kt = kb0 + i;
-    mbarrier_arrive_expect_tx(bar(kWholeXStages + s), kDBytes);
-    if constexpr (!Whole) cp_async_bulk_g2s(book(s), p.books + book_of(kt) * kEntries * 4, kBookBytes, bar(kWholeXStages + s));
+    const int s = i % kRegsDStages, kt = kb0 + i;
+    mbarrier_arrive_expect_tx(bar(kRegsXStages + s), kDBytes);
+    if constexpr (!Whole)
+      cp_async_bulk_g2s(book(s), p.books + book_of(kt) * kEntries * 4, kBookBytes, bar(kRegsXStages + s));
 #pragma unroll
     for (int r = 0; r < R; r++)
-      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kWholeXStages + s),
+      cp_async_bulk_tensor_2d_g2s(code_box(s, r), &tmap_codes, bar(kRegsXStages + s),
                                   Whole ? kt * kWholeStepCodeBytes & ~15 : kt * 16, r * p.N + n0);
   };
-  auto wait_x = [&](int i) { mbarrier_wait_parity(bar(i % kWholeXStages), (i / kWholeXStages) & 1); };
-  auto wait_d = [&](int i) { mbarrier_wait_parity(bar(kWholeXStages + i % kWholeDStages), (i / kWholeDStages) & 1); };
+  auto wait_x = [&](int i) { mbarrier_wait_parity(bar(i % kRegsXStages), (i / kRegsXStages) & 1); };
+  auto wait_d = [&](int i) { mbarrier_wait_parity(bar(kRegsXStages + i % kRegsDStages), (i / kRegsDStages) & 1); };
 
   // ---- decoding into A fragments: thread (g, c) = (lane / 4, lane % 4) of warp w of its
   // warpgroup holds tile rows 64 wg + 16 w + g (+ 8) and, per 16 columns kk of a k-step, columns
@@ -503,7 +506,7 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     for (int j = 0; j < 8; j++) st_shared_v4(books + tid * 128 + ((j + tid) & 7) * 16, v);
   };
   auto decode = [&](int i, uint32_t(&a)[R][4][4]) {
-    const int s = i % kWholeDStages;
+    const int s = i % kRegsDStages;
     if constexpr (!Whole) {  // vectors 4 kk + c / 2 (columns 2c, 2c + 1) and + 2 (+ 8): word c % 2
 #pragma unroll
       for (int h = 0; h < 2; h++) {
@@ -557,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
 #pragma unroll
     for (int j = 0; j < BM / 2; j++) wgmma_fence_operand(acc[j]);
     wgmma_fence();
-    const uint64_t db = wgmma_desc_kmajor_sw128(x_tile(i % kWholeXStages));
+    const uint64_t db = wgmma_desc_kmajor_sw128(x_tile(i % kRegsXStages));
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -574,15 +577,15 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     hold(nxt);
     __syncthreads();
     if (tid == 0 && i > 0) {
-      if (i - 1 + kWholeXStages < nk) load_x(i - 1 + kWholeXStages);
-      if (i - 1 + kWholeDStages < nk) load_d(i - 1 + kWholeDStages);
+      if (i - 1 + kRegsXStages < nk) load_x(i - 1 + kRegsXStages);
+      if (i - 1 + kRegsDStages < nk) load_d(i - 1 + kRegsDStages);
     }
     if (i + 1 < nk) {
       wait_d(i + 1);
       // A new scoped book: every thread decoded k-step i before the barrier above, so the copies
       // can be rewritten; a second barrier before they are read (uniform: it depends on i only).
       if (!Whole && book_of(kb0 + i + 1) != book_of(kb0 + i)) {
-        expand((i + 1) % kWholeDStages);
+        expand((i + 1) % kRegsDStages);
         __syncthreads();
       }
       decode(i + 1, nxt);
@@ -590,8 +593,8 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
   };
   if (nk > 0) {
     if (tid == 0) {
-      for (int i = 0; i < kWholeXStages && i < nk; i++) load_x(i);
-      for (int i = 0; i < kWholeDStages && i < nk; i++) load_d(i);
+      for (int i = 0; i < kRegsXStages && i < nk; i++) load_x(i);
+      for (int i = 0; i < kRegsDStages && i < nk; i++) load_d(i);
     }
     uint32_t a0[R][4][4], a1[R][4][4];
     if constexpr (Whole) mbarrier_wait_parity(bar(kBooksBar), 0);
@@ -640,11 +643,11 @@ using kernel_t = void (*)(CUtensorMap, CUtensorMap, params);
 
 template <typename T, int R, int BM>
 kernel_t pick(int vs, bool whole) {
-  if (whole) return vq_gemm_whole_kernel<T, R, BM, true>;
+  if (whole) return vq_gemm_regs_kernel<T, R, BM, true>;
   if (vs == 2) return vq_gemm_tiled_kernel<T, 2, R, BM, false>;
   if (vs == 8) return vq_gemm_tiled_kernel<T, 8, R, BM, false>;
   if constexpr (R == 1 && BM == 64)  // GPTVQ-2 at 64-row x tiles: the register form (NOTES)
-    return vq_gemm_whole_kernel<T, 1, 64, false>;
+    return vq_gemm_regs_kernel<T, 1, 64, false>;
   else
     return vq_gemm_tiled_kernel<T, 4, R, BM, false>;
 }
@@ -669,11 +672,11 @@ bool whole_books(const qf_vq_format &f) {
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
 size_t smem_bytes(int vs, int residuals, int bm, bool e8p, bool whole) {
   if (!whole && !e8p && residuals == 1 && vs == 4 && bm == 64)  // the register form of scoped books
-    return kWholeXStages * static_cast<size_t>(bm) * kRowBytes +
-           kWholeDStages * static_cast<size_t>(kBN * code_pitch(4) + kEntries * 4 * 2) + kBankedBytes + 1024;
+    return kRegsXStages * static_cast<size_t>(bm) * kRowBytes +
+           kRegsDStages * static_cast<size_t>(kBN * code_pitch(4) + kEntries * 4 * 2) + kBankedBytes + 1024;
   if (whole)
-    return kWholeXStages * static_cast<size_t>(bm) * kRowBytes +
-           kWholeDStages * static_cast<size_t>(residuals) * kBN * kWholeCodePitch +
+    return kRegsXStages * static_cast<size_t>(bm) * kRowBytes +
+           kRegsDStages * static_cast<size_t>(residuals) * kBN * kWholeCodePitch +
            static_cast<size_t>(residuals) * kWholeBookBytes + 1024;
   const size_t book = e8p ? 0 : kEntries * vs * 2, d_stage = static_cast<size_t>(residuals) * (book + kBN * code_pitch(vs));
   const size_t after_w = e8p ? QF_VQ_E8P_TABLE_BYTES : banked_books(residuals) ? kBankedBytes : 0;

@@ -439,7 +439,7 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           ran_tiled_rows[used.tile_m == 64 ? 1 : used.tile_m == 128 ? 2 : 0]++;
           ran_tiled_residuals2 += w->f.residuals == 2;
           ran_tiled_bf16 += used.mma_bf16;
-          if (w->f.index_bits == 12) ran_tiled_whole[used.tile_m == 128]++; /* AQLM's whole books */
+          if (qf_cuda_vq_whole_books(&w->f)) ran_tiled_whole[used.tile_m == 128]++; /* AQLM's whole books */
         } else {  /* the other kernels' launch shapes */
           ran_tiles8[used.m_tiles8 >= 1 && used.m_tiles8 <= 4 ? used.m_tiles8 : 0]++;
           ran_warps_k[used.warps_k >= 1 && used.warps_k <= 8 ? used.warps_k : 0]++;

@@ -158,6 +158,25 @@ __device__ __forceinline__ uint32_t tile_at(uint32_t tile, int r, int c) {
   return tile + r * kRowBytes + ((c ^ (r & 7)) << 4);
 }
 
+// A book's bank-private copies (256 entries of VS 16-bit values): thread t (one per entry) writes
+// entry t's 128 / (2 VS) copies over the 128-byte row t of `copies`, its eight 16-byte stores
+// rotated by t so that the 8 threads of a store phase hit 8 bank groups.
+template <int VS>
+__device__ __forceinline__ void expand_book(uint32_t book, uint32_t copies, int t) {
+  uint4 v;
+  if constexpr (VS == 8) {
+    v = ld_shared_v4(book + t * 16);
+  } else if constexpr (VS == 4) {
+    const uint2 e = ld_shared_v2(book + t * 8);
+    v = make_uint4(e.x, e.y, e.x, e.y);
+  } else {
+    const uint32_t e = ld_shared_b32(book + t * 4);
+    v = make_uint4(e, e, e, e);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; j++) st_shared_v4(copies + t * 128 + ((j + t) & 7) * 16, v);
+}
+
 // A block's unit: its tile (x rows from m0, W rows from n0) and its split's k-steps [kb0, kb0 + nk).
 struct unit {
   int tile, split, m0, n0, kb0, nk;
@@ -264,24 +283,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint32_t w_dst[4];  // the thread's 16-byte chunks in a W tile
 #pragma unroll
   for (int c = 0; c < 4; c++) w_dst[c] = tile_at(0, drow, dhalf * 4 + c);
-  // Banked book (one residual): thread t writes entry t's 128 / (2 vs) copies over row t, its
-  // eight 16-byte stores rotated by t so that the 8 threads of a store phase hit 8 bank groups;
-  // lane l then reads copy l % copies, at bytes (2 vs l) % 128 of the entry's row: the lanes of a
-  // phase never share a bank.
-  auto expand = [&](int s) {
-    uint4 v;
-    if constexpr (VS == 8) {
-      v = ld_shared_v4(book(s, 0) + tid * 16);
-    } else if constexpr (VS == 4) {
-      const uint2 e = ld_shared_v2(book(s, 0) + tid * 8);
-      v = make_uint4(e.x, e.y, e.x, e.y);
-    } else {
-      const uint32_t e = ld_shared_b32(book(s, 0) + tid * 4);
-      v = make_uint4(e, e, e, e);
-    }
-#pragma unroll
-    for (int j = 0; j < 8; j++) st_shared_v4(banked + tid * 128 + ((j + tid) & 7) * 16, v);
-  };
+  // Banked book (one residual, expand_book): lane l reads copy l % copies, at bytes (2 vs l) % 128
+  // of the entry's row: the lanes of a phase never share a bank.
+  auto expand = [&](int s) { expand_book<VS>(book(s, 0), banked, tid); };
   const uint32_t copy_at = (lane * VS * 2) & 127;
   // All lookups first, then the stores (the shared-memory accesses keep their program order).
   auto decode = [&](int kt, int s, int b) {
@@ -474,8 +478,9 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
     }
   }
   __syncthreads();
-  // k-step i's x tile into x stage i % 4, its indices (a 32-byte box per W row and residual) into
-  // stage i % 4 of the indices ring
+  // k-step i's x tile into x stage i % 4; its indices (per W row and residual a box row of 32 bytes
+  // for whole books, 16 for scoped ones) and, for scoped books, its book into stage i % 4 of the
+  // indices ring
   auto load_x = [&](int i) {
     const int s = i % kRegsXStages;
     mbarrier_arrive_expect_tx(bar(s), kXBytes);
@@ -496,15 +501,11 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
 
   // ---- decoding into A fragments: thread (g, c) = (lane / 4, lane % 4) of warp w of its
   // warpgroup holds tile rows 64 wg + 16 w + g (+ 8) and, per 16 columns kk of a k-step, columns
-  // 2c, 2c + 1 (+ 8): 4 bytes of the entries of vectors 2 kk and 2 kk + 1 of each row ----
+  // 2c, 2c + 1 (+ 8): 4 bytes of an entry per register (whole books: of vectors 2 kk and 2 kk + 1
+  // of 8 values; scoped: of vectors 4 kk + c / 2 and 4 kk + 2 + c / 2 of 4) ----
   const int g = lane / 4, c = lane % 4, wrow = 64 * wg + 16 * (warp % 4) + g;
-  // Scoped books: thread t writes entry t's 16 copies over row t (rotated 16-byte stores).
-  auto expand = [&](int s) {
-    const uint2 e = ld_shared_v2(book(s) + tid * 8);
-    const uint4 v = make_uint4(e.x, e.y, e.x, e.y);
-#pragma unroll
-    for (int j = 0; j < 8; j++) st_shared_v4(books + tid * 128 + ((j + tid) & 7) * 16, v);
-  };
+  // Scoped books: each new book into its 16 bank-private copies per entry (expand_book).
+  auto expand = [&](int s) { expand_book<4>(book(s), books, tid); };
   auto decode = [&](int i, uint32_t(&a)[R][4][4]) {
     const int s = i % kRegsDStages;
     if constexpr (!Whole) {  // vectors 4 kk + c / 2 (columns 2c, 2c + 1) and + 2 (+ 8): word c % 2
@@ -641,21 +642,31 @@ __global__ void __launch_bounds__(kThreads, Whole ? 1 : 2)
 
 using kernel_t = void (*)(CUtensorMap, CUtensorMap, params);
 
+// Whole books (NOTES): 12-bit indices of vectors of 8, one book per residual for the whole weight.
+bool whole_books(const qf_vq_format &f) {
+  return !f.lattice && f.index_bits == 12 && f.vector_size == 8 && f.scope_rows == 0 && f.scope_cols == 0;
+}
+// Scoped 8-bit books that take the register form (NOTES: GPTVQ-2 at 64-row x tiles).
+__host__ __device__ constexpr bool scoped_regs(int vs, int residuals, int bm) {
+  return vs == 4 && residuals == 1 && bm == 64;
+}
+
+// The kernel of a learned-book format (8-bit indices, or whole books) at a tile height.
 template <typename T, int R, int BM>
-kernel_t pick(int vs, bool whole) {
-  if (whole) return vq_gemm_regs_kernel<T, R, BM, true>;
-  if (vs == 2) return vq_gemm_tiled_kernel<T, 2, R, BM, false>;
-  if (vs == 8) return vq_gemm_tiled_kernel<T, 8, R, BM, false>;
-  if constexpr (R == 1 && BM == 64)  // GPTVQ-2 at 64-row x tiles: the register form (NOTES)
-    return vq_gemm_regs_kernel<T, 1, 64, false>;
+kernel_t pick(const qf_vq_format &f) {
+  if (whole_books(f)) return vq_gemm_regs_kernel<T, R, BM, true>;
+  if (f.vector_size == 2) return vq_gemm_tiled_kernel<T, 2, R, BM, false>;
+  if (f.vector_size == 8) return vq_gemm_tiled_kernel<T, 8, R, BM, false>;
+  if constexpr (scoped_regs(4, R, BM))
+    return vq_gemm_regs_kernel<T, R, BM, false>;
   else
     return vq_gemm_tiled_kernel<T, 4, R, BM, false>;
 }
 
 template <typename T>
-kernel_t pick(int vs, int residuals, int bm, bool whole) {
-  if (residuals == 1) return bm == 64 ? pick<T, 1, 64>(vs, whole) : pick<T, 1, 128>(vs, whole);
-  return bm == 64 ? pick<T, 2, 64>(vs, whole) : pick<T, 2, 128>(vs, whole);
+kernel_t pick(const qf_vq_format &f, int bm) {
+  if (f.residuals == 1) return bm == 64 ? pick<T, 1, 64>(f) : pick<T, 1, 128>(f);
+  return bm == 64 ? pick<T, 2, 64>(f) : pick<T, 2, 128>(f);
 }
 
 kernel_t pick_e8p(int residuals, int bm) {
@@ -664,17 +675,24 @@ kernel_t pick_e8p(int residuals, int bm) {
   return bm == 64 ? vq_gemm_tiled_kernel<__half, 8, 2, 64, true> : vq_gemm_tiled_kernel<__half, 8, 2, 128, true>;
 }
 
-// Whole books (NOTES): 12-bit indices of vectors of 8, one book per residual for the whole weight.
-bool whole_books(const qf_vq_format &f) {
-  return !f.lattice && f.index_bits == 12 && f.vector_size == 8 && f.scope_rows == 0 && f.scope_cols == 0;
+// Shared memory of the books a block holds: staged ones (the rings' share) and copies or whole
+// books (beside the rings).
+size_t books_bytes(const qf_vq_format &f, int bm) {
+  const size_t vs = f.vector_size, r = f.residuals;
+  if (f.lattice) return QF_VQ_E8P_TABLE_BYTES;
+  if (whole_books(f)) return r * kWholeBookBytes;
+  if (scoped_regs(f.vector_size, f.residuals, bm)) return kRegsDStages * kEntries * vs * 2 + kBankedBytes;
+  return d_stages(f.residuals) * r * kEntries * vs * 2 + (banked_books(f.residuals) ? kBankedBytes : 0);
 }
 
 // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
-size_t smem_bytes(int vs, int residuals, int bm, bool e8p, bool whole) {
-  if (!whole && !e8p && residuals == 1 && vs == 4 && bm == 64)  // the register form of scoped books
+size_t smem_bytes(const qf_vq_format &f, int bm) {
+  const bool e8p = f.lattice == QF_VQ_LATTICE_E8P;
+  const int vs = f.vector_size, residuals = f.residuals;
+  if (!e8p && scoped_regs(vs, residuals, bm))  // the register form of scoped books
     return kRegsXStages * static_cast<size_t>(bm) * kRowBytes +
            kRegsDStages * static_cast<size_t>(kBN * code_pitch(4) + kEntries * 4 * 2) + kBankedBytes + 1024;
-  if (whole)
+  if (whole_books(f))
     return kRegsXStages * static_cast<size_t>(bm) * kRowBytes +
            kRegsDStages * static_cast<size_t>(residuals) * kBN * kWholeCodePitch +
            static_cast<size_t>(residuals) * kWholeBookBytes + 1024;
@@ -725,9 +743,9 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
   const bool bf16 = f.entry_dtype == QF_BF16;
   const bool e8p = f.lattice == QF_VQ_LATTICE_E8P, whole = whole_books(f);
   const kernel_t kernel = e8p    ? pick_e8p(f.residuals, bm)
-                          : bf16 ? pick<__nv_bfloat16>(f.vector_size, f.residuals, bm, whole)
-                                 : pick<__half>(f.vector_size, f.residuals, bm, whole);
-  const size_t smem = smem_bytes(f.vector_size, f.residuals, bm, e8p, whole);
+                          : bf16 ? pick<__nv_bfloat16>(f, bm)
+                                 : pick<__half>(f, bm);
+  const size_t smem = smem_bytes(f, bm);
   static std::atomic<uint64_t> opted_in[2][2][2][5];
   const int vs_slot = whole ? 4 : e8p ? 3 : f.vector_size == 2 ? 0 : f.vector_size == 4 ? 1 : 2;
   int per_sm = 0;
@@ -792,10 +810,7 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
     used->tiles_m = tiles_m;
     used->tiles = tiles * splits;
     used->splits = splits;
-    const size_t staged_books = static_cast<size_t>(d_stages(f.residuals)) * f.residuals * kEntries * f.vector_size * 2;
-    used->books_bytes = e8p     ? QF_VQ_E8P_TABLE_BYTES
-                        : whole ? static_cast<size_t>(f.residuals) * kWholeBookBytes
-                                : staged_books + (banked_books(f.residuals) ? kBankedBytes : 0);
+    used->books_bytes = books_bytes(f, bm);
     used->smem_bytes = smem;
   }
   kernel<<<static_cast<unsigned>(tiles * splits), kThreads, smem, qf_stream(ctx)>>>(tmap_x, tmap_codes, p);

@@ -606,7 +606,9 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * 10-bit ones and N at least half the entries, CUDA runs the table GeMV: per chunk of 8 vectors
  * the products of every entry with x's vectors (fp32 fma chains: exact products) in a
  * shared-memory table, then one lookup per vector of a row, the 8 lookups of a chunk added in a
- * fixed tree and the chunks in order (split-K as above). For M = 1 with books per tile of W,
+ * fixed tree and the chunks in order (split-K as above). It also takes M = 2 with vector size 8,
+ * x of the entries' type and fp16 or bf16 y: each table value (both rows of x in one word) is
+ * then the fp32 sum of the vector's 8 exact products rounded to the entries' type. For M = 1 with books per tile of W,
  * 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type, fp16 or bf16 y, K and the
  * scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a table of the
  * entries' products with x built on the tensor cores, each value the fp32 sum of an entry's 4
@@ -624,10 +626,10 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * copy instead of one request per row. uint8 [R, ceil(N / 512), ceil(K / vector_size / 8),
  * 512 * ((index_bits + 3) / 4 * 4)]; rows past N and bytes past a code row are zeros.
  * qf_vq_gemm takes such a 4-D codes tensor in place of the 3-D one: the CPU reference unpacks
- * it; CUDA runs a table GeMV on it directly (M = 1 and the table GeMVs' formats only, else
- * QF_ERR_UNSUPPORTED, as is fp32 y for books per tile of W): 1.2-1.5x faster than on the standard
- * layout for one book per residual (AQLM), 1.14x on the Llama-65B layers for books per tile of W
- * (GPTVQ-2; docs/VQ.md). */
+ * it; CUDA runs a table GeMV on it directly (M = 1, or 2 where the one-book table GeMV takes it,
+ * and the table GeMVs' formats only, else QF_ERR_UNSUPPORTED, as is fp32 y for books per tile of
+ * W): 1.2-1.5x faster than on the standard layout for one book per residual (AQLM), 1.14x on the
+ * Llama-65B layers for books per tile of W (GPTVQ-2; docs/VQ.md). */
 qf_status qf_vq_pack_gemv_shape(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, int64_t shape[4]);
 
 /* packed = the packed layout of codes [R, N, row_bytes] of a [N, K] weight in fmt (CPU and CUDA,

@@ -2,7 +2,8 @@
  * GEMM on the uncompressed fp16 weight, timed in the same run.
  *
  * Shapes: the linear layers of Llama-7B (N, K) in {(4096, 4096), (11008, 4096), (4096, 11008)} and
- * Llama-65B {(8192, 8192), (22016, 8192), (8192, 22016)}, M in {1, 16, 64, 256}; formats GPTVQ-2
+ * Llama-65B {(8192, 8192), (22016, 8192), (8192, 22016)}, M in {1, 16, 64, 256} (--m: any one M up
+ * to 256); formats GPTVQ-2
  * and AQLM-3 (with fp32 row scales, as AQLM stores them), QuIP#-4 (the E8P lattice decoded from the
  * index bits) and "quip4-books" (the same books, 1 MiB each, read as books); fp16 x and y. CQ-2 / CQ-4 are KV-cache
  * formats (a codebook per 2 or 4 channels shared by every token: as weights their books would
@@ -23,7 +24,7 @@
  *    book copies, codebook-centric split-K; M <= 16, 8-bit formats; QuIP#-4: the E8P GeMV);
  *    "<fmt>,fp16,banked-1split": the same with its split-K forced to one range (the codebook cache
  *    without the dataflow's split, for the ablation); "<fmt>,fp16,tiled": the tiled
- *    VQ-GeMM (W decoded once per block tile into shared memory; M > 16); "<fmt>,fp16,lut": a table
+ *    VQ-GeMM (W decoded once per block tile; any M, through qf_cuda_vq_gemm_mma_with); "<fmt>,fp16,lut": a table
  *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1: AQLM-3's one book per
  *    residual, GPTVQ-2's tile-table kernel); "<fmt>,fp16,lut-packed": the
  *    public call on the codes packed for it (qf_vq_pack_gemv, done once, untimed). A placement the kernel cannot
@@ -177,7 +178,7 @@ static int vqb_run(void *arg) {
     st = qf_cuda_vq_gemv_banked_with(c->ctx, &c->xm, &c->t, &c->ym, c->splits, NULL);
   else if (c->placement < 0)
     st = qf_vq_gemm(c->ctx, &c->x, &c->codes, &c->books, c->w->f.row_scale ? &c->scales : NULL, &c->w->f, &c->y);
-  else if (c->xm.rows <= QF_VQ_GEMV_MAX_M)
+  else if (c->xm.rows <= QF_VQ_GEMV_MAX_M && c->placement != QF_VQ_BOOKS_TILED)
     st = qf_cuda_vq_gemm_with(c->ctx, &c->xm, &c->t, &c->ym, c->placement, NULL);
   else
     st = qf_cuda_vq_gemm_mma_with(c->ctx, &c->xm, &c->t, &c->ym, c->placement, 0, NULL);
@@ -200,7 +201,7 @@ static const char *placement_name(int p) {
 static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_size) {
   qf_status st;
   qf_vq_mma_config cfg;
-  if (c->xm.rows <= QF_VQ_GEMV_MAX_M)
+  if (c->xm.rows <= QF_VQ_GEMV_MAX_M && placement != QF_VQ_BOOKS_TILED)
     st = qf_cuda_vq_gemm_with(c->ctx, &c->xm, &c->t, &c->ym, placement, &cfg);
   else
     st = qf_cuda_vq_gemm_mma_with(c->ctx, &c->xm, &c->t, &c->ym, placement, 0, &cfg);
@@ -337,8 +338,8 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
         c.splits = 0;
       }
     }
-    if (M == 1 &&
-        (qf_cuda_vq_lut_refusal(&c.xm, &c.t) == NULL || qf_cuda_vq_lut_tiles_refusal(&c.xm, &c.t, &c.ym) == NULL)) {
+    if (M <= 2 &&
+        (qf_cuda_vq_lut_refusal(&c.xm, &c.t, &c.ym) == NULL || qf_cuda_vq_lut_tiles_refusal(&c.xm, &c.t, &c.ym) == NULL)) {
       /* a table GeMV on packed codes */
       int64_t pshape[4];
       void *packed = NULL;
@@ -442,7 +443,13 @@ done:
 int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (!qfb_op_selected(sel->ops, "vq_gemm") || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
-  static const int64_t ms[] = {1, 16, 64, 256};
+  static const int64_t default_ms[] = {1, 16, 64, 256};
+  /* --m with another M (2 to 256) runs that M alone: batch 2 to 8 decode, and the routing between
+   * the GeMV's and the GeMM's kernels */
+  int64_t one_m[1] = {sel->m};
+  const int own_m = sel->m > 0 && sel->m <= VQB_MAX_M && sel->m != 1 && sel->m != 16 && sel->m != 64 && sel->m != 256;
+  const int64_t *ms = own_m ? one_m : default_ms;
+  const size_t n_ms = own_m ? 1 : sizeof default_ms / sizeof default_ms[0];
   /* Llama-7B's q/k/v/o, gate/up and down projections, then Llama-65B's */
   static const int64_t nk[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008},
                                   {8192, 8192}, {22016, 8192}, {8192, 22016}};
@@ -452,7 +459,7 @@ int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (!lt) return 1;
   int rc = 0;
   for (size_t j = 0; j < sizeof nk / sizeof nk[0]; j++)
-    if (!sel->k || nk[j][1] == sel->k) rc |= vqb_shape(b, ctx, lt, nk[j][0], nk[j][1], ms, sizeof ms / sizeof ms[0], sel, rows);
+    if (!sel->k || nk[j][1] == sel->k) rc |= vqb_shape(b, ctx, lt, nk[j][0], nk[j][1], ms, n_ms, sel, rows);
   qfb_lt_close(lt);
   return rc;
 #else

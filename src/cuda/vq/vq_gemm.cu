@@ -1,8 +1,8 @@
 // Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16: the table kernels at
-// M = 1, vq_gemv_lut.cu and vq_gemv_lut_tiles.cu, the banked kernel or vq_gemm.cuh with x tiles of
-// 8 or 16 rows; VQ-GeMM above: the tiled kernel, vq_gemm_tiled.cu, or vq_gemm.cuh with x tiles of
-// 32 rows), the QF_VQ_BOOKS switch of the public call, and the limits, launch shape and kernel
-// parameters they share.
+// M = 1, vq_gemv_lut.cu (also at M = 2) and vq_gemv_lut_tiles.cu, the banked kernel or
+// vq_gemm.cuh with x tiles of 8 or 16 rows; VQ-GeMM above: the tiled kernel, vq_gemm_tiled.cu, or
+// vq_gemm.cuh with x tiles of 32 rows), the QF_VQ_BOOKS switch of the public call, and the
+// limits, launch shape and kernel parameters they share.
 #include <cstring>
 
 #include "cuda/common.cuh"
@@ -42,8 +42,8 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   if (placement == QF_VQ_BOOKS_TILED && !gemm_shape)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the tiled placement runs VQ-GeMM's own launch shape (128-row tiles "
                    "of W)", kOp);
-  if (placement == QF_VQ_BOOKS_LUT && !(gemv_shape && M == 1))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the lut placement runs VQ-GeMV's own launch shape at M = 1", kOp);
+  if (placement == QF_VQ_BOOKS_LUT && !(gemv_shape && M <= 2))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the lut placement runs VQ-GeMV's own launch shape at M = 1 or 2", kOp);
   if (M == 0 || N == 0) return QF_OK;
   if (K == 0) {  // empty sums
     const size_t esz = qf_dtype_size(y->dtype);
@@ -51,23 +51,25 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                                         static_cast<size_t>(M), qf_stream(ctx));
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
-  // Packed codes (qf_vq_pack_gemv) are the table GeMV's layout: that kernel only (it refuses M > 1).
+  // Packed codes (qf_vq_pack_gemv) are the table GeMVs' layout: those kernels only (M = 1, or 2 for
+  // the one-book kernel).
   if (w->packed && placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
-  const char *const lut_why = qf_cuda_vq_lut_refusal(x, w), *const tiles_why = qf_cuda_vq_lut_tiles_refusal(x, w, y);
+  const char *const lut_why = qf_cuda_vq_lut_refusal(x, w, y), *const tiles_why = qf_cuda_vq_lut_tiles_refusal(x, w, y);
   if (w->packed && lut_why != nullptr && tiles_why != nullptr)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run a table GeMV, and neither takes this call (%s; %s)", kOp,
                    lut_why, tiles_why);
 
   // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
   // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers on an
-  // H100; one book per residual: vq_gemv_lut.cu), else the banked kernel where it can run
-  // (vq_gemv_banked.cu); VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a
-  // placement or a tile height is forced.
+  // H100; one book per residual: vq_gemv_lut.cu, also at M = 2, where it ran AQLM-3 1.3-1.6x
+  // faster than GC on an H200), else the banked kernel where it can run (vq_gemv_banked.cu);
+  // VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a placement or a tile height is
+  // forced.
   if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) &&
       lut_why != nullptr && tiles_why == nullptr)
     return qf_cuda_vq_gemv_lut_tiles_with(ctx, x, w, y, 0, used);
-  if (placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M == 1 &&
+  if (placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M <= 2 &&
                                        qf_vq_lut_pays(N, f.index_bits) && lut_why == nullptr))
     return qf_cuda_vq_gemv_lut_with(ctx, x, w, y, 0, 0, used);
   if (placement == QF_VQ_BOOKS_BANKED || (placement == QF_VQ_BOOKS_AUTO && gemv_shape &&

@@ -1,6 +1,6 @@
-// VQ-GeMV at batch 1 through tables of products (placement QF_VQ_BOOKS_LUT), for formats with one
-// codebook per residual (AQLM: 4096 entries of 8 values shared by the whole matrix):
-// y[n] = scale[n] * sum_k x[k] * W[n, k].
+// VQ-GeMV at batch 1 and 2 through tables of products (placement QF_VQ_BOOKS_LUT), for formats
+// with one codebook per residual (AQLM: 4096 entries of 8 values shared by the whole matrix):
+// y[m, n] = scale[n] * sum_k x[m, k] * W[n, k].
 //
 // NOTES:
 // - Why: at M = 1 the product of an entry with a vector of x is the same for every row of W that
@@ -37,21 +37,32 @@
 //   ranges of items_per_range (the last ones shorter, possibly empty). Each leaves its rows' sums
 //   in the workspace and a second kernel adds them in a fixed order (a call repeats bit for bit),
 //   scales the rows and rounds to y's dtype; with one range the block writes y itself.
-// - Limits (else QF_ERR_UNSUPPORTED with the reason): M = 1, one book per residual (scopes 0 x
-//   0), (vector size, index bits) of QF_VQ_LUT_FORMATS, codes and books 16-byte aligned, R * N
+// - Two rows of x (kM = 2, vector size 8): a table word holds both rows' values of an (entry,
+//   vector) as two 16-bit values of the entries' type, so the table keeps its 128 KB and a row's
+//   lookup serves both rows of x; the build is one m16n8k8 per 8 entries (x rows and vectors as
+//   the 16 rows of A, entries as the columns of B), fp32 sums of the exact products rounded once.
+//   The rows' sums take twice the shared memory, so a block holds half the rows. AQLM-3 at M = 2
+//   on an H200: 1.3-1.6x the GC kernel the router ran before, about the M = 1 time (docs/VQ.md).
+// - Limits (else QF_ERR_UNSUPPORTED with the reason): M = 1 or 2, one book per residual (scopes
+//   0 x 0), (vector size, index bits) of QF_VQ_LUT_FORMATS, codes and books 16-byte aligned, R * N
 //   rows of codes below 2^31, code rows of at least 32 bytes (standard layout); packed codes take
-//   rows per block in whole 512-row tiles.
+//   rows per block in whole 512-row tiles; at M = 2 vector size 8, x of the entries' type and fp16
+//   or bf16 y.
 // - Numerics: a table value is an fp32 fma chain over the vector's elements (each product exact,
 //   one rounding per add); a row adds its chunk's 8 values pairwise in a fixed tree, then that sum
 //   onto its running sum in item order, then the ranges' sums (ranges w, w + 8, ... in order for
 //   each w < 8, then those 8 sums in order); the row scale multiplies the finished sum. Vectors
-//   past K (the last chunk's tail) get zero table rows.
+//   past K (the last chunk's tail) get zero table rows. At M = 2 a table value is the tensor
+//   core's fp32 sum of the vector's 8 exact products, rounded to the entries' type (fp16 values
+//   beyond 65504 are infinite); the adds are the same.
 #include <algorithm>
 #include <atomic>
 #include <type_traits>
 
 #include "cuda/common.cuh"
+#include "cuda/pack.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/mma.cuh"
 #include "cuda/ptx/shared.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/tma_map.h"
@@ -66,9 +77,10 @@
 struct vq_lut_params {
   const uint16_t *books;  // [R, entries, vs]
   const float *scales;    // [N] or NULL
-  const void *x;          // [K] of x_dtype
-  void *y;                // [N] of y_dtype (one K range)
-  float *partials;        // [k_ranges][N] (several K ranges)
+  const void *x;          // [M, K] of x_dtype (M = 2: the entries' type), rows x_ld apart
+  void *y;                // [M, N] of y_dtype (one K range), rows y_ld apart
+  float *partials;        // [k_ranges][M][N] (several K ranges)
+  int64_t x_ld, y_ld;
   int x_dtype, y_dtype;
   int N, vectors, residuals, items;
   int rows_per_block, k_ranges;
@@ -84,11 +96,15 @@ constexpr int kBoxRows = 256;     // a TMA box: 16 or 32 bytes x 256 rows of cod
 constexpr int kStages = 3;        // ring stages of kThreads rows in the standard layout (8 ran no faster)
 constexpr int kStageBytes = kThreads * 32;
 
+// The table: kGroups x 2^bits words (fp32 values at M = 1, pairs of 16-bit values at M = 2).
 __host__ __device__ constexpr size_t table_bytes(int bits) { return static_cast<size_t>(kGroups) << bits << 2; }
-// Dynamic shared memory: the table, the ring, the rows' sums.
-__host__ __device__ constexpr size_t smem_bytes(int bits, int rows) {
-  return table_bytes(bits) + kStages * kStageBytes + 4u * rows;
+// Dynamic shared memory: the table, the ring, the rows' sums (one per row of W and of x).
+__host__ __device__ constexpr size_t smem_bytes(int bits, int rows, int m) {
+  return table_bytes(bits) + kStages * kStageBytes + 4u * rows * m;
 }
+// M = 2: entry e of group g's table row sits at e ^ swizzle(g), so that the build's stores of the 8
+// groups (rows 2^bits words apart) spread over the banks; a lookup's index is xor'ed alike.
+__host__ __device__ constexpr int swizzle(int g) { return 8 * g; }
 
 // f(std::integral_constant<int, v>) for the runtime v in [0, kCount): a uniform branch to one of
 // kCount compile-time bodies.
@@ -103,11 +119,14 @@ __device__ __forceinline__ void dispatch(int v, F &&f) {
 }  // namespace vq_lut_detail
 
 // kPacked: the codes in the packed layout (p.packed), one contiguous copy per (tile, item).
-template <int kVS, int kBits, typename E, bool kPacked>
+// kM: rows of x, 1 or 2 (vector size 8).
+template <int kVS, int kBits, typename E, bool kPacked, int kM>
 __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
     vq_gemv_lut_kernel(const __grid_constant__ CUtensorMap tmap_16, const __grid_constant__ CUtensorMap tmap_32,
                        const vq_lut_params p) {
   using namespace vq_lut_detail;
+  static_assert(kM == 1 || (kM == 2 && kVS == 8), "two rows of x take vector size 8 (one m16n8k8 per 8 entries)");
+  using mma_t = std::conditional_t<std::is_same_v<E, vq_bf16>, __nv_bfloat16, __half>;
   constexpr int kEntries = 1 << kBits;
   // A chunk's bytes start at (c * kBits) % 16 of its aligned window; the offsets repeat every kPeriod chunks.
   constexpr int kPeriod = 16 / (kBits % 16 == 0 ? 16 : kBits % 8 == 0 ? 8 : kBits % 4 == 0 ? 4 : kBits % 2 == 0 ? 2 : 1);
@@ -192,7 +211,9 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   // ---- consumers ----
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
   for (int t = 0; t < tiles; t++)
-    if (t * kThreads + tid < rows) sums[t * kThreads + tid] = 0.0f;
+    if (t * kThreads + tid < rows)
+#pragma unroll
+      for (int m = 0; m < kM; m++) sums[m * p.rows_per_block + t * kThreads + tid] = 0.0f;
   int s = 0;
   uint32_t phase = 0;
   // A thread's entries of the next item's book (tid + k kThreads) and its value of the next
@@ -203,20 +224,50 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   using raw_t = std::conditional_t<kVS == 8, uint4, uint2>;
   raw_t raw[kPer];
   float x_next;
+  // M = 2: the build is one m16n8k8 per 8 entries (rows: x row m, vector g as m 8 + g; k: the 8
+  // elements; columns: entries), warp w taking entries w kEntries / 16 onwards. Lane (grp, tig)
+  // holds B's word tig of entry grp of each block of 8 (b2) and A's words: elements 2 tig, 2 tig
+  // + 1 of vector grp of the chunk, for each row of x (a2).
+  constexpr int kBlocks2 = kEntries / 8 / (kThreads / 32);
+  const int warp = tid >> 5, grp = lane >> 2, tig = lane & 3;
+  uint32_t b2[kM == 2 ? kBlocks2 : 1], a2[2];
   auto load_item = [&](int i) {
     const int c = i / p.residuals, r = i % p.residuals;
-    const raw_t *book = reinterpret_cast<const raw_t *>(p.books + static_cast<int64_t>(r) * kEntries * kVS);
+    if constexpr (kM == 2) {
+      const uint32_t *book = reinterpret_cast<const uint32_t *>(p.books + static_cast<int64_t>(r) * kEntries * kVS);
 #pragma unroll
-    for (int k = 0; k < kPer; k++)
-      if (tid + k * kThreads < kEntries) raw[k] = __ldg(book + tid + k * kThreads);
-    const int k = c * kGroups * kVS + tid;  // (zeros past K)
-    x_next = tid < kGroups * kVS && k < p.vectors * kVS ? vq_load_as_f32(p.x, p.x_dtype, k) : 0.0f;
+      for (int j = 0; j < kBlocks2; j++) b2[j] = __ldg(book + (warp * kBlocks2 * 8 + 8 * j + grp) * (kVS / 2) + tig);
+      const int g = c * kGroups + grp;  // (zeros past K)
+#pragma unroll
+      for (int m = 0; m < 2; m++) {
+        const unsigned short *xr = static_cast<const unsigned short *>(p.x) + m * p.x_ld + g * kVS + 2 * tig;
+        a2[m] = g < p.vectors ? __ldg(xr) | static_cast<uint32_t>(__ldg(xr + 1)) << 16 : 0u;
+      }
+    } else {
+      const raw_t *book = reinterpret_cast<const raw_t *>(p.books + static_cast<int64_t>(r) * kEntries * kVS);
+#pragma unroll
+      for (int k = 0; k < kPer; k++)
+        if (tid + k * kThreads < kEntries) raw[k] = __ldg(book + tid + k * kThreads);
+      const int k = c * kGroups * kVS + tid;  // (zeros past K)
+      x_next = tid < kGroups * kVS && k < p.vectors * kVS ? vq_load_as_f32(p.x, p.x_dtype, k) : 0.0f;
+    }
   };
-  load_item(i_begin);
-  for (int i = i_begin; i < i_end; i++) {
-    const int c = i / p.residuals;
-    // The chunk's x as fp32, once the previous item's table is no longer read.
-    named_barrier_sync(1, kThreads);
+  // M = 2: D's values of x rows 0 and 1 for an (entry, vector), rounded to the entries' type, are
+  // one word of the table; a lane stores its two entries' words at once.
+  auto build2 = [&]() {
+    uint32_t *const table2 = reinterpret_cast<uint32_t *>(smem);
+#pragma unroll
+    for (int j = 0; j < kBlocks2; j++) {
+      float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      mma_m16n8k8(mma_t{}, d, a2, b2[j]);
+      const int e = warp * kBlocks2 * 8 + 8 * j + 2 * tig;
+      *reinterpret_cast<uint2 *>(table2 + grp * kEntries + (e ^ swizzle(grp))) =
+          make_uint2(pack_pair(mma_t{}, d[0], d[2]), pack_pair(mma_t{}, d[1], d[3]));
+    }
+  };
+  // M = 1: the chunk's x as fp32 (once the previous item's table is no longer read), then the
+  // table by fma chains.
+  auto build1 = [&](int c) {
     if (tid < kGroups * kVS) xs[tid] = x_next;
     named_barrier_sync(1, kThreads);
     // The table: T[g][e] = entry e of book r . x's vector g; rows past the last vector hold zeros.
@@ -246,6 +297,13 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
         }
       }
     }
+  };
+  load_item(i_begin);
+  for (int i = i_begin; i < i_end; i++) {
+    const int c = i / p.residuals;
+    named_barrier_sync(1, kThreads);  // the previous item's table no longer read
+    if constexpr (kM == 2) build2();
+    else build1(c);
     if (i + 1 < i_end) load_item(i + 1);
     named_barrier_sync(1, kThreads);
     // The rows: 8 lookups each, added in a fixed tree onto the row's running sum. The chunk's
@@ -270,15 +328,23 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
         }
         const int row = t * kThreads + tid;
         if (row < rows) {
-          float v[kGroups];
+          float v[kM][kGroups];
 #pragma unroll
           for (int g = 0; g < kGroups; g++) {
             constexpr uint32_t kMask = (1u << kBits) - 1u;
             const int bit = 8 * kOff + g * kBits, word = bit / 32, sh = bit % 32;
             const uint32_t idx = (sh + kBits <= 32 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & kMask;
-            v[g] = table[g * kEntries + idx];
+            if constexpr (kM == 2) {
+              const uint32_t pair = reinterpret_cast<const uint32_t *>(smem)[g * kEntries + (idx ^ swizzle(g))];
+              v[0][g] = vq_widen_lo(E{}, pair), v[1][g] = vq_widen_hi(E{}, pair);
+            } else {
+              v[0][g] = table[g * kEntries + idx];
+            }
           }
-          sums[row] += ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+#pragma unroll
+          for (int m = 0; m < kM; m++)
+            sums[m * p.rows_per_block + row] +=
+                ((v[m][0] + v[m][1]) + (v[m][2] + v[m][3])) + ((v[m][4] + v[m][5]) + (v[m][6] + v[m][7]));
         }
         // The stage is freed once its codes are used (NOTES).
         __syncwarp();
@@ -293,25 +359,31 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
     const int row = t * kThreads + tid;
     if (row >= rows) continue;
     const int n = n0 + row;
-    if (p.k_ranges == 1)
-      vq_store_as(p.y, p.y_dtype, n, p.scales ? sums[row] * p.scales[n] : sums[row]);
-    else
-      p.partials[static_cast<int64_t>(range) * p.N + n] = sums[row];
+#pragma unroll
+    for (int m = 0; m < kM; m++) {
+      const float sum = sums[m * p.rows_per_block + row];
+      if (p.k_ranges == 1)
+        vq_store_as(p.y, p.y_dtype, m * p.y_ld + n, p.scales ? sum * p.scales[n] : sum);
+      else
+        p.partials[(static_cast<int64_t>(range) * kM + m) * p.N + n] = sum;
+    }
   }
 }
 
-// y[n] = scale[n] * (the K ranges' partial sums of row n): a block of 8 warps takes 32 rows (a
-// lane each); warp w adds ranges w, w + 8, ... in order, then lane n of warp 0 adds the 8 warps'
-// sums in warp order (a fixed order: the same sums on every run). One thread per row adding the
-// 64-128 ranges alone took 11.6 us at N = 4096 (16 blocks, ncu), longer than the main kernel.
+// y[m, n] = scale[n] * (the K ranges' partial sums of row n for x row m = blockIdx.y): a block of
+// 8 warps takes 32 rows (a lane each); warp w adds ranges w, w + 8, ... in order, then lane n of
+// warp 0 adds the 8 warps' sums in warp order (a fixed order: the same sums on every run). One
+// thread per row adding the 64-128 ranges alone took 11.6 us at N = 4096 (16 blocks, ncu), longer
+// than the main kernel.
 __global__ void __launch_bounds__(256) vq_gemv_lut_reduce(const vq_lut_params p) {
   __shared__ float part[8][32];
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int n = static_cast<int>(blockIdx.x) * 32 + lane;
+  const int n = static_cast<int>(blockIdx.x) * 32 + lane, m = static_cast<int>(blockIdx.y);
   float v = 0.0f;
   if (n < p.N) {
 #pragma unroll 4
-    for (int k = warp; k < p.k_ranges; k += 8) v += p.partials[static_cast<int64_t>(k) * p.N + n];
+    for (int k = warp; k < p.k_ranges; k += 8)
+      v += p.partials[(static_cast<int64_t>(k) * gridDim.y + m) * p.N + n];
   }
   part[warp][lane] = v;
   __syncthreads();
@@ -319,7 +391,7 @@ __global__ void __launch_bounds__(256) vq_gemv_lut_reduce(const vq_lut_params p)
   v = part[0][lane];
 #pragma unroll
   for (int w = 1; w < 8; w++) v += part[w][lane];
-  vq_store_as(p.y, p.y_dtype, n, p.scales ? v * p.scales[n] : v);
+  vq_store_as(p.y, p.y_dtype, m * p.y_ld + n, p.scales ? v * p.scales[n] : v);
 }
 
 // ---- host: the limits, the split, the launch ----
@@ -330,15 +402,29 @@ const char kOp[] = "qf_vq_gemm";
 
 using lut_kernel_t = void (*)(CUtensorMap, CUtensorMap, vq_lut_params);
 
-// The kernel of a (vector size, index bits, entry type), or NULL; `slot` numbers it for the
-// shared-memory opt-in flags.
-lut_kernel_t pick_lut(int vs, int bits, bool bf16, bool packed, int &slot) {
+// The kernel of an entry type and layout for a (vector size, index bits, rows of x); NULL for two
+// rows of x at vector sizes other than 8.
+template <int kVS, int kBits, int kM>
+lut_kernel_t pick_dtype(bool bf16, bool packed) {
+  if constexpr (kM == 2 && kVS != 8) {
+    return nullptr;
+  } else {
+    if (bf16) return packed ? vq_gemv_lut_kernel<kVS, kBits, vq_bf16, true, kM> : vq_gemv_lut_kernel<kVS, kBits, vq_bf16, false, kM>;
+    return packed ? vq_gemv_lut_kernel<kVS, kBits, vq_f16, true, kM> : vq_gemv_lut_kernel<kVS, kBits, vq_f16, false, kM>;
+  }
+}
+
+// The kernel of a (vector size, index bits, entry type, rows of x), or NULL; `slot` numbers it for
+// the shared-memory opt-in flags.
+lut_kernel_t pick_lut(int vs, int bits, bool bf16, bool packed, int m, int &slot) {
   slot = 0;
-#define QF_VQ_LUT_PICK(VS, BITS)                                                                     \
-  if (vs == VS && bits == BITS)                                                                      \
-    return bf16 ? (packed ? vq_gemv_lut_kernel<VS, BITS, vq_bf16, true> : vq_gemv_lut_kernel<VS, BITS, vq_bf16, false>) \
-                : (packed ? vq_gemv_lut_kernel<VS, BITS, vq_f16, true> : vq_gemv_lut_kernel<VS, BITS, vq_f16, false>); \
-  slot++;
+#define QF_VQ_LUT_PICK(VS, BITS)                                                  \
+  if (vs == VS && bits == BITS) {                                               \
+    slot += m - 1; /* the M = 2 kernel is another function: its own flag */     \
+    if (m == 2) return pick_dtype<VS, BITS, 2>(bf16, packed);                   \
+    return pick_dtype<VS, BITS, 1>(bf16, packed);                               \
+  }                                                                             \
+  slot += 2;
   QF_VQ_LUT_FORMATS(QF_VQ_LUT_PICK)
 #undef QF_VQ_LUT_PICK
   return nullptr;
@@ -346,13 +432,19 @@ lut_kernel_t pick_lut(int vs, int bits, bool bf16, bool packed, int &slot) {
 
 }  // namespace
 
-extern "C" const char *qf_cuda_vq_lut_refusal(const qf_mat *x, const qf_vq_tensors *w) {
+extern "C" const char *qf_cuda_vq_lut_refusal(const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
   const qf_vq_format &f = w->fmt;
   int slot;
-  if (x->rows != 1) return "the table GeMV takes M = 1";
+  if (x->rows != 1 && x->rows != 2) return "the table GeMV takes M = 1 or 2";
   if (f.scope_rows != 0 || f.scope_cols != 0) return "the table GeMV needs one codebook per residual (scopes of 0 x 0)";
-  if (pick_lut(f.vector_size, f.index_bits, false, false, slot) == nullptr)
+  if (pick_lut(f.vector_size, f.index_bits, false, false, 1, slot) == nullptr)
     return "the table GeMV takes vector size 8 with 12- or 8-bit indices and vector size 4 with 10-bit ones";
+  if (x->rows == 2) {
+    if (f.vector_size != 8) return "the table GeMV takes M = 2 with vector size 8";
+    if (x->dtype != f.entry_dtype) return "the table GeMV at M = 2 needs x of the codebook entries' type (fp16 or bf16)";
+    if (y->dtype != QF_F16 && y->dtype != QF_BF16)
+      return "the table GeMV at M = 2 writes fp16 or bf16 y (its table values are rounded to the entries' type)";
+  }
   if (reinterpret_cast<uintptr_t>(w->codes) % 16 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
     return "the table GeMV needs codes and codebooks aligned to 16 bytes";
   if (static_cast<int64_t>(f.residuals) * w->N > INT32_MAX) return "the table GeMV needs R * N code rows below 2^31";
@@ -364,19 +456,21 @@ extern "C" const char *qf_cuda_vq_lut_refusal(const qf_mat *x, const qf_vq_tenso
 extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
                                               int splits, int rows_per_block, qf_vq_mma_config *used) {
   using namespace vq_lut_detail;
-  if (const char *why = qf_cuda_vq_lut_refusal(x, w)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
+  if (const char *why = qf_cuda_vq_lut_refusal(x, w, y)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   const qf_vq_format &f = w->fmt;
   if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   const int64_t N = w->N, K = w->K;
   const int bits = f.index_bits;
   const bool bf16 = f.entry_dtype == QF_BF16;
+  const int m = static_cast<int>(x->rows);
   int slot;
-  const lut_kernel_t kernel = pick_lut(f.vector_size, bits, bf16, w->packed != 0, slot);
+  const lut_kernel_t kernel = pick_lut(f.vector_size, bits, bf16, w->packed != 0, m, slot);
 
   // Rows per block: as many as the shared memory left by the table and the ring holds (whole
   // tiles), the row ranges as even as they come; then as many K ranges as fill one block per SM.
-  const size_t fixed = smem_bytes(bits, 0) + 1024;  // + the static arrays and slack
-  const int64_t max_rows = ctx->smem_optin > fixed ? static_cast<int64_t>((ctx->smem_optin - fixed) / 4) / kThreads * kThreads : 0;
+  const size_t fixed = smem_bytes(bits, 0, m) + 1024;  // + the static arrays and slack
+  const int64_t max_rows =
+      ctx->smem_optin > fixed ? static_cast<int64_t>((ctx->smem_optin - fixed) / (4 * m)) / kThreads * kThreads : 0;
   if (max_rows == 0 || (rows_per_block > 0 && rows_per_block > max_rows))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the table GeMV's rows per block (%lld) do not fit the shared memory",
                    kOp, static_cast<long long>(rows_per_block > 0 ? rows_per_block : kThreads));
@@ -405,13 +499,13 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   const int k_ranges = splits;
   if (row_ranges * k_ranges > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld blocks exceed the grid", kOp, static_cast<long long>(row_ranges * k_ranges));
-  const size_t smem = smem_bytes(bits, rows_per_block);
+  const size_t smem = smem_bytes(bits, rows_per_block, m);
 
   if (used) {
     *used = qf_vq_mma_config{};
     used->m_tiles8 = 1;
     used->tile_n = rows_per_block;
-    used->tile_m = 1;
+    used->tile_m = m;
     used->placement = QF_VQ_BOOKS_LUT;
     used->mma_bf16 = bf16;
     used->x_parts = 1;
@@ -427,8 +521,8 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   }
   if (N == 0) return QF_OK;
 
-  static std::atomic<uint64_t> opted_in[2][2][8];  // [bf16][packed][format]
-  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem_bytes(bits, static_cast<int>(max_rows)),
+  static std::atomic<uint64_t> opted_in[2][2][8];  // [bf16][packed][format and rows of x]
+  if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem_bytes(bits, static_cast<int>(max_rows), m),
                                          opted_in[bf16][w->packed != 0][slot]);
       st != QF_OK)
     return st;
@@ -443,6 +537,8 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   p.scales = w->scales;
   p.x = x->data;
   p.y = y->data;
+  p.x_ld = x->ld;
+  p.y_ld = y->ld;
   p.x_dtype = x->dtype;
   p.y_dtype = y->dtype;
   p.N = static_cast<int>(N);
@@ -455,14 +551,14 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   if (w->packed) p.packed = w->codes;
   if (k_ranges > 1) {
     void *ws = nullptr;
-    const size_t partial_bytes = static_cast<size_t>(k_ranges) * static_cast<size_t>(N) * sizeof(float);
+    const size_t partial_bytes = static_cast<size_t>(k_ranges) * m * static_cast<size_t>(N) * sizeof(float);
     if (qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws); st != QF_OK)
       return st;
     p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
   }
   kernel<<<static_cast<unsigned>(row_ranges * k_ranges), kThreads + 32, smem, qf_stream(ctx)>>>(tmap_16, tmap_32, p);
   if (qf_status st = qf_cuda_check_launch(ctx, kOp); st != QF_OK || k_ranges == 1) return st;
-  vq_gemv_lut_reduce<<<static_cast<unsigned>((N + 31) / 32), 256, 0, qf_stream(ctx)>>>(p);
+  vq_gemv_lut_reduce<<<dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(m)), 256, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }
 

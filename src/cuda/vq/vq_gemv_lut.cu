@@ -41,8 +41,9 @@
 //   vector) as two 16-bit values of the entries' type, so the table keeps its 128 KB and a row's
 //   lookup serves both rows of x; the build is one m16n8k8 per 8 entries (x rows and vectors as
 //   the 16 rows of A, entries as the columns of B), fp32 sums of the exact products rounded once.
-//   The rows' sums take twice the shared memory, so a block holds half the rows. AQLM-3 at M = 2
-//   on an H200: 1.3-1.6x the GC kernel the router ran before, about the M = 1 time (docs/VQ.md).
+//   The rows' sums take twice the shared memory; a ring one standard stage shorter leaves room
+//   for 8192 rows a block (ring_bytes). AQLM-3 at M = 2 on an H200: 1.3-1.6x the GC kernel the
+//   router ran before (packed codes 1.6-2.5x, 1.12-1.62x cuBLASLt fp16; docs/VQ.md).
 // - Limits (else QF_ERR_UNSUPPORTED with the reason): M = 1 or 2, one book per residual (scopes
 //   0 x 0), (vector size, index bits) of QF_VQ_LUT_FORMATS, codes and books 16-byte aligned, R * N
 //   rows of codes below 2^31, code rows of at least 32 bytes (standard layout); packed codes take
@@ -98,9 +99,13 @@ constexpr int kStageBytes = kThreads * 32;
 
 // The table: kGroups x 2^bits words (fp32 values at M = 1, pairs of 16-bit values at M = 2).
 __host__ __device__ constexpr size_t table_bytes(int bits) { return static_cast<size_t>(kGroups) << bits << 2; }
+// The ring: kStages standard-layout stages at M = 1, one fewer at M = 2, whose rows' sums take
+// twice the bytes: so that a block still holds 8192 rows (one row range, one table build per
+// item, for the Llama-65B layers of N = 8192).
+__host__ __device__ constexpr int ring_bytes(int m) { return (m == 1 ? kStages : kStages - 1) * kStageBytes; }
 // Dynamic shared memory: the table, the ring, the rows' sums (one per row of W and of x).
 __host__ __device__ constexpr size_t smem_bytes(int bits, int rows, int m) {
-  return table_bytes(bits) + kStages * kStageBytes + 4u * rows * m;
+  return table_bytes(bits) + ring_bytes(m) + 4u * rows * m;
 }
 // M = 2: entry e of group g's table row sits at e ^ swizzle(g), so that the build's stores of the 8
 // groups (rows 2^bits words apart) spread over the banks; a lookup's index is xor'ed alike.
@@ -134,17 +139,17 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   static_assert(kBits <= 16, "a row's indices of a chunk fit a 32-byte window at any offset");
   constexpr int kPackBytes = (kBits + 3) / 4 * 4;  // a row's chunk, packed (qf_vq_pack_chunk_bytes)
   static_assert(QF_VQ_PACK_ROWS == kThreads, "a packed tile is a ring stage");
-  // The ring: kStages stages of kStageBytes for the standard layout's windows; packed tiles are
-  // smaller, so the same bytes hold more of them in flight (8 for 12-bit indices).
+  // The ring: ring_bytes(kM) in stages of kStageBytes for the standard layout's windows; packed
+  // tiles are smaller, so the same bytes hold more of them in flight (8 for 12-bit indices at M = 1).
   constexpr int kSlot = kPacked ? kThreads * kPackBytes : kStageBytes;
-  constexpr int kRing = kStages * kStageBytes / kSlot;
+  constexpr int kRing = ring_bytes(kM) / kSlot;
   static_assert(kSlot % 16 == 0, "bulk copies of 16-byte multiples");
 
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t bars[2 * kRing];
   __shared__ float xs[kGroups * kVS];
   float *const table = reinterpret_cast<float *>(smem);
-  float *const sums = reinterpret_cast<float *>(smem + table_bytes(kBits) + kStages * kStageBytes);
+  float *const sums = reinterpret_cast<float *>(smem + table_bytes(kBits) + ring_bytes(kM));
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem + table_bytes(kBits)));
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto full_bar = [bar0](int s) { return bar0 + 8 * s; };

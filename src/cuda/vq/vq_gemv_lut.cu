@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t bars[2 * kRing];
   __shared__ float xs[kGroups * kVS];
-  float *const table = reinterpret_cast<float *>(smem);
+  float *const table = reinterpret_cast<float *>(smem);        // M = 1: fp32 values
+  uint32_t *const table2 = reinterpret_cast<uint32_t *>(smem);  // M = 2: pairs of 16-bit values
   float *const sums = reinterpret_cast<float *>(smem + table_bytes(kBits) + ring_bytes(kM));
   const uint32_t ring = static_cast<uint32_t>(__cvta_generic_to_shared(smem + table_bytes(kBits)));
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
@@ -260,7 +261,6 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
   // M = 2: D's values of x rows 0 and 1 for an (entry, vector), rounded to the entries' type, are
   // one word of the table; a lane stores its two entries' words at once.
   auto build2 = [&]() {
-    uint32_t *const table2 = reinterpret_cast<uint32_t *>(smem);
 #pragma unroll
     for (int j = 0; j < kBlocks2; j++) {
       float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
             const int bit = 8 * kOff + g * kBits, word = bit / 32, sh = bit % 32;
             const uint32_t idx = (sh + kBits <= 32 ? w[word] >> sh : __funnelshift_r(w[word], w[word + 1], sh)) & kMask;
             if constexpr (kM == 2) {
-              const uint32_t pair = reinterpret_cast<const uint32_t *>(smem)[g * kEntries + (idx ^ swizzle(g))];
+              const uint32_t pair = table2[g * kEntries + (idx ^ swizzle(g))];
               v[0][g] = vq_widen_lo(E{}, pair), v[1][g] = vq_widen_hi(E{}, pair);
             } else {
               v[0][g] = table[g * kEntries + idx];

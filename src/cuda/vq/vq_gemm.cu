@@ -78,8 +78,9 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   // AQLM's whole-book GeMM also takes 9 to 16 rows: its 64-row x tile decodes W once, as the fused
   // GeMV's 16-row tile does, and ran M = 16 faster than that GeMV on every Llama layer (docs/VQ.md).
   // Its time hardly moves with M, the GeMV's grows; from M = 7 it wins where K is 8192 or more
-  // (each block's K range pays for staging both books: 3-11% at M = 7, 7-14% at M = 8 on the
-  // Llama layers with K >= 8192, H200), while at K = 4096 the GeMV stays 10-20% faster to M = 8.
+  // (each block's K range pays for staging both books): 4-13% faster at M = 7, 8-16% at M = 8 on
+  // the Llama layers with K >= 8192 (H200, same call), while at K = 4096 the GeMV stays 10-20%
+  // faster up to M = 8.
   const bool whole_gemv = gemv_shape && (M > 8 || (M >= 7 && K >= 8192)) && qf_cuda_vq_whole_books(&f);
   if (placement == QF_VQ_BOOKS_TILED ||
       (placement == QF_VQ_BOOKS_AUTO && ((gemm_shape && M > QF_VQ_GEMV_MAX_M) || whole_gemv) &&

@@ -601,21 +601,22 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * of 0 or multiples of 128 rows and 64 columns, CUDA runs the tiled VQ-GeMM (W decoded once per
  * 128-row block tile into shared memory, wgmma against x tiles; x and the entries then enter as
  * themselves and the tensor cores accumulate each block's K range in fp32, split-K as above; the
- * AQLM formats from M = 9, W decoded into the wgmma's registers from books staged whole). For
- * M = 1 with one codebook per residual (AQLM), vector size 8 with 12- or 8-bit indices or 4 with
- * 10-bit ones and N at least half the entries, CUDA runs the table GeMV: per chunk of 8 vectors
- * the products of every entry with x's vectors (fp32 fma chains: exact products) in a
- * shared-memory table, then one lookup per vector of a row, the 8 lookups of a chunk added in a
- * fixed tree and the chunks in order (split-K as above). It also takes M = 2 with vector size 8,
- * x of the entries' type and fp16 or bf16 y: each table value (both rows of x in one word) is
- * then the fp32 sum of the vector's 8 exact products rounded to the entries' type. For M = 1 with books per tile of W,
- * 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type, fp16 or bf16 y, K and the
- * scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a table of the
- * entries' products with x built on the tensor cores, each value the fp32 sum of an entry's 4
- * exact products rounded to the entries' type (fp16 values beyond 65504 are infinite), one lookup
- * per vector, the lookups widened and added in fp32 in order (split-K as above); with fp32 y the
- * banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global, shared, banked, tiled,
- * lut, registers) forces the codebook placement of the CUDA kernels for the ablation (docs/VQ.md). */
+ * AQLM formats from M = 9, or 7 where K >= 8192, W decoded into the wgmma's registers from books
+ * staged whole). For M = 1 with one codebook per residual (AQLM), vector size 8 with 12- or 8-bit
+ * indices or 4 with 10-bit ones and N at least half the entries, CUDA runs the table GeMV: per
+ * chunk of 8 vectors the products of every entry with x's vectors (fp32 fma chains: exact products)
+ * in a shared-memory table, then one lookup per vector of a row, the 8 lookups of a chunk added in
+ * a fixed tree and the chunks in order (split-K as above). It also takes M = 2 with vector size 8,
+ * x of the entries' type and fp16 or bf16 y: each table value (both rows of x in one word) is then
+ * the fp32 sum of the vector's 8 exact products rounded to the entries' type. For M = 1 with books
+ * per tile of W, 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type, fp16 or bf16 y,
+ * K and the scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a
+ * table of the entries' products with x built on the tensor cores, each value the fp32 sum of an
+ * entry's 4 exact products rounded to the entries' type (fp16 values beyond 65504 are infinite),
+ * one lookup per vector, the lookups widened and added in fp32 in order (split-K as above); with
+ * fp32 y the banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global, shared, banked,
+ * tiled, lut, registers) forces the codebook placement of the CUDA kernels for the ablation
+ * (docs/VQ.md). */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
 

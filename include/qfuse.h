@@ -608,7 +608,8 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * in a shared-memory table, then one lookup per vector of a row, the 8 lookups of a chunk added in
  * a fixed tree and the chunks in order (split-K as above). It also takes M = 2 with vector size 8,
  * x of the entries' type and fp16 or bf16 y: each table value (both rows of x in one word) is then
- * the fp32 sum of the vector's 8 exact products rounded to the entries' type. For M = 1 with books
+ * the fp32 sum of the vector's 8 exact products rounded to the entries' type; on packed codes also
+ * M = 3 and 4, a pair of rows at a time. For M = 1 with books
  * per tile of W, 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type, fp16 or bf16 y,
  * K and the scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a
  * table of the entries' products with x built on the tensor cores, each value the fp32 sum of an
@@ -626,8 +627,8 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * multiple of 4 bytes) back to back, so that the kernel reads a (tile, chunk) in one contiguous
  * copy instead of one request per row. uint8 [R, ceil(N / 512), ceil(K / vector_size / 8),
  * 512 * ((index_bits + 3) / 4 * 4)]; rows past N and bytes past a code row are zeros.
- * qf_vq_gemm takes such a 4-D codes tensor in place of the 3-D one: the CPU reference unpacks
- * it; CUDA runs a table GeMV on it directly (M = 1, or 2 where the one-book table GeMV takes it,
+ * qf_vq_gemm takes such a 4-D codes tensor in place of the 3-D one: the CPU reference unpacks it;
+ * CUDA runs a table GeMV on it directly (M = 1, or 2 to 4 where the one-book table GeMV takes it,
  * and the table GeMVs' formats only, else QF_ERR_UNSUPPORTED, as is fp32 y for books per tile of
  * W): 1.2-1.5x faster than on the standard layout for one book per residual (AQLM), 1.14x on the
  * Llama-65B layers for books per tile of W (GPTVQ-2; docs/VQ.md). */

@@ -155,7 +155,7 @@ static int ran_registers_vs[2]; /* runs of the register tier, [vector size 2] */
 static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ran_elementwise, ran_x_parts[4],
     ran_entry_parts2, ran_mma_f16, refused_shared, ran_banked, ran_banked_vs[9], ran_banked_one_split,
     ran_banked_splits, ran_tiled, ran_tiled_vs[9], ran_tiled_rows[3], ran_tiled_residuals2, ran_tiled_bf16,
-    ran_tiled_whole[2], ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_m2, ran_lut_one_split,
+    ran_tiled_whole[2], ran_tiled_one_split, ran_tiled_splits, ran_lut, ran_lut_vs[9], ran_lut_m2, ran_lut_pairs, ran_lut_one_split,
     ran_lut_splits, ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p,
     ran_e8p_one_split, ran_e8p_splits, ran_banked16, ran_e8p16, /* the last two: x tiles of 16 rows */
     ran_lut_tiles, ran_lut_tiles_one_split, ran_lut_tiles_splits, /* the tile-table GeMV (lut placement, GPTVQ) */
@@ -271,7 +271,7 @@ static void packed_lut_tiles_forced(qf_ctx *gpu, const vq_weight *w, const qf_ma
 
 /* A table GeMV on packed codes (qf_vq_pack_gemv): packed on the GPU, byte for byte the CPU's
  * packing; the public call at M = 1 against the reference in Y->ref; the kernel's own runs
- * (`forced`); M = 3 on packed codes (past the table GeMVs' M) refused with y untouched. */
+ * (`forced`); M = 5 on packed codes (past the table GeMVs' M) refused with y untouched. */
 static void packed_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, const qf_mat *xm, const qf_vq_tensors *t,
                         const qf_mat *ym, const DLTensor *gx, const DLTensor *gy, pair *Y, int64_t yld, double tol,
                         const char *desc, packed_forced forced) {
@@ -302,21 +302,21 @@ static void packed_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, const qf_mat *xm
   qf_vq_tensors tp = *t;
   tp.codes = P.dev, tp.packed = 1;
   forced(gpu, w, xm, &tp, ym, Y, yld, tol, d2);
-  /* M = 3: refused, y untouched */
+  /* M = 5: refused, y untouched */
   CUDA_OK(cudaMemset(Y->dev, POISON, Y->bytes));
-  int64_t xs2[2] = {3, w->K}, ys2[2] = {3, w->N};
+  int64_t xs2[2] = {5, w->K}, ys2[2] = {5, w->N};
   DLTensor gx2 = *gx, gy2 = *gy;
   gx2.shape = xs2, gy2.shape = ys2, gx2.strides = gy2.strides = NULL;
-  void *x2buf = dev_alloc((size_t)(3 * w->K) * esz(xm->dtype));
-  CUDA_OK(cudaMemset(x2buf, 0, (size_t)(3 * w->K) * esz(xm->dtype)));
+  void *x2buf = dev_alloc((size_t)(5 * w->K) * esz(xm->dtype));
+  CUDA_OK(cudaMemset(x2buf, 0, (size_t)(5 * w->K) * esz(xm->dtype)));
   gx2.data = x2buf;
-  void *y2buf = dev_alloc((size_t)(3 * w->N) * esz(ym->dtype));
-  CUDA_OK(cudaMemset(y2buf, POISON, (size_t)(3 * w->N) * esz(ym->dtype)));
+  void *y2buf = dev_alloc((size_t)(5 * w->N) * esz(ym->dtype));
+  CUDA_OK(cudaMemset(y2buf, POISON, (size_t)(5 * w->N) * esz(ym->dtype)));
   gy2.data = y2buf;
   st = qf_vq_gemm(gpu, &gx2, &gp, &gb, w->f.row_scale ? &gs : NULL, &w->f, &gy2);
-  CHECK(st == QF_ERR_UNSUPPORTED, "%s: M = 3 on packed codes gave %s", d2, qf_status_str(st));
+  CHECK(st == QF_ERR_UNSUPPORTED, "%s: M = 5 on packed codes gave %s", d2, qf_status_str(st));
   CUDA_OK(cudaDeviceSynchronize());
-  CHECK(dev_poisoned(y2buf, (size_t)(3 * w->N) * esz(ym->dtype)) && dev_poisoned(Y->dev, Y->bytes),
+  CHECK(dev_poisoned(y2buf, (size_t)(5 * w->N) * esz(ym->dtype)) && dev_poisoned(Y->dev, Y->bytes),
         "%s: y written after a refused call", d2);
   CUDA_OK(cudaFree(x2buf));
   CUDA_OK(cudaFree(y2buf));
@@ -397,8 +397,8 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
         if (placements[i] == QF_VQ_BOOKS_LUT &&
             (mm || bn ||
              (qf_cuda_vq_lut_refusal(&xm, &t, &ym) != NULL && qf_cuda_vq_lut_tiles_refusal(&xm, &t, &ym) != NULL))) {
-          /* the table GeMVs run their own launch shape at M = 1 (AQLM's also at 2), for their formats only:
-           * refused, y untouched */
+          /* the table GeMVs run their own launch shape at M = 1 (AQLM's also at 2 to 4), for their formats
+           * only: refused, y untouched */
           CHECK(st == QF_ERR_UNSUPPORTED, "%s: lut placement outside its limits gave %s", d3, qf_status_str(st));
           CHECK(dev_poisoned(Y.dev, Y.bytes), "%s: y written after a refused call", d3);
           continue;
@@ -434,7 +434,8 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
           ran_banked++, ran_banked16 += used.m_tiles8 == 2, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         if (used.placement == QF_VQ_BOOKS_LUT) {
           if (qf_cuda_vq_lut_refusal(&xm, &t, &ym) != NULL) ran_lut_tiles++;
-          else ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++, ran_lut_m2 += used.tile_m == 2;
+          else ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++, ran_lut_m2 += used.tile_m == 2,
+               ran_lut_pairs += used.tiles_m > 1;
         } else if (used.placement == QF_VQ_BOOKS_TILED) {
           ran_tiled++, ran_tiled_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
           ran_tiled_rows[used.tile_m == 64 ? 1 : used.tile_m == 128 ? 2 : 0]++;
@@ -768,11 +769,11 @@ int main(void) {
         ran_lut_tiles_one_split, ran_lut_tiles_splits, ran_lut_tiles_f32_refused);
   CHECK(ran_packed_tiles > 0 && ran_packed_tiles_splits > 0,
         "the tile-table GeMV ran on packed codes (one split %d, several %d)", ran_packed_tiles, ran_packed_tiles_splits);
-  CHECK(ran_lut > 0 && ran_lut_vs[4] > 0 && ran_lut_vs[8] > 0 && ran_lut_m2 > 0 && ran_lut_one_split > 0 &&
-            ran_lut_splits > 0 && ran_lut_row_ranges > 0,
-        "the table GeMV ran (%d; vector sizes 4, 8: %d, %d; two rows of x %d; one split %d, several %d; 64-row "
-        "ranges %d)", ran_lut, ran_lut_vs[4], ran_lut_vs[8], ran_lut_m2, ran_lut_one_split, ran_lut_splits,
-        ran_lut_row_ranges);
+  CHECK(ran_lut > 0 && ran_lut_vs[4] > 0 && ran_lut_vs[8] > 0 && ran_lut_m2 > 0 && ran_lut_pairs > 0 &&
+            ran_lut_one_split > 0 && ran_lut_splits > 0 && ran_lut_row_ranges > 0,
+        "the table GeMV ran (%d; vector sizes 4, 8: %d, %d; two rows of x %d, a launch per pair %d; one split %d, "
+        "several %d; 64-row ranges %d)", ran_lut, ran_lut_vs[4], ran_lut_vs[8], ran_lut_m2, ran_lut_pairs,
+        ran_lut_one_split, ran_lut_splits, ran_lut_row_ranges);
   CHECK(ran_packed > 0 && ran_packed_splits > 0 && ran_packed_row_ranges > 0,
         "the table GeMV ran on packed codes (%d; several K ranges %d, several row ranges %d)", ran_packed,
         ran_packed_splits, ran_packed_row_ranges);

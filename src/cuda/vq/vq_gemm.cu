@@ -42,8 +42,8 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   if (placement == QF_VQ_BOOKS_TILED && !gemm_shape)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the tiled placement runs VQ-GeMM's own launch shape (128-row tiles "
                    "of W)", kOp);
-  if (placement == QF_VQ_BOOKS_LUT && !(gemv_shape && M <= 2))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the lut placement runs VQ-GeMV's own launch shape at M = 1 or 2", kOp);
+  if (placement == QF_VQ_BOOKS_LUT && !(gemv_shape && M <= 4))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the lut placement runs VQ-GeMV's own launch shape at M = 1 to 4", kOp);
   if (M == 0 || N == 0) return QF_OK;
   if (K == 0) {  // empty sums
     const size_t esz = qf_dtype_size(y->dtype);
@@ -51,8 +51,8 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                                         static_cast<size_t>(M), qf_stream(ctx));
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
-  // Packed codes (qf_vq_pack_gemv) are the table GeMVs' layout: those kernels only (M = 1, or 2 for
-  // the one-book kernel).
+  // Packed codes (qf_vq_pack_gemv) are the table GeMVs' layout: those kernels only (M = 1; the
+  // one-book kernel also 2 to 4).
   if (w->packed && placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
   const char *const lut_why = qf_cuda_vq_lut_refusal(x, w, y), *const tiles_why = qf_cuda_vq_lut_tiles_refusal(x, w, y);
@@ -63,7 +63,9 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
   // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers on an
   // H100; one book per residual: vq_gemv_lut.cu, also at M = 2, where it ran AQLM-3 1.3-1.6x
-  // faster than GC on an H200), else the banked kernel where it can run (vq_gemv_banked.cu);
+  // faster than GC on an H200; at M = 3 and 4 only on packed codes, which nothing else reads: a
+  // launch per pair of rows loses to GC on the standard layout), else the banked kernel where it
+  // can run (vq_gemv_banked.cu);
   // VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a placement or a tile height is
   // forced.
   if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) &&

@@ -39,7 +39,7 @@ extern "C" {
  * VQ-GeMM also TILED, the kernel of vq_gemm_tiled.cu (each k-step's books staged in shared memory
  * and W decoded there once per block tile, then mma.sync against x tiles); for VQ-GeMV at M = 1 also
  * LUT, the kernel of vq_gemv_lut.cu (tables of entry . x products in shared memory, one lookup per
- * vector of a row; one book per residual; also at M = 2) or of vq_gemv_lut_tiles.cu (books scoped
+ * vector of a row; one book per residual; also at M = 2 to 4) or of vq_gemv_lut_tiles.cu (books scoped
  * to tiles of W); for VQ-GeMV also REGISTERS, CodebookHotInRegisters:
  * IN_SHARED with the codebook cache's register tier (the 32 hottest entries of a warp's book in
  * registers, read by shuffle; qf_vq_hot_ok says where it applies). */
@@ -213,11 +213,11 @@ const char *qf_cuda_vq_e8p_refusal(const qf_mat *x, const qf_vq_tensors *w);
 qf_status qf_cuda_vq_gemv_e8p_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
                                    qf_vq_mma_config *used);
 
-/* Why the table VQ-GeMV (vq_gemv_lut.cu) cannot take this call, or NULL when it can: M = 1 or 2,
+/* Why the table VQ-GeMV (vq_gemv_lut.cu) cannot take this call, or NULL when it can: M = 1 to 4,
  * one codebook per residual (scopes 0 x 0), vector size 8 with 12- or 8-bit indices or vector size
  * 4 with 10-bit ones, codes and codebooks 16-byte aligned, R * N below 2^31, code rows of at least
- * 32 bytes; at M = 2 vector size 8, x of the entries' type and fp16 or bf16 y (table values of two
- * rows of x in one word, rounded to the entries' type). */
+ * 32 bytes; at M = 2 to 4 vector size 8, x of the entries' type and fp16 or bf16 y (table values of
+ * two rows of x in one word, rounded to the entries' type; a launch per pair of rows). */
 const char *qf_cuda_vq_lut_refusal(const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
 
 /* Whether the router's automatic choice takes the table GeMV for an M <= 2 call it can run: where

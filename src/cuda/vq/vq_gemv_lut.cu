@@ -44,8 +44,8 @@
 //   The rows' sums take twice the shared memory; a ring one standard stage shorter leaves room
 //   for 8192 rows a block (ring_bytes). AQLM-3 at M = 2 on an H200: 1.3-1.6x the GC kernel the
 //   router ran before (packed codes 1.6-2.5x, 1.12-1.62x cuBLASLt fp16; docs/VQ.md). M = 3 and 4
-//   run a launch per pair of rows (the last one alone where M is odd), so that codes packed for
-//   this kernel serve a batch of up to 4.
+//   run the kernels per pair of rows (an odd last row as at M = 1), so that codes packed for them
+//   serve a batch of up to 4.
 // - Limits (else QF_ERR_UNSUPPORTED with the reason): M = 1 to 4, one book per residual (scopes
 //   0 x 0), (vector size, index bits) of QF_VQ_LUT_FORMATS, codes and books 16-byte aligned, R * N
 //   rows of codes below 2^31, code rows of at least 32 bytes (standard layout); packed codes take
@@ -80,11 +80,10 @@
 struct vq_lut_params {
   const uint16_t *books;  // [R, entries, vs]
   const float *scales;    // [N] or NULL
-  const void *x;          // [rows_x, K] of x_dtype (kM = 2: the entries' type), rows x_ld apart
-  void *y;                // [rows_x, N] of y_dtype (one K range), rows y_ld apart
-  float *partials;        // [k_ranges][rows_x][N] (several K ranges)
+  const void *x;          // [M, K] of x_dtype (M = 2: the entries' type), rows x_ld apart
+  void *y;                // [M, N] of y_dtype (one K range), rows y_ld apart
+  float *partials;        // [k_ranges][M][N] (several K ranges)
   int64_t x_ld, y_ld;
-  int rows_x;             // rows of x and y this launch: 1 to kM (this launch's pair of a call's rows)
   int x_dtype, y_dtype;
   int N, vectors, residuals, items;
   int rows_per_block, k_ranges;
@@ -250,7 +249,7 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
 #pragma unroll
       for (int m = 0; m < 2; m++) {
         const unsigned short *xr = static_cast<const unsigned short *>(p.x) + m * p.x_ld + g * kVS + 2 * tig;
-        a2[m] = g < p.vectors && m < p.rows_x ? __ldg(xr) | static_cast<uint32_t>(__ldg(xr + 1)) << 16 : 0u;
+        a2[m] = g < p.vectors ? __ldg(xr) | static_cast<uint32_t>(__ldg(xr + 1)) << 16 : 0u;
       }
     } else {
       const raw_t *book = reinterpret_cast<const raw_t *>(p.books + static_cast<int64_t>(r) * kEntries * kVS);
@@ -369,12 +368,11 @@ __global__ void __launch_bounds__(vq_lut_detail::kThreads + 32, 1)
     const int n = n0 + row;
 #pragma unroll
     for (int m = 0; m < kM; m++) {
-      if (kM > 1 && m >= p.rows_x) break;
       const float sum = sums[m * p.rows_per_block + row];
       if (p.k_ranges == 1)
         vq_store_as(p.y, p.y_dtype, m * p.y_ld + n, p.scales ? sum * p.scales[n] : sum);
       else
-        p.partials[(static_cast<int64_t>(range) * (kM == 1 ? 1 : p.rows_x) + m) * p.N + n] = sum;
+        p.partials[(static_cast<int64_t>(range) * kM + m) * p.N + n] = sum;
     }
   }
 }
@@ -462,17 +460,17 @@ extern "C" const char *qf_cuda_vq_lut_refusal(const qf_mat *x, const qf_vq_tenso
   return nullptr;
 }
 
-extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
-                                              int splits, int rows_per_block, qf_vq_mma_config *used) {
+namespace {
+
+// One or two rows of x (the call's checks passed): the kernel for that M, then the ranges' sums.
+qf_status launch_rows(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                      int rows_per_block, qf_vq_mma_config *used) {
   using namespace vq_lut_detail;
-  if (const char *why = qf_cuda_vq_lut_refusal(x, w, y)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   const qf_vq_format &f = w->fmt;
-  if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   const int64_t N = w->N, K = w->K;
   const int bits = f.index_bits;
   const bool bf16 = f.entry_dtype == QF_BF16;
-  const int m = x->rows == 1 ? 1 : 2;  // rows of x per launch: more than two run a launch per pair
-  const int64_t launches = (x->rows + m - 1) / m;
+  const int m = static_cast<int>(x->rows);
   int slot;
   const lut_kernel_t kernel = pick_lut(f.vector_size, bits, bf16, w->packed != 0, m, slot);
 
@@ -516,7 +514,6 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
     used->m_tiles8 = 1;
     used->tile_n = rows_per_block;
     used->tile_m = m;
-    used->tiles_m = launches;
     used->placement = QF_VQ_BOOKS_LUT;
     used->mma_bf16 = bf16;
     used->x_parts = 1;
@@ -524,6 +521,7 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
     used->warps = kThreads / 32 + 1;
     used->warps_k = 1;
     used->tiles_n = row_ranges;
+    used->tiles_m = 1;
     used->tiles = row_ranges * k_ranges;
     used->splits = k_ranges;
     used->books_bytes = table_bytes(bits);
@@ -545,6 +543,8 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   vq_lut_params p = {};
   p.books = static_cast<const uint16_t *>(w->books);
   p.scales = w->scales;
+  p.x = x->data;
+  p.y = y->data;
   p.x_ld = x->ld;
   p.y_ld = y->ld;
   p.x_dtype = x->dtype;
@@ -564,20 +564,31 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
       return st;
     p.partials = reinterpret_cast<float *>(static_cast<int *>(ws) + kQfWorkspaceCounters);
   }
-  // Rows r0, r0 + 1 of x and y per launch (the last one alone where M is odd); one workspace, in
-  // stream order.
-  const size_t x_row = static_cast<size_t>(x->ld) * qf_dtype_size(x->dtype), y_row = static_cast<size_t>(y->ld) * qf_dtype_size(y->dtype);
-  for (int64_t r0 = 0; r0 < x->rows; r0 += m) {
-    p.x = static_cast<const uint8_t *>(x->data) + r0 * x_row;
-    p.y = static_cast<uint8_t *>(y->data) + r0 * y_row;
-    p.rows_x = static_cast<int>(std::min<int64_t>(m, x->rows - r0));
-    kernel<<<static_cast<unsigned>(row_ranges * k_ranges), kThreads + 32, smem, qf_stream(ctx)>>>(tmap_16, tmap_32, p);
-    if (qf_status st = qf_cuda_check_launch(ctx, kOp); st != QF_OK) return st;
-    if (k_ranges == 1) continue;
-    vq_gemv_lut_reduce<<<dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(p.rows_x)), 256, 0,
-                         qf_stream(ctx)>>>(p);
-    if (qf_status st = qf_cuda_check_launch(ctx, kOp); st != QF_OK) return st;
+  kernel<<<static_cast<unsigned>(row_ranges * k_ranges), kThreads + 32, smem, qf_stream(ctx)>>>(tmap_16, tmap_32, p);
+  if (qf_status st = qf_cuda_check_launch(ctx, kOp); st != QF_OK || k_ranges == 1) return st;
+  vq_gemv_lut_reduce<<<dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(m)), 256, 0, qf_stream(ctx)>>>(p);
+  return qf_cuda_check_launch(ctx, kOp);
+}
+
+}  // namespace
+
+extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y,
+                                              int splits, int rows_per_block, qf_vq_mma_config *used) {
+  if (const char *why = qf_cuda_vq_lut_refusal(x, w, y)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
+  if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
+  if (x->rows <= 2) return launch_rows(ctx, x, w, y, splits, rows_per_block, used);
+  // M = 3 and 4: rows 0 and 1, then the rest (one row: the M = 1 kernel), in stream order (the
+  // calls share the workspace); `used` tells the first call's plan and the number of calls.
+  const size_t x_row = static_cast<size_t>(x->ld) * qf_dtype_size(x->dtype);
+  const size_t y_row = static_cast<size_t>(y->ld) * qf_dtype_size(y->dtype);
+  for (int64_t r0 = 0; r0 < x->rows; r0 += 2) {
+    const int64_t rows = std::min<int64_t>(2, x->rows - r0);
+    const qf_mat xs = {static_cast<uint8_t *>(x->data) + r0 * x_row, x->dtype, rows, x->cols, x->ld};
+    const qf_mat ys = {static_cast<uint8_t *>(y->data) + r0 * y_row, y->dtype, rows, y->cols, y->ld};
+    if (qf_status st = launch_rows(ctx, &xs, w, &ys, splits, rows_per_block, r0 == 0 ? used : nullptr); st != QF_OK)
+      return st;
   }
+  if (used) used->tiles_m = (x->rows + 1) / 2;
   return QF_OK;
 }
 

@@ -608,16 +608,16 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * in a shared-memory table, then one lookup per vector of a row, the 8 lookups of a chunk added in
  * a fixed tree and the chunks in order (split-K as above). It also takes M = 2 with vector size 8,
  * x of the entries' type and fp16 or bf16 y: each table value (both rows of x in one word) is then
- * the fp32 sum of the vector's 8 exact products rounded to the entries' type; on packed codes also
- * M = 3 and 4, a pair of rows at a time. For M = 1 with books
- * per tile of W, 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type, fp16 or bf16 y,
- * K and the scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns and book a
- * table of the entries' products with x built on the tensor cores, each value the fp32 sum of an
- * entry's 4 exact products rounded to the entries' type (fp16 values beyond 65504 are infinite),
- * one lookup per vector, the lookups widened and added in fp32 in order (split-K as above); with
- * fp32 y the banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global, shared, banked,
- * tiled, lut, registers) forces the codebook placement of the CUDA kernels for the ablation
- * (docs/VQ.md). */
+ * the fp32 sum of the vector's 8 exact products rounded to the entries' type; M = 3 and 4 run a
+ * pair of rows at a time (an odd last row as at M = 1), on packed codes (standard codes: GC). For
+ * M = 1 with books per tile of W, 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type,
+ * fp16 or bf16 y, K and the scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns
+ * and book a table of the entries' products with x built on the tensor cores, each value the fp32
+ * sum of an entry's 4 exact products rounded to the entries' type (fp16 values beyond 65504 are
+ * infinite), one lookup per vector, the lookups widened and added in fp32 in order (split-K as
+ * above); with fp32 y the banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global,
+ * shared, banked, tiled, lut, registers) forces the codebook placement of the CUDA kernels for the
+ * ablation (docs/VQ.md). */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
                      const DLTensor *scales, const qf_vq_format *fmt, DLTensor *y);
 

@@ -57,7 +57,8 @@
 //   each w < 8, then those 8 sums in order); the row scale multiplies the finished sum. Vectors
 //   past K (the last chunk's tail) get zero table rows. At M = 2 a table value is the tensor
 //   core's fp32 sum of the vector's 8 exact products, rounded to the entries' type (fp16 values
-//   beyond 65504 are infinite); the adds are the same.
+//   beyond 65504 are infinite); the adds are the same. At M = 3 and 4 each pair of rows as at
+//   M = 2, an odd last row as at M = 1.
 #include <algorithm>
 #include <atomic>
 #include <type_traits>

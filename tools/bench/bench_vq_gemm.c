@@ -444,10 +444,10 @@ int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (!qfb_op_selected(sel->ops, "vq_gemm") || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t default_ms[] = {1, 16, 64, 256};
-  /* --m with another M (2 to 256) runs that M alone: batch 2 to 8 decode, and the routing between
-   * the GeMV's and the GeMM's kernels */
+  /* --m (1 to 256) runs that M alone: batch 2 to 8 decode, and the routing between the GeMV's and
+   * the GeMM's kernels */
   int64_t one_m[1] = {sel->m};
-  const int own_m = sel->m > 0 && sel->m <= VQB_MAX_M && sel->m != 1 && sel->m != 16 && sel->m != 64 && sel->m != 256;
+  const int own_m = sel->m > 0 && sel->m <= VQB_MAX_M;
   const int64_t *ms = own_m ? one_m : default_ms;
   const size_t n_ms = own_m ? 1 : sizeof default_ms / sizeof default_ms[0];
   /* Llama-7B's q/k/v/o, gate/up and down projections, then Llama-65B's */

@@ -31,7 +31,8 @@
  *    fp16 x and K a multiple of 256) likewise, with its split-K forced to 1, 3 and one range per
  *    chunk; the register tier over the shared books (GPTVQ-2 and VQ<2,8,1>
  *    with 256 x 512 scopes; refused elsewhere) likewise; the tile-table GeMV (vq_gemv_lut_tiles.cu:
- *    M = 1, GPTVQ-2, fp16 or bf16 y) likewise over 256-column chunks (at K = 8192, 32 splits: the
+ *    GPTVQ-2, fp16 or bf16 y; M = 1, 2 (x rows 4-byte aligned: the test's even pitch at M = 2) and
+ *    3, a pair of rows then one) likewise over 256-column chunks (at K = 8192, 32 splits: the
  *    last unit's sum loads 16 partials at a time, so that takes two batches), and refused, y
  *    untouched, for x 2 bytes off 4-byte alignment. The shapes cover: K a multiple of the
  *    kernel's 256-column chunks and not (the careful last chunk), K of 1 to 32 chunks (the 8
@@ -159,6 +160,7 @@ static int ran_shared, ran_global, ran_tiles8[5], ran_warps_k[9], ran_direct, ra
     ran_lut_splits, ran_lut_row_ranges, ran_packed, ran_packed_splits, ran_packed_row_ranges, ran_e8p,
     ran_e8p_one_split, ran_e8p_splits, ran_banked16, ran_e8p16, /* the last two: x tiles of 16 rows */
     ran_lut_tiles, ran_lut_tiles_one_split, ran_lut_tiles_splits, /* the tile-table GeMV (lut placement, GPTVQ) */
+    ran_lut_tiles_m2, ran_lut_tiles_pairs,     /* ... at M = 2, and per pair of rows (M = 3, 4) */
     ran_packed_tiles, ran_packed_tiles_splits, /* ... on packed codes */
     ran_lut_tiles_f32_refused;                 /* its refusals of fp32 y */
 static int bn_turn; /* rotates the forced tile heights */
@@ -325,7 +327,9 @@ static void packed_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, const qf_mat *xm
 
 static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtype xt, qf_dtype yt, int forced,
                       uint64_t *seed) {
-  const int64_t N = w->N, K = w->K, xld = M % 2 ? K : K + 3, yld = N + 5;
+  /* x rows strided for even M: an odd pitch, but an even one at M = 2 (4-byte aligned rows, which the
+   * tile-table GeMV's copies of x take) */
+  const int64_t N = w->N, K = w->K, xld = M % 2 ? K : M == 2 ? K + 2 : K + 3, yld = N + 5;
   char desc[200];
   snprintf(desc, sizeof desc, "%s: gemm M=%" PRId64 " x %s y %s", w->name, M, qf_dtype_name(xt), qf_dtype_name(yt));
 
@@ -433,7 +437,8 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
         else if (used.placement == QF_VQ_BOOKS_BANKED)
           ran_banked++, ran_banked16 += used.m_tiles8 == 2, ran_banked_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++;
         if (used.placement == QF_VQ_BOOKS_LUT) {
-          if (qf_cuda_vq_lut_refusal(&xm, &t, &ym) != NULL) ran_lut_tiles++;
+          if (qf_cuda_vq_lut_refusal(&xm, &t, &ym) != NULL)
+            ran_lut_tiles++, ran_lut_tiles_m2 += used.tile_m == 2, ran_lut_tiles_pairs += used.tiles_m > 1;
           else ran_lut++, ran_lut_vs[w->f.vector_size <= 8 ? w->f.vector_size : 0]++, ran_lut_m2 += used.tile_m == 2,
                ran_lut_pairs += used.tiles_m > 1;
         } else if (used.placement == QF_VQ_BOOKS_TILED) {
@@ -764,9 +769,11 @@ int main(void) {
         ran_tiled, ran_tiled_vs[2], ran_tiled_vs[4], ran_tiled_vs[8], ran_tiled_rows[1], ran_tiled_rows[2],
         ran_tiled_residuals2, ran_tiled_bf16, ran_tiled_one_split, ran_tiled_splits, ran_tiled_whole[0],
         ran_tiled_whole[1]);
-  CHECK(ran_lut_tiles > 0 && ran_lut_tiles_one_split > 0 && ran_lut_tiles_splits > 0 && ran_lut_tiles_f32_refused > 0,
-        "the tile-table GeMV ran (%d; one split %d, several %d; fp32 y refused %d)", ran_lut_tiles,
-        ran_lut_tiles_one_split, ran_lut_tiles_splits, ran_lut_tiles_f32_refused);
+  CHECK(ran_lut_tiles > 0 && ran_lut_tiles_m2 > 0 && ran_lut_tiles_pairs > 0 && ran_lut_tiles_one_split > 0 &&
+            ran_lut_tiles_splits > 0 && ran_lut_tiles_f32_refused > 0,
+        "the tile-table GeMV ran (%d; M = 2 %d, pairs of rows %d; one split %d, several %d; fp32 y refused %d)",
+        ran_lut_tiles, ran_lut_tiles_m2, ran_lut_tiles_pairs, ran_lut_tiles_one_split, ran_lut_tiles_splits,
+        ran_lut_tiles_f32_refused);
   CHECK(ran_packed_tiles > 0 && ran_packed_tiles_splits > 0,
         "the tile-table GeMV ran on packed codes (one split %d, several %d)", ran_packed_tiles, ran_packed_tiles_splits);
   CHECK(ran_lut > 0 && ran_lut_vs[4] > 0 && ran_lut_vs[8] > 0 && ran_lut_m2 > 0 && ran_lut_pairs > 0 &&

@@ -68,7 +68,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
   // can run (vq_gemv_banked.cu);
   // VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a placement or a tile height is
   // forced.
-  if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape)) &&
+  if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M <= 2)) &&
       lut_why != nullptr && tiles_why == nullptr)
     return qf_cuda_vq_gemv_lut_tiles_with(ctx, x, w, y, 0, used);
   if (placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M <= 2 &&

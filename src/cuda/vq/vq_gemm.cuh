@@ -578,6 +578,23 @@ qf_status vq_blocks_per_sm(qf_ctx *ctx, const char *op, const char *name, Kernel
   return QF_OK;
 }
 
+// M = 3 and 4 on the table GeMVs, whose kernels take one or two rows of x: `launch` (x, y, used)
+// for rows 0 and 1, then for the rest (one row: the M = 1 kernel), in stream order (the calls
+// share the workspace); `used` tells the first call's plan and the number of calls (tiles_m).
+template <typename Launch>
+qf_status vq_gemv_row_pairs(const qf_mat *x, const qf_mat *y, qf_vq_mma_config *used, Launch launch) {
+  const size_t x_row = static_cast<size_t>(x->ld) * qf_dtype_size(x->dtype);
+  const size_t y_row = static_cast<size_t>(y->ld) * qf_dtype_size(y->dtype);
+  for (int64_t r0 = 0; r0 < x->rows; r0 += 2) {
+    const int64_t rows = x->rows - r0 < 2 ? x->rows - r0 : 2;
+    const qf_mat xs = {static_cast<uint8_t *>(x->data) + r0 * x_row, x->dtype, rows, x->cols, x->ld};
+    const qf_mat ys = {static_cast<uint8_t *>(y->data) + r0 * y_row, y->dtype, rows, y->cols, y->ld};
+    if (qf_status st = launch(&xs, &ys, r0 == 0 ? used : nullptr); st != QF_OK) return st;
+  }
+  if (used) used->tiles_m = (x->rows + 1) / 2;
+  return QF_OK;
+}
+
 // The launch shape the banked and E8P GeMVs report (their `used`): x tiles of 8 mt rows, row
 // tiles of `rows` rows of W (tiles_n of them, each split into `splits` K ranges over blocks), the
 // banked placement, one 16-bit part of x and of each entry, x loaded straight into B fragments.

@@ -578,19 +578,10 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, cons
   if (const char *why = qf_cuda_vq_lut_refusal(x, w, y)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   if (x->rows <= 2) return launch_rows(ctx, x, w, y, splits, rows_per_block, used);
-  // M = 3 and 4: rows 0 and 1, then the rest (one row: the M = 1 kernel), in stream order (the
-  // calls share the workspace); `used` tells the first call's plan and the number of calls.
-  const size_t x_row = static_cast<size_t>(x->ld) * qf_dtype_size(x->dtype);
-  const size_t y_row = static_cast<size_t>(y->ld) * qf_dtype_size(y->dtype);
-  for (int64_t r0 = 0; r0 < x->rows; r0 += 2) {
-    const int64_t rows = std::min<int64_t>(2, x->rows - r0);
-    const qf_mat xs = {static_cast<uint8_t *>(x->data) + r0 * x_row, x->dtype, rows, x->cols, x->ld};
-    const qf_mat ys = {static_cast<uint8_t *>(y->data) + r0 * y_row, y->dtype, rows, y->cols, y->ld};
-    if (qf_status st = launch_rows(ctx, &xs, w, &ys, splits, rows_per_block, r0 == 0 ? used : nullptr); st != QF_OK)
-      return st;
-  }
-  if (used) used->tiles_m = (x->rows + 1) / 2;
-  return QF_OK;
+  // M = 3 and 4: a call per pair of rows (an odd last row on the M = 1 kernel).
+  return vq_gemv_row_pairs(x, y, used, [&](const qf_mat *xs, const qf_mat *ys, qf_vq_mma_config *u) {
+    return launch_rows(ctx, xs, w, ys, splits, rows_per_block, u);
+  });
 }
 
 // ---- qf_vq_pack_gemv on CUDA: a thread per (residual, row, chunk) writes its packed bytes ----

@@ -82,8 +82,9 @@ struct vq_lut_tiles_params {
   const uint32_t *codes;  // packed (qf_vq_pack_gemv): [R, pack_tiles, pack_chunks, 512 x 8 bytes]; else the tensor map's
   const uint16_t *books;  // [R, n_books, entries, 4]
   const float *scales;    // [N] or NULL
-  const void *x;          // [1, K], the entries' 16-bit type
-  void *y;                // [1, N]
+  const void *x;          // [M, K], the entries' 16-bit type, rows x_ld apart
+  void *y;                // [M, N], rows y_ld apart
+  int64_t x_ld, y_ld;
   int64_t n_books;
   int y_dtype;
   int N, chunks, residuals;
@@ -100,32 +101,41 @@ namespace vq_lut_tiles_detail {
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kRows = kWarps * 32;           // rows of W per unit
-constexpr int kChunk = 256;                  // columns per item: 64 vectors of 4
+constexpr int kChunk = 256;                  // columns per chunk of K (a GPTVQ book's width): 64 vectors of 4
 constexpr int kEntries = 256;                // table rows: a book of 8-bit indices
 constexpr int kTableBytes = kEntries * 256;  // two 128-byte buffers (64 16-bit values) per entry row
+// An item's columns: a chunk at M = 1, half a chunk at M = 2 (kM rows of x), so that a table row
+// is 128 bytes either way: 64 vectors of one row of x, or 32 vectors of both rows in 4-byte words.
+template <int kM>
+constexpr int kItemCols = kChunk / kM;
 constexpr int kBookBytes = kEntries * 8, kXBytes = kChunk * 2;
-// Book slots: an item's book and x's chunk (each vector pair's four words in the order the MMA's A
-// fragment takes them), 2560 bytes, a multiple of 128, so every book sits at the same bank offset.
+// Book slots: an item's book and x's columns (kM rows; the four words of a vector pair, M = 1, or
+// of a vector of both rows, M = 2, in the order the MMA's A fragment takes them), 2560 bytes, a
+// multiple of 128, so every book sits at the same bank offset.
 constexpr int kBookStages = 4, kBookSlot = kBookBytes + kXBytes;
-// Code slots: an item's 256 rows of 64 code bytes. Packed codes: 8 runs of 2 KB (one per 8-vector
-// chunk), 2080 bytes apart so that the lanes' words fall in 32 banks. The standard layout: one
-// TMA box of 256 rows x 64 bytes, its 16-byte chunks swizzled (chunk c of row r at c ^ (r / 2) % 4),
-// which spreads the lanes' words over 32 banks. The pattern follows the shared-memory address, so
-// the code slots start at the first 1024-byte boundary past kCodeRingAt (the block's static
-// shared memory comes first).
-constexpr int kCodeStages = 2, kRuns = kChunk / 32, kRunBytes = 2048, kRunPitch = kRunBytes + 32;
-constexpr int kCodeBytes = kRows * kChunk / 4;
-template <bool kPacked>
-constexpr int kCodeSlot = kPacked ? kRuns * kRunPitch : kCodeBytes;
+// Code slots: an item's 256 rows of 64 code bytes (M = 2: 32). Packed codes: 8 runs (M = 2: 4) of
+// 2 KB (one per 8-vector chunk), 2080 bytes apart so that the lanes' words fall in 32 banks. The
+// standard layout: one TMA box of 256 rows x 64 bytes, its 16-byte chunks swizzled (chunk c of row
+// r at c ^ (r / 2) % 4), which spreads the lanes' words over 32 banks; at M = 2 a box of 256 rows
+// x 32 bytes, whose lanes' words fall in 32 banks as they are. The swizzle follows the
+// shared-memory address, so the code slots start at the first 1024-byte boundary past kCodeRingAt
+// (the block's static shared memory comes first).
+constexpr int kCodeStages = 2, kRunBytes = 2048, kRunPitch = kRunBytes + 32;
+template <int kM>
+constexpr int kItemRuns = kItemCols<kM> / 32;
+template <int kM>
+constexpr int kCodeBytes = kRows * kItemCols<kM> / 4;
+template <bool kPacked, int kM>
+constexpr int kCodeSlot = kPacked ? kItemRuns<kM> * kRunPitch : kCodeBytes<kM>;
 // The zeros that the build's lanes off B's diagonal read: 64 bytes past a multiple of 128, so that
 // they share no bank with the 64 bytes of book that the other lanes read in the same load (both
 // step 64 bytes per block of 8 entries).
 constexpr int kZerosAt = kTableBytes + 64, kBookRingAt = kTableBytes + 384;
 constexpr int kCodeRingAt = kBookRingAt + kBookStages * kBookSlot;
-template <bool kPacked>
-constexpr int kBarsAt = kCodeRingAt + 1024 + kCodeStages * kCodeSlot<kPacked>;
-template <bool kPacked>
-constexpr int kSmemBytes = kBarsAt<kPacked> + (kBookStages + kCodeStages) * 8;
+template <bool kPacked, int kM>
+constexpr int kBarsAt = kCodeRingAt + 1024 + kCodeStages * kCodeSlot<kPacked, kM>;
+template <bool kPacked, int kM>
+constexpr int kSmemBytes = kBarsAt<kPacked, kM> + (kBookStages + kCodeStages) * 8;
 // A book slot's phase: the book copy's arrival with its bytes, and x's 32 lanes' arrivals.
 constexpr int kBookArrivals = 1 + 32;
 
@@ -148,14 +158,21 @@ __device__ __forceinline__ float table_value(__half, uint32_t v) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(v)));
 }
 __device__ __forceinline__ float table_value(__nv_bfloat16, uint32_t v) { return __uint_as_float(v << 16); }
+// The upper 16 bits of a table word (the second row of x at M = 2), widened to fp32 (exactly).
+__device__ __forceinline__ float table_value_hi(__half, uint32_t v) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
+}
+__device__ __forceinline__ float table_value_hi(__nv_bfloat16, uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 
 }  // namespace vq_lut_tiles_detail
 
-template <typename T, bool kPacked>
+// kM: rows of x, 1 or 2.
+template <typename T, bool kPacked, int kM>
 __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     vq_gemv_lut_tiles_kernel(const __grid_constant__ CUtensorMap tmap_codes, const __grid_constant__ vq_lut_tiles_params p) {
   using namespace vq_lut_tiles_detail;
-  constexpr int kCodeSlotBytes = kCodeSlot<kPacked>;
+  static_assert(kM == 1 || kM == 2, "one or two rows of x");
+  constexpr int kCodeSlotBytes = kCodeSlot<kPacked, kM>, kCols = kItemCols<kM>;
   // The table [256][256 bytes] (buffer b at byte 128 b of a row), 256 bytes of zeros, the book
   // slots, the code slots, their mbarriers.
   extern __shared__ __align__(128) uint8_t smem[];
@@ -165,29 +182,32 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   const int n_base = tile * kRows;
   const int c_begin = static_cast<int>(static_cast<int64_t>(split) * p.chunks / p.splits);
   const int c_end = static_cast<int>(static_cast<int64_t>(split + 1) * p.chunks / p.splits);
-  const int items = (c_end - c_begin) * p.residuals;
+  const int items = (c_end - c_begin) * kM * p.residuals;
   const int64_t book_first = static_cast<int64_t>(p.scope_rows ? n_base / p.scope_rows : 0) * p.books_per_row;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t book_ring = smem_base + kBookRingAt, code_ring = (smem_base + kCodeRingAt + 1023) & ~1023u;
-  const uint32_t book_bars = smem_base + kBarsAt<kPacked>, code_bars = book_bars + 8 * kBookStages;
+  const uint32_t book_bars = smem_base + kBarsAt<kPacked, kM>, code_bars = book_bars + 8 * kBookStages;
 
-  // An item is (chunk c, residual r); the next one is (c, r + 1) or (c + 1, 0).
-  // kb: the chunk's book along K, kc: the chunk's place in it.
+  // An item is (columns c, residual r), c counting kCols columns (a chunk, M = 1, or half of one,
+  // M = 2); the next one is (c, r + 1) or (c + 1, 0). kb: the columns' book along K, kc: their
+  // place in it.
   struct item_t {
     int c, r, kb, kc;
   };
+  const int items_per_book = p.chunks_per_book * kM;
   auto next_item = [&](item_t it) {
     if (++it.r < p.residuals) return it;
-    const bool next_book = it.kc + 1 == p.chunks_per_book;
+    const bool next_book = it.kc + 1 == items_per_book;
     return item_t{it.c + 1, 0, it.kb + next_book, next_book ? 0 : it.kc + 1};
   };
-  const item_t it0 = {c_begin, 0, c_begin / p.chunks_per_book, c_begin % p.chunks_per_book};
+  const item_t it0 = {c_begin * kM, 0, c_begin * kM / items_per_book, c_begin * kM % items_per_book};
 
   // ---- the copies ----
   // Thread 0 copies an item's book (cp.async.bulk) into its book slot; the 32 lanes of warp 0 copy
-  // x's chunk beside it, lane l the 16 bytes of vectors 2 l and 2 l + 1 as words 0, 2, 1, 3 (both
-  // vectors' elements 0-1, then 2-3: the A fragment's registers in order), by 4-byte cp.async, and
-  // arrive on the slot's mbarrier once they have landed.
+  // x's columns beside it by 4-byte cp.async, and arrive on the slot's mbarrier once they have
+  // landed. M = 1: lane l the 16 bytes of vectors 2 l and 2 l + 1 as words 0, 2, 1, 3 (both vectors'
+  // elements 0-1, then 2-3: the A fragment's registers in order); M = 2: vector l of both rows,
+  // elements 0-1 of rows 0 and 1, then elements 2-3.
   auto issue_book = [&](item_t it, int slot) {
     const uint32_t bar = book_bars + 8 * slot;
     fence_proxy_async_shared_cta();  // the slot's reads in the steps before, ahead of the copy's writes
@@ -197,27 +217,28 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   };
   auto issue_x = [&](item_t it, int slot) {
     const uint32_t dst = book_ring + slot * kBookSlot + kBookBytes + 16 * lane;
-    const uint8_t *src = reinterpret_cast<const uint8_t *>(static_cast<const T *>(p.x) + it.c * kChunk) + 16 * lane;
+    const uint8_t *src = reinterpret_cast<const uint8_t *>(static_cast<const T *>(p.x) + it.c * kCols) + 16 / kM * lane;
+    const uint8_t *src2 = kM == 1 ? src + 8 : src + p.x_ld * sizeof(T);  // vector 2 l + 1, or row 1
     cp_async_ca_shared_global_4(dst, src, 4);
-    cp_async_ca_shared_global_4(dst + 4, src + 8, 4);
+    cp_async_ca_shared_global_4(dst + 4, src2, 4);
     cp_async_ca_shared_global_4(dst + 8, src + 4, 4);
-    cp_async_ca_shared_global_4(dst + 12, src + 12, 4);
+    cp_async_ca_shared_global_4(dst + 12, src2 + 4, 4);
     cp_async_mbarrier_arrive_noinc(book_bars + 8 * slot);
   };
-  // Thread 0 copies an item's codes (rows n_base .. + 255, 64 bytes each) into its code slot:
-  // packed, the 8 runs of its chunks of 8 vectors; else one box of the code matrix [R N, row bytes].
+  // Thread 0 copies an item's codes (rows n_base .. + 255, kCols / 4 bytes each) into its code
+  // slot: packed, the runs of its chunks of 8 vectors; else one box of the code matrix [R N, row bytes].
   const uint8_t *const packed_tile = reinterpret_cast<const uint8_t *>(p.codes) +
                                      ((n_base / 512) * p.pack_chunks * 4096 + ((n_base / 256) & 1) * kRunBytes);
   auto issue_codes = [&](item_t it, int slot) {
     const uint32_t bar = code_bars + 8 * slot, dst = code_ring + slot * kCodeSlotBytes;
     fence_proxy_async_shared_cta();  // the slot's reads in the steps before, ahead of the copies' writes
-    mbarrier_arrive_expect_tx(bar, kCodeBytes);
+    mbarrier_arrive_expect_tx(bar, kCodeBytes<kM>);
     if constexpr (kPacked) {
-      const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + kRuns * it.c) * 4096;
+      const uint8_t *src = packed_tile + (it.r * p.pack_tiles * p.pack_chunks + kItemRuns<kM> * it.c) * 4096;
 #pragma unroll
-      for (int j = 0; j < kRuns; j++) cp_async_bulk_g2s(dst + j * kRunPitch, src + j * 4096, kRunBytes, bar);
+      for (int j = 0; j < kItemRuns<kM>; j++) cp_async_bulk_g2s(dst + j * kRunPitch, src + j * 4096, kRunBytes, bar);
     } else {
-      cp_async_bulk_tensor_2d_g2s(dst, &tmap_codes, bar, it.c * (kChunk / 4), it.r * p.N + n_base);
+      cp_async_bulk_tensor_2d_g2s(dst, &tmap_codes, bar, it.c * (kCols / 4), it.r * p.N + n_base);
     }
   };
   auto wait_book = [&](int i) {
@@ -236,6 +257,9 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   // per variant, and D's values of one entry and vector pair, rounded to T, in one 4-byte store.
   // The four variants take each B to all 64 vectors; c is distinct over the warp for each h (the
   // stores fill 32 banks) and modulo 8 over each quarter warp (the loads of x).
+  // M = 2: the same code, with x's 16 bytes at c those of vector c of both rows (above): rows grp
+  // and grp + 8 are then row 0 and row 1 of x's vector c, and each 4-byte store is one entry's
+  // values of vector c for both rows (row 0 in the low half), the table word of M = 2.
   const int grp = lane >> 2, tig = lane & 3;
   const bool b_on = (grp >> 1) == tig;
   uint32_t x_at[4], d_at[4];
@@ -271,63 +295,86 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
     }
   };
 
-  // ---- the lookups: lane (q, m) takes rows 4 k + q, and of each row code words m and m + 8 ----
-  // Its slot j of a row holds word m + 8 H_j (vectors 32 H_j + 4 m .. + 3), H_j = (q / 2 + j) % 2.
-  // Step s reads slot s % 2's byte t = 2 ((q + s / 2) % 2) + s / 4 of each row (the vector
-  // 32 H + 4 m + t): over the 8 steps every vector of both words, and in each step the lanes' 16-bit
-  // values lie in 32 different banks (bank 16 H + 2 m + t / 2).
+  // ---- the lookups: lane (q, m) takes rows 4 k + q (k < 8) of the warp's 32 ----
+  // M = 1: of each row code words m and m + 8. Its slot j of a row holds word m + 8 H_j (vectors
+  // 32 H_j + 4 m .. + 3), H_j = (q / 2 + j) % 2. Step s reads slot s % 2's byte t = 2 ((q + s / 2) %
+  // 2) + s / 4 of each row (the vector 32 H + 4 m + t): over the 8 steps every vector of both
+  // words, and in each step the lanes' 16-bit values lie in 32 different banks (bank 16 H + 2 m +
+  // t / 2).
+  // M = 2: of each row code word m (the item's 32 bytes are 8 words). Step s reads byte t = (q + s)
+  // % 4 of each row, the vector 4 m + t, whose 4-byte table word lies in bank 4 m + t: 32 banks.
   const int q = lane >> 3, m = lane & 7;
-  // Word m + 8 H of row 32 w + 4 k + q in a code slot, for k even and odd: packed, word m % 2 of
-  // run m / 2 + 4 H (banks 8 (m / 2) + 8 k + 2 q + m % 2); the standard layout's box, 16-byte chunk
-  // (m / 4 + 2 H) ^ (q / 2 + 2 k) % 4 of the row (banks 16 (q % 2) + 4 chunk + m % 4).
-  uint32_t codes_at[2][2];
+  // M = 1: word m + 8 H of row 32 w + 4 k + q in a code slot, for k even and odd: packed, word m % 2
+  // of run m / 2 + 4 H (banks 8 (m / 2) + 8 k + 2 q + m % 2); the standard layout's box, 16-byte
+  // chunk (m / 4 + 2 H) ^ (q / 2 + 2 k) % 4 of the row (banks 16 (q % 2) + 4 chunk + m % 4).
+  // M = 2: word m of row 32 w + 4 k + q: packed, word m % 2 of run m / 2 (banks 8 (m / 2) + 8 k +
+  // 2 q + m % 2); the standard layout's box of 32-byte rows (banks 8 q + m).
+  constexpr int kWords = 2 / kM;  // code words per row and lane
+  uint32_t codes_at[kWords][2];
 #pragma unroll
-  for (int j = 0; j < 2; j++)
+  for (int j = 0; j < kWords; j++)
 #pragma unroll
     for (int odd = 0; odd < 2; odd++) {
-      const int H = ((q >> 1) + j) & 1;
-      codes_at[j][odd] =
-          kPacked ? pinned(code_ring - smem_base + ((m >> 1) + 4 * H) * kRunPitch + (32 * warp + q) * 8 + 4 * (m & 1) + 32 * odd)
-                  : pinned(code_ring - smem_base + 64 * (32 * warp + q + 4 * odd) +
-                           16 * (((m >> 2) + 2 * H) ^ ((q >> 1) + 2 * odd)) + 4 * (m & 3));
+      if constexpr (kM == 2)
+        codes_at[j][odd] =
+            kPacked ? pinned(code_ring - smem_base + (m >> 1) * kRunPitch + (32 * warp + q) * 8 + 4 * (m & 1) + 32 * odd)
+                    : pinned(code_ring - smem_base + 32 * (32 * warp + q + 4 * odd) + 4 * m);
+      else {
+        const int H = ((q >> 1) + j) & 1;
+        codes_at[j][odd] =
+            kPacked ? pinned(code_ring - smem_base + ((m >> 1) + 4 * H) * kRunPitch + (32 * warp + q) * 8 + 4 * (m & 1) +
+                             32 * odd)
+                    : pinned(code_ring - smem_base + 64 * (32 * warp + q + 4 * odd) +
+                             16 * (((m >> 2) + 2 * H) ^ ((q >> 1) + 2 * odd)) + 4 * (m & 3));
+      }
     }
-  auto read_codes = [&](int slot, uint32_t (&w)[2][8]) {
+  // Rows k and k + 2 are 8 rows apart: 64 bytes in a packed run, 8 rows of the box.
+  constexpr int kRowsStep = kPacked ? 64 : 8 * kCols / 4;
+  auto read_codes = [&](int slot, uint32_t (&w)[2 / kM][8]) {
 #pragma unroll
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < kWords; j++)
 #pragma unroll
       for (int k = 0; k < 8; k++)
         w[j][k] = *reinterpret_cast<const uint32_t *>(smem + codes_at[j][k & 1] + slot * kCodeSlotBytes +
-                                                      (kPacked ? 64 * (k >> 1) : 512 * (k >> 1)));
+                                                      kRowsStep * (k >> 1));
   };
   // The address of a value: byte t of the code word (the entry) above byte t of cols (the column
-  // byte 2 (32 H + 4 m + t)), the two upper bytes the sign of that column byte (zero).
-  uint32_t cols[2], sel[8];
+  // byte: M = 1, 2 (32 H + 4 m + t); M = 2, 4 (4 m + t)), the two upper bytes the sign of that
+  // column byte (zero).
+  constexpr int kSteps = 8 / kM;
+  uint32_t cols[kWords], sel[kSteps];
 #pragma unroll
-  for (int j = 0; j < 2; j++)
-    cols[j] = pinned(0x06040200u + 0x08080808u * static_cast<uint32_t>(m) + 0x40404040u * (((q >> 1) + j) & 1));
+  for (int j = 0; j < kWords; j++)
+    cols[j] = kM == 1 ? pinned(0x06040200u + 0x08080808u * static_cast<uint32_t>(m) + 0x40404040u * (((q >> 1) + j) & 1))
+                      : pinned(0x0C080400u + 0x10101010u * static_cast<uint32_t>(m));
 #pragma unroll
-  for (int s = 0; s < 8; s++) {
-    const uint32_t t = 2 * ((q + (s >> 1)) & 1) + (s >> 2);
+  for (int s = 0; s < kSteps; s++) {
+    const uint32_t t = kM == 1 ? 2 * ((q + (s >> 1)) & 1) + (s >> 2) : (q + s) & 3;
     sel[s] = pinned((4 + t) | (t << 4) | ((0xC + t) << 8) | ((0xC + t) << 12));
   }
-  float acc[8];
+  float acc[kM][8];
 #pragma unroll
-  for (int k = 0; k < 8; k++) acc[k] = 0.0f;
-  auto lookups = [&](auto buf, const uint32_t (&w)[2][8]) {
+  for (int r = 0; r < kM; r++)
+#pragma unroll
+    for (int k = 0; k < 8; k++) acc[r][k] = 0.0f;
+  auto lookups = [&](auto buf, const uint32_t (&w)[2 / kM][8]) {
     const uint8_t *table = smem + decltype(buf)::value * 128;
 #pragma unroll
-    for (int s = 0; s < 8; s++)
+    for (int s = 0; s < kSteps; s++)
 #pragma unroll
       for (int k = 0; k < 8; k++) {
-        const uint32_t v = *reinterpret_cast<const uint16_t *>(table + prmt(w[s & 1][k], cols[s & 1], sel[s]));
-        acc[k] = __fadd_rn(acc[k], table_value(T{}, v));
+        const uint32_t at = prmt(w[s % kWords][k], cols[s % kWords], sel[s]);
+        const uint32_t v = kM == 1 ? *reinterpret_cast<const uint16_t *>(table + at)
+                                   : *reinterpret_cast<const uint32_t *>(table + at);
+        acc[0][k] = __fadd_rn(acc[0][k], table_value(T{}, v));
+        if (kM == 2) acc[kM - 1][k] = __fadd_rn(acc[kM - 1][k], table_value_hi(T{}, v));
       }
   };
 
   // ---- the pipeline: build i + 1 and look up i between barriers ----
   // Item i uses table buffer i % 2, book slot i % 4, copied three items ahead, and code slot i % 2,
   // copied an item ahead. it1, it2, it3 are items i + 1, i + 2, i + 3.
-  uint32_t cw[2][8];
+  uint32_t cw[kWords][8];
   item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);
   constexpr std::integral_constant<int, 0> kEven{};
   constexpr std::integral_constant<int, 1> kOdd{};
@@ -390,29 +437,37 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   }
   if (i < items) step(kEven, i);
 
-  // ---- a row's 8 lanes: lane m ends with the sum of row 4 m + q of the warp's 32 ----
+  // ---- a row's 8 lanes: lane m ends with the sum of row 4 m + q of the warp's 32 (each row of x) ----
+  float sum[kM];
 #pragma unroll
-  for (int half = 4, n = 4; half >= 1; half >>= 1, n >>= 1) {
-    const bool upper = (m & half) != 0;
+  for (int r = 0; r < kM; r++) {
 #pragma unroll
-    for (int j = 0; j < n; j++) {
-      const float keep = upper ? acc[j + n] : acc[j], send = upper ? acc[j] : acc[j + n];
-      acc[j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, half));
+    for (int half = 4, n = 4; half >= 1; half >>= 1, n >>= 1) {
+      const bool upper = (m & half) != 0;
+#pragma unroll
+      for (int j = 0; j < n; j++) {
+        const float keep = upper ? acc[r][j + n] : acc[r][j], send = upper ? acc[r][j] : acc[r][j + n];
+        acc[r][j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, half));
+      }
     }
+    sum[r] = acc[r][0];
   }
   const int row = 32 * warp + 4 * m + q;  // within the unit
-  float sum = acc[0];
 
-  // ---- split-K: leave the partial; the tile's last unit adds them all in split order ----
+  // ---- split-K: leave the partials; the tile's last unit adds them all in split order ----
   if (p.splits > 1) {
-    float *part = p.partials + static_cast<int64_t>(tile) * p.splits * kRows;
-    __stcg(part + split * kRows + row, sum);
+    float *part = p.partials + static_cast<int64_t>(tile) * p.splits * kM * kRows;
+#pragma unroll
+    for (int r = 0; r < kM; r++) __stcg(part + (split * kM + r) * kRows + row, sum[r]);
     if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
-    sum = vq_split_sum<16>(part + row, kRows, p.splits);
+#pragma unroll
+    for (int r = 0; r < kM; r++) sum[r] = vq_split_sum<16>(part + r * kRows + row, kM * kRows, p.splits);
     if (threadIdx.x == 0) p.counters[tile] = 0;
   }
   const int n = n_base + row;
-  if (n < p.N) vq_store_as(p.y, p.y_dtype, n, p.scales ? sum * p.scales[n] : sum);
+  if (n < p.N)
+#pragma unroll
+    for (int r = 0; r < kM; r++) vq_store_as(p.y, p.y_dtype, r * p.y_ld + n, p.scales ? sum[r] * p.scales[n] : sum[r]);
 }
 
 // ---- host: the limits, the split, the launch ----
@@ -426,13 +481,14 @@ const char kOp[] = "qf_vq_gemm";
 extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y) {
   using namespace vq_lut_tiles_detail;
   const qf_vq_format &f = w->fmt;
-  if (x->rows != 1) return "the tile-table GeMV takes M = 1";
+  if (x->rows < 1 || x->rows > 4) return "the tile-table GeMV takes M = 1 to 4";
   if (f.lattice || f.index_bits != 8 || f.vector_size != 4)
     return "the tile-table GeMV takes 8-bit indices with vector size 4";
   if (x->dtype != f.entry_dtype) return "the tile-table GeMV needs x of the codebook entries' type (fp16 or bf16)";
   if (y->dtype != QF_F16 && y->dtype != QF_BF16)
     return "the tile-table GeMV writes fp16 or bf16 y (its table values are rounded to the entries' type)";
-  if (reinterpret_cast<uintptr_t>(x->data) % 4 != 0) return "the tile-table GeMV needs x aligned to 4 bytes";
+  if (reinterpret_cast<uintptr_t>(x->data) % 4 != 0 || (x->rows > 1 && x->ld % 2 != 0))
+    return "the tile-table GeMV needs x's rows aligned to 4 bytes";
   if (reinterpret_cast<uintptr_t>(w->codes) % 16 != 0 || reinterpret_cast<uintptr_t>(w->books) % 16 != 0)
     return "the tile-table GeMV needs codes and codebooks aligned to 16 bytes";
   if (!w->packed && (w->sz.row_bytes % 16 != 0 || f.residuals * w->N > INT32_MAX))
@@ -443,21 +499,27 @@ extern "C" const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq
   return nullptr;
 }
 
-extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w,
-                                                    const qf_mat *y, int splits, qf_vq_mma_config *used) {
+namespace {
+
+template <typename T>
+auto lut_tiles_kernel(bool packed, bool two) {
+  return packed ? (two ? vq_gemv_lut_tiles_kernel<T, true, 2> : vq_gemv_lut_tiles_kernel<T, true, 1>)
+                : (two ? vq_gemv_lut_tiles_kernel<T, false, 2> : vq_gemv_lut_tiles_kernel<T, false, 1>);
+}
+
+// One launch for one or two rows of x.
+qf_status launch_rows(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y, int splits,
+                      qf_vq_mma_config *used) {
   using namespace vq_lut_tiles_detail;
-  if (const char *why = qf_cuda_vq_lut_tiles_refusal(x, w, y)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
   const qf_vq_format &f = w->fmt;
-  if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
   const int64_t N = w->N, K = w->K;
-  const bool bf16 = f.entry_dtype == QF_BF16;
-  const bool packed = w->packed != 0;
-  auto kernel = bf16 ? (packed ? vq_gemv_lut_tiles_kernel<__nv_bfloat16, true> : vq_gemv_lut_tiles_kernel<__nv_bfloat16, false>)
-                     : (packed ? vq_gemv_lut_tiles_kernel<__half, true> : vq_gemv_lut_tiles_kernel<__half, false>);
-  const int smem = packed ? kSmemBytes<true> : kSmemBytes<false>;
-  static std::atomic<uint64_t> opted_in[2][2];
+  const bool bf16 = f.entry_dtype == QF_BF16, packed = w->packed != 0, two = x->rows == 2;
+  auto kernel = bf16 ? lut_tiles_kernel<__nv_bfloat16>(packed, two) : lut_tiles_kernel<__half>(packed, two);
+  const int smem = packed ? (two ? kSmemBytes<true, 2> : kSmemBytes<true, 1>) : (two ? kSmemBytes<false, 2> : kSmemBytes<false, 1>);
+  static std::atomic<uint64_t> opted_in[2][2][2];
   int per_sm = 0;
-  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tile-table GeMV", kernel, kThreads, smem, opted_in[bf16][packed], &per_sm);
+  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tile-table GeMV", kernel, kThreads, smem, opted_in[bf16][packed][two],
+                                      &per_sm);
       st != QF_OK)
     return st;
 
@@ -466,19 +528,20 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   if (splits <= 0) splits = vq_gemv_wave_splits(ctx, per_sm, tiles_n, chunks, 1);
   if (qf_status st = vq_split_check(ctx, kOp, splits, chunks, "256-column chunks", tiles_n); st != QF_OK) return st;
 
-  // The standard layout's code matrix [R N, row bytes] in boxes of 256 rows x 64 bytes. A box row
-  // that misses brings its neighbours into the L2 as the units' length along K pays (H100,
-  // docs/VQ.md): 128 bytes (the next item's) for units of 8 items or more, none for 2 to 7 (each
-  // unit's next bytes there belong to others, read later), 256 bytes for one-item units (the
+  // The standard layout's code matrix [R N, row bytes] in boxes of 256 rows x 64 bytes (M = 2: 32).
+  // A box row that misses brings its neighbours into the L2 as the units' length along K pays
+  // (H100, docs/VQ.md): 128 bytes (the next item's) for units of 8 chunks or more, none for 2 to 7
+  // (each unit's next bytes there belong to others, read later), 256 bytes for one-chunk units (the
   // tile's other units read theirs at the same time).
-  const int unit_items = (chunks + splits - 1) / splits;
-  const CUtensorMapL2promotion promotion = unit_items >= 8   ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                           : unit_items >= 2 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-                                                             : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  const int unit_chunks = (chunks + splits - 1) / splits;
+  const CUtensorMapL2promotion promotion = unit_chunks >= 8   ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                           : unit_chunks >= 2 ? CU_TENSOR_MAP_L2_PROMOTION_NONE
+                                                              : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   CUtensorMap tmap_codes = {};
   if (!packed)
     if (qf_status st = qf_cuda_make_tmap_bytes(ctx, kOp, &tmap_codes, "codes", w->codes, f.residuals * N, w->sz.row_bytes,
-                                               w->sz.row_bytes, kChunk / 4, kRows, CU_TENSOR_MAP_SWIZZLE_64B, promotion);
+                                               w->sz.row_bytes, kChunk / 4 / (two ? 2 : 1), kRows,
+                                               two ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_64B, promotion);
         st != QF_OK)
       return st;
 
@@ -486,6 +549,8 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   vq_weight_params(p, w);
   p.x = x->data;
   p.y = y->data;
+  p.x_ld = x->ld;
+  p.y_ld = y->ld;
   p.y_dtype = y->dtype;
   p.N = static_cast<int>(N);
   p.chunks = chunks;
@@ -499,17 +564,30 @@ extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x
   p.splits = splits;
   p.pdl = ctx->pdl;
   if (splits > 1) {
-    const size_t partial_bytes = static_cast<size_t>(tiles_n) * splits * kRows * sizeof(float);
+    const size_t partial_bytes = static_cast<size_t>(tiles_n) * splits * x->rows * kRows * sizeof(float);
     if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   if (used) {
     *used = vq_gemv_shape(1, kRows, kWarps, tiles_n, splits, smem);
     used->placement = QF_VQ_BOOKS_LUT;
-    used->tile_m = 1;
+    used->tile_m = static_cast<int>(x->rows);
     used->mma_bf16 = bf16;
   }
   // With qf_ctx_set_pdl a programmatic dependent: the first books and codes are asked for while the
   // kernel before still runs (the kernel waits for it before reading x or writing anything).
   return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles_n * splits)), dim3(kThreads), smem,
                         tmap_codes, p);
+}
+
+}  // namespace
+
+extern "C" qf_status qf_cuda_vq_gemv_lut_tiles_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w,
+                                                    const qf_mat *y, int splits, qf_vq_mma_config *used) {
+  if (const char *why = qf_cuda_vq_lut_tiles_refusal(x, w, y)) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %s", kOp, why);
+  if (qf_status st = vq_gemm_offset_limits(ctx, kOp, x, w, y); st != QF_OK) return st;
+  if (x->rows <= 2) return launch_rows(ctx, x, w, y, splits, used);
+  // M = 3 and 4: a call per pair of rows (an odd last row on the M = 1 kernel).
+  return vq_gemv_row_pairs(x, y, used, [&](const qf_mat *xs, const qf_mat *ys, qf_vq_mma_config *u) {
+    return launch_rows(ctx, xs, w, ys, splits, u);
+  });
 }

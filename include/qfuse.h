@@ -87,8 +87,8 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * scales, C or bias or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and
  * qf_quant_per_tensor launch the same way (they wait for the kernel before them, e.g. the GEMM
  * that wrote x), and so does qf_rms_norm_quant at decode (one block a row up to one per SM, or
- * clusters of blocks up to half the SMs), and qf_vq_gemm's tile-table GeMV (M = 1, books per tile
- * of W: its first codebook and code copies are asked for before it waits). On such a context
+ * clusters of blocks up to half the SMs), and qf_vq_gemm's tile-table GeMV (M = 1 to 4, books per
+ * tile of W: its first codebook and code copies are asked for before it waits). On such a context
  * those let the GEMM after them start early; after any other kernel it starts when that kernel's
  * blocks have all exited. Every other
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as
@@ -610,12 +610,13 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * x of the entries' type and fp16 or bf16 y: each table value (both rows of x in one word) is then
  * the fp32 sum of the vector's 8 exact products rounded to the entries' type; M = 3 and 4 run a
  * pair of rows at a time (an odd last row as at M = 1), on packed codes (standard codes: GC). For
- * M = 1 with books per tile of W, 8-bit indices and vector size 4 (GPTVQ-2), x of the entries' type,
- * fp16 or bf16 y, K and the scopes multiples of 256, CUDA runs the tile-table GeMV: per 256 columns
- * and book a table of the entries' products with x built on the tensor cores, each value the fp32
- * sum of an entry's 4 exact products rounded to the entries' type (fp16 values beyond 65504 are
- * infinite), one lookup per vector, the lookups widened and added in fp32 in order (split-K as
- * above); with fp32 y the banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global,
+ * M = 1 and 2 with books per tile of W, 8-bit indices and vector size 4 (GPTVQ-2), x of the entries'
+ * type (rows aligned to 4 bytes), fp16 or bf16 y, K and the scopes multiples of 256, CUDA runs the
+ * tile-table GeMV: per 256 columns (M = 2: 128, both rows of x in one table word) and book a table
+ * of the entries' products with x built on the tensor cores, each value the fp32 sum of an entry's
+ * 4 exact products rounded to the entries' type (fp16 values beyond 65504 are infinite), one lookup
+ * per vector, the lookups widened and added in fp32 in order (split-K as above); M = 3 and 4 run it
+ * a pair of rows at a time, on packed codes; with fp32 y the banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global,
  * shared, banked, tiled, lut, registers) forces the codebook placement of the CUDA kernels for the
  * ablation (docs/VQ.md). */
 qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, const DLTensor *codebooks,
@@ -628,9 +629,8 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
  * copy instead of one request per row. uint8 [R, ceil(N / 512), ceil(K / vector_size / 8),
  * 512 * ((index_bits + 3) / 4 * 4)]; rows past N and bytes past a code row are zeros.
  * qf_vq_gemm takes such a 4-D codes tensor in place of the 3-D one: the CPU reference unpacks it;
- * CUDA runs a table GeMV on it directly (M = 1, or 2 to 4 where the one-book table GeMV takes it,
- * and the table GeMVs' formats only, else QF_ERR_UNSUPPORTED, as is fp32 y for books per tile of
- * W): 1.2-1.5x faster than on the standard layout for one book per residual (AQLM), 1.14x on the
+ * CUDA runs a table GeMV on it directly (M = 1 to 4, the table GeMVs' formats only, else
+ * QF_ERR_UNSUPPORTED, as is fp32 y for books per tile of W): 1.2-1.5x faster than on the standard layout for one book per residual (AQLM), 1.14x on the
  * Llama-65B layers for books per tile of W (GPTVQ-2; docs/VQ.md). */
 qf_status qf_vq_pack_gemv_shape(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, int64_t shape[4]);
 

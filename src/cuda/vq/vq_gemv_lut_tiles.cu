@@ -1,6 +1,6 @@
-// VQ-GeMV at batch 1 through tables of products for codebooks scoped to tiles of the weight
+// VQ-GeMV at batch 1 and 2 through tables of products for codebooks scoped to tiles of the weight
 // (placement QF_VQ_BOOKS_LUT; GPTVQ: one 256-entry book of 4-element vectors per 256 x 256 tile):
-// y[n] = scale[n] * sum_k x[k] * W[n, k].
+// y[m, n] = scale[n] * sum_k x[m, k] * W[n, k].
 //
 // NOTES:
 // - Why: the banked GeMV (vq_gemv_banked.cu) spends about 10 instructions per vector: a byte
@@ -48,20 +48,32 @@
 //   banked GeMV over the layers (docs/VQ.md, "16-bit table values" and after).
 // - Under qf_ctx_set_pdl the kernel launches as a programmatic dependent: the weight's first
 //   copies are asked for before it waits for the kernel before (which wrote x).
+// - Two rows of x (kM = 2): a table word holds both rows' values of an (entry, vector), row 0 in
+//   the low half, so one 4-byte lookup serves both rows. An item is then half a chunk (128
+//   columns, 32 vectors), which keeps the table at 128 bytes per entry and buffer (64 KB, two
+//   blocks per SM): the build is the same code, x's 16 bytes per MMA lane being one vector of both
+//   rows instead of two vectors of one, so A's rows grp and grp + 8 are the two rows of x and each
+//   4-byte store of D is a table word. The lookups read one code word per row and lane (32 code
+//   bytes per row), whose 4-byte table words fall in 32 banks as they are. Per column it builds
+//   twice the table values and adds twice the sums for the same lookups and code bytes: (22016,
+//   8192) 34.6 us against 23.2 at M = 1, 1.08x the banked GeMV (the router's kernel at M = 2 before),
+//   the Llama-7B layers 1.15-1.22x (H200, docs/VQ.md). M = 3 and 4 run a pair of rows at a time
+//   (an odd last row as at M = 1), for packed codes: on the standard layout the banked GeMV,
+//   whose time does not grow with M up to 8, is faster there.
 // - Split-K over blocks as in the banked GeMV: each unit leaves its 256 row sums in the workspace
 //   and the tile's last unit adds them in split order (a call repeats bit for bit), asking for all
 //   of a row's partials at once (vq_split_sum): one L2 round trip for 16 splits instead of five,
 //   (4096, 4096) 7.0 -> 6.15 us, (4096, 11008) 11.0 -> 10.2 (H100, docs/VQ.md).
-// - Limits (else QF_ERR_UNSUPPORTED with the reason; the other placements serve the call): M = 1,
-//   8-bit indices, vector size 4, x of the entries' 16-bit type aligned to 4 bytes, y fp16 or
-//   bf16, books and codes aligned to 16 (code rows a multiple of 16 bytes), K a multiple of 256,
-//   scope_rows 0 or a multiple of 256, scope_cols 0 or a multiple of 256.
+// - Limits (else QF_ERR_UNSUPPORTED with the reason; the other placements serve the call): M = 1
+//   to 4, 8-bit indices, vector size 4, x of the entries' 16-bit type with rows aligned to 4
+//   bytes, y fp16 or bf16, books and codes aligned to 16 (code rows a multiple of 16 bytes), K a
+//   multiple of 256, scope_rows 0 or a multiple of 256, scope_cols 0 or a multiple of 256.
 // - Numerics: a table value is the tensor core's fp32 sum of the entry's 4 exact products, rounded
 //   to nearest in the entries' type (fp16 or bf16; an fp16 value beyond 65504 is infinite); a lane
-//   adds its rows' values, widened exactly, in item order (one round-to-nearest fp32 add each),
-//   the 8 lanes of a row are added in a fixed butterfly, then the split partials in split order;
-//   the row scale multiplies the finished sum. (Hence fp32 y is refused: its callers expect the
-//   fp32 accuracy of the other kernels.)
+//   adds its rows' values, widened exactly, in item order (one round-to-nearest fp32 add each, for
+//   each row of x), the 8 lanes of a row are added in a fixed butterfly, then the split partials in
+//   split order; the row scale multiplies the finished sum. (Hence fp32 y is refused: its callers
+//   expect the fp32 accuracy of the other kernels.)
 #include <atomic>
 #include <type_traits>
 

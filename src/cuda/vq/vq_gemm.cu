@@ -1,5 +1,5 @@
 // Entry points of qf_vq_gemm on CUDA: the router (VQ-GeMV for M of 1 to 16: the table kernels at
-// M = 1, vq_gemv_lut.cu (also at M = 2) and vq_gemv_lut_tiles.cu, the banked kernel or
+// M = 1 and 2, vq_gemv_lut.cu and vq_gemv_lut_tiles.cu, the banked kernel or
 // vq_gemm.cuh with x tiles of 8 or 16 rows; VQ-GeMM above: the tiled kernel, vq_gemm_tiled.cu, or
 // vq_gemm.cuh with x tiles of 32 rows), the QF_VQ_BOOKS switch of the public call, and the
 // limits, launch shape and kernel parameters they share.
@@ -60,12 +60,12 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run a table GeMV, and neither takes this call (%s; %s)", kOp,
                    lut_why, tiles_why);
 
-  // VQ-GeMV: at M = 1 a table kernel where one can run and pays (books scoped to tiles of W,
-  // GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers on an
-  // H100; one book per residual: vq_gemv_lut.cu, also at M = 2, where it ran AQLM-3 1.3-1.6x
-  // faster than GC on an H200; at M = 3 and 4 only on packed codes, which nothing else reads: a
-  // launch per pair of rows loses to GC on the standard layout), else the banked kernel where it
-  // can run (vq_gemv_banked.cu);
+  // VQ-GeMV: at M = 1 and 2 a table kernel where one can run and pays (books scoped to tiles of
+  // W, GPTVQ, 16-bit y: vq_gemv_lut_tiles.cu, 1.30-1.60x the banked kernel on the Llama layers at
+  // M = 1 on an H100, 1.08-1.23x at M = 2 on an H200; one book per residual: vq_gemv_lut.cu, at
+  // M = 2 1.3-1.6x faster than GC on an H200; at M = 3 and 4 only on packed codes, which nothing
+  // else reads: a launch per pair of rows loses to GC and the banked kernel on the standard
+  // layout), else the banked kernel where it can run (vq_gemv_banked.cu);
   // VQ-GeMM (M > 16): the tiled kernel (vq_gemm_tiled.cu); unless a placement or a tile height is
   // forced.
   if ((placement == QF_VQ_BOOKS_LUT || w->packed || (placement == QF_VQ_BOOKS_AUTO && gemv_shape && M <= 2)) &&

@@ -233,8 +233,8 @@ qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_ten
 
 /* Why the tile-table VQ-GeMV (vq_gemv_lut_tiles.cu: tables of entry . x products per 256-column
  * chunk and book, built on the tensor cores, values in the entries' 16-bit type) cannot take this
- * call, or NULL when it can: M = 1, 8-bit indices with vector size 4 (GPTVQ-2), x of the entries'
- * 16-bit type aligned to 4 bytes, y fp16 or bf16, codes and codebooks aligned to 16 (code rows a
+ * call, or NULL when it can: M = 1 to 4 (3 and 4 a pair of rows at a time), 8-bit indices with
+ * vector size 4 (GPTVQ-2), x of the entries' 16-bit type with rows aligned to 4 bytes, y fp16 or bf16, codes and codebooks aligned to 16 (code rows a
  * multiple of 16 bytes), K a multiple of 256, scopes of 0 or multiples of 256 rows and 256
  * columns. The lut placement runs it where the table GeMV of vq_gemv_lut.cu refuses the call. */
 const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);

@@ -31,14 +31,19 @@
 //   (below): the entry row (a multiple of 64 words) never decides the bank, and every lookup is
 //   one wavefront.
 // - Work: a unit is 256 rows of W (8 warps of 32, inside one row scope) by a range of chunks; an
-//   item is one (chunk, residual). Thread 0 copies each item's book (2 KB) with cp.async.bulk and
-//   warp 0 x's chunk (512 bytes, by 4-byte cp.async that reorder its words for A) into a ring of 4
-//   book slots, three items ahead; a slot's mbarrier counts the book's bytes and x's 32 arrivals,
-//   and a slot is rewritten only after the item barrier that follows its last reads. Items are
-//   pipelined over one barrier each: while the warps look up item i in one table buffer they
-//   build item i + 1's table in the other, straight from its slot.
-// - Codes: an item's 256 rows x 64 bytes are copied an item ahead into one of two code slots and
-//   each lane reads its 16 words from there. The standard layout: one TMA box of the code matrix,
+//   item is one (chunk, residual). A ninth warp makes the copies: lane 0 each item's book (2 KB)
+//   with cp.async.bulk and the warp x's chunk (512 bytes, by 4-byte cp.async that reorder its
+//   words for A) into a ring of 4 book slots, three items ahead; a slot's full mbarrier counts the
+//   book's bytes and x's 32 arrivals, and it is rewritten once the 8 warps have arrived on its
+//   empty mbarrier after the build that read it. Items are pipelined over one named barrier of the
+//   8 warps each: while they look up item i in one table buffer they build item i + 1's table in
+//   the other, straight from its slot. (Warp 0 made the copies between its builds and lookups
+//   before: the other warps waited for it at every item barrier, a quarter of their stall cycles
+//   by Nsight Compute; with the copies' warp, packed (22016, 8192) 22.1 -> 21.0 us at M = 1 and
+//   33.9 -> 31.6 at M = 2, the standard layout's Llama-7B layers at M = 1 1-2% slower, H200.)
+// - Codes: an item's 256 rows x 64 bytes are copied an item ahead into one of two code slots
+//   (refilled once the 8 warps have arrived on its empty mbarrier after their lookups) and each
+//   lane reads its 16 words from there. The standard layout: one TMA box of the code matrix,
 //   64-byte swizzled. Packed (qf_vq_pack_gemv, kPacked): 8 contiguous runs of 2 KB (one per
 //   8-vector chunk of a 512-row tile) by bulk copies, 2080 bytes apart. Either way the lanes'
 //   words of a load fall in 32 banks. (Each lane loading its words from global memory an item
@@ -147,9 +152,11 @@ constexpr int kCodeRingAt = kBookRingAt + kBookStages * kBookSlot;
 template <bool kPacked, int kM>
 constexpr int kBarsAt = kCodeRingAt + 1024 + kCodeStages * kCodeSlot<kPacked, kM>;
 template <bool kPacked, int kM>
-constexpr int kSmemBytes = kBarsAt<kPacked, kM> + (kBookStages + kCodeStages) * 8;
+constexpr int kSmemBytes = kBarsAt<kPacked, kM> + 2 * (kBookStages + kCodeStages) * 8;
 // A book slot's phase: the book copy's arrival with its bytes, and x's 32 lanes' arrivals.
 constexpr int kBookArrivals = 1 + 32;
+// The copies' warp after the kWarps that build and look up.
+constexpr int kBlockThreads = kThreads + 32;
 
 // prmt.b32 in its default mode (a selector nibble's bit 3 replicates the chosen byte's sign).
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -180,7 +187,7 @@ __device__ __forceinline__ float table_value_hi(__nv_bfloat16, uint32_t v) { ret
 
 // kM: rows of x, 1 or 2.
 template <typename T, bool kPacked, int kM>
-__global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
+__global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
     vq_gemv_lut_tiles_kernel(const __grid_constant__ CUtensorMap tmap_codes, const __grid_constant__ vq_lut_tiles_params p) {
   using namespace vq_lut_tiles_detail;
   static_assert(kM == 1 || kM == 2, "one or two rows of x");
@@ -198,7 +205,10 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   const int64_t book_first = static_cast<int64_t>(p.scope_rows ? n_base / p.scope_rows : 0) * p.books_per_row;
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t book_ring = smem_base + kBookRingAt, code_ring = (smem_base + kCodeRingAt + 1023) & ~1023u;
+  // Full barriers (the copies landed) and empty ones (the kWarps warps' arrivals once they are done
+  // with a slot) of the book and code slots.
   const uint32_t book_bars = smem_base + kBarsAt<kPacked, kM>, code_bars = book_bars + 8 * kBookStages;
+  const uint32_t book_empty = code_bars + 8 * kCodeStages, code_empty = book_empty + 8 * kBookStages;
 
   // An item is (columns c, residual r), c counting kCols columns (a chunk, M = 1, or half of one,
   // M = 2); the next one is (c, r + 1) or (c + 1, 0). kb: the columns' book along K, kc: their
@@ -383,71 +393,94 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
       }
   };
 
-  // ---- the pipeline: build i + 1 and look up i between barriers ----
-  // Item i uses table buffer i % 2, book slot i % 4, copied three items ahead, and code slot i % 2,
-  // copied an item ahead. it1, it2, it3 are items i + 1, i + 2, i + 3.
+  // ---- the pipeline ----
+  // Item i uses table buffer i % 2, book slot i % 4 and code slot i % 2. The last warp (the
+  // copies') fills the slots: books and x three items ahead, codes one, each slot once the kWarps
+  // warps have arrived on its empty barrier (a book slot after the build that read it, a code
+  // slot after the lookups). The kWarps warps build item i + 1 and look up item i between named
+  // barriers of their own, one a step.
+  const bool copier = warp == kWarps;
   uint32_t cw[kWords][8];
-  item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);
   constexpr std::integral_constant<int, 0> kEven{};
   constexpr std::integral_constant<int, 1> kOdd{};
+  auto release = [&](uint32_t bar) {  // this warp is done with a slot
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(bar);
+  };
   if (items > 0) {
     if (threadIdx.x < 16) *reinterpret_cast<uint4 *>(smem + kZerosAt + 16 * threadIdx.x) = make_uint4(0u, 0u, 0u, 0u);
-    if (warp == 0) {
-      if (lane == 0) {
-        for (int sl = 0; sl < kBookStages; sl++) mbarrier_init(book_bars + 8 * sl, kBookArrivals);
-        for (int sl = 0; sl < kCodeStages; sl++) mbarrier_init(code_bars + 8 * sl, 1);
-        fence_mbarrier_init();
+    if (threadIdx.x == 0) {
+      for (int sl = 0; sl < kBookStages; sl++) {
+        mbarrier_init(book_bars + 8 * sl, kBookArrivals);
+        mbarrier_init(book_empty + 8 * sl, kWarps);
       }
-      __syncwarp();
-      // Under qf_ctx_set_pdl (a programmatic dependent) the weight's first copies are asked for,
-      // then x's (the kernel before's output) after the wait for that kernel, which every later
-      // global access of the block follows (the barrier); else each item's book and x together
-      // (the order measured fastest: packed 2-7% slower with x's copies after the codes').
-      item_t it = it0;
-      for (int k = 0; k < kBookStages - 1 && k < items; k++, it = next_item(it)) {
-        if (lane == 0) issue_book(it, k);
-        if (!p.pdl) issue_x(it, k);
+      for (int sl = 0; sl < kCodeStages; sl++) {
+        mbarrier_init(code_bars + 8 * sl, 1);
+        mbarrier_init(code_empty + 8 * sl, kWarps);
       }
-      if (lane == 0) issue_codes(it0, 0);
-      if (p.pdl) {
-        griddep_wait();
-        it = it0;
-        for (int k = 0; k < kBookStages - 1 && k < items; k++, it = next_item(it)) issue_x(it, k);
-      }
+      fence_mbarrier_init();
     }
     __syncthreads();
     if (p.pdl) griddep_launch_dependents();
+  }
+  if (copier && items > 0) {
+    // Under qf_ctx_set_pdl (a programmatic dependent) the weight's first copies are asked for,
+    // then x's (the kernel before's output) after the wait for that kernel, which every later
+    // global access of the block follows (each waits for copies asked for after it); else each
+    // item's book and x together (the order measured fastest: packed 2-7% slower with x's copies
+    // after the codes').
+    item_t it = it0;
+    for (int k = 0; k < kBookStages - 1 && k < items; k++, it = next_item(it)) {
+      if (lane == 0) issue_book(it, k);
+      if (!p.pdl) issue_x(it, k);
+    }
+    if (lane == 0) issue_codes(it0, 0);
+    if (p.pdl) {
+      griddep_wait();
+      it = it0;
+      for (int k = 0; k < kBookStages - 1 && k < items; k++, it = next_item(it)) issue_x(it, k);
+    }
+    // Step i: item i + 3's book and x into the slot item i - 1 left (built in step i - 2), item
+    // i + 1's codes into the one item i - 1 left (looked up in step i - 1). it1, it3: items i + 1, i + 3.
+    item_t it1 = next_item(it0), it2 = next_item(it1), it3 = next_item(it2);
+    for (int i = 0; i + 1 < items; i++) {
+      if (i + kBookStages - 1 < items) {
+        const int slot = (i + kBookStages - 1) % kBookStages;
+        if (i >= 1) mbarrier_wait_parity(book_empty + 8 * slot, static_cast<uint32_t>((i - 1) / kBookStages) & 1u);
+        if (lane == 0) issue_book(it3, slot);
+        issue_x(it3, slot);
+      }
+      const int slot = (i + 1) % kCodeStages;
+      if (i >= 1) mbarrier_wait_parity(code_empty + 8 * slot, static_cast<uint32_t>((i - 1) / kCodeStages) & 1u);
+      if (lane == 0) issue_codes(it1, slot);
+      it1 = it2, it2 = it3, it3 = next_item(it3);
+    }
+  } else if (items > 0) {
     wait_book(0);
     build(kEven, 0);
-  }
-  auto step = [&](auto parity, int i) {
-    constexpr int kP = decltype(parity)::value;
-    constexpr std::integral_constant<int, 1 - kP> other{};
-    // Table i complete; table buffer (i + 1) % 2, book slot (i + 3) % 4 and code slot (i + 1) % 2
-    // no longer read.
-    __syncthreads();
-    if (warp == 0) {
-      if (i + kBookStages - 1 < items) {
-        if (lane == 0) issue_book(it3, (i + kBookStages - 1) % kBookStages);
-        issue_x(it3, (i + kBookStages - 1) % kBookStages);
+    release(book_empty);
+    auto step = [&](auto parity, int i) {
+      constexpr int kP = decltype(parity)::value;
+      constexpr std::integral_constant<int, 1 - kP> other{};
+      // Table i complete; table buffer (i + 1) % 2 no longer read.
+      named_barrier_sync(1, kThreads);
+      if (i + 1 < items) {
+        wait_book(i + 1);
+        build(other, (i + 1) % kBookStages);
+        release(book_empty + 8 * ((i + 1) % kBookStages));
       }
-      if (lane == 0 && i + 1 < items) issue_codes(it1, (i + 1) % kCodeStages);
+      wait_codes(i);
+      read_codes(i % kCodeStages, cw);
+      lookups(parity, cw);
+      release(code_empty + 8 * (i % kCodeStages));
+    };
+    int i = 0;
+    for (; i + 1 < items; i += 2) {
+      step(kEven, i);
+      step(kOdd, i + 1);
     }
-    if (i + 1 < items) {
-      wait_book(i + 1);
-      build(other, (i + 1) % kBookStages);
-    }
-    wait_codes(i);
-    read_codes(i % kCodeStages, cw);
-    lookups(parity, cw);
-    it1 = it2, it2 = it3, it3 = next_item(it3);
-  };
-  int i = 0;
-  for (; i + 1 < items; i += 2) {
-    step(kEven, i);
-    step(kOdd, i + 1);
+    if (i < items) step(kEven, i);
   }
-  if (i < items) step(kEven, i);
 
   // ---- a row's 8 lanes: lane m ends with the sum of row 4 m + q of the warp's 32 (each row of x) ----
   float sum[kM];
@@ -470,14 +503,16 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kThreads, 2)
   if (p.splits > 1) {
     float *part = p.partials + static_cast<int64_t>(tile) * p.splits * kM * kRows;
 #pragma unroll
-    for (int r = 0; r < kM; r++) __stcg(part + (split * kM + r) * kRows + row, sum[r]);
-    if (!vq_split_counted_last(p.counters + tile, p.splits)) return;
+#pragma unroll
+    for (int r = 0; r < kM; r++)
+      if (!copier) __stcg(part + (split * kM + r) * kRows + row, sum[r]);
+    if (!vq_split_counted_last(p.counters + tile, p.splits) || copier) return;
 #pragma unroll
     for (int r = 0; r < kM; r++) sum[r] = vq_split_sum<16>(part + r * kRows + row, kM * kRows, p.splits);
     if (threadIdx.x == 0) p.counters[tile] = 0;
   }
   const int n = n_base + row;
-  if (n < p.N)
+  if (!copier && n < p.N)
 #pragma unroll
     for (int r = 0; r < kM; r++) vq_store_as(p.y, p.y_dtype, r * p.y_ld + n, p.scales ? sum[r] * p.scales[n] : sum[r]);
 }
@@ -530,7 +565,7 @@ qf_status launch_rows(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, cons
   const int smem = packed ? (two ? kSmemBytes<true, 2> : kSmemBytes<true, 1>) : (two ? kSmemBytes<false, 2> : kSmemBytes<false, 1>);
   static std::atomic<uint64_t> opted_in[2][2][2];
   int per_sm = 0;
-  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tile-table GeMV", kernel, kThreads, smem, opted_in[bf16][packed][two],
+  if (qf_status st = vq_blocks_per_sm(ctx, kOp, "tile-table GeMV", kernel, kBlockThreads, smem, opted_in[bf16][packed][two],
                                       &per_sm);
       st != QF_OK)
     return st;
@@ -580,14 +615,14 @@ qf_status launch_rows(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, cons
     if (qf_status st = vq_split_workspace(ctx, kOp, partial_bytes, &p.counters, &p.partials); st != QF_OK) return st;
   }
   if (used) {
-    *used = vq_gemv_shape(1, kRows, kWarps, tiles_n, splits, smem);
+    *used = vq_gemv_shape(1, kRows, kBlockThreads / 32, tiles_n, splits, smem);
     used->placement = QF_VQ_BOOKS_LUT;
     used->tile_m = static_cast<int>(x->rows);
     used->mma_bf16 = bf16;
   }
   // With qf_ctx_set_pdl a programmatic dependent: the first books and codes are asked for while the
   // kernel before still runs (the kernel waits for it before reading x or writing anything).
-  return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles_n * splits)), dim3(kThreads), smem,
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, dim3(static_cast<unsigned>(tiles_n * splits)), dim3(kBlockThreads), smem,
                         tmap_codes, p);
 }
 

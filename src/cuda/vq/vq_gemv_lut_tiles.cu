@@ -172,16 +172,10 @@ __device__ __forceinline__ uint32_t pinned(uint32_t v) {
   return v;
 }
 
-// A table value's 16 bits, widened to fp32 (exactly).
-__device__ __forceinline__ float table_value(__half, uint32_t v) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(v)));
-}
-__device__ __forceinline__ float table_value(__nv_bfloat16, uint32_t v) { return __uint_as_float(v << 16); }
-// The upper 16 bits of a table word (the second row of x at M = 2), widened to fp32 (exactly).
-__device__ __forceinline__ float table_value_hi(__half, uint32_t v) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
-}
-__device__ __forceinline__ float table_value_hi(__nv_bfloat16, uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+// The entries' type as vq_common.cuh's tag, whose vq_widen_lo / vq_widen_hi widen a table value
+// (the low or, at M = 2, the high 16 bits of a word) to fp32 exactly.
+template <typename T>
+using widen_tag = std::conditional_t<std::is_same_v<T, __half>, vq_f16, vq_bf16>;
 
 }  // namespace vq_lut_tiles_detail
 
@@ -388,8 +382,8 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
         const uint32_t at = prmt(w[s % kWords][k], cols[s % kWords], sel[s]);
         const uint32_t v = kM == 1 ? *reinterpret_cast<const uint16_t *>(table + at)
                                    : *reinterpret_cast<const uint32_t *>(table + at);
-        acc[0][k] = __fadd_rn(acc[0][k], table_value(T{}, v));
-        if (kM == 2) acc[kM - 1][k] = __fadd_rn(acc[kM - 1][k], table_value_hi(T{}, v));
+        acc[0][k] = __fadd_rn(acc[0][k], vq_widen_lo(widen_tag<T>{}, v));
+        if (kM == 2) acc[kM - 1][k] = __fadd_rn(acc[kM - 1][k], vq_widen_hi(widen_tag<T>{}, v));
       }
   };
 

@@ -338,8 +338,7 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
         c.splits = 0;
       }
     }
-    if (M <= 4 &&
-        (qf_cuda_vq_lut_refusal(&c.xm, &c.t, &c.ym) == NULL || qf_cuda_vq_lut_tiles_refusal(&c.xm, &c.t, &c.ym) == NULL)) {
+    if (qf_cuda_vq_lut_refusal(&c.xm, &c.t, &c.ym) == NULL || qf_cuda_vq_lut_tiles_refusal(&c.xm, &c.t, &c.ym) == NULL) {
       /* a table GeMV on packed codes */
       int64_t pshape[4];
       void *packed = NULL;

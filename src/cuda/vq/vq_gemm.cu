@@ -51,8 +51,7 @@ extern "C" qf_status qf_cuda_vq_mma_with(qf_ctx *ctx, const qf_mat *x, const qf_
                                         static_cast<size_t>(M), qf_stream(ctx));
     return err == cudaSuccess ? QF_OK : qf_cuda_fail(ctx, kOp, "cudaMemset2DAsync", err);
   }
-  // Packed codes (qf_vq_pack_gemv) are the table GeMVs' layout: those kernels only (M = 1; the
-  // one-book kernel also 2 to 4).
+  // Packed codes (qf_vq_pack_gemv) are the table GeMVs' layout: those kernels only (M = 1 to 4).
   if (w->packed && placement != QF_VQ_BOOKS_AUTO && placement != QF_VQ_BOOKS_LUT)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed codes run the table GeMV only (placement lut)", kOp);
   const char *const lut_why = qf_cuda_vq_lut_refusal(x, w, y), *const tiles_why = qf_cuda_vq_lut_tiles_refusal(x, w, y);

@@ -37,10 +37,10 @@ extern "C" {
  * BANKED, the kernel of vq_gemv_banked.cu (one book at a time in shared memory as 128 / entry
  * bytes bank-private copies, the block's warps on that book together, split-K over blocks); for
  * VQ-GeMM also TILED, the kernel of vq_gemm_tiled.cu (each k-step's books staged in shared memory
- * and W decoded there once per block tile, then mma.sync against x tiles); for VQ-GeMV at M = 1 also
- * LUT, the kernel of vq_gemv_lut.cu (tables of entry . x products in shared memory, one lookup per
- * vector of a row; one book per residual; also at M = 2 to 4) or of vq_gemv_lut_tiles.cu (books scoped
- * to tiles of W); for VQ-GeMV also REGISTERS, CodebookHotInRegisters:
+ * and W decoded there once per block tile, then mma.sync against x tiles); for VQ-GeMV at M = 1 to
+ * 4 also LUT, the kernel of vq_gemv_lut.cu (tables of entry . x products in shared memory, one
+ * lookup per vector of a row; one book per residual) or of vq_gemv_lut_tiles.cu (books scoped to
+ * tiles of W); for VQ-GeMV also REGISTERS, CodebookHotInRegisters:
  * IN_SHARED with the codebook cache's register tier (the 32 hottest entries of a warp's book in
  * registers, read by shuffle; qf_vq_hot_ok says where it applies). */
 typedef enum {
@@ -234,9 +234,9 @@ qf_status qf_cuda_vq_gemv_lut_with(qf_ctx *ctx, const qf_mat *x, const qf_vq_ten
 /* Why the tile-table VQ-GeMV (vq_gemv_lut_tiles.cu: tables of entry . x products per 256-column
  * chunk and book, built on the tensor cores, values in the entries' 16-bit type) cannot take this
  * call, or NULL when it can: M = 1 to 4 (3 and 4 a pair of rows at a time), 8-bit indices with
- * vector size 4 (GPTVQ-2), x of the entries' 16-bit type with rows aligned to 4 bytes, y fp16 or bf16, codes and codebooks aligned to 16 (code rows a
- * multiple of 16 bytes), K a multiple of 256, scopes of 0 or multiples of 256 rows and 256
- * columns. The lut placement runs it where the table GeMV of vq_gemv_lut.cu refuses the call. */
+ * vector size 4 (GPTVQ-2), x of the entries' 16-bit type with rows aligned to 4 bytes, y fp16 or
+ * bf16, codes and codebooks aligned to 16 (code rows a multiple of 16 bytes), K a multiple of 256,
+ * scopes of 0 or multiples of 256 rows and 256 columns. The lut placement runs it where the table GeMV of vq_gemv_lut.cu refuses the call. */
 const char *qf_cuda_vq_lut_tiles_refusal(const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
 
 /* The tile-table VQ-GeMV with its split-K forced (splits > 0: K ranges per 256-row tile, at most

@@ -615,7 +615,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
  * tile-table GeMV: per 256 columns (M = 2: 128, both rows of x in one table word) and book a table
  * of the entries' products with x built on the tensor cores, each value the fp32 sum of an entry's
  * 4 exact products rounded to the entries' type (fp16 values beyond 65504 are infinite), one lookup
- * per vector, the lookups widened and added in fp32 in order (split-K as above); M = 3 and 4 run it
+ * per vector, the lookups added by the tensor cores in fp32 (split-K as above); M = 3 and 4 run it
  * a pair of rows at a time, on packed codes; with fp32 y the banked GeMV runs. The environment variable QF_VQ_BOOKS (auto, global,
  * shared, banked, tiled, lut, registers) forces the codebook placement of the CUDA kernels for the
  * ablation (docs/VQ.md). */

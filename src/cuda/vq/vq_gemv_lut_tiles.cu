@@ -10,7 +10,8 @@
 //   vectors (256 columns, a GPTVQ book's width) and one book, the table T[e][j] = entry e . x's
 //   vector j (256 x 64 values) costs as many products as the 256 rows' vectors it serves, but the
 //   tensor cores make it: one mma.sync m16n8k16 gives 128 table values. A vector then costs a
-//   byte permute that makes the address, a 2-byte load, a widening and an add.
+//   byte permute that makes the address, a 2-byte load and its share of the sums, which the
+//   tensor cores add too (below).
 // - Table values in the entries' 16-bit type: the table's stores are half the shared-memory
 //   traffic of building it, and each value is used about once (256 rows, 256 entries), so the
 //   build's stores were as many wavefronts as the lookups. With fp32 values, halving them alone
@@ -65,6 +66,13 @@
 //   the Llama-7B layers 1.15-1.22x (H200, docs/VQ.md). M = 3 and 4 run a pair of rows at a time
 //   (an odd last row as at M = 1), for packed codes: on the standard layout the banked GeMV,
 //   whose time does not grow with M up to 8, is faster there.
+// - The sums on the tensor cores: a lane's looked-up values of a step are the A fragments of two
+//   mma.sync whose B is a 0/1 matrix routing each value to its row's column of D (the lookups'
+//   section says how), instead of a widening and an fp32 add per value and row of x. At M = 2,
+//   where each lookup fed two of each, GPTVQ-2 ran 5-8% faster on every Llama layer ((22016,
+//   8192) 33.3 -> 31.6 us, packed 31.5 -> 29.6; the registers 90 -> 72); at M = 1, where the
+//   shared-memory pipe (the 2-byte lookups) bounds the loop, within 2% either way (H200, two
+//   alternating runs; docs/VQ.md).
 // - Split-K over blocks as in the banked GeMV: each unit leaves its 256 row sums in the workspace
 //   and the tile's last unit adds them in split order (a call repeats bit for bit), asking for all
 //   of a row's partials at once (vq_split_sum): one L2 round trip for 16 splits instead of five,
@@ -74,11 +82,13 @@
 //   bytes, y fp16 or bf16, books and codes aligned to 16 (code rows a multiple of 16 bytes), K a
 //   multiple of 256, scope_rows 0 or a multiple of 256, scope_cols 0 or a multiple of 256.
 // - Numerics: a table value is the tensor core's fp32 sum of the entry's 4 exact products, rounded
-//   to nearest in the entries' type (fp16 or bf16; an fp16 value beyond 65504 is infinite); a lane
-//   adds its rows' values, widened exactly, in item order (one round-to-nearest fp32 add each, for
-//   each row of x), the 8 lanes of a row are added in a fixed butterfly, then the split partials in
-//   split order; the row scale multiplies the finished sum. (Hence fp32 y is refused: its callers
-//   expect the fp32 accuracy of the other kernels.)
+//   to nearest in the entries' type (fp16 or bf16; an fp16 value beyond 65504 is infinite); the
+//   values of a row of W and x are summed by the tensor cores in fp32, 4 lanes' values of a step at
+//   a time into an accumulator of the even or the odd steps (the products by one exact, the sum in
+//   the tensor core's order), then the two sets and the row's two quarter warps are added, then the
+//   split partials in split order; the row scale multiplies the finished sum. An infinite table
+//   value also meets the routing matrix's zeros: the sums of its MMA's other rows become NaN. (fp32
+//   y is refused: its callers expect the fp32 accuracy of the other kernels.)
 #include <atomic>
 #include <type_traits>
 
@@ -171,11 +181,6 @@ __device__ __forceinline__ uint32_t pinned(uint32_t v) {
   asm volatile("" : "+r"(v));
   return v;
 }
-
-// The entries' type as vq_common.cuh's tag, whose vq_widen_lo / vq_widen_hi widen a table value
-// (the low or, at M = 2, the high 16 bits of a word) to fp32 exactly.
-template <typename T>
-using widen_tag = std::conditional_t<std::is_same_v<T, __half>, vq_f16, vq_bf16>;
 
 }  // namespace vq_lut_tiles_detail
 
@@ -368,23 +373,43 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
     const uint32_t t = kM == 1 ? 2 * ((q + (s >> 1)) & 1) + (s >> 2) : (q + s) & 3;
     sel[s] = pinned((4 + t) | (t << 4) | ((0xC + t) << 8) | ((0xC + t) << 12));
   }
-  float acc[kM][8];
+  // ---- the sums: the tensor cores add the looked-up values ----
+  // A step's 8 values of a lane (its rows k = 0..7; M = 1 a 16-bit value zero-extended, M = 2 a
+  // table word of both rows of x) are the A fragments of two mma.sync m16n8k16: MMA g takes rows
+  // k = 4 g .. 4 g + 3 in registers a0..a3, so A's row grp holds k = 4 g and 4 g + 2 (a0, a2) and
+  // row grp + 8 the odd ones (a1, a3). B holds ones and zeros: it routes A's column 2 tig + 8 j + r
+  // (register a0 / a1 for j = 0, a2 / a3 for j = 1; its low or high half, x's row r) to D's column
+  // 4 g + 2 j + r. D then accumulates, per row of W and of x, the values of the quarter warp's 4
+  // lanes in fp32 (the products by one exact), and lane tig holds rows k = 2 tig (d0: x's row 0,
+  // d1: row 1) and 2 tig + 1 (d2, d3). Two accumulator sets, even and odd steps, halve the MMAs'
+  // dependent chain. A value costs a byte permute, a load and a quarter of an MMA (M = 2: an eighth
+  // for both rows), where the adds took a widening and an fp32 add per value and row.
+  const uint32_t one = std::is_same_v<T, __half> ? 0x3C00u : 0x3F80u;
+  uint32_t route[2][2];  // B of MMA g: b0 rows (2 tig, + 1), b1 rows (2 tig + 8, + 9), column grp
 #pragma unroll
-  for (int r = 0; r < kM; r++)
+  for (int g = 0; g < 2; g++) {
+    route[g][0] = pinned((grp == 4 * g ? one : 0u) | (grp == 4 * g + 1 ? one << 16 : 0u));
+    route[g][1] = pinned((grp == 4 * g + 2 ? one : 0u) | (grp == 4 * g + 3 ? one << 16 : 0u));
+  }
+  float sums[2][4];
 #pragma unroll
-    for (int k = 0; k < 8; k++) acc[r][k] = 0.0f;
+  for (int a = 0; a < 2; a++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) sums[a][i] = 0.0f;
   auto lookups = [&](auto buf, const uint32_t (&w)[2 / kM][8]) {
     const uint8_t *table = smem + decltype(buf)::value * 128;
 #pragma unroll
-    for (int s = 0; s < kSteps; s++)
+    for (int s = 0; s < kSteps; s++) {
+      uint32_t v[8];
 #pragma unroll
       for (int k = 0; k < 8; k++) {
         const uint32_t at = prmt(w[s % kWords][k], cols[s % kWords], sel[s]);
-        const uint32_t v = kM == 1 ? *reinterpret_cast<const uint16_t *>(table + at)
-                                   : *reinterpret_cast<const uint32_t *>(table + at);
-        acc[0][k] = __fadd_rn(acc[0][k], vq_widen_lo(widen_tag<T>{}, v));
-        if (kM == 2) acc[kM - 1][k] = __fadd_rn(acc[kM - 1][k], vq_widen_hi(widen_tag<T>{}, v));
+        v[k] = kM == 1 ? *reinterpret_cast<const uint16_t *>(table + at) : *reinterpret_cast<const uint32_t *>(table + at);
       }
+      const uint32_t first[4] = {v[0], v[1], v[2], v[3]}, second[4] = {v[4], v[5], v[6], v[7]};
+      mma_m16n8k16(T{}, sums[s % 2], first, route[0]);
+      mma_m16n8k16(T{}, sums[s % 2], second, route[1]);
+    }
   };
 
   // ---- the pipeline ----
@@ -476,22 +501,18 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
     if (i < items) step(kEven, i);
   }
 
-  // ---- a row's 8 lanes: lane m ends with the sum of row 4 m + q of the warp's 32 (each row of x) ----
+  // ---- a row's 8 lanes: its two quarter warps added; lane (q, h, tig), m = 4 h + tig, keeps row
+  // k = 2 tig + h of the warp's rows 4 k + q (each row of x) ----
+  const int h = m >> 2;
   float sum[kM];
 #pragma unroll
   for (int r = 0; r < kM; r++) {
-#pragma unroll
-    for (int half = 4, n = 4; half >= 1; half >>= 1, n >>= 1) {
-      const bool upper = (m & half) != 0;
-#pragma unroll
-      for (int j = 0; j < n; j++) {
-        const float keep = upper ? acc[r][j + n] : acc[r][j], send = upper ? acc[r][j] : acc[r][j + n];
-        acc[r][j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, half));
-      }
-    }
-    sum[r] = acc[r][0];
+    float lo = __fadd_rn(sums[0][r], sums[1][r]), hi = __fadd_rn(sums[0][2 + r], sums[1][2 + r]);
+    lo = __fadd_rn(lo, __shfl_xor_sync(0xffffffffu, lo, 4));
+    hi = __fadd_rn(hi, __shfl_xor_sync(0xffffffffu, hi, 4));
+    sum[r] = h ? hi : lo;
   }
-  const int row = 32 * warp + 4 * m + q;  // within the unit
+  const int row = 32 * warp + 4 * (2 * tig + h) + q;  // within the unit
 
   // ---- split-K: leave the partials; the tile's last unit adds them all in split order ----
   if (p.splits > 1) {

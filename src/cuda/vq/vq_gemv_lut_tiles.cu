@@ -86,9 +86,10 @@
 //   values of a row of W and x are summed by the tensor cores in fp32, 4 lanes' values of a step at
 //   a time into an accumulator of the even or the odd steps (the products by one exact, the sum in
 //   the tensor core's order), then the two sets and the row's two quarter warps are added, then the
-//   split partials in split order; the row scale multiplies the finished sum. An infinite table
-//   value also meets the routing matrix's zeros: the sums of its MMA's other rows become NaN. (fp32
-//   y is refused: its callers expect the fp32 accuracy of the other kernels.)
+//   split partials in split order; the row scale multiplies the finished sum. A NaN or infinite
+//   table value (NaN in x or a book, an fp16 sum past 65504) also meets the routing matrix's zeros:
+//   the sums of the rows that share its A row (4 rows of W, every row of x) become NaN. (fp32 y is
+//   refused: its callers expect the fp32 accuracy of the other kernels.)
 #include <atomic>
 #include <type_traits>
 

@@ -385,18 +385,14 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
   // d1: row 1) and 2 tig + 1 (d2, d3). Two accumulator sets, even and odd steps, halve the MMAs'
   // dependent chain. A value costs a byte permute, a load and a quarter of an MMA (M = 2: an eighth
   // for both rows), where the adds took a widening and an fp32 add per value and row.
-  const uint32_t one = std::is_same_v<T, __half> ? 0x3C00u : 0x3F80u;
+  auto is = [&](int column) { return grp == column ? 1.0f : 0.0f; };
   uint32_t route[2][2];  // B of MMA g: b0 rows (2 tig, + 1), b1 rows (2 tig + 8, + 9), column grp
 #pragma unroll
   for (int g = 0; g < 2; g++) {
-    route[g][0] = pinned((grp == 4 * g ? one : 0u) | (grp == 4 * g + 1 ? one << 16 : 0u));
-    route[g][1] = pinned((grp == 4 * g + 2 ? one : 0u) | (grp == 4 * g + 3 ? one << 16 : 0u));
+    route[g][0] = pinned(pack_pair(T{}, is(4 * g), is(4 * g + 1)));
+    route[g][1] = pinned(pack_pair(T{}, is(4 * g + 2), is(4 * g + 3)));
   }
-  float sums[2][4];
-#pragma unroll
-  for (int a = 0; a < 2; a++)
-#pragma unroll
-    for (int i = 0; i < 4; i++) sums[a][i] = 0.0f;
+  float sums[2][4] = {};
   auto lookups = [&](auto buf, const uint32_t (&w)[2 / kM][8]) {
     const uint8_t *table = smem + decltype(buf)::value * 128;
 #pragma unroll
@@ -405,7 +401,8 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
 #pragma unroll
       for (int k = 0; k < 8; k++) {
         const uint32_t at = prmt(w[s % kWords][k], cols[s % kWords], sel[s]);
-        v[k] = kM == 1 ? *reinterpret_cast<const uint16_t *>(table + at) : *reinterpret_cast<const uint32_t *>(table + at);
+        v[k] = kM == 1 ? *reinterpret_cast<const uint16_t *>(table + at)
+                       : *reinterpret_cast<const uint32_t *>(table + at);
       }
       const uint32_t first[4] = {v[0], v[1], v[2], v[3]}, second[4] = {v[4], v[5], v[6], v[7]};
       mma_m16n8k16(T{}, sums[s % 2], first, route[0]);

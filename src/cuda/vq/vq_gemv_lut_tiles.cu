@@ -17,15 +17,17 @@
 //   build's stores were as many wavefronts as the lookups. With fp32 values, halving them alone
 //   (a timing-only build) took packed (22016, 8192) from 26.3 to 23.5 us.
 // - The build: the MMA's rows r are x's vectors, its columns n entries, its k (group p, element
-//   d): A[r][(p, d)] = x[vec(r, p)][d], B[(p, d)][n] = entry[e(n)][d] where p == n / 2, else 0,
-//   so D[r][n] = T[e(n)][vec(r, n / 2)]: 8 entries by 16 vectors each. k is permuted
-//   (k -> p = (k % 8) / 2, d = k % 2 + 2 (k / 8)) so that a lane's B registers are its column's
-//   whole entry (8 lanes, one 8-byte load of the book as it is stored) or zeros, and its A
-//   registers two x quads (one 16-byte load of x as the copy reorders it). Four variants of A (h)
-//   take each B to all 64 vectors, and vec is chosen so that each 4-byte store of D (two adjacent
-//   vectors of an entry, rounded) and each load of x is conflict-free.
-//   (B carrying x and A the entries, as built first, needs one 16-byte load per MMA for 32 bytes
-//   of book, four wavefronts: 11% slower on the Llama-65B layers.)
+//   d): A[r][(p, d)] = x[vec(r, p)][d], B[(p, d)][n] = entry[e(n)][d] where p == (n / 2 + h) % 4 in
+//   variant h of B, else 0, so D[r][n] = T[e(n)][vec(r, (n / 2 + h) % 4)]: 8 entries by 16 vectors
+//   each, and the four variants take each entry to all 64 vectors. k is permuted (k -> p = (k % 8)
+//   / 2, d = k % 2 + 2 (k / 8)) so that a lane's A registers are one vector pair of x (one 16-byte
+//   load of x as the copy reorders it, once per item) and its B registers its column's whole entry
+//   (one 8-byte load of the book as it is stored, the quarter warp's lanes reading the same entry)
+//   in one variant and zeros in the three others. Each 4-byte store of D (two adjacent vectors of
+//   an entry, rounded) is conflict-free. (A varying and B fixed, as before, loaded x four times per
+//   item and warp: a sixth of the shared-memory wavefronts that an item's lookups take. B carrying x
+//   and A the entries, as built first, needs one 16-byte load per MMA for 32 bytes of book, four
+//   wavefronts: 11% slower on the Llama-65B layers.)
 // - The table is [256 entries][256 bytes], two buffers side by side (bytes 0..127 and 128..255 of
 //   a row), so an address is (index << 8) | column byte: one byte permute of the code word and the
 //   lane's column bytes. In each step the 32 lanes' 2-byte values lie in 32 different banks
@@ -155,10 +157,7 @@ template <int kM>
 constexpr int kCodeBytes = kRows * kItemCols<kM> / 4;
 template <bool kPacked, int kM>
 constexpr int kCodeSlot = kPacked ? kItemRuns<kM> * kRunPitch : kCodeBytes<kM>;
-// The zeros that the build's lanes off B's diagonal read: 64 bytes past a multiple of 128, so that
-// they share no bank with the 64 bytes of book that the other lanes read in the same load (both
-// step 64 bytes per block of 8 entries).
-constexpr int kZerosAt = kTableBytes + 64, kBookRingAt = kTableBytes + 384;
+constexpr int kBookRingAt = kTableBytes;
 constexpr int kCodeRingAt = kBookRingAt + kBookStages * kBookSlot;
 template <bool kPacked, int kM>
 constexpr int kBarsAt = kCodeRingAt + 1024 + kCodeStages * kCodeSlot<kPacked, kM>;
@@ -192,7 +191,7 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
   using namespace vq_lut_tiles_detail;
   static_assert(kM == 1 || kM == 2, "one or two rows of x");
   constexpr int kCodeSlotBytes = kCodeSlot<kPacked, kM>, kCols = kItemCols<kM>;
-  // The table [256][256 bytes] (buffer b at byte 128 b of a row), 256 bytes of zeros, the book
+  // The table [256][256 bytes] (buffer b at byte 128 b of a row), the book
   // slots, the code slots, their mbarriers.
   extern __shared__ __align__(128) uint8_t smem[];
 
@@ -272,42 +271,38 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
 
   // ---- the build: lane (grp, tig) of the MMA fragments ----
   // Rows r of the MMA are x's vectors, columns n entries: A[r][(p, d)] = x[vec(r, p)][d] (dense),
-  // B[(p, d)][n] = entry[e(n)][d] where p == n / 2, else 0, so D[r][n] = T[e(n)][vec(r, n / 2)].
-  // A lane's B registers are its column's whole entry (the lanes with tig == grp / 2) or zeros;
-  // its A registers, in variant h of A, the vector pair 2 c, 2 c + 1 (rows grp, grp + 8, g = tig)
-  // with c = c_h(grp, g) = 8 ((grp / 2 + h) % 4) + (4 (grp % 2) + g + h) % 8: one 16-byte load of x
-  // per variant, and D's values of one entry and vector pair, rounded to T, in one 4-byte store.
-  // The four variants take each B to all 64 vectors; c is distinct over the warp for each h (the
-  // stores fill 32 banks) and modulo 8 over each quarter warp (the loads of x).
+  // B[(p, d)][n] = entry[e(n)][d] where p == (n / 2 + h) % 4 in variant h, else 0, so D[r][n] =
+  // T[e(n)][vec(r, (n / 2 + h) % 4)]. A lane's A registers are the vector pair c = 4 grp + tig
+  // (rows grp, grp + 8 of group tig: vectors 2 c, 2 c + 1), one 16-byte load of x whose quarter
+  // warps read 8 consecutive pairs; its B registers are its column's entry (all lanes load it, a
+  // quarter warp the same 8 bytes) where tig == (grp / 2 + h) % 4, else zeros. D's values of an
+  // entry and group (n / 2 + h) % 4 = (tig + h) % 4 are the vector pair 4 grp + (tig + h) % 4, one
+  // 4-byte store, which over the warp fills 32 banks.
   // M = 2: the same code, with x's 16 bytes at c those of vector c of both rows (above): rows grp
   // and grp + 8 are then row 0 and row 1 of x's vector c, and each 4-byte store is one entry's
   // values of vector c for both rows (row 0 in the low half), the table word of M = 2.
   const int grp = lane >> 2, tig = lane & 3;
-  const bool b_on = (grp >> 1) == tig;
-  uint32_t x_at[4], d_at[4];
+  const uint32_t x_at = pinned(kBookBytes + 16 * (4 * grp + tig));
+  uint32_t d_at[4], keep[4];
 #pragma unroll
   for (int h = 0; h < 4; h++) {
-    const int c = 8 * (((grp >> 1) + h) & 3) + ((4 * (grp & 1) + tig + h) & 7);
-    x_at[h] = pinned(kBookBytes + 16 * c);
-    d_at[h] = pinned((32 * warp + 2 * tig) * 256 + 4 * c);
+    d_at[h] = pinned((32 * warp + 2 * tig) * 256 + 4 * (4 * grp + ((tig + h) & 3)));
+    keep[h] = pinned(tig == (((grp >> 1) + h) & 3) ? ~0u : 0u);
   }
-  const uint32_t entry_at = pinned(256 * warp + 8 * grp), zeros = smem_base + kZerosAt;
+  const uint32_t entry_at = pinned(256 * warp + 8 * grp);
   // Table buffer `buf` of the item in book slot `slot`: warp w builds entries 32 w .. 32 w + 31, 8
-  // (block bk) per B, each against the four variants of A.
+  // (block bk) per entry load, each in the four variants of B.
   auto build = [&](auto buf, int slot) {
     constexpr int kBuf = decltype(buf)::value;
     const uint32_t at = book_ring + slot * kBookSlot;
-    uint4 xq[4];
-#pragma unroll
-    for (int h = 0; h < 4; h++) xq[h] = ld_shared_v4(at + x_at[h]);
-    const uint32_t b_at = b_on ? at + entry_at : zeros;
+    const uint4 xq = ld_shared_v4(at + x_at);
+    const uint32_t a[4] = {xq.x, xq.y, xq.z, xq.w};
 #pragma unroll
     for (int bk = 0; bk < 4; bk++) {
-      const uint2 e = ld_shared_v2(b_at + 64 * bk);
-      const uint32_t b[2] = {e.x, e.y};
+      const uint2 e = ld_shared_v2(at + entry_at + 64 * bk);
 #pragma unroll
       for (int h = 0; h < 4; h++) {
-        const uint32_t a[4] = {xq[h].x, xq[h].y, xq[h].z, xq[h].w};
+        const uint32_t b[2] = {e.x & keep[h], e.y & keep[h]};
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_m16n8k16(T{}, d, a, b);
         uint8_t *const row = smem + d_at[h] + 8 * bk * 256 + kBuf * 128;
@@ -425,7 +420,6 @@ __global__ void __launch_bounds__(vq_lut_tiles_detail::kBlockThreads, 2)
     if (lane == 0) mbarrier_arrive(bar);
   };
   if (items > 0) {
-    if (threadIdx.x < 16) *reinterpret_cast<uint4 *>(smem + kZerosAt + 16 * threadIdx.x) = make_uint4(0u, 0u, 0u, 0u);
     if (threadIdx.x == 0) {
       for (int sl = 0; sl < kBookStages; sl++) {
         mbarrier_init(book_bars + 8 * sl, kBookArrivals);

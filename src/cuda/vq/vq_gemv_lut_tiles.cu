@@ -25,7 +25,7 @@
 //   (one 8-byte load of the book as it is stored, the quarter warp's lanes reading the same entry)
 //   in one variant and zeros in the three others. Each 4-byte store of D (two adjacent vectors of
 //   an entry, rounded) is conflict-free. (A varying and B fixed, as before, loaded x four times per
-//   item and warp: a sixth of the shared-memory wavefronts that an item's lookups take. B carrying x
+//   item and warp: 96 more shared-memory wavefronts an item, a fifth of its lookups'. B carrying x
 //   and A the entries, as built first, needs one 16-byte load per MMA for 32 bytes of book, four
 //   wavefronts: 11% slower on the Llama-65B layers.)
 // - The table is [256 entries][256 bytes], two buffers side by side (bytes 0..127 and 128..255 of

@@ -38,13 +38,16 @@
 //   32 (4-element fp16 entries), so 32 lanes that look up 32 different vectors never conflict,
 //   whatever the indices. The tables start at byte 0 of the shared memory, so a table value's
 //   byte offset is idx * 256 + its column's (+ 64 KB per table region of grouped heads).
-// - Scores, one token per lane: a warp scores 32 tokens; at step j lane t takes vector t ^ j of its
-//   token (a permutation of the vectors for every j), so the 32 table reads of a step fall into 32
-//   banks. Steps 4m .. 4m + 3 take their four index bytes from one 32-bit word of the code row
-//   (rows of 32 bytes: the lanes' words in 32 banks; rows of 64 bytes, S = 64, two lanes per bank),
-//   and one byte permute of that word and of the columns makes each lookup's offset (the SASS
-//   before had four address instructions per step). A score is the sum of S table values in four
-//   partial sums.
+// - Scores, one token per lane: a warp scores 32 tokens; at step j = 4m + r lane t takes vector
+//   v_t(j) of its token, for every j a permutation of the lanes over 32 banks' columns, so the 32
+//   table reads of a step fall into 32 banks. Steps 4m .. 4m + 3 take their four index bytes from
+//   one 32-bit word of the code row, and one byte permute of that word and of the columns makes
+//   each lookup's offset (the SASS before had four address instructions per step). S = 32 (rows
+//   of 32 bytes): v_t(j) = t ^ j, word (t >> 2) ^ m, the lanes' words in 32 banks. S = 64 (rows
+//   of 64 bytes, a row's two halves in banks 0-15 and 16-31): with t = 2a + b, word a ^ m and byte
+//   (2b + a / 8) ^ r, i.e. v_t(j) = 4 (a ^ m) + ((2b + a / 8) ^ r): the 16 lanes of a row parity
+//   read 16 different words (where t ^ j had two lanes per bank), and the columns v mod 32 of a
+//   step still differ. A score is the sum of S table values in four partial sums.
 // - Softmax, online per warp: each warp keeps its own running max m, per-lane sums l and
 //   accumulators over its 32 tokens of every tile; the half merges its warps at the end of a unit,
 //   in warp order (no atomics: a call repeats bit for bit).
@@ -503,25 +506,29 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     float pr[kG];  // the lane's token's probability, per query head
     mbarrier_wait_parity(bar_k, phase);  // the tile's K indices landed
     if (n > 0) {
-      // ---- scores: lane t, its token's vector t ^ j at step j = 4 m + r ----
-      // The four indices of steps 4 m .. 4 m + 3 are the bytes (t & 3) ^ r of word (t >> 2) ^ m of the
-      // token's code row (one load; the 32 lanes' words fall into 32 banks for S = 32), and the
-      // table value of step j sits at byte offset idx 256 + c_j from its table's region, c_j = 4
-      // (col0 + (t ^ j)) < 256: one byte permute of the word and of a register holding c_j, c_j+1
-      // and two zero bytes is that offset (one per column parity of the block's tables: grouped
-      // heads i and i + 2 share it, for S = 64 all of them).
-      // c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of t ^ j above 2.
-      const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (tok0 + lane) * kS + 4 * (lane >> 2);
+      // ---- scores: lane t, its token's vector v_t(j) at step j = 4 m + r (the notes) ----
+      // The four indices of steps 4 m .. 4 m + 3 are the bytes v_t(j) & 3 of word v_t(j) >> 2 =
+      // w_t ^ m of the token's code row (one load, its 32 lanes in 32 banks), and the table value
+      // of step j sits at byte offset idx 256 + c_j from its table's region, c_j = 4 (col0 +
+      // v_t(j)) < 256: one byte permute of the word and of a register holding c_j, c_j+1 and two
+      // zero bytes is that offset (one per column parity of the block's tables: grouped heads i
+      // and i + 2 share it, for S = 64 all of them).
+      // c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of v_t(j) above 2.
+      const uint32_t w_t = kS == 32 ? lane >> 2 : lane >> 1;
+      auto vec = [&](int r) {  // v_t(r), r < 4
+        return kS == 32 ? lane ^ r : 4 * w_t + ((2 * (lane & 1) + (lane >> 4)) ^ r);
+      };
+      const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (tok0 + lane) * kS + 4 * w_t;
       constexpr int kPar = kG == 1 || kS == 64 ? 1 : 2;  // column parities of the block's tables
       uint32_t c01[kPar], c23[kPar];
 #pragma unroll
       for (int q = 0; q < kPar; q++) {
-        auto col = [&](int j) { return 4u * static_cast<uint32_t>(table_col0(q) + (lane ^ j)); };
+        auto col = [&](int r) { return 4u * static_cast<uint32_t>(table_col0(q) + vec(r)); };
         c01[q] = col(0) | col(1) << 8, c23[q] = col(2) | col(3) << 8;
       }
       uint32_t sel[4];  // result bytes: c_j, the index, two zeros
 #pragma unroll
-      for (int r = 0; r < 4; r++) sel[r] = 0x7600u | static_cast<uint32_t>((lane & 3) ^ r) << 4 | (4u + (r & 1));
+      for (int r = 0; r < 4; r++) sel[r] = 0x7600u | static_cast<uint32_t>(vec(r) & 3) << 4 | (4u + (r & 1));
       float a[kG][4];
 #pragma unroll
       for (int i = 0; i < kG; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.0f;

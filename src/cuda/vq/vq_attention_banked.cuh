@@ -514,10 +514,11 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       // zero bytes is that offset (one per column parity of the block's tables: grouped heads i
       // and i + 2 share it, for S = 64 all of them).
       // c_(4m + r) = c_r ^ 16 m, since 16 m only touches the bits of v_t(j) above 2.
+      // v_t(4 m + r) = 4 (w_t ^ m) + (b_t ^ r): S = 32 w_t = t / 4, b_t = t % 4 (so v_t(j) = t ^ j);
+      // S = 64 w_t = a, b_t = 2b + a / 8.
       const uint32_t w_t = kS == 32 ? lane >> 2 : lane >> 1;
-      auto vec = [&](int r) {  // v_t(r), r < 4
-        return kS == 32 ? lane ^ r : 4 * w_t + ((2 * (lane & 1) + (lane >> 4)) ^ r);
-      };
+      const uint32_t b_t = kS == 32 ? lane & 3 : 2 * (lane & 1) + (lane >> 4);
+      auto vec = [&](int r) { return 4 * w_t + (b_t ^ r); };  // v_t(r), r < 4
       const uint32_t kw = static_cast<uint32_t>(kcodes_s - smem) + (tok0 + lane) * kS + 4 * w_t;
       constexpr int kPar = kG == 1 || kS == 64 ? 1 : 2;  // column parities of the block's tables
       uint32_t c01[kPar], c23[kPar];
@@ -528,7 +529,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       }
       uint32_t sel[4];  // result bytes: c_j, the index, two zeros
 #pragma unroll
-      for (int r = 0; r < 4; r++) sel[r] = 0x7600u | static_cast<uint32_t>(vec(r) & 3) << 4 | (4u + (r & 1));
+      for (int r = 0; r < 4; r++) sel[r] = 0x7600u | (b_t ^ r) << 4 | (4u + (r & 1));
       float a[kG][4];
 #pragma unroll
       for (int i = 0; i < kG; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.0f;

@@ -87,8 +87,11 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * scales, C or bias or write anything. qf_quant_group, qf_silu_mul_quant_group, qf_quant_token and
  * qf_quant_per_tensor launch the same way (they wait for the kernel before them, e.g. the GEMM
  * that wrote x), and so does qf_rms_norm_quant at decode (one block a row up to one per SM, or
- * clusters of blocks up to half the SMs), and qf_vq_gemm's tile-table GeMV (M = 1 to 4, books per
- * tile of W: its first codebook and code copies are asked for before it waits). On such a context
+ * clusters of blocks up to half the SMs), qf_vq_gemm's tile-table GeMV (M = 1 to 4, books per
+ * tile of W: its first codebook and code copies are asked for before it waits), and
+ * qf_vq_attention_decode where it runs the banked kernel (the head's codebooks are copied before it
+ * waits, so the kernel before must not write them; q and the cache codes are read after; unlike the
+ * others it does not let the kernel after it start early). On such a context
  * those let the GEMM after them start early; after any other kernel it starts when that kernel's
  * blocks have all exited. Every other
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as

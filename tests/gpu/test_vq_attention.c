@@ -22,6 +22,10 @@
  *    byte (the kernels have a fixed summation order).
  *  - V codebooks 8 bytes past a 16-byte boundary: refused by the public call (alignment) and by
  *    the forced banked placement, nothing written.
+ *  - Programmatic dependent launch (qf_ctx_set_pdl): chains of two calls, the second's q the
+ *    first's o, launched back to back on a PDL context, byte for byte as the same calls with PDL
+ *    off and synchronized, for each of the banked kernel's setups (1, 2 and 4 query heads per
+ *    block, S = 32 and 64).
  *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
  *    give NaN (or a dropped token) exactly where the CPU has them (CQ-2 at head_dim 64 and 128, the
  *    second for the banked kernel).
@@ -623,6 +627,85 @@ static void env_switch_case(qf_ctx *gpu, qf_ctx *cpu, uint64_t *seed) {
   free_cache(&c);
 }
 
+/* qf_vq_attention_decode under programmatic dependent launch (qf_ctx_set_pdl) on fp16 q and o:
+ * ROUNDS rounds of o1 = attention(q_r) into one shared buffer and o2_r = attention(o1) into a
+ * buffer of the round (o has q's shape), launched back to back without a synchronization. Each
+ * o2_r and lse2_r must equal, byte for byte, the same two calls with PDL off and the device
+ * synchronized between them: a call that read o1 (its q) before the one writing it had finished,
+ * or wrote o1 or the workspace while the one before still read them, would compute from another
+ * round's values. The rounds' outputs differ from one another (checked). The calls' plan must be
+ * the banked kernel's (the one launched as a dependent); returns its query heads per block (0 if
+ * it was not). */
+static int pdl_chain_case(qf_ctx *gpu, kv_cache *c, int64_t Hq, uint64_t *seed) {
+  enum { ROUNDS = 4 };
+  qf_ctx *pdl = NULL;
+  if (!CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "%s: PDL context", c->name))
+    return 0;
+  const int64_t B = c->B, W = Hq * c->D;
+  const size_t bytes = (size_t)(B * W) * 2, lse_bytes = (size_t)(B * Hq) * 4;
+  uint16_t *hq = malloc(bytes);
+  void *q[ROUNDS], *o2[ROUNDS], *o2_ref[ROUNDS], *l2[ROUNDS], *l2_ref[ROUNDS], *o1 = dev_alloc(bytes), *l1 = dev_alloc(lse_bytes);
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int64_t i = 0; i < B * W; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
+    q[r] = dev_alloc(bytes), o2[r] = dev_alloc(bytes), o2_ref[r] = dev_alloc(bytes);
+    l2[r] = dev_alloc(lse_bytes), l2_ref[r] = dev_alloc(lse_bytes);
+    CUDA_OK(cudaMemcpy(q[r], hq, bytes, cudaMemcpyHostToDevice));
+  }
+  int64_t lshape[2] = {B, Hq};
+  const qf_vq_attention_opts opts = {.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T};
+  DLTensor kc = cache_codes(c, 0, 1), kb = cache_books(c, 0, 1), vc = cache_codes(c, 1, 1), vb = cache_books(c, 1, 1);
+  /* the plan: the banked kernel's, the one launched as a dependent */
+  qf_vq_attention_args a;
+  memset(&a, 0, sizeof a);
+  a.q = (qf_mat){q[0], QF_F16, B, W, W}, a.o = (qf_mat){o1, QF_F16, B, W, W}, a.lse = l1;
+  a.k = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[0], c->d_books[0], NULL, 0};
+  a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL, 0};
+  a.B = B, a.Hq = Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = c->T, a.sm_scale = 1.0 / sqrt((double)c->D);
+  qf_vq_attention_config used;
+  int ok = CHECK(qf_cuda_vq_attention_decode_with(gpu, &a, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO, &used) == QF_OK &&
+                     used.placement == QF_VQ_BOOKS_BANKED,
+                 "%s: PDL chain: the heuristic's plan is the banked kernel's (%s)", c->name, qf_ctx_last_error(gpu));
+  const int banked = ok;
+  for (int pass = 0; pass < 2 && ok; pass++) /* pass 0: the reference, PDL off and synchronized */
+    for (int r = 0; r < ROUNDS && ok; r++) {
+      qf_ctx *ctx = pass ? pdl : gpu;
+      tensor2d tq, t1, t2;
+      tensor2d_init(&tq, q[r], QF_F16, B, W, W, kDLCUDA);
+      tensor2d_init(&t1, o1, QF_F16, B, W, W, kDLCUDA);
+      tensor2d_init(&t2, pass ? o2[r] : o2_ref[r], QF_F16, B, W, W, kDLCUDA);
+      DLTensor tl1 = dl_tensor(l1, QF_F32, 2, lshape, kDLCUDA), tl2 = dl_tensor(pass ? l2[r] : l2_ref[r], QF_F32, 2, lshape, kDLCUDA);
+      ok = CHECK(qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t1.t, &tl1) == QF_OK &&
+                     (pass || cudaDeviceSynchronize() == cudaSuccess) &&
+                     qf_vq_attention_decode(ctx, &t1.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t2.t, &tl2) == QF_OK,
+                 "%s: PDL chain, pass %d round %d: %s", c->name, pass, r, qf_ctx_last_error(ctx));
+      if (!pass) CUDA_OK(cudaDeviceSynchronize());
+    }
+  CUDA_OK(cudaDeviceSynchronize());
+  uint8_t *got = malloc(bytes + lse_bytes), *want = malloc(bytes + lse_bytes), *prev = malloc(bytes + lse_bytes);
+  for (int r = 0; r < ROUNDS && ok; r++) {
+    CUDA_OK(cudaMemcpy(got, o2[r], bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got + bytes, l2[r], lse_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(want, o2_ref[r], bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(want + bytes, l2_ref[r], lse_bytes, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(got, want, bytes + lse_bytes) == 0, "%s: PDL chain, round %d: o2 or lse2 differs from the synchronized calls'",
+          c->name, r);
+    if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: PDL chain, rounds %d and %d gave the same o2", c->name, r - 1, r);
+    memcpy(prev, got, bytes + lse_bytes);
+  }
+  for (int r = 0; r < ROUNDS; r++) {
+    CUDA_OK(cudaFree(q[r]));
+    CUDA_OK(cudaFree(o2[r]));
+    CUDA_OK(cudaFree(o2_ref[r]));
+    CUDA_OK(cudaFree(l2[r]));
+    CUDA_OK(cudaFree(l2_ref[r]));
+  }
+  CUDA_OK(cudaFree(o1));
+  CUDA_OK(cudaFree(l1));
+  free(hq), free(got), free(want), free(prev);
+  qf_ctx_destroy(pdl);
+  return banked ? used.heads : 0;
+}
+
 int main(void) {
   if (getenv("QF_VQ_BOOKS")) {
     printf("QF_VQ_BOOKS=%s cleared: the public calls here run the heuristic's placement\n", getenv("QF_VQ_BOOKS"));
@@ -712,6 +795,26 @@ int main(void) {
     attention_case(gpu, cpu, &c, generic[i].Hkv * generic[i].group, mixed, &seed);
     free_cache(&c);
   }
+
+  /* the banked kernel's setups as a programmatic dependent: one head of S = 64 on paired halves
+   * with runs crossing batch entries, one head of S = 32 (staged V books), 4 grouped heads of
+   * S = 32 and 2 of S = 64 (bulk setups), 2 grouped heads of S = 32 (the book chunks) */
+  const struct {
+    const char *name;
+    qf_vq_format f;
+    int64_t B, T, Hkv, group;
+  } chains[] = {{"CQ-4 PDL chain", cq4, 8, 600, 32, 1},     {"CQ-2 PDL chain", cq2, 3, 1000, 32, 1},
+                {"CQ-2 group 4 PDL chain", cq2, 5, 300, 8, 4}, {"CQ-4 group 2 PDL chain", cq4, 3, 600, 2, 2},
+                {"CQ-2 group 2 PDL chain", cq2, 2, 300, 2, 2}};
+  int chain_heads = 0;
+  for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++) {
+    kv_cache c;
+    if (!make_cache(cpu, &c, chains[i].name, chains[i].f, chains[i].B, chains[i].T, chains[i].Hkv, 128, 0, &seed)) continue;
+    chain_heads |= pdl_chain_case(gpu, &c, chains[i].Hkv * chains[i].group, &seed);
+    free_cache(&c);
+  }
+  CHECK(chain_heads == (1 | 2 | 4), "the PDL chains ran the banked kernel with 1, 2 and 4 query heads per block (mask %d)",
+        chain_heads);
 
   nan_inf_case(gpu, cpu, 64, &seed);
   nan_inf_case(gpu, cpu, 128, &seed); /* the banked kernel's format */

@@ -11,7 +11,10 @@
  *    "cq2,fp16,GC+LUT" and "cq2,fp16,SC+LUT" with the scores through the q . entry lookup table (a
  *    choice the kernel cannot use prints "skipped: ..." and gives no row), "cq2,fp16,banked" the
  *    kernel with bank-interleaved score tables and V books (auto=banked when the public call
- *    picks it); the same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes. The qfuse
+ *    picks it); the same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes;
+ *    where the public call runs the banked kernel, op vq_attention_chain "cq2,fp16,auto,pdl": two
+ *    public calls in a row (the second's q the first's o) on a context with qf_ctx_set_pdl against
+ *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels. The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -178,6 +181,41 @@ static void setup_call(att_call *a, qf_ctx *ctx, cache *c, int64_t B, int64_t se
   a->args.sm_scale = 1.0 / sqrt((double)HEAD_DIM);
 }
 
+/* Two calls in a row, o = attention(q) and o2 = attention(o), as an engine's layers run them. */
+typedef struct {
+  att_call first, second;
+} att_pair;
+
+static int run_pair(void *arg) {
+  att_pair *p = arg;
+  return run_api(&p->first) || run_api(&p->second);
+}
+
+/* The pair on a context with programmatic dependent launch (qf_ctx_set_pdl) against the same calls
+ * on a's context (qfb_emit_pdl_pair), as op vq_attention_chain. o2, lse2: the second call's
+ * outputs. */
+static int chain_row(qfb *b, const att_call *a, const char *name, const char *shape, double bytes, double flops, void *o2,
+                     float *lse2) {
+  qf_ctx *pdl = NULL;
+  if (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK) {
+    fprintf(stderr, "bench_vq_attention: no PDL context\n");
+    qf_ctx_destroy(pdl);
+    return 1;
+  }
+  att_pair plain = {*a, *a};
+  plain.second.tq.data = a->o; /* (the shapes stay a's: o has q's) */
+  plain.second.to.data = o2, plain.second.tl.data = lse2;
+  att_pair dep = plain;
+  dep.first.ctx = dep.second.ctx = pdl;
+  char variant[64];
+  snprintf(variant, sizeof variant, "%s,fp16,auto,pdl", name);
+  qfb_row row = {.op = "vq_attention_chain", .variant = variant, .shape = shape, .bytes = 2.0 * bytes, .flops = 2.0 * flops};
+  row.floor_us = qfb_floor_us(b, row.bytes, 0.0, 0.0);
+  const int rc = qfb_emit_pdl_pair(b, &row, run_pair, &dep, &plain);
+  qf_ctx_destroy(pdl);
+  return rc;
+}
+
 /* qfuse's o and lse against the peer's (both fp16 o over the same decoded cache). */
 static int outputs_agree(att_call *a, const char *shape, const char *name) {
   const size_t n = (size_t)(a->B * HQ * HEAD_DIM), nl = (size_t)(a->B * HQ);
@@ -209,8 +247,10 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
   memset(&a, 0, sizeof a);
   a.ws_bytes = qfb_fp16_decode_workspace(B, HQ, HEAD_DIM, seq_len);
   int rc = 1;
-  void *hq = malloc((size_t)(B * W) * 2);
+  void *hq = malloc((size_t)(B * W) * 2), *o2 = NULL;
+  float *lse2 = NULL;
   if (!hq || cudaMalloc(&a.q, (size_t)(B * W) * 2) || cudaMalloc(&a.o, (size_t)(B * W) * 2) ||
+      cudaMalloc(&o2, (size_t)(B * W) * 2) || cudaMalloc((void **)&lse2, (size_t)(B * HQ) * 4) ||
       cudaMalloc(&a.o_peer, (size_t)(B * W) * 2) || cudaMalloc((void **)&a.lse, (size_t)(B * HQ) * 4) ||
       cudaMalloc((void **)&a.lse_peer, (size_t)(B * HQ) * 4) || cudaMalloc(&a.ws, a.ws_bytes))
     goto done;
@@ -275,9 +315,15 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
   }
   qfb_emit(b, &peer);
   (*rows)++;
+  if (cfg.placement == QF_VQ_BOOKS_BANKED) { /* the one kernel launched as a programmatic dependent */
+    a.placement = QF_VQ_BOOKS_AUTO, a.scores = QF_VQ_ATTN_SCORES_AUTO;
+    rc |= chain_row(b, &a, name, shape, vq_bytes, flops, o2, lse2);
+    (*rows)++;
+  }
 done:
   if (rc) fprintf(stderr, "bench_vq_attention: %s at B=%lld seq_len=%lld failed\n", name, (long long)B, (long long)seq_len);
   cudaFree(a.q), cudaFree(a.o), cudaFree(a.o_peer), cudaFree(a.lse), cudaFree(a.lse_peer), cudaFree(a.ws);
+  cudaFree(o2), cudaFree(lse2);
   free(hq);
   return rc;
 }

@@ -63,11 +63,20 @@
 //   no faster for S = 32; S = 64 has room for one per half). Head g's indices are bytes
 //   g S .. g S + S - 1 of a code row: codes and rows are 16-byte aligned, as TMA needs (the
 //   launcher checks).
+// - Under qf_ctx_set_pdl the kernel launches as a programmatic dependent: what it reads before
+//   griddepcontrol.wait is head g's codebooks only (the bulk setups' raw copies; elsewhere the V
+//   books' chunks where the codes do not go first), so the kernel before may run on while they
+//   come, and must not write them; q, the codes, the workspace, o and lse come after the wait
+//   (a no-op without the launch attribute). It does not let the kernel after it launch early:
+//   griddepcontrol.launch_dependents at the start made chains of two CQ-4 calls at batch 8 x 4096
+//   2.7% slower than without PDL, where without it every chain measured ran 1.4-5% faster (H200,
+//   docs/VQ.md).
 // - NaN and Inf as in vq_attention.cuh: max ignores NaN scores, a NaN score makes p, l and o NaN,
 //   an Inf score gives exp2(inf - inf) = NaN, a unit without a finite score keeps m = -Inf and
 //   adds nothing (weights exp2(-Inf)) or NaN to the merge.
 #pragma once
 
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/vq/vq_attention.cuh"
@@ -374,6 +383,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // so that its reads of a raw book and its writes into a [256][S] layout fall into the lanes'
     // own banks. (32-byte chunks through registers, the other blocks' way, finished CQ-2's setup
     // 1.3 us later: docs/VQ.md.)
+    griddep_wait();  // the kernel before has written q and the codes (notes)
     first_codes();
     if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first code boxes)
     float qv[kG][kPasses][kVS];
@@ -412,6 +422,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // registers until the raw K books are read.
     if constexpr (kGroupedBulk) {
       constexpr int kLow = kS == 32 ? 2 : 1;  // heads per 64 KB region: the first region's are heads 0 .. kLow - 1
+      griddep_wait();
       first_codes();
       float qv[kG][kPasses][kVS];
       load_q_parts(qv);
@@ -455,8 +466,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
       constexpr bool kCodesFirst = kG > 1;
       uint4 r[8][2];  // (nothing else is live yet)
-      if (kCodesFirst) first_codes();
+      if (kCodesFirst) griddep_wait(), first_codes();
       load_chunks(book, c0, cstep, r);
+      if (!kCodesFirst) griddep_wait();
       if (u_begin < u_end) load_table_inputs(t.b, first);
       if (!kCodesFirst) first_codes();
 #pragma unroll

@@ -32,6 +32,12 @@
 //   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
 //   per SM (vs = 4 spills 20 bytes outside the entry loop). H200, K = 4096: T = 8 rows 12-17 us
 //   instead of 22-42, T = 512 0.42-0.65 ms instead of 1.0-2.0.
+// - Appends of 32 rows or more that share their codebooks and have no row scales (a prefill chunk
+//   into a CQ cache) take the row-parallel form instead (vq_encode_rows_kernel): a lane per row and
+//   a warp per vector position of 32 rows, each lane scanning the whole book in order from
+//   broadcast loads, with no reduction across lanes. Per vector it issues about a third of the
+//   warp-per-vector kernel's instructions (no shuffles, one entry load per step for 32 vectors);
+//   the same operations in the same order, so the same codes.
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -184,6 +190,94 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
   }
 }
 
+// The row-parallel form, for appends of many rows (a prefill chunk) where every row takes the
+// same codebooks and no row scale (fmt->scope_rows 0, no row_scale): a block takes 32 rows x 32
+// vector positions, warp w position j0 + w and lane l row i0 + l, so that at each step the warp's
+// lanes read the same entry (one broadcast load) and each lane scans the whole book in order,
+// keeping the first strictly smallest distance: the CPU's rule as it stands, with no reduction
+// across lanes (NaN distances never replace; a NaN at entry 0 keeps entry 0). The same fp32
+// operations in the same order as the warp-per-vector kernel, so the same codes.
+template <int KVS>
+__global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_rows_kernel(const vq_encode_params p) {
+  constexpr int kV = KVS ? KVS : kMaxVs;
+  const int vs = KVS ? KVS : p.vs;
+  __shared__ uint32_t idx_s[kMaxR][kVecs][33];  // [residual][position][row] (+1: the lanes' stores in distinct banks)
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int j = blockIdx.x * kVecs + warp;
+  const int64_t book = j < p.vectors ? j / p.vectors_per_book : 0;
+  const int esz = p.x_dtype == QF_F32 ? 4 : 2;
+  auto distance = [&](const uint16_t *entry, const float (&v)[kV]) {
+    float w[kV];
+    load_entry<KVS>(p, entry, w);
+    float d = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kV; c++) {
+      if (c < vs) {
+        const float diff = __fsub_rn(v[c], w[c]);
+        d = __fadd_rn(d, __fmul_rn(diff, diff));
+      }
+    }
+    return d;
+  };
+
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
+    const int64_t i = i0 + lane;
+    if (j < p.vectors && i < p.rows) {
+      const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * esz;
+      float v[kV];
+#pragma unroll
+      for (int c = 0; c < kV; c++) v[c] = c < vs ? vq_load_as_f32(xrow, p.x_dtype, j * vs + c) : 0.0f;
+      for (int r = 0; r < p.residuals; r++) {
+        const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * vs;
+        float best_d = distance(b, v);
+        int best = 0;
+#pragma unroll 4
+        for (int e = 1; e < p.entries; e++) {
+          const float d = distance(b + static_cast<int64_t>(e) * vs, v);
+          if (d < best_d) best_d = d, best = e;
+        }
+        idx_s[r][warp][lane] = static_cast<uint32_t>(best);
+        float w[kV];
+        load_entry<KVS>(p, b + static_cast<int64_t>(best) * vs, w);
+#pragma unroll
+        for (int c = 0; c < kV; c++)
+          if (c < vs) v[c] = __fsub_rn(v[c], w[c]);
+      }
+    } else {
+      for (int r = 0; r < p.residuals; r++) idx_s[r][warp][lane] = 0u;  // past the row: zero bits
+    }
+    __syncthreads();
+
+    // Pack as the warp-per-vector kernel does, for each of the block's rows: word w of the block
+    // holds bits [32 w, 32 w + 32) of its 32 indices; the last block of a row also zeroes the
+    // row's padding words.
+    const int words = p.residuals * p.bits;
+    for (int t = threadIdx.x; t < 32 * words; t += kThreads) {
+      const int row = t / words, r = (t % words) / p.bits, w = t % p.bits;
+      const int64_t ii = i0 + row;
+      if (ii >= p.rows) continue;
+      const int first = (32 * w) / p.bits, last = min((32 * w + 31) / p.bits, kVecs - 1);
+      uint32_t word = 0u;
+      for (int jl = first; jl <= last; jl++) {
+        const int pos = jl * p.bits - 32 * w;
+        const uint32_t idx = idx_s[r][jl][row];
+        word |= pos >= 0 ? idx << pos : idx >> -pos;
+      }
+      const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
+      if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.rows + ii) * p.row_words + gw] = word;
+    }
+    if (blockIdx.x == gridDim.x - 1) {
+      const uint32_t tail = gridDim.x * static_cast<uint32_t>(p.bits), n = p.row_words > tail ? p.row_words - tail : 0u;
+      for (uint32_t t = threadIdx.x; t < 32u * p.residuals * n; t += kThreads) {
+        const int64_t ii = i0 + t / (p.residuals * n);
+        const uint32_t rest = t % (p.residuals * n);
+        if (ii < p.rows) p.codes[(static_cast<int64_t>(rest / n) * p.rows + ii) * p.row_words + tail + rest % n] = 0u;
+      }
+    }
+    __syncthreads();  // idx_s is reused by the next rows
+  }
+}
+
 }  // namespace
 
 extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t) {
@@ -213,16 +307,21 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   p.vectors_per_book = f.scope_cols ? f.scope_cols / f.vector_size : p.vectors;
   p.row_words = static_cast<uint32_t>(t->sz.row_bytes / 4);
 
+  // A block per 32 vectors of a row, or with the row-parallel form (32 rows or more, one row
+  // scope, no row scales) per 32 vectors of 32 rows.
+  const bool rows_form = t->N >= 32 && f.scope_rows == 0 && t->scales == nullptr;
+  const int64_t row_blocks = rows_form ? (t->N + 31) / 32 : t->N;
   const dim3 grid(static_cast<unsigned>((p.vectors + kVecs - 1) / kVecs),
-                  static_cast<unsigned>(t->N < 65535 ? t->N : 65535));
+                  static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));
   // Vector sizes 2, 4, 8 with books aligned to an entry load their entries in one load each.
   const int vs = f.vector_size;
   const bool aligned = reinterpret_cast<uintptr_t>(t->books) % (2 * vs) == 0;
-  auto kernel = !aligned ? vq_encode_kernel<0>
-                : vs == 2 ? vq_encode_kernel<2>
-                : vs == 4 ? vq_encode_kernel<4>
-                : vs == 8 ? vq_encode_kernel<8>
-                          : vq_encode_kernel<0>;
-  kernel<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
+  const int bucket = !aligned ? 0 : vs == 2 || vs == 4 || vs == 8 ? vs : 0;
+  using kernel_t = void (*)(vq_encode_params);
+  const kernel_t per_vector[] = {vq_encode_kernel<0>, vq_encode_kernel<2>, vq_encode_kernel<4>, vq_encode_kernel<8>};
+  const kernel_t per_row[] = {vq_encode_rows_kernel<0>, vq_encode_rows_kernel<2>, vq_encode_rows_kernel<4>,
+                              vq_encode_rows_kernel<8>};
+  const int k = bucket == 0 ? 0 : bucket == 2 ? 1 : bucket == 4 ? 2 : 3;
+  (rows_form ? per_row[k] : per_vector[k])<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }

@@ -3,9 +3,10 @@
  * configuration plus formats with indices that straddle words (5 and 12 bits), three residuals,
  * bf16 entries and a vector size without a kernel bucket (3); then new rows are encoded as the
  * rows row0 .. row0 + T - 1 of that matrix on both backends:
- *  - fresh Gaussian rows, with outliers, zeros, a NaN and an Inf, in fp32, fp16 and bf16 with
- *    strided rows: codes (every byte, the padding included, plus a poisoned sentinel tail) and
- *    row scales equal to the CPU's;
+ *  - fresh Gaussian rows (5 and 37 of them: the warp-per-vector kernel of a decode step's few
+ *    rows and, where the format allows, the row-parallel one), with outliers, zeros, a NaN and an Inf, in fp32,
+ *    fp16 and bf16 with strided rows: codes (every byte, the padding included, plus a poisoned
+ *    sentinel tail) and row scales equal to the CPU's;
  *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
  *    scales) on both backends;
  *  - T above the grid's 65535 rows (a long append, quick mode skips it) and row0 inside a later
@@ -143,14 +144,16 @@ int main(void) {
     const int64_t K = b.K;
 
     /* Fresh rows: every input dtype, strided, appended as the last rows of the matrix (a later
-     * row scope where the format has one). */
-    const int64_t T = quick ? 5 : 37;
-    for (int d = 0; d < 3; d++) {
-      const int64_t ld = K + (d == 0 ? 0 : 3);
-      void *x = fresh_rows(dts[d], T, K, ld, 1, &seed);
-      encode_case(gpu, cpu, &b, cases[c].name, x, dts[d], T, ld, b.N - T, NULL);
-      free(x);
-    }
+     * row scope where the format has one): 5 rows (a decode step: a warp per vector) and 37 (the
+     * row-parallel form where the format allows it, with a partial block of rows). */
+    const int64_t Ts[] = {5, 37};
+    for (int ti = 0; ti < (quick ? 1 : 2); ti++)
+      for (int d = 0; d < 3; d++) {
+        const int64_t T = Ts[ti], ld = K + (d == 0 ? 0 : 3);
+        void *x = fresh_rows(dts[d], T, K, ld, 1, &seed);
+        encode_case(gpu, cpu, &b, cases[c].name, x, dts[d], T, ld, b.N - T, NULL);
+        free(x);
+      }
 
     /* The quantized matrix encodes back to the quantizer's codes. */
     encode_case(gpu, cpu, &b, cases[c].name, b.h_w, QF_F32, b.N, K, 0, b.h_codes);

@@ -4,9 +4,9 @@
  * bf16 entries and a vector size without a kernel bucket (3); then new rows are encoded as the
  * rows row0 .. row0 + T - 1 of that matrix on both backends:
  *  - fresh Gaussian rows (5 and 37 of them: the warp-per-vector kernel of a decode step's few
- *    rows and, where the format allows, the row-parallel one), with outliers, zeros, a NaN and an Inf, in fp32,
- *    fp16 and bf16 with strided rows: codes (every byte, the padding included, plus a poisoned
- *    sentinel tail) and row scales equal to the CPU's;
+ *    rows and, where the format allows, the row-parallel one), with outliers, zeros, a NaN and
+ *    an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the padding included,
+ *    plus a poisoned sentinel tail) and row scales equal to the CPU's;
  *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
  *    scales) on both backends;
  *  - T above the grid's 65535 rows (a long append, quick mode skips it) and row0 inside a later

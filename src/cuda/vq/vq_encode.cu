@@ -201,7 +201,7 @@ template <int KVS>
 __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_rows_kernel(const vq_encode_params p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
   const int vs = KVS ? KVS : p.vs;
-  __shared__ uint32_t idx_s[kMaxR][kVecs][33];  // [residual][position][row] (+1: the lanes' stores in distinct banks)
+  __shared__ uint32_t idx_s[kMaxR][kVecs][33];  // [residual][position][row] (+1: the pack reads along positions)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int j = blockIdx.x * kVecs + warp;
   const int64_t book = j < p.vectors ? j / p.vectors_per_book : 0;

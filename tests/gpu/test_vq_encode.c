@@ -1,12 +1,13 @@
 /* qf_vq_encode (quantize-on-append) on CUDA against the CPU reference through the public API.
  * Gaussian matrices are quantized on the CPU (qf_vq_quantize, 3 Lloyd iterations) in every paper
  * configuration plus formats with indices that straddle words (5 and 12 bits), three residuals,
- * bf16 entries and a vector size without a kernel bucket (3); then new rows are encoded as the
+ * bf16 entries, a vector size without a kernel bucket (3) and 8-element vectors with 256 entries
+ * (256 rows: the row-parallel form's 16-byte entries); then new rows are encoded as the
  * rows row0 .. row0 + T - 1 of that matrix on both backends:
- *  - fresh Gaussian rows (5 and 37 of them: the warp-per-vector kernel of a decode step's few
- *    rows and, where the format allows, the row-parallel one), with outliers, zeros, a NaN and
- *    an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the padding included,
- *    plus a poisoned sentinel tail) and row scales equal to the CPU's;
+ *  - fresh Gaussian rows (5 and 37 of them: the warp-per-vector kernel, and for CQ-4 and 3-element
+ *    vectors the row-parallel one), with outliers, zeros, a NaN and an Inf, in fp32, fp16 and
+ *    bf16 with strided rows: codes (every byte, the padding included, plus a poisoned sentinel
+ *    tail) and row scales equal to the CPU's;
  *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
  *    scales) on both backends;
  *  - T above the grid's 65535 rows (a long append, quick mode skips it) and row0 inside a later
@@ -135,6 +136,7 @@ int main(void) {
       {"AQLM-3 (row scales)", aqlm_scaled, 128, 264},
       {"VQ<8,5,2> bf16, row scales, 64 x 128 scopes", {8, 5, 2, 64, 128, QF_BF16, 1, 0}, 192, 384},
       {"VQ<3,7,3>, 96-column scopes", {3, 7, 3, 0, 96, QF_F16, 0, 0}, 96, 2112},
+      {"VQ<8,8,2>", {8, 8, 2, 0, 0, QF_F16, 0, 0}, 256, 256}, /* 256 rows: the row-parallel form of vector size 8 */
   };
   const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
 
@@ -145,7 +147,7 @@ int main(void) {
 
     /* Fresh rows: every input dtype, strided, appended as the last rows of the matrix (a later
      * row scope where the format has one): 5 rows (a decode step: a warp per vector) and 37 (the
-     * row-parallel form where the format allows it, with a partial block of rows). */
+     * row-parallel form where it takes over by then, with a partial block of rows). */
     const int64_t Ts[] = {5, 37};
     for (int ti = 0; ti < (quick ? 1 : 2); ti++)
       for (int d = 0; d < 3; d++) {

@@ -32,12 +32,14 @@
 //   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
 //   per SM (vs = 4 spills 20 bytes outside the entry loop). H200, K = 4096: T = 8 rows 12-17 us
 //   instead of 22-42, T = 512 0.42-0.65 ms instead of 1.0-2.0.
-// - Appends of 32 rows or more that share their codebooks and have no row scales (a prefill chunk
-//   into a CQ cache) take the row-parallel form instead (vq_encode_rows_kernel): a lane per row and
+// - Appends of many rows (from 32 for CQ-4, 64 for CQ-2: the launcher's rows_min) that share their
+//   codebooks and have no row scales (a prefill chunk into a CQ cache) take the row-parallel form
+//   instead (vq_encode_rows_kernel): a lane per row and
 //   a warp per vector position of 32 rows, each lane scanning the whole book in order from
 //   broadcast loads, with no reduction across lanes. Per vector it issues about a third of the
 //   warp-per-vector kernel's instructions (no shuffles, one entry load per step for 32 vectors);
 //   the same operations in the same order, so the same codes.
+#include <algorithm>
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -307,9 +309,13 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   p.vectors_per_book = f.scope_cols ? f.scope_cols / f.vector_size : p.vectors;
   p.row_words = static_cast<uint32_t>(t->sz.row_bytes / 4);
 
-  // A block per 32 vectors of a row, or with the row-parallel form (32 rows or more, one row
-  // scope, no row scales) per 32 vectors of 32 rows.
-  const bool rows_form = t->N >= 32 && f.scope_rows == 0 && t->scales == nullptr;
+  // A block per 32 vectors of a row, or with the row-parallel form (one row scope, no row scales)
+  // per 32 vectors of 32 rows. The row-parallel form takes about one lane's scan of the whole book
+  // until its blocks fill the GPU, the warp-per-vector kernel a time that grows with the rows: the
+  // first is faster from about 16 vs entries / 256 rows on (H200, K = 4096: CQ-4 from 32, CQ-2
+  // from 64; docs/VQ.md), and never below 32 (a lane per row).
+  const int64_t rows_min = std::max<int64_t>(32, INT64_C(16) * f.vector_size * t->sz.entries / 256);
+  const bool rows_form = t->N >= rows_min && f.scope_rows == 0 && t->scales == nullptr;
   const int64_t row_blocks = rows_form ? (t->N + 31) / 32 : t->N;
   const dim3 grid(static_cast<unsigned>((p.vectors + kVecs - 1) / kVecs),
                   static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));

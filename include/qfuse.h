@@ -91,7 +91,8 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * tile of W: its first codebook and code copies are asked for before it waits), and
  * qf_vq_attention_decode where it runs the banked kernel (the head's codebooks are copied before it
  * waits, so the kernel before must not write them; q and the cache codes are read after; unlike the
- * others it does not let the kernel after it start early). On such a context
+ * others it does not let the kernel after it start early), and qf_vq_encode (it waits at its start:
+ * a decode step's append and attention chain). On such a context
  * those let the GEMM after them start early; after any other kernel it starts when that kernel's
  * blocks have all exited. Every other
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as

@@ -25,7 +25,8 @@
  *  - Programmatic dependent launch (qf_ctx_set_pdl): chains of two calls, the second's q the
  *    first's o, launched back to back on a PDL context, byte for byte as the same calls with PDL
  *    off and synchronized, for each of the banked kernel's setups (1, 2 and 4 query heads per
- *    block, S = 32 and 64).
+ *    block, S = 32 and 64); and a decode step's append between two calls (attention, qf_vq_encode
+ *    of its o into the last token's K and V codes, attention over the updated cache).
  *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
  *    give NaN (or a dropped token) exactly where the CPU has them (CQ-2 at head_dim 64 and 128, the
  *    second for the banked kernel).
@@ -706,6 +707,86 @@ static int pdl_chain_case(qf_ctx *gpu, kv_cache *c, int64_t Hq, uint64_t *seed) 
   return banked ? used.heads : 0;
 }
 
+/* A decode step's append under programmatic dependent launch: per round, o1 = attention(q_r), then
+ * o1 (a [1, Hkv D] row: B = 1, Hq = Hkv) encoded as the cache's last token into K and V
+ * (qf_vq_encode, a dependent that overwrites codes the attention before it reads), then
+ * o2_r = attention(q_r) over the updated cache, all launched back to back on a PDL context. o2_r,
+ * its lse and the last token's codes must equal, byte for byte, the same calls with PDL off and
+ * synchronized (from the same cache: the last token's codes are restored before each pass). */
+static void append_pdl_chain_case(qf_ctx *gpu, kv_cache *c, uint64_t *seed) {
+  enum { ROUNDS = 4 };
+  if (!CHECK(c->B == 1 && c->f.residuals == 1, "%s: the append chain takes B = 1 and one residual", c->name)) return;
+  qf_ctx *pdl = NULL;
+  if (!CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "%s: PDL context", c->name))
+    return;
+  const int64_t Hq = c->Hkv, W = Hq * c->D, rb = c->sz.row_bytes, last = c->T - 1;
+  const size_t bytes = (size_t)W * 2, lse_bytes = (size_t)Hq * 4;
+  uint16_t *hq = malloc(bytes);
+  void *q[ROUNDS], *o2[2][ROUNDS], *l2[2][ROUNDS], *o1 = dev_alloc(bytes), *l1 = dev_alloc(lse_bytes);
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int64_t i = 0; i < W; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
+    q[r] = dev_alloc(bytes);
+    CUDA_OK(cudaMemcpy(q[r], hq, bytes, cudaMemcpyHostToDevice));
+    for (int pass = 0; pass < 2; pass++) o2[pass][r] = dev_alloc(bytes), l2[pass][r] = dev_alloc(lse_bytes);
+  }
+  int64_t lshape[2] = {1, Hq}, rshape[3] = {1, 1, rb};
+  const qf_vq_attention_opts opts = {.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T};
+  DLTensor kc = cache_codes(c, 0, 1), kb = cache_books(c, 0, 1), vc = cache_codes(c, 1, 1), vb = cache_books(c, 1, 1);
+  DLTensor last_codes[2] = {dl_tensor((uint8_t *)c->d_codes[0] + last * rb, QF_U8, 3, rshape, kDLCUDA),
+                            dl_tensor((uint8_t *)c->d_codes[1] + last * rb, QF_U8, 3, rshape, kDLCUDA)};
+  uint8_t *final_codes[2] = {malloc((size_t)(2 * rb)), malloc((size_t)(2 * rb))}; /* [pass][K row, V row] */
+  int ok = 1;
+  for (int pass = 0; pass < 2 && ok; pass++) { /* pass 0: the reference, PDL off and synchronized */
+    qf_ctx *ctx = pass ? pdl : gpu;
+    for (int m = 0; m < 2; m++)
+      CUDA_OK(cudaMemcpy(last_codes[m].data, c->h_codes[m] + last * rb, (size_t)rb, cudaMemcpyHostToDevice));
+    for (int r = 0; r < ROUNDS && ok; r++) {
+      tensor2d tq, t1, t2;
+      tensor2d_init(&tq, q[r], QF_F16, 1, W, W, kDLCUDA);
+      tensor2d_init(&t1, o1, QF_F16, 1, W, W, kDLCUDA);
+      tensor2d_init(&t2, o2[pass][r], QF_F16, 1, W, W, kDLCUDA);
+      DLTensor tl1 = dl_tensor(l1, QF_F32, 2, lshape, kDLCUDA), tl2 = dl_tensor(l2[pass][r], QF_F32, 2, lshape, kDLCUDA);
+      ok = CHECK(qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t1.t, &tl1) == QF_OK &&
+                     (pass || cudaDeviceSynchronize() == cudaSuccess) &&
+                     qf_vq_encode(ctx, &t1.t, last, &kb, &c->f, &last_codes[0], NULL) == QF_OK &&
+                     qf_vq_encode(ctx, &t1.t, last, &vb, &c->f, &last_codes[1], NULL) == QF_OK &&
+                     (pass || cudaDeviceSynchronize() == cudaSuccess) &&
+                     qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t2.t, &tl2) == QF_OK,
+                 "%s: append chain, pass %d round %d: %s", c->name, pass, r, qf_ctx_last_error(ctx));
+      if (!pass) CUDA_OK(cudaDeviceSynchronize());
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(final_codes[pass] + m * rb, last_codes[m].data, (size_t)rb, cudaMemcpyDeviceToHost));
+  }
+  uint8_t *got = malloc(bytes + lse_bytes), *want = malloc(bytes + lse_bytes), *prev = malloc(bytes);
+  for (int r = 0; r < ROUNDS && ok; r++) {
+    CUDA_OK(cudaMemcpy(want, o2[0][r], bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(want + bytes, l2[0][r], lse_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got, o2[1][r], bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got + bytes, l2[1][r], lse_bytes, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(got, want, bytes + lse_bytes) == 0, "%s: append chain, round %d: o2 or lse2 differs from the synchronized calls'",
+          c->name, r);
+    if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: append chain, rounds %d and %d gave the same o2", c->name, r - 1, r);
+    memcpy(prev, got, bytes);
+  }
+  if (ok) CHECK(memcmp(final_codes[0], final_codes[1], (size_t)(2 * rb)) == 0, "%s: append chain: the last token's codes differ",
+                c->name);
+  /* the cache as it was, for whatever runs after */
+  for (int m = 0; m < 2; m++)
+    CUDA_OK(cudaMemcpy(last_codes[m].data, c->h_codes[m] + last * rb, (size_t)rb, cudaMemcpyHostToDevice));
+  for (int r = 0; r < ROUNDS; r++) {
+    CUDA_OK(cudaFree(q[r]));
+    for (int pass = 0; pass < 2; pass++) {
+      CUDA_OK(cudaFree(o2[pass][r]));
+      CUDA_OK(cudaFree(l2[pass][r]));
+    }
+  }
+  CUDA_OK(cudaFree(o1));
+  CUDA_OK(cudaFree(l1));
+  free(hq), free(got), free(want), free(prev), free(final_codes[0]), free(final_codes[1]);
+  qf_ctx_destroy(pdl);
+}
+
 int main(void) {
   if (getenv("QF_VQ_BOOKS")) {
     printf("QF_VQ_BOOKS=%s cleared: the public calls here run the heuristic's placement\n", getenv("QF_VQ_BOOKS"));
@@ -815,6 +896,13 @@ int main(void) {
   }
   CHECK(chain_heads == (1 | 2 | 4), "the PDL chains ran the banked kernel with 1, 2 and 4 query heads per block (mask %d)",
         chain_heads);
+  /* a decode step's append (qf_vq_encode) between two attention calls, all as dependents */
+  for (int fi = 0; fi < 2; fi++) {
+    kv_cache c;
+    if (!make_cache(cpu, &c, fi ? "CQ-4 append chain" : "CQ-2 append chain", fi ? cq4 : cq2, 1, 700, 32, 128, 0, &seed)) continue;
+    append_pdl_chain_case(gpu, &c, &seed);
+    free_cache(&c);
+  }
 
   nan_inf_case(gpu, cpu, 64, &seed);
   nan_inf_case(gpu, cpu, 128, &seed); /* the banked kernel's format */

@@ -14,7 +14,9 @@
  *    picks it); the same for cq4; "fp16_splitkv_decode (peer)" is the peer's own row with its bytes;
  *    where the public call runs the banked kernel, op vq_attention_chain "cq2,fp16,auto,pdl": two
  *    public calls in a row (the second's q the first's o) on a context with qf_ctx_set_pdl against
- *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels. The qfuse
+ *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels; at
+ *    batch 1 with Hq = Hkv, op vq_append_chain the same for a decode step's append (qf_vq_encode
+ *    of o as the last token's K and V codes) then the call. The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -216,6 +218,63 @@ static int chain_row(qfb *b, const att_call *a, const char *name, const char *sh
   return rc;
 }
 
+/* A decode step's append then attention (B = 1, Hq = Hkv, so that o is a new [1, Hkv D] row):
+ * qf_vq_encode of o as the last token's K and V, then the public attention call over the cache. */
+typedef struct {
+  att_call att;
+  int64_t rshape[3];
+  DLTensor last[2]; /* the last token's K and V code rows */
+} append_step;
+
+static int run_append_step(void *arg) {
+  append_step *s = arg;
+  for (int m = 0; m < 2; m++) {
+    qf_status st = qf_vq_encode(s->att.ctx, &s->att.to, s->att.seq_len - 1, m ? &s->att.vb : &s->att.kb, &s->att.c->f,
+                                &s->last[m], NULL);
+    if (st != QF_OK) {
+      fprintf(stderr, "qf_vq_encode: %s\n", qf_ctx_last_error(s->att.ctx));
+      return 1;
+    }
+  }
+  return run_api(&s->att);
+}
+
+/* The step on a PDL context against the same calls without (qfb_emit_pdl_pair), as op
+ * vq_append_chain; the last token's codes are restored afterwards (the other rows compare
+ * against the fp16 peer's copy of the cache). */
+static int append_row(qfb *b, const att_call *a, const char *name, const char *shape, double bytes, double flops) {
+  cache *c = a->c;
+  const size_t rb = (size_t)c->sz.row_bytes;
+  uint8_t *saved = malloc(2 * rb);
+  qf_ctx *pdl = NULL;
+  int rc = 1;
+  append_step plain = {.att = *a, .rshape = {1, 1, c->sz.row_bytes}};
+  for (int m = 0; m < 2; m++)
+    plain.last[m] = (DLTensor){.data = (uint8_t *)c->codes[m] + (size_t)(a->seq_len - 1) * rb, .device = {kDLCUDA, 0}, .ndim = 3,
+                               .dtype = qf_dtype_to_dl(QF_U8), .shape = plain.rshape};
+  if (!saved || qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK ||
+      cudaMemcpy(saved, plain.last[0].data, rb, cudaMemcpyDeviceToHost) ||
+      cudaMemcpy(saved + rb, plain.last[1].data, rb, cudaMemcpyDeviceToHost)) {
+    fprintf(stderr, "bench_vq_attention: the append chain's setup failed\n");
+    goto done;
+  }
+  append_step dep = plain;
+  for (int m = 0; m < 2; m++) plain.last[m].shape = plain.rshape, dep.last[m].shape = dep.rshape;
+  dep.att.ctx = pdl;
+  char variant[64];
+  snprintf(variant, sizeof variant, "%s,fp16,auto,pdl", name);
+  qfb_row row = {.op = "vq_append_chain", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
+  row.floor_us = qfb_floor_us(b, row.bytes, 0.0, 0.0);
+  rc = qfb_emit_pdl_pair(b, &row, run_append_step, &dep, &plain);
+  if (cudaMemcpy(plain.last[0].data, saved, rb, cudaMemcpyHostToDevice) ||
+      cudaMemcpy(plain.last[1].data, saved + rb, rb, cudaMemcpyHostToDevice))
+    rc = 1;
+done:
+  qf_ctx_destroy(pdl);
+  free(saved);
+  return rc;
+}
+
 /* qfuse's o and lse against the peer's (both fp16 o over the same decoded cache). */
 static int outputs_agree(att_call *a, const char *shape, const char *name) {
   const size_t n = (size_t)(a->B * HQ * HEAD_DIM), nl = (size_t)(a->B * HQ);
@@ -319,6 +378,10 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
     a.placement = QF_VQ_BOOKS_AUTO, a.scores = QF_VQ_ATTN_SCORES_AUTO;
     rc |= chain_row(b, &a, name, shape, vq_bytes, flops, o2, lse2);
     (*rows)++;
+    if (B == 1 && c->hkv == HQ) {
+      rc |= append_row(b, &a, name, shape, vq_bytes, flops);
+      (*rows)++;
+    }
   }
 done:
   if (rc) fprintf(stderr, "bench_vq_attention: %s at B=%lld seq_len=%lld failed\n", name, (long long)B, (long long)seq_len);

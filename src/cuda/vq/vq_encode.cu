@@ -38,12 +38,16 @@
 //   each lane scanning the whole book in order from broadcast loads, with no reduction across
 //   lanes (no shuffles, one entry load per step for 32 vectors); the same operations in the same
 //   order, so the same codes. 512 rows of 4096 3.0-3.3x faster (H200, docs/VQ.md).
+// - Under qf_ctx_set_pdl both kernels launch as programmatic dependents and wait for the kernel
+//   before at their start (griddepcontrol.wait; a no-op otherwise): what they save is the gap
+//   between the kernels (docs/VQ.md).
 #include <algorithm>
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "cuda/common.cuh"
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/vq/vq_common.cuh"
 
 namespace {
@@ -114,6 +118,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
   __shared__ double red[kThreads / 32];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int j0 = blockIdx.x * kVecs;
+  griddep_wait();  // (qf_ctx_set_pdl: the kernel before may have written x and still read the codes)
 
   for (int64_t i = blockIdx.y; i < p.rows; i += gridDim.y) {
     const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * (p.x_dtype == QF_F32 ? 4 : 2);
@@ -220,6 +225,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
     }
     return d;
   };
+  griddep_wait();  // (as in vq_encode_kernel)
 
   for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
     const int64_t i = i0 + lane;
@@ -327,6 +333,11 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   const kernel_t per_row[] = {vq_encode_rows_kernel<0>, vq_encode_rows_kernel<2>, vq_encode_rows_kernel<4>,
                               vq_encode_rows_kernel<8>};
   const int k = bucket == 0 ? 0 : bucket == 2 ? 1 : bucket == 4 ? 2 : 3;
-  (rows_form ? per_row[k] : per_vector[k])<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
+  const kernel_t kernel = rows_form ? per_row[k] : per_vector[k];
+  if (ctx->pdl) {  // a programmatic dependent: it waits for the kernel before at its start
+    cudaLaunchAttribute attr;
+    return qf_cuda_launch_ex(ctx, kOp, qf_pdl_launch_config(grid, dim3(kThreads), 0, qf_stream(ctx), &attr), kernel, p);
+  }
+  kernel<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }

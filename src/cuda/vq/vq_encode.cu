@@ -94,6 +94,24 @@ __device__ __forceinline__ void load_entry(const vq_encode_params &p, const uint
   for (int c = 0; c < kV; c++) out[c] = entry_f32(p, h[c]);
 }
 
+// The squared distance of v to `entry`, the CPU's fp32 operations in its order (explicit rounding:
+// no contraction into FMAs).
+template <int KVS, int kV>
+__device__ __forceinline__ float entry_distance(const vq_encode_params &p, const uint16_t *entry, const float (&v)[kV],
+                                                int vs) {
+  float w[kV];
+  load_entry<KVS>(p, entry, w);
+  float d = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kV; c++) {
+    if (c < vs) {
+      const float diff = __fsub_rn(v[c], w[c]);
+      d = __fadd_rn(d, __fmul_rn(diff, diff));
+    }
+  }
+  return d;
+}
+
 // The row's scale as the CPU computes it: sqrt(sum x^2 / K) in fp64, to fp32 (1 for a zero row).
 __device__ float row_scale(const vq_encode_params &p, const void *row, double *red) {
   double ss = 0.0;
@@ -143,16 +161,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
         bool nan0 = false;
 #pragma unroll 4
         for (int e = lane; e < p.entries; e += 32) {
-          float w[kV];
-          load_entry<KVS>(p, b + static_cast<int64_t>(e) * vs, w);
-          float d = 0.0f;
-#pragma unroll
-          for (int c = 0; c < kV; c++) {
-            if (c < vs) {
-              const float diff = __fsub_rn(v[c], w[c]);
-              d = __fadd_rn(d, __fmul_rn(diff, diff));
-            }
-          }
+          const float d = entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs);
           if (e == 0) nan0 = d != d;
           if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
         }
@@ -212,19 +221,6 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
   const int j = blockIdx.x * kVecs + warp;
   const int64_t book = j < p.vectors ? j / p.vectors_per_book : 0;
   const int esz = p.x_dtype == QF_F32 ? 4 : 2;
-  auto distance = [&](const uint16_t *entry, const float (&v)[kV]) {
-    float w[kV];
-    load_entry<KVS>(p, entry, w);
-    float d = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kV; c++) {
-      if (c < vs) {
-        const float diff = __fsub_rn(v[c], w[c]);
-        d = __fadd_rn(d, __fmul_rn(diff, diff));
-      }
-    }
-    return d;
-  };
   griddep_wait();  // (as in vq_encode_kernel)
 
   for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
@@ -236,11 +232,11 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
       for (int c = 0; c < kV; c++) v[c] = c < vs ? vq_load_as_f32(xrow, p.x_dtype, j * vs + c) : 0.0f;
       for (int r = 0; r < p.residuals; r++) {
         const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * vs;
-        float best_d = distance(b, v);
+        float best_d = entry_distance<KVS>(p, b, v, vs);
         int best = 0;
 #pragma unroll 4
         for (int e = 1; e < p.entries; e++) {
-          const float d = distance(b + static_cast<int64_t>(e) * vs, v);
+          const float d = entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs);
           if (d < best_d) best_d = d, best = e;
         }
         idx_s[r][warp][lane] = static_cast<uint32_t>(best);

@@ -4,10 +4,10 @@
  * bf16 entries, a vector size without a kernel bucket (3) and 8-element vectors with 256 entries
  * (256 rows: the row-parallel form's 16-byte entries); then new rows are encoded as the
  * rows row0 .. row0 + T - 1 of that matrix on both backends:
- *  - fresh Gaussian rows (5 and 37 of them: the warp-per-vector kernel, and for CQ-4 and 3-element
- *    vectors the row-parallel one), with outliers, zeros, a NaN and an Inf, in fp32, fp16 and
- *    bf16 with strided rows: codes (every byte, the padding included, plus a poisoned sentinel
- *    tail) and row scales equal to the CPU's;
+ *  - fresh Gaussian rows (8 and 37 of them: the warp-per-vector kernel, 16 lanes per vector for
+ *    CQ-4 at 8, the row-parallel form for CQ-4 and 3-element vectors at 37), with outliers,
+ *    zeros, a NaN and an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the
+ *    padding included, plus a poisoned sentinel tail) and row scales equal to the CPU's;
  *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
  *    scales) on both backends;
  *  - T above the grid's 65535 rows (a long append, quick mode skips it) and row0 inside a later
@@ -146,9 +146,9 @@ int main(void) {
     const int64_t K = b.K;
 
     /* Fresh rows: every input dtype, strided, appended as the last rows of the matrix (a later
-     * row scope where the format has one): 5 rows (a decode step: a warp per vector) and 37 (the
-     * row-parallel form where it takes over by then, with a partial block of rows). */
-    const int64_t Ts[] = {5, 37};
+     * row scope where the format has one): 8 rows (a decode step: a warp or half a warp per vector)
+     * and 37 (the row-parallel form where it takes over by then, with a partial block of rows). */
+    const int64_t Ts[] = {8, 37};
     for (int ti = 0; ti < (quick ? 1 : 2); ti++)
       for (int d = 0; d < 3; d++) {
         const int64_t T = Ts[ti], ld = K + (d == 0 ? 0 : 3);

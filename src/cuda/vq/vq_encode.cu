@@ -38,6 +38,9 @@
 //   each lane scanning the whole book in order from broadcast loads, with no reduction across
 //   lanes (no shuffles, one entry load per step for 32 vectors); the same operations in the same
 //   order, so the same codes. 512 rows of 4096 3.0-3.3x faster (H200, docs/VQ.md).
+// - 2-element vectors (CQ-4) from 8 rows on take 16 lanes per vector (two vectors a warp, blocks
+//   of 512 threads): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an
+//   H200 (8 lanes per vector, four vectors a warp, measured at T = 8 too: 11.2 us).
 // - Under qf_ctx_set_pdl both kernels launch as programmatic dependents and wait for the kernel
 //   before at their start (griddepcontrol.wait; a no-op otherwise): what they save is the gap
 //   between the kernels (docs/VQ.md).
@@ -54,8 +57,7 @@ namespace {
 
 const char kOp[] = "qf_vq_encode";
 constexpr int kVecs = 32;          // vectors per block: 32 indices of `bits` bits fill `bits` words
-constexpr int kWarps = 32;         // a warp per vector (16, two each: T = 1 50% slower, T = 512 8-12% faster)
-constexpr int kThreads = 32 * kWarps;
+constexpr int kThreads = 1024;     // a block of the warp-per-vector and row-parallel kernels
 constexpr int kMaxVs = 16;     // the format's largest vector size
 constexpr int kMaxR = 4;       // and residual count
 
@@ -112,10 +114,12 @@ __device__ __forceinline__ float entry_distance(const vq_encode_params &p, const
   return d;
 }
 
-// The row's scale as the CPU computes it: sqrt(sum x^2 / K) in fp64, to fp32 (1 for a zero row).
+// The row's scale as the CPU computes it: sqrt(sum x^2 / K) in fp64, to fp32 (1 for a zero row),
+// by a block of kT threads.
+template <int kT>
 __device__ float row_scale(const vq_encode_params &p, const void *row, double *red) {
   double ss = 0.0;
-  for (int k = threadIdx.x; k < p.K; k += kThreads) {
+  for (int k = threadIdx.x; k < p.K; k += kT) {
     const double v = vq_load_as_f32(row, p.x_dtype, k);
     ss = __fma_rn(v, v, ss);  // v * v is exact in fp64
   }
@@ -123,32 +127,36 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = ss;
   __syncthreads();
   double total = 0.0;
-  for (int w = 0; w < kThreads / 32; w++) total += red[w];
+  for (int w = 0; w < kT / 32; w++) total += red[w];
   return total > 0.0 ? __double2float_rn(__dsqrt_rn(total / static_cast<double>(p.K))) : 1.0f;
 }
 
-// KVS: the vector size when it is 2, 4 or 8 (registers and loads sized for it), else 0.
-template <int KVS>
-__global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_kernel(const vq_encode_params p) {
+// KVS: the vector size when it is 2, 4 or 8 (registers and loads sized for it), else 0. kLanes:
+// lanes per vector (32: a warp; 16: two vectors a warp), so a block of 32 vectors has 32 kLanes
+// threads.
+template <int KVS, int kLanes>
+__global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 : 1024) / (kVecs * kLanes))
+    vq_encode_kernel(const vq_encode_params p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
+  constexpr int kT = kVecs * kLanes;
   const int vs = KVS ? KVS : p.vs;
   __shared__ uint32_t idx_s[kMaxR][kVecs];
-  __shared__ double red[kThreads / 32];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  __shared__ double red[kT / 32];
+  const int lane = static_cast<int>(threadIdx.x) % 32, sub = lane % kLanes;
+  const int jl = static_cast<int>(threadIdx.x) / kLanes;  // this lane group's vector of the block
   const int j0 = blockIdx.x * kVecs;
   griddep_wait();  // (qf_ctx_set_pdl: the kernel before may have written x and still read the codes)
 
   for (int64_t i = blockIdx.y; i < p.rows; i += gridDim.y) {
     const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * (p.x_dtype == QF_F32 ? 4 : 2);
-    const float s = p.scales ? row_scale(p, xrow, red) : 1.0f;
+    const float s = p.scales ? row_scale<kT>(p, xrow, red) : 1.0f;
     if (p.scales && blockIdx.x == 0 && threadIdx.x == 0) p.scales[i] = s;
 
-    for (int jl = warp; jl < kVecs; jl += kWarps) {
-      const int j = j0 + jl;
-      if (j >= p.vectors) {  // past the row: zero bits
-        if (lane < p.residuals) idx_s[lane][jl] = 0u;
-        continue;
-      }
+    {
+      // Past the row: zero bits; the group still scans the row's last vector, so that every lane
+      // of the warp takes part in the shuffles.
+      const bool past = j0 + jl >= p.vectors;
+      const int j = past ? p.vectors - 1 : j0 + jl;
       float v[kV];
 #pragma unroll
       for (int c = 0; c < kV; c++) v[c] = c < vs ? __fdiv_rn(vq_load_as_f32(xrow, p.x_dtype, j * vs + c), s) : 0.0f;
@@ -160,19 +168,19 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
         float best_d = 0.0f;
         bool nan0 = false;
 #pragma unroll 4
-        for (int e = lane; e < p.entries; e += 32) {
+        for (int e = sub; e < p.entries; e += kLanes) {
           const float d = entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs);
           if (e == 0) nan0 = d != d;
           if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
         }
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) {
+        for (int o = kLanes / 2; o > 0; o /= 2) {  // (within the lane group)
           const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
           const int ob = __shfl_xor_sync(0xffffffffu, best, o);
           if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
         }
-        if (__shfl_sync(0xffffffffu, nan0, 0) || best < 0) best = 0;
-        if (lane == 0) idx_s[r][jl] = static_cast<uint32_t>(best);
+        if (__shfl_sync(0xffffffffu, nan0, lane - sub) || best < 0) best = 0;
+        if (sub == 0) idx_s[r][jl] = past ? 0u : static_cast<uint32_t>(best);
         float w[kV];
         load_entry<KVS>(p, b + static_cast<int64_t>(best) * vs, w);
 #pragma unroll
@@ -183,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
     __syncthreads();
 
     // Pack: word w of the block holds bits [32 w, 32 w + 32) of its 32 indices.
-    for (int t = threadIdx.x; t < p.residuals * p.bits; t += kThreads) {
+    for (int t = threadIdx.x; t < p.residuals * p.bits; t += kT) {
       const int r = t / p.bits, w = t - r * p.bits;
       const int first = (32 * w) / p.bits, last = min((32 * w + 31) / p.bits, kVecs - 1);
       uint32_t word = 0u;
@@ -198,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
     // The row's padding words past the last block's: zero, as the CPU leaves them.
     if (blockIdx.x == gridDim.x - 1) {
       const uint32_t tail = gridDim.x * static_cast<uint32_t>(p.bits), n = p.row_words > tail ? p.row_words - tail : 0u;
-      for (uint32_t t = threadIdx.x; t < p.residuals * n; t += kThreads)
+      for (uint32_t t = threadIdx.x; t < p.residuals * n; t += kT)
         p.codes[(static_cast<int64_t>(t / n) * p.rows + i) * p.row_words + tail + t % n] = 0u;
     }
     __syncthreads();  // idx_s and red are reused by the next row
@@ -325,15 +333,23 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   const bool aligned = reinterpret_cast<uintptr_t>(t->books) % (2 * vs) == 0;
   const int bucket = !aligned ? 0 : vs == 2 || vs == 4 || vs == 8 ? vs : 0;
   using kernel_t = void (*)(vq_encode_params);
-  const kernel_t per_vector[] = {vq_encode_kernel<0>, vq_encode_kernel<2>, vq_encode_kernel<4>, vq_encode_kernel<8>};
+  const kernel_t per_vector[] = {vq_encode_kernel<0, 32>, vq_encode_kernel<2, 32>, vq_encode_kernel<4, 32>,
+                                 vq_encode_kernel<8, 32>};
+  const kernel_t per_vector16[] = {vq_encode_kernel<0, 16>, vq_encode_kernel<2, 16>, vq_encode_kernel<4, 16>,
+                                   vq_encode_kernel<8, 16>};
   const kernel_t per_row[] = {vq_encode_rows_kernel<0>, vq_encode_rows_kernel<2>, vq_encode_rows_kernel<4>,
                               vq_encode_rows_kernel<8>};
   const int k = bucket == 0 ? 0 : bucket == 2 ? 1 : bucket == 4 ? 2 : 3;
-  const kernel_t kernel = rows_form ? per_row[k] : per_vector[k];
+  // 2-element vectors from 8 rows (below the row-parallel form) take 16 lanes per vector: their
+  // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
+  // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
+  const bool half_warps = !rows_form && vs == 2 && t->N >= 8;
+  const kernel_t kernel = rows_form ? per_row[k] : half_warps ? per_vector16[k] : per_vector[k];
+  const int threads = half_warps ? kVecs * 16 : kThreads;
   if (ctx->pdl) {  // a programmatic dependent: it waits for the kernel before at its start
     cudaLaunchAttribute attr;
-    return qf_cuda_launch_ex(ctx, kOp, qf_pdl_launch_config(grid, dim3(kThreads), 0, qf_stream(ctx), &attr), kernel, p);
+    return qf_cuda_launch_ex(ctx, kOp, qf_pdl_launch_config(grid, dim3(threads), 0, qf_stream(ctx), &attr), kernel, p);
   }
-  kernel<<<grid, kThreads, 0, qf_stream(ctx)>>>(p);
+  kernel<<<grid, threads, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }

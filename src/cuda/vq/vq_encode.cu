@@ -30,8 +30,9 @@
 //   loads are in flight together (a 256-entry book: 8 entries per lane).
 // - Vector sizes 2, 4 and 8 have their own instantiations: an entry is one 4-, 8- or 16-byte load
 //   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
-//   per SM (vs = 4 spills 20 bytes outside the entry loop). H200, K = 4096: T = 8 rows 12-17 us
-//   instead of 22-42, T = 512 0.42-0.65 ms instead of 1.0-2.0.
+//   per SM (vs = 4 spilled 20 bytes until the past-the-row vectors were clamped instead of
+//   skipped). H200, K = 4096: T = 8 rows 12-17 us instead of 22-42, T = 512 0.42-0.65 ms instead
+//   of 1.0-2.0.
 // - Appends of many rows (from 32 for CQ-4, 64 for CQ-2: the launcher's rows_min) that share their
 //   codebooks and have no row scales (a prefill chunk into a CQ cache) take the row-parallel form
 //   instead (vq_encode_rows_kernel): a lane per row and a warp per vector position of 32 rows,

@@ -480,11 +480,8 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
                         scaled_nk[j][1], sel, rows);
   qfb_lt_close(lt);
   /* the chains at decode, where a kernel's start and its first bytes weigh most */
-  qf_ctx *pdl = NULL;
-  if (chains && (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK)) {
-    fprintf(stderr, "bench_gemm: no context with programmatic dependent launch\n");
-    rc = 1;
-  }
+  qf_ctx *pdl = chains ? qfb_pdl_context("bench_gemm") : NULL;
+  if (chains && !pdl) rc = 1;
   /* each kind on its GEMM's weights: the block-scaled bench's, or the W8A8 one's */
   static const int64_t chain_ms[] = {1, 16, 64, 128};
   for (int kind = 0; kind < CHAIN_KINDS && pdl; kind++) {

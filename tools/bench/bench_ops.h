@@ -3,6 +3,7 @@
 #ifndef QFUSE_TOOLS_BENCH_OPS_H
 #define QFUSE_TOOLS_BENCH_OPS_H
 
+#include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
@@ -36,6 +37,16 @@ static inline int qfb_op_selected(const char *only, const char *op) {
     if (!strncmp(p, op, n) && (p[n] == ',' || p[n] == '\0')) return 1;
   }
   return 0;
+}
+
+/* A CUDA context with programmatic dependent launch on (qf_ctx_set_pdl), for qfb_emit_pdl_pair's
+ * rows; NULL with a message naming `who` when there is none. */
+static inline qf_ctx *qfb_pdl_context(const char *who) {
+  qf_ctx *pdl = NULL;
+  if (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK) return pdl;
+  fprintf(stderr, "%s: no context with programmatic dependent launch\n", who);
+  qf_ctx_destroy(pdl);
+  return NULL;
 }
 
 #endif

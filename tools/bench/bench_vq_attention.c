@@ -193,17 +193,10 @@ static int run_pair(void *arg) {
   return run_api(&p->first) || run_api(&p->second);
 }
 
-/* The pair on a context with programmatic dependent launch (qf_ctx_set_pdl) against the same calls
- * on a's context (qfb_emit_pdl_pair), as op vq_attention_chain. o2, lse2: the second call's
- * outputs. */
-static int chain_row(qfb *b, const att_call *a, const char *name, const char *shape, double bytes, double flops, void *o2,
-                     float *lse2) {
-  qf_ctx *pdl = NULL;
-  if (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK) {
-    fprintf(stderr, "bench_vq_attention: no PDL context\n");
-    qf_ctx_destroy(pdl);
-    return 1;
-  }
+/* The pair on pdl (a context with qf_ctx_set_pdl) against the same calls on a's context
+ * (qfb_emit_pdl_pair), as op vq_attention_chain. o2, lse2: the second call's outputs. */
+static int chain_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, const char *shape, double bytes, double flops,
+                     void *o2, float *lse2) {
   att_pair plain = {*a, *a};
   plain.second.tq.data = a->o; /* (the shapes stay a's: o has q's) */
   plain.second.to.data = o2, plain.second.tl.data = lse2;
@@ -213,9 +206,7 @@ static int chain_row(qfb *b, const att_call *a, const char *name, const char *sh
   snprintf(variant, sizeof variant, "%s,fp16,auto,pdl", name);
   qfb_row row = {.op = "vq_attention_chain", .variant = variant, .shape = shape, .bytes = 2.0 * bytes, .flops = 2.0 * flops};
   row.floor_us = qfb_floor_us(b, row.bytes, 0.0, 0.0);
-  const int rc = qfb_emit_pdl_pair(b, &row, run_pair, &dep, &plain);
-  qf_ctx_destroy(pdl);
-  return rc;
+  return qfb_emit_pdl_pair(b, &row, run_pair, &dep, &plain);
 }
 
 /* A decode step's append then attention (B = 1, Hq = Hkv, so that o is a new [1, Hkv D] row):
@@ -239,27 +230,26 @@ static int run_append_step(void *arg) {
   return run_api(&s->att);
 }
 
-/* The step on a PDL context against the same calls without (qfb_emit_pdl_pair), as op
+/* The step on pdl against the same calls on a's context (qfb_emit_pdl_pair), as op
  * vq_append_chain; the last token's codes are restored afterwards (the other rows compare
  * against the fp16 peer's copy of the cache). */
-static int append_row(qfb *b, const att_call *a, const char *name, const char *shape, double bytes, double flops) {
+static int append_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, const char *shape, double bytes,
+                      double flops) {
   cache *c = a->c;
   const size_t rb = (size_t)c->sz.row_bytes;
   uint8_t *saved = malloc(2 * rb);
-  qf_ctx *pdl = NULL;
   int rc = 1;
   append_step plain = {.att = *a, .rshape = {1, 1, c->sz.row_bytes}};
   for (int m = 0; m < 2; m++)
     plain.last[m] = (DLTensor){.data = (uint8_t *)c->codes[m] + (size_t)(a->seq_len - 1) * rb, .device = {kDLCUDA, 0}, .ndim = 3,
                                .dtype = qf_dtype_to_dl(QF_U8), .shape = plain.rshape};
-  if (!saved || qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK ||
-      cudaMemcpy(saved, plain.last[0].data, rb, cudaMemcpyDeviceToHost) ||
+  if (!saved || cudaMemcpy(saved, plain.last[0].data, rb, cudaMemcpyDeviceToHost) ||
       cudaMemcpy(saved + rb, plain.last[1].data, rb, cudaMemcpyDeviceToHost)) {
     fprintf(stderr, "bench_vq_attention: the append chain's setup failed\n");
     goto done;
   }
   append_step dep = plain;
-  for (int m = 0; m < 2; m++) plain.last[m].shape = plain.rshape, dep.last[m].shape = dep.rshape;
+  for (int m = 0; m < 2; m++) dep.last[m].shape = dep.rshape; /* (its own copy of the shape) */
   dep.att.ctx = pdl;
   char variant[64];
   snprintf(variant, sizeof variant, "%s,fp16,auto,pdl", name);
@@ -270,7 +260,6 @@ static int append_row(qfb *b, const att_call *a, const char *name, const char *s
       cudaMemcpy(plain.last[1].data, saved + rb, rb, cudaMemcpyHostToDevice))
     rc = 1;
 done:
-  qf_ctx_destroy(pdl);
   free(saved);
   return rc;
 }
@@ -300,7 +289,8 @@ static int outputs_agree(att_call *a, const char *shape, const char *name) {
   return ok;
 }
 
-static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B, int64_t seq_len, int *rows) {
+/* pdl: a context with qf_ctx_set_pdl for the chain rows (none without it). */
+static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *name, int64_t B, int64_t seq_len, int *rows) {
   const int64_t W = (int64_t)HQ * HEAD_DIM, Wkv = c->hkv * HEAD_DIM;
   att_call a;
   memset(&a, 0, sizeof a);
@@ -374,12 +364,12 @@ static int one_shape(qfb *b, qf_ctx *ctx, cache *c, const char *name, int64_t B,
   }
   qfb_emit(b, &peer);
   (*rows)++;
-  if (cfg.placement == QF_VQ_BOOKS_BANKED) { /* the one kernel launched as a programmatic dependent */
+  if (cfg.placement == QF_VQ_BOOKS_BANKED && pdl) { /* the one kernel launched as a programmatic dependent */
     a.placement = QF_VQ_BOOKS_AUTO, a.scores = QF_VQ_ATTN_SCORES_AUTO;
-    rc |= chain_row(b, &a, name, shape, vq_bytes, flops, o2, lse2);
+    rc |= chain_row(b, pdl, &a, name, shape, vq_bytes, flops, o2, lse2);
     (*rows)++;
     if (B == 1 && c->hkv == HQ) {
-      rc |= append_row(b, &a, name, shape, vq_bytes, flops);
+      rc |= append_row(b, pdl, &a, name, shape, vq_bytes, flops);
       (*rows)++;
     }
   }
@@ -404,7 +394,8 @@ int bench_vq_attention(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (forced && *forced && strcmp(forced, "auto") != 0)
     printf("note: QF_VQ_BOOKS=%s: the vq_attention_decode auto rows run that placement, not the one they name\n", forced);
   uint64_t seed = 0xCAC4Eull;
-  int rc = 0;
+  qf_ctx *pdl = qfb_pdl_context("bench_vq_attention"); /* for the chain rows */
+  int rc = pdl ? 0 : 1;
   for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
     for (int gqa = 0; gqa < 2; gqa++) { /* Llama-7B (32 kv heads), then GQA (8 kv heads, 4096 tokens) */
       int wanted = 0;
@@ -418,10 +409,11 @@ int bench_vq_attention(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
       for (size_t i = 0; i < 2; i++)
         for (size_t j = gqa ? 1 : 0; j < 2; j++) {
           if (sel->m && sel->m != batches[i]) continue;
-          rc |= one_shape(b, ctx, &c, formats[f].name, batches[i], seqs[j], rows);
+          rc |= one_shape(b, ctx, pdl, &c, formats[f].name, batches[i], seqs[j], rows);
         }
       free_cache(&c);
     }
+  qf_ctx_destroy(pdl);
   return rc;
 #else
   (void)ctx, (void)rows;

@@ -232,12 +232,8 @@ static int vqb_run_pair(void *arg) {
 /* The pair on a context with programmatic dependent launch (qf_ctx_set_pdl) against the same calls
  * on c's context (qfb_emit_pdl_pair), as op vq_gemm_chain. y2: a device buffer of c's y. */
 static int vqb_chain_row(qfb *b, const vqb_call *c, const char *shape, double bytes, void *y2, int *rows) {
-  qf_ctx *pdl = NULL;
-  if (qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) != QF_OK || qf_ctx_set_pdl(pdl, 1) != QF_OK) {
-    fprintf(stderr, "bench_vq_gemm: no PDL context\n");
-    qf_ctx_destroy(pdl);
-    return 1;
-  }
+  qf_ctx *pdl = qfb_pdl_context("bench_vq_gemm");
+  if (!pdl) return 1;
   vqb_pair plain = {*c, *c};
   plain.second.x = c->y, plain.second.xm = c->ym;
   plain.second.y.data = y2, plain.second.ym.data = y2;  /* (the tensors' shapes stay c's) */

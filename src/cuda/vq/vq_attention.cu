@@ -257,11 +257,8 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.o_ld = a->o.ld;
   p.o_dtype = a->o.dtype;
   p.write_o = qf_vq_attn_banked_writes_o(&pb, &cfg);
-  if (cfg.placement == QF_VQ_BOOKS_BANKED && ctx->pdl) {  // a programmatic dependent (vq_attention_banked.cuh)
-    cudaLaunchAttribute attr;
-    if ((st = qf_cuda_launch_ex(ctx, kOp, qf_pdl_launch_config(grid, dim3(threads), cfg.smem_bytes, qf_stream(ctx), &attr),
-                                kernel, p)) != QF_OK)
-      return st;
+  if (cfg.placement == QF_VQ_BOOKS_BANKED) {  // a programmatic dependent under qf_ctx_set_pdl (vq_attention_banked.cuh)
+    if ((st = qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(threads), cfg.smem_bytes, p)) != QF_OK) return st;
   } else {
     kernel<<<grid, threads, cfg.smem_bytes, qf_stream(ctx)>>>(p);
     if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK) return st;

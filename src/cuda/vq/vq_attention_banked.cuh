@@ -466,7 +466,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       const uint16_t *book = p.books[1] + vq_attn_book(p, g * kS + j) * book_elems;
       constexpr bool kCodesFirst = kG > 1;
       uint4 r[8][2];  // (nothing else is live yet)
-      if (kCodesFirst) griddep_wait(), first_codes();
+      if (kCodesFirst) {
+        griddep_wait();
+        first_codes();
+      }
       load_chunks(book, c0, cstep, r);
       if (!kCodesFirst) griddep_wait();
       if (u_begin < u_end) load_table_inputs(t.b, first);

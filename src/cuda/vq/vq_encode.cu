@@ -115,6 +115,19 @@ __device__ __forceinline__ float entry_distance(const vq_encode_params &p, const
   return d;
 }
 
+// Word w of the `bits` words that 32 indices of `bits` bits fill (bits [32 w, 32 w + 32) of
+// them), the indices at idx[0], idx[stride], ...
+__device__ __forceinline__ uint32_t packed_word(const uint32_t *idx, int stride, int w, int bits) {
+  const int first = (32 * w) / bits, last = min((32 * w + 31) / bits, kVecs - 1);
+  uint32_t word = 0u;
+  for (int jl = first; jl <= last; jl++) {
+    const int pos = jl * bits - 32 * w;  // may be negative for the index that starts in the word before
+    const uint32_t v = idx[jl * stride];
+    word |= pos >= 0 ? v << pos : v >> -pos;
+  }
+  return word;
+}
+
 // The row's scale as the CPU computes it: sqrt(sum x^2 / K) in fp64, to fp32 (1 for a zero row),
 // by a block of kT threads.
 template <int kT>
@@ -194,13 +207,7 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
     // Pack: word w of the block holds bits [32 w, 32 w + 32) of its 32 indices.
     for (int t = threadIdx.x; t < p.residuals * p.bits; t += kT) {
       const int r = t / p.bits, w = t - r * p.bits;
-      const int first = (32 * w) / p.bits, last = min((32 * w + 31) / p.bits, kVecs - 1);
-      uint32_t word = 0u;
-      for (int jl = first; jl <= last; jl++) {
-        const int pos = jl * p.bits - 32 * w;  // may be negative for the index that starts in the word before
-        const uint32_t idx = idx_s[r][jl];
-        word |= pos >= 0 ? idx << pos : idx >> -pos;
-      }
+      const uint32_t word = packed_word(idx_s[r], 1, w, p.bits);
       const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
       if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.rows + i) * p.row_words + gw] = word;
     }
@@ -268,13 +275,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
       const int row = t / words, r = (t % words) / p.bits, w = t % p.bits;
       const int64_t ii = i0 + row;
       if (ii >= p.rows) continue;
-      const int first = (32 * w) / p.bits, last = min((32 * w + 31) / p.bits, kVecs - 1);
-      uint32_t word = 0u;
-      for (int jl = first; jl <= last; jl++) {
-        const int pos = jl * p.bits - 32 * w;
-        const uint32_t idx = idx_s[r][jl][row];
-        word |= pos >= 0 ? idx << pos : idx >> -pos;
-      }
+      const uint32_t word = packed_word(&idx_s[r][0][row], 33, w, p.bits);
       const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
       if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.rows + ii) * p.row_words + gw] = word;
     }
@@ -332,7 +333,7 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   // Vector sizes 2, 4, 8 with books aligned to an entry load their entries in one load each.
   const int vs = f.vector_size;
   const bool aligned = reinterpret_cast<uintptr_t>(t->books) % (2 * vs) == 0;
-  const int bucket = !aligned ? 0 : vs == 2 || vs == 4 || vs == 8 ? vs : 0;
+  const int k = !aligned ? 0 : vs == 2 ? 1 : vs == 4 ? 2 : vs == 8 ? 3 : 0;  // the KVS bucket
   using kernel_t = void (*)(vq_encode_params);
   const kernel_t per_vector[] = {vq_encode_kernel<0, 32>, vq_encode_kernel<2, 32>, vq_encode_kernel<4, 32>,
                                  vq_encode_kernel<8, 32>};
@@ -340,17 +341,11 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
                                    vq_encode_kernel<8, 16>};
   const kernel_t per_row[] = {vq_encode_rows_kernel<0>, vq_encode_rows_kernel<2>, vq_encode_rows_kernel<4>,
                               vq_encode_rows_kernel<8>};
-  const int k = bucket == 0 ? 0 : bucket == 2 ? 1 : bucket == 4 ? 2 : 3;
   // 2-element vectors from 8 rows (below the row-parallel form) take 16 lanes per vector: their
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
   const bool half_warps = !rows_form && vs == 2 && t->N >= 8;
   const kernel_t kernel = rows_form ? per_row[k] : half_warps ? per_vector16[k] : per_vector[k];
-  const int threads = half_warps ? kVecs * 16 : kThreads;
-  if (ctx->pdl) {  // a programmatic dependent: it waits for the kernel before at its start
-    cudaLaunchAttribute attr;
-    return qf_cuda_launch_ex(ctx, kOp, qf_pdl_launch_config(grid, dim3(threads), 0, qf_stream(ctx), &attr), kernel, p);
-  }
-  kernel<<<grid, threads, 0, qf_stream(ctx)>>>(p);
-  return qf_cuda_check_launch(ctx, kOp);
+  // (the same kernel either way: it waits for the kernel before at its start)
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(half_warps ? kVecs * 16 : kThreads), 0, p);
 }

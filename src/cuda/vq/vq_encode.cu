@@ -337,15 +337,14 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   using kernel_t = void (*)(vq_encode_params);
   const kernel_t per_vector[] = {vq_encode_kernel<0, 32>, vq_encode_kernel<2, 32>, vq_encode_kernel<4, 32>,
                                  vq_encode_kernel<8, 32>};
-  const kernel_t per_vector16[] = {vq_encode_kernel<0, 16>, vq_encode_kernel<2, 16>, vq_encode_kernel<4, 16>,
-                                   vq_encode_kernel<8, 16>};
   const kernel_t per_row[] = {vq_encode_rows_kernel<0>, vq_encode_rows_kernel<2>, vq_encode_rows_kernel<4>,
                               vq_encode_rows_kernel<8>};
   // 2-element vectors from 8 rows (below the row-parallel form) take 16 lanes per vector: their
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
   const bool half_warps = !rows_form && vs == 2 && t->N >= 8;
-  const kernel_t kernel = rows_form ? per_row[k] : half_warps ? per_vector16[k] : per_vector[k];
+  const kernel_t half_warp_kernel = k == 1 ? vq_encode_kernel<2, 16> : vq_encode_kernel<0, 16>;  // (unaligned books: 0)
+  const kernel_t kernel = rows_form ? per_row[k] : half_warps ? half_warp_kernel : per_vector[k];
   // (the same kernel either way: it waits for the kernel before at its start)
   return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(half_warps ? kVecs * 16 : kThreads), 0, p);
 }

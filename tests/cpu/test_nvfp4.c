@@ -182,7 +182,7 @@ static void test_errors(void) {
     tensor2d d2 = mat(d, QF_F32, M, N, N);
     int64_t two = 2;
     DLTensor t2 = dl_tensor(&ts, QF_F32, 1, &one, kDLCPU);
-    const DLTensor *bp = dl(&b2);
+    int b_null = 0;
     switch (c) {
       case 0: a2 = mat(a, QF_BF16, M, 48, 48), b2 = mat(b, QF_E2M1X2, N, 48, 48), s2 = mat(s, QF_E4M3FN, N, 3, 3); break;
       case 1: b2 = mat(b, QF_E2M1X2, 8, K, K), s2 = mat(s, QF_E4M3FN, 8, K / 16, K / 16), d2 = mat(d, QF_F32, M, 8, 8); break;
@@ -195,9 +195,11 @@ static void test_errors(void) {
       case 8: b2.strides[0] = 80; break;
       case 9: d2.t.dtype = qf_dtype_to_dl(QF_I8); break;
       case 10: t2.shape = &two; break;
-      case 11: bp = NULL; break;
+      case 11: b_null = 1; break;
     }
-    const qf_status got = qf_gemm_nvfp4(ctx, dl(&a2), bp, dl(&s2), &t2, dl(&d2));
+    /* (dl() after the cases: a tensor2d assigned from mat() points its DLTensor at its own shape
+     * only once dl() has run) */
+    const qf_status got = qf_gemm_nvfp4(ctx, dl(&a2), b_null ? NULL : dl(&b2), dl(&s2), &t2, dl(&d2));
     CHECK(got == cases[c].want, "%s: status %s, want %s (%s)", cases[c].what, qf_status_str(got), qf_status_str(cases[c].want),
           qf_ctx_last_error(ctx));
     CHECK(strstr(qf_ctx_last_error(ctx), "qf_gemm_nvfp4") != NULL, "%s: message \"%s\" does not name the op", cases[c].what,

@@ -18,20 +18,22 @@ static qf_status check_4d(qf_ctx *ctx, const char *op, const char *name, const D
   for (int d = 3; d >= 0; d--) {
     dims[d] = t->shape[d];
     if (dims[d] < 0) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s.shape[%d]=%" PRId64 " is negative", op, name, d, dims[d]);
-    st[d] = t->strides ? t->strides[d] : (d == 3 ? 1 : st[d + 1] * dims[d + 1]);
+    if (t->strides) st[d] = t->strides[d];
+    else if (d == 3) st[d] = 1;
+    else if (__builtin_mul_overflow(st[d + 1], dims[d + 1], &st[d]))  /* (compact: the dims below) */
+      return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has more elements than 64-bit offsets allow", op, name);
     if (st[d] < 0) return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[%d]=%" PRId64 " is negative", op, name, d, st[d]);
     if (dims[d] > 0) extent += (double)st[d] * (double)(dims[d] - 1);
   }
   if (dims[3] > 1 && st[3] != 1)
     return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[3]=%" PRId64 "; the head dimension must be contiguous", op, name, st[3]);
   /* The flat view checks device, dtype, alignment and the 64-bit byte extent. */
-  int64_t n = (int64_t)extent;
   if (extent > 4.0e18) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s spans %.3g elements, more than 64-bit offsets allow", op, name, extent);
+  int64_t n = (int64_t)extent;
   DLTensor view = *t;
   view.ndim = 1, view.shape = &n, view.strides = NULL;
   qf_mat m;
-  int64_t count = dims[0] * dims[1] * dims[2] * dims[3];
-  if (count == 0) n = 0;
+  if (!dims[0] || !dims[1] || !dims[2] || !dims[3]) n = 0;
   qf_status s = qf_check_mat(ctx, op, name, &view, accept, 1, &m);
   if (s) return s;
   for (int d = 0; d < 3; d++) strides[d] = st[d];

@@ -79,7 +79,7 @@ qf_status qf_check_mat(qf_ctx *ctx, const char *op, const char *name, const DLTe
 
   char *data = (char *)t->data;
   if (esz > align) align = esz; /* every element at its natural alignment */
-  if (rows * cols > 0) {
+  if (rows > 0 && cols > 0) {
     if (!data) return qf_fail(ctx, QF_ERR_NULL, "%s: %s.data is NULL", op, name);
     data += t->byte_offset;
     if (align > 1 && ((uintptr_t)data % align) != 0)

@@ -102,13 +102,17 @@ static qf_status stacked_view(qf_ctx *ctx, const char *op, const char *name, con
   if (t->shape[0] < 1 || t->shape[1] < 0 || t->shape[2] < 0)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has shape [%" PRId64 ", %" PRId64 ", %" PRId64 "]; expected [%s], at least one expert",
                    op, name, t->shape[0], t->shape[1], t->shape[2], dims);
-  shape[0] = t->shape[0] * t->shape[1], shape[1] = t->shape[2];
+  if (__builtin_mul_overflow(t->shape[0], t->shape[1], &shape[0]))
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has %" PRId64 " x %" PRId64 " rows, more than 64-bit offsets allow", op, name,
+                   t->shape[0], t->shape[1]);
+  shape[1] = t->shape[2];
   strides[0] = t->shape[2], strides[1] = 1;
   if (t->strides) {
     strides[0] = t->strides[1], strides[1] = t->strides[2];
-    if (t->shape[0] > 1 && t->strides[0] != t->shape[1] * t->strides[1])
-      return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[0]=%" PRId64 "; the experts must be stacked (shape[1] * strides[1] = %" PRId64 ")",
-                     op, name, t->strides[0], t->shape[1] * t->strides[1]);
+    int64_t stacked = 0;
+    if (t->shape[0] > 1 && (__builtin_mul_overflow(t->shape[1], t->strides[1], &stacked) || t->strides[0] != stacked))
+      return qf_fail(ctx, QF_ERR_LAYOUT, "%s: %s.strides[0]=%" PRId64 "; the experts must be stacked (shape[1] * strides[1])",
+                     op, name, t->strides[0]);
   }
   *view = *t;
   view->ndim = 2;
@@ -206,7 +210,10 @@ static qf_status check_scale(qf_ctx *ctx, const char *op, const char *name, cons
                              const float **data, int *per_row) {
   if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
   int64_t count = 1;
-  for (int d = 0; d < t->ndim && t->shape; d++) count *= t->shape[d];
+  for (int d = 0; d < t->ndim && t->shape; d++)
+    if (t->shape[d] < 0 || __builtin_mul_overflow(count, t->shape[d], &count))
+      return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s.shape[%d]=%" PRId64 " is negative or makes more than 2^63 elements", op, name, d,
+                     t->shape[d]);
   if (count != 1 && count != n)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has %" PRId64 " elements; expected 1 or %" PRId64, op, name, count, n);
   *per_row = count != 1;

@@ -179,7 +179,7 @@ qf_status qf_silu_mul_quant_group(qf_ctx *ctx, const DLTensor *x, DLTensor *q, D
     return st;
   if (a.x.cols % 2)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: x.shape[1]=%" PRId64 " is odd; expected [gate | up] of 2H columns", op, a.x.cols);
-  if (a.q.rows != a.x.rows || a.q.cols * 2 != a.x.cols)
+  if (a.q.rows != a.x.rows || a.q.cols != a.x.cols / 2)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: q has shape [%" PRId64 ", %" PRId64 "]; expected [%" PRId64 ", %" PRId64 "] (x is [M, 2H])",
                    op, a.q.rows, a.q.cols, a.x.rows, a.x.cols / 2);
   if ((st = check_divisible(ctx, op, "H = x.shape[1] / 2", a.q.cols, a.group_size)) ||

@@ -57,8 +57,9 @@ static qf_status sizes(qf_ctx *ctx, const char *op, const qf_vq_format *f, int64
                    f->vector_size, f->scope_cols);
   const int64_t rows = f->scope_rows ? f->scope_rows : (N ? N : 1), cols = f->scope_cols ? f->scope_cols : (K ? K : 1);
   out->row_bytes = qf_vq_row_bytes(K / f->vector_size, f->index_bits);
-  out->books_per_row = (K + cols - 1) / cols;
-  out->n_books = ((N + rows - 1) / rows) * out->books_per_row;
+  out->books_per_row = K / cols + (K % cols != 0);
+  if (__builtin_mul_overflow(N / rows + (N % rows != 0), out->books_per_row, &out->n_books))
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: a [%" PRId64 ", %" PRId64 "] weight in this format has more than 2^63 codebooks", op, N, K);
   out->entries = (int64_t)1 << f->index_bits;
   out->bits_per_value = (double)f->residuals * f->index_bits / f->vector_size;
   return QF_OK;
@@ -151,11 +152,15 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   const int64_t rows = fmt->scope_rows ? fmt->scope_rows : INT64_MAX;
   if (!codebooks || codebooks->ndim != 4 || !codebooks->shape)
     return qf_fail(ctx, codebooks ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codebooks must be a 4-D tensor [R, n_books, entries, vector_size]", op);
-  const int64_t need = xm.rows ? ((row0 + xm.rows - 1) / rows + 1) * t.sz.books_per_row : 0;
+  int64_t last = row0, need = 0;  /* the last row, the books that rows row0 .. last need */
+  if (xm.rows && (__builtin_add_overflow(row0, xm.rows - 1, &last) ||
+                  __builtin_mul_overflow(last / rows + 1, t.sz.books_per_row, &need)))
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: row0=%" PRId64 " and %" PRId64 " rows go past 64-bit row indices", op, row0, xm.rows);
   t.sz.n_books = codebooks->shape[1];
-  if (t.sz.n_books % t.sz.books_per_row || t.sz.n_books < need || (!fmt->scope_rows && t.sz.n_books != t.sz.books_per_row))
+  if ((t.sz.books_per_row && t.sz.n_books % t.sz.books_per_row) || t.sz.n_books < need ||
+      (!fmt->scope_rows && t.sz.n_books != t.sz.books_per_row))
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: codebooks.shape[1]=%" PRId64 " books do not cover rows %" PRId64 "..%" PRId64
-                   " (%" PRId64 " books per row block)", op, t.sz.n_books, row0, row0 + xm.rows - 1, t.sz.books_per_row);
+                   " (%" PRId64 " books per row block)", op, t.sz.n_books, row0, last, t.sz.books_per_row);
   t.fmt = *fmt, t.N = xm.rows, t.K = xm.cols;
   const int64_t code_shape[3] = {fmt->residuals, xm.rows, t.sz.row_bytes};
   const int64_t book_shape[4] = {fmt->residuals, t.sz.n_books, t.sz.entries, fmt->vector_size};

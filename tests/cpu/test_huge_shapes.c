@@ -1,9 +1,10 @@
 /* Every op on the CPU context against tensors whose shapes no 64-bit offset can address: random
- * dims from a set that mixes small values with 2^31, 2^32 + 16, 2^40, 2^62 and INT64_MAX, random
- * strides (or none), mostly the right dtype and rank, and in every call at least one tensor whose
- * element count passes 2^63. Such a call must be refused (any error status) and must not reach
- * undefined behaviour on the way (the shape arithmetic of the checks: scripts/test runs this file
- * in its AddressSanitizer / UndefinedBehaviorSanitizer build, where a signed overflow aborts). The
+ * dims from a set that mixes small values with 2^31, 2^32 + 16, 2^40, 2^62 and INT64_MAX (now and
+ * then a negative one), random strides (or none; negative ones too), mostly the right dtype and
+ * rank, and in every call at least one tensor of more than 2^63 bytes. Such a call must be
+ * refused (any error status) and must not reach undefined behaviour on the way (the shape
+ * arithmetic of the checks: scripts/test runs this file in its AddressSanitizer /
+ * UndefinedBehaviorSanitizer build, where a signed overflow or a division by zero aborts). The
  * buffers behind the tensors are small, so a call that went through would also read or write
  * past them. */
 #include <stdint.h>
@@ -24,6 +25,12 @@ static uint64_t rng(void) {
 static const int64_t kDims[] = {0, 1, 2, 16, 128, INT64_C(1) << 31, (INT64_C(1) << 32) + 16, INT64_C(1) << 40,
                                 INT64_C(1) << 62, INT64_MAX};
 enum { kNDims = sizeof kDims / sizeof kDims[0] };
+/* (strides, and one dim in 32, may also be negative) */
+static const int64_t kNegative[] = {-1, -128, INT64_MIN};
+
+static int64_t draw_value(int negative_one_in) {
+  return rng() % (uint64_t)negative_one_in ? kDims[rng() % kNDims] : kNegative[rng() % 3];
+}
 
 /* One tensor argument: its usual dtype and rank, then the call's random draw. */
 typedef struct {
@@ -57,7 +64,7 @@ static void draw(arg *args, int n) {
     a->t.device.device_type = kDLCPU;
     a->t.dtype = qf_dtype_to_dl(dt);
     a->t.ndim = rng() % 8 ? a->ndim : (int)(rng() % 5);
-    for (int d = 0; d < 4; d++) a->shape[d] = kDims[rng() % kNDims], a->strides[d] = kDims[rng() % kNDims];
+    for (int d = 0; d < 4; d++) a->shape[d] = draw_value(32), a->strides[d] = draw_value(8);
     a->strides[a->t.ndim > 0 ? a->t.ndim - 1 : 0] = 1;
     a->t.shape = a->shape;
     a->t.strides = rng() % 2 ? a->strides : NULL;
@@ -65,6 +72,8 @@ static void draw(arg *args, int n) {
   /* (a rank-1 tensor of bytes cannot pass 2^63: it takes a second dim, which its op refuses too) */
   arg *h = &args[rng() % (uint64_t)n];
   if (h->t.ndim < 2) h->t.ndim = 2;
+  for (int d = 0; d < h->t.ndim; d++)
+    if (h->shape[d] < 0) h->shape[d] = 1;
   while (!unaddressable(h)) h->shape[rng() % (uint64_t)h->t.ndim] = kDims[kNDims - 1 - rng() % 3];
 }
 

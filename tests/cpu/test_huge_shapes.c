@@ -6,7 +6,7 @@
  * arithmetic of the checks: scripts/test runs this file in its AddressSanitizer /
  * UndefinedBehaviorSanitizer build, where a signed overflow or a division by zero aborts). The
  * buffers behind the tensors are small, so a call that went through would also read or write
- * past them. */
+ * past them. (Malformed tensors, one argument at a time on a valid call: test_robust.c.) */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

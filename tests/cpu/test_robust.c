@@ -1,7 +1,9 @@
 /* Malformed DLTensors never crash an op: for every tensor argument of every op, replace it with
  * each malformed form (NULL tensor, NULL shape, ndim -1, 0 or 9, a NULL data pointer, an
- * unknown dtype, lanes 4, negative extents) and check that the call fails with a message naming
- * the op and leaves every output untouched. */
+ * unknown dtype, lanes 4, negative extents, a first or last dim of INT64_MAX or 2^62, row strides
+ * of INT64_MAX) and check that the call fails with a message naming the op and leaves every
+ * output untouched. (The huge forms have no undefined behaviour to reach in the sanitizer build
+ * of scripts/test; test_huge_shapes.c draws such tensors at random.) */
 #include <stdio.h>
 #include <string.h>
 
@@ -214,7 +216,10 @@ static int optional_arg(op_id op, int i) {
          (op == OP_ATTN_PAGED && (i == 5 || i == 7));
 }
 
-enum { BAD_NULL, BAD_SHAPE_NULL, BAD_NDIM_NEG, BAD_NDIM_0, BAD_NDIM_9, BAD_DATA_NULL, BAD_DTYPE, BAD_LANES, BAD_NEG, BAD_COUNT };
+enum {
+  BAD_NULL, BAD_SHAPE_NULL, BAD_NDIM_NEG, BAD_NDIM_0, BAD_NDIM_9, BAD_DATA_NULL, BAD_DTYPE, BAD_LANES, BAD_NEG,
+  BAD_HUGE_FIRST, BAD_HUGE_LAST, BAD_HUGE_STRIDES, BAD_COUNT
+};
 
 static void poison(void) { memset(pool, 0xA5, sizeof pool); }
 static int clean(int i) {
@@ -248,7 +253,21 @@ int main(void) {
           case BAD_DATA_NULL: t->data = NULL; break;
           case BAD_DTYPE: t->dtype.code = 99; break;
           case BAD_LANES: t->dtype.lanes = 4; break;
-          default: a.shape[i][0] = -3; break;
+          case BAD_NEG: a.shape[i][0] = -3; break;
+          case BAD_HUGE_FIRST: a.shape[i][0] = INT64_MAX; break;
+          case BAD_HUGE_LAST: a.shape[i][t->ndim - 1] = INT64_C(1) << 62; break;
+          default: { /* the stride of every dim of more than one element INT64_MAX (the last one's of a 2-D or
+                      * larger tensor 1; of a 1-D one not contiguous); skipped where no dim has two */
+            int huge = 0;
+            for (int d = 0; d < t->ndim; d++) {
+              const int last = d == t->ndim - 1 && t->ndim > 1;
+              a.strides[i][d] = a.shape[i][d] > 1 && !last ? INT64_MAX : 1;
+              huge |= a.shape[i][d] > 1 && !last;
+            }
+            t->strides = a.strides[i];
+            if (!huge) continue;
+            break;
+          }
         }
         const int optional = optional_arg(op, i);
         poison();

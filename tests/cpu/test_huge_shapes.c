@@ -7,6 +7,7 @@
  * UndefinedBehaviorSanitizer build, where a signed overflow or a division by zero aborts). The
  * buffers behind the tensors are small, so a call that went through would also read or write
  * past them. (Malformed tensors, one argument at a time on a valid call: test_robust.c.) */
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -153,6 +154,18 @@ int main(void) {
   FUZZ("qf_quant_nvfp4", ARGS({B, 2}, {F, 1}, {QF_E2M1X2, 2}, {E, 2}), qf_quant_nvfp4(ctx, T(0), T(1), T(2), T(3)));
   FUZZ("qf_nvfp4_pack", ARGS({QF_E2M1X2, 2}, {QF_E2M1X2, 2}), qf_nvfp4_pack(ctx, T(0), T(1)));
   FUZZ("qf_gemm_nvfp4", ARGS({B, 2}, {QF_E2M1X2, 2}, {E, 2}, {F, 1}, {B, 2}), qf_gemm_nvfp4(ctx, T(0), T(1), T(2), T(3), T(4)));
+
+  /* the entries taking plain int64 shapes: a format's sizes and packed shape for a weight */
+  for (int r = 0; r < ROUNDS; r++) {
+    const qf_vq_format *f = rng() % 2 ? &cq2 : &gptvq;
+    qf_vq_sizes sz;
+    int64_t packed[4];
+    const int64_t n = kDims[rng() % kNDims], k = kDims[rng() % kNDims] / 256 * 256;
+    if (qf_vq_sizes_of(ctx, f, n, k, &sz) == QF_OK)
+      CHECK(sz.row_bytes > 0 && sz.n_books >= 0, "qf_vq_sizes_of(%" PRId64 ", %" PRId64 ")", n, k);
+    if (qf_vq_pack_gemv_shape(ctx, f, n, k, packed) == QF_OK)
+      CHECK(packed[1] >= 0 && packed[2] >= 0, "qf_vq_pack_gemv_shape(%" PRId64 ", %" PRId64 ")", n, k);
+  }
 
   qf_ctx_destroy(ctx);
   return check_finish("test_huge_shapes");

@@ -56,8 +56,10 @@ static qf_status sizes(qf_ctx *ctx, const char *op, const qf_vq_format *f, int64
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: K=%" PRId64 " must be a multiple of vector_size=%d and of scope_cols=%d", op, K,
                    f->vector_size, f->scope_cols);
   const int64_t rows = f->scope_rows ? f->scope_rows : (N ? N : 1), cols = f->scope_cols ? f->scope_cols : (K ? K : 1);
-  if (K / f->vector_size > (INT64_MAX - 64) / f->index_bits)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: K=%" PRId64 " makes code rows of more than 2^63 bits", op, K);
+  /* (bounds for the code rows' bits and the packed layout's tiles of QF_VQ_PACK_ROWS rows) */
+  if (K / f->vector_size > (INT64_MAX - 64) / f->index_bits || N > INT64_MAX - QF_VQ_PACK_ROWS)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 ", K=%" PRId64 " make code rows of more than 2^63 bits or row indices "
+                   "past 2^63 - %d", op, N, K, QF_VQ_PACK_ROWS);
   out->row_bytes = qf_vq_row_bytes(K / f->vector_size, f->index_bits);
   out->books_per_row = K / cols + (K % cols != 0);
   if (__builtin_mul_overflow(N / rows + (N % rows != 0), out->books_per_row, &out->n_books))
@@ -203,9 +205,7 @@ static qf_status check_packed(qf_ctx *ctx, const char *op, const char *name, con
 qf_status qf_vq_pack_gemv_shape(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_t K, int64_t shape[4]) {
   static const char op[] = "qf_vq_pack_gemv_shape";
   if (!ctx || !shape) return QF_ERR_NULL;
-  if (N < 0 || K < 0 || N > INT64_MAX - QF_VQ_PACK_ROWS)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 ", K=%" PRId64 " must be >= 0 (and N below 2^63 - %d)", op, N, K,
-                   QF_VQ_PACK_ROWS);
+  if (N < 0 || K < 0) return qf_fail(ctx, QF_ERR_SHAPE, "%s: N=%" PRId64 ", K=%" PRId64 " must be >= 0", op, N, K);
   qf_vq_sizes sz;
   qf_status st = sizes(ctx, op, fmt, N, K, &sz);
   if (st) return st;

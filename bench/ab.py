@@ -7,8 +7,9 @@ Rows are matched by their commit field, LABEL-ROUND. Prints the geometric mean o
 """
 import argparse
 import collections
-import json
 import math
+
+from jsonl import read_rows
 
 
 def main():
@@ -18,10 +19,7 @@ def main():
     ap.add_argument("new")
     args = ap.parse_args()
     times = collections.defaultdict(lambda: {args.base: [], args.new: []})
-    for line in open(args.path):
-        if not line.strip():
-            continue
-        r = json.loads(line)
+    for r in read_rows(args.path):
         label = r["commit"].rsplit("-", 1)[0]
         if label in (args.base, args.new) and r.get("us") and not r["op"].startswith("ceiling"):
             times[(r["op"], r["variant"], r["shape"])][label].append(r["us"])

@@ -10,16 +10,16 @@ gives the NVFP4 table by (N, K) and M; qfuse-bench's gemm_nvfp4 rows give it too
 gemm_nvfp4_plans rows (the plan sweep) a list of each forced plan against the heuristic's. Every figure is a row of the files given; nothing is averaged across
 runs.
 """
-import json
 import math
 import re
 import sys
 from collections import defaultdict
 
+from jsonl import read_rows
+
 
 def load(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_rows(path)
 
 
 def dims(shape):

@@ -6,8 +6,9 @@ Usage: bench/summarize.py FILE.jsonl [OP ...] [--peer NAME] [--min-m N]
   --min-m  only rows whose shape has M >= N
 """
 import argparse
-import json
 import re
+
+from jsonl import read_rows
 
 
 def fmt(v, spec):
@@ -27,7 +28,7 @@ def main():
     ap.add_argument("--min-m", type=int)
     args = ap.parse_args()
     ops = set(args.ops)
-    rows = [json.loads(line) for line in open(args.path) if line.strip()]
+    rows = read_rows(args.path)
     ceil = [r for r in rows if r["op"].startswith("ceiling")]
     if args.peer:
         rows = [r for r in rows if r["peer"] == args.peer]

@@ -77,6 +77,12 @@
 //   themselves from global memory (L2), while the block's wgmma run, two blocks ahead on the
 //   single-set path. Copying both with 4-byte cp.async per stage, as a first version did, made
 //   the M = 4096 shapes up to 31% slower (the full barriers then waited on the cp.async arrivals).
+//   256-row tiles instead take it from their stage: the producer warp reads 32 K-blocks' scales at
+//   once (a lane each), lane 0 stores the stage's into a slot of its own and only then arrives on
+//   the full barrier (whose bytes it announced with expect_tx before the copies), so no copy
+//   waits on the read. Their consumers' L2 loads had waited at every unit's first promotion, and
+//   their loop loses the registers: block-scaled M = 4096 0.5-3% faster, the short-K shapes most
+//   ((4096, 24576, 1536) 248.3 -> 240.5 us; H200, two calls; docs/GEMM.md).
 //   The scaled recipes' epilogue factors (sa and zero point per row, sb, bias and azp_adj per
 //   column) are read by a second warp of the producer warpgroup, a unit ahead, into a
 //   double-buffered shared-memory area (factors_full / factors_empty barriers). Loaded from global
@@ -245,7 +251,9 @@ struct sm90_gemm_smem_at {
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
   static constexpr uint32_t kScalesA = kStaging + (sm90_gemm_staged(kBlockN, kOutBytes) ? kBlockM * kStagingCols * 2 : 0);
   static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
-  static constexpr uint32_t kFactors = kScalesA + kStages * kBlockM * 4;
+  // 256-row tiles: each stage's weight-block scale, written by the producer (16 bytes per 4 stages)
+  static constexpr uint32_t kScalesB = kScalesA + kStages * kBlockM * 4;
+  static constexpr uint32_t kFactors = kScalesB + (kBlockM > 128 ? (kStages + 3) / 4 * 16 : 0);
   static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
   // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
   static constexpr size_t kBytes = kBarriers + (2 * kStages + (kHasFactors ? 4 : 0)) * sizeof(uint64_t) + 1024;
@@ -410,6 +418,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   auto factors_empty = [base](int b) { return base + Smem::kBarriers + (2 * kStages + 2 + b) * 8; };
   // The consumers read the scales with ordinary loads, through generic pointers.
   const float *sa_ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32) + Smem::kScalesA);
+  float *sb_ring = reinterpret_cast<float *>(smem_raw + (base - smem_u32) + Smem::kScalesB);  // (256-row tiles)
   // Epilogue factors, buffer b: sb, bias (as float), azp_adj (int32) [kBlockN], sa, zero point
   // (int32, 1 when there is none) [kBlockM].
   float *factors = reinterpret_cast<float *>(smem_raw + (base - smem_u32) + Smem::kFactors);
@@ -483,13 +492,24 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         const int64_t as_rows =
             kBlockScales && p.as_bulk ? min(int64_t{kBlockM}, p.as_k - int64_t{m_blk} * kBlockM) : 0;
         const uint32_t as_bytes = as_rows > 0 ? static_cast<uint32_t>(as_rows) * 4 : 0;
+        // 256-row tiles: the tile row's weight-block scales, read 32 K-blocks at a time (lane j
+        // holds block kb + j) and written into each stage's slot by lane 0 before its arrival, so
+        // that the consumers read them from shared memory with the stage (their own L2 loads
+        // waited at every unit's first promotion).
+        float b_lanes = 1.0f;
         for (int kb = kb_begin; kb < kb_end; kb++) {
+          if constexpr (kSub > 1) {
+            const float *bs = p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb;
+            if ((kb - kb_begin) % 32 == 0) b_lanes = kb + lane < kb_end ? __ldg(bs + kb + lane) : 1.0f;
+          }
           // A fresh barrier counts as having completed the phase before phase 0: the first use of a
           // stage waits on parity 1 and passes.
           mbarrier_wait_parity(empty_bar(s), ((empty_phases >> s) & 1u) ^ 1u);
           empty_phases ^= 1u << s;
           if (lane == 0) {
-            mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
+            // (256-row tiles: the stage's arrival follows its weight-block scale, below)
+            if constexpr (kSub > 1) mbarrier_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
+            else mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
             cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
             cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, b_row);
             if (as_bytes > 0) {
@@ -507,6 +527,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
             }
           }
           if (kBlockScales && !p.as_bulk) cp_async_mbarrier_arrive_noinc(full_bar(s));
+          if constexpr (kSub > 1) {
+            const float b = __shfl_sync(0xffffffffu, b_lanes, (kb - kb_begin) % 32);
+            if (lane == 0) {
+              sb_ring[s] = b;
+              mbarrier_arrive(full_bar(s));
+            }
+          }
           if (++s == kStages) s = 0;
         }
       }
@@ -626,9 +653,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // columns past 128 - n0 % 128 all lie past N reads the first block's again: never stored).
       const int hi_at = (128 - n0 % 128) / 8;
       const float *bs_hi = kTwoScaleBlocks && kBlockScales && n0 / 128 + 1 < (p.N + 127) / 128 ? bs + p.num_kb : bs;
-      // The single-set and 256-row paths load a K-block's weight-block scales two blocks ahead: a
-      // decode tile's wgmma are too short to hide a load from L2 (x: the tile's first scale block,
-      // y: a 192-column tile's second one).
+      // The single-set path loads a K-block's weight-block scales two blocks ahead (256-row tiles
+      // read theirs from the stage, NOTES): a decode tile's wgmma are too short to hide a load
+      // from L2 (x: the tile's first scale block, y: a 192-column tile's second one).
       auto block_scales = [&](int kb) {
         float2 b = make_float2(1.0f, 1.0f);
         if constexpr (kBlockScales) {
@@ -731,9 +758,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // (restarting every unit at stage 0 left the producer idle at each unit's end: 12% slower
         // at K = 512, four blocks a unit).
         const int n = kb_end - kb_begin, first = s;
-        // Weight-block scales two blocks ahead of their use (b_ahead: the next block's).
-        const float *b_next = bs + kb_begin + 2, *b_end = bs + kb_end;
-        float b_cur = block_scales(kb_begin).x, b_ahead = block_scales(kb_begin + 1).x;
         const uint64_t desc_a0 = wgmma_desc_kmajor_sw128(smem_a(0) + wg * kSub * 64 * kBlockK);
         const uint64_t desc_b0 = wgmma_desc_kmajor_sw128(smem_b(0));
         const float *sa_row = sa_ring + tile_row;
@@ -744,10 +768,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         };
         if (n > 0) wait_full(first);
         auto block = [&](int stage, bool has_next) {  // (its full barrier waited on)
-          const float b = b_cur;
-          b_cur = b_ahead;
-          b_ahead = b_next < b_end ? __ldg(b_next) : 1.0f;
-          b_next++;
+          const float b = sb_ring[stage];  // the block's weight-block scale (the producer's)
 #pragma unroll
           for (int j = 0; j < kSub; j++) {
             const uint64_t da = desc_a0 + ((stage * Smem::kABytes + j * 64 * kBlockK) >> 4);

@@ -35,6 +35,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t
   QF_ASM_SM90("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
+// mbarrier.expect_tx (relaxed, CTA scope): `bytes` more bytes of asynchronous transactions that
+// must complete before the phase can, without an arrival (the arrival comes later, on its own).
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+  QF_ASM_SM90("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // mbarrier.try_wait.parity (acquire, CTA scope): true once the phase of parity `parity` has
 // completed, i.e. the barrier's current phase parity differs from `parity`. May return false
 // after a system-dependent time limit; callers loop.

@@ -18,10 +18,6 @@ from collections import defaultdict
 from jsonl import read_rows
 
 
-def load(path):
-    return read_rows(path)
-
-
 def dims(shape):
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", shape)}
 
@@ -198,8 +194,8 @@ def nvfp4_plans(rows):
 
 
 def main():
-    rows = load(sys.argv[1])
-    torch = load(sys.argv[2]) if len(sys.argv) > 2 else []
+    rows = read_rows(sys.argv[1])
+    torch = read_rows(sys.argv[2]) if len(sys.argv) > 2 else []
     if all(r["op"] == "gemm_nvfp4" for r in rows):  # bench/peers/nvfp4_torch.py's file alone
         nvfp4(rows)
         return

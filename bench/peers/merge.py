@@ -8,11 +8,11 @@ only when they were timed the same way (the `timing` key; rows without one are e
 """
 import argparse
 import json
+import os
+import sys
 
-
-def load(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from jsonl import read_rows  # noqa: E402  (bench/jsonl.py)
 
 
 def main():
@@ -22,10 +22,10 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     peers = {(r["op"], r["variant"], r["shape"], r["device"], r["backend"], r.get("timing", "event")): r["us"]
-             for r in load(args.torch) if r.get("us")}
+             for r in read_rows(args.torch) if r.get("us")}
     n = 0
     with open(args.out, "w") as out:
-        for r in load(args.qfuse):
+        for r in read_rows(args.qfuse):
             if r.get("backend") != "cuda" or not r.get("us"):
                 continue
             for backend in ("torch.compile", "torch"):

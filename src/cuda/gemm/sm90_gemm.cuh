@@ -469,6 +469,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     const int e = __ldg(p.expert_ids + m_blk * p.ids_stride);
     return e < p.experts ? e : -1;
   };
+  // The weight-block scales of the tile row starting at column n0 of expert `expert`: one per K-block.
+  auto b_scale_row = [&](int expert, int n0) {
+    return p.b_scales + (static_cast<int64_t>(expert) * ((p.N + 127) / 128) + n0 / 128) * p.num_kb;
+  };
   // (through a shuffle so that the compiler knows it is warp-uniform: descriptors in uniform registers)
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (wg == kConsumers) {
@@ -499,7 +503,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         float b_lanes = 1.0f;
         for (int kb = kb_begin; kb < kb_end; kb++) {
           if constexpr (kSub > 1) {
-            const float *bs = p.b_scales + static_cast<int64_t>(n_blk * kBlockN / 128) * p.num_kb;
+            // (the row's address formed here, not held across the loop: the producer has 24 registers)
+            const float *bs = b_scale_row(expert, n_blk * kBlockN);
             if ((kb - kb_begin) % 32 == 0) b_lanes = kb + lane < kb_end ? __ldg(bs + kb + lane) : 1.0f;
           }
           // A fresh barrier counts as having completed the phase before phase 0: the first use of a
@@ -647,8 +652,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
-      const float *bs =
-          kBlockScales ? p.b_scales + (static_cast<int64_t>(expert) * ((p.N + 127) / 128) + n0 / 128) * p.num_kb : nullptr;
+      const float *bs = kBlockScales ? b_scale_row(expert, n0) : nullptr;
       // A 192-column tile's second scale block, from column group hi_at on (a last tile whose
       // columns past 128 - n0 % 128 all lie past N reads the first block's again: never stored).
       const int hi_at = (128 - n0 % 128) / 8;

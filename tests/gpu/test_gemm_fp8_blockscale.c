@@ -429,6 +429,18 @@ int main(void) {
     one_case(gpu, cpu, &g, &seed);
   }
 
+  /* Short units (at most 8 K-blocks), whose weight-block scales come through the stages: one
+   * wave of whole 128 x 128 tiles at 65-128 rows (132 tile columns, 5 K-blocks, the last one
+   * partial), and 64 x 64 tiles at 40 rows (fp32 D, a partial last K-block, 141 tiles on 132 SMs). */
+  if (!quick) {
+    gemm_case g = {.M = 100, .N = 132 * 128, .K = 576, .dt = QF_BF16};
+    g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+    one_case(gpu, cpu, &g, &seed);
+    gemm_case h = {.M = 40, .N = 9008, .K = 1008, .dt = QF_F32};
+    h.lda = h.K, h.ldb = h.K, h.ldd = h.N, h.ldc = h.N;
+    one_case(gpu, cpu, &h, &seed);
+  }
+
   /* Where 128-column tiles need more than a wave and N is a multiple of 192: 64 x 64 tiles
    * (M <= 64) or one wave of 128 x 192 tiles on 132 SMs, each tile row over two weight-scale
    * blocks (tiles starting on a block and halfway into one), with rows past M and a partial last

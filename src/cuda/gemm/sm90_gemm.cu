@@ -26,7 +26,8 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   const char *kOp = pr.op;
   constexpr bool kTallSplit = V == Sm90Variant::kTallSplit;
   constexpr size_t kSmem =
-      sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), sm90_gemm_epilogue_factors(R)>::kBytes;
+      sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), sm90_gemm_epilogue_factors(R),
+                     sm90_gemm_scale_slot_bytes(kBlockM, kStages, V)>::kBytes;
   if (kSmem > ctx->smem_optin)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the %dx%d tile needs %zu bytes of shared memory, the device allows %zu",
                    kOp, kBlockM, kBlockN, kSmem, ctx->smem_optin);
@@ -124,6 +125,19 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
   if constexpr (R == Sm90Recipe::kScaledFp8) {
     if (cfg.block_m == 128 && cfg.block_n == 128 && cfg.stages == kSm90DeepStages128)
       return launch<R, 128, 128, OutT, kSm90DeepStages128>(ctx, pr, p, cfg);
+  }
+  // Block-scaled 64 x 64 and 128 x 128 tiles whose units are short take each K-block's weight-block
+  // scale from its stage (Sm90Variant::kShortUnits), where the scales are whole 16-byte windows
+  // (their start is 16-byte aligned, their count a multiple of 4): no window reaches past them.
+  if constexpr (R == Sm90Recipe::kBlockScaledFp8) {
+    const int64_t num_kb = (pr.K + 127) / 128, unit_kb = (num_kb + cfg.splits - 1) / cfg.splits;
+    const int64_t scales = int64_t{p.experts > 0 ? p.experts : 1} * ((pr.N + 127) / 128) * num_kb;
+    if (unit_kb <= kSm90ShortUnit && scales % 4 == 0 && reinterpret_cast<uintptr_t>(p.b_scales) % 16 == 0 &&
+        cfg.block_m == cfg.block_n && cfg.block_m <= 128) {
+      constexpr int k64 = sm90_gemm_stages(64, 64, int(sizeof(OutT))), k128 = sm90_gemm_stages(128, 128, int(sizeof(OutT)));
+      return cfg.block_m == 64 ? launch<R, 64, 64, OutT, k64, Sm90Variant::kShortUnits>(ctx, pr, p, cfg)
+                               : launch<R, 128, 128, OutT, k128, Sm90Variant::kShortUnits>(ctx, pr, p, cfg);
+    }
   }
 #define QF_SM90_GEMM_CASE(BM, BN) \
   if (cfg.block_m == BM && cfg.block_n == BN) return launch<R, BM, BN, OutT>(ctx, pr, p, cfg);

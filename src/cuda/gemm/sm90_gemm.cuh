@@ -83,6 +83,13 @@
 //   waits on the read. Their consumers' L2 loads had waited at every unit's first promotion, and
 //   their loop loses the registers: block-scaled M = 4096 0.5-3% faster, the short-K shapes most
 //   ((4096, 24576, 1536) 248.3 -> 240.5 us; H200, two calls; docs/GEMM.md).
+//   Two-set tiles whose units are short (kShortUnits: at most 8 K-blocks) take it from their stage
+//   too, as one more bulk copy counted on the stage's bytes: the 16-byte window of the scales that
+//   holds it (the scales start 16-byte aligned, and this variant runs only where their count is a
+//   multiple of 4, so no window reaches past them); the consumer reads word (row offset + block)
+//   % 4 of the window. (128, 32768, 512) 8.99 -> 8.32 us (H200, same call). On long units every
+//   form of this measured cost decode streams 5-14% ((M <= 64, 7168, 16384) 31.9 -> 35.1 us with
+//   the windows), and the windows cost the 256-row tile 0.2-0.7% against the producer's stores.
 //   The scaled recipes' epilogue factors (sa and zero point per row, sb, bias and azp_adj per
 //   column) are read by a second warp of the producer warpgroup, a unit ahead, into a
 //   double-buffered shared-memory area (factors_full / factors_empty barriers). Loaded from global
@@ -243,27 +250,28 @@ __host__ __device__ constexpr bool sm90_gemm_epilogue_factors(Sm90Recipe r) { re
 // two, each running its 128 rows as two 64-row sub-tiles.
 __host__ __device__ constexpr int sm90_gemm_consumers(int block_m) { return block_m > 128 ? 2 : block_m / 64; }
 
-// The layout with a staging tile of kStagingCols columns per 64-row part.
-template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors, int kStagingColsAt>
+// The layout with a staging tile of kStagingCols columns per 64-row part and kScaleBytes of
+// weight-block scale slots (sm90_gemm_scale_slot_bytes).
+template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors, int kScaleBytes, int kStagingColsAt>
 struct sm90_gemm_smem_at {
   static constexpr uint32_t kABytes = kBlockM * 128, kBBytes = kBlockN * 128;
   static constexpr int kStagingCols = kStagingColsAt;
   static constexpr uint32_t kStaging = kStages * (kABytes + kBBytes);
   static constexpr uint32_t kScalesA = kStaging + (sm90_gemm_staged(kBlockN, kOutBytes) ? kBlockM * kStagingCols * 2 : 0);
   static constexpr uint32_t kFactorWords = 3 * kBlockN + 2 * kBlockM;  // one buffer
-  // 256-row tiles: each stage's weight-block scale, written by the producer (16 bytes per 4 stages)
   static constexpr uint32_t kScalesB = kScalesA + kStages * kBlockM * 4;
-  static constexpr uint32_t kFactors = kScalesB + (kBlockM > 128 ? (kStages + 3) / 4 * 16 : 0);
+  static constexpr uint32_t kFactors = kScalesB + kScaleBytes;
   static constexpr uint32_t kBarriers = kFactors + (kHasFactors ? 2 * kFactorWords * 4 : 0);
   // + 1024: the base is rounded up to the 1024-byte period of the 128-byte swizzle.
   static constexpr size_t kBytes = kBarriers + (2 * kStages + (kHasFactors ? 4 : 0)) * sizeof(uint64_t) + 1024;
 };
 // The staging tile holds the whole tile, or one 64-column box per part (stored box after box)
 // where the whole one does not fit next to kStages stages (a deeper ring chosen by the launcher).
-template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors>
+template <int kBlockM, int kBlockN, int kStages, int kOutBytes, bool kHasFactors, int kScaleBytes>
 struct sm90_gemm_smem
-    : sm90_gemm_smem_at<kBlockM, kBlockN, kStages, kOutBytes, kHasFactors,
-                        sm90_gemm_smem_at<kBlockM, kBlockN, kStages, kOutBytes, kHasFactors, kBlockN>::kBytes <= 227 * 1024
+    : sm90_gemm_smem_at<kBlockM, kBlockN, kStages, kOutBytes, kHasFactors, kScaleBytes,
+                        sm90_gemm_smem_at<kBlockM, kBlockN, kStages, kOutBytes, kHasFactors, kScaleBytes, kBlockN>::kBytes <=
+                                227 * 1024
                             ? kBlockN
                             : 64> {};
 
@@ -354,13 +362,21 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 // tiles of units of kSm90LongUnit K-blocks or more, whose consumers find their tile by division
 // instructions and store each sub-tile between its own pair of barriers. The grouped (MoE)
 // block-scaled GEMM on 128-row tiles: kGrouped, and kGroupedSwiGLU, whose epilogue pairs the gate
-// and up columns (interleaved by 8) into silu(gate) * up. Other tiles: kAny.
-enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU };
+// and up columns (interleaved by 8) into silu(gate) * up. kShortUnits: block-scaled two-set tiles
+// whose units run at most kSm90ShortUnit K-blocks and whose weight-block scales are whole 16-byte
+// windows: each stage brings the window that holds its block's scale (NOTES). Other tiles: kAny.
+enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU, kShortUnits };
 // D's columns of a BLOCK_N-column tile: half of them with the SwiGLU epilogue.
 __host__ __device__ constexpr int sm90_gemm_out_cols(int block_n, Sm90Variant v) {
   return v == Sm90Variant::kGroupedSwiGLU ? block_n / 2 : block_n;
 }
 constexpr int kSm90LongUnit = 32;  // K-blocks of a unit from which it counts as long
+constexpr int kSm90ShortUnit = 8;  // K-blocks of a unit up to which it counts as short
+// Shared memory for the weight-block scales of the stages: the 256-row tile's, written by the
+// producer (4 bytes per stage, in 16-byte units), or a short-unit tile's 16-byte windows.
+__host__ __device__ constexpr int sm90_gemm_scale_slot_bytes(int block_m, int stages, Sm90Variant v) {
+  return block_m > 128 ? (stages + 3) / 4 * 16 : v == Sm90Variant::kShortUnits ? stages * 16 : 0;
+}
 
 // kPdl: launched as a programmatic dependent (qf_ctx_set_pdl), an instantiation of its own: the
 // same code behind a run-time flag made the decode shapes 1.5-4% slower with PDL off (docs/GEMM.md).
@@ -390,7 +406,11 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                 "grouped: block-scaled, one tile row per 128-row block of one expert");
   constexpr int kBlockK = 128;  // one scale block per stage
   constexpr bool kFactors = sm90_gemm_epilogue_factors(R);
-  using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors>;
+  // kShortUnits: each stage's weight-block scale window copied with the stage
+  constexpr bool kWindowScalesB = V == Sm90Variant::kShortUnits;
+  static_assert(!kWindowScalesB || (kBlockScales && kTwoAcc), "short units: block-scaled two-set tiles");
+  using Smem = sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), kFactors,
+                              sm90_gemm_scale_slot_bytes(kBlockM, kStages, V)>;
   // D's columns of a tile (SwiGLU: half), which may leave through TMA (p.tma_store)
   constexpr int kOutCols = sm90_gemm_out_cols(kBlockN, V);
   constexpr bool kStaged = sm90_gemm_staged(kOutCols, int(sizeof(OutT)));
@@ -412,13 +432,14 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   auto smem_a = [base](int s) { return base + s * Smem::kABytes; };
   auto smem_b = [base](int s) { return base + kStages * Smem::kABytes + s * Smem::kBBytes; };
   auto scales_a = [base](int s) { return base + Smem::kScalesA + s * kBlockM * 4; };
+  auto scales_b = [base](int s) { return base + Smem::kScalesB + s * 16; };  // (kWindowScalesB)
   auto full_bar = [base](int s) { return base + Smem::kBarriers + s * 8; };
   auto empty_bar = [base](int s) { return base + Smem::kBarriers + (kStages + s) * 8; };
   auto factors_full = [base](int b) { return base + Smem::kBarriers + (2 * kStages + b) * 8; };
   auto factors_empty = [base](int b) { return base + Smem::kBarriers + (2 * kStages + 2 + b) * 8; };
   // The consumers read the scales with ordinary loads, through generic pointers.
   const float *sa_ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32) + Smem::kScalesA);
-  float *sb_ring = reinterpret_cast<float *>(smem_raw + (base - smem_u32) + Smem::kScalesB);  // (256-row tiles)
+  float *sb_ring = reinterpret_cast<float *>(smem_raw + (base - smem_u32) + Smem::kScalesB);  // (256-row tiles, windows)
   // Epilogue factors, buffer b: sb, bias (as float), azp_adj (int32) [kBlockN], sa, zero point
   // (int32, 1 when there is none) [kBlockM].
   float *factors = reinterpret_cast<float *>(smem_raw + (base - smem_u32) + Smem::kFactors);
@@ -513,13 +534,18 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           empty_phases ^= 1u << s;
           if (lane == 0) {
             // (256-row tiles: the stage's arrival follows its weight-block scale, below)
+            constexpr uint32_t kWindow = kWindowScalesB ? 16 : 0;
             if constexpr (kSub > 1) mbarrier_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
-            else mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
+            else mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes + kWindow);
             cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
             cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, b_row);
             if (as_bytes > 0) {
               const float *src = p.a_scales + int64_t{m_blk} * kBlockM + kb * p.as_k;
               cp_async_bulk_g2s(scales_a(s), src, as_bytes, full_bar(s));
+            }
+            if constexpr (kWindowScalesB) {  // the 16 bytes of weight-block scales that hold block kb's
+              const uintptr_t at = reinterpret_cast<uintptr_t>(b_scale_row(expert, n_blk * kBlockN) + kb);
+              cp_async_bulk_g2s(scales_b(s), reinterpret_cast<const void *>(at & ~uintptr_t{15}), kWindow, full_bar(s));
             }
           }
           if (kBlockScales && !p.as_bulk) {
@@ -653,6 +679,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
       // the block's wgmma run.
       const float *bs = kBlockScales ? b_scale_row(expert, n0) : nullptr;
+      // kWindowScalesB: block kb_begin + j's scale is word (b_word + j) % 4 of its stage's window.
+      const int b_word = kWindowScalesB ? static_cast<int>(reinterpret_cast<uintptr_t>(bs + kb_begin) / 4) : 0;
       // A 192-column tile's second scale block, from column group hi_at on (a last tile whose
       // columns past 128 - n0 % 128 all lie past N reads the first block's again: never stored).
       const int hi_at = (128 - n0 % 128) / 8;
@@ -682,16 +710,17 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         constexpr int kPeriod = kStages % 2 == 0 ? kStages : 2 * kStages;
         const int n = kb_end - kb_begin;
         // Weight-block scales are loaded one block ahead of their issue (two ahead of their use: an
-        // L2 load under a busy L2 outlasts one block): b_ahead is the next issued block's.
+        // L2 load under a busy L2 outlasts one block): b_ahead is the next issued block's. Short
+        // units read theirs from the stage's window instead.
         const float *b_next = bs + kb_begin + 1, *b_end = bs + kb_end;
-        float b_ahead = kBlockScales && n > 0 ? __ldg(bs + kb_begin) : 1.0f;
+        float b_ahead = kBlockScales && !kWindowScalesB && n > 0 ? __ldg(bs + kb_begin) : 1.0f;
         // The descriptors of stage 0 (stage s adds s tiles), this thread's first row's scale in stage 0.
         const uint64_t desc_a0 = wgmma_desc_kmajor_sw128(smem_a(0) + wg * 64 * kBlockK);
         const uint64_t desc_b0 = wgmma_desc_kmajor_sw128(smem_b(0));
         const float *sa_row = sa_ring + tile_row;
         Acc set0[kBlockN / 2], set1[kBlockN / 2];  // the accumulator sets
         float b0 = 1.0f, b1 = 1.0f;                 // the weight-block scale of each set's block
-        auto issue = [&](Acc(&a)[kBlockN / 2], float &b, int stage) {
+        auto issue = [&](Acc(&a)[kBlockN / 2], float &b, int j, int stage) {  // block j
           mbarrier_wait_parity(full_bar(stage), (full_phases >> stage) & 1u);
           full_phases ^= 1u << stage;
           const uint64_t da = desc_a0 + stage * (Smem::kABytes >> 4), db = desc_b0 + stage * (Smem::kBBytes >> 4);
@@ -703,7 +732,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           wgmma_commit_group();
 #pragma unroll
           for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
-          if constexpr (kBlockScales) {
+          if constexpr (kWindowScalesB) {
+            b = sb_ring[stage * 4 + ((b_word + j) & 3)];
+          } else if constexpr (kBlockScales) {
             b = b_ahead;
             if (b_next < b_end) b_ahead = __ldg(b_next);
             b_next++;
@@ -721,7 +752,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           // (each branch promotes and returns on its own: ptxas must see that the way out of the
           // loop is taken with nothing in flight)
           if (j + 1 < n) {
-            issue(other, b_other, (stage + 1) % kStages);
+            issue(other, b_other, j + 1, (stage + 1) % kStages);
             row_scales();
             wgmma_wait_group<1>();
             release(stage, s0, s1);
@@ -741,7 +772,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // serializes every wgmma: warning C7514; choosing a set through a pointer put both sets in
         // local memory).
         if (n > 0) {
-          issue(set0, b0, 0);
+          issue(set0, b0, 0, 0);
           for (int base = 0;; base += kPeriod) {
 #pragma unroll
             for (int i = 0; i < kPeriod; i++) {

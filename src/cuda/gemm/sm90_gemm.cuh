@@ -88,8 +88,8 @@
 //   holds it (the scales start 16-byte aligned, and this variant runs only where their count is a
 //   multiple of 4, so no window reaches past them); the consumer reads word (row offset + block)
 //   % 4 of the window. (128, 32768, 512) 8.99 -> 8.32 us (H200, same call). On long units every
-//   form of this measured cost decode streams 5-14% ((M <= 64, 7168, 16384) 31.9 -> 35.1 us with
-//   the windows), and the windows cost the 256-row tile 0.2-0.7% against the producer's stores.
+//   form of this measured cost decode streams 5-14% ((1, 7168, 16384) 31.9 -> 35.1 us with the
+//   windows), and the windows cost the 256-row tile up to 0.7% against the producer's stores.
 //   The scaled recipes' epilogue factors (sa and zero point per row, sb, bias and azp_adj per
 //   column) are read by a second warp of the producer warpgroup, a unit ahead, into a
 //   double-buffered shared-memory area (factors_full / factors_empty barriers). Loaded from global
@@ -677,7 +677,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       if (expert < 0) continue;  // (grouped: a block of padding; the producer skips it too)
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
       // The tile row's weight-block scales, one per K-block, read from global memory (L2) while
-      // the block's wgmma run.
+      // the block's wgmma run (short units: from their stages' windows).
       const float *bs = kBlockScales ? b_scale_row(expert, n0) : nullptr;
       // kWindowScalesB: block kb_begin + j's scale is word (b_word + j) % 4 of its stage's window.
       const int b_word = kWindowScalesB ? static_cast<int>(reinterpret_cast<uintptr_t>(bs + kb_begin) / 4) : 0;

@@ -128,12 +128,12 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
   }
   // Block-scaled 64 x 64 and 128 x 128 tiles whose units are short take each K-block's weight-block
   // scale from its stage (Sm90Variant::kShortUnits), where the scales are whole 16-byte windows
-  // (their start is 16-byte aligned, their count a multiple of 4): no window reaches past them.
+  // (the API checks that they start 16-byte aligned; here their count must be a multiple of 4):
+  // no window reaches past them.
   if constexpr (R == Sm90Recipe::kBlockScaledFp8) {
     const int64_t num_kb = (pr.K + 127) / 128, unit_kb = (num_kb + cfg.splits - 1) / cfg.splits;
     const int64_t scales = (pr.N + 127) / 128 * num_kb;  // (one weight: the grouped GEMM has its own dispatch)
-    if (unit_kb <= kSm90ShortUnit && scales % 4 == 0 && reinterpret_cast<uintptr_t>(p.b_scales) % 16 == 0 &&
-        cfg.block_m == cfg.block_n && cfg.block_m <= 128) {
+    if (unit_kb <= kSm90ShortUnit && scales % 4 == 0 && cfg.block_m == cfg.block_n && cfg.block_m <= 128) {
       constexpr int k64 = sm90_gemm_stages(64, 64, int(sizeof(OutT))), k128 = sm90_gemm_stages(128, 128, int(sizeof(OutT)));
       return cfg.block_m == 64 ? launch<R, 64, 64, OutT, k64, Sm90Variant::kShortUnits>(ctx, pr, p, cfg)
                                : launch<R, 128, 128, OutT, k128, Sm90Variant::kShortUnits>(ctx, pr, p, cfg);

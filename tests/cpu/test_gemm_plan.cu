@@ -3,8 +3,9 @@
 // plans of bench shapes, then, over a grid of shapes, SM counts and the three recipes, that every
 // plan is one the launcher (sm90_gemm.cu) runs rather than refuses: an instantiated tile, K ranges
 // of at least two K-blocks, split tiles fewer than the workspace's counters, and a split 256-row
-// tile's units all in the last round of the grid, one per CTA (they wait for each other); and the
-// grouped (MoE) plan's tiles and splits.
+// tile's units all in the last round of the grid, one per CTA (they wait for each other), or a
+// last round of owners with CTAs left over for their helpers; and the grouped (MoE) plan's tiles
+// and splits.
 #include <cinttypes>
 #include <cstdio>
 
@@ -27,18 +28,21 @@ static bool instantiated(Sm90Recipe r, int bm, int bn) {
   return ok;
 }
 
-static void expect(int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, int64_t whole) {
+static void expect(int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, int64_t whole, int64_t tail_kb = 0) {
   const sm90_gemm_config c = sm90_gemm_pick(M, N, K, 132, Sm90Recipe::kBlockScaledFp8);
-  CHECK(c.block_m == bm && c.block_n == bn && c.splits == splits && c.whole_tiles == whole,
-        "(%" PRId64 ", %" PRId64 ", %" PRId64 "): %dx%d split %d, %" PRId64 " whole; expected %dx%d split %d, %" PRId64
-        " whole", M, N, K, c.block_m, c.block_n, c.splits, c.whole_tiles, bm, bn, splits, whole);
+  CHECK(c.block_m == bm && c.block_n == bn && c.splits == splits && c.whole_tiles == whole && c.tail_kb == tail_kb,
+        "(%" PRId64 ", %" PRId64 ", %" PRId64 "): %dx%d split %d, %" PRId64 " whole, owners %" PRId64
+        " K-blocks; expected %dx%d split %d, %" PRId64 " whole, owners %" PRId64,
+        M, N, K, c.block_m, c.block_n, c.splits, c.whole_tiles, c.tail_kb, bm, bn, splits, whole, tail_kb);
 }
 
 int main() {
   // Block-scaled on 132 SMs. M = 1: 33 tiles of 64 x 64, split 132 / 33 = 4 ways; M = 64 on
   // (7168, 16384): 112 tiles, one wave, unsplit; M = 128 on (32768, 512): 256 tiles of 128 x 128
   // (each unit 4 K-blocks, 256 >= 132 tiles of 128 columns); M = 4096 on (7168, 16384): 256 x 128
-  // tiles, 896 of them, whose last wave (104 tiles) is more than half the SMs: whole. M = 128:
+  // tiles, 896 of them, whose last round (104 tiles) is more than half the SMs: each of those
+  // tiles' owner runs K-blocks [0, 108), a helper the other 20 (28 idle CTAs, 4 helpers each:
+  // 128 - 4 x 7 K-blocks over 5 is 20). M = 128:
   // (4096, 7168) one row of 64 128 x 64 tiles split twice; (2112, 7168) two rows of 33 64 x 64
   // tiles split twice (one row of 128 x 64 would take four ranges).
   expect(1, 2112, 7168, 64, 64, 4, 0);
@@ -46,7 +50,9 @@ int main() {
   expect(128, 2112, 7168, 64, 64, 2, 0);
   expect(64, 7168, 16384, 64, 64, 1, 112);
   expect(128, 32768, 512, 128, 128, 1, 256);
-  expect(4096, 7168, 16384, 256, 128, 1, 896);
+  expect(4096, 7168, 16384, 256, 128, 2, 792, 108);
+  // (1000, 7504, 6208): 236 tiles, the gpu test's tail case (4 helpers a CTA; 49 - 4 K-blocks)
+  expect(1000, 7504, 6208, 256, 128, 2, 132, 45);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1, 3, 16, 33, 64, 65, 100, 128, 129, 200, 256, 300, 512, 1000, 2048, 4096, 4097, 8192};
@@ -73,7 +79,12 @@ int main() {
               CHECK(num_kb / c.splits >= 2, "%s: K ranges under two K-blocks (%" PRId64 ")", what, num_kb);
               CHECK(tiles - c.whole_tiles <= kQfWorkspaceCounters, "%s: %" PRId64 " split tiles", what, tiles - c.whole_tiles);
             }
-            if (c.block_m > 128 && c.splits > 1) {
+            if (c.tail_kb > 0) {
+              CHECK(c.block_m > 128 && c.splits == 2 && c.whole_tiles % grid == 0 && tiles - c.whole_tiles < grid &&
+                        tiles > c.whole_tiles && c.tail_kb >= 2 && num_kb - c.tail_kb >= 2,
+                    "%s: %" PRId64 " owners of %" PRId64 " K-blocks (of %" PRId64 ") after %" PRId64 " whole tiles on %" PRId64
+                    " CTAs", what, tiles - c.whole_tiles, c.tail_kb, num_kb, c.whole_tiles, grid);
+            } else if (c.block_m > 128 && c.splits > 1) {
               CHECK(c.whole_tiles % grid == 0 && units - c.whole_tiles <= grid,
                     "%s: %" PRId64 " split units not in the last round of %" PRId64 " CTAs", what, units - c.whole_tiles, grid);
               CHECK(sm90_gemm_tall_share_fits(c.splits, sm90_gemm_stages(256, 128, 2)), "%s: shares too large", what);

@@ -490,6 +490,17 @@ int main(void) {
     }
   }
 
+  /* 256 x 128 tiles whose last round leaves more than half the SMs busy (on 132 SMs): 236 tiles,
+   * 104 in the last round, each split into its owner's first 45 K-blocks and a helper's other 4,
+   * 28 CTAs running up to 4 helpers each (Sm90Variant::kTallTail); the last tile row 232 rows
+   * deep, a partial last tile column and K-block; bf16 D (staged epilogue), then fp32 D with C at
+   * odd pitches (direct stores). (The quick run, under compute-sanitizer too, takes the first.) */
+  for (int v = 0; v < (quick ? 1 : 2); v++) {
+    gemm_case g = {.M = 1000, .N = 7504, .K = 6208, .dt = v ? QF_F32 : QF_BF16, .c_mode = v};
+    g.lda = g.K, g.ldb = g.K, g.ldd = v ? g.N + 3 : g.N, g.ldc = g.N + 1;
+    one_case(gpu, cpu, &g, &seed);
+  }
+
   if (!quick) concurrent_streams_case(gpu, &seed);
   if (!quick) green_context_case(gpu, cpu, &seed);
 

@@ -24,7 +24,7 @@ template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
           int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT))), Sm90Variant V = Sm90Variant::kAny>
 qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_gemm_config &cfg) {
   const char *kOp = pr.op;
-  constexpr bool kTallSplit = V == Sm90Variant::kTallSplit;
+  constexpr bool kTallSplit = V == Sm90Variant::kTallSplit, kTallTail = V == Sm90Variant::kTallTail;
   constexpr size_t kSmem =
       sm90_gemm_smem<kBlockM, kBlockN, kStages, int(sizeof(OutT)), sm90_gemm_epilogue_factors(R),
                      sm90_gemm_scale_slot_bytes(kBlockM, kStages, V)>::kBytes;
@@ -51,12 +51,21 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   p.by_last_rows = qf_fastdiv_make(static_cast<uint32_t>(last_rows > 0 ? last_rows : p.raster_group));
   p.by_group_tiles = qf_fastdiv_make(static_cast<uint32_t>(p.raster_group * p.tiles_n));
   p.whole_tiles = static_cast<int>(cfg.whole_tiles);
+  p.tail_kb = static_cast<int>(cfg.tail_kb);
   const int units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
   const int grid = units < pr.sms ? units : (pr.sms > 0 ? pr.sms : 1);
+  // kTallTail: the last round's tiles, fewer than the CTAs, each with a CTA of its own for its
+  // owner unit and at least one CTA left over for the helpers (all resident: cooperative launch);
+  // both ranges non-empty.
+  const int tail = p.tiles_m * p.tiles_n - p.whole_tiles;
+  if (kTallTail && (p.splits != 2 || p.whole_tiles % grid != 0 || tail <= 0 || tail >= grid || p.tail_kb <= 0 ||
+                    p.tail_kb >= p.num_kb))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: a tail of %d %dx%d tiles (owners of %d of %d K-blocks) does not fit a round of %d CTAs",
+                   kOp, tail, kBlockM, kBlockN, p.tail_kb, p.num_kb, grid);
   // The units of a split 256-row tile wait for each other, so each must have a CTA of its own
   // (one CTA per SM the stream can use, launched cooperatively below: the grid's CTAs are resident
   // together): all split units in the grid's last round, at most one per CTA.
-  if (kBlockM > 128 && p.splits > 1 && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
+  if (kBlockM > 128 && p.splits > 1 && !kTallTail && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d split units of %dx%d tiles do not fit the last round of %d CTAs",
                    kOp, units - p.whole_tiles, kBlockM, kBlockN, grid);
   if (kTallSplit && p.splits > 1 && !sm90_gemm_tall_share_fits(p.splits, kStages))
@@ -70,7 +79,8 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
       return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %zu split tiles exceed the %d workspace counters", kOp, tiles,
                      kQfWorkspaceCounters);
     void *ws = nullptr;
-    const size_t partial_bytes = tiles * p.splits * kBlockM * kBlockN * sizeof(float);
+    // (kTallTail: one partial a tile, its helper's)
+    const size_t partial_bytes = tiles * (kTallTail ? 1 : p.splits) * kBlockM * kBlockN * sizeof(float);
     qf_status st = qf_cuda_workspace(ctx, kOp, kQfWorkspaceCounters * sizeof(int) + partial_bytes, &ws);
     if (st != QF_OK) return st;
     p.counters = static_cast<int *>(ws);
@@ -100,7 +110,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   static std::atomic<uint64_t> opted_in{0};
   if ((st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, opted_in)) != QF_OK) return st;
   const int threads = sm90_gemm_consumers(kBlockM) * 128 + 128;
-  if constexpr (kTallSplit) {
+  if constexpr (kTallSplit || kTallTail) {
     // A cooperative launch (its split units wait for each other): the grid starts only once all
     // its CTAs can be resident together, so that no split unit waits on a CTA that cannot start
     // until some other kernel leaves (two such GEMMs on two streams, each holding part of the SMs,
@@ -149,8 +159,11 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     QF_SM90_GEMM_NARROW_TILES(QF_SM90_GEMM_CASE)
   }
   if constexpr (sm90_gemm_tall(R)) {
-    // (the split last wave has an instantiation of its own, and so do whole tiles of long units)
+    // (the split last wave has an instantiation of its own, and so do a last round of owners and
+    // helpers and whole tiles of long units)
     constexpr int kTallStages = sm90_gemm_stages(256, 128, int(sizeof(OutT)));
+    if (cfg.block_m == 256 && cfg.block_n == 128 && cfg.tail_kb > 0)
+      return launch<R, 256, 128, OutT, kTallStages, Sm90Variant::kTallTail>(ctx, pr, p, cfg);
     if (cfg.block_m == 256 && cfg.block_n == 128 && cfg.splits > 1)
       return launch<R, 256, 128, OutT, kTallStages, Sm90Variant::kTallSplit>(ctx, pr, p, cfg);
     if (cfg.block_m == 256 && cfg.block_n == 128 && (pr.K + 127) / 128 >= kSm90LongUnit)

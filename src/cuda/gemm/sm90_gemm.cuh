@@ -125,6 +125,19 @@
 //   on two streams could then wait on each other. ((4096, 2112, 7168): 264 whole tiles and 8
 //   split 16 ways, 106.8 -> 99.8 us; the writes and reads of the partials still cost about 10 us,
 //   so the heuristic splits these tiles only where units run 32 K-blocks or more.)
+//   A last round of long units that leaves fewer than half the SMs idle (kTallTail) cannot be split
+//   evenly into one unit per CTA: (4096, 7168, 16384) has 896 tiles on 132 SMs, 104 in the last
+//   round. There each of those tiles is two units: its owner, the first tail_kb K-blocks, on a CTA
+//   of its own, and its helper, the rest, on one of the idle CTAs, which run several helpers one
+//   after another (28 CTAs, 4 each, 20 of the 128 K-blocks). A helper leaves its partial and counts
+//   on the tile's counter; the owner waits for that count, adds the partial (copied into its idle
+//   ring) and runs the epilogue. Owners never run helpers and helpers never wait, so the
+//   cooperative launch is enough for progress. The round then takes about 0.84 of a tile's time
+//   instead of a whole one: (4096, 7168, 16384) 658.7-659.8 -> 652.4-653.5 us (H100). Timed in
+//   the same development builds, the helper's count from a warp of the producer warpgroup (so
+//   that the consumers go on without waiting for their stores to reach L2) was 3-4% slower on the
+//   whole shape (ptxas then spilled in the producer's K loop: 23 local stores against 4). The
+//   walk: sm90_gemm_tail_unit_of.
 // - No clusters. Pairs of CTAs along M sharing B by TMA multicast (a quarter less L2 traffic)
 //   paid 5-11% when the mainloop drained the tensor pipe every K-block; with two accumulator
 //   sets the pair's lockstep costs more than the traffic saves: every block-scaled M = 4096 shape
@@ -210,6 +223,8 @@ struct sm90_gemm_params {
   const int32_t *masked_m;    // masked (expert_ids NULL): expert e's blocks [e * expert_blocks, + expert_blocks),
   int expert_blocks;          // those from row masked_m[e] of the expert on skipped
   int experts;                // B is [experts * N, K], expert e's rows from e * N
+  // kTallTail: K-blocks of a last-round tile's owner unit, [0, tail_kb); its helper runs the rest
+  int tail_kb;
 };
 
 // Work unit u: the first whole_tiles units are whole tiles; after them every remaining tile is
@@ -223,6 +238,20 @@ __device__ __forceinline__ sm90_gemm_unit sm90_gemm_unit_of(const sm90_gemm_para
   if (unit < p.whole_tiles) return {unit, 0, 1, 0};
   const int u = unit - p.whole_tiles, part = qf_fastdiv_div(u, p.by_splits);
   return {p.whole_tiles + part, u - part * p.splits, p.splits, part};
+}
+
+// kTallTail's walk (NOTES, split-K): after the whole tiles (whole_tiles, a multiple of the grid),
+// each of the last round's `tail` tiles is two units: its owner, K-blocks [0, tail_kb) on CTA
+// (tile - whole_tiles), and its helper, the rest, on one of the grid - tail CTAs left over, each of
+// which runs helpers one after another: CTA tail + h takes tiles h, h + (grid - tail), ... of the
+// round. A unit with tile -1 is none: the CTA has no more.
+__device__ __forceinline__ sm90_gemm_unit sm90_gemm_tail_unit_of(const sm90_gemm_params &p, int unit) {
+  if (unit < p.whole_tiles) return {unit, 0, 1, 0};
+  const int tail = p.tiles_m * p.tiles_n - p.whole_tiles, c = blockIdx.x;
+  const int round = (unit - p.whole_tiles) / static_cast<int>(gridDim.x);
+  const int i = c < tail ? (round == 0 ? c : tail) : c - tail + round * (static_cast<int>(gridDim.x) - tail);
+  if (i >= tail) return {-1, 0, 0, 0};
+  return {p.whole_tiles + i, c < tail ? 0 : 1, 2, i};
 }
 
 // The K-blocks [begin, end) of range `split` of the unit's `splits` (p.splits, or 1) over
@@ -360,12 +389,14 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 // split (split-K); the whole-tile ones have none of that code (code never taken has cost this
 // kernel 1.5-3% through ptxas's register allocation: docs/GEMM.md, stream-K). kTallLongK, whole
 // tiles of units of kSm90LongUnit K-blocks or more, whose consumers find their tile by division
-// instructions and store each sub-tile between its own pair of barriers. The grouped (MoE)
+// instructions and store each sub-tile between its own pair of barriers. kTallTail, the same on
+// long units whose last round leaves fewer than half the SMs idle: each of that round's tiles is
+// split between an owner and a helper that an idle CTA runs (NOTES, split-K). The grouped (MoE)
 // block-scaled GEMM on 128-row tiles: kGrouped, and kGroupedSwiGLU, whose epilogue pairs the gate
 // and up columns (interleaved by 8) into silu(gate) * up. kShortUnits: block-scaled two-set tiles
 // whose units run at most kSm90ShortUnit K-blocks and whose weight-block scales are whole 16-byte
 // windows: each stage brings the window that holds its block's scale (NOTES). Other tiles: kAny.
-enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU, kShortUnits };
+enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU, kShortUnits, kTallTail };
 // D's columns of a BLOCK_N-column tile: half of them with the SwiGLU epilogue.
 __host__ __device__ constexpr int sm90_gemm_out_cols(int block_n, Sm90Variant v) {
   return v == Sm90Variant::kGroupedSwiGLU ? block_n / 2 : block_n;
@@ -386,7 +417,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
-  constexpr bool kTallSplit = V == Sm90Variant::kTallSplit, kLongK = V == Sm90Variant::kTallLongK;
+  constexpr bool kTallSplit = V == Sm90Variant::kTallSplit, kTallTail = V == Sm90Variant::kTallTail;
+  constexpr bool kLongK = V == Sm90Variant::kTallLongK || kTallTail;
   constexpr bool kSwiGLU = V == Sm90Variant::kGroupedSwiGLU, kGrouped = kSwiGLU || V == Sm90Variant::kGrouped;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
   // FP8 on tiles of up to 128 x 128 keeps two K-blocks in flight per warpgroup (see the NOTES).
@@ -401,7 +433,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr int kProducerRegs = kSub > 1 ? 24 : 40;
   constexpr int kConsumerRegs = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
   static_assert(kSub == 1 || (sm90_gemm_tall(R) && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
-  static_assert(!kTallSplit || kSub > 1, "the spread reduction is the 256-row tile's");
+  static_assert(!(kTallSplit || kTallTail) || kSub > 1, "the spread reduction and the tail's helpers are the 256-row tile's");
   static_assert(!kGrouped || (R == Sm90Recipe::kBlockScaledFp8 && kBlockM == 128),
                 "grouped: block-scaled, one tile row per 128-row block of one expert");
   constexpr int kBlockK = 128;  // one scale block per stage
@@ -425,6 +457,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
+  static_assert(!kTallTail || Smem::kStaging >= kConsumers * 128 * kSub * kBlockN / 2 * 4, "the ring holds a partial");
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -472,9 +505,27 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   __syncthreads();
   if constexpr (kPdl) griddep_wait();
 
-  // The walk: units as sm90_gemm_unit_of numbers them.
-  const int num_units = p.whole_tiles + (p.tiles_m * p.tiles_n - p.whole_tiles) * p.splits;
+  // The walk: units as sm90_gemm_unit_of numbers them (kTallTail: sm90_gemm_tail_unit_of, whose
+  // helper CTAs run as many rounds past the whole tiles as the busiest one has helpers).
+  const int num_units = [&] {
+    const int tail = p.tiles_m * p.tiles_n - p.whole_tiles;
+    if constexpr (kTallTail) {
+      const int helpers = static_cast<int>(gridDim.x) - tail;
+      return p.whole_tiles + (tail + helpers - 1) / helpers * static_cast<int>(gridDim.x);
+    }
+    return p.whole_tiles + tail * p.splits;
+  }();
   const int first_unit = blockIdx.x, unit_step = gridDim.x;
+  auto unit_of = [&](int unit) { return kTallTail ? sm90_gemm_tail_unit_of(p, unit) : sm90_gemm_unit_of(p, unit); };
+  // The unit's K-blocks [begin, end)
+  auto unit_range = [&](const sm90_gemm_unit &u, int &begin, int &end) {
+    if constexpr (kTallTail) {
+      begin = u.splits > 1 && u.split == 1 ? p.tail_kb : 0;
+      end = u.splits > 1 && u.split == 0 ? p.tail_kb : p.num_kb;
+    } else {
+      sm90_gemm_split_range(p, u, begin, end);
+    }
+  };
   auto unit_tile = [&](const sm90_gemm_unit &u, int &m_blk, int &n_blk) {
     sm90_gemm_tile_coords(p, u.tile, m_blk, n_blk);
   };
@@ -506,9 +557,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       for (int unit = first_unit; unit < num_units; unit += unit_step) {
         if constexpr (kTwoAcc) s = 0;  // the two-set consumers start every unit at stage 0
         int m_blk, n_blk, kb_begin, kb_end;
-        const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
+        const sm90_gemm_unit u = unit_of(unit);
+        if (kTallTail && u.tile < 0) continue;
         unit_tile(u, m_blk, n_blk);
-        sm90_gemm_split_range(p, u, kb_begin, kb_end);
+        unit_range(u, kb_begin, kb_end);
         const int expert = expert_of(m_blk);
         if (expert < 0) continue;
         const int b_row = expert * p.N + n_blk * kBlockN;
@@ -661,7 +713,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     };
     // (it: this CTA's unit count; kFactors: unit it's factors are in buffer it & 1)
     for (int unit = first_unit, it = 0; unit < num_units; unit += unit_step, it++) {
-      const sm90_gemm_unit u = sm90_gemm_unit_of(p, unit);
+      const sm90_gemm_unit u = unit_of(unit);
+      if (kTallTail && u.tile < 0) continue;
       // This warp is done with the unit's factors (every lane has read them, or none needs them).
       auto release_factors = [&] {
         if constexpr (kFactors) {
@@ -672,7 +725,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       int m_blk, n_blk, kb_begin, kb_end;
       if constexpr (kLongK) sm90_gemm_tile_coords_div(p, u.tile, m_blk, n_blk);
       else unit_tile(u, m_blk, n_blk);
-      sm90_gemm_split_range(p, u, kb_begin, kb_end);
+      unit_range(u, kb_begin, kb_end);
       const int expert = expert_of(m_blk);
       if (expert < 0) continue;  // (grouped: a block of padding; the producer skips it too)
       const int r0 = m_blk * kBlockM + tile_row, n0 = n_blk * kBlockN;
@@ -947,6 +1000,38 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           }
         }
         if (t == 0) p.counters[u.part] = 0;
+      }
+
+      // ---- kTallTail: a helper leaves its partial, the owner adds it before its epilogue ----
+      // The helper stores its partial ([value j][thread t], as below) and counts; the owner, whose
+      // unit is its CTA's last (the ring idle), waits for the count, copies the partial into the
+      // ring by 16-byte cp.async, all in flight at once, adds it and resets the counter.
+      if constexpr (kTallTail) {
+        if (u.splits > 1) {
+          constexpr int kThreads = kConsumers * 128, kValues = kSub * kBlockN / 2;  // per thread
+          const int t = threadIdx.x;
+          float *part = p.partials + int64_t(u.part) * (kThreads * kValues);
+          if (u.split == 1) {
+#pragma unroll
+            for (int j = 0; j < kValues; j++) __stcg(part + j * kThreads + t, total[j]);
+            named_barrier_sync(1, kThreads);
+            if (t == 0) atom_add_acq_rel_gpu(p.counters + u.part, 1);
+            continue;
+          }
+          if (t == 0) {
+            while (ld_acquire_gpu(p.counters + u.part) == 0) {
+            }
+            p.counters[u.part] = 0;
+          }
+          named_barrier_sync(1, kThreads);
+          for (int c = t; c < kThreads * kValues / 4; c += kThreads) cp_async_cg_shared_global_16(base + 16 * c, part + 4 * c);
+          cp_async_commit_group();
+          cp_async_wait_all();
+          named_barrier_sync(1, kThreads);
+          const float *ring = reinterpret_cast<const float *>(smem_raw + (base - smem_u32));
+#pragma unroll
+          for (int j = 0; j < kValues; j++) total[j] += ring[j * kThreads + t];
+        }
       }
 
       // ---- split 256-row tiles: each unit of the tile sums a share of the partials ----

@@ -45,6 +45,7 @@ struct sm90_gemm_config {
   int raster_group;  // tile rows (along M) walked together, so that B tiles are reused from L2
   int splits;        // K-block ranges per split tile (split-K); 1: none
   int64_t whole_tiles;  // the tiles (first in walk order) that run whole: all of them unless split
+  int64_t tail_kb;      // 256 x 128 tiles: K-blocks of a last-round tile's owner unit (0: no tail helpers)
 };
 
 // K ranges for the tiles of a last wave when more than a wave of tiles leaves one of at most
@@ -54,6 +55,25 @@ constexpr int64_t sm90_gemm_tail_splits(int64_t tiles, int sms, int64_t num_kb, 
   const int64_t tail = tiles % sms, most = num_kb / 2 < 16 ? num_kb / 2 : 16;
   if (tiles <= sms || tail == 0 || tail * den > sms || num_kb < 8) return 0;
   return sms / tail < most ? sms / tail : most;
+}
+
+// The owner's K-blocks of a last-round 256 x 128 tile whose remaining K-blocks a helper runs
+// (Sm90Variant::kTallTail; 0: none), where the round leaves more than half the SMs busy (a thin
+// one is split evenly: sm90_gemm_tail_splits) and units are long. The CTAs left idle by the round
+// run the helpers, `helps` each at most; the owner's range is cut so that it ends with the busiest
+// such CTA's last helper, each helper counted kHelperCost K-blocks longer than its range (its
+// first loads, its partial's 128 KB store and count). (4096, 7168, 16384) on 132 SMs: 104 owners
+// of [0, 108), 4 helpers on each of 28 CTAs; owners of 104, 108, 112, 116 and 120 K-blocks ran
+// 655.5-660.7, 652.4-653.5, 653.1-654.3, 655.8-657.9 and 659.1-659.6 us against 658.7-659.8 us
+// for the round of whole tiles (H100, three alternating rounds). Not where the helpers' ranges
+// would be under 4 K-blocks: (4096, 4096, 7168), 8 helpers a CTA, ran 171 us whole and 191 and
+// 212 us with owners of 52 and 48 of its 56 K-blocks.
+constexpr int64_t sm90_gemm_tail_owner_kb(int64_t tiles, int sms, int64_t num_kb) {
+  constexpr int64_t kHelperCost = 7;
+  const int64_t tail = tiles % sms, idle = sms - tail;
+  if (tiles <= sms || tail * 2 <= sms || num_kb < kSm90LongUnit) return 0;
+  const int64_t helps = (tail + idle - 1) / idle, helper_kb = (num_kb - helps * kHelperCost) / (helps + 1);
+  return helper_kb >= 4 ? num_kb - helper_kb : 0;
 }
 
 // NOTES: a persistent CTA per SM walks tiles in waves; the cost of a shape is its number of waves
@@ -197,6 +217,10 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   if (const int64_t split = best.block_m > 128 ? tall_splits(tiles) : tail_splits(tiles)) {
     best.splits = static_cast<int>(split);
     best.whole_tiles = tiles - tiles % sms;
+  } else if (const int64_t owner_kb = best.block_m > 128 ? sm90_gemm_tail_owner_kb(tiles, sms, num_kb) : 0) {
+    best.splits = 2;
+    best.whole_tiles = tiles - tiles % sms;
+    best.tail_kb = owner_kb;
   }
   return best;
 }

@@ -65,7 +65,8 @@ constexpr int64_t sm90_gemm_tail_splits(int64_t tiles, int sms, int64_t num_kb, 
 // first loads, its partial's 128 KB store and count). (4096, 7168, 16384) on 132 SMs: 104 owners
 // of [0, 108), 4 helpers on each of 28 CTAs; owners of 104, 108, 112, 116 and 120 K-blocks ran
 // 655.5-660.7, 652.4-653.5, 653.1-654.3, 655.8-657.9 and 659.1-659.6 us against 658.7-659.8 us
-// for the round of whole tiles (H100, three alternating rounds). Not where the helpers' ranges
+// for the round of whole tiles (H100, three alternating rounds); (1024, 7168, 16384), 3 helpers
+// a CTA and owners of 102, 186.0-186.3 -> 176.9-179.5 us. Not where the helpers' ranges
 // would be under 4 K-blocks: (4096, 4096, 7168), 8 helpers a CTA, ran 171 us whole and 191 and
 // 212 us with owners of 52 and 48 of its 56 K-blocks.
 constexpr int64_t sm90_gemm_tail_owner_kb(int64_t tiles, int sms, int64_t num_kb) {

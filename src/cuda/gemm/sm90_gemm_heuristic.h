@@ -62,7 +62,7 @@ constexpr int64_t sm90_gemm_tail_splits(int64_t tiles, int sms, int64_t num_kb, 
 // one is split evenly: sm90_gemm_tail_splits) and units are long. The CTAs left idle by the round
 // run the helpers, `helps` each at most; the owner's range is cut so that it ends with the busiest
 // such CTA's last helper, each helper counted kHelperCost K-blocks longer than its range (its
-// first loads, its partial's 128 KB store and count). (4096, 7168, 16384) on 132 SMs: 104 owners
+// first loads, its partial's 128 KB store and count; a figure fitted to the sweep below). (4096, 7168, 16384) on 132 SMs: 104 owners
 // of [0, 108), 4 helpers on each of 28 CTAs; owners of 104, 108, 112, 116 and 120 K-blocks ran
 // 655.5-660.7, 652.4-653.5, 653.1-654.3, 655.8-657.9 and 659.1-659.6 us against 658.7-659.8 us
 // for the round of whole tiles (H100, three alternating rounds); (1024, 7168, 16384), 3 helpers

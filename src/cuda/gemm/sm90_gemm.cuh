@@ -457,7 +457,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
-  static_assert(!kTallTail || Smem::kStaging >= kConsumers * 128 * kSub * kBlockN / 2 * 4, "the ring holds a partial");
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -654,7 +653,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
     // acc: the wgmma accumulators. total: the fp32 sum of the promoted K-blocks (FP8), then the
     // finished values of the tile for the epilogue (every recipe).
     Acc acc[kBlockN / 2];  // (kTwoAcc: two sets declared per unit, so that they are dead in the epilogue)
-    float total[kSub * kBlockN / 2];  // sub-tile j at kBlockN / 2 * j
+    // kThreads consumer threads, kValues totals each (the split-K partials are made of them)
+    constexpr int kThreads = kConsumers * 128, kValues = kSub * kBlockN / 2;
+    static_assert(!kTallTail || Smem::kStaging >= kThreads * kValues * 4, "the ring holds a helper's partial");
+    float total[kValues];  // sub-tile j at kBlockN / 2 * j
     __shared__ int last_unit;  // split-K: this unit counted last on its tile
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; i++) acc[i] = Acc(0);
@@ -752,7 +754,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         return b;
       };
 #pragma unroll
-      for (int i = 0; i < kSub * kBlockN / 2; i++) total[i] = 0.0f;
+      for (int i = 0; i < kValues; i++) total[i] = 0.0f;
 
       int prev = -1;  // kScaledInt8: the stage whose wgmma may still run
       if constexpr (kTwoAcc) {
@@ -953,7 +955,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // ---- split-K: leave the partial; the tile's last unit sums them all in split order ----
       // The unit's result: int32 acc (kScaledInt8) or fp32 total; `part` holds it as 32-bit words.
       if (kSub == 1 && u.splits > 1) {  // (256-row tiles: below)
-        constexpr int kThreads = kConsumers * 128;
         const int t = threadIdx.x;  // consumers are threads [0, kThreads)
         uint4 *part = reinterpret_cast<uint4 *>(p.partials) + int64_t(u.part) * u.splits * (kThreads * kBlockN / 8);
         auto result = [&](int i) -> auto & {
@@ -1008,7 +1009,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // ring by 16-byte cp.async, all in flight at once, adds it and resets the counter.
       if constexpr (kTallTail) {
         if (u.splits > 1) {
-          constexpr int kThreads = kConsumers * 128, kValues = kSub * kBlockN / 2;  // per thread
           const int t = threadIdx.x;
           float *part = p.partials + int64_t(u.part) * (kThreads * kValues);
           if (u.split == 1) {
@@ -1040,7 +1040,6 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       // order and stores it, and the last to count again puts the counter back to zero.
       if constexpr (kTallSplit) {
         if (u.splits > 1) {
-          constexpr int kThreads = kConsumers * 128, kValues = kSub * kBlockN / 2;  // per thread
           const int t = threadIdx.x;
           // A partial is [value j][thread t]: each store of a warp writes 128 contiguous bytes (16-
           // byte stores, [j / 4][t][4], ran (4096, 2112, 7168) 3% slower).

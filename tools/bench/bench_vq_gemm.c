@@ -24,7 +24,9 @@
  *    book copies, codebook-centric split-K; M <= 16, 8-bit formats; QuIP#-4: the E8P GeMV);
  *    "<fmt>,fp16,banked-1split": the same with its split-K forced to one range (the codebook cache
  *    without the dataflow's split, for the ablation); "<fmt>,fp16,tiled": the tiled
- *    VQ-GeMM (W decoded once per block tile; any M, through qf_cuda_vq_gemm_mma_with); "<fmt>,fp16,lut": a table
+ *    VQ-GeMM (W decoded once per block tile; any M, through qf_cuda_vq_gemm_mma_with);
+ *    "<fmt>,fp16,tiled-1split": the same with its split-K forced to one range, where the heuristic
+ *    splits (the fusion without the dataflow's split along K, for the ablation at M > 16); "<fmt>,fp16,lut": a table
  *    VQ-GeMV (tables of entry . x products, one lookup per vector; M = 1: AQLM-3's one book per
  *    residual, GPTVQ-2's tile-table kernel); "<fmt>,fp16,lut-packed": the
  *    public call on the codes packed for it (qf_vq_pack_gemv, done once, untimed). A placement the kernel cannot
@@ -174,7 +176,9 @@ typedef struct {
 static int vqb_run(void *arg) {
   vqb_call *c = arg;
   qf_status st;
-  if (c->splits > 0)
+  if (c->splits > 0 && c->placement == QF_VQ_BOOKS_TILED)
+    st = qf_cuda_vq_gemm_tiled_with(c->ctx, &c->xm, &c->t, &c->ym, c->splits, NULL);
+  else if (c->splits > 0)
     st = qf_cuda_vq_gemv_banked_with(c->ctx, &c->xm, &c->t, &c->ym, c->splits, NULL);
   else if (c->placement < 0)
     st = qf_vq_gemm(c->ctx, &c->x, &c->codes, &c->books, c->w->f.row_scale ? &c->scales : NULL, &c->w->f, &c->y);
@@ -329,6 +333,15 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
       rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
       if (variants[v] == QF_VQ_BOOKS_BANKED) {  /* the codebook cache without the dataflow's split-K */
         snprintf(variant, sizeof variant, "%s,fp16,banked-1split", w->name);
+        c.splits = 1;
+        rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
+        c.splits = 0;
+      }
+      qf_vq_mma_config tiled;
+      if (variants[v] == QF_VQ_BOOKS_TILED &&
+          qf_cuda_vq_gemm_tiled_with(ctx, &c.xm, &c.t, &c.ym, 0, &tiled) == QF_OK && tiled.splits > 1) {
+        /* the fusion without the dataflow's split-K (where the heuristic splits) */
+        snprintf(variant, sizeof variant, "%s,fp16,tiled-1split", w->name);
         c.splits = 1;
         rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
         c.splits = 0;

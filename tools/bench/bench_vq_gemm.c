@@ -200,9 +200,9 @@ static const char *placement_name(int p) {
 }
 
 /* The placement a call of this shape runs (QF_VQ_BOOKS_AUTO: the heuristic's choice), by one
- * untimed call; 0 (and the message in *why) when the kernel refuses it. The launch shape goes to
- * stdout as a note, for reading the rows. */
-static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_size) {
+ * untimed call, its launch shape in *used; 0 (and the message in *why) when the kernel refuses it.
+ * The launch shape goes to stdout as a note, for reading the rows. */
+static int vqb_placement_used(vqb_call *c, int placement, qf_vq_mma_config *used, char *why, size_t why_size) {
   qf_status st;
   qf_vq_mma_config cfg;
   if (c->xm.rows <= QF_VQ_GEMV_MAX_M && placement != QF_VQ_BOOKS_TILED)
@@ -218,6 +218,7 @@ static int vqb_placement_used(vqb_call *c, int placement, char *why, size_t why_
          c->w->name, (long long)c->xm.rows, (long long)c->w->N, (long long)c->w->K, placement_name(cfg.placement),
          cfg.tile_n, cfg.tile_m, cfg.warps_k, cfg.splits, (long long)cfg.tiles, cfg.x_direct ? "direct" : "element-wise",
          cfg.smem_bytes);
+  *used = cfg;
   return cfg.placement;
 }
 
@@ -317,7 +318,8 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
     const double flops = 2.0 * (double)M * (double)N * (double)K;
     const double books = w->f.lattice ? 0.0 : (double)w->book_bytes; /* (a lattice is decoded, not read) */
     const double bytes = (double)(w->code_bytes + w->scale_bytes) + books + 2.0 * (double)(M * K + M * N);
-    const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, why, sizeof why);
+    qf_vq_mma_config used;
+    const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, &used, why, sizeof why);
     const int variants[7] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_REGISTERS,
                              QF_VQ_BOOKS_BANKED, QF_VQ_BOOKS_TILED, QF_VQ_BOOKS_LUT};
     for (int v = 0; v < 7; v++) {
@@ -325,7 +327,7 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
         snprintf(variant, sizeof variant, "%s,fp16,auto=%s", w->name, auto_used ? placement_name(auto_used) : "?");
       else
         snprintf(variant, sizeof variant, "%s,fp16,%s", w->name, placement_name(variants[v]));
-      if (v > 0 && !vqb_placement_used(&c, variants[v], why, sizeof why)) {
+      if (v > 0 && !vqb_placement_used(&c, variants[v], &used, why, sizeof why)) {
         printf("skipped: vq_gemm %s %s: %s\n", variant, shape, why);
         continue;
       }
@@ -337,9 +339,7 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
         rc |= vqb_row(b, variant, shape, bytes, flops, peer_us[i], vqb_run, &c, rows);
         c.splits = 0;
       }
-      qf_vq_mma_config tiled;
-      if (variants[v] == QF_VQ_BOOKS_TILED &&
-          qf_cuda_vq_gemm_tiled_with(ctx, &c.xm, &c.t, &c.ym, 0, &tiled) == QF_OK && tiled.splits > 1) {
+      if (variants[v] == QF_VQ_BOOKS_TILED && used.splits > 1) {
         /* the fusion without the dataflow's split-K (where the heuristic splits) */
         snprintf(variant, sizeof variant, "%s,fp16,tiled-1split", w->name);
         c.splits = 1;

@@ -446,9 +446,97 @@ done:
   free(hx);
   return rc;
 }
+
+/* Op "vq_gemm_splits", only when --only names it: the tiled VQ-GeMM with its split-K forced to
+ * every count from 1 to 8 that the kernel takes ("<fmt>,tiled-s<n>") and the heuristic's own
+ * ("<fmt>,tiled-auto-s<n>"), on a grid of M x N x K wider than the bench's layers, for checking the
+ * split rule against the best split (docs/VQ.md). No peer. */
+#define VQB_SPLITS_MAX_M 512
+static int vqb_splits(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
+  static const int64_t ms[] = {32, 64, 128, 256, 512};
+  static const int64_t ns[] = {1024, 2048, 4096, 8192, 14336, 28672};
+  static const int64_t ks[] = {1024, 4096, 8192, 22016};
+  qf_vq_format gptvq, aqlm, quip4;
+  qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
+  qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
+  qf_vq_format_preset(QF_VQ_QUIP_4, &quip4);
+  aqlm.row_scale = 1;
+  const struct {
+    const char *name;
+    qf_vq_format f;
+  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}, {"quip4", quip4}};
+  const int64_t kmax = ks[sizeof ks / sizeof ks[0] - 1], nmax = ns[sizeof ns / sizeof ns[0] - 1];
+  void *x = NULL, *y = NULL;
+  uint16_t *hx = malloc(sizeof(uint16_t) * (size_t)(VQB_SPLITS_MAX_M * kmax));
+  int rc = 1;
+  if (!hx || !vqb_cuda(cudaMalloc(&x, (size_t)(VQB_SPLITS_MAX_M * kmax) * 2), "cudaMalloc x") ||
+      !vqb_cuda(cudaMalloc(&y, (size_t)(VQB_SPLITS_MAX_M * nmax) * 2), "cudaMalloc y"))
+    goto done;
+  uint64_t seed = 0x5917ull;
+  for (int64_t i = 0; i < VQB_SPLITS_MAX_M * kmax; i++)
+    hx[i] = qf_f16_from_f32((float)((double)(vqb_rand(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0));
+  if (!vqb_cuda(cudaMemcpy(x, hx, sizeof(uint16_t) * (size_t)(VQB_SPLITS_MAX_M * kmax), cudaMemcpyHostToDevice),
+                "x to the device"))
+    goto done;
+  rc = 0;
+  for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+      for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
+        const int64_t N = ns[ni], K = ks[ki];
+        if (sel->k && K != sel->k) continue;
+        vqb_weight w;
+        if (!vqb_weight_make(ctx, &w, formats[fi].name, formats[fi].f, N, K)) {
+          vqb_weight_free(&w);
+          rc = 1;
+          continue;
+        }
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+          const int64_t M = ms[mi];
+          if (sel->m && M != sel->m) continue;
+          vqb_call c;
+          memset(&c, 0, sizeof c);
+          c.ctx = ctx, c.w = &w, c.placement = QF_VQ_BOOKS_TILED;
+          c.xm = (qf_mat){x, QF_F16, M, K, K};
+          c.ym = (qf_mat){y, QF_F16, M, N, N};
+          c.t = (qf_vq_tensors){w.f, w.sz, N, K, (uint8_t *)w.codes, w.books, w.scales, 0};
+          char shape[64], variant[64];
+          snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
+          const double flops = 2.0 * (double)M * (double)N * (double)K;
+          const double books = w.f.lattice ? 0.0 : (double)w.book_bytes;
+          const double bytes = (double)(w.code_bytes + w.scale_bytes) + books + 2.0 * (double)(M * K + M * N);
+          qf_vq_mma_config used;
+          if (qf_cuda_vq_gemm_tiled_with(ctx, &c.xm, &c.t, &c.ym, 0, &used) != QF_OK) {
+            printf("skipped: vq_gemm_splits %s %s: %s\n", w.name, shape, qf_ctx_last_error(ctx));
+            continue;
+          }
+          for (int s = 0; s <= 8; s++) {
+            qf_vq_mma_config forced;
+            if (s > 0 && qf_cuda_vq_gemm_tiled_with(ctx, &c.xm, &c.t, &c.ym, s, &forced) != QF_OK) continue;
+            if (s == 0) snprintf(variant, sizeof variant, "%s,tiled-auto-s%d", w.name, used.splits);
+            else snprintf(variant, sizeof variant, "%s,tiled-s%d", w.name, s);
+            c.splits = s;
+            qfb_row row = {.op = "vq_gemm_splits", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
+            row.us = qfb_time_us(b, vqb_run, &c);
+            row.floor_us = qfb_floor_us(b, bytes, flops, qfb_fp8_tflops(b) / 2.0);
+            qfb_emit(b, &row);
+            ++*rows;
+            rc |= row.us > 0 ? 0 : 1;
+          }
+        }
+        vqb_weight_free(&w);
+      }
+done:
+  if (rc) fprintf(stderr, "bench_vq_gemm: the split sweep failed\n");
+  cudaFree(x), cudaFree(y);
+  free(hx);
+  return rc;
+}
 #endif
 
 int bench_vq_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
+#ifdef QF_WITH_CUDA
+  if (sel->ops && qfb_op_selected(sel->ops, "vq_gemm_splits") && qfb_uses_gpu(b) && vqb_splits(b, ctx, sel, rows)) return 1;
+#endif
   if (!qfb_op_selected(sel->ops, "vq_gemm") || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t default_ms[] = {1, 16, 64, 256};

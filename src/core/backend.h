@@ -106,6 +106,22 @@ typedef struct {
 
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
 qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
+/* qf_gemm_fp8_blockscale on a dense call with the sm_90 engine's plan forced (cuda/gemm/
+ * sm90_gemm_heuristic.h): tiles of block_m x block_n (64 x 64, 64 x 128, 128 x 64, 128 x 128,
+ * 128 x 192 or 256 x 128), and with splits > 1 (at most 16, at least two K-blocks a range) the
+ * tiles past the last whole wave of the SMs, or all of them where they are fewer than the SMs,
+ * split into that many K ranges. For qfuse-bench's plan sweep. Plans the engine cannot run (a
+ * 256 x 128 split whose units do not all fit on the SMs at once, a split with no tile to split),
+ * the grouped forms and contexts that are not CUDA's get QF_ERR_UNSUPPORTED. */
+qf_status qf_gemm_fp8_blockscale_with(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
+                                      const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts,
+                                      int block_m, int block_n, int splits);
+qf_status qf_cuda_gemm_fp8_blockscale_with(qf_ctx *ctx, const qf_gemm_blockscale_args *a, int block_m, int block_n,
+                                           int splits);
+/* The plan qf_gemm_fp8_blockscale takes on this CUDA context for M x N x K (tail_kb > 0: a last
+ * round of 256 x 128 owners and helpers, splits 2). */
+void qf_cuda_gemm_fp8_blockscale_plan(qf_ctx *ctx, int64_t M, int64_t N, int64_t K, int *block_m, int *block_n,
+                                      int *splits, int *tail_kb);
 
 typedef struct {
   qf_mat a, b, d;            /* a [M, K], b [N, K] int8 or e4m3fn; d [M, N] */

@@ -65,18 +65,17 @@ static qf_status run_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *g) {
   return qf_cpu_gemm_fp8_blockscale(ctx, g);
 }
 
-qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
-                                 const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts) {
-  static const char op[] = "qf_gemm_fp8_blockscale";
-  if (!ctx) return QF_ERR_NULL;
+/* The checked arguments of qf_gemm_fp8_blockscale and qf_gemm_fp8_blockscale_with in *g. */
+static qf_status blockscale_args(qf_ctx *ctx, const char *op, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
+                                 const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts,
+                                 qf_gemm_blockscale_args *g) {
   static const qf_gemm_blockscale_opts defaults;
   const qf_gemm_blockscale_opts *o = opts ? opts : &defaults;
-  qf_gemm_blockscale_args g = {0};
   qf_status st;
-  if ((st = check_ab(ctx, op, a, b, QF_DT(QF_E4M3FN), &g.a, &g.b))) return st;
-  g.M = g.a.rows, g.K = g.a.cols, g.N = g.b.rows, g.experts = 1;
-  const int64_t KB = (g.K + 127) / 128, NB = (g.N + 127) / 128;
-  if ((st = check_a_scales(ctx, op, a_scales, o->a_scales_row_major, &g))) return st;
+  if ((st = check_ab(ctx, op, a, b, QF_DT(QF_E4M3FN), &g->a, &g->b))) return st;
+  g->M = g->a.rows, g->K = g->a.cols, g->N = g->b.rows, g->experts = 1;
+  const int64_t KB = (g->K + 127) / 128, NB = (g->N + 127) / 128;
+  if ((st = check_a_scales(ctx, op, a_scales, o->a_scales_row_major, g))) return st;
 
   qf_mat bs;
   int64_t want_b[2] = {NB, KB};
@@ -85,11 +84,35 @@ qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor 
     return st;
   if (bs.rows > 1 && bs.ld != KB)
     return qf_fail(ctx, QF_ERR_LAYOUT, "%s: b_scales.strides[0]=%" PRId64 "; expected %" PRId64 " (contiguous)", op, bs.ld, KB);
-  g.b_scales = bs.data;
+  g->b_scales = bs.data;
 
-  if ((st = check_out(ctx, op, "d", d, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g.M, g.N, &g.d))) return st;
-  if (o->c && (st = check_out(ctx, op, "c", o->c, QF_DT(QF_F32), g.M, g.N, &g.c))) return st;
-  return run_blockscale(ctx, &g);
+  if ((st = check_out(ctx, op, "d", d, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g->M, g->N, &g->d))) return st;
+  if (o->c && (st = check_out(ctx, op, "c", o->c, QF_DT(QF_F32), g->M, g->N, &g->c))) return st;
+  return QF_OK;
+}
+
+qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
+                                 const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts) {
+  if (!ctx) return QF_ERR_NULL;
+  qf_gemm_blockscale_args g = {0};
+  const qf_status st = blockscale_args(ctx, "qf_gemm_fp8_blockscale", a, a_scales, b, b_scales, d, opts, &g);
+  return st ? st : run_blockscale(ctx, &g);
+}
+
+qf_status qf_gemm_fp8_blockscale_with(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
+                                      const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts,
+                                      int block_m, int block_n, int splits) {
+  static const char op[] = "qf_gemm_fp8_blockscale_with";
+  if (!ctx) return QF_ERR_NULL;
+  qf_gemm_blockscale_args g = {0};
+  const qf_status st = blockscale_args(ctx, op, a, a_scales, b, b_scales, d, opts, &g);
+  if (st) return st;
+#ifdef QF_WITH_CUDA
+  if (ctx->device == QF_DEVICE_CUDA) return qf_cuda_gemm_fp8_blockscale_with(ctx, &g, block_m, block_n, splits);
+#else
+  (void)block_m, (void)block_n, (void)splits;
+#endif
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the sm_90 engine's plans are CUDA's; this context is not", op);
 }
 
 /* A [groups, rows, cols] tensor with its groups stacked (strides[0] = rows * strides[1]) as the

@@ -24,6 +24,7 @@
 #include <cudaTypedefs.h>
 
 #include "check.h"
+#include "core/backend.h"
 #include "gpu.h"
 #include "tensors.h"
 
@@ -38,7 +39,15 @@ typedef struct {
   int exact;              /* operands in {0, +-0.5, +-1, +-2}, power-of-two scales */
   int64_t lda, ldb, ldd, ldc;
   cudaStream_t stream;    /* the stream the GPU context runs on (NULL: the default one) */
+  int plan_m, plan_n, plan_splits; /* plan_m > 0: the engine's plan forced (qf_gemm_fp8_blockscale_with) */
 } gemm_case;
+
+/* The call under test: the public one, or the forced plan. */
+static qf_status gemm_gpu(qf_ctx *gpu, const gemm_case *g, DLTensor *a, DLTensor *as, DLTensor *b, DLTensor *bs, DLTensor *d,
+                          const qf_gemm_blockscale_opts *o) {
+  if (g->plan_m > 0) return qf_gemm_fp8_blockscale_with(gpu, a, as, b, bs, d, o, g->plan_m, g->plan_n, g->plan_splits);
+  return qf_gemm_fp8_blockscale(gpu, a, as, b, bs, d, o);
+}
 
 static size_t esz(qf_dtype t) { return t == QF_F32 ? 4 : 2; }
 
@@ -91,9 +100,10 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
   const size_t osz = esz(g->dt);
   char what[256];
   snprintf(what, sizeof what, "M=%" PRId64 " N=%" PRId64 " K=%" PRId64 " d=%s %s data, %s-major As, %s, lda=%" PRId64
-           " ldb=%" PRId64 " ldd=%" PRId64, M, N, K, qf_dtype_name(g->dt), g->exact ? "exact" : "random",
+           " ldb=%" PRId64 " ldd=%" PRId64 " plan %dx%d/%d", M, N, K, qf_dtype_name(g->dt), g->exact ? "exact" : "random",
            g->row_major_scales ? "row" : "column",
-           g->c_mode == 0 ? "no C" : g->c_mode == 1 ? "C" : "C = D", g->lda, g->ldb, g->ldd);
+           g->c_mode == 0 ? "no C" : g->c_mode == 1 ? "C" : "C = D", g->lda, g->ldb, g->ldd, g->plan_m, g->plan_n,
+           g->plan_splits);
 
   /* ---- host data ---- */
   uint8_t *a = malloc((size_t)(M * g->lda)), *b = malloc((size_t)(N * g->ldb));
@@ -176,7 +186,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
   tensor2d_init(&gd, dd, g->dt, M, N, g->ldd, kDLCUDA);
   tensor2d_init(&gc, dc, QF_F32, M, N, ldc, kDLCUDA);
   qf_gemm_blockscale_opts gopts = {.c = g->c_mode ? &gc.t : NULL, .a_scales_row_major = g->row_major_scales};
-  CHECK(qf_gemm_fp8_blockscale(gpu, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, &gopts) == QF_OK, "%s: gpu: %s", what,
+  CHECK(gemm_gpu(gpu, g, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, &gopts) == QF_OK, "%s: gpu: %s", what,
         qf_ctx_last_error(gpu));
   CUDA_OK(cudaDeviceSynchronize());
   if (g->stream) CUDA_OK(cudaStreamSynchronize(g->stream));
@@ -187,7 +197,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *cpu, const gemm_case *g, uint64_t *see
    * zero). Every shape runs twice; C = D would add C twice. */
   if (g->c_mode != 2) {
     uint8_t *again = malloc(dbytes);
-    CHECK(qf_gemm_fp8_blockscale(gpu, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, &gopts) == QF_OK, "%s: gpu, again: %s", what,
+    CHECK(gemm_gpu(gpu, g, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, &gopts) == QF_OK, "%s: gpu, again: %s", what,
           qf_ctx_last_error(gpu));
     if (g->stream) CUDA_OK(cudaStreamSynchronize(g->stream));
     CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
@@ -499,6 +509,61 @@ int main(void) {
     gemm_case g = {.M = 1000, .N = 7504, .K = 6208, .dt = v ? QF_F32 : QF_BF16, .c_mode = v};
     g.lda = g.K, g.ldb = g.K, g.ldd = v ? g.N + 3 : g.N, g.ldc = g.N + 1;
     one_case(gpu, cpu, &g, &seed);
+  }
+
+  /* Every tile of the engine forced (qf_gemm_fp8_blockscale_with, the bench's plan sweep), whole
+   * and split 4 ways, on shapes past the tiles' edges with a partial last K-block: (300, 1040,
+   * 1088) has fewer tiles than the SMs in every shape (all split), (1000, 2176, 1088) 544 tiles
+   * of 64 x 64 on 132 SMs (a last wave of 16 split) and 68 of 256 x 128 (those whole only: split
+   * units of 256-row tiles must all be resident at once). bf16 D (staged epilogue) and fp32 D with
+   * C (direct stores). Then plans the engine has no kernel for are refused and leave D as it was. */
+  {
+    static const int plans[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {128, 192}, {256, 128}};
+    static const int64_t shapes[][3] = {{300, 1040, 1088}, {1000, 2176, 1088}};
+    int v = 0;
+    for (size_t si = 0; si < (quick ? 1 : 2); si++)
+      for (size_t pi = 0; pi < sizeof plans / sizeof plans[0]; pi++)
+        for (int splits = 1; splits <= 4; splits += 3, v++) {
+          if (si == 1 && plans[pi][0] == 256 && splits > 1) continue; /* (refused below) */
+          gemm_case g = {.M = shapes[si][0], .N = shapes[si][1], .K = shapes[si][2], .dt = v % 2 ? QF_F32 : QF_BF16,
+                         .c_mode = v % 2, .plan_m = plans[pi][0], .plan_n = plans[pi][1], .plan_splits = splits};
+          g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+          one_case(gpu, cpu, &g, &seed);
+        }
+    const int64_t M = 1000, N = 2176, K = 1088, KB = 9, NB = 17;
+    uint8_t *da = dev_alloc((size_t)(M * K)), *db = dev_alloc((size_t)(N * K));
+    float *das = dev_alloc((size_t)(KB * M) * sizeof(float)), *dbs = dev_alloc((size_t)(NB * KB) * sizeof(float));
+    uint16_t *dd = dev_alloc((size_t)(M * N) * 2);
+    CUDA_OK(cudaMemset(da, 0x38, (size_t)(M * K)));
+    CUDA_OK(cudaMemset(db, 0x38, (size_t)(N * K)));
+    CUDA_OK(cudaMemset(das, 0, (size_t)(KB * M) * sizeof(float)));
+    CUDA_OK(cudaMemset(dbs, 0, (size_t)(NB * KB) * sizeof(float)));
+    CUDA_OK(cudaMemset(dd, 0xff, (size_t)(M * N) * 2));
+    tensor2d ga, gas, gb, gbs, gd;
+    tensor2d_init(&ga, da, QF_E4M3FN, M, K, K, kDLCUDA);
+    tensor2d_init(&gas, das, QF_F32, KB, M, M, kDLCUDA);
+    tensor2d_init(&gb, db, QF_E4M3FN, N, K, K, kDLCUDA);
+    tensor2d_init(&gbs, dbs, QF_F32, NB, KB, KB, kDLCUDA);
+    tensor2d_init(&gd, dd, QF_BF16, M, N, N, kDLCUDA);
+    /* no such tile; no range; splits past 16; ranges under two K-blocks (9 K-blocks); 68 tiles of
+     * 256 x 128 split 4 ways (272 units, which must all be resident: on fewer SMs) */
+    static const int bad[][3] = {{96, 64, 1}, {256, 64, 1}, {128, 128, 0}, {64, 64, 17}, {64, 64, 5}, {256, 128, 4}};
+    int sms = 0;
+    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      if (bad[i][0] == 256 && bad[i][2] == 4 && sms >= 68 * 4) continue; /* (they fit on so large a GPU) */
+      const qf_status st = qf_gemm_fp8_blockscale_with(gpu, &ga.t, &gas.t, &gb.t, &gbs.t, &gd.t, NULL, bad[i][0], bad[i][1],
+                                                       bad[i][2]);
+      CHECK(st == QF_ERR_UNSUPPORTED, "plan %dx%d/%d: status %d, expected QF_ERR_UNSUPPORTED", bad[i][0], bad[i][1],
+            bad[i][2], (int)st);
+    }
+    uint16_t *got = malloc((size_t)(M * N) * 2);
+    CUDA_OK(cudaMemcpy(got, dd, (size_t)(M * N) * 2, cudaMemcpyDeviceToHost));
+    int64_t touched = 0;
+    for (int64_t i = 0; i < M * N; i++) touched += got[i] != 0xffff;
+    CHECK(touched == 0, "refused plans wrote %" PRId64 " elements of D", touched);
+    free(got);
+    cudaFree(da), cudaFree(db), cudaFree(das), cudaFree(dbs), cudaFree(dd);
   }
 
   if (!quick) concurrent_streams_case(gpu, &seed);

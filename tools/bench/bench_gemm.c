@@ -1,6 +1,9 @@
 /* GEMM benchmarks, with L2 flushed, each against a cuBLASLt peer run on the same inputs:
  *  gemm_fp8_blockscale: qf_gemm_fp8_blockscale against cuBLASLt's block-scaled FP8 GEMM (A scales
  *    VEC128_32F, B scales BLK128x128_32F, bf16 D) on the DeepSeek-V3 shapes.
+ *  gemm_fp8_blockscale_grid (only when named): the same on more weights and M (below).
+ *  gemm_fp8_blockscale_plans (only when named): the heuristic's plan and every plan forced
+ *    (qf_gemm_fp8_blockscale_with), for checking the heuristic (below).
  *  gemm_scaled: qf_gemm_scaled with per-token a_scale [M], per-channel b_scale [N] and bf16 D on
  *    Llama-style shapes; e4m3 against cuBLASLt's FP8 GEMM with OUTER_VEC scales (bf16 D), int8
  *    against cuBLASLt's INT8 GEMM with int32 D and no scaling (the fastest INT8 GEMM it has). */
@@ -14,6 +17,7 @@
 #ifdef QF_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "core/backend.h"
 #include "cublaslt.h"
 
 typedef struct {
@@ -60,7 +64,57 @@ static void fill_scales(float *h, int64_t n) {
   for (int64_t i = 0; i < n; i++) h[i] = 0.5f + (float)(i % 7) * 0.125f;
 }
 
-static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
+/* One forced plan of the engine (qf_gemm_fp8_blockscale_with). */
+typedef struct {
+  gemm_call *q;
+  int block_m, block_n, splits;
+} plan_call;
+
+static int run_plan(void *arg) {
+  plan_call *c = arg;
+  gemm_call *q = c->q;
+  qf_status st = qf_gemm_fp8_blockscale_with(q->ctx, &q->a, &q->as, &q->b, &q->bs, &q->d, NULL, c->block_m, c->block_n,
+                                             c->splits);
+  if (st != QF_OK) fprintf(stderr, "qf_gemm_fp8_blockscale_with: %s\n", qf_ctx_last_error(q->ctx));
+  return st != QF_OK;
+}
+
+/* Op gemm_fp8_blockscale_plans: the row `auto` (the heuristic's plan, named BMxBN/splits, "+tail"
+ * for a last round of owners and helpers) has been emitted; now every plan of the engine's tiles
+ * with the tiles past the last whole wave unsplit or split 2 to 16 ways (at most one wave of split
+ * units, at least two K-blocks a range) that the engine takes, each against the same peer time. */
+static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N, int64_t K) {
+  static const int tiles_of[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {256, 128}};
+  int sms = 0, rc = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const int64_t num_kb = (K + 127) / 128;
+  for (size_t t = 0; t < sizeof tiles_of / sizeof tiles_of[0]; t++) {
+    const int bm = tiles_of[t][0], bn = tiles_of[t][1];
+    if (bm == 256 && M <= 128) continue;
+    const int64_t tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn), rem = tiles < sms ? tiles : tiles % sms;
+    const int64_t fill = rem ? sms / rem : 0;
+    static const int cand[] = {1, 2, 3, 4, 6, 8, 12, 16};
+    int tried_fill = 0;
+    for (size_t i = 0; i <= sizeof cand / sizeof cand[0]; i++) {
+      const int s = i < sizeof cand / sizeof cand[0] ? cand[i] : (int)fill;  /* the candidates, then the fill */
+      if (s > 1 && (s > fill || s > 16 || s > num_kb / 2)) continue;
+      if (i == sizeof cand / sizeof cand[0] && tried_fill) continue;
+      if (s == fill) tried_fill = 1;
+      plan_call c = {q, bm, bn, s};
+      if (qf_gemm_fp8_blockscale_with(q->ctx, &q->a, &q->as, &q->b, &q->bs, &q->d, NULL, bm, bn, s) != QF_OK) continue;
+      char variant[48];
+      snprintf(variant, sizeof variant, "plan=%dx%d/%d", bm, bn, s);
+      qfb_row r = *row;
+      r.variant = variant;
+      r.us = qfb_time_us(b, run_plan, &c);
+      qfb_emit(b, &r);
+      rc |= r.us > 0 ? 0 : 1;
+    }
+  }
+  return rc;
+}
+
+static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M, int64_t N, int64_t K) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
   const size_t a_bytes = (size_t)(Mp * K), b_bytes = (size_t)(N * K);
   uint8_t *h = malloc(a_bytes > b_bytes ? a_bytes : b_bytes);
@@ -101,7 +155,14 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t M, int64_t N, int6
   snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
   const double flops = 2.0 * (double)M * (double)N * (double)K;
   const double bytes = (double)(M * K + N * K) + 4.0 * (double)(KB * M + NB * KB) + 2.0 * (double)(M * N);
-  qfb_row row = {.op = "gemm_fp8_blockscale", .variant = "e4m3->bf16", .shape = shape, .bytes = bytes, .flops = flops};
+  const int plans = !strcmp(op, "gemm_fp8_blockscale_plans");
+  char auto_variant[48] = "e4m3->bf16";
+  if (plans) {
+    int bm, bn, splits, tail_kb;
+    qf_cuda_gemm_fp8_blockscale_plan(ctx, M, N, K, &bm, &bn, &splits, &tail_kb);
+    snprintf(auto_variant, sizeof auto_variant, "auto=%dx%d/%d%s", bm, bn, splits, tail_kb > 0 ? "+tail" : "");
+  }
+  qfb_row row = {.op = op, .variant = auto_variant, .shape = shape, .bytes = bytes, .flops = flops};
   row.us = qfb_time_us(b, run_qfuse, &q);
   row.floor_us = qfb_floor_us(b, bytes, flops, 0);
   /* cuBLASLt's block scaling needs M a multiple of 4: the peer computes Mp rows. */
@@ -114,6 +175,7 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t M, int64_t N, int6
   }
   qfb_emit(b, &row);
   rc = row.us > 0 ? 0 : 1;
+  if (plans) rc |= plan_rows(b, &q, &row, M, N, K);
 done:
   if (rc) fprintf(stderr, "bench_gemm: M=%lld N=%lld K=%lld failed\n", (long long)M, (long long)N, (long long)K);
   cudaFree(a), cudaFree(bm), cudaFree(d), cudaFree(dl), cudaFree(as), cudaFree(bs), cudaFree(bs_lt);
@@ -451,12 +513,14 @@ done:
 
 int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int blockscale = qfb_op_selected(sel->ops, "gemm_fp8_blockscale");
+  const int grid = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_grid");
+  const int plans = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_plans");
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
   int chains = 0;
 #ifdef QF_WITH_CUDA
   for (int kind = 0; kind < CHAIN_KINDS; kind++) chains |= qfb_op_selected(sel->ops, chain_ops[kind]);
 #endif
-  if (!(blockscale || scaled || chains) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  if (!(blockscale || grid || plans || scaled || chains) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -470,9 +534,34 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   for (size_t j = 0; j < sizeof nk / sizeof nk[0] && blockscale; j++)
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
       if ((sel->m && ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
-      rc |= one_shape(b, ctx, lt, ms[i], nk[j][0], nk[j][1]);
+      rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale", ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
+  /* gemm_fp8_blockscale_grid, only when named: the heuristic's plans past the bench's shapes, on
+   * the other DeepSeek-V3 weights (q_a, kv_a, the dense MLP's gate + up and down) and Llama-3
+   * 70B's (a block-scaled checkpoint's qkv, o, gate + up and down), at M between the bench's */
+  static const int64_t grid_ms[] = {1, 8, 48, 96, 192, 256, 384, 768, 1024, 3072, 8192};
+  static const int64_t grid_nk[][2] = {{1536, 7168}, {576, 7168},   {36864, 7168}, {7168, 18432},
+                                       {10240, 8192}, {8192, 8192}, {57344, 8192}, {8192, 28672}};
+  for (size_t j = 0; j < sizeof grid_nk / sizeof grid_nk[0] && grid; j++)
+    for (size_t i = 0; i < sizeof grid_ms / sizeof grid_ms[0]; i++) {
+      if ((sel->m && grid_ms[i] != sel->m) || (sel->k && grid_nk[j][1] != sel->k)) continue;
+      rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale_grid", grid_ms[i], grid_nk[j][0], grid_nk[j][1]);
+      ++*rows;
+    }
+  /* gemm_fp8_blockscale_plans, only when named: on the bench's and the grid's weights, at the
+   * bench's M up to 2048 and the grid's up to 3072, the heuristic's plan and every plan forced */
+  static const int64_t plan_ms[] = {1, 16, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 3072};
+  for (int set = 0; set < 2 && plans; set++) {
+    const int64_t(*wk)[2] = set ? grid_nk : nk;
+    const size_t weights = set ? sizeof grid_nk / sizeof grid_nk[0] : sizeof nk / sizeof nk[0];
+    for (size_t j = 0; j < weights; j++)
+      for (size_t i = 0; i < sizeof plan_ms / sizeof plan_ms[0]; i++) {
+        if ((sel->m && plan_ms[i] != sel->m) || (sel->k && wk[j][1] != sel->k)) continue;
+        rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale_plans", plan_ms[i], wk[j][0], wk[j][1]);
+        ++*rows;
+      }
+  }
   for (int fp8 = 1; fp8 >= 0 && scaled; fp8--)
     for (size_t j = 0; j < sizeof scaled_nk / sizeof scaled_nk[0]; j++)
       if (!sel->k || scaled_nk[j][1] == sel->k)

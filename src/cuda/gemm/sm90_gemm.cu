@@ -192,7 +192,7 @@ qf_status dispatch_grouped(qf_ctx *ctx, const Problem &pr, const sm90_gemm_param
 }
 
 template <Sm90Recipe R>
-qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
+qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p, const sm90_gemm_config *forced = nullptr) {
   // Coordinates and tile indices are 32-bit in the kernel (TMA coordinates are int32 anyway).
   const int64_t lim = INT32_MAX - 255;
   if (pr.M > lim || pr.N > lim || pr.K > lim || ((pr.M + 63) / 64) * ((pr.N + 63) / 64) > INT32_MAX)
@@ -208,7 +208,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
       default: return dispatch_grouped<float>(ctx, pr, p);
     }
   }
-  const sm90_gemm_config cfg = sm90_gemm_pick(pr.M, pr.N, pr.K, pr.sms, R);
+  const sm90_gemm_config cfg = forced ? *forced : sm90_gemm_pick(pr.M, pr.N, pr.K, pr.sms, R);
   switch (pr.d.dtype) {
     case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
     case QF_F16: return dispatch_tile<R, __half>(ctx, pr, p, cfg);
@@ -218,13 +218,9 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p) {
 
 }  // namespace
 
-extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
-  if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped"
-                      : a->masked_m ? "qf_gemm_fp8_blockscale_masked"
-                                    : "qf_gemm_fp8_blockscale",
-                      a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0};
-  sm90_gemm_params p = {};
+// The block-scaled GEMM's call parameters (the plan aside).
+static Problem blockscale_problem(qf_ctx *ctx, const qf_gemm_blockscale_args *a, sm90_gemm_params &p) {
+  p = {};
   p.a_scales = a->a_scales;
   p.as_m = a->as_m;
   p.as_k = a->as_k;
@@ -239,6 +235,51 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
   p.experts = static_cast<int>(a->experts);
   p.c = static_cast<const float *>(a->c.data);
   p.c_ld = a->c.ld;
+  return {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped"
+          : a->masked_m ? "qf_gemm_fp8_blockscale_masked"
+                        : "qf_gemm_fp8_blockscale",
+          a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0};
+}
+
+extern "C" void qf_cuda_gemm_fp8_blockscale_plan(qf_ctx *ctx, int64_t M, int64_t N, int64_t K, int *block_m, int *block_n,
+                                                 int *splits, int *tail_kb) {
+  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, ctx->stream_sms, Sm90Recipe::kBlockScaledFp8);
+  *block_m = c.block_m, *block_n = c.block_n, *splits = c.splits, *tail_kb = static_cast<int>(c.tail_kb);
+}
+
+extern "C" qf_status qf_cuda_gemm_fp8_blockscale_with(qf_ctx *ctx, const qf_gemm_blockscale_args *a, int block_m,
+                                                     int block_n, int splits) {
+  static const char op[] = "qf_gemm_fp8_blockscale_with";
+  const int sms = ctx->stream_sms > 0 ? ctx->stream_sms : 1;
+  const int64_t num_kb = (a->K + 127) / 128;
+  const bool tile_ok = (block_m == 64 && (block_n == 64 || block_n == 128)) ||
+                       (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 192)) ||
+                       (block_m == 256 && block_n == 128);
+  if (a->expert_ids || a->masked_m || !tile_ok || splits < 1 || splits > 16 || (splits > 1 && splits > num_kb / 2))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no plan of %dx%d tiles split %d ways for K=%lld (dense calls only)", op,
+                   block_m, block_n, splits, static_cast<long long>(a->K));
+  if (a->M == 0 || a->N == 0) return QF_OK;
+  const int64_t tiles = ((a->M + block_m - 1) / block_m) * ((a->N + block_n - 1) / block_n);
+  sm90_gemm_config cfg = {block_m, block_n, 0, 8, splits, tiles, 0};
+  if (splits > 1) {
+    // the tiles past the last whole wave split (all of them where they are fewer than the SMs)
+    cfg.whole_tiles = tiles < sms ? 0 : tiles - tiles % sms;
+    const int64_t split_tiles = tiles - cfg.whole_tiles;
+    // (256-row split units wait for each other: they must all be resident at once)
+    if (split_tiles == 0 || (block_m == 256 && (split_tiles * splits > sms ||
+                                                !sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2)))))
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %lld tiles of %dx%d on %d SMs cannot be split %d ways", op,
+                     static_cast<long long>(tiles), block_m, block_n, sms, splits);
+  }
+  sm90_gemm_params p;
+  const Problem pr = blockscale_problem(ctx, a, p);
+  return dispatch<Sm90Recipe::kBlockScaledFp8>(ctx, pr, p, &cfg);
+}
+
+extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a) {
+  if (a->M == 0 || a->N == 0) return QF_OK;
+  sm90_gemm_params p;
+  const Problem pr = blockscale_problem(ctx, a, p);
   return dispatch<Sm90Recipe::kBlockScaledFp8>(ctx, pr, p);
 }
 

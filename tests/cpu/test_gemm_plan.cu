@@ -53,6 +53,12 @@ int main() {
   expect(4096, 7168, 16384, 256, 128, 2, 792, 108);
   // (1000, 7504, 6208): 236 tiles, the gpu test's tail case (4 helpers a CTA; 49 - 4 K-blocks)
   expect(1000, 7504, 6208, 256, 128, 2, 132, 45);
+  // The time model's plans where it puts the rules' at 1.2x its own or more: (384, 1536, 7168),
+  // where the rules take 144 tiles of 64 x 64 (a last wave of 12 split 11 ways), runs 36 tiles of
+  // 128 x 128 split 3 ways; (512, 576, 7168), 72 whole tiles of 64 x 64 by the rules, 20 tiles of
+  // 128 x 64 split 3 ways.
+  expect(384, 1536, 7168, 128, 128, 3, 0);
+  expect(512, 576, 7168, 128, 64, 3, 0);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1, 3, 16, 33, 64, 65, 100, 128, 129, 200, 256, 300, 512, 1000, 2048, 4096, 4097, 8192};

@@ -97,7 +97,7 @@ constexpr int64_t sm90_gemm_tail_owner_kb(int64_t tiles, int sms, int64_t num_kb
 // The FP8 recipes (two_sets: the two-set loop; wide: the 128 x 192 tile) have their own rules at
 // 65-128 rows; the block-scaled recipe has the 256 x 128 tile too, costed by the same model
 // (its last wave split only where units are long: below).
-inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
+inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
   const bool two_sets = sm90_gemm_two_sets(recipe), wide = sm90_gemm_wide(recipe), tall = sm90_gemm_tall(recipe);
   const int sms = sm_count > 0 ? sm_count : 1;
   const int64_t num_kb = (K + 127) / 128;
@@ -224,6 +224,81 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     best.tail_kb = owner_kb;
   }
   return best;
+}
+
+// A time model of the block-scaled plans, in microseconds, fitted on an H100 sweep of every plan
+// (qfuse-bench gemm_fp8_blockscale_plans: 182 shapes, M 1-3072; docs/GEMM.md, "The plan sweep"):
+// a unit of a tile takes its K-blocks at kb_us each plus unit_us, a split unit split_us more (its
+// partial and the reduction); the SMs run the whole tiles in rounds, then the split units in one
+// more; and no plan beats the DRAM stream of its bytes (A, B, D and the partials at 3.12 TB/s,
+// plus 4.7 us). Its plans: the five tiles below, the tiles past the last whole wave unsplit or
+// split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many as fill the SMs (at most one round of
+// split units, at least two K-blocks a range).
+struct sm90_plan_cost {
+  int block_m, block_n;
+  double kb_us, unit_us, split_us;
+};
+constexpr sm90_plan_cost kSm90PlanCosts[] = {
+    {64, 64, 0.234, 0.41, 3.6}, {64, 128, 0.316, 0.56, 4.5}, {128, 64, 0.309, 0.40, 3.24},
+    {128, 128, 0.400, 0.96, 5.0}, {256, 128, 0.738, 1.74, 11.1}};
+
+inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const sm90_plan_cost &c, int64_t splits) {
+  const int64_t num_kb = (K + 127) / 128, tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
+  double t = 0.0, partials = 0.0;
+  if (splits == 1) {
+    t = static_cast<double>((tiles + sms - 1) / sms) * (num_kb * c.kb_us + c.unit_us);
+  } else {
+    const int64_t whole_rounds = tiles < sms ? 0 : tiles / sms, split_tiles = tiles - whole_rounds * sms;
+    t = whole_rounds * (num_kb * c.kb_us + c.unit_us) + static_cast<double>(num_kb) / splits * c.kb_us + c.unit_us + c.split_us;
+    partials = 8.0 * c.block_m * c.block_n * split_tiles * splits;  // written and read, fp32
+  }
+  const double bytes = static_cast<double>(N) * K + static_cast<double>(M) * K + 2.0 * M * N + partials;
+  return t > bytes / 3.12e6 + 4.7 ? t : bytes / 3.12e6 + 4.7;
+}
+
+// Whether the engine runs `splits` ranges of c's tiles past the last whole wave (as
+// qf_gemm_fp8_blockscale_with takes them): at least two K-blocks a range, at most 16, one round
+// of split units, and 256 x 128 split units all resident with their shares in the ring.
+inline bool sm90_gemm_model_plan_ok(int64_t M, int64_t N, int64_t K, int sms, const sm90_plan_cost &c, int64_t splits) {
+  if (c.block_m == 256 && M <= 128) return false;
+  if (splits == 1) return true;
+  const int64_t tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
+  const int64_t rem = tiles < sms ? tiles : tiles % sms, num_kb = (K + 127) / 128;
+  if (rem == 0 || splits > sms / rem || splits > 16 || splits > num_kb / 2) return false;
+  return c.block_m != 256 || (rem * splits <= sms && sm90_gemm_tall_share_fits(static_cast<int>(splits), sm90_gemm_stages(256, 128, 2)));
+}
+
+// The rules above, then for the block-scaled recipe up to 3072 rows (the sweep's range) the
+// model's fastest plan where it puts the rules' plan at 1.2x its time or more (the rules' plan on
+// one of the model's tiles, not a round of owners and helpers). On the sweep: 3.7% -> 2.3% from
+// the fastest plan in geometric mean, worst 1.55x -> 1.31x; cross-validated over the weights
+// (fitted on half, judged on the other) 2.4%, no shape more than 3% slower than by the rules.
+inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
+  const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe);
+  if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 3072 || rules.tail_kb > 0) return rules;
+  const int sms = sm_count > 0 ? sm_count : 1;
+  const sm90_plan_cost *mine = nullptr;
+  for (const sm90_plan_cost &c : kSm90PlanCosts)
+    if (c.block_m == rules.block_m && c.block_n == rules.block_n) mine = &c;
+  if (!mine) return rules;
+  const sm90_plan_cost *best = nullptr;
+  int64_t best_splits = 1;
+  double best_us = 0.0;
+  for (const sm90_plan_cost &c : kSm90PlanCosts) {
+    const int64_t tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
+    const int64_t rem = tiles < sms ? tiles : tiles % sms, fill = rem ? sms / rem : 0;
+    const int64_t candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, fill};
+    for (int64_t s : candidates) {
+      if (s < 1 || !sm90_gemm_model_plan_ok(M, N, K, sms, c, s)) continue;
+      const double us = sm90_gemm_model_us(M, N, K, sms, c, s);
+      if (!best || us < best_us) best = &c, best_splits = s, best_us = us;
+    }
+  }
+  if (!best || sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) <= 1.2 * best_us) return rules;
+  const int64_t tiles = ((M + best->block_m - 1) / best->block_m) * ((N + best->block_n - 1) / best->block_n);
+  sm90_gemm_config c = {best->block_m, best->block_n, 0, rules.raster_group, static_cast<int>(best_splits), tiles, 0};
+  if (best_splits > 1) c.whole_tiles = tiles < sms ? 0 : tiles - tiles % sms;
+  return c;
 }
 
 // The grouped (MoE) GEMM: 128-row tiles (a tile row is one expert's 128-row block) in the grouped

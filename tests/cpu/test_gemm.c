@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/backend.h"
 #include "cuda/fastdiv.h"
 #include "qfuse.h"
 #include "tensors.h"
@@ -127,6 +128,23 @@ static void test_errors(void) {
   }
 }
 
+/* The entry with the engine's plan forced (qfuse-bench's plan sweep, the GPU test) checks the
+ * tensors as qf_gemm_fp8_blockscale does, then refuses a CPU context; d stays as it was. */
+static void test_forced_plan(void) {
+  static gem g;
+  gem_init(&g, 0);
+  m_a_dtype(&g);
+  qf_status st = qf_gemm_fp8_blockscale_with(ctx, &g.at.t, &g.ast.t, &g.bt.t, &g.bst.t, &g.dt.t, &g.o, 128, 128, 1);
+  CHECK(st == QF_ERR_DTYPE, "forced plan, a e5m2: got %s (%s)", qf_status_str(st), qf_ctx_last_error(ctx));
+  gem_init(&g, 0);
+  st = qf_gemm_fp8_blockscale_with(ctx, &g.at.t, &g.ast.t, &g.bt.t, &g.bst.t, &g.dt.t, &g.o, 128, 128, 1);
+  CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(ctx), "qf_gemm_fp8_blockscale_with"),
+        "forced plan on the CPU: got %s (%s)", qf_status_str(st), qf_ctx_last_error(ctx));
+  int untouched = 1;
+  for (int j = 0; j < M * N + 16; j++) untouched &= ((uint32_t *)g.d)[j] == 0xffffffffu;
+  CHECK(untouched, "forced plan on the CPU: d was written");
+}
+
 /* The GPU GEMM's fast division (src/cuda/fastdiv.h, the same code on both sides) against the
  * division: every n < 2^16 for d < 2^12, then the edges (multiples of d and their neighbours,
  * 2^31 - 1) and random n for divisors up to 2^31 - 1. */
@@ -156,6 +174,7 @@ int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   test_formula();
   test_errors();
+  test_forced_plan();
   qf_ctx_destroy(ctx);
   return check_finish("test_gemm");
 }

@@ -92,14 +92,13 @@ static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N, i
     const int bm = tiles_of[t][0], bn = tiles_of[t][1];
     if (bm == 256 && M <= 128) continue;
     const int64_t tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn), rem = tiles < sms ? tiles : tiles % sms;
-    const int64_t fill = rem ? sms / rem : 0;
-    static const int cand[] = {1, 2, 3, 4, 6, 8, 12, 16};
-    int tried_fill = 0;
-    for (size_t i = 0; i <= sizeof cand / sizeof cand[0]; i++) {
-      const int s = i < sizeof cand / sizeof cand[0] ? cand[i] : (int)fill;  /* the candidates, then the fill */
+    const int fill = rem ? (int)(sms / rem) : 0;  /* the ranges that fill the SMs */
+    int splits[9] = {1, 2, 3, 4, 6, 8, 12, 16}, n = 8, listed = 0;
+    for (int i = 0; i < n; i++) listed |= splits[i] == fill;
+    if (!listed && fill > 1) splits[n++] = fill;
+    for (int i = 0; i < n; i++) {
+      const int s = splits[i];
       if (s > 1 && (s > fill || s > 16 || s > num_kb / 2)) continue;
-      if (i == sizeof cand / sizeof cand[0] && tried_fill) continue;
-      if (s == fill) tried_fill = 1;
       plan_call c = {q, bm, bn, s};
       if (qf_gemm_fp8_blockscale_with(q->ctx, &q->a, &q->as, &q->b, &q->bs, &q->d, NULL, bm, bn, s) != QF_OK) continue;
       char variant[48];

@@ -59,6 +59,9 @@ int main() {
   // 128 x 64 split 3 ways.
   expect(384, 1536, 7168, 128, 128, 3, 0);
   expect(512, 576, 7168, 128, 64, 3, 0);
+  // Block-scaled decode on long K keeps ranges of 8 K-blocks: (1, 576, 7168), 9 tiles of 64 x 64,
+  // 7 ranges (14 would fill the SMs).
+  expect(1, 576, 7168, 64, 64, 7, 0);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1, 3, 16, 33, 64, 65, 100, 128, 129, 200, 256, 300, 512, 1000, 2048, 4096, 4097, 8192};

@@ -208,7 +208,12 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m <= 128) {
-    if (const int64_t split = decode_splits(tiles); split > 1) {
+    if (int64_t split = decode_splits(tiles); split > 1) {
+      // Block-scaled with 32 K-blocks or more: ranges of 8 K-blocks at least. (1 to 64, 576, 7168),
+      // 9 tiles of 64 x 64, ran 14 ranges of 4 K-blocks 1.2-1.3x slower than 6 or 8 ranges (the plan
+      // sweep, docs/GEMM.md; two H100 runs and an H200 agreeing); each range's unit pays its start
+      // and its partial's round trip whatever its length.
+      if (recipe == Sm90Recipe::kBlockScaledFp8 && num_kb >= 32 && split > num_kb / 8) split = num_kb / 8;
       best.splits = static_cast<int>(split);
       best.whole_tiles = 0;
       return best;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cuda/vq/vq_gemm_heuristic.h"
 #include "formats/vq.h"
 #include "qfuse.h"
 #include "tensors.h"
@@ -554,8 +555,31 @@ static void test_e8p(void) {
   free(w), free(back);
 }
 
+/* The tiled VQ-GeMM's split rule (host code of the CUDA backend, a C header) on shapes of the
+ * sweep that fitted it, on 132 SMs: AQLM-3 (256, 14336, 1024), 224 tiles of 128 rows, one block per
+ * SM, 16 k-steps: unsplit (4 ranges, which waves alone chose, ran 2x slower); GPTVQ-2 (32, 1024,
+ * 22016), 8 tiles of 64 rows, two blocks per SM, 344 k-steps: 8 ranges; GPTVQ-2 (256, 11008, 4096),
+ * 172 tiles on 264 slots, 64 k-steps: unsplit (3 ranges ran 12% slower); then the bounds: at least
+ * four k-steps a range (20 k-steps: 5 ranges, where 8 would cost less), no split past the
+ * workspace's counters. */
+static void test_tiled_splits(void) {
+  static const struct {
+    int64_t tiles, slots;
+    int ksteps, bm;
+    int64_t max_tiles;
+    int want;
+  } cases[] = {{224, 132, 16, 128, 1024, 1}, {8, 264, 344, 64, 1024, 8}, {172, 264, 64, 128, 1024, 1},
+               {8, 264, 20, 64, 1024, 5},   {8, 264, 344, 64, 7, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const int got = qf_vq_tiled_splits(cases[i].tiles, cases[i].slots, cases[i].ksteps, cases[i].bm, cases[i].max_tiles);
+    CHECK(got == cases[i].want, "tiled split of %lld tiles on %lld slots, %d k-steps, bm %d: %d, want %d",
+          (long long)cases[i].tiles, (long long)cases[i].slots, cases[i].ksteps, cases[i].bm, got, cases[i].want);
+  }
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
+  test_tiled_splits();
   test_sizes();
   test_bitstream();
   test_known_clusters();

@@ -33,6 +33,26 @@ const char *qf_cuda_vq_tiled_refusal(const qf_mat *x, const qf_vq_tensors *w);
  * size 8, one codebook per residual: AQLM), which the router also takes for 9 to 16 rows. */
 int qf_cuda_vq_whole_books(const qf_vq_format *f);
 
+/* The tiled VQ-GeMM's split-K (vq_gemm_tiled.cu): K ranges per block tile for `tiles` tiles of bm
+ * rows of x over `ksteps` k-steps of 64 columns, `slots` blocks resident at once (SMs x blocks per
+ * SM). Of 1 to 8 ranges (at least four k-steps each; none split past `max_tiles` tiles, the
+ * workspace's counters) the count of least modelled time, waves of resident blocks times a unit's
+ * cost in k-steps: its own k-steps (its range's codes, x and books: 1/s of the tile's stream), 2
+ * for its start and end, and when split 8 per 64 rows of x for its fp32 partial, written and read
+ * back by the tile's last unit (s per tile). The paper's traffic balance (the stream each unit
+ * carries falls with s, the reduction's grows) weighted by the waves; ties go to fewer ranges.
+ * Fitted on H100 sweeps of every split (docs/VQ.md, "The dataflow's split"): 0.7% geomean from the
+ * best split over 360 (format, M, N, K), where counting waves alone lost 6.2% (up to 2x). */
+static inline int qf_vq_tiled_splits(int64_t tiles, int64_t slots, int ksteps, int bm, int64_t max_tiles) {
+  int splits = 1;
+  int64_t best_cost = (tiles + slots - 1) / slots * (ksteps + 2); /* cost x splits, compared cross-multiplied */
+  for (int s = 2; s <= 8 && s <= ksteps / 4 && tiles <= max_tiles; s++) {
+    const int64_t cost = (tiles * s + slots - 1) / slots * (ksteps + s * (2 + 8 * bm / 64));
+    if (cost * splits < best_cost * s) best_cost = cost, splits = s;
+  }
+  return splits;
+}
+
 /* The tiled VQ-GeMM with its split-K forced (splits > 0: K ranges per tile, at most one per 64
  * columns; 0: the heuristic's), for the tests and the bench. QF_ERR_UNSUPPORTED with the reason
  * when the kernel cannot take the call. */

@@ -90,6 +90,7 @@
 #include "cuda/tma_map.h"
 #include "cuda/vq/vq_e8p.cuh"
 #include "cuda/vq/vq_gemm.cuh"
+#include "cuda/vq/vq_gemm_heuristic.h"
 #include "cuda/vq/vq_heuristic.h"
 
 namespace vq_tiled_detail {
@@ -756,23 +757,9 @@ extern "C" qf_status qf_cuda_vq_gemm_tiled_with(qf_ctx *ctx, const qf_mat *x, co
 
   const int ksteps = static_cast<int>(K / kBK);
   const int64_t tiles_m = (M + bm - 1) / bm, tiles_n = (N + kBN - 1) / kBN, tiles = tiles_m * tiles_n;
-  // Split: of 1 to 8 K ranges (at least four k-steps each), the count of least modelled time,
-  // waves of resident blocks times a unit's cost in k-steps: its own k-steps (its range's codes,
-  // x and books, 1/s of the tile's stream), 2 for its start and end, and when split 8 per 64
-  // rows of x for its fp32 partial, written and read back by the tile's last unit (s per tile).
-  // The paper's traffic balance (the stream each unit carries falls with s, the reduction's
-  // grows) weighted by the waves; ties go to fewer ranges. Fitted on H100 sweeps of every split
-  // (docs/VQ.md, "The dataflow's split"): 0.7% geomean from the best split over 360 (format, M, N,
-  // K), where counting waves alone lost 6.2% (up to 2x).
+  // Split: qf_vq_tiled_splits (vq_gemm_heuristic.h), the traffic balance weighted by the waves.
   const int64_t slots = static_cast<int64_t>(ctx->sm_count > 0 ? ctx->sm_count : 1) * per_sm;
-  if (splits <= 0) {
-    splits = 1;
-    int64_t best_cost = (tiles + slots - 1) / slots * (ksteps + 2);  // cost x splits, compared cross-multiplied
-    for (int s = 2; s <= 8 && s <= ksteps / 4 && tiles <= kQfWorkspaceCounters; s++) {
-      const int64_t cost = (tiles * s + slots - 1) / slots * (ksteps + s * (2 + 8 * bm / 64));
-      if (cost * splits < best_cost * s) best_cost = cost, splits = s;
-    }
-  }
+  if (splits <= 0) splits = qf_vq_tiled_splits(tiles, slots, ksteps, bm, kQfWorkspaceCounters);
   if (qf_status st = vq_split_check(ctx, kOp, splits, ksteps, "k-steps", tiles); st != QF_OK) return st;
 
   CUtensorMap tmap_x = {}, tmap_codes = {};

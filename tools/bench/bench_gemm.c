@@ -83,11 +83,10 @@ static int run_plan(void *arg) {
  * for a last round of owners and helpers) has been emitted; now every plan of the engine's tiles
  * with the tiles past the last whole wave unsplit or split 2 to 16 ways (at most one wave of split
  * units, at least two K-blocks a range) that the engine takes, each against the same peer time. */
-static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N, int64_t K) {
+static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N) {
   static const int tiles_of[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {256, 128}};
   int sms = 0, rc = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  const int64_t num_kb = (K + 127) / 128;
   for (size_t t = 0; t < sizeof tiles_of / sizeof tiles_of[0]; t++) {
     const int bm = tiles_of[t][0], bn = tiles_of[t][1];
     if (bm == 256 && M <= 128) continue;
@@ -98,7 +97,7 @@ static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N, i
     if (!listed && fill > 1) splits[n++] = fill;
     for (int i = 0; i < n; i++) {
       const int s = splits[i];
-      if (s > 1 && (s > fill || s > 16 || s > num_kb / 2)) continue;
+      if (s > fill && s > 1) continue; /* (one round of split units at most; the engine refuses what it cannot run) */
       plan_call c = {q, bm, bn, s};
       if (qf_gemm_fp8_blockscale_with(q->ctx, &q->a, &q->as, &q->b, &q->bs, &q->d, NULL, bm, bn, s) != QF_OK) continue;
       char variant[48];
@@ -174,7 +173,7 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M,
   }
   qfb_emit(b, &row);
   rc = row.us > 0 ? 0 : 1;
-  if (plans) rc |= plan_rows(b, &q, &row, M, N, K);
+  if (plans) rc |= plan_rows(b, &q, &row, M, N);
 done:
   if (rc) fprintf(stderr, "bench_gemm: M=%lld N=%lld K=%lld failed\n", (long long)M, (long long)N, (long long)K);
   cudaFree(a), cudaFree(bm), cudaFree(d), cudaFree(dl), cudaFree(as), cudaFree(bs), cudaFree(bs_lt);

@@ -161,6 +161,41 @@ static void vqb_weight_free(vqb_weight *w) {
   memset(w, 0, sizeof *w);
 }
 
+/* The bench's formats: GPTVQ-2, AQLM-3 (with fp32 row scales, as AQLM stores them), QuIP#-4, and
+ * QuIP#-4's books read as books (lattice 0: what the E8P decoder saves). Returns their count. */
+typedef struct {
+  const char *name;
+  qf_vq_format f;
+} vqb_format;
+
+static int vqb_formats(vqb_format out[4]) {
+  qf_vq_format_preset(QF_VQ_GPTVQ_2, &out[0].f);
+  qf_vq_format_preset(QF_VQ_AQLM_3, &out[1].f);
+  qf_vq_format_preset(QF_VQ_QUIP_4, &out[2].f);
+  out[1].f.row_scale = 1;
+  out[3].f = out[2].f;
+  out[3].f.lattice = 0;
+  out[0].name = "gptvq2", out[1].name = "aqlm3", out[2].name = "quip4", out[3].name = "quip4-books";
+  return 4;
+}
+
+/* The bytes a call on M rows must move, the floor's and GB/s (header). */
+static double vqb_bytes(const vqb_weight *w, int64_t M) {
+  const double books = w->f.lattice ? 0.0 : (double)w->book_bytes; /* (a lattice is decoded, not read) */
+  return (double)(w->code_bytes + w->scale_bytes) + books + 2.0 * (double)(M * w->K + M * w->N);
+}
+
+/* x on the device: n random fp16 values in [-1, 1). */
+static int vqb_random_x(void *x, int64_t n, uint64_t seed) {
+  uint16_t *hx = malloc(sizeof(uint16_t) * (size_t)n);
+  if (!hx) return 0;
+  for (int64_t i = 0; i < n; i++)
+    hx[i] = qf_f16_from_f32((float)((double)(vqb_rand(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0));
+  const int ok = vqb_cuda(cudaMemcpy(x, hx, sizeof(uint16_t) * (size_t)n, cudaMemcpyHostToDevice), "x to the device");
+  free(hx);
+  return ok;
+}
+
 /* One qf_vq_gemm call: the public one (placement < 0) or a forced placement; the banked one with
  * its split-K forced to `splits` (> 0) too. */
 typedef struct {
@@ -316,8 +351,7 @@ static int vqb_rows(qfb *b, qf_ctx *ctx, vqb_weight *w, const int64_t *ms, const
     char shape[64], variant[64], why[512] = "";
     snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
     const double flops = 2.0 * (double)M * (double)N * (double)K;
-    const double books = w->f.lattice ? 0.0 : (double)w->book_bytes; /* (a lattice is decoded, not read) */
-    const double bytes = (double)(w->code_bytes + w->scale_bytes) + books + 2.0 * (double)(M * K + M * N);
+    const double bytes = vqb_bytes(w, M);
     qf_vq_mma_config used;
     const int auto_used = vqb_placement_used(&c, QF_VQ_BOOKS_AUTO, &used, why, sizeof why);
     const int variants[7] = {-1, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_REGISTERS,
@@ -392,18 +426,13 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
   for (size_t i = 0; i < n_ms; i++) selected += !sel->m || ms[i] == sel->m;
   if (!selected) return 0;
   void *wf16 = NULL, *x = NULL, *y = NULL, *d = NULL;
-  uint16_t *hx = malloc(sizeof(uint16_t) * (size_t)(VQB_MAX_M * K));
   int rc = 1;
-  if (!hx || !vqb_cuda(cudaMalloc(&wf16, (size_t)(N * K) * 2), "cudaMalloc fp16 weight") ||
+  if (!vqb_cuda(cudaMalloc(&wf16, (size_t)(N * K) * 2), "cudaMalloc fp16 weight") ||
       !vqb_cuda(cudaMalloc(&x, (size_t)(VQB_MAX_M * K) * 2), "cudaMalloc x") ||
       !vqb_cuda(cudaMalloc(&y, (size_t)(VQB_MAX_M * N) * 2), "cudaMalloc y") ||
       !vqb_cuda(cudaMalloc(&d, (size_t)(VQB_MAX_M * N) * 2), "cudaMalloc peer D") ||
-      !vqb_cuda(cudaMemset(wf16, 0x2C, (size_t)(N * K) * 2), "cudaMemset fp16 weight"))
-    goto done;
-  uint64_t seed = 0xA11CEull ^ (uint64_t)(N * 7 + K);
-  for (int64_t i = 0; i < VQB_MAX_M * K; i++)
-    hx[i] = qf_f16_from_f32((float)((double)(vqb_rand(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0));
-  if (!vqb_cuda(cudaMemcpy(x, hx, sizeof(uint16_t) * (size_t)(VQB_MAX_M * K), cudaMemcpyHostToDevice), "x to the device"))
+      !vqb_cuda(cudaMemset(wf16, 0x2C, (size_t)(N * K) * 2), "cudaMemset fp16 weight") ||
+      !vqb_random_x(x, VQB_MAX_M * K, 0xA11CEull ^ (uint64_t)(N * 7 + K)))
     goto done;
 
   double peer_us[8] = {0};
@@ -416,19 +445,10 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
     peer_us[i] = qfb_time_us(b, qfb_lt_run_call16, &c);
   }
 
-  qf_vq_format gptvq, aqlm, quip4, quip4_books;
-  qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
-  qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
-  qf_vq_format_preset(QF_VQ_QUIP_4, &quip4);
-  aqlm.row_scale = 1;
-  quip4_books = quip4;
-  quip4_books.lattice = 0; /* the same books read as books: what the E8P decoder saves */
-  const struct {
-    const char *name;
-    qf_vq_format f;
-  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}, {"quip4", quip4}, {"quip4-books", quip4_books}};
+  vqb_format formats[4];
+  const int n_formats = vqb_formats(formats);
   rc = 0;
-  for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
+  for (int fi = 0; fi < n_formats; fi++) {
     vqb_weight w;
     if (!vqb_weight_make(ctx, &w, formats[fi].name, formats[fi].f, N, K)) {
       vqb_weight_free(&w);
@@ -443,7 +463,6 @@ static int vqb_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, int64_t N, int64_t K, cons
 done:
   if (rc) fprintf(stderr, "bench_vq_gemm: N=%lld K=%lld failed\n", (long long)N, (long long)K);
   cudaFree(wf16), cudaFree(x), cudaFree(y), cudaFree(d);
-  free(hx);
   return rc;
 }
 
@@ -456,32 +475,19 @@ static int vqb_splits(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   static const int64_t ms[] = {32, 64, 128, 256, 512};
   static const int64_t ns[] = {1024, 2048, 4096, 8192, 14336, 28672};
   static const int64_t ks[] = {1024, 4096, 8192, 22016};
-  qf_vq_format gptvq, aqlm, quip4;
-  qf_vq_format_preset(QF_VQ_GPTVQ_2, &gptvq);
-  qf_vq_format_preset(QF_VQ_AQLM_3, &aqlm);
-  qf_vq_format_preset(QF_VQ_QUIP_4, &quip4);
-  aqlm.row_scale = 1;
-  const struct {
-    const char *name;
-    qf_vq_format f;
-  } formats[] = {{"gptvq2", gptvq}, {"aqlm3", aqlm}, {"quip4", quip4}};
+  vqb_format formats[4];
+  vqb_formats(formats); /* (the first three: QuIP#-4's books as books have no tiled kernel) */
   const int64_t kmax = ks[sizeof ks / sizeof ks[0] - 1], nmax = ns[sizeof ns / sizeof ns[0] - 1];
   void *x = NULL, *y = NULL;
-  uint16_t *hx = malloc(sizeof(uint16_t) * (size_t)(VQB_SPLITS_MAX_M * kmax));
   int rc = 1;
-  if (!hx || !vqb_cuda(cudaMalloc(&x, (size_t)(VQB_SPLITS_MAX_M * kmax) * 2), "cudaMalloc x") ||
-      !vqb_cuda(cudaMalloc(&y, (size_t)(VQB_SPLITS_MAX_M * nmax) * 2), "cudaMalloc y"))
-    goto done;
-  uint64_t seed = 0x5917ull;
-  for (int64_t i = 0; i < VQB_SPLITS_MAX_M * kmax; i++)
-    hx[i] = qf_f16_from_f32((float)((double)(vqb_rand(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0));
-  if (!vqb_cuda(cudaMemcpy(x, hx, sizeof(uint16_t) * (size_t)(VQB_SPLITS_MAX_M * kmax), cudaMemcpyHostToDevice),
-                "x to the device"))
+  if (!vqb_cuda(cudaMalloc(&x, (size_t)(VQB_SPLITS_MAX_M * kmax) * 2), "cudaMalloc x") ||
+      !vqb_cuda(cudaMalloc(&y, (size_t)(VQB_SPLITS_MAX_M * nmax) * 2), "cudaMalloc y") ||
+      !vqb_random_x(x, VQB_SPLITS_MAX_M * kmax, 0x5917ull))
     goto done;
   rc = 0;
   for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
-      for (size_t fi = 0; fi < sizeof formats / sizeof formats[0]; fi++) {
+      for (int fi = 0; fi < 3; fi++) {
         const int64_t N = ns[ni], K = ks[ki];
         if (sel->k && K != sel->k) continue;
         vqb_weight w;
@@ -502,8 +508,7 @@ static int vqb_splits(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
           char shape[64], variant[64];
           snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
           const double flops = 2.0 * (double)M * (double)N * (double)K;
-          const double books = w.f.lattice ? 0.0 : (double)w.book_bytes;
-          const double bytes = (double)(w.code_bytes + w.scale_bytes) + books + 2.0 * (double)(M * K + M * N);
+          const double bytes = vqb_bytes(&w, M);
           qf_vq_mma_config used;
           if (qf_cuda_vq_gemm_tiled_with(ctx, &c.xm, &c.t, &c.ym, 0, &used) != QF_OK) {
             printf("skipped: vq_gemm_splits %s %s: %s\n", w.name, shape, qf_ctx_last_error(ctx));
@@ -528,7 +533,6 @@ static int vqb_splits(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
 done:
   if (rc) fprintf(stderr, "bench_vq_gemm: the split sweep failed\n");
   cudaFree(x), cudaFree(y);
-  free(hx);
   return rc;
 }
 #endif

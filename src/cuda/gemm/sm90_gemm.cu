@@ -249,28 +249,13 @@ extern "C" void qf_cuda_gemm_fp8_blockscale_plan(qf_ctx *ctx, int64_t M, int64_t
 
 extern "C" qf_status qf_cuda_gemm_fp8_blockscale_with(qf_ctx *ctx, const qf_gemm_blockscale_args *a, int block_m,
                                                      int block_n, int splits) {
-  static const char op[] = "qf_gemm_fp8_blockscale_with";
-  const int sms = ctx->stream_sms > 0 ? ctx->stream_sms : 1;
-  const int64_t num_kb = (a->K + 127) / 128;
-  const bool tile_ok = (block_m == 64 && (block_n == 64 || block_n == 128)) ||
-                       (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 192)) ||
-                       (block_m == 256 && block_n == 128);
-  if (a->expert_ids || a->masked_m || !tile_ok || splits < 1 || splits > 16 || (splits > 1 && splits > num_kb / 2))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no plan of %dx%d tiles split %d ways for K=%lld (dense calls only)", op,
-                   block_m, block_n, splits, static_cast<long long>(a->K));
+  sm90_gemm_config cfg;
+  if (a->expert_ids || a->masked_m || !sm90_gemm_plan_of(a->M, a->N, a->K, ctx->stream_sms > 0 ? ctx->stream_sms : 1, block_m,
+                                                         block_n, splits, cfg))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "qf_gemm_fp8_blockscale_with: no plan of %dx%d tiles split %d ways for M=%lld, "
+                   "N=%lld, K=%lld on %d SMs (dense calls only)", block_m, block_n, splits, static_cast<long long>(a->M),
+                   static_cast<long long>(a->N), static_cast<long long>(a->K), ctx->stream_sms);
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const int64_t tiles = ((a->M + block_m - 1) / block_m) * ((a->N + block_n - 1) / block_n);
-  sm90_gemm_config cfg = {block_m, block_n, 0, 8, splits, tiles, 0};
-  if (splits > 1) {
-    // the tiles past the last whole wave split (all of them where they are fewer than the SMs)
-    cfg.whole_tiles = tiles < sms ? 0 : tiles - tiles % sms;
-    const int64_t split_tiles = tiles - cfg.whole_tiles;
-    // (256-row split units wait for each other: they must all be resident at once)
-    if (split_tiles == 0 || (block_m == 256 && (split_tiles * splits > sms ||
-                                                !sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2)))))
-      return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %lld tiles of %dx%d on %d SMs cannot be split %d ways", op,
-                     static_cast<long long>(tiles), block_m, block_n, sms, splits);
-  }
   sm90_gemm_params p;
   const Problem pr = blockscale_problem(ctx, a, p);
   return dispatch<Sm90Recipe::kBlockScaledFp8>(ctx, pr, p, &cfg);

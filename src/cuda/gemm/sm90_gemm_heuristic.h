@@ -261,16 +261,25 @@ inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const
   return t > bytes / 3.12e6 + 4.7 ? t : bytes / 3.12e6 + 4.7;
 }
 
-// Whether the engine runs `splits` ranges of c's tiles past the last whole wave (as
-// qf_gemm_fp8_blockscale_with takes them): at least two K-blocks a range, at most 16, one round
-// of split units, and 256 x 128 split units all resident with their shares in the ring.
-inline bool sm90_gemm_model_plan_ok(int64_t M, int64_t N, int64_t K, int sms, const sm90_plan_cost &c, int64_t splits) {
-  if (c.block_m == 256 && M <= 128) return false;
-  if (splits == 1) return true;
-  const int64_t tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
-  const int64_t rem = tiles < sms ? tiles : tiles % sms, num_kb = (K + 127) / 128;
-  if (rem == 0 || splits > sms / rem || splits > 16 || splits > num_kb / 2) return false;
-  return c.block_m != 256 || (rem * splits <= sms && sm90_gemm_tall_share_fits(static_cast<int>(splits), sm90_gemm_stages(256, 128, 2)));
+// The config of a plan given by its tile and split (qf_gemm_fp8_blockscale_with, the time model's
+// candidates): tiles of block_m x block_n, and with splits > 1 the tiles past the last whole wave
+// (all of them where they are fewer than the SMs) split into that many K ranges. False where the
+// engine has no such tile or cannot run the split: more than 16 ranges or ranges under two
+// K-blocks, no tile to split, or 256-row split units that are not all resident at once with their
+// shares in the ring (they wait for each other).
+inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int block_m, int block_n, int splits,
+                              sm90_gemm_config &c) {
+  const bool tile = (block_m == 64 && (block_n == 64 || block_n == 128)) ||
+                    (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 192)) ||
+                    (block_m == 256 && block_n == 128);
+  const int64_t num_kb = (K + 127) / 128, tiles = ((M + block_m - 1) / block_m) * ((N + block_n - 1) / block_n);
+  if (!tile || splits < 1 || splits > 16 || (splits > 1 && splits > num_kb / 2)) return false;
+  c = {block_m, block_n, 0, 8, splits, tiles, 0};
+  if (splits == 1 || tiles == 0) return true;
+  c.whole_tiles = tiles < sms ? 0 : tiles - tiles % sms;
+  const int64_t split_tiles = tiles - c.whole_tiles;
+  return split_tiles > 0 && (block_m != 256 || (split_tiles * splits <= sms &&
+                                                sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2))));
 }
 
 // The rules above, then for the block-scaled recipe up to 3072 rows (the sweep's range) the
@@ -286,24 +295,23 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   for (const sm90_plan_cost &c : kSm90PlanCosts)
     if (c.block_m == rules.block_m && c.block_n == rules.block_n) mine = &c;
   if (!mine) return rules;
-  const sm90_plan_cost *best = nullptr;
-  int64_t best_splits = 1;
-  double best_us = 0.0;
+  // the model's candidates: its tiles (256 rows past 128 rows only), at most one round of split units
+  sm90_gemm_config best = rules;
+  double best_us = -1.0;
   for (const sm90_plan_cost &c : kSm90PlanCosts) {
     const int64_t tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
     const int64_t rem = tiles < sms ? tiles : tiles % sms, fill = rem ? sms / rem : 0;
     const int64_t candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, fill};
+    sm90_gemm_config plan;
     for (int64_t s : candidates) {
-      if (s < 1 || !sm90_gemm_model_plan_ok(M, N, K, sms, c, s)) continue;
+      if (s < 1 || (s > 1 && s > fill) || (c.block_m == 256 && M <= 128) ||
+          !sm90_gemm_plan_of(M, N, K, sms, c.block_m, c.block_n, static_cast<int>(s), plan))
+        continue;
       const double us = sm90_gemm_model_us(M, N, K, sms, c, s);
-      if (!best || us < best_us) best = &c, best_splits = s, best_us = us;
+      if (best_us < 0.0 || us < best_us) best = plan, best_us = us;
     }
   }
-  if (!best || sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) <= 1.2 * best_us) return rules;
-  const int64_t tiles = ((M + best->block_m - 1) / best->block_m) * ((N + best->block_n - 1) / best->block_n);
-  sm90_gemm_config c = {best->block_m, best->block_n, 0, rules.raster_group, static_cast<int>(best_splits), tiles, 0};
-  if (best_splits > 1) c.whole_tiles = tiles < sms ? 0 : tiles - tiles % sms;
-  return c;
+  return best_us >= 0.0 && sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > 1.2 * best_us ? best : rules;
 }
 
 // The grouped (MoE) GEMM: 128-row tiles (a tile row is one expert's 128-row block) in the grouped

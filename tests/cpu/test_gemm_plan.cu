@@ -24,6 +24,7 @@ static bool instantiated(Sm90Recipe r, int bm, int bn) {
   if (sm90_gemm_wide(r)) QF_SM90_GEMM_WIDE_TILES(QF_PLAN_TILE)
   if (sm90_gemm_narrow(r)) QF_SM90_GEMM_NARROW_TILES(QF_PLAN_TILE)
   if (sm90_gemm_tall(r)) QF_SM90_GEMM_TALL_TILES(QF_PLAN_TILE)
+  if (sm90_gemm_tall(r)) QF_SM90_GEMM_TRIPLE_TILES(QF_PLAN_TILE)
 #undef QF_PLAN_TILE
   return ok;
 }
@@ -62,9 +63,16 @@ int main() {
   // Block-scaled decode on long K keeps ranges of 8 K-blocks: (1, 576, 7168), 9 tiles of 64 x 64,
   // 7 ranges (14 would fill the SMs).
   expect(1, 576, 7168, 64, 64, 7, 0);
+  // 129-192 rows on long units: one row of 192 x 128 tiles. (192, 7168, 18432), 56 tiles split
+  // twice; (160, 36864, 7168), 288 tiles, a last wave of 24 split 5 ways; (192, 10240, 8192), 80
+  // whole tiles. Not on short units: (192, 7168, 2048) stays on 128 x 128 tiles.
+  expect(192, 7168, 18432, 192, 128, 2, 0);
+  expect(160, 36864, 7168, 192, 128, 5, 264);
+  expect(192, 10240, 8192, 192, 128, 1, 80);
+  expect(192, 7168, 2048, 128, 128, 1, 112);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
-  const int64_t Ms[] = {1, 3, 16, 33, 64, 65, 100, 128, 129, 200, 256, 300, 512, 1000, 2048, 4096, 4097, 8192};
+  const int64_t Ms[] = {1, 3, 16, 33, 64, 65, 100, 128, 129, 160, 192, 200, 256, 300, 512, 1000, 2048, 4096, 4097, 8192};
   const int64_t Ns[] = {16, 48, 128, 208, 1024, 2112, 4096, 6144, 7168, 24576, 28672, 32768, 57344};
   const int64_t Ks[] = {16, 128, 512, 576, 1536, 2048, 4096, 7168, 7296, 16384, 28672};
   const int smss[] = {8, 66, 78, 114, 132};
@@ -93,7 +101,7 @@ int main() {
                         tiles > c.whole_tiles && c.tail_kb >= 2 && num_kb - c.tail_kb >= 2,
                     "%s: %" PRId64 " owners of %" PRId64 " K-blocks (of %" PRId64 ") after %" PRId64 " whole tiles on %" PRId64
                     " CTAs", what, tiles - c.whole_tiles, c.tail_kb, num_kb, c.whole_tiles, grid);
-            } else if (c.block_m > 128 && c.splits > 1) {
+            } else if (c.block_m == 256 && c.splits > 1) {
               CHECK(c.whole_tiles % grid == 0 && units - c.whole_tiles <= grid,
                     "%s: %" PRId64 " split units not in the last round of %" PRId64 " CTAs", what, units - c.whole_tiles, grid);
               CHECK(sm90_gemm_tall_share_fits(c.splits, sm90_gemm_stages(256, 128, 2)), "%s: shares too large", what);

@@ -518,7 +518,7 @@ int main(void) {
    * units of 256-row tiles must all be resident at once). bf16 D (staged epilogue) and fp32 D with
    * C (direct stores). Then plans the engine has no kernel for are refused and leave D as it was. */
   {
-    static const int plans[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {128, 192}, {256, 128}};
+    static const int plans[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {128, 192}, {192, 128}, {256, 128}};
     static const int64_t shapes[][3] = {{300, 1040, 1088}, {1000, 2176, 1088}};
     int v = 0;
     for (size_t si = 0; si < (quick ? 1 : 2); si++)
@@ -530,6 +530,14 @@ int main(void) {
           g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
           one_case(gpu, cpu, &g, &seed);
         }
+    /* 192 x 128 tiles (three consumer warpgroups) at M < 192, A's box trimmed to 152 rows, with a
+     * partial last K-block, whole and split 2 and 3 ways */
+    for (int splits = 1; splits <= 3; splits++, v++) {
+      gemm_case g = {.M = 150, .N = 1040, .K = 3136, .dt = v % 2 ? QF_F32 : QF_BF16, .c_mode = v % 2,
+                     .plan_m = 192, .plan_n = 128, .plan_splits = splits};
+      g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+      one_case(gpu, cpu, &g, &seed);
+    }
     const int64_t M = 1000, N = 2176, K = 1088, KB = 9, NB = 17;
     uint8_t *da = dev_alloc((size_t)(M * K)), *db = dev_alloc((size_t)(N * K));
     float *das = dev_alloc((size_t)(KB * M) * sizeof(float)), *dbs = dev_alloc((size_t)(NB * KB) * sizeof(float));
@@ -547,7 +555,7 @@ int main(void) {
     tensor2d_init(&gd, dd, QF_BF16, M, N, N, kDLCUDA);
     /* no such tile; no range; splits past 16; ranges under two K-blocks (9 K-blocks); 68 tiles of
      * 256 x 128 split 4 ways (272 units, which must all be resident: on fewer SMs) */
-    static const int bad[][3] = {{96, 64, 1}, {256, 64, 1}, {128, 128, 0}, {64, 64, 17}, {64, 64, 5}, {256, 128, 4}};
+    static const int bad[][3] = {{96, 64, 1}, {256, 64, 1}, {192, 64, 1}, {128, 128, 0}, {64, 64, 17}, {64, 64, 5}, {256, 128, 4}};
     int sms = 0;
     CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -84,12 +84,12 @@ static int run_plan(void *arg) {
  * with the tiles past the last whole wave unsplit or split 2 to 16 ways (at most one wave of split
  * units, at least two K-blocks a range) that the engine takes, each against the same peer time. */
 static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N) {
-  static const int tiles_of[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {256, 128}};
+  static const int tiles_of[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {192, 128}, {256, 128}};
   int sms = 0, rc = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   for (size_t t = 0; t < sizeof tiles_of / sizeof tiles_of[0]; t++) {
     const int bm = tiles_of[t][0], bn = tiles_of[t][1];
-    if (bm == 256 && M <= 128) continue;
+    if (bm > 128 && M <= 128) continue;
     const int64_t tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn), rem = tiles < sms ? tiles : tiles % sms;
     const int fill = rem ? (int)(sms / rem) : 0;  /* the ranges that fill the SMs */
     int splits[9] = {1, 2, 3, 4, 6, 8, 12, 16}, n = 8, listed = 0;
@@ -549,7 +549,7 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     }
   /* gemm_fp8_blockscale_plans, only when named: on the bench's and the grid's weights, at the
    * bench's M up to 2048 and the grid's up to 3072, the heuristic's plan and every plan forced */
-  static const int64_t plan_ms[] = {1, 16, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 3072};
+  static const int64_t plan_ms[] = {1, 16, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 2048, 3072};
   for (int set = 0; set < 2 && plans; set++) {
     const int64_t(*wk)[2] = set ? grid_nk : nk;
     const size_t weights = set ? sizeof grid_nk / sizeof grid_nk[0] : sizeof nk / sizeof nk[0];

@@ -65,7 +65,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   // The units of a split 256-row tile wait for each other, so each must have a CTA of its own
   // (one CTA per SM the stream can use, launched cooperatively below: the grid's CTAs are resident
   // together): all split units in the grid's last round, at most one per CTA.
-  if (kBlockM > 128 && p.splits > 1 && !kTallTail && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
+  if (kBlockM == 256 && p.splits > 1 && !kTallTail && (!kTallSplit || p.whole_tiles % grid != 0 || units - p.whole_tiles > grid))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: %d split units of %dx%d tiles do not fit the last round of %d CTAs",
                    kOp, units - p.whole_tiles, kBlockM, kBlockN, grid);
   if (kTallSplit && p.splits > 1 && !sm90_gemm_tall_share_fits(p.splits, kStages))
@@ -169,6 +169,7 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     if (cfg.block_m == 256 && cfg.block_n == 128 && (pr.K + 127) / 128 >= kSm90LongUnit)
       return launch<R, 256, 128, OutT, kTallStages, Sm90Variant::kTallLongK>(ctx, pr, p, cfg);
     QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)
+    QF_SM90_GEMM_TRIPLE_TILES(QF_SM90_GEMM_CASE)
   }
 #undef QF_SM90_GEMM_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", pr.op, cfg.block_m, cfg.block_n);

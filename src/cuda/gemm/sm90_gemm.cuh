@@ -68,6 +68,12 @@
 //     barriers 145.0 -> 138.8) and the long ones gain from: (4096, 7168, 16384) 694.1 -> 684.9
 //     and 693.9 -> 685.7 us in two calls, (512, 7168, 16384) 99.4 -> 97.1, (4096, 4096, 7168)
 //     1%, the short-K shapes unchanged (H200).
+//   - 192 x 128 tiles (block-scaled, 129-192 rows on long units): three consumer warpgroups of 64
+//     rows, one accumulator set each (152 registers), the single-set loop, 4 stages next to the
+//     48 KB staging tile; three promotion chains share the tensor cores. One tile row reads B once
+//     where 128-row tiles take two rows (half of the second padding) and 64-row ones three:
+//     (192, 8192, 28672) 123.5 -> 95.4 us against the rules' 128 x 128 tiles (H100). At M = 4096
+//     the 256 x 128 tiles beat them by 8-14% (docs/GEMM.md).
 //   kScaledInt8 needs no promotion (int32 is exact): its wgmma accumulate over the whole K range,
 //   and a stage is freed one K-block late (wait_group 1), so the tensor cores always have the next
 //   K-block's wgmma queued.
@@ -275,9 +281,9 @@ __host__ __device__ constexpr bool sm90_gemm_epilogue_factors(Sm90Recipe r) { re
 // kStages x BLOCK_M As, with kHasFactors two buffers of epilogue factors (per buffer sb, bias,
 // azp_adj [BLOCK_N] and sa, zero point [BLOCK_M], 4 bytes each), then the full and empty barriers
 // of the stages and of the two factor buffers.
-// Consumer warpgroups of a BLOCK_M-row tile: one per 64 rows up to 128 rows; a 256-row tile has
+// Consumer warpgroups of a BLOCK_M-row tile: one per 64 rows up to 192 rows; a 256-row tile has
 // two, each running its 128 rows as two 64-row sub-tiles.
-__host__ __device__ constexpr int sm90_gemm_consumers(int block_m) { return block_m > 128 ? 2 : block_m / 64; }
+__host__ __device__ constexpr int sm90_gemm_consumers(int block_m) { return block_m == 256 ? 2 : block_m / 64; }
 
 // The layout with a staging tile of kStagingCols columns per 64-row part and kScaleBytes of
 // weight-block scale slots (sm90_gemm_scale_slot_bytes).
@@ -406,7 +412,7 @@ constexpr int kSm90ShortUnit = 8;  // K-blocks of a unit up to which it counts a
 // Shared memory for the weight-block scales of the stages: the 256-row tile's, written by the
 // producer (4 bytes per stage, in 16-byte units), or a short-unit tile's 16-byte windows.
 __host__ __device__ constexpr int sm90_gemm_scale_slot_bytes(int block_m, int stages, Sm90Variant v) {
-  return block_m > 128 ? (stages + 3) / 4 * 16 : v == Sm90Variant::kShortUnits ? stages * 16 : 0;
+  return block_m == 256 ? (stages + 3) / 4 * 16 : v == Sm90Variant::kShortUnits ? stages * 16 : 0;
 }
 
 // kPdl: launched as a programmatic dependent (qf_ctx_set_pdl), an instantiation of its own: the
@@ -429,7 +435,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   // setmaxnreg: the producer warpgroup keeps kProducerRegs, the consumers share the rest of the
   // SM's 64 K registers (multiples of 8). 256-row tiles: 24 / 240, block-scaled M = 4096 0.7-1.7%
   // and M = 512 up to 2% faster than at 40 / 232 (H200, two calls, each run twice); the other
-  // tiles keep 40 / 232 (their producer code spills at 24).
+  // tiles keep 40 / 232 (their producer code spills at 24 and 32), three warpgroups 40 / 152.
   constexpr int kProducerRegs = kSub > 1 ? 24 : 40;
   constexpr int kConsumerRegs = (65536 - 128 * kProducerRegs) / (128 * kConsumers) / 8 * 8;
   static_assert(kSub == 1 || (sm90_gemm_tall(R) && kBlockN == 128), "256-row tiles: block-scaled, 128 columns");
@@ -446,7 +452,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   // D's columns of a tile (SwiGLU: half), which may leave through TMA (p.tma_store)
   constexpr int kOutCols = sm90_gemm_out_cols(kBlockN, V);
   constexpr bool kStaged = sm90_gemm_staged(kOutCols, int(sizeof(OutT)));
-  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "one or two consumer warpgroups");
+  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256 || (kBlockM == 192 && sm90_gemm_tall(R) && kBlockN == 128),
+                "one, two or (block-scaled 192 x 128) three consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
   // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
   // two: the first 128 - n0 % 128 columns take the first block's scale, the rest the next one's.

@@ -17,15 +17,18 @@
 #define QF_SM90_GEMM_NARROW_TILES(X) X(128, 112)
 // The tall tile (block-scaled only): two warpgroups of 128 rows each.
 #define QF_SM90_GEMM_TALL_TILES(X) X(256, 128)
+// The three-warpgroup tile (block-scaled only): 192 rows, one 64-row warpgroup each, one set.
+#define QF_SM90_GEMM_TRIPLE_TILES(X) X(192, 128)
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
 // 8: with 12 instead of 8 the weight-streaming shapes at M = 1 and 16 run up to 16% faster (H200,
 // A/B repeated; (7168, 16384) at M = 1: 60 -> 54 us), M = 64 and 128 within -3% to +14%.
-// The 128 x 192 tile takes 4 stages past that budget (its 48 KB staging tile leaves room for 3).
+// The 128 x 192 and 192 x 128 tiles take 4 stages past that budget (their 48 KB staging tile
+// leaves room for 3).
 constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   // 256 x 128: three stages (144 KB) next to the whole 64 KB staging tile (16-bit D), four without
-  if (block_m > 128) return out_bytes == 2 ? 3 : 4;
+  if (block_m == 256) return out_bytes == 2 ? 3 : 4;
   const int budget = 200 * 1024 - (sm90_gemm_staged(block_n, out_bytes) ? block_m * block_n * 2 : 0);
   const int fit = budget / ((block_m + block_n) * 128);
   return fit < 4 ? 4 : fit < 12 ? fit : 12;
@@ -205,6 +208,23 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     best.block_m = 128, best.block_n = 192;
   if (recipe == Sm90Recipe::kScaledFp8 && M <= 128 && best.block_m == 128 && best.block_n == 128)
     best.stages = kSm90DeepStages128;
+  // 129-192 rows, block-scaled: one row of 192 x 128 tiles (three consumer warpgroups: B read once,
+  // fewer padding rows) split as decode splits, or with a split last wave, where the units (the
+  // whole tiles' past a wave) keep kSm90LongUnit K-blocks or more. Against the rules' plan (H100,
+  // the plan sweep): (192, 7168, 18432) 67.8 -> 57.8 us (0.84x -> 0.99x cuBLASLt), (192, 8192,
+  // 28672) 123.5 -> 95.4 (0.89x -> 1.16x), (160, 57344, 8192) 204.7 -> 180.4, (192, 36864, 7168)
+  // 121.5 -> 109.8 (a last wave of 24 tiles split 5 ways), (192, 10240, 8192) 43.2 -> 39.1; on
+  // shorter units the tiles lost ((192, 7168, 2048), 8 K-blocks a unit: 12.8 us against 9.95;
+  // (192, 4096, 7168), 14: 21.2 against 19.6), and at 384 rows they won and lost by up to 15%.
+  if (tall && M > 128 && M <= 192) {
+    const int64_t tiles = (N + 127) / 128, tail = tiles < sms ? 0 : tail_splits(tiles);
+    const int64_t split = tiles < sms ? decode_splits(tiles) : tail ? tail : 1;
+    if ((tiles < sms ? num_kb / split : num_kb) >= kSm90LongUnit) {
+      sm90_gemm_config c = {192, 128, 0, 8, static_cast<int>(split), tiles, 0};
+      if (split > 1) c.whole_tiles = tiles < sms ? 0 : tiles - tiles % sms;
+      return c;
+    }
+  }
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m <= 128) {
@@ -271,7 +291,7 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
                               sm90_gemm_config &c) {
   const bool tile = (block_m == 64 && (block_n == 64 || block_n == 128)) ||
                     (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 192)) ||
-                    (block_m == 256 && block_n == 128);
+                    ((block_m == 192 || block_m == 256) && block_n == 128);
   const int64_t num_kb = (K + 127) / 128, tiles = ((M + block_m - 1) / block_m) * ((N + block_n - 1) / block_n);
   if (!tile || splits < 1 || splits > 16 || (splits > 1 && splits > num_kb / 2)) return false;
   c = {block_m, block_n, 0, 8, splits, tiles, 0};

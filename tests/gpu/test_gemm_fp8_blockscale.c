@@ -531,10 +531,11 @@ int main(void) {
           one_case(gpu, cpu, &g, &seed);
         }
     /* 192 x 128 tiles (three consumer warpgroups) at M < 192, A's box trimmed to 152 rows, with a
-     * partial last K-block, whole and split 2 and 3 ways */
-    for (int splits = 1; splits <= 3; splits++, v++) {
-      gemm_case g = {.M = 150, .N = 1040, .K = 3136, .dt = v % 2 ? QF_F32 : QF_BF16, .c_mode = v % 2,
-                     .plan_m = 192, .plan_n = 128, .plan_splits = splits};
+     * partial last K-block, whole and split 2 and 3 ways; then 204 tiles at M = 1000, a wave of
+     * whole tiles and the rest split 4 ways (on 132 SMs) */
+    for (int splits = 1; splits <= 4; splits++, v++) {
+      gemm_case g = {.M = splits < 4 ? 150 : 1000, .N = splits < 4 ? 1040 : 4352, .K = splits < 4 ? 3136 : 1088,
+                     .dt = v % 2 ? QF_F32 : QF_BF16, .c_mode = v % 2, .plan_m = 192, .plan_n = 128, .plan_splits = splits};
       g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
       one_case(gpu, cpu, &g, &seed);
     }

@@ -547,9 +547,9 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
       rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale_grid", grid_ms[i], grid_nk[j][0], grid_nk[j][1]);
       ++*rows;
     }
-  /* gemm_fp8_blockscale_plans, only when named: on the bench's and the grid's weights, at the
-   * bench's M up to 2048 and the grid's up to 3072, the heuristic's plan and every plan forced */
-  static const int64_t plan_ms[] = {1, 16, 64, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 2048, 3072};
+  /* gemm_fp8_blockscale_plans, only when named: on the bench's and the grid's weights, at M from 1
+   * to 4096, the heuristic's plan and every plan forced */
+  static const int64_t plan_ms[] = {1, 16, 64, 96, 128, 160, 192, 256, 384, 512, 576, 768, 1024, 2048, 3072, 4096};
   for (int set = 0; set < 2 && plans; set++) {
     const int64_t(*wk)[2] = set ? grid_nk : nk;
     const size_t weights = set ? sizeof grid_nk / sizeof grid_nk[0] : sizeof nk / sizeof nk[0];

@@ -68,7 +68,8 @@
 //     barriers 145.0 -> 138.8) and the long ones gain from: (4096, 7168, 16384) 694.1 -> 684.9
 //     and 693.9 -> 685.7 us in two calls, (512, 7168, 16384) 99.4 -> 97.1, (4096, 4096, 7168)
 //     1%, the short-K shapes unchanged (H200).
-//   - 192 x 128 tiles (block-scaled, 129-192 rows on long units): three consumer warpgroups of 64
+//   - 192 x 128 tiles (block-scaled: 129-192 rows on long units, and past 192 rows where the
+//     tile heuristic's waves model prefers them, e.g. M = 576): three consumer warpgroups of 64
 //     rows, one accumulator set each (152 registers), the single-set loop, 4 stages next to the
 //     48 KB staging tile; three promotion chains share the tensor cores. One tile row reads B once
 //     where 128-row tiles take two rows (half of the second padding) and 64-row ones three:

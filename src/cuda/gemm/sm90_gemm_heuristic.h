@@ -157,6 +157,18 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     const double cost = cost_of(waves_of(tiles, tall_splits(tiles)), 256, 128);
     if (cost < best_cost) best_cost = cost, best.block_m = 256, best.block_n = 128;
   }
+  // Past 192 rows, 192 x 128 tiles (three consumer warpgroups, NOTES of sm90_gemm.cuh) where the
+  // model puts them 10% below the others and K has 8 K-blocks or more: rows that are a multiple of
+  // 192 but not of 128 or 256 run without padding. On the plan sweep (H100, one round) 15 shapes
+  // take them, 1.00-1.25x faster: (576, 36864, 7168) 307.7 -> 246.8 us, (576, 8192, 28672) 264.7
+  // -> 212.9, (384, 24576, 1536) 32.8 -> 27.3, (2048, 1536, 7168) 41.6 -> 36.5. At any margin
+  // they also took shapes they lost: K = 512 ((384, 32768, 512) 15.4 -> 17.3 us), (384, 10240,
+  // 8192) 52.8 -> 58.3, (2048, 7168, 2048) 51.9 -> 53.8 (3.5% below the others by the model).
+  if (tall && M > 192 && num_kb >= 8) {
+    const int64_t tiles = ((M + 191) / 192) * ((N + 127) / 128);
+    const double cost = cost_of(waves_of(tiles, tail_splits(tiles)), 192, 128);
+    if (1.1 * cost < best_cost) best_cost = cost, best.block_m = 192, best.block_n = 128;
+  }
   // K ranges per tile when the tiles leave SMs idle (decode).
   auto decode_splits = [&](int64_t tiles) -> int64_t {
     if (tiles >= sms || num_kb < 4) return 1;
@@ -227,7 +239,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   }
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
-  if (best.block_m <= 128) {
+  if (best.block_m != 256) {
     if (int64_t split = decode_splits(tiles); split > 1) {
       // Block-scaled with 32 K-blocks or more: ranges of 8 K-blocks at least. (1 to 64, 576, 7168),
       // 9 tiles of 64 x 64, ran 14 ranges of 4 K-blocks 1.2-1.3x slower than 6 or 8 ranges (the plan
@@ -240,10 +252,10 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     }
   }
   // the last wave's tiles fill it, split along K
-  if (const int64_t split = best.block_m > 128 ? tall_splits(tiles) : tail_splits(tiles)) {
+  if (const int64_t split = best.block_m == 256 ? tall_splits(tiles) : tail_splits(tiles)) {
     best.splits = static_cast<int>(split);
     best.whole_tiles = tiles - tiles % sms;
-  } else if (const int64_t owner_kb = best.block_m > 128 ? sm90_gemm_tail_owner_kb(tiles, sms, num_kb) : 0) {
+  } else if (const int64_t owner_kb = best.block_m == 256 ? sm90_gemm_tail_owner_kb(tiles, sms, num_kb) : 0) {
     best.splits = 2;
     best.whole_tiles = tiles - tiles % sms;
     best.tail_kb = owner_kb;

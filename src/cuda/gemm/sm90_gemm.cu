@@ -88,7 +88,7 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   }
 
   // With K == 0 no copy is issued and the maps stay unused (zeros); D = C or 0 (+ bias).
-  CUtensorMap tmap_a = {}, tmap_b = {}, tmap_d = {};
+  CUtensorMap tmap_a = {}, tmap_a_tail = {}, tmap_b = {}, tmap_d = {};
   qf_status st;
   if (pr.K > 0) {
     // Decode (M < BLOCK_M): A's box stops at M rounded up to 8 rows instead of having the copy
@@ -98,6 +98,15 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
     const uint32_t a_rows = pr.M < kBlockM ? static_cast<uint32_t>((pr.M + 7) / 8 * 8) : kBlockM;
     p.a_stage_bytes = a_rows * 128;
     if ((st = qf_cuda_make_tmap(ctx, kOp, &tmap_a, "a", pr.a, a_rows)) != QF_OK) return st;
+    // The same for the last tile row of a partial one (M > BLOCK_M): a box of its rows, so that the
+    // copy engine fills no rows past M. The fill cost tile rows of few rows up to 1.8x the time of
+    // whole ones: (160, 36864, 7168), two rows of 128 x 128 tiles, 194.5 us against 133.7 at M =
+    // 256 (H100, the plan sweep; docs/GEMM.md).
+    const int64_t tail = pr.M % kBlockM;
+    const uint32_t tail_rows = pr.M > kBlockM && tail != 0 ? static_cast<uint32_t>((tail + 7) / 8 * 8) : a_rows;
+    p.a_tail_bytes = tail_rows * 128;
+    tmap_a_tail = tmap_a;
+    if (tail_rows != a_rows && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_a_tail, "a", pr.a, tail_rows)) != QF_OK) return st;
     if ((st = qf_cuda_make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN)) != QF_OK) return st;
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per
@@ -118,14 +127,14 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
     cudaLaunchAttribute coop;
     return qf_cuda_launch_ex(
         ctx, kOp, qf_cooperative_launch_config(dim3(static_cast<unsigned>(grid)), dim3(threads), kSmem, qf_stream(ctx), &coop),
-        kernel, tmap_a, tmap_b, tmap_d, p);
+        kernel, tmap_a, tmap_a_tail, tmap_b, tmap_d, p);
   } else {
     // With qf_ctx_set_pdl, the kernel's kPdl instantiation as a programmatic dependent (sm90_gemm.cuh).
     auto dependent = sm90_gemm_kernel<R, kBlockM, kBlockN, kStages, OutT, V, true>;
     static std::atomic<uint64_t> dependent_opted_in{0};
     if (ctx->pdl && (st = qf_cuda_smem_opt_in(ctx, kOp, dependent, kSmem, dependent_opted_in)) != QF_OK) return st;
     return qf_cuda_launch(ctx, kOp, kernel, dependent, dim3(static_cast<unsigned>(grid)), dim3(threads), kSmem, tmap_a,
-                          tmap_b, tmap_d, p);
+                          tmap_a_tail, tmap_b, tmap_d, p);
   }
 }
 

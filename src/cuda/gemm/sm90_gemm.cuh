@@ -105,8 +105,12 @@
 // - Persistent: a CTA per SM walks tiles blockIdx.x, + gridDim.x, ... in a grouped raster order.
 //   Producer and consumers walk the same sequence and keep their ring position across tiles, so
 //   the producer fills the next tile's stages during the consumers' epilogue.
-// - Edges: TMA zero-fills rows past M or N and columns past K (zeros add nothing to the dot
-//   products, and the whole box still counts toward the barrier's bytes); stores are masked.
+// - Edges: TMA zero-fills rows past N and columns past K (zeros add nothing to the dot products,
+//   and the whole box still counts toward the barrier's bytes); stores are masked. Rows past M are
+//   not fetched: A's box stops at M rounded up to 8 rows, through a tensor map of its own for the
+//   last tile row (tmap_a_tail), whose rows past that keep stale bytes (their results are never
+//   stored). The copy engine's zero fill is slow: a tile row of 32 rows in a 128-row box took up to
+//   1.7x the time of a whole one, 2.1x in a 128 x 64 tile (H100, docs/GEMM.md).
 // - Split-K, for the tiles that would leave SMs idle: every tile of a decode shape, or the tiles
 //   of a last, thin wave (the first whole_tiles units are whole tiles). A split unit is a tile and
 //   one of `splits` consecutive K-block ranges. Each unit leaves its FP32 partial tile in the workspace,
@@ -218,6 +222,7 @@ struct sm90_gemm_params {
   int tma_store;          // D through the staging tile and TMA (16-bit D, no C, aligned)
   uint32_t a_stage_bytes; // bytes of A a stage receives: BLOCK_M rows, or M rounded up to 8 when
                           // M < BLOCK_M (rows past it hold stale bytes, their results are dropped)
+  uint32_t a_tail_bytes;  // the same for the last tile row: its rows below M rounded up to 8 (tmap_a_tail)
   // kScaledFp8 / kScaledInt8
   const float *sa, *sb;   // [1] or [M]; [1] or [N]
   int sa_per_row, sb_per_col;
@@ -421,8 +426,9 @@ __host__ __device__ constexpr int sm90_gemm_scale_slot_bytes(int block_m, int st
 template <Sm90Recipe R, int kBlockM, int kBlockN, int kStages, typename OutT, Sm90Variant V = Sm90Variant::kAny,
           bool kPdl = false>
 __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
-    sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                     const __grid_constant__ CUtensorMap tmap_d, const sm90_gemm_params p) {
+    sm90_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_a_tail,
+                     const __grid_constant__ CUtensorMap tmap_b, const __grid_constant__ CUtensorMap tmap_d,
+                     const sm90_gemm_params p) {
   constexpr bool kInt8 = R == Sm90Recipe::kScaledInt8;
   constexpr bool kTallSplit = V == Sm90Variant::kTallSplit, kTallTail = V == Sm90Variant::kTallTail;
   constexpr bool kLongK = V == Sm90Variant::kTallLongK || kTallTail;
@@ -488,6 +494,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   // The tensor maps' first use, the producer's first copies, waits for them: fetch them first.
   if (threadIdx.x == kConsumers * 128 && p.num_kb > 0) {
     prefetch_tensormap(&tmap_a);
+    prefetch_tensormap(&tmap_a_tail);
     prefetch_tensormap(&tmap_b);
   }
   // Programmatic dependent launch (kPdl, qf_ctx_set_pdl): this CTA may have started while the
@@ -576,6 +583,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         const int64_t as_rows =
             kBlockScales && p.as_bulk ? min(int64_t{kBlockM}, p.as_k - int64_t{m_blk} * kBlockM) : 0;
         const uint32_t as_bytes = as_rows > 0 ? static_cast<uint32_t>(as_rows) * 4 : 0;
+        // The last tile row of a partial one copies its rows below M (rounded up to 8) by a tensor map
+        // of its own, not a whole box whose rows past M the copy engine fills with zeros.
+        const bool tail_row = m_blk == p.tiles_m - 1;
+        const uint32_t a_bytes = tail_row ? p.a_tail_bytes : p.a_stage_bytes;
         // 256-row tiles: the tile row's weight-block scales, read 32 K-blocks at a time (lane j
         // holds block kb + j) and written into each stage's slot by lane 0 before its arrival, so
         // that the consumers read them from shared memory with the stage (their own L2 loads
@@ -594,9 +605,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           if (lane == 0) {
             // (256-row tiles: the stage's arrival follows its weight-block scale, below)
             constexpr uint32_t kWindow = kWindowScalesB ? 16 : 0;
-            if constexpr (kSub > 1) mbarrier_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes);
-            else mbarrier_arrive_expect_tx(full_bar(s), p.a_stage_bytes + Smem::kBBytes + as_bytes + kWindow);
-            cp_async_bulk_tensor_2d_g2s(smem_a(s), &tmap_a, full_bar(s), kb * kBlockK, m_blk * kBlockM);
+            if constexpr (kSub > 1) mbarrier_expect_tx(full_bar(s), a_bytes + Smem::kBBytes + as_bytes);
+            else mbarrier_arrive_expect_tx(full_bar(s), a_bytes + Smem::kBBytes + as_bytes + kWindow);
+            cp_async_bulk_tensor_2d_g2s(smem_a(s), tail_row ? &tmap_a_tail : &tmap_a, full_bar(s), kb * kBlockK,
+                                        m_blk * kBlockM);
             cp_async_bulk_tensor_2d_g2s(smem_b(s), &tmap_b, full_bar(s), kb * kBlockK, b_row);
             if (as_bytes > 0) {
               const float *src = p.a_scales + int64_t{m_blk} * kBlockM + kb * p.as_k;

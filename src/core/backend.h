@@ -108,9 +108,9 @@ qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args 
 qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
 /* qf_gemm_fp8_blockscale on a dense call with the sm_90 engine's plan forced (cuda/gemm/
  * sm90_gemm_heuristic.h): tiles of block_m x block_n (64 x 64, 64 x 128, 128 x 64, 128 x 128,
- * 128 x 192, 192 x 128 or 256 x 128), and with splits > 1 (at most 16, at least two K-blocks a range) the
- * tiles past the last whole wave of the SMs, or all of them where they are fewer than the SMs,
- * split into that many K ranges. For qfuse-bench's plan sweep. Plans the engine cannot run (a
+ * 128 x 192, 192 x 128 or 256 x 128), and with splits > 1 (at most 16, at least two K-blocks a
+ * range) the tiles past the last whole wave of the SMs, or all of them where they are fewer than
+ * the SMs, split into that many K ranges. For qfuse-bench's plan sweep. Plans the engine cannot run (a
  * 256 x 128 split whose units do not all fit on the SMs at once, a split with no tile to split),
  * the grouped forms and contexts that are not CUDA's get QF_ERR_UNSUPPORTED. */
 qf_status qf_gemm_fp8_blockscale_with(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,

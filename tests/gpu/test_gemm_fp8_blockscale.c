@@ -534,8 +534,10 @@ int main(void) {
      * partial last K-block, whole and split 2 and 3 ways; then 204 tiles at M = 1000, a wave of
      * whole tiles and the rest split 4 ways (on 132 SMs) */
     for (int splits = 1; splits <= 4; splits++, v++) {
-      gemm_case g = {.M = splits < 4 ? 150 : 1000, .N = splits < 4 ? 1040 : 4352, .K = splits < 4 ? 3136 : 1088,
-                     .dt = v % 2 ? QF_F32 : QF_BF16, .c_mode = v % 2, .plan_m = 192, .plan_n = 128, .plan_splits = splits};
+      const int past_wave = splits == 4;
+      gemm_case g = {.M = past_wave ? 1000 : 150, .N = past_wave ? 4352 : 1040, .K = past_wave ? 1088 : 3136,
+                     .dt = v % 2 ? QF_F32 : QF_BF16, .c_mode = v % 2,
+                     .plan_m = 192, .plan_n = 128, .plan_splits = splits};
       g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
       one_case(gpu, cpu, &g, &seed);
     }
@@ -556,7 +558,8 @@ int main(void) {
     tensor2d_init(&gd, dd, QF_BF16, M, N, N, kDLCUDA);
     /* no such tile; no range; splits past 16; ranges under two K-blocks (9 K-blocks); 68 tiles of
      * 256 x 128 split 4 ways (272 units, which must all be resident: on fewer SMs) */
-    static const int bad[][3] = {{96, 64, 1}, {256, 64, 1}, {192, 64, 1}, {128, 128, 0}, {64, 64, 17}, {64, 64, 5}, {256, 128, 4}};
+    static const int bad[][3] = {{96, 64, 1},  {256, 64, 1}, {192, 64, 1},  {128, 128, 0},
+                                 {64, 64, 17}, {64, 64, 5},  {256, 128, 4}};
     int sms = 0;
     CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

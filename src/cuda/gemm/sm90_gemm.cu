@@ -99,14 +99,15 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
     p.a_stage_bytes = a_rows * 128;
     if ((st = qf_cuda_make_tmap(ctx, kOp, &tmap_a, "a", pr.a, a_rows)) != QF_OK) return st;
     // The same for the last tile row of a partial one (M > BLOCK_M): a box of its rows, so that the
-    // copy engine fills no rows past M. The fill cost tile rows of few rows up to 1.8x the time of
+    // copy engine fills no rows past M. The fill cost tile rows of few rows up to 2x the time of
     // whole ones: (160, 36864, 7168), two rows of 128 x 128 tiles, 194.5 us against 133.7 at M =
     // 256 (H100, the plan sweep; docs/GEMM.md).
     const int64_t tail = pr.M % kBlockM;
     const uint32_t tail_rows = pr.M > kBlockM && tail != 0 ? static_cast<uint32_t>((tail + 7) / 8 * 8) : a_rows;
     p.a_tail_bytes = tail_rows * 128;
     tmap_a_tail = tmap_a;
-    if (tail_rows != a_rows && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_a_tail, "a", pr.a, tail_rows)) != QF_OK) return st;
+    if (tail_rows != a_rows && (st = qf_cuda_make_tmap(ctx, kOp, &tmap_a_tail, "a", pr.a, tail_rows)) != QF_OK)
+      return st;
     if ((st = qf_cuda_make_tmap(ctx, kOp, &tmap_b, "b", pr.b, kBlockN)) != QF_OK) return st;
   }
   // 16-bit D without C leaves through TMA (the whole 64-row half tile of a consumer warpgroup per

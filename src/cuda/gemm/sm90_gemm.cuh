@@ -459,7 +459,8 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   // D's columns of a tile (SwiGLU: half), which may leave through TMA (p.tma_store)
   constexpr int kOutCols = sm90_gemm_out_cols(kBlockN, V);
   constexpr bool kStaged = sm90_gemm_staged(kOutCols, int(sizeof(OutT)));
-  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256 || (kBlockM == 192 && sm90_gemm_tall(R) && kBlockN == 128),
+  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256 ||
+                    (kBlockM == 192 && sm90_gemm_tall(R) && kBlockN == 128),
                 "one, two or (block-scaled 192 x 128) three consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
   // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span

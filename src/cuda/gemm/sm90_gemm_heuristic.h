@@ -268,7 +268,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
 // a unit of a tile takes its K-blocks at kb_us each plus unit_us, a split unit split_us more (its
 // partial and the reduction); the SMs run the whole tiles in rounds, then the split units in one
 // more; and no plan beats the DRAM stream of its bytes (A, B, D and the partials at 3.12 TB/s,
-// plus 4.7 us). Its plans: the five tiles below, the tiles past the last whole wave unsplit or
+// plus 4.7 us). Its plans: the six tiles below, the tiles past the last whole wave unsplit or
 // split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many as fill the SMs (at most one round of
 // split units, at least two K-blocks a range).
 struct sm90_plan_cost {
@@ -277,7 +277,7 @@ struct sm90_plan_cost {
 };
 constexpr sm90_plan_cost kSm90PlanCosts[] = {
     {64, 64, 0.233, 0.41, 3.48}, {64, 128, 0.319, 0.55, 4.25}, {128, 64, 0.303, 0.40, 3.22},
-    {128, 128, 0.397, 0.94, 4.79}, {256, 128, 0.718, 1.67, 10.96}};
+    {128, 128, 0.397, 0.94, 4.79}, {192, 128, 0.580, 1.42, 7.30}, {256, 128, 0.718, 1.67, 10.96}};
 
 inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const sm90_plan_cost &c, int64_t splits) {
   const int64_t num_kb = (K + 127) / 128, tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
@@ -314,23 +314,27 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
                                                 sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2))));
 }
 
-// The rules above, then for the block-scaled recipe up to 3072 rows (the sweep's range) the
+// The rules above, then for the block-scaled recipe up to 4096 rows (the sweep's range) the
 // model's fastest plan where it puts the rules' plan at 1.2x its time or more, 1.1x past 128 rows
 // (the rules' plan on one of the model's tiles, not a round of owners and helpers). On the first
 // sweep: 3.7% -> 2.3% from the fastest plan in geometric mean, worst 1.55x -> 1.31x;
 // cross-validated over the weights (fitted on half, judged on the other) 2.4%, no shape more than
 // 3% slower than by the rules. Refitted (bench/plan_model.py) once partial tile rows stopped paying
 // for the zero fill (224 shapes, H100): 2.14% -> 1.73% with the 1.1x margin past 128 rows, seven
-// shapes 1.05-1.25x faster, none slower; at 1.1x decode shapes changed too, 1-2% slower.
+// shapes 1.05-1.25x faster, none slower; at 1.1x decode shapes changed too, 1-2% slower. With
+// the 192 x 128 tile among its tiles (which may then override the rules' 192-row plans) and up to
+// 4096 rows: 1.73% -> 1.51%, (192, 8192, 8192) 32.7 -> 29.2 us, (4096, 1536, 7168) 81.6 -> 70.3
+// (H100); on an H200 the four changed shapes 1.01-1.16x faster (docs/GEMM.md).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
   const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe);
-  if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 3072 || rules.tail_kb > 0) return rules;
+  if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 4096 || rules.tail_kb > 0) return rules;
   const int sms = sm_count > 0 ? sm_count : 1;
   const sm90_plan_cost *mine = nullptr;
   for (const sm90_plan_cost &c : kSm90PlanCosts)
     if (c.block_m == rules.block_m && c.block_n == rules.block_n) mine = &c;
   if (!mine) return rules;
-  // the model's candidates: its tiles (256 rows past 128 rows only), at most one round of split units
+  // the model's candidates: its tiles (256 rows past 128 rows; 192 past 192 rows and, as in the
+  // rules, on 8 K-blocks or more: at 129-192 the rules' own), at most one round of split units
   sm90_gemm_config best = rules;
   double best_us = -1.0;
   for (const sm90_plan_cost &c : kSm90PlanCosts) {
@@ -339,7 +343,8 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const int64_t candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, fill};
     sm90_gemm_config plan;
     for (int64_t s : candidates) {
-      if (s < 1 || (s > 1 && s > fill) || (c.block_m == 256 && M <= 128) ||
+      if (s < 1 || (s > 1 && s > fill) || (c.block_m > 128 && M <= 128) ||
+          (c.block_m == 192 && (M <= 192 || (K + 127) / 128 < 8)) ||
           !sm90_gemm_plan_of(M, N, K, sms, c.block_m, c.block_n, static_cast<int>(s), plan))
         continue;
       const double us = sm90_gemm_model_us(M, N, K, sms, c, s);

@@ -533,11 +533,11 @@ int main(void) {
     /* 192 x 128 tiles (three consumer warpgroups) at M < 192, A's box trimmed to 152 rows, with a
      * partial last K-block, whole and split 2 and 3 ways; then 204 tiles at M = 1000, a wave of
      * whole tiles and the rest split 4 ways (on 132 SMs) */
-    for (int splits = 1; splits <= 4; splits++, v++) {
-      const int past_wave = splits == 4;
-      gemm_case g = {.M = past_wave ? 1000 : 150, .N = past_wave ? 4352 : 1040, .K = past_wave ? 1088 : 3136,
-                     .dt = v % 2 ? QF_F32 : QF_BF16, .c_mode = v % 2,
-                     .plan_m = 192, .plan_n = 128, .plan_splits = splits};
+    static const int64_t triple[][4] = {  /* M, N, K, splits */
+        {150, 1040, 3136, 1}, {150, 1040, 3136, 2}, {150, 1040, 3136, 3}, {1000, 4352, 1088, 4}};
+    for (size_t ti = 0; ti < sizeof triple / sizeof triple[0]; ti++, v++) {
+      gemm_case g = {.M = triple[ti][0], .N = triple[ti][1], .K = triple[ti][2], .dt = v % 2 ? QF_F32 : QF_BF16,
+                     .c_mode = v % 2, .plan_m = 192, .plan_n = 128, .plan_splits = (int)triple[ti][3]};
       g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
       one_case(gpu, cpu, &g, &seed);
     }

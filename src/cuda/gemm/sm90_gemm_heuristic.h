@@ -19,6 +19,9 @@
 #define QF_SM90_GEMM_TALL_TILES(X) X(256, 128)
 // The three-warpgroup tile (block-scaled only): 192 rows, one 64-row warpgroup each, one set.
 #define QF_SM90_GEMM_TRIPLE_TILES(X) X(192, 128)
+// K-blocks below which the heuristic never takes the 192 x 128 tile past 192 rows: at K = 512 its
+// single-set loop lost to 128 x 128 tiles ((384, 32768, 512) 15.4 -> 17.3 us, H100).
+constexpr int kSm90TripleMinKb = 8;
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
@@ -164,7 +167,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // -> 212.9, (384, 24576, 1536) 32.8 -> 27.3, (2048, 1536, 7168) 41.6 -> 36.5. At any margin
   // they also took shapes they lost: K = 512 ((384, 32768, 512) 15.4 -> 17.3 us), (384, 10240,
   // 8192) 52.8 -> 58.3, (2048, 7168, 2048) 51.9 -> 53.8 (3.5% below the others by the model).
-  if (tall && M > 192 && num_kb >= 8) {
+  if (tall && M > 192 && num_kb >= kSm90TripleMinKb) {
     const int64_t tiles = ((M + 191) / 192) * ((N + 127) / 128);
     const double cost = cost_of(waves_of(tiles, tail_splits(tiles)), 192, 128);
     if (1.1 * cost < best_cost) best_cost = cost, best.block_m = 192, best.block_n = 128;
@@ -228,14 +231,10 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // 121.5 -> 109.8 (a last wave of 24 tiles split 5 ways), (192, 10240, 8192) 43.2 -> 39.1; on
   // shorter units the tiles lost ((192, 7168, 2048), 8 K-blocks a unit: 12.8 us against 9.95;
   // (192, 4096, 7168), 14: 21.2 against 19.6), and at 384 rows they won and lost by up to 15%.
+  // (Their splits are the smaller tiles', below.)
   if (tall && M > 128 && M <= 192) {
-    const int64_t tiles = (N + 127) / 128, tail = tiles < sms ? 0 : tail_splits(tiles);
-    const int64_t split = tiles < sms ? decode_splits(tiles) : tail ? tail : 1;
-    if ((tiles < sms ? num_kb / split : num_kb) >= kSm90LongUnit) {
-      sm90_gemm_config c = {192, 128, 0, 8, static_cast<int>(split), tiles, 0};
-      if (split > 1) c.whole_tiles = tiles < sms ? 0 : tiles - tiles % sms;
-      return c;
-    }
+    const int64_t tiles = (N + 127) / 128;
+    if ((tiles < sms ? num_kb / decode_splits(tiles) : num_kb) >= kSm90LongUnit) best.block_m = 192, best.block_n = 128;
   }
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
@@ -344,7 +343,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     sm90_gemm_config plan;
     for (int64_t s : candidates) {
       if (s < 1 || (s > 1 && s > fill) || (c.block_m > 128 && M <= 128) ||
-          (c.block_m == 192 && (M <= 192 || (K + 127) / 128 < 8)) ||
+          (c.block_m == 192 && (M <= 192 || (K + 127) / 128 < kSm90TripleMinKb)) ||
           !sm90_gemm_plan_of(M, N, K, sms, c.block_m, c.block_n, static_cast<int>(s), plan))
         continue;
       const double us = sm90_gemm_model_us(M, N, K, sms, c, s);

@@ -6,7 +6,8 @@ SWEEP.jsonl holds qfuse-bench `gemm_fp8_blockscale_plans` rows (`plan=BMxBN/S`: 
 For each tile it fits, by least squares on relative error, the model's three costs: a unit takes
 its K-blocks at kb_us each plus unit_us, a split unit split_us more; the SMs run the whole tiles
 in rounds of `sms`, then the split units in one more round. Rows whose time the DRAM term
-(bytes / DRAM_RATE + DRAM_US, as in the header) would set are left out of the fit. Prints each
+(bytes / DRAM_RATE + DRAM_US) or the L2 term (the operand tiles the CTAs load, / L2_RATE + L2_US),
+as in the header, would set are left out of the fit. Prints each
 tile's costs and the median and 90th-percentile error of the fitted model on its rows.
 """
 import re
@@ -17,6 +18,7 @@ from jsonl import read_rows
 
 SMS = 132
 DRAM_RATE, DRAM_US = 3.12e6, 4.7  # bytes per us, us (the header's)
+L2_RATE, L2_US = 9.5e6, 3.0  # bytes of operand tiles per us, us (the header's)
 
 
 def dims(shape):
@@ -24,7 +26,7 @@ def dims(shape):
 
 
 def terms(M, N, K, bm, bn, s):
-    """The model's time as kb_us * a + unit_us * b + split_us * c, and the DRAM floor."""
+    """The model's time as kb_us * a + unit_us * b + split_us * c, and the larger of the DRAM and L2 floors."""
     num_kb, tiles = (K + 127) // 128, -(-M // bm) * -(-N // bn)
     if s == 1:
         rounds = -(-tiles // SMS)
@@ -35,7 +37,8 @@ def terms(M, N, K, bm, bn, s):
         a, b, c = whole * num_kb + num_kb / s, whole + 1, 1.0
         partials = 8.0 * bm * bn * split_tiles * s
     floor = (N * K + M * K + 2.0 * M * N + partials) / DRAM_RATE + DRAM_US
-    return (a, b, c), floor
+    l2 = (-(-M // bm) * N + -(-N // bn) * M) * K / L2_RATE + L2_US  # every tile row's B, every tile column's A
+    return (a, b, c), max(floor, l2)
 
 
 def solve(rows):

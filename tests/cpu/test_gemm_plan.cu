@@ -38,17 +38,18 @@ static void expect(int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, 
 }
 
 int main() {
-  // Block-scaled on 132 SMs. M = 1: 33 tiles of 64 x 64, split 132 / 33 = 4 ways; M = 64 on
+  // Block-scaled on 132 SMs. M = 1: 33 tiles of 64 x 64, split 3 ways (132 / 33 = 4 fill the
+  // SMs; decode takes one range fewer from three on); M = 64 on
   // (7168, 16384): 112 tiles, one wave, unsplit; M = 128 on (32768, 512): 256 tiles of 128 x 128
   // (each unit 4 K-blocks, 256 >= 132 tiles of 128 columns); M = 4096 on (7168, 16384): 256 x 128
   // tiles, 896 of them, whose last round (104 tiles) is more than half the SMs: each of those
   // tiles' owner runs K-blocks [0, 108), a helper the other 20 (28 idle CTAs, 4 helpers each:
   // 128 - 4 x 7 K-blocks over 5 is 20). M = 128:
-  // (4096, 7168) one row of 64 128 x 64 tiles split twice; (2112, 7168) two rows of 33 64 x 64
-  // tiles split twice (one row of 128 x 64 would take four ranges).
-  expect(1, 2112, 7168, 64, 64, 4, 0);
+  // (4096, 7168) one row of 64 128 x 64 tiles split twice; (2112, 7168) one row of 33 128 x 64
+  // tiles split 3 ways (4 fill the SMs), not two rows of 64 x 64 split twice.
+  expect(1, 2112, 7168, 64, 64, 3, 0);
   expect(128, 4096, 7168, 128, 64, 2, 0);
-  expect(128, 2112, 7168, 64, 64, 2, 0);
+  expect(128, 2112, 7168, 128, 64, 3, 0);
   expect(64, 7168, 16384, 64, 64, 1, 112);
   expect(128, 32768, 512, 128, 128, 1, 256);
   expect(4096, 7168, 16384, 256, 128, 2, 792, 108);
@@ -60,9 +61,12 @@ int main() {
   // 128 x 64 split 3 ways.
   expect(384, 1536, 7168, 128, 128, 3, 0);
   expect(512, 576, 7168, 128, 64, 3, 0);
-  // Block-scaled decode on long K keeps ranges of 8 K-blocks: (1, 576, 7168), 9 tiles of 64 x 64,
-  // 7 ranges (14 would fill the SMs).
-  expect(1, 576, 7168, 64, 64, 7, 0);
+  // Block-scaled decode on long K keeps ranges of 8 K-blocks, less one: (1, 576, 7168), 9 tiles of
+  // 64 x 64, 6 ranges (14 would fill the SMs, 7 keep 8 K-blocks).
+  expect(1, 576, 7168, 64, 64, 6, 0);
+  // The L2 term of the model: (256, 2112, 7168) 66 tiles of 128 x 64 split twice, not 132 whole
+  // tiles of 64 x 64 (each B tile loaded by four CTAs).
+  expect(256, 2112, 7168, 128, 64, 2, 0);
   // 129-192 rows on long units: one row of 192 x 128 tiles. (192, 7168, 18432), 56 tiles split
   // twice; (160, 36864, 7168), 288 tiles, a last wave of 24 split 5 ways; (192, 10240, 8192), 80
   // whole tiles. Not on short units: (192, 7168, 2048) stays on 128 x 128 tiles.

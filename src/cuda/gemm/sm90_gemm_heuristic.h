@@ -208,8 +208,12 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // (128, 2112, 7168), four ranges of 128 x 64 against two of the two rows, ran 11.3 -> 10.6 us on
   // the two rows (H100, three calls; the four-way reduction of a 128 x 64 tile costs it 1.75 us,
   // docs/GEMM.md; an H200 before the lighter split handshake had it the other way, 11.55 -> 11.8).
+  // Block-scaled, with one range fewer (below), up to five: on the plan sweeps (M = 96 and 128)
+  // (N, K) = (1536, 7168), 4 ranges of 128 x 64 against 2 of the two rows, 1.04-1.09x faster on
+  // an H100 and 1.10-1.14x on an H200; (2112, 7168), 3 ranges, 0.96-0.98x and 1.01-1.05x.
+  const int64_t row_ranges = recipe == Sm90Recipe::kBlockScaledFp8 ? 5 : 2;
   if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms &&
-      decode_splits((N + 63) / 64) <= 2)
+      decode_splits((N + 63) / 64) <= row_ranges)
     best.block_m = 128;
   // 65-128 rows on the FP8 recipes: one wave of 128 x 192 tiles where 128-column tiles need more
   // than one and N is a multiple of 192. Block-scaled (128, 24576, 1536), the only bench shape
@@ -245,6 +249,13 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
       // sweep, docs/GEMM.md; two H100 runs and an H200 agreeing); each range's unit pays its start
       // and its partial's round trip whatever its length.
       if (recipe == Sm90Recipe::kBlockScaledFp8 && num_kb >= 32 && split > num_kb / 8) split = num_kb / 8;
+      // Block-scaled up to 128 rows: one range fewer than fill the SMs where that is three or more
+      // (fewer, longer units, a partial fewer for the last unit to add). On the plan sweeps of an
+      // H100 and an H200, the 11 and 8 shapes that change 1.026x and 1.020x faster in geometric
+      // mean ((64, 2112, 7168) 4 -> 3 ranges 1.026x / 1.030x, (128, 576, 7168) 7 -> 6 1.052x /
+      // 1.051x), none more than 1.1% slower; past 128 rows, where these tiles are several tile
+      // rows, 4-9% slower.
+      if (recipe == Sm90Recipe::kBlockScaledFp8 && M <= 128 && split >= 3) split--;
       best.splits = static_cast<int>(split);
       best.whole_tiles = 0;
       return best;
@@ -266,8 +277,14 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
 // (qfuse-bench gemm_fp8_blockscale_plans: 224 shapes, M 1-4096; docs/GEMM.md, "The plan sweep"):
 // a unit of a tile takes its K-blocks at kb_us each plus unit_us, a split unit split_us more (its
 // partial and the reduction); the SMs run the whole tiles in rounds, then the split units in one
-// more; and no plan beats the DRAM stream of its bytes (A, B, D and the partials at 3.12 TB/s,
-// plus 4.7 us). Its plans: the six tiles below, the tiles past the last whole wave unsplit or
+// more; no plan beats the DRAM stream of its bytes (A, B, D and the partials at 3.12 TB/s,
+// plus 4.7 us), nor the L2's stream of the operand tiles its CTAs load (every tile row's B and
+// every tile column's A, at 9.5 TB/s, plus 3 us). The L2 term (costs refitted with it) takes
+// 128-row tiles where 64-row ones would load A and B more often: (256, 2112, 7168) 64 x 64 unsplit
+// -> 128 x 64 split 2 ways, 1.17x faster on the H100's sweep and 1.20x on an H200's; (768, 1536,
+// 7168) 1.17x / 1.15x, (576, 1536, 7168) 1.12x (H100); no other shape of either sweep changes by
+// more than 0.2%. (Rates of 8.5-9.5 TB/s and 2.5-4 us were tried: lower rates moved more shapes
+// and slowed some by up to 14%.) Its plans: the six tiles below, the tiles past the last whole wave unsplit or
 // split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many as fill the SMs (at most one round of
 // split units, at least two K-blocks a range).
 struct sm90_plan_cost {
@@ -275,8 +292,8 @@ struct sm90_plan_cost {
   double kb_us, unit_us, split_us;
 };
 constexpr sm90_plan_cost kSm90PlanCosts[] = {
-    {64, 64, 0.233, 0.41, 3.48}, {64, 128, 0.319, 0.55, 4.25}, {128, 64, 0.303, 0.40, 3.22},
-    {128, 128, 0.397, 0.94, 4.79}, {192, 128, 0.580, 1.42, 7.30}, {256, 128, 0.718, 1.67, 10.96}};
+    {64, 64, 0.233, 0.42, 3.49}, {64, 128, 0.320, 0.54, 4.23}, {128, 64, 0.295, 0.47, 3.30},
+    {128, 128, 0.382, 1.00, 4.97}, {192, 128, 0.579, 1.42, 7.31}, {256, 128, 0.718, 1.67, 10.96}};
 
 inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const sm90_plan_cost &c, int64_t splits) {
   const int64_t num_kb = (K + 127) / 128, tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
@@ -289,6 +306,10 @@ inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const
     partials = 8.0 * c.block_m * c.block_n * split_tiles * splits;  // written and read, fp32
   }
   const double bytes = static_cast<double>(N) * K + static_cast<double>(M) * K + 2.0 * M * N + partials;
+  const double tiles_m = static_cast<double>((M + c.block_m - 1) / c.block_m);
+  const double tiles_n = static_cast<double>((N + c.block_n - 1) / c.block_n);
+  const double l2 = (tiles_m * N + tiles_n * M) * static_cast<double>(K) / 9.5e6 + 3.0;
+  if (t < l2) t = l2;
   return t > bytes / 3.12e6 + 4.7 ? t : bytes / 3.12e6 + 4.7;
 }
 

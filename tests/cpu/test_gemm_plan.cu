@@ -45,11 +45,13 @@ int main() {
   // tiles, 896 of them, whose last round (104 tiles) is more than half the SMs: each of those
   // tiles' owner runs K-blocks [0, 108), a helper the other 20 (28 idle CTAs, 4 helpers each:
   // 128 - 4 x 7 K-blocks over 5 is 20). M = 128:
-  // (4096, 7168) one row of 64 128 x 64 tiles split twice; (2112, 7168) one row of 33 128 x 64
-  // tiles split 3 ways (4 fill the SMs), not two rows of 64 x 64 split twice.
+  // (4096, 7168) one row of 64 128 x 64 tiles split twice; (2112, 7168) two rows of 33 64 x 64
+  // tiles split twice (one row of 128 x 64 would take 3 ranges: 99 units against 132); (1536,
+  // 7168) one row of 24 128 x 64 tiles split 4 ways (96 units, as many as two rows split twice).
   expect(1, 2112, 7168, 64, 64, 3, 0);
   expect(128, 4096, 7168, 128, 64, 2, 0);
-  expect(128, 2112, 7168, 128, 64, 3, 0);
+  expect(128, 2112, 7168, 64, 64, 2, 0);
+  expect(128, 1536, 7168, 128, 64, 4, 0);
   expect(64, 7168, 16384, 64, 64, 1, 112);
   expect(128, 32768, 512, 128, 128, 1, 256);
   expect(4096, 7168, 16384, 256, 128, 2, 792, 108);
@@ -67,6 +69,11 @@ int main() {
   // The L2 term of the model: (256, 2112, 7168) 66 tiles of 128 x 64 split twice, not 132 whole
   // tiles of 64 x 64 (each B tile loaded by four CTAs).
   expect(256, 2112, 7168, 128, 64, 2, 0);
+  // Block-scaled 65-128 rows on units of 9-16 K-blocks: rounds of 128 x 64 tiles ((128, 24576,
+  // 1536): 384 tiles), not one wave of 128 x 192; on longer units that wave ((128, 24576, 2112),
+  // the GPU test's case, 17 K-blocks: 128 tiles).
+  expect(128, 24576, 1536, 128, 64, 1, 384);
+  expect(128, 24576, 2112, 128, 192, 1, 128);
   // 129-192 rows on long units: one row of 192 x 128 tiles. (192, 7168, 18432), 56 tiles split
   // twice; (160, 36864, 7168), 288 tiles, a last wave of 24 split 5 ways; (192, 10240, 8192), 80
   // whole tiles. Not on short units: (192, 7168, 2048) stays on 128 x 128 tiles.

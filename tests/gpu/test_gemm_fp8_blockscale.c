@@ -452,13 +452,14 @@ int main(void) {
   }
 
   /* Where 128-column tiles need more than a wave and N is a multiple of 192: 64 x 64 tiles
-   * (M <= 64) or one wave of 128 x 192 tiles on 132 SMs, each tile row over two weight-scale
-   * blocks (tiles starting on a block and halfway into one), with rows past M and a partial last
-   * K-block, bf16 and fp32 outputs (the staged and the direct epilogue). */
+   * (M <= 64) or, on units of more than 16 K-blocks, one wave of 128 x 192 tiles on 132 SMs, each
+   * tile row over two weight-scale blocks (tiles starting on a block and halfway into one), with
+   * rows past M and a partial last K-block, bf16 and fp32 outputs (the staged and the direct
+   * epilogue). */
   if (!quick) {
     const int64_t wide_ms[] = {1, 33, 100, 128};
     for (size_t mi = 0; mi < sizeof wide_ms / sizeof wide_ms[0]; mi++) {
-      gemm_case g = {.M = wide_ms[mi], .N = 24576, .K = 1536 + 64, .dt = mi % 2 == 0 ? QF_BF16 : QF_F32};
+      gemm_case g = {.M = wide_ms[mi], .N = 24576, .K = 2048 + 64, .dt = mi % 2 == 0 ? QF_BF16 : QF_F32};
       g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
       one_case(gpu, cpu, &g, &seed);
     }

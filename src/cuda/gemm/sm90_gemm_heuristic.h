@@ -177,6 +177,22 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     if (tiles >= sms || num_kb < 4) return 1;
     return sms / tiles < most ? sms / tiles : most;
   };
+  // The K ranges a decode plan takes: decode_splits, and for the block-scaled recipe
+  // - ranges of 8 K-blocks at least where K has 32 or more. (1 to 64, 576, 7168), 9 tiles of
+  //   64 x 64, ran 14 ranges of 4 K-blocks 1.2-1.3x slower than 6 or 8 ranges (the plan sweep,
+  //   docs/GEMM.md; two H100 runs and an H200 agreeing); each range's unit pays its start and its
+  //   partial's round trip whatever its length.
+  // - up to 128 rows, one range fewer than that where it is three or more (fewer, longer units, a
+  //   partial fewer for the last unit to add). On the plan sweeps of an H100 and an H200, the 11
+  //   and 8 shapes that change 1.026x and 1.020x faster in geometric mean ((64, 2112, 7168) 4 -> 3
+  //   ranges 1.026x / 1.030x, (128, 576, 7168) 7 -> 6 1.052x / 1.051x), none more than 1.1%
+  //   slower; past 128 rows, where these tiles are several tile rows, 4-9% slower.
+  auto decode_ranges = [&](int64_t tiles) -> int64_t {
+    int64_t split = decode_splits(tiles);
+    if (recipe != Sm90Recipe::kBlockScaledFp8 || split == 1) return split;
+    if (num_kb >= 32 && split > num_kb / 8) split = num_kb / 8;
+    return M <= 128 && split >= 3 ? split - 1 : split;
+  };
   // 65-128 rows on the FP8 recipes: one row of 128 x 128 tiles (the two-set loop) instead of two
   // of 64-row tiles when each of its units still runs 64 K-blocks or more ((128, 7168, 16384)
   // block-scaled 50.5 -> 47.4 us, 0.96x -> 1.02x cuBLASLt; FP8 (128, 8192, 28672) 79.2 -> 77.2 us;
@@ -184,10 +200,19 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // fill the SMs unsplit with short units (at most 16 K-blocks): block-scaled (128, 24576, 1536)
   // 19.4 -> 18.3 us (0.88x -> 0.94x) against 128 x 64 tiles in three waves, in three calls; where
   // the tiles need a split, or at 32 K-blocks (FP8 (128, 28672, 4096) 38.4 -> 39.8 us), they lose
-  // (H200, bench/results/h200-dev-gemm-m128-*.jsonl).
+  // (H200, bench/results/h200-dev-gemm-m128-*.jsonl). Block-scaled, since the 128 x 64 tiles run
+  // two accumulator sets, only up to kSm90ShortUnit K-blocks (below).
+  // Block-scaled units of 9-16 K-blocks in rounds of 128 x 64 tiles instead of one wave of 128 x 128
+  // or 128 x 192 (below): their stores leave while later units stream, where a single wave stores
+  // all at its end. On the two plan sweeps (H100, H200; `h200-7faf719-plans.jsonl`) (96 / 128,
+  // 24576, 1536), three rounds of 128 x 64 against one wave of 128 x 192, 1.077x / 1.066x faster
+  // on the H100 and 1.026x / 1.007x on the H200; 128 x 128 tiles 0.96-0.91x. At 4 K-blocks
+  // ((96 / 128, 32768, 512)) 128 x 128 tiles stay 1.09x (H100) and 1.14-1.17x (H200) faster.
+  const bool short_rounds = tall && num_kb > kSm90ShortUnit && num_kb <= 16;
   if (two_sets && M > 64 && M <= 128 && best.block_m * best.block_n < 128 * 128) {
     const int64_t t = (N + 127) / 128;
-    if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16)) best.block_m = 128, best.block_n = 128;
+    if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16 && !short_rounds))
+      best.block_m = 128, best.block_n = 128;
   }
   // 65-128 rows on the scaled FP8 recipe: whole 128 x 112 tiles instead of 128 x 128 ones where
   // the busiest SM then has fewer columns to stream and units are long (64 K-blocks or more):
@@ -208,13 +233,17 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // (128, 2112, 7168), four ranges of 128 x 64 against two of the two rows, ran 11.3 -> 10.6 us on
   // the two rows (H100, three calls; the four-way reduction of a 128 x 64 tile costs it 1.75 us,
   // docs/GEMM.md; an H200 before the lighter split handshake had it the other way, 11.55 -> 11.8).
-  // Block-scaled, with one range fewer (below), up to five: on the plan sweeps (M = 96 and 128)
-  // (N, K) = (1536, 7168), 4 ranges of 128 x 64 against 2 of the two rows, 1.04-1.09x faster on
-  // an H100 and 1.10-1.14x on an H200; (2112, 7168), 3 ranges, 0.96-0.98x and 1.01-1.05x.
-  const int64_t row_ranges = recipe == Sm90Recipe::kBlockScaledFp8 ? 5 : 2;
-  if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms &&
-      decode_splits((N + 63) / 64) <= row_ranges)
-    best.block_m = 128;
+  // Block-scaled, whatever the ranges, as long as the row's units (decode_ranges) are as many as
+  // the two rows': (N, K) = (1536, 7168), 24 tiles in 4 ranges against 48 in 2, 1.05-1.09x faster
+  // on an H100 and 1.12-1.15x on an H200 (M = 96 and 128; `h100-dev-gemm-short-rounds-plans.jsonl`,
+  // `h200-...`); not (2112, 7168), 33 tiles in 3 ranges against 66 in 2 (99 SMs against 132):
+  // 0.97-0.99x on the H100, 1.02-1.04x on the H200.
+  if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms) {
+    const int64_t t = (N + 63) / 64;
+    if (recipe == Sm90Recipe::kBlockScaledFp8 ? t * decode_ranges(t) >= 2 * t * decode_ranges(2 * t)
+                                               : decode_splits(t) <= 2)
+      best.block_m = 128;
+  }
   // 65-128 rows on the FP8 recipes: one wave of 128 x 192 tiles where 128-column tiles need more
   // than one and N is a multiple of 192. Block-scaled (128, 24576, 1536), the only bench shape
   // that takes them: 18.5 -> 17.1 us (0.93x -> 1.01x cuBLASLt; 192 tiles of 128 x 128 left a
@@ -223,7 +252,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // disagreed (docs/GEMM.md). Up to 64 rows a wave of 64 x 192 tiles (one accumulator set) beat
   // 64 x 64 ones in three waves until those got the two-set loop; since, the 64 x 64 ones are
   // 3.5% faster ((1, 24576, 1536) 12.8 -> 12.35 us, (64, ...) 13.4 -> 12.95; H200, run twice).
-  if (wide && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
+  if (wide && !short_rounds && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
     best.block_m = 128, best.block_n = 192;
   if (recipe == Sm90Recipe::kScaledFp8 && M <= 128 && best.block_m == 128 && best.block_n == 128)
     best.stages = kSm90DeepStages128;
@@ -243,19 +272,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m != 256) {
-    if (int64_t split = decode_splits(tiles); split > 1) {
-      // Block-scaled with 32 K-blocks or more: ranges of 8 K-blocks at least. (1 to 64, 576, 7168),
-      // 9 tiles of 64 x 64, ran 14 ranges of 4 K-blocks 1.2-1.3x slower than 6 or 8 ranges (the plan
-      // sweep, docs/GEMM.md; two H100 runs and an H200 agreeing); each range's unit pays its start
-      // and its partial's round trip whatever its length.
-      if (recipe == Sm90Recipe::kBlockScaledFp8 && num_kb >= 32 && split > num_kb / 8) split = num_kb / 8;
-      // Block-scaled up to 128 rows: one range fewer than fill the SMs where that is three or more
-      // (fewer, longer units, a partial fewer for the last unit to add). On the plan sweeps of an
-      // H100 and an H200, the 11 and 8 shapes that change 1.026x and 1.020x faster in geometric
-      // mean ((64, 2112, 7168) 4 -> 3 ranges 1.026x / 1.030x, (128, 576, 7168) 7 -> 6 1.052x /
-      // 1.051x), none more than 1.1% slower; past 128 rows, where these tiles are several tile
-      // rows, 4-9% slower.
-      if (recipe == Sm90Recipe::kBlockScaledFp8 && M <= 128 && split >= 3) split--;
+    if (const int64_t split = decode_ranges(tiles); split > 1) {
       best.splits = static_cast<int>(split);
       best.whole_tiles = 0;
       return best;

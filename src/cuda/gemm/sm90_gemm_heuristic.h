@@ -200,14 +200,14 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // fill the SMs unsplit with short units (at most 16 K-blocks): block-scaled (128, 24576, 1536)
   // 19.4 -> 18.3 us (0.88x -> 0.94x) against 128 x 64 tiles in three waves, in three calls; where
   // the tiles need a split, or at 32 K-blocks (FP8 (128, 28672, 4096) 38.4 -> 39.8 us), they lose
-  // (H200, bench/results/h200-dev-gemm-m128-*.jsonl). Block-scaled, since the 128 x 64 tiles run
-  // two accumulator sets, only up to kSm90ShortUnit K-blocks (below).
-  // Block-scaled units of 9-16 K-blocks in rounds of 128 x 64 tiles instead of one wave of 128 x 128
-  // or 128 x 192 (below): their stores leave while later units stream, where a single wave stores
-  // all at its end. On the two plan sweeps (H100, H200; `h200-7faf719-plans.jsonl`) (96 / 128,
-  // 24576, 1536), three rounds of 128 x 64 against one wave of 128 x 192, 1.077x / 1.066x faster
-  // on the H100 and 1.026x / 1.007x on the H200; 128 x 128 tiles 0.96-0.91x. At 4 K-blocks
-  // ((96 / 128, 32768, 512)) 128 x 128 tiles stay 1.09x (H100) and 1.14-1.17x (H200) faster.
+  // (H200, bench/results/h200-dev-gemm-m128-*.jsonl). Since the 128 x 64 tiles run two
+  // accumulator sets, block-scaled units of 9-16 K-blocks (short_rounds) run in rounds of them
+  // instead of one wave of 128 x 128 or 128 x 192 (below): their stores leave while later units
+  // stream, where a single wave stores all at its end. On the two plan sweeps (H100, H200;
+  // `h200-7faf719-plans.jsonl`) (96 / 128, 24576, 1536), three rounds of 128 x 64 against one wave
+  // of 128 x 192, 1.077x / 1.066x faster on the H100 and 1.026x / 1.007x on the H200; 128 x 128
+  // tiles 0.96-0.91x. At 4 K-blocks ((96 / 128, 32768, 512)) 128 x 128 tiles stay 1.09x (H100) and
+  // 1.14-1.17x (H200) faster.
   const bool short_rounds = tall && num_kb > kSm90ShortUnit && num_kb <= 16;
   if (two_sets && M > 64 && M <= 128 && best.block_m * best.block_n < 128 * 128) {
     const int64_t t = (N + 127) / 128;
@@ -235,9 +235,9 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // docs/GEMM.md; an H200 before the lighter split handshake had it the other way, 11.55 -> 11.8).
   // Block-scaled, whatever the ranges, as long as the row's units (decode_ranges) are as many as
   // the two rows': (N, K) = (1536, 7168), 24 tiles in 4 ranges against 48 in 2, 1.05-1.09x faster
-  // on an H100 and 1.12-1.15x on an H200 (M = 96 and 128; `h100-dev-gemm-short-rounds-plans.jsonl`,
-  // `h200-...`); not (2112, 7168), 33 tiles in 3 ranges against 66 in 2 (99 SMs against 132):
-  // 0.97-0.99x on the H100, 1.02-1.04x on the H200.
+  // on an H100 and 1.12-1.15x on an H200 (M = 96 and 128; `h100-dev-gemm-short-rounds-plans.jsonl`
+  // and `h200-dev-gemm-short-rounds-plans.jsonl`); not (2112, 7168), 33 tiles in 3 ranges against
+  // 66 in 2 (99 SMs against 132): 0.97-0.99x on the H100, 1.02-1.04x on the H200.
   if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms) {
     const int64_t t = (N + 63) / 64;
     if (recipe == Sm90Recipe::kBlockScaledFp8 ? t * decode_ranges(t) >= 2 * t * decode_ranges(2 * t)
@@ -301,9 +301,9 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
 // -> 128 x 64 split 2 ways, 1.17x faster on the H100's sweep and 1.20x on an H200's; (768, 1536,
 // 7168) 1.17x / 1.15x, (576, 1536, 7168) 1.12x (H100); no other shape of either sweep changes by
 // more than 0.2%. (Rates of 8.5-9.5 TB/s and 2.5-4 us were tried: lower rates moved more shapes
-// and slowed some by up to 14%.) Its plans: the six tiles below, the tiles past the last whole wave unsplit or
-// split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many as fill the SMs (at most one round of
-// split units, at least two K-blocks a range).
+// and slowed some by up to 14%.) Its plans: the six tiles below, the tiles past the last whole
+// wave unsplit or split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many as fill the SMs (at most
+// one round of split units, at least two K-blocks a range).
 struct sm90_plan_cost {
   int block_m, block_n;
   double kb_us, unit_us, split_us;

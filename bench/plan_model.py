@@ -3,8 +3,10 @@
 
 Usage: bench/plan_model.py SWEEP.jsonl [SWEEP.jsonl ...]
 SWEEP.jsonl holds qfuse-bench `gemm_fp8_blockscale_plans` rows (`plan=BMxBN/S`: a forced plan).
-For each tile it fits, by least squares on relative error, the model's three costs: a unit takes
-its K-blocks at kb_us each plus unit_us, a split unit split_us more; the SMs run the whole tiles
+For each tile it fits, by least squares on relative error, the model's costs: a unit takes its
+K-blocks at kb_us each plus unit_us, a split unit split_us more and, on the tiles of RANGE_TILES,
+range_us for each range past the first (the header keeps the 192 x 128 tile's fit without it and
+gives the 256 x 128 tile none: docs/GEMM.md); the SMs run the whole tiles
 in rounds of `sms`, then the split units in one more round. Rows whose time the DRAM term
 (bytes / DRAM_RATE + DRAM_US) or the L2 term (the operand tiles the CTAs load, / L2_RATE + L2_US),
 as in the header, would set are left out of the fit. Prints each
@@ -19,6 +21,7 @@ from jsonl import read_rows
 SMS = 132
 DRAM_RATE, DRAM_US = 3.12e6, 4.7  # bytes per us, us (the header's)
 L2_RATE, L2_US = 9.5e6, 3.0  # bytes of operand tiles per us, us (the header's)
+RANGE_TILES = {(64, 64), (64, 128), (128, 64), (128, 128)}  # tiles with a cost per range
 
 
 def dims(shape):
@@ -26,24 +29,26 @@ def dims(shape):
 
 
 def terms(M, N, K, bm, bn, s):
-    """The model's time as kb_us * a + unit_us * b + split_us * c, and the larger of the DRAM and L2 floors."""
+    """The model's time as kb_us * a + unit_us * b + split_us * c + range_us * d, and the larger of the
+    DRAM and L2 floors."""
     num_kb, tiles = (K + 127) // 128, -(-M // bm) * -(-N // bn)
     if s == 1:
         rounds = -(-tiles // SMS)
-        a, b, c, partials = rounds * num_kb, rounds, 0.0, 0.0
+        a, b, c, d, partials = rounds * num_kb, rounds, 0.0, 0.0, 0.0
     else:
         whole = 0 if tiles < SMS else tiles // SMS
         split_tiles = tiles - whole * SMS
         a, b, c = whole * num_kb + num_kb / s, whole + 1, 1.0
+        d = s - 1.0 if (bm, bn) in RANGE_TILES else 0.0
         partials = 8.0 * bm * bn * split_tiles * s
     floor = (N * K + M * K + 2.0 * M * N + partials) / DRAM_RATE + DRAM_US
     l2 = (-(-M // bm) * N + -(-N // bn) * M) * K / L2_RATE + L2_US  # every tile row's B, every tile column's A
-    return (a, b, c), max(floor, l2)
+    return (a, b, c, d), max(floor, l2)
 
 
 def solve(rows):
-    """Least squares of sum ((x . t) / us - 1)^2 over rows (t, us), for x of 3 (or 2) costs."""
-    n = 3 if any(t[2] for t, _ in rows) else 2
+    """Least squares of sum ((x . t) / us - 1)^2 over rows (t, us), for x of 4, 3 or 2 costs."""
+    n = 4 if any(t[3] for t, _ in rows) else 3 if any(t[2] for t, _ in rows) else 2
     ata = [[0.0] * n for _ in range(n)]
     atb = [0.0] * n
     for t, us in rows:
@@ -64,7 +69,7 @@ def solve(rows):
     x = [0.0] * n
     for i in reversed(range(n)):
         x[i] = (atb[i] - sum(ata[i][j] * x[j] for j in range(i + 1, n))) / ata[i][i]
-    return x + [0.0] * (3 - n)
+    return x + [0.0] * (4 - n)
 
 
 def main(paths):
@@ -77,8 +82,8 @@ def main(paths):
             key = (r["shape"], int(m.group(3)))
             tile = (int(m.group(1)), int(m.group(2)))
             by_tile[tile][key] = min(r["us"], by_tile[tile].get(key, float("inf")))
-    print("| tile | kb_us | unit_us | split_us | rows fitted | median error | p90 error |")
-    print("|---|---|---|---|---|---|---|")
+    print("| tile | kb_us | unit_us | split_us | range_us | rows fitted | median error | p90 error |")
+    print("|---|---|---|---|---|---|---|---|")
     for tile in sorted(by_tile):
         data = []
         for (shape, s), us in by_tile[tile].items():
@@ -91,7 +96,7 @@ def main(paths):
             fit = [(t, us) for t, floor, us in data if sum(a * b for a, b in zip(x, t)) >= floor] or fit
         errs = sorted(abs(max(sum(a * b for a, b in zip(x, t)), floor) / us - 1) for t, floor, us in data)
         med, p90 = errs[len(errs) // 2], errs[min(len(errs) - 1, int(0.9 * len(errs)))]
-        print(f"| {tile[0]}x{tile[1]} | {x[0]:.3f} | {x[1]:.2f} | {x[2]:.2f} | {len(fit)} of {len(data)} | "
+        print(f"| {tile[0]}x{tile[1]} | {x[0]:.3f} | {x[1]:.2f} | {x[2]:.2f} | {x[3]:.3f} | {len(fit)} of {len(data)} | "
               f"{100 * med:.1f}% | {100 * p90:.1f}% |")
 
 

@@ -69,6 +69,9 @@ int main() {
   // The L2 term of the model: (256, 2112, 7168) 66 tiles of 128 x 64 split twice, not 132 whole
   // tiles of 64 x 64 (each B tile loaded by four CTAs).
   expect(256, 2112, 7168, 128, 64, 2, 0);
+  // 129-256 rows where 64-row tiles make one unsplit wave of three quarters of the SMs or more:
+  // 128-row tiles split twice ((192, 2112, 7168): 66 tiles of 128 x 64, not 99 of 64 x 64).
+  expect(192, 2112, 7168, 128, 64, 2, 0);
   // Block-scaled 65-128 rows on units of 9-16 K-blocks: rounds of 128 x 64 tiles ((128, 24576,
   // 1536): 384 tiles), not one wave of 128 x 192; on longer units that wave ((128, 24576, 2112),
   // the GPU test's case, 17 K-blocks: 128 tiles).

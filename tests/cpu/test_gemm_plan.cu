@@ -72,6 +72,10 @@ int main() {
   // 129-256 rows where 64-row tiles make one unsplit wave of three quarters of the SMs or more:
   // 128-row tiles split twice ((192, 2112, 7168): 66 tiles of 128 x 64, not 99 of 64 x 64).
   expect(192, 2112, 7168, 128, 64, 2, 0);
+  // Short units past 128 rows in fewer than four waves of 256 x 128 tiles: 128 x 128 ((256, 32768,
+  // 512): 512 tiles, 4 K-blocks each); from four waves on, 256 x 128 ((1024, 32768, 512)).
+  expect(256, 32768, 512, 128, 128, 1, 512);
+  expect(1024, 32768, 512, 256, 128, 1, 1024);
   // Block-scaled 65-128 rows on units of 9-16 K-blocks: rounds of 128 x 64 tiles ((128, 24576,
   // 1536): 384 tiles), not one wave of 128 x 192; on longer units that wave ((128, 24576, 2112),
   // the GPU test's case, 17 K-blocks: 128 tiles).

@@ -159,10 +159,16 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     while (split > 1 && !sm90_gemm_tall_share_fits(static_cast<int>(split), sm90_gemm_stages(256, 128, 2))) split--;
     return split > 1 ? split : 0;
   };
+  // Not on short units (at most kSm90ShortUnit K-blocks) in fewer than four waves: there 128 x 128
+  // tiles, twice as many turns of shorter tiles, ran (160 / 192 / 256 / 512, 32768, 512) 1.05x /
+  // 1.06x / 1.10x / 1.04x faster on the H100's plan sweep and 1.04x / 1.05x / 1.09x / 1.04x on the
+  // H200's (forced plans, `h200-7faf719-plans.jsonl`); from (768, 32768, 512), 5.8 waves, they tie,
+  // and past it the 256 x 128 tiles win (M = 4096 1.08-1.12x).
   if (tall && M > 128) {
     const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128);
     const double cost = cost_of(waves_of(tiles, tall_splits(tiles)), 256, 128);
-    if (cost < best_cost) best_cost = cost, best.block_m = 256, best.block_n = 128;
+    if (cost < best_cost && num_kb <= kSm90ShortUnit && tiles < 4 * sms) best.block_m = 128, best.block_n = 128;
+    else if (cost < best_cost) best_cost = cost, best.block_m = 256, best.block_n = 128;
   }
   // Past 192 rows, 192 x 128 tiles (three consumer warpgroups, NOTES of sm90_gemm.cuh) where the
   // model puts them 10% below the others and K has 8 K-blocks or more: rows that are a multiple of

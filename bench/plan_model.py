@@ -16,7 +16,7 @@ import re
 import sys
 from collections import defaultdict
 
-from jsonl import read_rows
+from plan_eval import sweep_times
 
 SMS = 132
 DRAM_RATE, DRAM_US = 3.12e6, 4.7  # bytes per us, us (the header's)
@@ -75,13 +75,10 @@ def solve(rows):
 def main(paths):
     by_tile = defaultdict(dict)  # (bm, bn) -> {(shape, s): fastest us}
     for path in paths:
-        for r in read_rows(path):
-            m = re.fullmatch(r"plan=(\d+)x(\d+)/(\d+)", r.get("variant", ""))
-            if not m or not r.get("us"):
-                continue
-            key = (r["shape"], int(m.group(3)))
-            tile = (int(m.group(1)), int(m.group(2)))
-            by_tile[tile][key] = min(r["us"], by_tile[tile].get(key, float("inf")))
+        for shape, plans in sweep_times(path)[0].items():
+            for plan, us in plans.items():
+                bm, bn, s = map(int, re.fullmatch(r"(\d+)x(\d+)/(\d+)", plan).groups())
+                by_tile[(bm, bn)][(shape, s)] = min(us, by_tile[(bm, bn)].get((shape, s), float("inf")))
     print("| tile | kb_us | unit_us | split_us | range_us | rows fitted | median error | p90 error |")
     print("|---|---|---|---|---|---|---|---|")
     for tile in sorted(by_tile):

@@ -167,8 +167,10 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   if (tall && M > 128) {
     const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128);
     const double cost = cost_of(waves_of(tiles, tall_splits(tiles)), 256, 128);
-    if (cost < best_cost && num_kb <= kSm90ShortUnit && tiles < 4 * sms) best.block_m = 128, best.block_n = 128;
-    else if (cost < best_cost) best_cost = cost, best.block_m = 256, best.block_n = 128;
+    if (cost < best_cost) {
+      if (num_kb <= kSm90ShortUnit && tiles < 4 * sms) best.block_m = 128, best.block_n = 128;
+      else best_cost = cost, best.block_m = 256, best.block_n = 128;
+    }
   }
   // Past 192 rows, 192 x 128 tiles (three consumer warpgroups, NOTES of sm90_gemm.cuh) where the
   // model puts them 10% below the others and K has 8 K-blocks or more: rows that are a multiple of
@@ -211,17 +213,17 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // 19.4 -> 18.3 us (0.88x -> 0.94x) against 128 x 64 tiles in three waves, in three calls; where
   // the tiles need a split, or at 32 K-blocks (FP8 (128, 28672, 4096) 38.4 -> 39.8 us), they lose
   // (H200, bench/results/h200-dev-gemm-m128-*.jsonl). Since the 128 x 64 tiles run two
-  // accumulator sets, block-scaled units of 9-16 K-blocks (short_rounds) run in rounds of them
-  // instead of one wave of 128 x 128 or 128 x 192 (below): their stores leave while later units
+  // accumulator sets, block-scaled units of 9-16 K-blocks run in rounds of them instead of one
+  // wave of 128 x 128 (here: those take units of at most kSm90ShortUnit K-blocks) or 128 x 192
+  // (short_rounds, below): their stores leave while later units
   // stream, where a single wave stores all at its end. On the two plan sweeps (H100, H200;
   // `h200-7faf719-plans.jsonl`) (96 / 128, 24576, 1536), three rounds of 128 x 64 against one wave
   // of 128 x 192, 1.077x / 1.066x faster on the H100 and 1.026x / 1.007x on the H200; 128 x 128
   // tiles 0.96-0.91x. At 4 K-blocks ((96 / 128, 32768, 512)) 128 x 128 tiles stay 1.09x (H100) and
   // 1.14-1.17x (H200) faster.
-  const bool short_rounds = tall && num_kb > kSm90ShortUnit && num_kb <= 16;
   if (two_sets && M > 64 && M <= 128 && best.block_m * best.block_n < 128 * 128) {
     const int64_t t = (N + 127) / 128;
-    if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= 16 && !short_rounds))
+    if (num_kb / decode_splits(t) >= 64 || (t >= sms && num_kb <= (tall ? kSm90ShortUnit : 16)))
       best.block_m = 128, best.block_n = 128;
   }
   // 65-128 rows on the scaled FP8 recipe: whole 128 x 112 tiles instead of 128 x 128 ones where
@@ -262,6 +264,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // disagreed (docs/GEMM.md). Up to 64 rows a wave of 64 x 192 tiles (one accumulator set) beat
   // 64 x 64 ones in three waves until those got the two-set loop; since, the 64 x 64 ones are
   // 3.5% faster ((1, 24576, 1536) 12.8 -> 12.35 us, (64, ...) 13.4 -> 12.95; H200, run twice).
+  const bool short_rounds = tall && num_kb > kSm90ShortUnit && num_kb <= 16;
   if (wide && !short_rounds && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
     best.block_m = 128, best.block_n = 192;
   if (recipe == Sm90Recipe::kScaledFp8 && M <= 128 && best.block_m == 128 && best.block_n == 128)
@@ -345,7 +348,8 @@ constexpr sm90_plan_cost kSm90PlanCosts[] = {
     {128, 128, 0.391, 0.94, 3.31, 0.594}, {192, 128, 0.579, 1.42, 7.31, 0.0},  {256, 128, 0.718, 1.67, 10.96, 0.0}};
 
 inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const sm90_plan_cost &c, int64_t splits) {
-  const int64_t num_kb = (K + 127) / 128, tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
+  const int64_t num_kb = (K + 127) / 128;
+  const int64_t tiles_m = (M + c.block_m - 1) / c.block_m, tiles_n = (N + c.block_n - 1) / c.block_n, tiles = tiles_m * tiles_n;
   double t = 0.0, partials = 0.0;
   if (splits == 1) {
     t = static_cast<double>((tiles + sms - 1) / sms) * (num_kb * c.kb_us + c.unit_us);
@@ -356,9 +360,7 @@ inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const
     partials = 8.0 * c.block_m * c.block_n * split_tiles * splits;  // written and read, fp32
   }
   const double bytes = static_cast<double>(N) * K + static_cast<double>(M) * K + 2.0 * M * N + partials;
-  const double tiles_m = static_cast<double>((M + c.block_m - 1) / c.block_m);
-  const double tiles_n = static_cast<double>((N + c.block_n - 1) / c.block_n);
-  const double l2 = (tiles_m * N + tiles_n * M) * static_cast<double>(K) / 9.5e6 + 3.0;
+  const double l2 = static_cast<double>(tiles_m * N + tiles_n * M) * static_cast<double>(K) / 9.5e6 + 3.0;
   if (t < l2) t = l2;
   return t > bytes / 3.12e6 + 4.7 ? t : bytes / 3.12e6 + 4.7;
 }

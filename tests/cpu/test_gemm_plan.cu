@@ -92,6 +92,12 @@ int main() {
   // whole tiles of 192 x 128; (576, 57344, 8192), 1344, a last wave of 24 split 5 ways.
   expect(576, 36864, 7168, 192, 128, 1, 864);
   expect(576, 57344, 8192, 192, 128, 5, 1320);
+  // One wave of 192 x 128 tiles against a round of 128 x 128 tiles and a last one split into short
+  // units: (4096, 576, 7168), 110 whole tiles of 192 x 128, not 160 of 128 x 128 with the last 28
+  // split 4 ways (14 K-blocks a unit); (384, 7168, 16384), whose split units keep 42 K-blocks,
+  // stays on 128 x 128 tiles.
+  expect(4096, 576, 7168, 192, 128, 1, 110);
+  expect(384, 7168, 16384, 128, 128, 3, 132);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

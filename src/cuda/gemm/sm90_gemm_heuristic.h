@@ -413,6 +413,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe);
   if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 4096 || rules.tail_kb > 0) return rules;
   const int sms = sm_count > 0 ? sm_count : 1;
+  const int64_t num_kb = (K + 127) / 128;
   const sm90_plan_cost *mine = nullptr;
   for (const sm90_plan_cost &c : kSm90PlanCosts)
     if (c.block_m == rules.block_m && c.block_n == rules.block_n) mine = &c;
@@ -428,16 +429,22 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     sm90_gemm_config plan;
     for (int64_t s : candidates) {
       if (s < 1 || (s > 1 && s > fill) || (c.block_m > 128 && M <= 128) ||
-          (c.block_m == 192 && (M <= 192 || (K + 127) / 128 < kSm90TripleMinKb)) ||
+          (c.block_m == 192 && (M <= 192 || num_kb < kSm90TripleMinKb)) ||
           !sm90_gemm_plan_of(M, N, K, sms, c.block_m, c.block_n, static_cast<int>(s), plan))
         continue;
       const double us = sm90_gemm_model_us(M, N, K, sms, c, s);
       if (best_us < 0.0 || us < best_us) best = plan, best_us = us;
     }
   }
-  const bool one_wave = best.block_m == 192 && ((M + 191) / 192) * ((N + 127) / 128) <= sms;
-  const bool short_split = rules.splits > 1 && rules.block_m <= 128 && (K + 127) / 128 / rules.splits < kSm90LongUnit;
-  const double margin = M <= 128 ? 1.2 : best.splits == 1 ? (one_wave && short_split ? 1.0 : 1.05) : 1.1;
+  // the margin by which the model must put its plan ahead of the rules' (the comment above)
+  double margin = 1.2;
+  if (M > 128 && best.splits > 1) {
+    margin = 1.1;
+  } else if (M > 128) {
+    const bool one_wave = best.block_m == 192 && best.whole_tiles <= sms;
+    const bool short_split = rules.splits > 1 && rules.block_m <= 128 && num_kb / rules.splits < kSm90LongUnit;
+    margin = one_wave && short_split ? 1.0 : 1.05;
+  }
   return best_us >= 0.0 && sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us ? best : rules;
 }
 

@@ -161,6 +161,8 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M,
     snprintf(auto_variant, sizeof auto_variant, "auto=%dx%d/%d%s", bm, bn, splits, tail_kb > 0 ? "+tail" : "");
   }
   qfb_row row = {.op = op, .variant = auto_variant, .shape = shape, .bytes = bytes, .flops = flops};
+  /* Timed in the order qfuse, cuBLASLt, cuBLASLt, qfuse, each side's two medians averaged, so that
+   * a GPU slowing (or speeding up) over the series favours neither side (tools/bench/README.md). */
   row.us = qfb_time_us(b, run_qfuse, &q);
   row.floor_us = qfb_floor_us(b, bytes, flops, 0);
   /* cuBLASLt's block scaling needs M a multiple of 4: the peer computes Mp rows. */
@@ -168,7 +170,10 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M,
   if (g) {
     lt_call c = {g, a, bm, as, bs_lt, dl};
     row.peer = Mp == M ? "cublaslt_blk" : "cublaslt_blk(M padded to 4)";
-    row.peer_us = qfb_time_us(b, run_lt, &c);
+    const double p1 = qfb_time_us(b, run_lt, &c), p2 = qfb_time_us(b, run_lt, &c);
+    row.peer_us = p1 > 0 && p2 > 0 ? 0.5 * (p1 + p2) : -1.0;
+    const double q2 = qfb_time_us(b, run_qfuse, &q);
+    row.us = row.us > 0 && q2 > 0 ? 0.5 * (row.us + q2) : -1.0;
     qfb_lt_gemm_free(g);
   }
   qfb_emit(b, &row);

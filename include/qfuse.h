@@ -98,6 +98,20 @@ qf_status qf_ctx_set_stream(qf_ctx *ctx, void *cuda_stream);
  * launch is as before: a kernel launched without the attribute waits for the kernel before it as
  * usual. QF_ERR_UNSUPPORTED on a CPU context. */
 qf_status qf_ctx_set_pdl(qf_ctx *ctx, int enable);
+/* The device workspace. The calls that split their work across CTAs (the GEMMs' split-K partial
+ * tiles and counters, split-KV attention, the VQ kernels' partial sums, per-tensor quantization's
+ * amax) use one device buffer per context, grown by the first call that needs more (an allocation,
+ * which synchronizes the device) and kept until qf_ctx_destroy. It cannot grow while the
+ * context's stream is capturing a CUDA graph: a call that would need it to fails with
+ * QF_ERR_UNSUPPORTED, naming the bytes it needs, before it enqueues anything (the capture stays
+ * valid). qf_ctx_reserve_workspace grows it to at least `bytes` now (zero-filled, the device
+ * synchronized), so that the calls of a capture find it large enough: reserve, or make one call of
+ * each shape, before capturing. The block-scaled and scaled GEMMs (dense, grouped, masked) need at
+ * most 4 KB + 128 KB per SM; the attention and VQ calls need more as their shapes grow (make their
+ * largest call once, then read qf_ctx_workspace_bytes). QF_ERR_UNSUPPORTED on a CPU context, which
+ * needs none; qf_ctx_workspace_bytes is then 0, as it is before any call needed the buffer. */
+qf_status qf_ctx_reserve_workspace(qf_ctx *ctx, size_t bytes);
+size_t qf_ctx_workspace_bytes(const qf_ctx *ctx);
 /* Detailed message of the last failed call on ctx, "" if none failed yet. Valid until the next
  * call on ctx. */
 const char *qf_ctx_last_error(const qf_ctx *ctx);
@@ -312,8 +326,9 @@ qf_status qf_rms_norm_quant(qf_ctx *ctx, const DLTensor *x, DLTensor *residual,
  * CUDA: where the output tiles leave SMs idle (decode, small M), K is split across CTAs whose
  * fp32 partial tiles are added in a fixed order (the result does not vary from run to run)
  * through a device scratch buffer that the context allocates at the first such call and keeps
- * (a few MB; freed by qf_ctx_destroy). Allocation synchronizes the device and is not allowed
- * during CUDA graph capture: make one call of each decode shape before capturing. */
+ * (a few MB; freed by qf_ctx_destroy). Allocation synchronizes the device and cannot happen
+ * during a CUDA graph's capture: qf_ctx_reserve_workspace (4 KB + 128 KB per SM covers every
+ * shape) or one call of each split shape before capturing. */
 typedef struct {
   const DLTensor *c;       /* NULL: D = A.B^T only */
   int a_scales_row_major;  /* nonzero: a_scales is [M, KB] row-major instead of [KB, M] */

@@ -132,6 +132,9 @@ def _load():
     lib.qf_ctx_destroy.argtypes = [ctypes.c_void_p]
     lib.qf_ctx_set_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.qf_ctx_set_pdl.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.qf_ctx_reserve_workspace.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.qf_ctx_workspace_bytes.restype = ctypes.c_size_t
+    lib.qf_ctx_workspace_bytes.argtypes = [ctypes.c_void_p]
     lib.qf_ctx_last_error.restype = ctypes.c_char_p
     lib.qf_ctx_last_error.argtypes = [ctypes.c_void_p]
     lib.qf_dtype_to_dl.restype = DLDataType
@@ -273,6 +276,17 @@ class Context:
         per-tensor quantizations (RMSNorm + quant at decode) may start while the kernel before them
         in the stream finishes, and wait for it before touching its data."""
         self._check(_lib.qf_ctx_set_pdl(self._ctx, 1 if enable else 0))
+
+    def reserve_workspace(self, nbytes):
+        """Grow the device workspace to at least nbytes now (qf_ctx_reserve_workspace), so that the
+        calls of a CUDA graph's capture need not allocate: the GEMMs need at most 4 KB + 128 KB per
+        SM. A call that would have to grow it during a capture raises instead."""
+        self._check(_lib.qf_ctx_reserve_workspace(self._ctx, int(nbytes)))
+
+    @property
+    def workspace_bytes(self):
+        """The bytes of device workspace the context holds (qf_ctx_workspace_bytes)."""
+        return int(_lib.qf_ctx_workspace_bytes(self._ctx))
 
     def _check(self, status):
         if status:

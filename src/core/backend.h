@@ -15,6 +15,8 @@ void qf_cuda_ctx_release(qf_ctx *ctx);
 /* The SMs that work on ctx->stream can occupy: its green context's share where the stream belongs
  * to one (a partition the device properties do not show), else ctx->sm_count. */
 int qf_cuda_stream_sms(const qf_ctx *ctx);
+/* qf_ctx_reserve_workspace on a CUDA context. */
+qf_status qf_cuda_reserve_workspace(qf_ctx *ctx, size_t bytes);
 
 /* ---- quant ---- */
 typedef struct {

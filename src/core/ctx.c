@@ -84,4 +84,18 @@ qf_status qf_ctx_set_pdl(qf_ctx *ctx, int enable) {
   return QF_OK;
 }
 
+qf_status qf_ctx_reserve_workspace(qf_ctx *ctx, size_t bytes) {
+  if (!ctx) return QF_ERR_NULL;
+  if (ctx->device != QF_DEVICE_CUDA)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "qf_ctx_reserve_workspace: the context is not a CUDA context");
+#ifdef QF_WITH_CUDA
+  return qf_cuda_reserve_workspace(ctx, bytes);
+#else
+  (void)bytes;
+  return QF_ERR_UNSUPPORTED;
+#endif
+}
+
+size_t qf_ctx_workspace_bytes(const qf_ctx *ctx) { return ctx ? ctx->workspace_bytes : 0; }
+
 const char *qf_ctx_last_error(const qf_ctx *ctx) { return ctx ? ctx->error : "ctx is NULL"; }

@@ -128,7 +128,8 @@ qf_status qf_cuda_launch(qf_ctx *ctx, const char *op, Kernel plain, Kernel depen
 // The context's device scratch, at least `bytes`, zero-filled when it is (re)allocated. It starts
 // with kQfWorkspaceCounters int counters that every kernel leaves at zero when it finishes (a
 // fixed place: the rest of the buffer holds whatever the last call left). Growing it allocates
-// (and synchronizes the device): not allowed while a CUDA graph is being captured, so the first
-// call at the largest size belongs before the capture.
+// (and synchronizes the device), which a CUDA graph's capture does not allow: while the context's
+// stream captures, a call that needs more fails with QF_ERR_UNSUPPORTED before enqueueing anything
+// (qf_ctx_reserve_workspace grows it ahead).
 constexpr int kQfWorkspaceCounters = 1024;
 qf_status qf_cuda_workspace(qf_ctx *ctx, const char *op, size_t bytes, void **out);

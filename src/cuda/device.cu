@@ -34,6 +34,17 @@ extern "C" void qf_cuda_ctx_release(qf_ctx *ctx) {
 
 qf_status qf_cuda_workspace(qf_ctx *ctx, const char *op, size_t bytes, void **out) {
   if (bytes > ctx->workspace_bytes) {
+    // Not while the stream is capturing a graph: the allocation would invalidate the capture. (On
+    // the legacy stream while another stream captures, the query itself fails: not sticky.)
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const cudaError_t query = cudaStreamIsCapturing(qf_stream(ctx), &capture);
+    if (query != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      if (query != cudaSuccess) cudaGetLastError();
+      return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                     "%s: needs %zu bytes of device workspace and the context holds %zu; it cannot grow while "
+                     "a CUDA graph is being captured (qf_ctx_reserve_workspace before the capture)",
+                     op, bytes, ctx->workspace_bytes);
+    }
     // cudaFree waits for the device, so no kernel still uses the old buffer.
     qf_cuda_ctx_release(ctx);
     const size_t size = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
@@ -49,6 +60,16 @@ qf_status qf_cuda_workspace(qf_ctx *ctx, const char *op, size_t bytes, void **ou
     ctx->workspace_bytes = size;
   }
   *out = ctx->workspace;
+  return QF_OK;
+}
+
+extern "C" qf_status qf_cuda_reserve_workspace(qf_ctx *ctx, size_t bytes) {
+  if (bytes <= ctx->workspace_bytes) return QF_OK;  // (nothing to do, nothing to wait for: allowed in a capture)
+  void *ws = nullptr;
+  if (qf_status st = qf_cuda_workspace(ctx, "qf_ctx_reserve_workspace", bytes, &ws); st != QF_OK) return st;
+  // (the zero fill done before any stream's work, a graph's launches included)
+  if (cudaError_t err = cudaStreamSynchronize(qf_stream(ctx)); err != cudaSuccess)
+    return qf_cuda_fail(ctx, "qf_ctx_reserve_workspace", "cudaStreamSynchronize", err);
   return QF_OK;
 }
 

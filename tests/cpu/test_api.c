@@ -53,6 +53,11 @@ static void test_ctx(void) {
   CHECK(qf_ctx_set_pdl(ctx, 1) == QF_ERR_UNSUPPORTED, "a CPU context has no programmatic dependent launch");
   CHECK(strstr(qf_ctx_last_error(ctx), "qf_ctx_set_pdl") != NULL, "message names the function");
   CHECK(qf_ctx_set_pdl(NULL, 1) == QF_ERR_NULL, "qf_ctx_set_pdl(NULL)");
+  CHECK(qf_ctx_reserve_workspace(ctx, 1 << 20) == QF_ERR_UNSUPPORTED, "a CPU context has no device workspace");
+  CHECK(strstr(qf_ctx_last_error(ctx), "qf_ctx_reserve_workspace") != NULL, "message names the function");
+  CHECK(qf_ctx_workspace_bytes(ctx) == 0, "a CPU context holds no workspace");
+  CHECK(qf_ctx_reserve_workspace(NULL, 1) == QF_ERR_NULL, "qf_ctx_reserve_workspace(NULL)");
+  CHECK(qf_ctx_workspace_bytes(NULL) == 0, "qf_ctx_workspace_bytes(NULL)");
   qf_ctx_destroy(ctx);
   qf_ctx_destroy(NULL);
   /* Without a GPU (CI) a CUDA context is refused; with one it works. Either way *out is consistent. */

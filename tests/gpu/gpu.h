@@ -39,6 +39,12 @@ static inline void open_contexts(qf_ctx **gpu, qf_ctx **cpu) {
 /* QF_TEST_QUICK (the compute-sanitizer pass): small shapes only. */
 static inline int quick_mode(void) { return getenv("QF_TEST_QUICK") != NULL; }
 
+/* A random finite e4m3fn code (0x7F and 0xFF are the NaNs). */
+static inline uint8_t draw_e4m3(uint64_t *seed) {
+  uint8_t b = (uint8_t)(rng_next(seed) >> 56);
+  return (b & 0x7F) == 0x7F ? (uint8_t)(b ^ 1) : b;
+}
+
 /* Whether every one of the n device bytes at dev equals `byte`. */
 static inline int dev_holds(const void *dev, size_t n, uint8_t byte) {
   uint8_t *h = malloc(n);

@@ -32,12 +32,6 @@ typedef struct {
   int scaled; /* 0: quant_group -> gemm_fp8_blockscale; 1: quant_token -> gemm_scaled */
 } chain_case;
 
-/* A finite e4m3fn code (0x7F and 0xFF are the NaNs). */
-static uint8_t draw_e4m3(uint64_t *seed) {
-  uint8_t b = (uint8_t)(rng_next(seed) >> 56);
-  return (b & 0x7F) == 0x7F ? (uint8_t)(b ^ 1) : b;
-}
-
 static void run_case(qf_ctx *plain, qf_ctx *pdl, const chain_case *c, uint64_t *seed) {
   const int64_t M = c->M, N = c->N, K = c->K, KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
   const size_t xbytes = (size_t)(M * K) * 2, dbytes = (size_t)(M * N) * 2;

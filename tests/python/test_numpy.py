@@ -30,6 +30,12 @@ class TestQuantPerTensor(unittest.TestCase):
             self.ctx.set_pdl(True)
         self.assertIn("qf_ctx_set_pdl", str(cm.exception))
 
+    def test_cpu_context_has_no_workspace(self):
+        self.assertEqual(self.ctx.workspace_bytes, 0)
+        with self.assertRaises(qfuse.QfuseError) as cm:
+            self.ctx.reserve_workspace(1 << 20)
+        self.assertIn("qf_ctx_reserve_workspace", str(cm.exception))
+
     def test_e4m3fn_nearest(self):
         x = (self.rng.standard_normal((5, 48)) * 30).astype(np.float32)
         scale = np.array([0.25], np.float32)

@@ -99,6 +99,43 @@ class TestTorchFamily(unittest.TestCase):
         err = ((d.cpu() - ref).norm() / ref.norm()).item()
         self.assertLess(err, 1e-3)
 
+    def test_gemm_in_cuda_graph(self):
+        # A decode GEMM that splits K (partials and counters in the workspace), captured in a torch
+        # CUDA graph on a context whose workspace was reserved, replayed on new activations: each
+        # replay equals a direct call bit for bit. Without the reservation the capture raises.
+        m, n, k = 16, 2112, 7168
+        a = torch.empty(m, k, dtype=torch.float8_e4m3fn, device="cuda")
+        b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+        a_s = torch.rand(k // 128, m, device="cuda") + 0.5  # [KB, Mp], Mp = M here
+        b_s = torch.rand((n + 127) // 128, k // 128, device="cuda") + 0.5
+        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        stream = torch.cuda.Stream()
+        fresh = qfuse.Context("cuda:0")
+        fresh.set_stream(stream.cuda_stream)
+        with self.assertRaises(qfuse.QfuseError) as cm:
+            with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream):
+                fresh.gemm_fp8_blockscale(a, a_s, b, b_s, d)
+        self.assertIn("qf_ctx_reserve_workspace", str(cm.exception))
+        self.assertEqual(fresh.workspace_bytes, 0)
+        ctx = qfuse.Context("cuda:0")
+        ctx.set_stream(stream.cuda_stream)
+        ctx.reserve_workspace(4096 + 128 * 1024 * torch.cuda.get_device_properties(0).multi_processor_count)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            ctx.gemm_fp8_blockscale(a, a_s, b, b_s, d)
+        previous = None
+        for _ in range(3):
+            a.copy_((torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn))
+            d.fill_(float("nan"))
+            graph.replay()
+            want = torch.empty_like(d)
+            self.gpu.gemm_fp8_blockscale(a, a_s, b, b_s, want)
+            torch.cuda.synchronize()
+            self.assertTrue(torch.equal(d.view(torch.int16), want.view(torch.int16)), "replay differs from the direct call")
+            if previous is not None:
+                self.assertFalse(torch.equal(d, previous), "two rounds gave the same D")
+            previous = d.clone()
+
     def test_gemm_fp8_blockscale_masked(self):
         # Three experts of 128 rows holding 5, 0 and 128 tokens, SwiGLU: GPU against the CPU backend
         # on the rows of the blocks that run (the expert without tokens keeps its poison).

@@ -511,7 +511,10 @@ static void gemm_case(qf_ctx *gpu, qf_ctx *cpu, vq_weight *w, int64_t M, qf_dtyp
  * launched back to back without a synchronization. Each y2_r must equal, byte for byte, the same
  * two calls with PDL off and the device synchronized between them: a GeMV that read y1 before the
  * one writing it had finished, or wrote y1 while the one before still read it, would compute from
- * another round's y1. The rounds' y2 differ from one another (checked). */
+ * another round's y1. The rounds' y2 differ from one another (checked). A third pass captures the
+ * two calls once in a CUDA graph (a PDL context on its own stream, the workspace reserved first)
+ * with x and y2 in buffers of their own and replays it each round after copying x_r in: the same
+ * bytes again. */
 static void gemv_pdl_chain(qf_ctx *gpu, const vq_weight *w, uint64_t *seed) {
   enum { ROUNDS = 6 };
   const int64_t K = w->K;
@@ -522,10 +525,11 @@ static void gemv_pdl_chain(qf_ctx *gpu, const vq_weight *w, uint64_t *seed) {
     return;
   const size_t bytes = (size_t)K * 2;
   uint16_t *hx = malloc(bytes);
-  void *x[ROUNDS], *y2[ROUNDS], *y2_ref[ROUNDS], *y1 = dev_alloc(bytes);
+  void *x[ROUNDS], *y2[ROUNDS], *y2_ref[ROUNDS], *y2_graph[ROUNDS], *y1 = dev_alloc(bytes);
+  void *gx = dev_alloc(bytes), *gy = dev_alloc(bytes); /* the graph's x and y2 */
   for (int r = 0; r < ROUNDS; r++) {
     for (int64_t k = 0; k < K; k++) float_put(hx, QF_F16, (size_t)k, rng_normal(seed));
-    x[r] = dev_alloc(bytes), y2[r] = dev_alloc(bytes), y2_ref[r] = dev_alloc(bytes);
+    x[r] = dev_alloc(bytes), y2[r] = dev_alloc(bytes), y2_ref[r] = dev_alloc(bytes), y2_graph[r] = dev_alloc(bytes);
     CUDA_OK(cudaMemcpy(x[r], hx, bytes, cudaMemcpyHostToDevice));
   }
   const qf_vq_tensors t = {w->f, w->sz, K, K, w->d_codes, w->d_books, w->f.row_scale ? w->d_scales : NULL, 0};
@@ -542,20 +546,56 @@ static void gemv_pdl_chain(qf_ctx *gpu, const vq_weight *w, uint64_t *seed) {
       if (!pass) CUDA_OK(cudaDeviceSynchronize());
     }
   CUDA_OK(cudaDeviceSynchronize());
-  uint16_t *got = malloc(bytes), *want = malloc(bytes), *prev = malloc(bytes);
-  for (int r = 0; r < ROUNDS && ok; r++) {
-    CUDA_OK(cudaMemcpy(got, y2[r], bytes, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(want, y2_ref[r], bytes, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(got, want, bytes) == 0, "%s: PDL chain, round %d: y2 differs from the synchronized calls'", w->name, r);
-    if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: PDL chain, rounds %d and %d gave the same y2", w->name, r - 1, r);
-    memcpy(prev, got, bytes);
+  /* the CUDA graph */
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  qf_ctx *gctx = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  ok = ok && CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(gctx, 1) == QF_OK &&
+                       qf_ctx_set_stream(gctx, s) == QF_OK && qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
+                   "%s: a graph context: %s", w->name, gctx ? qf_ctx_last_error(gctx) : "none");
+  if (ok) {
+    const qf_mat mx = {gx, QF_F16, 1, K, K}, my = {gy, QF_F16, 1, K, K};
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ok = CHECK(qf_cuda_vq_gemv_lut_tiles_with(gctx, &mx, &t, &m1, 0, NULL) == QF_OK &&
+                   qf_cuda_vq_gemv_lut_tiles_with(gctx, &m1, &t, &my, 0, NULL) == QF_OK,
+               "%s: the chain in a CUDA graph's capture: %s", w->name, qf_ctx_last_error(gctx));
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    ok &= CHECK(end == cudaSuccess && (!ok || cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess),
+                "%s: the chain captured in a CUDA graph: %s", w->name, cudaGetErrorString(end));
   }
+  for (int r = 0; r < ROUNDS && ok; r++) {
+    CUDA_OK(cudaMemcpy(gx, x[r], bytes, cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaGraphLaunch(exec, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(y2_graph[r], gy, bytes, cudaMemcpyDeviceToDevice));
+  }
+  if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
+  if (graph) CUDA_OK(cudaGraphDestroy(graph));
+  qf_ctx_destroy(gctx);
+  CUDA_OK(cudaStreamDestroy(s));
+  uint16_t *got = malloc(bytes), *want = malloc(bytes), *prev = malloc(bytes);
+  for (int g = 0; g < 2 && ok; g++)
+    for (int r = 0; r < ROUNDS; r++) {
+      CUDA_OK(cudaMemcpy(got, g ? y2_graph[r] : y2[r], bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(want, y2_ref[r], bytes, cudaMemcpyDeviceToHost));
+      CHECK(memcmp(got, want, bytes) == 0, "%s: %s chain, round %d: y2 differs from the synchronized calls'", w->name,
+            g ? "CUDA graph" : "PDL", r);
+      if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: %s chain, rounds %d and %d gave the same y2", w->name,
+                   g ? "CUDA graph" : "PDL", r - 1, r);
+      memcpy(prev, got, bytes);
+    }
   for (int r = 0; r < ROUNDS; r++) {
     CUDA_OK(cudaFree(x[r]));
     CUDA_OK(cudaFree(y2[r]));
     CUDA_OK(cudaFree(y2_ref[r]));
+    CUDA_OK(cudaFree(y2_graph[r]));
   }
   CUDA_OK(cudaFree(y1));
+  CUDA_OK(cudaFree(gx));
+  CUDA_OK(cudaFree(gy));
   free(hx), free(got), free(want), free(prev);
   qf_ctx_destroy(pdl);
 }

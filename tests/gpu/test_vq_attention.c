@@ -26,7 +26,8 @@
  *    first's o, launched back to back on a PDL context, byte for byte as the same calls with PDL
  *    off and synchronized, for each of the banked kernel's setups (1, 2 and 4 query heads per
  *    block, S = 32 and 64); and a decode step's append between two calls (attention, qf_vq_encode
- *    of its o into the last token's K and V codes, attention over the updated cache).
+ *    of its o into the last token's K and V codes, attention over the updated cache), also
+ *    captured once in a CUDA graph and replayed round by round.
  *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
  *    give NaN (or a dropped token) exactly where the CPU has them (CQ-2 at head_dim 64 and 128, the
  *    second for the banked kernel).
@@ -712,7 +713,10 @@ static int pdl_chain_case(qf_ctx *gpu, kv_cache *c, int64_t Hq, uint64_t *seed) 
  * (qf_vq_encode, a dependent that overwrites codes the attention before it reads), then
  * o2_r = attention(q_r) over the updated cache, all launched back to back on a PDL context. o2_r,
  * its lse and the last token's codes must equal, byte for byte, the same calls with PDL off and
- * synchronized (from the same cache: the last token's codes are restored before each pass). */
+ * synchronized (from the same cache: the last token's codes are restored before each pass). A
+ * third pass captures the step once in a CUDA graph (a PDL context on its own stream, the
+ * workspace reserved first: qf_ctx_reserve_workspace) with q and o2 in buffers of their own, and
+ * replays it each round after copying q_r in: the same bytes again. */
 static void append_pdl_chain_case(qf_ctx *gpu, kv_cache *c, uint64_t *seed) {
   enum { ROUNDS = 4 };
   if (!CHECK(c->B == 1 && c->f.residuals == 1, "%s: the append chain takes B = 1 and one residual", c->name)) return;
@@ -722,68 +726,111 @@ static void append_pdl_chain_case(qf_ctx *gpu, kv_cache *c, uint64_t *seed) {
   const int64_t Hq = c->Hkv, W = Hq * c->D, rb = c->sz.row_bytes, last = c->T - 1;
   const size_t bytes = (size_t)W * 2, lse_bytes = (size_t)Hq * 4;
   uint16_t *hq = malloc(bytes);
-  void *q[ROUNDS], *o2[2][ROUNDS], *l2[2][ROUNDS], *o1 = dev_alloc(bytes), *l1 = dev_alloc(lse_bytes);
+  void *q[ROUNDS], *o2[3][ROUNDS], *l2[3][ROUNDS], *o1 = dev_alloc(bytes), *l1 = dev_alloc(lse_bytes);
+  void *gq = dev_alloc(bytes), *go2 = dev_alloc(bytes), *gl2 = dev_alloc(lse_bytes); /* the graph's q, o2, lse */
   for (int r = 0; r < ROUNDS; r++) {
     for (int64_t i = 0; i < W; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
     q[r] = dev_alloc(bytes);
     CUDA_OK(cudaMemcpy(q[r], hq, bytes, cudaMemcpyHostToDevice));
-    for (int pass = 0; pass < 2; pass++) o2[pass][r] = dev_alloc(bytes), l2[pass][r] = dev_alloc(lse_bytes);
+    for (int pass = 0; pass < 3; pass++) o2[pass][r] = dev_alloc(bytes), l2[pass][r] = dev_alloc(lse_bytes);
   }
   int64_t lshape[2] = {1, Hq}, rshape[3] = {1, 1, rb};
   const qf_vq_attention_opts opts = {.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T};
   DLTensor kc = cache_codes(c, 0, 1), kb = cache_books(c, 0, 1), vc = cache_codes(c, 1, 1), vb = cache_books(c, 1, 1);
   DLTensor last_codes[2] = {dl_tensor((uint8_t *)c->d_codes[0] + last * rb, QF_U8, 3, rshape, kDLCUDA),
                             dl_tensor((uint8_t *)c->d_codes[1] + last * rb, QF_U8, 3, rshape, kDLCUDA)};
-  uint8_t *final_codes[2] = {malloc((size_t)(2 * rb)), malloc((size_t)(2 * rb))}; /* [pass][K row, V row] */
+  uint8_t *final_codes[3] = {malloc((size_t)(2 * rb)), malloc((size_t)(2 * rb)), malloc((size_t)(2 * rb))}; /* [pass][K, V] */
+  /* the step's calls on ctx (pass 0 synchronizes between them) */
   int ok = 1;
-  for (int pass = 0; pass < 2 && ok; pass++) { /* pass 0: the reference, PDL off and synchronized */
-    qf_ctx *ctx = pass ? pdl : gpu;
+#define QF_APPEND_STEP(ctx, qbuf, obuf, lbuf, sync)                                                                   \
+  do {                                                                                                               \
+    tensor2d tq, t1, t2;                                                                                             \
+    tensor2d_init(&tq, qbuf, QF_F16, 1, W, W, kDLCUDA);                                                              \
+    tensor2d_init(&t1, o1, QF_F16, 1, W, W, kDLCUDA);                                                                \
+    tensor2d_init(&t2, obuf, QF_F16, 1, W, W, kDLCUDA);                                                              \
+    DLTensor tl1 = dl_tensor(l1, QF_F32, 2, lshape, kDLCUDA), tl2 = dl_tensor(lbuf, QF_F32, 2, lshape, kDLCUDA);    \
+    ok = CHECK(qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t1.t, &tl1) == QF_OK &&        \
+                   (!(sync) || cudaDeviceSynchronize() == cudaSuccess) &&                                            \
+                   qf_vq_encode(ctx, &t1.t, last, &kb, &c->f, &last_codes[0], NULL) == QF_OK &&                      \
+                   qf_vq_encode(ctx, &t1.t, last, &vb, &c->f, &last_codes[1], NULL) == QF_OK &&                      \
+                   (!(sync) || cudaDeviceSynchronize() == cudaSuccess) &&                                            \
+                   qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t2.t, &tl2) == QF_OK,       \
+               "%s: append chain, pass %d: %s", c->name, pass, qf_ctx_last_error(ctx));                              \
+  } while (0)
+  for (int pass = 0; pass < 3 && ok; pass++) { /* pass 0: the reference, PDL off and synchronized; 2: a CUDA graph */
     for (int m = 0; m < 2; m++)
       CUDA_OK(cudaMemcpy(last_codes[m].data, c->h_codes[m] + last * rb, (size_t)rb, cudaMemcpyHostToDevice));
-    for (int r = 0; r < ROUNDS && ok; r++) {
-      tensor2d tq, t1, t2;
-      tensor2d_init(&tq, q[r], QF_F16, 1, W, W, kDLCUDA);
-      tensor2d_init(&t1, o1, QF_F16, 1, W, W, kDLCUDA);
-      tensor2d_init(&t2, o2[pass][r], QF_F16, 1, W, W, kDLCUDA);
-      DLTensor tl1 = dl_tensor(l1, QF_F32, 2, lshape, kDLCUDA), tl2 = dl_tensor(l2[pass][r], QF_F32, 2, lshape, kDLCUDA);
-      ok = CHECK(qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t1.t, &tl1) == QF_OK &&
-                     (pass || cudaDeviceSynchronize() == cudaSuccess) &&
-                     qf_vq_encode(ctx, &t1.t, last, &kb, &c->f, &last_codes[0], NULL) == QF_OK &&
-                     qf_vq_encode(ctx, &t1.t, last, &vb, &c->f, &last_codes[1], NULL) == QF_OK &&
-                     (pass || cudaDeviceSynchronize() == cudaSuccess) &&
-                     qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t2.t, &tl2) == QF_OK,
-                 "%s: append chain, pass %d round %d: %s", c->name, pass, r, qf_ctx_last_error(ctx));
-      if (!pass) CUDA_OK(cudaDeviceSynchronize());
+    if (pass < 2) {
+      qf_ctx *ctx = pass ? pdl : gpu;
+      for (int r = 0; r < ROUNDS && ok; r++) {
+        QF_APPEND_STEP(ctx, q[r], o2[pass][r], l2[pass][r], !pass);
+        if (!pass) CUDA_OK(cudaDeviceSynchronize());
+      }
+    } else {
+      cudaStream_t s;
+      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      qf_ctx *gctx = NULL;
+      cudaGraph_t graph = NULL;
+      cudaGraphExec_t exec = NULL;
+      ok = CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(gctx, 1) == QF_OK &&
+                     qf_ctx_set_stream(gctx, s) == QF_OK && qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
+                 "%s: a graph context: %s", c->name, gctx ? qf_ctx_last_error(gctx) : "none");
+      if (ok) {
+        CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        QF_APPEND_STEP(gctx, gq, go2, gl2, 0);
+        const cudaError_t end = cudaStreamEndCapture(s, &graph);
+        ok &= CHECK(end == cudaSuccess && (!ok || cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess),
+                    "%s: append chain captured in a CUDA graph: %s", c->name, cudaGetErrorString(end));
+      }
+      for (int r = 0; r < ROUNDS && ok; r++) {
+        CUDA_OK(cudaMemcpy(gq, q[r], bytes, cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaGraphLaunch(exec, s));
+        CUDA_OK(cudaStreamSynchronize(s));
+        CUDA_OK(cudaMemcpy(o2[2][r], go2, bytes, cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaMemcpy(l2[2][r], gl2, lse_bytes, cudaMemcpyDeviceToDevice));
+      }
+      if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
+      if (graph) CUDA_OK(cudaGraphDestroy(graph));
+      qf_ctx_destroy(gctx);
+      CUDA_OK(cudaStreamDestroy(s));
     }
     CUDA_OK(cudaDeviceSynchronize());
     for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(final_codes[pass] + m * rb, last_codes[m].data, (size_t)rb, cudaMemcpyDeviceToHost));
   }
+#undef QF_APPEND_STEP
   uint8_t *got = malloc(bytes + lse_bytes), *want = malloc(bytes + lse_bytes), *prev = malloc(bytes);
-  for (int r = 0; r < ROUNDS && ok; r++) {
-    CUDA_OK(cudaMemcpy(want, o2[0][r], bytes, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(want + bytes, l2[0][r], lse_bytes, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(got, o2[1][r], bytes, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(got + bytes, l2[1][r], lse_bytes, cudaMemcpyDeviceToHost));
-    CHECK(memcmp(got, want, bytes + lse_bytes) == 0, "%s: append chain, round %d: o2 or lse2 differs from the synchronized calls'",
-          c->name, r);
-    if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: append chain, rounds %d and %d gave the same o2", c->name, r - 1, r);
-    memcpy(prev, got, bytes);
+  for (int pass = 1; pass < 3 && ok; pass++) {
+    for (int r = 0; r < ROUNDS; r++) {
+      CUDA_OK(cudaMemcpy(want, o2[0][r], bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(want + bytes, l2[0][r], lse_bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got, o2[pass][r], bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got + bytes, l2[pass][r], lse_bytes, cudaMemcpyDeviceToHost));
+      CHECK(memcmp(got, want, bytes + lse_bytes) == 0,
+            "%s: append chain (%s), round %d: o2 or lse2 differs from the synchronized calls'", c->name,
+            pass == 1 ? "PDL" : "CUDA graph", r);
+      if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: append chain, rounds %d and %d gave the same o2", c->name, r - 1, r);
+      memcpy(prev, got, bytes);
+    }
+    CHECK(memcmp(final_codes[0], final_codes[pass], (size_t)(2 * rb)) == 0, "%s: append chain (%s): the last token's codes differ",
+          c->name, pass == 1 ? "PDL" : "CUDA graph");
   }
-  if (ok) CHECK(memcmp(final_codes[0], final_codes[1], (size_t)(2 * rb)) == 0, "%s: append chain: the last token's codes differ",
-                c->name);
   /* the cache as it was, for whatever runs after */
   for (int m = 0; m < 2; m++)
     CUDA_OK(cudaMemcpy(last_codes[m].data, c->h_codes[m] + last * rb, (size_t)rb, cudaMemcpyHostToDevice));
   for (int r = 0; r < ROUNDS; r++) {
     CUDA_OK(cudaFree(q[r]));
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) {
       CUDA_OK(cudaFree(o2[pass][r]));
       CUDA_OK(cudaFree(l2[pass][r]));
     }
   }
   CUDA_OK(cudaFree(o1));
   CUDA_OK(cudaFree(l1));
-  free(hq), free(got), free(want), free(prev), free(final_codes[0]), free(final_codes[1]);
+  CUDA_OK(cudaFree(gq));
+  CUDA_OK(cudaFree(go2));
+  CUDA_OK(cudaFree(gl2));
+  free(hq), free(got), free(want), free(prev), free(final_codes[0]), free(final_codes[1]), free(final_codes[2]);
   qf_ctx_destroy(pdl);
 }
 

@@ -8,7 +8,9 @@
  *  - Layouts: [B, S, H, D] and [B, H, S, D] storage, heads padded by 8 or 16 elements so that
  *    the gaps (poisoned) must stay untouched; o in fp32 and the inputs' 16-bit type.
  *  - Each case runs twice and must give the same bytes (a fixed summation order); a sentinel past
- *    o and lse stays poisoned.
+ *    o and lse stays poisoned. Paged cases are also captured once in a CUDA graph and replayed as
+ *    the sequence lengths change on the device, each replay against a direct call with the same
+ *    lengths, byte for byte.
  *  - Refusals write nothing: head dim 96, a misaligned q, a stride of 8 bytes.
  * Tolerance per element, from the numerics (u = 2^-24; S = sm_scale * max over keys of
  * sum_d |q_d k_d| for the row; vmax = max |v| of its kv head): a score is an fp32 sum of D
@@ -214,6 +216,62 @@ static void run_case(const acase *c) {
   CHECK(gaps == 0, "%s: %ld bytes of o's gaps or tail written", desc, gaps);
   CHECK(dev_poisoned((uint8_t *)lse.dev + n_lse * 4, PAIR_TAIL), "%s: the sentinel past lse written", desc);
   if (c->page && max_pages > 0) {
+    /* A CUDA graph of the call (its own stream, the workspace reserved first), captured once and
+     * replayed as the lengths change on the device, as in an engine's decode steps: each replay's
+     * o and lse equal, byte for byte, a direct call's with the same lengths (o filled with another
+     * byte before each, so that both must write the same elements). Lengths only shrink: the
+     * table's entries past a sequence's pages hold garbage. */
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    qf_ctx *gctx = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    int gok = CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_stream(gctx, s) == QF_OK &&
+                        qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
+                    "%s: a graph context", desc);
+    if (gok) {
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      const qf_status gs = RUN(gctx, td, 1);
+      const cudaError_t end = cudaStreamEndCapture(s, &graph);
+      gok = CHECK(gs == QF_OK && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess,
+                  "%s: the call captured in a CUDA graph: %s (%s)", desc, qf_ctx_last_error(gctx), cudaGetErrorString(end));
+    }
+    uint8_t *want = malloc(o.bytes + lse.bytes), *replay = malloc(o.bytes + lse.bytes), *first = malloc(o.bytes);
+    for (int round = 0; round < 3 && gok; round++) {
+      int glens[64], changed = 0;
+      for (int b = 0; b < c->B; b++) {
+        const int cut = round == 0 ? 0 : round == 1 ? (int)(rng_next(&seed) % (uint64_t)(lens[b] / 2 + 1)) : lens[b];
+        glens[b] = lens[b] - cut < c->Sq ? c->Sq : lens[b] - cut;
+        if (glens[b] > lens[b]) glens[b] = lens[b];
+        changed |= glens[b] != lens[b];
+      }
+      CUDA_OK(cudaMemcpy(lens_p.dev, glens, (size_t)c->B * 4, cudaMemcpyHostToDevice));
+      for (int pass = 0; pass < 2; pass++) {
+        uint8_t *into = pass ? replay : want;
+        CUDA_OK(cudaMemset(o.dev, 0x5A, o.bytes));
+        CUDA_OK(cudaDeviceSynchronize());
+        if (pass) {
+          CUDA_OK(cudaGraphLaunch(exec, s));
+          CUDA_OK(cudaStreamSynchronize(s));
+        } else {
+          CHECK(RUN(gpu, td, 1) == QF_OK, "%s: direct call, round %d", desc, round);
+          CUDA_OK(cudaDeviceSynchronize());
+        }
+        CUDA_OK(cudaMemcpy(into, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(into + o.bytes, lse.dev, lse.bytes, cudaMemcpyDeviceToHost));
+      }
+      CHECK(!memcmp(want, replay, o.bytes + lse.bytes), "%s: graph replay, round %d: o or lse differs from the direct call's",
+            desc, round);
+      if (round == 0) memcpy(first, want, o.bytes);
+      else if (changed) CHECK(memcmp(first, want, o.bytes) != 0, "%s: round %d's lengths gave round 0's o", desc, round);
+    }
+    free(want), free(replay), free(first);
+    if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
+    if (graph) CUDA_OK(cudaGraphDestroy(graph));
+    qf_ctx_destroy(gctx);
+    CUDA_OK(cudaStreamDestroy(s));
+    CUDA_OK(cudaMemcpy(lens_p.dev, lens, (size_t)c->B * 4, cudaMemcpyHostToDevice)); /* (the lengths as they were) */
+
     /* The last sequence's last page out of range: the rows that see a key of it get NaN, the rows
      * of other sequences the bytes before, the rest of its rows either. */
     const int32_t wrong = n_pages + 3, last = c->B - 1, bad_page = (lens[last] - 1) / c->page;

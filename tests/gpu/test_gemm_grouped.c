@@ -11,7 +11,9 @@
  * ones; on 132 SMs, 140 tiles at K = 4096 with a last wave of 8 split 16 ways, mostly padding),
  * N with a partial weight-scale block, K with a partial K-block; bf16, fp16 and fp32 D. Every case
  * runs twice and must give the same bytes (the split sums' fixed order), and so must a run on a
- * context with programmatic dependent launch (the kernels' dependent instantiations). */
+ * context with programmatic dependent launch (the kernels' dependent instantiations). The masked
+ * cases are also captured once in a CUDA graph and replayed as the token counts change on the
+ * device, each replay against a direct call with the same counts. */
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -144,6 +146,53 @@ static void one_case(qf_ctx *gpu, qf_ctx *pdl, qf_ctx *cpu, const grouped_case *
         qf_ctx_last_error(pdl));
   CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
   CHECK(memcmp(got, again, dbytes) == 0, "%s: the PDL context's run gave different bytes", what);
+  if (masked) {
+    /* A CUDA graph of the masked call (its own stream, the workspace reserved first), captured once
+     * and replayed as the token counts change on the device, as in an engine's decode steps: the
+     * counts as given, rotated by one expert, every expert full. Each replay's D equals, byte for
+     * byte, a direct call's with the same counts (D filled with 0xFF before each: skipped rows stay). */
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    qf_ctx *gctx = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    int gok = CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_stream(gctx, s) == QF_OK &&
+                        qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
+                    "%s: a graph context", what);
+    if (gok) {
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      const qf_status gs = call(gctx, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd);
+      const cudaError_t end = cudaStreamEndCapture(s, &graph);
+      gok = CHECK(gs == QF_OK && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess,
+                  "%s: the call captured in a CUDA graph: %s (%s)", what, qf_ctx_last_error(gctx), cudaGetErrorString(end));
+    }
+    int32_t *counts = malloc((size_t)E * sizeof(int32_t));
+    uint8_t *replay = malloc(dbytes);
+    for (int round = 0; round < 3 && gok; round++) {
+      for (int64_t e = 0; e < E; e++)
+        counts[e] = round == 0 ? tokens[e] : round == 1 ? tokens[(e + 1) % E] : (int32_t)g->max_m;
+      CUDA_OK(cudaMemcpy(dtokens, counts, (size_t)E * sizeof(int32_t), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(dd, 0xff, dbytes));
+      CHECK(call(gpu, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd) == QF_OK, "%s: direct call, round %d",
+            what, round);
+      CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemset(dd, 0xff, dbytes));
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaGraphLaunch(exec, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      CUDA_OK(cudaMemcpy(replay, dd, dbytes, cudaMemcpyDeviceToHost));
+      CHECK(memcmp(again, replay, dbytes) == 0, "%s: graph replay, round %d: D differs from the direct call's", what, round);
+      if (round == 0) CHECK(memcmp(again, got, dbytes) == 0, "%s: round 0 differs from the first run", what);
+      else CHECK(memcmp(again, got, dbytes) != 0 || memcmp(counts, tokens, (size_t)E * sizeof(int32_t)) == 0,
+                 "%s: round %d's counts gave the first run's D", what, round);
+    }
+    CUDA_OK(cudaMemcpy(dtokens, tokens, (size_t)E * sizeof(int32_t), cudaMemcpyHostToDevice));
+    free(counts), free(replay);
+    if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
+    if (graph) CUDA_OK(cudaGraphDestroy(graph));
+    qf_ctx_destroy(gctx);
+    CUDA_OK(cudaStreamDestroy(s));
+  }
   free(again);
 
   /* ---- skipped rows, gaps and tail untouched; the rest written and within tolerance ---- */

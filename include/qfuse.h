@@ -105,9 +105,9 @@ qf_status qf_ctx_set_pdl(qf_ctx *ctx, int enable);
  * context's stream is capturing a CUDA graph: a call that would need it to fails with
  * QF_ERR_UNSUPPORTED, naming the bytes it needs, before it enqueues anything (the capture stays
  * valid; the check sees the context's own stream, so while another stream of the thread captures
- * in global mode, growing fails as CUDA fails any allocation then). qf_ctx_reserve_workspace grows it to at least `bytes` now (zero-filled, the device
- * synchronized), so that the calls of a capture find it large enough: reserve, or make one call of
- * each shape, before capturing. The block-scaled and scaled GEMMs (dense, grouped, masked) need at
+ * in global mode, growing fails as CUDA fails any allocation then). qf_ctx_reserve_workspace grows
+ * it to at least `bytes` now (zero-filled, the device synchronized), so that the calls of a
+ * capture find it large enough: reserve, or make one call of each shape, before capturing. The block-scaled and scaled GEMMs (dense, grouped, masked) need at
  * most 4 KB + 128 KB per SM; the attention and VQ calls need more as their shapes grow (make their
  * largest call once, then read qf_ctx_workspace_bytes). QF_ERR_UNSUPPORTED on a CPU context, which
  * needs none; qf_ctx_workspace_bytes is then 0, as it is before any call needed the buffer. */

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
@@ -43,6 +44,54 @@ static inline int quick_mode(void) { return getenv("QF_TEST_QUICK") != NULL; }
 static inline uint8_t draw_e4m3(uint64_t *seed) {
   uint8_t b = (uint8_t)(rng_next(seed) >> 56);
   return (b & 0x7F) == 0x7F ? (uint8_t)(b ^ 1) : b;
+}
+
+/* ---- CUDA graphs ----------------------------------------------------------------------- */
+
+/* A CUDA context on a non-blocking stream of its own, and a graph captured on that stream. */
+typedef struct {
+  cudaStream_t stream;
+  qf_ctx *ctx;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+} graph_ctx;
+
+/* Opens g: its context on its own stream, PDL as given, `workspace` bytes reserved (a capture
+ * cannot grow the workspace; 0: none reserved). Whether it worked (checked, named by `what`). */
+static inline int graph_open(graph_ctx *g, int pdl, size_t workspace, const char *what) {
+  memset(g, 0, sizeof *g);
+  CUDA_OK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+  return CHECK(qf_ctx_create(&g->ctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_stream(g->ctx, g->stream) == QF_OK &&
+                   qf_ctx_set_pdl(g->ctx, pdl) == QF_OK &&
+                   (workspace == 0 || qf_ctx_reserve_workspace(g->ctx, workspace) == QF_OK),
+               "%s: a graph context (PDL %d, %zu bytes of workspace): %s", what, pdl, workspace,
+               g->ctx ? qf_ctx_last_error(g->ctx) : "none");
+}
+
+static inline void graph_begin(graph_ctx *g) { CUDA_OK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeGlobal)); }
+
+/* Ends the capture begun by graph_begin and, where the captured calls all returned QF_OK
+ * (`calls_ok`), instantiates it. Whether the graph is ready to launch (checked). */
+static inline int graph_end(graph_ctx *g, int calls_ok, const char *what) {
+  const cudaError_t end = cudaStreamEndCapture(g->stream, &g->graph);
+  const cudaError_t inst = end == cudaSuccess && calls_ok ? cudaGraphInstantiate(&g->exec, g->graph, 0) : cudaErrorUnknown;
+  return CHECK(calls_ok && end == cudaSuccess && inst == cudaSuccess, "%s: the calls captured in a CUDA graph: %s (%s)", what,
+               calls_ok ? cudaGetErrorString(end == cudaSuccess ? inst : end) : "a call failed", qf_ctx_last_error(g->ctx));
+}
+
+/* Runs the graph once and waits for it; the device is synchronized first, so that the copies and
+ * fills the test made on the legacy stream are done. */
+static inline void graph_replay(graph_ctx *g) {
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGraphLaunch(g->exec, g->stream));
+  CUDA_OK(cudaStreamSynchronize(g->stream));
+}
+
+static inline void graph_close(graph_ctx *g) {
+  if (g->exec) CUDA_OK(cudaGraphExecDestroy(g->exec));
+  if (g->graph) CUDA_OK(cudaGraphDestroy(g->graph));
+  qf_ctx_destroy(g->ctx);
+  CUDA_OK(cudaStreamDestroy(g->stream));
 }
 
 /* Whether every one of the n device bytes at dev equals `byte`. */

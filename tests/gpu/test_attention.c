@@ -221,20 +221,12 @@ static void run_case(const acase *c) {
      * o and lse equal, byte for byte, a direct call's with the same lengths (o filled with another
      * byte before each, so that both must write the same elements). Lengths only shrink: the
      * table's entries past a sequence's pages hold garbage. */
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    qf_ctx *gctx = NULL;
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    int gok = CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_stream(gctx, s) == QF_OK &&
-                        qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
-                    "%s: a graph context", desc);
+    graph_ctx gr;
+    int gok = graph_open(&gr, 0, qf_ctx_workspace_bytes(gpu), desc);
     if (gok) {
-      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      const qf_status gs = RUN(gctx, td, 1);
-      const cudaError_t end = cudaStreamEndCapture(s, &graph);
-      gok = CHECK(gs == QF_OK && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess,
-                  "%s: the call captured in a CUDA graph: %s (%s)", desc, qf_ctx_last_error(gctx), cudaGetErrorString(end));
+      graph_begin(&gr);
+      const qf_status gs = RUN(gr.ctx, td, 1);
+      gok = graph_end(&gr, gs == QF_OK, desc);
     }
     uint8_t *want = malloc(o.bytes + lse.bytes), *replay = malloc(o.bytes + lse.bytes), *first = malloc(o.bytes);
     for (int round = 0; round < 3 && gok; round++) {
@@ -249,10 +241,8 @@ static void run_case(const acase *c) {
       for (int pass = 0; pass < 2; pass++) {
         uint8_t *into = pass ? replay : want;
         CUDA_OK(cudaMemset(o.dev, 0x5A, o.bytes));
-        CUDA_OK(cudaDeviceSynchronize());
         if (pass) {
-          CUDA_OK(cudaGraphLaunch(exec, s));
-          CUDA_OK(cudaStreamSynchronize(s));
+          graph_replay(&gr);
         } else {
           CHECK(RUN(gpu, td, 1) == QF_OK, "%s: direct call, round %d", desc, round);
           CUDA_OK(cudaDeviceSynchronize());
@@ -266,10 +256,7 @@ static void run_case(const acase *c) {
       else if (changed) CHECK(memcmp(first, want, o.bytes) != 0, "%s: round %d's lengths gave round 0's o", desc, round);
     }
     free(want), free(replay), free(first);
-    if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
-    if (graph) CUDA_OK(cudaGraphDestroy(graph));
-    qf_ctx_destroy(gctx);
-    CUDA_OK(cudaStreamDestroy(s));
+    graph_close(&gr);
     CUDA_OK(cudaMemcpy(lens_p.dev, lens, (size_t)c->B * 4, cudaMemcpyHostToDevice)); /* (the lengths as they were) */
 
     /* The last sequence's last page out of range: the rows that see a key of it get NaN, the rows

@@ -151,20 +151,12 @@ static void one_case(qf_ctx *gpu, qf_ctx *pdl, qf_ctx *cpu, const grouped_case *
      * and replayed as the token counts change on the device, as in an engine's decode steps: the
      * counts as given, rotated by one expert, every expert full. Each replay's D equals, byte for
      * byte, a direct call's with the same counts (D filled with 0xFF before each: skipped rows stay). */
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    qf_ctx *gctx = NULL;
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    int gok = CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_stream(gctx, s) == QF_OK &&
-                        qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
-                    "%s: a graph context", what);
+    graph_ctx gr;
+    int gok = graph_open(&gr, 0, qf_ctx_workspace_bytes(gpu), what);
     if (gok) {
-      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      const qf_status gs = call(gctx, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd);
-      const cudaError_t end = cudaStreamEndCapture(s, &graph);
-      gok = CHECK(gs == QF_OK && end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess,
-                  "%s: the call captured in a CUDA graph: %s (%s)", what, qf_ctx_last_error(gctx), cudaGetErrorString(end));
+      graph_begin(&gr);
+      const qf_status gs = call(gr.ctx, g, kDLCUDA, da, das, db, dbs, dids, dtokens, dd, g->dt, M, ldd);
+      gok = graph_end(&gr, gs == QF_OK, what);
     }
     int32_t *counts = malloc((size_t)E * sizeof(int32_t));
     uint8_t *replay = malloc(dbytes);
@@ -177,9 +169,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *pdl, qf_ctx *cpu, const grouped_case *
             what, round);
       CUDA_OK(cudaMemcpy(again, dd, dbytes, cudaMemcpyDeviceToHost));
       CUDA_OK(cudaMemset(dd, 0xff, dbytes));
-      CUDA_OK(cudaDeviceSynchronize());
-      CUDA_OK(cudaGraphLaunch(exec, s));
-      CUDA_OK(cudaStreamSynchronize(s));
+      graph_replay(&gr);
       CUDA_OK(cudaMemcpy(replay, dd, dbytes, cudaMemcpyDeviceToHost));
       CHECK(memcmp(again, replay, dbytes) == 0, "%s: graph replay, round %d: D differs from the direct call's", what, round);
       if (round == 0) CHECK(memcmp(again, got, dbytes) == 0, "%s: round 0 differs from the first run", what);
@@ -188,10 +178,7 @@ static void one_case(qf_ctx *gpu, qf_ctx *pdl, qf_ctx *cpu, const grouped_case *
     }
     CUDA_OK(cudaMemcpy(dtokens, tokens, (size_t)E * sizeof(int32_t), cudaMemcpyHostToDevice));
     free(counts), free(replay);
-    if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
-    if (graph) CUDA_OK(cudaGraphDestroy(graph));
-    qf_ctx_destroy(gctx);
-    CUDA_OK(cudaStreamDestroy(s));
+    graph_close(&gr);
   }
   free(again);
 

@@ -112,63 +112,46 @@ static void run_case(qf_ctx *direct, const graph_case *c, int sms, uint64_t *see
   ok &= CHECK(need <= bound, "%s: the direct calls' workspace, %zu bytes, is past the documented %zu", name, need, bound);
 
   for (int pdl = 0; pdl < 2 && ok; pdl++) {
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    qf_ctx *ctx = NULL;
-    ok &= CHECK(qf_ctx_create(&ctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_stream(ctx, s) == QF_OK &&
-                    qf_ctx_set_pdl(ctx, pdl) == QF_OK,
-                "%s: a context on its own stream", name);
-    cudaGraph_t graph = NULL;
+    graph_ctx g;
+    ok &= graph_open(&g, pdl, 0, name);
     if (ok && check_refusal) {
       /* a fresh context (PDL off), or one holding 1 MiB, less than the GEMM needs (PDL on): the
        * workspace would have to grow inside the capture */
       const size_t held = pdl && need > ((size_t)1 << 20) ? (size_t)1 << 20 : 0;
-      if (held) ok &= CHECK(qf_ctx_reserve_workspace(ctx, held) == QF_OK && qf_ctx_workspace_bytes(ctx) == held,
-                            "%s: reserving %zu bytes: %s", name, held, qf_ctx_last_error(ctx));
+      if (held) ok &= CHECK(qf_ctx_reserve_workspace(g.ctx, held) == QF_OK && qf_ctx_workspace_bytes(g.ctx) == held,
+                            "%s: reserving %zu bytes: %s", name, held, qf_ctx_last_error(g.ctx));
       CUDA_OK(cudaMemset(h.dd, 0xFF, h.dbytes));
-      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      const qf_status st = step(ctx, &h);
-      const cudaError_t end = cudaStreamEndCapture(s, &graph);
-      ok &= CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(ctx), "qf_ctx_reserve_workspace") != NULL,
-                  "%s: a capture that needs the workspace to grow: %s (%s)", name, qf_status_str(st), qf_ctx_last_error(ctx));
-      ok &= CHECK(end == cudaSuccess && graph != NULL, "%s: the capture stays valid after the refusal: %s", name,
+      graph_begin(&g);
+      const qf_status st = step(g.ctx, &h);
+      const cudaError_t end = cudaStreamEndCapture(g.stream, &g.graph);
+      ok &= CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(g.ctx), "qf_ctx_reserve_workspace") != NULL,
+                  "%s: a capture that needs the workspace to grow: %s (%s)", name, qf_status_str(st), qf_ctx_last_error(g.ctx));
+      ok &= CHECK(end == cudaSuccess && g.graph != NULL, "%s: the capture stays valid after the refusal: %s", name,
                   cudaGetErrorString(end));
-      ok &= CHECK(qf_ctx_workspace_bytes(ctx) == held, "%s: nothing allocated inside the capture", name);
+      ok &= CHECK(qf_ctx_workspace_bytes(g.ctx) == held, "%s: nothing allocated inside the capture", name);
       ok &= CHECK(dev_holds(h.dd, h.dbytes, 0xFF), "%s: D untouched by the refused capture", name);
-      if (graph) CUDA_OK(cudaGraphDestroy(graph));
-      graph = NULL;
+      if (g.graph) CUDA_OK(cudaGraphDestroy(g.graph));
+      g.graph = NULL;
     }
-    ok &= CHECK(qf_ctx_reserve_workspace(ctx, need) == QF_OK && qf_ctx_workspace_bytes(ctx) >= need,
-                "%s: reserving %zu bytes: %s", name, need, qf_ctx_last_error(ctx));
-    cudaGraphExec_t exec = NULL;
+    ok &= CHECK(qf_ctx_reserve_workspace(g.ctx, need) == QF_OK && qf_ctx_workspace_bytes(g.ctx) >= need,
+                "%s: reserving %zu bytes: %s", name, need, qf_ctx_last_error(g.ctx));
     if (ok) {
-      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      const qf_status st = step(ctx, &h);
-      const cudaError_t end = cudaStreamEndCapture(s, &graph);
-      ok &= CHECK(st == QF_OK, "%s: capture, PDL %d: %s", name, pdl, qf_ctx_last_error(ctx));
-      ok &= CHECK(end == cudaSuccess && graph != NULL, "%s: capture, PDL %d: %s", name, pdl, cudaGetErrorString(end));
-      if (ok) {
-        const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-        ok &= CHECK(inst == cudaSuccess, "%s: instantiation, PDL %d: %s", name, pdl, cudaGetErrorString(inst));
-      }
+      graph_begin(&g);
+      const qf_status st = step(g.ctx, &h);
+      ok &= graph_end(&g, st == QF_OK, name);
     }
     for (int r = 0; r < ROUNDS && ok; r++) {
       CUDA_OK(cudaMemcpy(h.dx, x + (size_t)(M * K) * r, h.xbytes, cudaMemcpyHostToDevice));
       CUDA_OK(cudaMemset(h.dd, 0xFF, h.dbytes));
       CUDA_OK(cudaMemset(h.dq, 0xFF, h.qbytes));
-      CUDA_OK(cudaDeviceSynchronize()); /* (the copies and fills above ran on the legacy stream) */
-      CUDA_OK(cudaGraphLaunch(exec, s));
-      CUDA_OK(cudaStreamSynchronize(s));
+      graph_replay(&g);
       read_outputs(&h, got);
       size_t bad = 0;
       for (size_t i = 0; i < out_bytes; i++) bad += got[i] != want[out_bytes * r + i];
       ok &= CHECK(bad == 0, "%s: replay, PDL %d, round %d: %zu of %zu bytes differ from the direct calls", name, pdl, r, bad,
                   out_bytes);
     }
-    if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
-    if (graph) CUDA_OK(cudaGraphDestroy(graph));
-    qf_ctx_destroy(ctx);
-    CUDA_OK(cudaStreamDestroy(s));
+    graph_close(&g);
   }
   free(want), free(got), free(x), free(b), free(bs);
   cudaFree(h.dx), cudaFree(h.da), cudaFree(h.db), cudaFree(h.das), cudaFree(h.dbs), cudaFree(h.dd), cudaFree(h.dq);

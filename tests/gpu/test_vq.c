@@ -547,35 +547,21 @@ static void gemv_pdl_chain(qf_ctx *gpu, const vq_weight *w, uint64_t *seed) {
     }
   CUDA_OK(cudaDeviceSynchronize());
   /* the CUDA graph */
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  qf_ctx *gctx = NULL;
-  cudaGraph_t graph = NULL;
-  cudaGraphExec_t exec = NULL;
-  ok = ok && CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(gctx, 1) == QF_OK &&
-                       qf_ctx_set_stream(gctx, s) == QF_OK && qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
-                   "%s: a graph context: %s", w->name, gctx ? qf_ctx_last_error(gctx) : "none");
+  graph_ctx gr;
+  ok = graph_open(&gr, 1, qf_ctx_workspace_bytes(gpu), w->name) && ok;
   if (ok) {
     const qf_mat mx = {gx, QF_F16, 1, K, K}, my = {gy, QF_F16, 1, K, K};
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    ok = CHECK(qf_cuda_vq_gemv_lut_tiles_with(gctx, &mx, &t, &m1, 0, NULL) == QF_OK &&
-                   qf_cuda_vq_gemv_lut_tiles_with(gctx, &m1, &t, &my, 0, NULL) == QF_OK,
-               "%s: the chain in a CUDA graph's capture: %s", w->name, qf_ctx_last_error(gctx));
-    const cudaError_t end = cudaStreamEndCapture(s, &graph);
-    ok &= CHECK(end == cudaSuccess && (!ok || cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess),
-                "%s: the chain captured in a CUDA graph: %s", w->name, cudaGetErrorString(end));
+    graph_begin(&gr);
+    const int calls_ok = qf_cuda_vq_gemv_lut_tiles_with(gr.ctx, &mx, &t, &m1, 0, NULL) == QF_OK &&
+                         qf_cuda_vq_gemv_lut_tiles_with(gr.ctx, &m1, &t, &my, 0, NULL) == QF_OK;
+    ok = graph_end(&gr, calls_ok, w->name);
   }
   for (int r = 0; r < ROUNDS && ok; r++) {
     CUDA_OK(cudaMemcpy(gx, x[r], bytes, cudaMemcpyDeviceToDevice));
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaGraphLaunch(exec, s));
-    CUDA_OK(cudaStreamSynchronize(s));
+    graph_replay(&gr);
     CUDA_OK(cudaMemcpy(y2_graph[r], gy, bytes, cudaMemcpyDeviceToDevice));
   }
-  if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
-  if (graph) CUDA_OK(cudaGraphDestroy(graph));
-  qf_ctx_destroy(gctx);
-  CUDA_OK(cudaStreamDestroy(s));
+  graph_close(&gr);
   uint16_t *got = malloc(bytes), *want = malloc(bytes), *prev = malloc(bytes);
   for (int g = 0; g < 2 && ok; g++)
     for (int r = 0; r < ROUNDS; r++) {

@@ -708,6 +708,34 @@ static int pdl_chain_case(qf_ctx *gpu, kv_cache *c, int64_t Hq, uint64_t *seed) 
   return banked ? used.heads : 0;
 }
 
+/* The tensors of a decode step's append (append_pdl_chain_case) that stay the same between calls. */
+typedef struct {
+  kv_cache *c;
+  int64_t W, last;
+  int64_t lshape[2];
+  void *o1, *l1;
+  DLTensor kc, kb, vc, vb, last_codes[2];
+  qf_vq_attention_opts opts;
+} append_step;
+
+/* The step on ctx: o1 = attention(q), o1 encoded as the cache's last token into K and V, then
+ * o2 = attention(q) over the updated cache; `sync`: the device synchronized between the calls.
+ * Whether every call returned QF_OK (the failure's message in ctx). */
+static int run_append_step(qf_ctx *ctx, append_step *a, void *q, void *o2, void *lse2, int sync) {
+  kv_cache *c = a->c;
+  tensor2d tq, t1, t2;
+  tensor2d_init(&tq, q, QF_F16, 1, a->W, a->W, kDLCUDA);
+  tensor2d_init(&t1, a->o1, QF_F16, 1, a->W, a->W, kDLCUDA);
+  tensor2d_init(&t2, o2, QF_F16, 1, a->W, a->W, kDLCUDA);
+  DLTensor tl1 = dl_tensor(a->l1, QF_F32, 2, a->lshape, kDLCUDA), tl2 = dl_tensor(lse2, QF_F32, 2, a->lshape, kDLCUDA);
+  return qf_vq_attention_decode(ctx, &tq.t, &a->kc, &a->kb, &a->vc, &a->vb, &c->f, &a->opts, &t1.t, &tl1) == QF_OK &&
+         (!sync || cudaDeviceSynchronize() == cudaSuccess) &&
+         qf_vq_encode(ctx, &t1.t, a->last, &a->kb, &c->f, &a->last_codes[0], NULL) == QF_OK &&
+         qf_vq_encode(ctx, &t1.t, a->last, &a->vb, &c->f, &a->last_codes[1], NULL) == QF_OK &&
+         (!sync || cudaDeviceSynchronize() == cudaSuccess) &&
+         qf_vq_attention_decode(ctx, &tq.t, &a->kc, &a->kb, &a->vc, &a->vb, &c->f, &a->opts, &t2.t, &tl2) == QF_OK;
+}
+
 /* A decode step's append under programmatic dependent launch: per round, o1 = attention(q_r), then
  * o1 (a [1, Hkv D] row: B = 1, Hq = Hkv) encoded as the cache's last token into K and V
  * (qf_vq_encode, a dependent that overwrites codes the attention before it reads), then
@@ -734,71 +762,43 @@ static void append_pdl_chain_case(qf_ctx *gpu, kv_cache *c, uint64_t *seed) {
     CUDA_OK(cudaMemcpy(q[r], hq, bytes, cudaMemcpyHostToDevice));
     for (int pass = 0; pass < 3; pass++) o2[pass][r] = dev_alloc(bytes), l2[pass][r] = dev_alloc(lse_bytes);
   }
-  int64_t lshape[2] = {1, Hq}, rshape[3] = {1, 1, rb};
-  const qf_vq_attention_opts opts = {.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T};
-  DLTensor kc = cache_codes(c, 0, 1), kb = cache_books(c, 0, 1), vc = cache_codes(c, 1, 1), vb = cache_books(c, 1, 1);
-  DLTensor last_codes[2] = {dl_tensor((uint8_t *)c->d_codes[0] + last * rb, QF_U8, 3, rshape, kDLCUDA),
-                            dl_tensor((uint8_t *)c->d_codes[1] + last * rb, QF_U8, 3, rshape, kDLCUDA)};
+  int64_t rshape[3] = {1, 1, rb};
+  append_step step = {.c = c, .W = W, .last = last, .lshape = {1, Hq}, .o1 = o1, .l1 = l1,
+                      .kc = cache_codes(c, 0, 1), .kb = cache_books(c, 0, 1), .vc = cache_codes(c, 1, 1), .vb = cache_books(c, 1, 1),
+                      .last_codes = {dl_tensor((uint8_t *)c->d_codes[0] + last * rb, QF_U8, 3, rshape, kDLCUDA),
+                                     dl_tensor((uint8_t *)c->d_codes[1] + last * rb, QF_U8, 3, rshape, kDLCUDA)},
+                      .opts = {.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T}};
+  DLTensor *last_codes = step.last_codes;
   uint8_t *final_codes[3] = {malloc((size_t)(2 * rb)), malloc((size_t)(2 * rb)), malloc((size_t)(2 * rb))}; /* [pass][K, V] */
-  /* the step's calls on ctx (pass 0 synchronizes between them) */
   int ok = 1;
-#define QF_APPEND_STEP(ctx, qbuf, obuf, lbuf, sync)                                                                   \
-  do {                                                                                                               \
-    tensor2d tq, t1, t2;                                                                                             \
-    tensor2d_init(&tq, qbuf, QF_F16, 1, W, W, kDLCUDA);                                                              \
-    tensor2d_init(&t1, o1, QF_F16, 1, W, W, kDLCUDA);                                                                \
-    tensor2d_init(&t2, obuf, QF_F16, 1, W, W, kDLCUDA);                                                              \
-    DLTensor tl1 = dl_tensor(l1, QF_F32, 2, lshape, kDLCUDA), tl2 = dl_tensor(lbuf, QF_F32, 2, lshape, kDLCUDA);    \
-    ok = CHECK(qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t1.t, &tl1) == QF_OK &&        \
-                   (!(sync) || cudaDeviceSynchronize() == cudaSuccess) &&                                            \
-                   qf_vq_encode(ctx, &t1.t, last, &kb, &c->f, &last_codes[0], NULL) == QF_OK &&                      \
-                   qf_vq_encode(ctx, &t1.t, last, &vb, &c->f, &last_codes[1], NULL) == QF_OK &&                      \
-                   (!(sync) || cudaDeviceSynchronize() == cudaSuccess) &&                                            \
-                   qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &opts, &t2.t, &tl2) == QF_OK,       \
-               "%s: append chain, pass %d: %s", c->name, pass, qf_ctx_last_error(ctx));                              \
-  } while (0)
   for (int pass = 0; pass < 3 && ok; pass++) { /* pass 0: the reference, PDL off and synchronized; 2: a CUDA graph */
     for (int m = 0; m < 2; m++)
       CUDA_OK(cudaMemcpy(last_codes[m].data, c->h_codes[m] + last * rb, (size_t)rb, cudaMemcpyHostToDevice));
     if (pass < 2) {
       qf_ctx *ctx = pass ? pdl : gpu;
       for (int r = 0; r < ROUNDS && ok; r++) {
-        QF_APPEND_STEP(ctx, q[r], o2[pass][r], l2[pass][r], !pass);
+        ok = CHECK(run_append_step(ctx, &step, q[r], o2[pass][r], l2[pass][r], !pass), "%s: append chain, pass %d: %s",
+                   c->name, pass, qf_ctx_last_error(ctx));
         if (!pass) CUDA_OK(cudaDeviceSynchronize());
       }
     } else {
-      cudaStream_t s;
-      CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      qf_ctx *gctx = NULL;
-      cudaGraph_t graph = NULL;
-      cudaGraphExec_t exec = NULL;
-      ok = CHECK(qf_ctx_create(&gctx, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(gctx, 1) == QF_OK &&
-                     qf_ctx_set_stream(gctx, s) == QF_OK && qf_ctx_reserve_workspace(gctx, qf_ctx_workspace_bytes(gpu)) == QF_OK,
-                 "%s: a graph context: %s", c->name, gctx ? qf_ctx_last_error(gctx) : "none");
+      graph_ctx g;
+      ok = graph_open(&g, 1, qf_ctx_workspace_bytes(gpu), c->name);
       if (ok) {
-        CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        QF_APPEND_STEP(gctx, gq, go2, gl2, 0);
-        const cudaError_t end = cudaStreamEndCapture(s, &graph);
-        ok &= CHECK(end == cudaSuccess && (!ok || cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess),
-                    "%s: append chain captured in a CUDA graph: %s", c->name, cudaGetErrorString(end));
+        graph_begin(&g);
+        ok = graph_end(&g, run_append_step(g.ctx, &step, gq, go2, gl2, 0), c->name);
       }
       for (int r = 0; r < ROUNDS && ok; r++) {
         CUDA_OK(cudaMemcpy(gq, q[r], bytes, cudaMemcpyDeviceToDevice));
-        CUDA_OK(cudaDeviceSynchronize());
-        CUDA_OK(cudaGraphLaunch(exec, s));
-        CUDA_OK(cudaStreamSynchronize(s));
+        graph_replay(&g);
         CUDA_OK(cudaMemcpy(o2[2][r], go2, bytes, cudaMemcpyDeviceToDevice));
         CUDA_OK(cudaMemcpy(l2[2][r], gl2, lse_bytes, cudaMemcpyDeviceToDevice));
       }
-      if (exec) CUDA_OK(cudaGraphExecDestroy(exec));
-      if (graph) CUDA_OK(cudaGraphDestroy(graph));
-      qf_ctx_destroy(gctx);
-      CUDA_OK(cudaStreamDestroy(s));
+      graph_close(&g);
     }
     CUDA_OK(cudaDeviceSynchronize());
     for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(final_codes[pass] + m * rb, last_codes[m].data, (size_t)rb, cudaMemcpyDeviceToHost));
   }
-#undef QF_APPEND_STEP
   uint8_t *got = malloc(bytes + lse_bytes), *want = malloc(bytes + lse_bytes), *prev = malloc(bytes);
   for (int pass = 1; pass < 3 && ok; pass++) {
     for (int r = 0; r < ROUNDS; r++) {

@@ -674,12 +674,20 @@ qf_status qf_vq_pack_gemv(qf_ctx *ctx, const DLTensor *codes, const qf_vq_format
  * CQ-4 at D = 128), with codes 16-byte aligned, CUDA runs the banked kernel (without GQA, and with
  * GQA where the sequence keeps the SMs busy):
  * score tables and V codebooks laid out by vector in shared memory, so that no lookup of a warp
- * shares a bank with another lane's. */
+ * shares a bank with another lane's.
+ * Sequences of different lengths (an engine's batch of requests in a cache of seq_len slots per
+ * entry): opts->kv_lens int32 [B], contiguous, on the op's device, gives L_b, and entry b attends
+ * to its first L_b tokens (rows b * seq_len .. b * seq_len + L_b - 1; the rows past them are never
+ * read); an entry with L_b = 0 gets o = 0 and lse = -inf, as qf_attention's rows with no visible
+ * key. The CPU backend refuses a length outside [0, seq_len] with QF_ERR_VALUE (outputs
+ * untouched); CUDA reads the lengths on the device and clamps them to that range, so a CUDA graph
+ * can replay the call as they change. Tiles past L_b copy and compute nothing. */
 typedef struct {
   int head_dim;      /* D */
   int kv_heads;      /* Hkv */
-  int64_t seq_len;   /* tokens per batch entry in the cache */
+  int64_t seq_len;   /* tokens per batch entry in the cache (with kv_lens: its capacity) */
   float sm_scale;    /* 0 means 1 / sqrt(D) */
+  const DLTensor *kv_lens;  /* NULL: every entry holds seq_len tokens; else int32 [B], above */
 } qf_vq_attention_opts;
 
 qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_codes,

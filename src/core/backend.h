@@ -249,6 +249,7 @@ typedef struct {
   float *lse;           /* [B, Hq] */
   qf_vq_tensors k, v;   /* [B * seq_len, Hkv * D] each */
   int64_t B, Hq, Hkv, D, seq_len;
+  const int32_t *kv_lens;  /* [B] or NULL (every entry seq_len tokens); CUDA: device memory */
   double sm_scale;
 } qf_vq_attention_args;
 qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a);

@@ -292,6 +292,8 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
   if ((st = qf_check_shape(ctx, op, "o", o, 2, want_o)) ||
       (st = qf_check_dense(ctx, op, "lse", lse, QF_F32, 2, want_lse, 4, (void **)&a.lse)))
     return st;
+  a.kv_lens = NULL;
+  if (opts->kv_lens && (st = qf_check_vec(ctx, op, "kv_lens", opts->kv_lens, QF_I32, a.B, (void **)&a.kv_lens))) return st;
   if (fmt && fmt->row_scale) return qf_fail(ctx, QF_ERR_VALUE, "%s: row scales are not part of the CQ cache format", op);
   const int64_t rows = a.B * a.seq_len, cols = a.Hkv * a.D;
   if ((st = check_quantized(ctx, op, fmt, rows, cols, k_codes, k_codebooks, NULL, &a.k)) ||

@@ -332,6 +332,10 @@ static qf_status gemm_standard(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors
 }
 
 qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a) {
+  for (int64_t b = 0; a->kv_lens && b < a->B; b++)  /* (before anything is written) */
+    if (a->kv_lens[b] < 0 || a->kv_lens[b] > a->seq_len)
+      return qf_fail(ctx, QF_ERR_VALUE, "qf_vq_attention_decode: kv_lens[%lld]=%lld is outside [0, seq_len=%lld]", (long long)b,
+                     (long long)a->kv_lens[b], (long long)a->seq_len);
   const int64_t T = a->seq_len, C = a->Hkv * a->D, group = a->Hq / a->Hkv;
   float *k = malloc((size_t)(T * C) * sizeof *k), *v = malloc((size_t)(T * C) * sizeof *v);
   double *score = malloc((size_t)T * sizeof *score), *acc = malloc((size_t)a->D * sizeof *acc);
@@ -340,18 +344,24 @@ qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a)
     return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_attention_decode: no memory for %lld decoded tokens", (long long)T);
   }
   for (int64_t b = 0; b < a->B; b++) {
-    for (int64_t t = 0; t < T; t++) decode_row(&a->k, b * T + t, k + t * C), decode_row(&a->v, b * T + t, v + t * C);
+    const int64_t L = a->kv_lens ? a->kv_lens[b] : T;  /* entry b's tokens */
+    for (int64_t t = 0; t < L; t++) decode_row(&a->k, b * T + t, k + t * C), decode_row(&a->v, b * T + t, v + t * C);
     for (int64_t h = 0; h < a->Hq; h++) {
       const int64_t g = h / group;
+      if (L == 0) {  /* no token: o = 0, lse = -inf (as qf_attention's rows with no visible key) */
+        for (int64_t d = 0; d < a->D; d++) store_f(&a->o, b, h * a->D + d, 0.0);
+        a->lse[b * a->Hq + h] = -INFINITY;
+        continue;
+      }
       double mx = -INFINITY, l = 0.0;
-      for (int64_t t = 0; t < T; t++) {
+      for (int64_t t = 0; t < L; t++) {
         double dot = 0.0;
         for (int64_t d = 0; d < a->D; d++) dot += (double)load_w(&a->q, b, h * a->D + d) * k[t * C + g * a->D + d];
         score[t] = a->sm_scale * dot;
         if (score[t] > mx) mx = score[t];
       }
       for (int64_t d = 0; d < a->D; d++) acc[d] = 0.0;
-      for (int64_t t = 0; t < T; t++) {
+      for (int64_t t = 0; t < L; t++) {
         double p = exp(score[t] - mx);
         l += p;
         for (int64_t d = 0; d < a->D; d++) acc[d] += p * v[t * C + g * a->D + d];

@@ -433,28 +433,60 @@ static void test_attention_reference(void) {
   int64_t lshape[2] = {B, HQ};
   DLTensor lt = dl_tensor(lse, QF_F32, 2, lshape, kDLCPU);
   qf_vq_attention_opts opt = {.head_dim = D, .kv_heads = HKV, .seq_len = T};
-  CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_OK, "attention: %s",
-        qf_ctx_last_error(ctx));
-  double worst_o = 0, worst_l = 0;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < HQ; h++) {
-      int g = h / (HQ / HKV);
-      double sc[T], mx = -INFINITY, l = 0;
-      for (int t = 0; t < T; t++) {
-        double dot = 0;
-        for (int d = 0; d < D; d++) dot += (double)q[(b * HQ + h) * D + d] * kd[(b * T + t) * C + g * D + d];
-        sc[t] = dot / 4.0; /* 1 / sqrt(16) */
-        mx = fmax(mx, sc[t]);
+  /* every entry's T tokens, then lengths per entry (entry 1 empty: o = 0, lse = -inf) */
+  static const int32_t full[B] = {T, T}, ragged[B] = {17, 0};
+  int64_t nshape[1] = {B};
+  for (int pass = 0; pass < 2; pass++) {
+    const int32_t *len = pass ? ragged : full;
+    DLTensor lens = dl_tensor((void *)len, QF_I32, 1, nshape, kDLCPU);
+    opt.kv_lens = pass ? &lens : NULL;
+    CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_OK,
+          "attention (lengths %d): %s", pass, qf_ctx_last_error(ctx));
+    double worst_o = 0, worst_l = 0;
+    int empty_ok = 1;
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < HQ; h++) {
+        int g = h / (HQ / HKV), L = len[b];
+        if (L == 0) {
+          empty_ok &= lse[b * HQ + h] == -INFINITY;
+          for (int d = 0; d < D; d++) empty_ok &= o[(b * HQ + h) * D + d] == 0.0f;
+          continue;
+        }
+        double sc[T], mx = -INFINITY, l = 0;
+        for (int t = 0; t < L; t++) {
+          double dot = 0;
+          for (int d = 0; d < D; d++) dot += (double)q[(b * HQ + h) * D + d] * kd[(b * T + t) * C + g * D + d];
+          sc[t] = dot / 4.0; /* 1 / sqrt(16) */
+          mx = fmax(mx, sc[t]);
+        }
+        for (int t = 0; t < L; t++) l += exp(sc[t] - mx);
+        worst_l = fmax(worst_l, fabs(lse[b * HQ + h] - (mx + log(l))));
+        for (int d = 0; d < D; d++) {
+          double acc = 0;
+          for (int t = 0; t < L; t++) acc += exp(sc[t] - mx) / l * vd[(b * T + t) * C + g * D + d];
+          worst_o = fmax(worst_o, fabs(o[(b * HQ + h) * D + d] - acc));
+        }
       }
-      for (int t = 0; t < T; t++) l += exp(sc[t] - mx);
-      worst_l = fmax(worst_l, fabs(lse[b * HQ + h] - (mx + log(l))));
-      for (int d = 0; d < D; d++) {
-        double acc = 0;
-        for (int t = 0; t < T; t++) acc += exp(sc[t] - mx) / l * vd[(b * T + t) * C + g * D + d];
-        worst_o = fmax(worst_o, fabs(o[(b * HQ + h) * D + d] - acc));
-      }
-    }
-  CHECK(worst_o < 1e-6 && worst_l < 1e-5, "attention vs float64: o %g, lse %g", worst_o, worst_l);
+    CHECK(worst_o < 1e-6 && worst_l < 1e-5 && empty_ok, "attention vs float64 (lengths %d): o %g, lse %g, empty entries %s", pass,
+          worst_o, worst_l, empty_ok ? "o = 0, lse = -inf" : "wrong");
+  }
+  /* lengths out of [0, seq_len], of another type or count: refused, outputs untouched */
+  static const int32_t too_long[B] = {3, T + 1}, negative[B] = {-1, 3};
+  static const float as_float[B] = {3, 3};
+  int64_t nshape3[1] = {B + 1};
+  static const int32_t three[B + 1] = {1, 2, 3};
+  const DLTensor bad[4] = {dl_tensor((void *)too_long, QF_I32, 1, nshape, kDLCPU), dl_tensor((void *)negative, QF_I32, 1, nshape, kDLCPU),
+                           dl_tensor((void *)as_float, QF_F32, 1, nshape, kDLCPU), dl_tensor((void *)three, QF_I32, 1, nshape3, kDLCPU)};
+  const qf_status want[4] = {QF_ERR_VALUE, QF_ERR_VALUE, QF_ERR_DTYPE, QF_ERR_SHAPE};
+  for (int i = 0; i < 4; i++) {
+    o[0] = 7.0f, lse[B * HQ - 1] = 7.0f;
+    opt.kv_lens = &bad[i];
+    const qf_status st = qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt);
+    CHECK(st == want[i] && o[0] == 7.0f && lse[B * HQ - 1] == 7.0f, "bad lengths %d refused (%s: %s)", i, qf_status_str(st),
+          qf_ctx_last_error(ctx));
+  }
+  CHECK(strstr(qf_ctx_last_error(ctx), "kv_lens") != NULL, "the message names kv_lens");
+  opt.kv_lens = NULL;
   opt.kv_heads = 3;
   CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_ERR_VALUE &&
             strstr(qf_ctx_last_error(ctx), "kv_heads=3"),

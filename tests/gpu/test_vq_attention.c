@@ -28,6 +28,11 @@
  *    block, S = 32 and 64); and a decode step's append between two calls (attention, qf_vq_encode
  *    of its o into the last token's K and V codes, attention over the updated cache), also
  *    captured once in a CUDA graph and replayed round by round.
+ *  - Lengths per batch entry (opts.kv_lens, read on the device): ragged lengths from 0 (o = 0,
+ *    lse = -inf) through partial tiles, whole tiles and chunks past the entry's tokens to seq_len,
+ *    on caches that run every kernel and setup (GC, SC, the banked kernel with one, paired and
+ *    grouped heads, runs crossing batch entries, the Llama-7B decode shape), and a CUDA graph
+ *    replayed as the lengths change, byte for byte the direct calls.
  *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
  *    give NaN (or a dropped token) exactly where the CPU has them (CQ-2 at head_dim 64 and 128, the
  *    second for the banked kernel).
@@ -187,11 +192,22 @@ typedef struct {
   uint8_t *hq, *o_ref, *lse_ref, *o_got, *lse_got, *o_first, *lse_first;
   double *ds, *vmax; /* per (b, h) */
   void *dq, *d_o, *d_lse;
+  int32_t *lens, *d_lens; /* [B] (opts.kv_lens) or NULL */
 } call;
 
-static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, uint64_t *seed) {
+/* The tokens of entry b. */
+static int64_t call_len(const call *k, int64_t b) { return k->lens ? k->lens[b] : k->c->T; }
+
+/* A call with lengths per batch entry (lens [B], or NULL: seq_len each). */
+static void call_init_lens(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, const int32_t *lens, uint64_t *seed) {
   memset(k, 0, sizeof *k);
   k->c = c, k->Hq = Hq, k->va = va;
+  if (lens) {
+    k->lens = malloc((size_t)c->B * sizeof *k->lens);
+    memcpy(k->lens, lens, (size_t)c->B * sizeof *k->lens);
+    k->d_lens = dev_alloc((size_t)c->B * sizeof *k->lens);
+    CUDA_OK(cudaMemcpy(k->d_lens, k->lens, (size_t)c->B * sizeof *k->lens, cudaMemcpyHostToDevice));
+  }
   const int64_t B = c->B, D = c->D, W = Hq * D;
   k->q_ld = W + (va.strided ? 3 : 0);
   k->o_ld = W + (va.strided ? 5 : 0);
@@ -221,7 +237,7 @@ static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, u
     for (int64_t h = 0; h < Hq; h++) {
       const int64_t g = h / group;
       double S = 0.0, S_parts = 0.0, vm = 0.0;
-      for (int64_t t = 0; t < c->T; t++) {
+      for (int64_t t = 0; t < call_len(k, b); t++) {
         const int64_t n = b * c->T + t;
         const float *kr = c->dec[0] + n * c->C + g * D, *vr = c->dec[1] + n * c->C + g * D;
         double s = 0.0, s_parts = 0.0;
@@ -243,7 +259,13 @@ static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, u
     }
 }
 
+static void call_init(call *k, kv_cache *c, int64_t Hq, variant va, int nan_q, uint64_t *seed) {
+  call_init_lens(k, c, Hq, va, nan_q, NULL, seed);
+}
+
 static void call_free(call *k) {
+  free(k->lens);
+  if (k->d_lens) CUDA_OK(cudaFree(k->d_lens));
   free(k->hq), free(k->o_ref), free(k->o_got), free(k->o_first), free(k->lse_ref), free(k->lse_got), free(k->lse_first);
   free(k->ds), free(k->vmax);
   CUDA_OK(cudaFree(k->dq));
@@ -253,8 +275,8 @@ static void call_free(call *k) {
 
 typedef struct {
   tensor2d q, o;
-  DLTensor kc, kb, vc, vb, lse;
-  int64_t lshape[2];
+  DLTensor kc, kb, vc, vb, lse, lens;
+  int64_t lshape[2], nshape[1];
   qf_vq_attention_opts opts;
 } api_tensors;
 
@@ -269,6 +291,9 @@ static void api_init(api_tensors *t, call *k, int gpu) {
   t->lshape[0] = c->B, t->lshape[1] = k->Hq;
   t->lse = dl_tensor(gpu ? k->d_lse : (void *)k->lse_ref, QF_F32, 2, t->lshape, dev);
   t->opts = (qf_vq_attention_opts){.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T, .sm_scale = k->va.sm_scale};
+  t->nshape[0] = c->B;
+  t->lens = dl_tensor(gpu ? (void *)k->d_lens : (void *)k->lens, QF_I32, 1, t->nshape, dev);
+  if (k->lens) t->opts.kv_lens = &t->lens;
 }
 
 static qf_status api_call(qf_ctx *ctx, call *k, int gpu) {
@@ -287,6 +312,7 @@ static qf_status forced_call(qf_ctx *gpu, call *k, int placement, int scores, qf
   a.k = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[0], c->d_books[0], NULL, 0};
   a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL, 0};
   a.B = c->B, a.Hq = k->Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = c->T, a.sm_scale = k->scale;
+  a.kv_lens = k->d_lens;
   return qf_cuda_vq_attention_decode_with(gpu, &a, placement, scores, used);
 }
 
@@ -326,6 +352,7 @@ static void compare(call *k, const char *desc) {
         const double tol = vm * (4.0 * ds + 1e-5) + ulp * fabs(r) + floor_abs;
         int ok;
         if (isnan(r)) ok = isnan(g);
+        else if (call_len(k, b) == 0) ok = g == 0.0; /* no token: exactly 0 */
         else {
           ok = fabs(g - r) <= tol;  /* false for NaN g */
           if (ok && tol > 0.0) worst_o = fmax(worst_o, fabs(g - r) / tol);
@@ -337,7 +364,7 @@ static void compare(call *k, const char *desc) {
       const double r = ((const float *)k->lse_ref)[b * Hq + h], g = ((const float *)k->lse_got)[b * Hq + h];
       const double tol = 2.0 * ds + 1e-5 + 0x1p-22 * fabs(r);
       int ok;
-      if (isnan(r)) ok = isnan(g);
+      if (isnan(r) || isinf(r)) ok = isnan(r) ? isnan(g) : g == r; /* -inf for an entry with no token */
       else {
         ok = fabs(g - r) <= tol;
         if (ok) worst_lse = fmax(worst_lse, fabs(g - r) / tol);
@@ -449,6 +476,57 @@ static void attention_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, va
   call_init(&k, c, Hq, va, 0, seed);
   run_call(gpu, cpu, &k, "");
   call_free(&k);
+}
+
+/* ---- lengths per batch entry ---------------------------------------------------------------- */
+
+/* Ragged lengths for B entries of a seq_len-T cache, starting at pattern entry `first`: no token, a
+ * partial tile, whole tiles and one token either side, half and all of the cache. */
+static void ragged_lengths(int32_t *lens, int64_t B, int64_t T, int first) {
+  const int64_t pattern[] = {T, 0, 1, 255, 256, 257, T / 2 + 3, T - 1, 513};
+  const int n = (int)(sizeof pattern / sizeof pattern[0]);
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t L = pattern[(first + b) % n];
+    lens[b] = (int32_t)(L < 0 ? 0 : L > T ? T : L);
+  }
+}
+
+/* The reference and every kernel with ragged lengths (run_call), then one call captured in a CUDA
+ * graph and replayed with other lengths written into the same device array between replays: each
+ * replay byte for byte the direct call with those lengths. */
+static void lengths_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, variant va, uint64_t *seed) {
+  int32_t *lens = malloc((size_t)c->B * sizeof *lens);
+  ragged_lengths(lens, c->B, c->T, (int)(c->T % 5));
+  call k;
+  call_init_lens(&k, c, Hq, va, 0, lens, seed);
+  run_call(gpu, cpu, &k, " ragged lengths");
+
+  graph_ctx g;
+  if (graph_open(&g, 0, qf_ctx_workspace_bytes(gpu), c->name)) {
+    api_tensors t;
+    api_init(&t, &k, 1);
+    graph_begin(&g);
+    const qf_status st = qf_vq_attention_decode(g.ctx, &t.q.t, &t.kc, &t.kb, &t.vc, &t.vb, &c->f, &t.opts, &t.o.t, &t.lse);
+    if (graph_end(&g, st == QF_OK, c->name)) {
+      for (int round = 1; round <= 3; round++) {
+        ragged_lengths(k.lens, c->B, c->T, round * 2 + 1);
+        CUDA_OK(cudaMemcpy(k.d_lens, k.lens, (size_t)c->B * sizeof *k.lens, cudaMemcpyHostToDevice));
+        poison_device(&k);
+        CHECK(api_call(gpu, &k, 1) == QF_OK, "%s: direct call, round %d: %s", c->name, round, qf_ctx_last_error(gpu));
+        fetch(&k);
+        memcpy(k.o_first, k.o_got, k.o_bytes);
+        memcpy(k.lse_first, k.lse_got, k.lse_bytes);
+        poison_device(&k);
+        graph_replay(&g);
+        fetch(&k);
+        CHECK(!memcmp(k.o_first, k.o_got, k.o_bytes) && !memcmp(k.lse_first, k.lse_got, k.lse_bytes),
+              "%s: the graph's replay with the lengths of round %d differs from the direct call", c->name, round);
+      }
+    }
+    graph_close(&g);
+  }
+  call_free(&k);
+  free(lens);
 }
 
 /* ---- NaN and Inf ---------------------------------------------------------------------------- */
@@ -948,6 +1026,32 @@ int main(void) {
     kv_cache c;
     if (!make_cache(cpu, &c, fi ? "CQ-4 append chain" : "CQ-2 append chain", fi ? cq4 : cq2, 1, 700, 32, 128, 0, &seed)) continue;
     append_pdl_chain_case(gpu, &c, &seed);
+    free_cache(&c);
+  }
+
+  /* lengths per batch entry on every kernel's caches: GC / SC with generic formats and the LUT
+   * with 8 heads per block, the banked kernel with one head (S = 32), paired halves (S = 64, runs
+   * crossing batch entries), 2 and 4 grouped heads, and the Llama-7B decode shape */
+  const struct {
+    const char *name;
+    qf_vq_format f;
+    int64_t B, T, quick_T, Hkv, D, group;
+  } ragged[] = {
+      {"VQ<8,6,2> ragged", bits6, 4, 700, 600, 2, 64, 4},
+      {"CQ-2 group 8 ragged", cq2, 5, 1000, 600, 2, 64, 8},
+      {"CQ-2 32 heads ragged", cq2, 9, 1000, 600, 32, 128, 1},
+      {"CQ-4 64 heads ragged", cq4, 9, 1100, 600, 64, 128, 1},
+      {"CQ-2 group 4 ragged", cq2, 5, 700, 600, 8, 128, 4},
+      {"CQ-4 group 2 ragged", cq4, 4, 600, 600, 2, 128, 2},
+      {"CQ-2 Llama-7B ragged", cq2, 8, 4096, 600, 32, 128, 1},
+  };
+  for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
+    kv_cache c;
+    if (!make_cache(cpu, &c, ragged[i].name, ragged[i].f, ragged[i].B, quick ? ragged[i].quick_T : ragged[i].T, ragged[i].Hkv,
+                    ragged[i].D, 0, &seed))
+      continue;
+    const variant va = {dts[i % 3], dts[(i + 1) % 3], 0.0f, (int)(i % 2)};
+    lengths_case(gpu, cpu, &c, ragged[i].Hkv * ragged[i].group, va, &seed);
     free_cache(&c);
   }
 

@@ -208,6 +208,21 @@ class TestFamily(unittest.TestCase):
                 np.testing.assert_allclose(o[b, h * dim:(h + 1) * dim], np.exp(s - want_lse) @ vals, rtol=1e-5,
                                            atol=1e-6)
                 self.assertAlmostEqual(float(lse[b, h]), want_lse, places=5)
+        # lengths per entry: entry 0 over its first 3 tokens equals a cache of those 3 tokens;
+        # entry 1 holds none (o = 0, lse = -inf)
+        o2, lse2 = np.empty_like(o), np.empty_like(lse)
+        self.ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o2, lse2, head_dim=dim, kv_heads=hkv, seq_len=seq,
+                                     kv_lens=np.array([3, 0], np.int32))
+        o3, lse3 = np.empty((1, hq * dim), np.float32), np.empty((1, hq), np.float32)
+        self.ctx.vq_attention_decode(q[:1], kc[:, :3].copy(), kb, vc[:, :3].copy(), vb, fmt, o3, lse3, head_dim=dim,
+                                     kv_heads=hkv, seq_len=3)
+        np.testing.assert_array_equal(o2[:1], o3)
+        np.testing.assert_array_equal(lse2[:1], lse3)
+        np.testing.assert_array_equal(o2[1], 0.0)
+        self.assertTrue(np.all(lse2[1] == -np.inf))
+        with self.assertRaises(qfuse.QfuseError):
+            self.ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o2, lse2, head_dim=dim, kv_heads=hkv, seq_len=seq,
+                                         kv_lens=np.array([3, seq + 1], np.int32))
 
     def test_vq_round_trip(self):
         fmt = self.ctx.vq_format("gptvq-2")

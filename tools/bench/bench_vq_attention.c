@@ -16,7 +16,8 @@
  *    public calls in a row (the second's q the first's o) on a context with qf_ctx_set_pdl against
  *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels; at
  *    batch 1 with Hq = Hkv, op vq_append_chain the same for a decode step's append (qf_vq_encode
- *    of o as the last token's K and V codes) then the call. The qfuse
+ *    of o as the last token's K and V codes) then the call; "cq2,fp16,auto,kv_lens" the public
+ *    call with lengths per entry (opts.kv_lens on the device), every one seq_len. The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -362,6 +363,32 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
     /* self-check: this row's outputs (its last run) against the peer's */
     if (row.us > 0 && peer.us > 0 && !outputs_agree(&a, shape, variant)) rc = 1;
   }
+  /* the public call with lengths per entry (opts.kv_lens, read on the device), every entry at
+   * seq_len: what the lengths cost an engine's call against the same work without them */
+  int32_t *lens = NULL;
+  int64_t nshape[1] = {B};
+  DLTensor tlens = {.device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = nshape};
+  int32_t *hlens = malloc((size_t)B * sizeof *hlens);
+  for (int64_t i = 0; hlens && i < B; i++) hlens[i] = (int32_t)seq_len;
+  if (hlens && !cudaMalloc((void **)&lens, (size_t)B * sizeof *lens) &&
+      !cudaMemcpy(lens, hlens, (size_t)B * sizeof *lens, cudaMemcpyHostToDevice)) {
+    tlens.data = lens;
+    a.opts.kv_lens = &tlens;
+    snprintf(variant, sizeof variant, "%s,fp16,auto,kv_lens", name);
+    qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = vq_bytes, .flops = flops,
+                   .peer = peer.us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer.us > 0 ? peer.us : 0.0};
+    row.us = qfb_time_us(b, run_api, &a);
+    row.floor_us = qfb_floor_us(b, vq_bytes, 0.0, 0.0);
+    qfb_emit(b, &row);
+    (*rows)++;
+    rc |= row.us > 0 ? 0 : 1;
+    if (row.us > 0 && peer.us > 0 && !outputs_agree(&a, shape, variant)) rc = 1;
+    a.opts.kv_lens = NULL;
+  } else {
+    rc = 1;
+  }
+  cudaFree(lens);
+  free(hlens);
   qfb_emit(b, &peer);
   (*rows)++;
   if (cfg.placement == QF_VQ_BOOKS_BANKED && pdl) { /* the one kernel launched as a programmatic dependent */

@@ -204,6 +204,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.books[0] = static_cast<const uint16_t *>(a->k.books);
   p.books[1] = static_cast<const uint16_t *>(a->v.books);
   p.q = a->q.data;
+  p.kv_lens = a->kv_lens;
   p.part_o = part_o;
   p.part_ml = part_ml;
   p.q_ld = a->q.ld;
@@ -268,6 +269,8 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   vq_attention_merge_params mp = {};
   mp.part_o = part_o;
   mp.part_ml = part_ml;
+  mp.kv_lens = a->kv_lens;
+  mp.seq_len = a->seq_len;
   mp.o = a->o.data;
   mp.lse = a->lse;
   mp.o_ld = a->o.ld;

@@ -41,6 +41,11 @@
 //   to the merge, and a (b, h) without any finite score gets NaN from exp2(-inf - -inf), as the
 //   CPU's exp(-inf - -inf). One difference: an Inf value in V meets a probability that underflows
 //   to 0 in fp32 sooner than in float64 (0 * Inf = NaN where the CPU may still have Inf).
+// - Lengths per batch entry (p.kv_lens, read on the device and clamped to [0, seq_len]): the plan
+//   (chunks, units, grid) is the one for seq_len tokens, so a graph replays it as they change; a
+//   unit's tiles stop at its entry's last token, and a chunk past it is one empty tile (no copy,
+//   no score, m = -Inf and l = 0 in its partial). The merge gives an entry with no token o = 0 and
+//   lse = -inf, as the CPU does.
 // - Codebook placement is a compile-time policy, for the ablation: VqAttnBooksInShared (the paper's
 //   SC) copies the head's books into shared memory once per block (K and V with decoded scores, V
 //   only with the LUT); VqAttnBooksInGlobal (GC) reads every entry through the read-only path (L1,
@@ -78,6 +83,7 @@ struct vq_attention_params {
   const uint32_t *codes[2];  // K, V: [R, N, row_words], N = B * seq_len
   const uint16_t *books[2];  // K, V: [R, n_books, entries, vs], fp16 or bf16 bits
   const void *q;             // [B, Hq * D], row pitch q_ld elements
+  const int32_t *kv_lens;    // [B]: entry b's tokens (clamped to [0, seq_len]), or NULL: seq_len each
   float *part_o;             // [B, Hq, n_chunks, D]: sum_t p_t V_t of each chunk
   float *part_ml;            // [B, Hq, n_chunks, 2]: the chunk's max score (log2 units) and sum of p
   int64_t q_ld, N, seq_len, chunk_len, n_books;
@@ -104,6 +110,8 @@ struct vq_attention_params {
 
 struct vq_attention_merge_params {
   const float *part_o, *part_ml;
+  const int32_t *kv_lens;    // as vq_attention_params': an entry with no token gets o = 0, lse = -inf
+  int64_t seq_len;
   void *o;                   // [B, Hq * D], row pitch o_ld elements
   float *lse;                // [B, Hq]
   int64_t o_ld;
@@ -182,22 +190,33 @@ __device__ __forceinline__ void vq_attn_decode(const uint16_t *base, int64_t res
   }
 }
 
+// Batch entry b's tokens: kv_lens[b] clamped to [0, seq_len] (read on the device: under PDL only
+// after the grid dependency wait), or seq_len.
+__device__ __forceinline__ int64_t vq_attn_len(const int32_t *kv_lens, int64_t seq_len, int64_t b) {
+  if (!kv_lens) return seq_len;
+  const int64_t L = kv_lens[b];
+  return L < 0 ? 0 : L > seq_len ? seq_len : L;
+}
+
 // Where one tile of a block's run lies: unit (b, chunk), its first token and its token count.
 struct vq_attn_tile {
   int unit;
   int64_t b, chunk, t0;
-  int count;
+  int64_t len;       // entry b's tokens
+  int count;         // 0 for a chunk past them (one empty tile)
   bool first, last;  // the unit's first and last tile
 };
 
-// t's token count and whether it is its unit's last tile, from t.t0 and t.chunk.
+// t's token count and whether it is its unit's last tile, from t.t0, t.chunk and t.len.
 __device__ __forceinline__ void vq_attn_tile_span(const vq_attention_params &p, vq_attn_tile &t) {
-  const int64_t begin = t.chunk * p.chunk_len, end = begin + p.chunk_len < p.seq_len ? begin + p.chunk_len : p.seq_len;
+  const int64_t begin = t.chunk * p.chunk_len;
+  int64_t end = begin + p.chunk_len < t.len ? begin + p.chunk_len : t.len;
+  if (end < begin) end = begin;
   t.count = static_cast<int>(end - t.t0 < kVqAttnTile ? end - t.t0 : kVqAttnTile);
   t.last = t.t0 + t.count == end;
 }
 
-// Unit `unit`'s first tile.
+// Unit `unit`'s first tile (unit may be p.units: the end of a run, whose length is not read).
 __device__ __forceinline__ vq_attn_tile vq_attn_tile_at(const vq_attention_params &p, int unit) {
   vq_attn_tile t;
   t.unit = unit;
@@ -205,6 +224,7 @@ __device__ __forceinline__ vq_attn_tile vq_attn_tile_at(const vq_attention_param
   t.b = b;
   t.chunk = unit - b * p.n_chunks;
   t.t0 = t.chunk * p.chunk_len;
+  t.len = unit < p.units ? vq_attn_len(p.kv_lens, p.seq_len, b) : 0;
   t.first = true;
   vq_attn_tile_span(p, t);
   return t;
@@ -370,7 +390,7 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
     }
     __syncthreads();  // codes landed (every thread's copies), q staged
     if constexpr (kLut) {
-      if (t.b != lut_b) {  // the same for every thread: a new batch entry's query heads
+      if (t.count > 0 && t.b != lut_b) {  // the same for every thread: a new batch entry's query heads
         vq_attn_build_lut<kVS, E, kHeads>(p, q_s, lut_s, g, nh);
         lut_b = t.b;
         __syncthreads();
@@ -538,8 +558,13 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
 // exp2(m_c - M), L = sum_c w_c l_c; store(d, sum_c w_c o~_c[d] / L) for d = d0, d0 + step, ...
 // below D; returns lse = ln 2 (M + log2 L). m(c), l(c) and o(c, d) give the partials. The merge
 // kernel and the banked kernel's own merges (vq_attention_banked.cuh) share it: the same bits.
+// An entry with no token (`empty`) gets o = 0 and lse = -inf.
 template <typename Mf, typename Lf, typename Of, typename Store>
-__device__ __forceinline__ float vq_attn_merge(int n, Mf m, Lf l, Of o, int d0, int step, int D, Store store) {
+__device__ __forceinline__ float vq_attn_merge(bool empty, int n, Mf m, Lf l, Of o, int d0, int step, int D, Store store) {
+  if (empty) {
+    for (int d = d0; d < D; d += step) store(d, 0.0f);
+    return -INFINITY;
+  }
   float M = -INFINITY;
   for (int c = 0; c < n; c++) M = fmaxf(M, m(c));
   float L = 0.0f;
@@ -560,7 +585,7 @@ __global__ void __launch_bounds__(128) vq_attention_merge_kernel(const __grid_co
   const float *po = p.part_o + bh * p.n_chunks * p.D;
   Out *o = static_cast<Out *>(p.o) + b * p.o_ld + h * p.D;
   const float lse = vq_attn_merge(
-      p.n_chunks, [&](int c) { return ml[2 * c]; }, [&](int c) { return ml[2 * c + 1]; },
+      vq_attn_len(p.kv_lens, p.seq_len, b) == 0, p.n_chunks, [&](int c) { return ml[2 * c]; }, [&](int c) { return ml[2 * c + 1]; },
       [&](int c, int d) { return po[static_cast<int64_t>(c) * p.D + d]; }, static_cast<int>(threadIdx.x),
       static_cast<int>(blockDim.x), p.D, [&](int d, float v) { vq_store(o + d, v); });
   if (threadIdx.x == 0) p.lse[bh] = lse;

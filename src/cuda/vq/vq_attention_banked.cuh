@@ -66,7 +66,7 @@
 // - Under qf_ctx_set_pdl the kernel launches as a programmatic dependent: what it reads before
 //   griddepcontrol.wait is head g's codebooks only (the bulk setups' raw copies; elsewhere the V
 //   books' chunks where the codes do not go first), so the kernel before may run on while they
-//   come, and must not write them; q, the codes, the workspace, o and lse come after the wait
+//   come, and must not write them; q, the codes, the lengths, the workspace, o and lse come after the wait
 //   (a no-op without the launch attribute). It does not let the kernel after it launch early:
 //   griddepcontrol.launch_dependents at the start made chains of two CQ-4 calls at batch 8 x 4096
 //   2.7% slower than without PDL, where without it every chain measured ran 1.4-5% faster (H200,
@@ -74,6 +74,9 @@
 // - NaN and Inf as in vq_attention.cuh: max ignores NaN scores, a NaN score makes p, l and o NaN,
 //   an Inf score gives exp2(inf - inf) = NaN, a unit without a finite score keeps m = -Inf and
 //   adds nothing (weights exp2(-Inf)) or NaN to the merge.
+// - With lengths (p.kv_lens) a unit's tiles stop at its entry's last token; a chunk past it is one
+//   empty tile whose copies are not issued (the mbarrier's phase completes on the thread's arrival)
+//   and whose partial adds nothing; an entry with no token gets o = 0 and lse = -inf.
 #pragma once
 
 #include "cuda/ptx/griddep.cuh"
@@ -202,6 +205,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   auto stage_codes = [&](const vq_attn_tile &t, int kv) {
     if (tid == 0) {
       const uint32_t bar = kv ? bar_v : bar_k;
+      if (t.count == 0) {  // a chunk past the entry's tokens: nothing to copy, the phase completes
+        mbarrier_arrive(bar);
+        return;
+      }
       mbarrier_arrive_expect_tx(bar, kTile * kS);
       cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kv ? vcodes_s : kcodes_s)),
                                   &p.tmap_codes[kv], bar, g * kS, static_cast<int32_t>(t.b * p.seq_len + t.t0));
@@ -210,7 +217,12 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // The tile after t in this half's run.
   auto advance = [&](const vq_attn_tile &t) { return t.last ? vq_attn_tile_at(p, t.unit + stride) : vq_attn_next(p, t); };
 
-  vq_attn_tile t = vq_attn_tile_at(p, u_begin);
+  // The run's first tile, set once the kernel before has written the lengths (griddep_wait).
+  vq_attn_tile t;
+  auto wait_for_inputs = [&] {
+    griddep_wait();
+    t = vq_attn_tile_at(p, u_begin);
+  };
 
   // ---- the score table of a batch entry: its q parts dotted with head g's K entries ----
   // Built by the half, or by the block where the halves share it. Thread i: vector j = i % S,
@@ -383,7 +395,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // so that its reads of a raw book and its writes into a [256][S] layout fall into the lanes'
     // own banks. (32-byte chunks through registers, the other blocks' way, finished CQ-2's setup
     // 1.3 us later: docs/VQ.md.)
-    griddep_wait();  // the kernel before has written q and the codes (notes)
+    wait_for_inputs();  // the kernel before has written q, the codes and the lengths (notes)
     first_codes();
     if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first code boxes)
     float qv[kG][kPasses][kVS];
@@ -422,7 +434,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // registers until the raw K books are read.
     if constexpr (kGroupedBulk) {
       constexpr int kLow = kS == 32 ? 2 : 1;  // heads per 64 KB region: the first region's are heads 0 .. kLow - 1
-      griddep_wait();
+      wait_for_inputs();
       first_codes();
       float qv[kG][kPasses][kVS];
       load_q_parts(qv);
@@ -467,11 +479,11 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       constexpr bool kCodesFirst = kG > 1;
       uint4 r[8][2];  // (nothing else is live yet)
       if (kCodesFirst) {
-        griddep_wait();
+        wait_for_inputs();
         first_codes();
       }
       load_chunks(book, c0, cstep, r);
-      if (!kCodesFirst) griddep_wait();
+      if (!kCodesFirst) wait_for_inputs();
       if (u_begin < u_end) load_table_inputs(t.b, first);
       if (!kCodesFirst) first_codes();
 #pragma unroll
@@ -684,7 +696,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
           // The unit is the whole sequence: o and lse here, the merge of its one chunk.
           const float l_sum = warp_sum(kD);
           const float lse = vq_attn_merge(
-              1, [&](int) { return M; }, [&](int) { return l_sum; }, [&](int, int d) { return warp_sum(d); }, tid, kHalf,
+              t.len == 0, 1, [&](int) { return M; }, [&](int) { return l_sum; }, [&](int, int d) { return warp_sum(d); }, tid, kHalf,
               kD, store_o);
           if (tid == 0) p.lse[bh] = lse;
         } else if (kS == 64 && kG == 1 && p.write_o && paired && p.n_chunks == 2) {
@@ -697,7 +709,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
           if (half == 0) {
             auto chunk = [&](int c) { return reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(p_s) + c * p.half_bytes); };
             const float lse = vq_attn_merge(
-                2, [&](int c) { return chunk(c)[kD + 1]; }, [&](int c) { return chunk(c)[kD]; },
+                t.len == 0, 2, [&](int c) { return chunk(c)[kD + 1]; }, [&](int c) { return chunk(c)[kD]; },
                 [&](int c, int d) { return chunk(c)[d]; }, tid, kHalf, kD, store_o);
             if (tid == 0) p.lse[bh] = lse;
           }

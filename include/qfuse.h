@@ -602,6 +602,20 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
 qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTensor *codebooks,
                        const qf_vq_format *fmt, DLTensor *codes, DLTensor *scales);
 
+/* Quantize-on-append into a cache by slot (a decode step's new tokens of sequences at different
+ * lengths): row i of x [T, K] is encoded as row slots[i] of the matrix the codebooks belong to
+ * (which picks the codebooks when scope_rows > 0), exactly as qf_vq_encode would encode it there,
+ * and written to that row of codes [R, N, row_bytes] (the whole cache; its codebooks those of an
+ * [N, K] matrix) and of scales [N] when fmt->row_scale. slots int32 [T] on the op's device: a
+ * negative slot skips its row (a padding token); the others must be distinct and below N. Rows of
+ * codes and scales that no slot names are left as they are. The CPU backend refuses a slot >= N or
+ * a repeated one with QF_ERR_VALUE before writing anything; CUDA reads the slots on the device
+ * (a CUDA graph can replay the call as they change) and skips a slot >= N, and a repeated slot
+ * leaves that row any mix of its rows' codes. With qf_vq_attention_decode's kv_lens, an engine's
+ * step appends token L_b of entry b at slot b * seq_len + L_b. */
+qf_status qf_vq_encode_slots(qf_ctx *ctx, const DLTensor *x, const DLTensor *slots, const DLTensor *codebooks,
+                             const qf_vq_format *fmt, DLTensor *codes, DLTensor *scales);
+
 /* y[M, N] = x[M, K] . W^T with W [N, K] VQ-quantized: VQ-GeMV (M of 1 to 16) and VQ-GeMM.
  * x fp32, fp16 or bf16; y fp32, fp16 or bf16 [M, N]. The reference decodes W as
  * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA forms every product exactly on

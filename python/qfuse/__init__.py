@@ -162,6 +162,7 @@ def _load():
                                    ctypes.POINTER(VqStats)]
     lib.qf_vq_dequantize.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(VqFormat), T]
     lib.qf_vq_encode.argtypes = [ctypes.c_void_p, T, ctypes.c_int64, T, ctypes.POINTER(VqFormat), T, T]
+    lib.qf_vq_encode_slots.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(VqFormat), T, T]
     lib.qf_vq_gemm.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(VqFormat), T]
     lib.qf_vq_pack_gemv_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(VqFormat), ctypes.c_int64, ctypes.c_int64,
                                           ctypes.POINTER(ctypes.c_int64)]
@@ -425,6 +426,14 @@ class Context:
         sc = _Arg(scales) if scales is not None else None
         self._check(_lib.qf_vq_encode(self._ctx, keep[0].ptr(), row0, keep[1].ptr(), ctypes.byref(fmt), keep[2].ptr(),
                                       sc.ptr() if sc else None))
+
+    def vq_encode_slots(self, x, slots, codebooks, fmt, codes, scales=None):
+        """qf_vq_encode_slots: row i of x into row slots[i] (int32 [T]; negative: skipped) of the
+        cache's codes [R, N, row_bytes] (and scales [N])."""
+        keep = [_Arg(t) for t in (x, slots, codebooks, codes)]
+        sc = _Arg(scales) if scales is not None else None
+        self._check(_lib.qf_vq_encode_slots(self._ctx, keep[0].ptr(), keep[1].ptr(), keep[2].ptr(), ctypes.byref(fmt),
+                                            keep[3].ptr(), sc.ptr() if sc else None))
 
     def vq_gemm(self, x, codes, codebooks, fmt, y, scales=None):
         keep = [_Arg(t) for t in (x, codes, codebooks, y)]

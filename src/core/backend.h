@@ -239,8 +239,11 @@ qf_status qf_cuda_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_ma
 /* t's codes (standard layout) into the packed layout at `packed`. */
 qf_status qf_cpu_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *packed);
 qf_status qf_cuda_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *packed);
-qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
-qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t);
+/* x's rows encoded as rows row0 + i of t's matrix (slots NULL: t->N = x->rows, every code row
+ * written), or as rows slots[i] of t's N rows (negative: skipped; the rows not named left as
+ * they are). */
+qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots, const qf_vq_tensors *t);
+qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots, const qf_vq_tensors *t);
 qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
 /* VQ-GeMV for M of 1 to 16, the tensor-core VQ-GeMM above. */
 qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);

@@ -180,11 +180,35 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   if (xm.rows * xm.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA
-    return qf_cuda_vq_encode(ctx, &xm, row0, &t);
+    return qf_cuda_vq_encode(ctx, &xm, row0, NULL, &t);
 #else
     return no_cuda_kernel(ctx, op);
 #endif
-  return qf_cpu_vq_encode(ctx, &xm, row0, &t);
+  return qf_cpu_vq_encode(ctx, &xm, row0, NULL, &t);
+}
+
+qf_status qf_vq_encode_slots(qf_ctx *ctx, const DLTensor *x, const DLTensor *slots, const DLTensor *codebooks,
+                             const qf_vq_format *fmt, DLTensor *codes, DLTensor *scales) {
+  static const char op[] = "qf_vq_encode_slots";
+  if (!ctx) return QF_ERR_NULL;
+  qf_mat xm;
+  qf_vq_tensors t;
+  const int32_t *sl;
+  qf_status st;
+  if ((st = check_float_2d(ctx, op, "x", x, &xm))) return st;
+  if (!codes || codes->ndim != 3 || !codes->shape)
+    return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codes must be a 3-D tensor [R, N, row_bytes] (the cache)", op);
+  if ((st = check_quantized(ctx, op, fmt, codes->shape[1], xm.cols, codes, codebooks, scales, &t)) ||
+      (st = qf_check_vec(ctx, op, "slots", slots, QF_I32, xm.rows, (void **)&sl)))
+    return st;
+  if (xm.rows * xm.cols == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_encode(ctx, &xm, 0, sl, &t);
+#else
+    return no_cuda_kernel(ctx, op);
+#endif
+  return qf_cpu_vq_encode(ctx, &xm, 0, sl, &t);
 }
 
 static void pack_shape(const qf_vq_format *f, int64_t N, int64_t K, int64_t shape[4]) {

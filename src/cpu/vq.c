@@ -245,7 +245,39 @@ qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat
   return QF_OK;
 }
 
-qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t) {
+static int by_value(const void *a, const void *b) {
+  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Slots below t->N and distinct (the negative ones skip their rows). */
+static qf_status check_slots(qf_ctx *ctx, const int32_t *slots, int64_t T, int64_t N) {
+  int32_t *sorted = malloc((size_t)T * sizeof *sorted);
+  if (!sorted) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_encode_slots: no memory for %lld slots", (long long)T);
+  for (int64_t i = 0; i < T; i++) {
+    if (slots[i] >= N) {
+      free(sorted);
+      return qf_fail(ctx, QF_ERR_VALUE, "qf_vq_encode_slots: slots[%lld]=%d is not below the codes' %lld rows", (long long)i,
+                     (int)slots[i], (long long)N);
+    }
+    sorted[i] = slots[i];
+  }
+  qsort(sorted, (size_t)T, sizeof *sorted, by_value);
+  for (int64_t i = 1; i < T; i++)
+    if (sorted[i] >= 0 && sorted[i] == sorted[i - 1]) {
+      const int32_t s = sorted[i];
+      free(sorted);
+      return qf_fail(ctx, QF_ERR_VALUE, "qf_vq_encode_slots: slot %d is named twice", (int)s);
+    }
+  free(sorted);
+  return QF_OK;
+}
+
+qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots, const qf_vq_tensors *t) {
+  if (slots) {
+    qf_status st = check_slots(ctx, slots, x->rows, t->N);
+    if (st) return st;
+  }
   const int vs = t->fmt.vector_size, bits = t->fmt.index_bits;
   const int64_t E = t->sz.entries, nb = t->fmt.residuals * t->sz.n_books * E * vs;
   float *v = malloc((size_t)t->K * sizeof *v), *books = malloc((size_t)nb * sizeof *books);
@@ -254,14 +286,16 @@ qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_
     return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_encode: no memory for the codebooks in fp32");
   }
   for (int64_t i = 0; i < nb; i++) books[i] = entry_value(t->fmt.entry_dtype, ((const uint16_t *)t->books)[i]);
-  memset(t->codes, 0, (size_t)(t->fmt.residuals * t->N * t->sz.row_bytes));
-  for (int64_t i = 0; i < t->N; i++) {
+  for (int64_t i = 0; i < x->rows; i++) {
+    const int64_t out = slots ? slots[i] : i, mrow = slots ? out : row0 + i; /* its code row, its matrix row */
+    if (out < 0) continue;
     float s = row_target(x, i, t->scales != NULL, v);
-    if (t->scales) t->scales[i] = s;
+    if (t->scales) t->scales[out] = s;
     for (int r = 0; r < t->fmt.residuals; r++) {
-      uint8_t *row = t->codes + (r * t->N + i) * t->sz.row_bytes;
+      uint8_t *row = t->codes + (r * t->N + out) * t->sz.row_bytes;
+      memset(row, 0, (size_t)t->sz.row_bytes);
       for (int64_t j = 0; j < t->K / vs; j++) {
-        const float *book = books + (r * t->sz.n_books + book_of(t, row0 + i, j)) * E * vs;
+        const float *book = books + (r * t->sz.n_books + book_of(t, mrow, j)) * E * vs;
         int e = nearest(v + j * vs, book, E, vs);
         qf_vq_set_index(row, j, bits, (uint32_t)e);
         for (int c = 0; c < vs; c++) v[j * vs + c] -= book[e * vs + c];

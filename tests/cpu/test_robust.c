@@ -33,14 +33,14 @@ static void arg(args *a, qf_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t 
 typedef enum {
   OP_GROUP, OP_TOKEN, OP_RMS, OP_GEMM_BS, OP_GEMM_SCALED, OP_VQ_DEQ, OP_QUANT_FP4, OP_GEMM_FP4, OP_PER_TENSOR, OP_SILU,
   OP_TENSOR, OP_AZP_ADJ, OP_PACK_FP4, OP_ATTN, OP_ATTN_PAGED, OP_GROUPED, OP_MASKED, OP_VQ_GEMM, OP_VQ_ENCODE, OP_VQ_ATTN,
-  OP_VQ_PACK, OP_COUNT
+  OP_VQ_ENCODE_SLOTS, OP_VQ_ATTN_LENS, OP_VQ_PACK, OP_COUNT
 } op_id;
 static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_quant", "qf_gemm_fp8_blockscale",
                               "qf_gemm_scaled", "qf_vq_dequantize", "qf_quant_nvfp4", "qf_gemm_nvfp4",
                               "qf_quant_per_tensor", "qf_silu_mul_quant_group", "qf_quant_tensor", "qf_gemm_azp_adj",
                               "qf_nvfp4_pack", "qf_attention", "qf_attention_paged", "qf_gemm_fp8_blockscale_grouped",
                               "qf_gemm_fp8_blockscale_masked", "qf_vq_gemm", "qf_vq_encode", "qf_vq_attention_decode",
-                              "qf_vq_pack_gemv"};
+                              "qf_vq_encode_slots", "qf_vq_attention_decode", "qf_vq_pack_gemv"};
 
 static const qf_vq_format vq_fmt = {4, 8, 1, 0, 0, QF_F16, 0, 0};
 
@@ -142,6 +142,17 @@ static void valid(op_id op, args *a, int *outs, int *n_outs) {
       arg(a, QF_F32, 2, 1, 1, 0, 0);
       outs[(*n_outs)++] = 5, outs[(*n_outs)++] = 6;
       break;
+    case OP_VQ_ENCODE_SLOTS: /* x [M, K], slots [M], codebooks [1, 1, 256, 4], codes [1, N, 48] (the cache) */
+      arg(a, QF_F32, 2, M, K, 0, 0), arg(a, QF_I32, 1, M, 0, 0, 0), arg(a, QF_F16, 4, 1, 1, 256, 4);
+      arg(a, QF_U8, 3, 1, N, 48, 0);
+      outs[(*n_outs)++] = 3;
+      break;
+    case OP_VQ_ATTN_LENS: /* OP_VQ_ATTN's tensors, then kv_lens [1] */
+      arg(a, QF_F32, 2, 1, 64, 0, 0), arg(a, QF_U8, 3, 1, 4, 32, 0), arg(a, QF_F16, 4, 1, 1, 256, 4);
+      arg(a, QF_U8, 3, 1, 4, 32, 0), arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_F32, 2, 1, 64, 0, 0);
+      arg(a, QF_F32, 2, 1, 1, 0, 0), arg(a, QF_I32, 1, 1, 0, 0, 0);
+      outs[(*n_outs)++] = 5, outs[(*n_outs)++] = 6;
+      break;
     default: { /* OP_VQ_PACK: codes [1, N, 48], packed as qf_vq_pack_gemv_shape says for [N, K] */
       int64_t sh[4] = {0, 0, 0, 0};
       qf_vq_pack_gemv_shape(ctx, &vq_fmt, N, K, sh);
@@ -195,25 +206,32 @@ static qf_status call(op_id op, args *a, DLTensor **p) {
       qf_vq_attention_opts o = {.head_dim = 64, .kv_heads = 1, .seq_len = 4};
       return qf_vq_attention_decode(ctx, p[0], p[1], p[2], p[3], p[4], &vq_fmt, &o, p[5], p[6]);
     }
+    case OP_VQ_ENCODE_SLOTS: return qf_vq_encode_slots(ctx, p[0], p[1], p[2], &vq_fmt, p[3], NULL);
+    case OP_VQ_ATTN_LENS: {
+      qf_vq_attention_opts o = {.head_dim = 64, .kv_heads = 1, .seq_len = 4, .kv_lens = p[7]};
+      return qf_vq_attention_decode(ctx, p[0], p[1], p[2], p[3], p[4], &vq_fmt, &o, p[5], p[6]);
+    }
     default: (void)a; return qf_vq_pack_gemv(ctx, p[0], &vq_fmt, K, p[1]);
   }
 }
 
 /* Inputs whose values the CPU backend checks get valid ones (after the pool's poisoning): the
  * paged cache's block table {0, 1} and length 8, the grouped GEMM's expert id 0, the masked one's
- * token count 4. */
+ * token count 4, the VQ append's slots {0, 1, 2, 3}, the VQ attention's length 3. */
 static void fill_inputs(op_id op) {
-  const int32_t table[2] = {0, 1}, len = 8, zero = 0, count = 4;
+  const int32_t table[2] = {0, 1}, len = 8, zero = 0, count = 4, slots[M] = {0, 1, 2, 3}, three = 3;
+  if (op == OP_VQ_ENCODE_SLOTS) memcpy(pool[1], slots, sizeof slots);
+  if (op == OP_VQ_ATTN_LENS) memcpy(pool[7], &three, sizeof three);
   if (op == OP_ATTN_PAGED) memcpy(pool[3], table, sizeof table), memcpy(pool[4], &len, sizeof len);
   if (op == OP_GROUPED) memcpy(pool[4], &zero, sizeof zero);
   if (op == OP_MASKED) memcpy(pool[4], &count, sizeof count);
 }
 
 /* Arguments that may be absent (NULL is a valid value): the residual of qf_rms_norm_quant, the
- * zero points of qf_quant_token, sinks and lse of the attention ops. */
+ * zero points of qf_quant_token, sinks and lse of the attention ops, the VQ attention's kv_lens. */
 static int optional_arg(op_id op, int i) {
   return (op == OP_RMS && i == 1) || (op == OP_TOKEN && i == 3) || (op == OP_ATTN && (i == 3 || i == 5)) ||
-         (op == OP_ATTN_PAGED && (i == 5 || i == 7));
+         (op == OP_ATTN_PAGED && (i == 5 || i == 7)) || (op == OP_VQ_ATTN_LENS && i == 7);
 }
 
 enum {

@@ -306,6 +306,53 @@ static void test_encode(void) {
       CHECK(qf_vq_encode(ctx, &xt.t, N - T, &b.bt, &fmts[fi], &e.ct, NULL) == QF_ERR_SHAPE, "codebooks not covering row0");
       b.bt.shape = b.bshape;
     }
+
+    /* By slot into a cache of N rows: matrix rows encoded at their own slots reproduce their
+     * codes (and scales; the tile scopes picked by the slot), a negative slot skips its row, and
+     * rows no slot names keep their bytes. */
+    enum { TS = 6 };
+    static const int32_t slots[TS] = {5, 300, -1, 511, 257, 100};
+    static float xs[TS * K];
+    for (int i = 0; i < TS; i++) memcpy(xs + i * K, w + (slots[i] < 0 ? 0 : slots[i]) * K, K * sizeof(float));
+    vq_buf c;
+    vq_alloc(&c, &fmts[fi], N, K);
+    const size_t cbytes = (size_t)(fmts[fi].residuals * N * c.sz.row_bytes);
+    memset(c.codes, 0xAB, cbytes);
+    for (int n = 0; n < N; n++) c.scales[n] = 7.0f;
+    tensor2d st;
+    tensor2d_init(&st, xs, QF_F32, TS, K, K, kDLCPU);
+    int64_t tshape[1] = {TS};
+    DLTensor sl = dl_tensor((void *)slots, QF_I32, 1, tshape, kDLCPU);
+    DLTensor *sc = fmts[fi].row_scale ? &c.st : NULL;
+    CHECK(qf_vq_encode_slots(ctx, &st.t, &sl, &b.bt, &fmts[fi], &c.ct, sc) == QF_OK, "encode by slot: %s",
+          qf_ctx_last_error(ctx));
+    int rows_ok = 1, others_ok = 1;
+    for (int n = 0; n < N; n++) {
+      int named = 0;
+      for (int i = 0; i < TS; i++) named |= slots[i] == n;
+      for (int r = 0; r < fmts[fi].residuals; r++) {
+        const uint8_t *got = c.codes + ((int64_t)r * N + n) * c.sz.row_bytes, *want = b.codes + ((int64_t)r * N + n) * b.sz.row_bytes;
+        if (named) rows_ok &= !memcmp(got, want, (size_t)c.sz.row_bytes);
+        else
+          for (int64_t k = 0; k < c.sz.row_bytes; k++) others_ok &= got[k] == 0xAB;
+      }
+      if (fmts[fi].row_scale) named ? (rows_ok &= c.scales[n] == b.scales[n]) : (others_ok &= c.scales[n] == 7.0f);
+    }
+    CHECK(rows_ok && others_ok, "format %d: encoding by slot reproduces the named rows (%d) and leaves the others (%d)", fi,
+          rows_ok, others_ok);
+    /* a slot past the codes or named twice: refused before anything is written */
+    static const int32_t past[TS] = {5, 300, -1, N, 257, 100}, twice[TS] = {5, 300, -1, 300, 257, 100};
+    memset(c.codes, 0xAB, cbytes);
+    for (int v = 0; v < 2; v++) {
+      sl.data = (void *)(v ? twice : past);
+      CHECK(qf_vq_encode_slots(ctx, &st.t, &sl, &b.bt, &fmts[fi], &c.ct, sc) == QF_ERR_VALUE &&
+                strstr(qf_ctx_last_error(ctx), v ? "twice" : "not below"),
+            "format %d: %s refused (%s)", fi, v ? "a repeated slot" : "a slot past the codes", qf_ctx_last_error(ctx));
+    }
+    int untouched = 1;
+    for (size_t k = 0; k < cbytes; k++) untouched &= c.codes[k] == 0xAB;
+    CHECK(untouched, "format %d: refused calls wrote nothing", fi);
+    vq_free(&c);
     vq_free(&b), vq_free(&e);
   }
   free(w);

@@ -12,6 +12,10 @@
  *    scales) on both backends;
  *  - T above the grid's 65535 rows (a long append, quick mode skips it) and row0 inside a later
  *    row scope (GPTVQ's 256-row tiles pick their codebooks from row0);
+ *  - by slot (qf_vq_encode_slots) into the whole poisoned cache: 8 and 70 fresh rows (both kernel
+ *    forms) at scattered slots, one negative (skipped by both backends) and, for CUDA, one past
+ *    the codes (skipped there; the CPU, which refuses it, gets -1 in its place): every byte of the
+ *    cache and its scales as the CPU's, the rows no slot names still poisoned;
  *  - bad input (x misaligned to its elements) gets an error and leaves the codes untouched. */
 #include <inttypes.h>
 #include <math.h>
@@ -96,6 +100,46 @@ static void encode_case(qf_ctx *gpu, qf_ctx *cpu, book_set *b, const char *name,
   CUDA_OK(cudaFree(dx));
 }
 
+/* T rows of x (host, dt, pitch ld) encoded by slot into the whole poisoned cache of b's N rows on
+ * both backends (slots (i 37 + 11) mod N, slot 1 negative; CUDA's last slot N + 5, the CPU's -1):
+ * codes and scales byte for byte. */
+static void slots_case(qf_ctx *gpu, qf_ctx *cpu, book_set *b, const char *name, const void *hx, qf_dtype dt, int64_t T,
+                       int64_t ld) {
+  char desc[200];
+  snprintf(desc, sizeof desc, "%s: encode by slot T=%" PRId64 " %s ld=%" PRId64, name, T, qf_dtype_name(dt), ld);
+  const size_t esz = dt == QF_F32 ? 4 : 2, xbytes = (size_t)(T * ld) * esz;
+  void *dx = dev_alloc(xbytes), *dslots = dev_alloc((size_t)T * 4);
+  CUDA_OK(cudaMemcpy(dx, hx, xbytes, cudaMemcpyHostToDevice));
+  int32_t *cslots = malloc((size_t)T * 4), *gslots = malloc((size_t)T * 4);
+  for (int64_t i = 0; i < T; i++) cslots[i] = gslots[i] = (int32_t)((i * 37 + 11) % b->N);
+  cslots[1] = gslots[1] = -1;
+  cslots[T - 1] = -1, gslots[T - 1] = (int32_t)(b->N + 5);
+  CUDA_OK(cudaMemcpy(dslots, gslots, (size_t)T * 4, cudaMemcpyHostToDevice));
+  pair C, S;
+  pair_init(&C, (size_t)(b->f.residuals * b->N * b->sz.row_bytes), NULL);
+  pair_init(&S, (size_t)b->N * 4, NULL);
+  tensor2d cx, gx;
+  tensor2d_init(&cx, (void *)hx, dt, T, b->K, ld, kDLCPU);
+  tensor2d_init(&gx, dx, dt, T, b->K, ld, kDLCUDA);
+  int64_t cshape[3] = {b->f.residuals, b->N, b->sz.row_bytes}, sshape[1] = {b->N}, tshape[1] = {T};
+  DLTensor cb = dl_tensor(b->h_books, b->f.entry_dtype, 4, b->bshape, kDLCPU);
+  DLTensor gb = dl_tensor(b->d_books, b->f.entry_dtype, 4, b->bshape, kDLCUDA);
+  DLTensor cc = dl_tensor(C.ref, QF_U8, 3, cshape, kDLCPU), gc = dl_tensor(C.dev, QF_U8, 3, cshape, kDLCUDA);
+  DLTensor cs = dl_tensor(S.ref, QF_F32, 1, sshape, kDLCPU), gs = dl_tensor(S.dev, QF_F32, 1, sshape, kDLCUDA);
+  DLTensor csl = dl_tensor(cslots, QF_I32, 1, tshape, kDLCPU), gsl = dl_tensor(dslots, QF_I32, 1, tshape, kDLCUDA);
+  qf_status st = qf_vq_encode_slots(cpu, &cx.t, &csl, &cb, &b->f, &cc, b->f.row_scale ? &cs : NULL);
+  CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu));
+  st = qf_vq_encode_slots(gpu, &gx.t, &gsl, &gb, &b->f, &gc, b->f.row_scale ? &gs : NULL);
+  CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  pair_check(&C, "codes", desc);
+  pair_check(&S, "scales", desc);
+  pair_free(&C), pair_free(&S);
+  free(cslots), free(gslots);
+  CUDA_OK(cudaFree(dx));
+  CUDA_OK(cudaFree(dslots));
+}
+
 /* T fresh rows in dt with pitch ld: Gaussian, a few outliers, a zero row, NaN and Inf (when
  * specials), and NaN in the gaps between rows (a kernel reading them would show). */
 static void *fresh_rows(qf_dtype dt, int64_t T, int64_t K, int64_t ld, int specials, uint64_t *seed) {
@@ -156,6 +200,16 @@ int main(void) {
         encode_case(gpu, cpu, &b, cases[c].name, x, dts[d], T, ld, b.N - T, NULL);
         free(x);
       }
+
+    /* By slot: a decode step's rows and a longer append (the row-parallel form where it applies). */
+    const int64_t slot_Ts[] = {8, 70};
+    for (int ti = 0; ti < 2; ti++) {
+      const int64_t T = slot_Ts[ti], ld = K + 3;
+      const qf_dtype dt = dts[(c + ti) % 3];
+      void *x = fresh_rows(dt, T, K, ld, 1, &seed);
+      slots_case(gpu, cpu, &b, cases[c].name, x, dt, T, ld);
+      free(x);
+    }
 
     /* The quantized matrix encodes back to the quantizer's codes. */
     encode_case(gpu, cpu, &b, cases[c].name, b.h_w, QF_F32, b.N, K, 0, b.h_codes);

@@ -223,6 +223,18 @@ class TestFamily(unittest.TestCase):
         with self.assertRaises(qfuse.QfuseError):
             self.ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o2, lse2, head_dim=dim, kv_heads=hkv, seq_len=seq,
                                          kv_lens=np.array([3, seq + 1], np.int32))
+        # a decode step's append by slot: entry b's new token at row b * seq + L_b, as qf_vq_encode
+        # of that row alone; the other rows unchanged
+        new = self.rng.standard_normal((bsz, hkv * dim)).astype(np.float32)
+        slots = np.array([0 * seq + 3, 1 * seq + 0], np.int32)
+        cache = kc.copy()
+        self.ctx.vq_encode_slots(new, slots, kb, fmt, cache)
+        for b in range(bsz):
+            one = np.empty((1, 1, sz.row_bytes), np.uint8)
+            self.ctx.vq_encode(new[b:b + 1], 0, kb, fmt, one)
+            np.testing.assert_array_equal(cache[:, slots[b]], one[:, 0])
+        others = np.setdiff1d(np.arange(bsz * seq), slots)
+        np.testing.assert_array_equal(cache[:, others], kc[:, others])
 
     def test_vq_round_trip(self):
         fmt = self.ctx.vq_format("gptvq-2")

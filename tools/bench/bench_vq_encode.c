@@ -6,7 +6,9 @@
  * variant "<format>,fp16", shape "T=...,K=4096"; bytes: x read + codes written; peer: copy16 of
  * x's bytes (what the same data costs to move at all), so ratio = copy / encode. The scan is
  * arithmetic (entries x vector size x 3 fp32 operations per vector and residual), so the floor
- * column reports bytes only. */
+ * column reports bytes only. Variant "<format>,fp16,slots" is qf_vq_encode_slots with the same
+ * rows written to slots 64 rows apart in a cache of 64 T rows (a decode step's tokens of
+ * sequences in their own regions), the same bytes and peer. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,7 +19,7 @@
 
 typedef struct {
   qf_ctx *ctx;
-  DLTensor x, books, codes;
+  DLTensor x, books, codes, cache, slots;
   const qf_vq_format *f;
 } encode_call;
 
@@ -25,6 +27,13 @@ static int run_encode(void *arg) {
   encode_call *c = arg;
   qf_status st = qf_vq_encode(c->ctx, &c->x, 0, &c->books, c->f, &c->codes, NULL);
   if (st != QF_OK) fprintf(stderr, "qf_vq_encode: %s\n", qf_ctx_last_error(c->ctx));
+  return st != QF_OK;
+}
+
+static int run_encode_slots(void *arg) {
+  encode_call *c = arg;
+  qf_status st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, &c->cache, NULL);
+  if (st != QF_OK) fprintf(stderr, "qf_vq_encode_slots: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
 
@@ -47,9 +56,14 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
   const size_t xb = (size_t)(T * K) * 2, bb = (size_t)(f.residuals * sz.n_books * sz.entries * f.vector_size) * 2,
                cb = (size_t)(f.residuals * T * sz.row_bytes);
   uint16_t *h = malloc(bb > xb ? bb : xb);
-  void *x = NULL, *books = NULL, *codes = NULL, *dst = NULL;
+  int32_t *hslots = malloc((size_t)T * 4);
+  void *x = NULL, *books = NULL, *codes = NULL, *dst = NULL, *cache = NULL, *slots = NULL;
   int rc = 1;
-  if (!h || cudaMalloc(&x, xb) || cudaMalloc(&books, bb) || cudaMalloc(&codes, cb) || cudaMalloc(&dst, xb)) goto done;
+  if (!h || !hslots || cudaMalloc(&x, xb) || cudaMalloc(&books, bb) || cudaMalloc(&codes, cb) || cudaMalloc(&dst, xb) ||
+      cudaMalloc(&cache, 64 * cb) || cudaMalloc(&slots, (size_t)T * 4))
+    goto done;
+  for (int64_t i = 0; i < T; i++) hslots[i] = (int32_t)(64 * i + 17);
+  if (cudaMemcpy(slots, hslots, (size_t)T * 4, cudaMemcpyHostToDevice)) goto done;
   uint64_t s = 0x0E4C0DEull;
   for (size_t i = 0; i < (bb > xb ? bb : xb) / 2; i++) {
     s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -57,11 +71,13 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
   }
   if (cudaMemcpy(x, h, xb, cudaMemcpyHostToDevice) || cudaMemcpy(books, h, bb, cudaMemcpyHostToDevice)) goto done;
   int64_t xshape[2] = {T, K}, bshape[4] = {f.residuals, sz.n_books, sz.entries, f.vector_size},
-          cshape[3] = {f.residuals, T, sz.row_bytes};
+          cshape[3] = {f.residuals, T, sz.row_bytes}, kshape[3] = {f.residuals, 64 * T, sz.row_bytes}, tshape[1] = {T};
   encode_call c = {.ctx = ctx, .f = &f};
   c.x = (DLTensor){.data = x, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_F16), .shape = xshape};
   c.books = (DLTensor){.data = books, .device = {kDLCUDA, 0}, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = bshape};
   c.codes = (DLTensor){.data = codes, .device = {kDLCUDA, 0}, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = cshape};
+  c.cache = (DLTensor){.data = cache, .device = {kDLCUDA, 0}, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = kshape};
+  c.slots = (DLTensor){.data = slots, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = tshape};
   char variant[48], shape[48];
   snprintf(variant, sizeof variant, "%s,fp16", name);
   snprintf(shape, sizeof shape, "T=%lld,K=%lld", (long long)T, (long long)K);
@@ -72,11 +88,16 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
   row.peer_us = qfb_time_us(b, run_encode_copy, &cc);
   qfb_emit(b, &row);
   (*rows)++;
-  rc = row.us > 0 ? 0 : 1;
+  snprintf(variant, sizeof variant, "%s,fp16,slots", name);
+  qfb_row srow = row;
+  srow.us = qfb_time_us(b, run_encode_slots, &c);
+  qfb_emit(b, &srow);
+  (*rows)++;
+  rc = row.us > 0 && srow.us > 0 ? 0 : 1;
 done:
   if (rc) fprintf(stderr, "bench_vq_encode: %s T=%lld failed\n", name, (long long)T);
-  free(h);
-  cudaFree(x), cudaFree(books), cudaFree(codes), cudaFree(dst);
+  free(h), free(hslots);
+  cudaFree(x), cudaFree(books), cudaFree(codes), cudaFree(dst), cudaFree(cache), cudaFree(slots);
   return rc;
 }
 #endif

@@ -45,6 +45,10 @@
 // - Under qf_ctx_set_pdl both kernels launch as programmatic dependents and wait for the kernel
 //   before at their start (griddepcontrol.wait; a no-op otherwise): what they save is the gap
 //   between the kernels (docs/VQ.md).
+// - By slot (qf_vq_encode_slots): row i goes to code row slots[i] (read on the device, after the
+//   wait), which is also its row of the codebooks' matrix; a negative slot or one past the codes
+//   skips the row. Each x row is still one block's (warp per vector) or one lane's (row-parallel),
+//   so the work and the codes are the same as qf_vq_encode's for that row.
 #include <algorithm>
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -65,14 +69,26 @@ constexpr int kMaxR = 4;       // and residual count
 struct vq_encode_params {
   const void *x;          // [T, K], row pitch x_ld
   const uint16_t *books;  // [R, n_books, entries, vs]
-  uint32_t *codes;        // [R, T, row_words]
-  float *scales;          // [T] or NULL
-  int64_t x_ld, row0, rows, n_books;
+  uint32_t *codes;        // [R, out_rows, row_words]
+  float *scales;          // [out_rows] or NULL
+  const int32_t *slots;   // [rows]: x row i's code row, or NULL: row i (out_rows = rows)
+  int64_t x_ld, row0, rows, out_rows, n_books;
   int x_dtype, entry_bf16;
   int K, vectors, vs, bits, residuals, entries;
   int scope_rows, books_per_row, vectors_per_book;
   uint32_t row_words;
 };
+
+// x row i's code row (and with slots its row of the codebooks' matrix): slots[i], or -1 where the
+// row is skipped (a negative slot or one past the codes); i without slots. kSlots is a template
+// parameter of the kernels, so that qf_vq_encode's code does not carry the slots (read at run
+// time, they made its row-parallel CQ-4 kernel 7-8% slower on an H200).
+template <bool kSlots>
+__device__ __forceinline__ int64_t out_row(const vq_encode_params &p, int64_t i) {
+  if (!kSlots) return i;
+  const int64_t s = p.slots[i];
+  return s < p.out_rows ? s : -1;
+}
 
 __device__ __forceinline__ float entry_f32(const vq_encode_params &p, uint16_t h) {
   return p.entry_bf16 ? __uint_as_float(static_cast<uint32_t>(h) << 16) : __half2float(__ushort_as_half(h));
@@ -148,7 +164,7 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
 // KVS: the vector size when it is 2, 4 or 8 (registers and loads sized for it), else 0. kLanes:
 // lanes per vector (32: a warp; 16: two vectors a warp), so a block of 32 vectors has 32 kLanes
 // threads.
-template <int KVS, int kLanes>
+template <int KVS, int kLanes, bool kSlots>
 __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 : 1024) / (kVecs * kLanes))
     vq_encode_kernel(const vq_encode_params p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
@@ -162,9 +178,11 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
   griddep_wait();  // (qf_ctx_set_pdl: the kernel before may have written x and still read the codes)
 
   for (int64_t i = blockIdx.y; i < p.rows; i += gridDim.y) {
+    const int64_t out = out_row<kSlots>(p, i);  // (the same for the whole block)
+    if (out < 0) continue;
     const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * (p.x_dtype == QF_F32 ? 4 : 2);
     const float s = p.scales ? row_scale<kT>(p, xrow, red) : 1.0f;
-    if (p.scales && blockIdx.x == 0 && threadIdx.x == 0) p.scales[i] = s;
+    if (p.scales && blockIdx.x == 0 && threadIdx.x == 0) p.scales[out] = s;
 
     {
       // Past the row: zero bits; the group still scans the row's last vector, so that every lane
@@ -174,7 +192,7 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
       float v[kV];
 #pragma unroll
       for (int c = 0; c < kV; c++) v[c] = c < vs ? __fdiv_rn(vq_load_as_f32(xrow, p.x_dtype, j * vs + c), s) : 0.0f;
-      const int64_t scope = p.scope_rows ? (p.row0 + i) / p.scope_rows : 0;
+      const int64_t scope = p.scope_rows ? (kSlots ? out : p.row0 + i) / p.scope_rows : 0;
       const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
       for (int r = 0; r < p.residuals; r++) {
         const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * vs;
@@ -209,13 +227,13 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
       const int r = t / p.bits, w = t - r * p.bits;
       const uint32_t word = packed_word(idx_s[r], 1, w, p.bits);
       const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
-      if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.rows + i) * p.row_words + gw] = word;
+      if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.out_rows + out) * p.row_words + gw] = word;
     }
     // The row's padding words past the last block's: zero, as the CPU leaves them.
     if (blockIdx.x == gridDim.x - 1) {
       const uint32_t tail = gridDim.x * static_cast<uint32_t>(p.bits), n = p.row_words > tail ? p.row_words - tail : 0u;
       for (uint32_t t = threadIdx.x; t < p.residuals * n; t += kT)
-        p.codes[(static_cast<int64_t>(t / n) * p.rows + i) * p.row_words + tail + t % n] = 0u;
+        p.codes[(static_cast<int64_t>(t / n) * p.out_rows + out) * p.row_words + tail + t % n] = 0u;
     }
     __syncthreads();  // idx_s and red are reused by the next row
   }
@@ -228,7 +246,7 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
 // keeping the first strictly smallest distance: the CPU's rule as it stands, with no reduction
 // across lanes (NaN distances never replace; a NaN at entry 0 keeps entry 0). The same fp32
 // operations in the same order as the warp-per-vector kernel, so the same codes.
-template <int KVS>
+template <int KVS, bool kSlots>
 __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_rows_kernel(const vq_encode_params p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
   const int vs = KVS ? KVS : p.vs;
@@ -241,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
 
   for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
     const int64_t i = i0 + lane;
-    if (j < p.vectors && i < p.rows) {
+    if (j < p.vectors && i < p.rows && out_row<kSlots>(p, i) >= 0) {
       const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * esz;
       float v[kV];
 #pragma unroll
@@ -273,18 +291,18 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
     const int words = p.residuals * p.bits;
     for (int t = threadIdx.x; t < 32 * words; t += kThreads) {
       const int row = t / words, r = (t % words) / p.bits, w = t % p.bits;
-      const int64_t ii = i0 + row;
-      if (ii >= p.rows) continue;
+      const int64_t ii = i0 + row, out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
+      if (out < 0) continue;
       const uint32_t word = packed_word(&idx_s[r][0][row], 33, w, p.bits);
       const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
-      if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.rows + ii) * p.row_words + gw] = word;
+      if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.out_rows + out) * p.row_words + gw] = word;
     }
     if (blockIdx.x == gridDim.x - 1) {
       const uint32_t tail = gridDim.x * static_cast<uint32_t>(p.bits), n = p.row_words > tail ? p.row_words - tail : 0u;
       for (uint32_t t = threadIdx.x; t < 32u * p.residuals * n; t += kThreads) {
-        const int64_t ii = i0 + t / (p.residuals * n);
+        const int64_t ii = i0 + t / (p.residuals * n), out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
         const uint32_t rest = t % (p.residuals * n);
-        if (ii < p.rows) p.codes[(static_cast<int64_t>(rest / n) * p.rows + ii) * p.row_words + tail + rest % n] = 0u;
+        if (out >= 0) p.codes[(static_cast<int64_t>(rest / n) * p.out_rows + out) * p.row_words + tail + rest % n] = 0u;
       }
     }
     __syncthreads();  // idx_s is reused by the next rows
@@ -293,7 +311,8 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
 
 }  // namespace
 
-extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const qf_vq_tensors *t) {
+extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots,
+                                       const qf_vq_tensors *t) {
   const qf_vq_format &f = t->fmt;
   if (t->sz.row_bytes > (INT64_C(1) << 28) || t->K > INT32_MAX / 2)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: rows of K=%lld are too long for 32-bit code offsets", kOp,
@@ -304,8 +323,10 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   p.codes = reinterpret_cast<uint32_t *>(t->codes);
   p.scales = t->scales;
   p.x_ld = x->ld;
+  p.slots = slots;
   p.row0 = row0;
-  p.rows = t->N;
+  p.rows = x->rows;
+  p.out_rows = t->N;
   p.n_books = t->sz.n_books;
   p.x_dtype = x->dtype;
   p.entry_bf16 = f.entry_dtype == QF_BF16;
@@ -326,8 +347,8 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   // first is faster from about 16 vs entries / 256 rows on (H200, K = 4096: CQ-4 from 32, CQ-2
   // from 64; docs/VQ.md), and never below 32 (a lane per row).
   const int64_t rows_min = std::max<int64_t>(32, INT64_C(16) * f.vector_size * t->sz.entries / 256);
-  const bool rows_form = t->N >= rows_min && f.scope_rows == 0 && t->scales == nullptr;
-  const int64_t row_blocks = rows_form ? (t->N + 31) / 32 : t->N;
+  const bool rows_form = x->rows >= rows_min && f.scope_rows == 0 && t->scales == nullptr;
+  const int64_t row_blocks = rows_form ? (x->rows + 31) / 32 : x->rows;
   const dim3 grid(static_cast<unsigned>((p.vectors + kVecs - 1) / kVecs),
                   static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));
   // Vector sizes 2, 4, 8 with books aligned to an entry load their entries in one load each.
@@ -335,16 +356,24 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   const bool aligned = reinterpret_cast<uintptr_t>(t->books) % (2 * vs) == 0;
   const int k = !aligned ? 0 : vs == 2 ? 1 : vs == 4 ? 2 : vs == 8 ? 3 : 0;  // the KVS bucket
   using kernel_t = void (*)(vq_encode_params);
-  const kernel_t per_vector[] = {vq_encode_kernel<0, 32>, vq_encode_kernel<2, 32>, vq_encode_kernel<4, 32>,
-                                 vq_encode_kernel<8, 32>};
-  const kernel_t per_row[] = {vq_encode_rows_kernel<0>, vq_encode_rows_kernel<2>, vq_encode_rows_kernel<4>,
-                              vq_encode_rows_kernel<8>};
+  const kernel_t per_vector[2][4] = {
+      {vq_encode_kernel<0, 32, false>, vq_encode_kernel<2, 32, false>, vq_encode_kernel<4, 32, false>,
+       vq_encode_kernel<8, 32, false>},
+      {vq_encode_kernel<0, 32, true>, vq_encode_kernel<2, 32, true>, vq_encode_kernel<4, 32, true>,
+       vq_encode_kernel<8, 32, true>}};
+  const kernel_t per_row[2][4] = {
+      {vq_encode_rows_kernel<0, false>, vq_encode_rows_kernel<2, false>, vq_encode_rows_kernel<4, false>,
+       vq_encode_rows_kernel<8, false>},
+      {vq_encode_rows_kernel<0, true>, vq_encode_rows_kernel<2, true>, vq_encode_rows_kernel<4, true>,
+       vq_encode_rows_kernel<8, true>}};
+  const int by_slot = slots != nullptr;
   // 2-element vectors from 8 rows (below the row-parallel form) take 16 lanes per vector: their
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
-  const bool half_warps = !rows_form && vs == 2 && t->N >= 8;
-  const kernel_t half_warp_kernel = k == 1 ? vq_encode_kernel<2, 16> : vq_encode_kernel<0, 16>;  // (unaligned books: 0)
-  const kernel_t kernel = rows_form ? per_row[k] : half_warps ? half_warp_kernel : per_vector[k];
+  const bool half_warps = !rows_form && vs == 2 && x->rows >= 8;
+  const kernel_t half_warp[2][2] = {{vq_encode_kernel<0, 16, false>, vq_encode_kernel<2, 16, false>},
+                                    {vq_encode_kernel<0, 16, true>, vq_encode_kernel<2, 16, true>}};  // (unaligned books: 0)
+  const kernel_t kernel = rows_form ? per_row[by_slot][k] : half_warps ? half_warp[by_slot][k == 1] : per_vector[by_slot][k];
   // (the same kernel either way: it waits for the kernel before at its start)
   return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(half_warps ? kVecs * 16 : kThreads), 0, p);
 }

@@ -27,7 +27,11 @@
  *    off and synchronized, for each of the banked kernel's setups (1, 2 and 4 query heads per
  *    block, S = 32 and 64); and a decode step's append between two calls (attention, qf_vq_encode
  *    of its o into the last token's K and V codes, attention over the updated cache), also
- *    captured once in a CUDA graph and replayed round by round.
+ *    captured once in a CUDA graph and replayed round by round; and an engine's decode step over
+ *    sequences of different lengths (attention with kv_lens, qf_vq_encode_slots of its o at each
+ *    entry's next slot, attention with the lengths one longer), synchronized (the cache checked
+ *    against the CPU's appends after every round), on a PDL context and in a CUDA graph replayed
+ *    as lengths and slots change: byte for byte the synchronized calls.
  *  - Lengths per batch entry (opts.kv_lens, read on the device): ragged lengths from 0 (o = 0,
  *    lse = -inf) through partial tiles, whole tiles and chunks past the entry's tokens to seq_len,
  *    on caches that run every kernel and setup (GC, SC, the banked kernel with one, paired and
@@ -529,6 +533,155 @@ static void lengths_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, vari
   free(lens);
 }
 
+/* ---- an engine's decode step over sequences of different lengths -------------------------- */
+
+/* The step's device arrays: the lengths before and after the append, and the append's slots. */
+typedef struct {
+  kv_cache *c;
+  int64_t W;
+  int64_t lshape[2], nshape[1];
+  void *o1, *l1;
+  int32_t *d_lens, *d_lens2, *d_slots;
+} ragged_step;
+
+/* o1 = attention(q) over lens, o1's rows encoded by slot into K and V (qf_vq_encode_slots), then
+ * o2 = attention(q) over lens2 = lens + 1 (the appended tokens included); `sync`: the device
+ * synchronized between the calls. Whether every call returned QF_OK. */
+static int run_ragged_step(qf_ctx *ctx, ragged_step *a, void *q, void *o2, void *lse2, int sync) {
+  kv_cache *c = a->c;
+  tensor2d tq, t1, t2;
+  tensor2d_init(&tq, q, QF_F16, c->B, a->W, a->W, kDLCUDA);
+  tensor2d_init(&t1, a->o1, QF_F16, c->B, a->W, a->W, kDLCUDA);
+  tensor2d_init(&t2, o2, QF_F16, c->B, a->W, a->W, kDLCUDA);
+  DLTensor tl1 = dl_tensor(a->l1, QF_F32, 2, a->lshape, kDLCUDA), tl2 = dl_tensor(lse2, QF_F32, 2, a->lshape, kDLCUDA);
+  DLTensor lens = dl_tensor(a->d_lens, QF_I32, 1, a->nshape, kDLCUDA), lens2 = dl_tensor(a->d_lens2, QF_I32, 1, a->nshape, kDLCUDA);
+  DLTensor slots = dl_tensor(a->d_slots, QF_I32, 1, a->nshape, kDLCUDA);
+  DLTensor kc = cache_codes(c, 0, 1), kb = cache_books(c, 0, 1), vc = cache_codes(c, 1, 1), vb = cache_books(c, 1, 1);
+  qf_vq_attention_opts o = {.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = c->T, .kv_lens = &lens};
+  qf_vq_attention_opts o2opts = o;
+  o2opts.kv_lens = &lens2;
+  return qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &o, &t1.t, &tl1) == QF_OK &&
+         (!sync || cudaDeviceSynchronize() == cudaSuccess) &&
+         qf_vq_encode_slots(ctx, &t1.t, &slots, &kb, &c->f, &kc, NULL) == QF_OK &&
+         qf_vq_encode_slots(ctx, &t1.t, &slots, &vb, &c->f, &vc, NULL) == QF_OK &&
+         (!sync || cudaDeviceSynchronize() == cudaSuccess) &&
+         qf_vq_attention_decode(ctx, &tq.t, &kc, &kb, &vc, &vb, &c->f, &o2opts, &t2.t, &tl2) == QF_OK;
+}
+
+/* Rounds of decode steps over B entries of lengths 0, 5, 300, 1000, ... (one more each round),
+ * each round's tokens appended at slot b T + L_b: passes with PDL off and synchronized (the
+ * reference; after each round the cache's codes equal the CPU's qf_vq_encode_slots of the same
+ * o1 rows into its copy of the cache), on a PDL context back to back, and captured once in a CUDA
+ * graph on a PDL context and replayed with each round's lengths and slots written into its
+ * device arrays: o2, lse2 and the cache byte for byte the reference's. */
+static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *seed) {
+  enum { ROUNDS = 3 };
+  const int64_t B = c->B, W = c->Hkv * c->D;
+  qf_ctx *pdl = NULL;
+  if (!CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "%s: PDL context", c->name))
+    return;
+  const size_t bytes = (size_t)(B * W) * 2, lse_bytes = (size_t)(B * c->Hkv) * 4, nb = (size_t)B * 4;
+  int32_t *lens = malloc(nb), *lens2 = malloc(nb), *slots = malloc(nb);
+  uint16_t *hq = malloc(bytes), *ho1 = malloc(bytes);
+  uint8_t *cpu_codes[2] = {malloc(c->code_bytes), malloc(c->code_bytes)}, *dev_codes = malloc(c->code_bytes);
+  void *q[ROUNDS], *o2[3][ROUNDS], *l2[3][ROUNDS];
+  void *gq = dev_alloc(bytes), *go2 = dev_alloc(bytes), *gl2 = dev_alloc(lse_bytes); /* the graph's q, o2, lse */
+  ragged_step st = {.c = c, .W = W, .lshape = {B, c->Hkv}, .nshape = {B}, .o1 = dev_alloc(bytes), .l1 = dev_alloc(lse_bytes),
+                    .d_lens = dev_alloc(nb), .d_lens2 = dev_alloc(nb), .d_slots = dev_alloc(nb)};
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int64_t i = 0; i < B * W; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
+    q[r] = dev_alloc(bytes);
+    CUDA_OK(cudaMemcpy(q[r], hq, bytes, cudaMemcpyHostToDevice));
+    for (int pass = 0; pass < 3; pass++) o2[pass][r] = dev_alloc(bytes), l2[pass][r] = dev_alloc(lse_bytes);
+  }
+  const int64_t base[] = {0, 5, 300, 1000};
+  int ok = 1;
+  graph_ctx g;
+  for (int pass = 0; pass < 3 && ok; pass++) {
+    for (int m = 0; m < 2; m++) { /* (cpu_codes: the CPU's appends of pass 0, which the later passes end with) */
+      CUDA_OK(cudaMemcpy(c->d_codes[m], c->h_codes[m], c->code_bytes, cudaMemcpyHostToDevice));
+      if (pass == 0) memcpy(cpu_codes[m], c->h_codes[m], c->code_bytes);
+    }
+    if (pass == 2) {
+      ok = graph_open(&g, 1, qf_ctx_workspace_bytes(gpu), c->name);
+      if (ok) {
+        graph_begin(&g);
+        ok = graph_end(&g, run_ragged_step(g.ctx, &st, gq, go2, gl2, 0), c->name);
+      }
+    }
+    for (int r = 0; r < ROUNDS && ok; r++) {
+      for (int64_t b = 0; b < B; b++) {
+        lens[b] = (int32_t)(base[b % 4] + r < c->T ? base[b % 4] + r : c->T - 1);
+        lens2[b] = lens[b] + 1, slots[b] = (int32_t)(b * c->T + lens[b]);
+      }
+      CUDA_OK(cudaMemcpy(st.d_lens, lens, nb, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(st.d_lens2, lens2, nb, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(st.d_slots, slots, nb, cudaMemcpyHostToDevice));
+      if (pass < 2) {
+        qf_ctx *ctx = pass ? pdl : gpu;
+        ok = CHECK(run_ragged_step(ctx, &st, q[r], o2[pass][r], l2[pass][r], !pass), "%s: ragged step, pass %d: %s", c->name,
+                   pass, qf_ctx_last_error(ctx));
+      } else { /* round r's q copied into the graph's, its outputs out */
+        CUDA_OK(cudaMemcpy(gq, q[r], bytes, cudaMemcpyDeviceToDevice));
+        graph_replay(&g);
+        CUDA_OK(cudaMemcpy(o2[2][r], go2, bytes, cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaMemcpy(l2[2][r], gl2, lse_bytes, cudaMemcpyDeviceToDevice));
+      }
+      CUDA_OK(cudaDeviceSynchronize());
+      if (pass == 0 && ok) { /* the cache against the CPU's encode of the same rows */
+        CUDA_OK(cudaMemcpy(ho1, st.o1, bytes, cudaMemcpyDeviceToHost));
+        tensor2d x;
+        tensor2d_init(&x, ho1, QF_F16, B, W, W, kDLCPU);
+        DLTensor sl = dl_tensor(slots, QF_I32, 1, st.nshape, kDLCPU);
+        for (int m = 0; m < 2; m++) {
+          DLTensor cc = dl_tensor(cpu_codes[m], QF_U8, 3, c->cshape, kDLCPU), cb = cache_books(c, m, 0);
+          CHECK(qf_vq_encode_slots(cpu, &x.t, &sl, &cb, &c->f, &cc, NULL) == QF_OK, "%s: cpu encode: %s", c->name,
+                qf_ctx_last_error(cpu));
+          CUDA_OK(cudaMemcpy(dev_codes, c->d_codes[m], c->code_bytes, cudaMemcpyDeviceToHost));
+          CHECK(memcmp(dev_codes, cpu_codes[m], c->code_bytes) == 0, "%s: round %d: the %s cache differs from the CPU's appends",
+                c->name, r, m ? "V" : "K");
+        }
+      }
+    }
+    if (pass == 2) graph_close(&g);
+    for (int m = 0; m < 2 && ok; m++) { /* the cache after the rounds: the reference's */
+      CUDA_OK(cudaMemcpy(dev_codes, c->d_codes[m], c->code_bytes, cudaMemcpyDeviceToHost));
+      CHECK(memcmp(dev_codes, cpu_codes[m], c->code_bytes) == 0, "%s: pass %d: the %s cache after the rounds differs", c->name,
+            pass, m ? "V" : "K");
+    }
+  }
+  uint8_t *got = malloc(bytes + lse_bytes), *want = malloc(bytes + lse_bytes);
+  for (int pass = 1; pass < 3 && ok; pass++)
+    for (int r = 0; r < ROUNDS; r++) {
+      CUDA_OK(cudaMemcpy(want, o2[0][r], bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(want + bytes, l2[0][r], lse_bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got, o2[pass][r], bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got + bytes, l2[pass][r], lse_bytes, cudaMemcpyDeviceToHost));
+      CHECK(memcmp(got, want, bytes + lse_bytes) == 0, "%s: ragged step (%s), round %d: o2 or lse2 differs from the synchronized calls'",
+            c->name, pass == 1 ? "PDL" : "CUDA graph", r);
+    }
+  /* the cache as it was, for whatever runs after */
+  for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(c->d_codes[m], c->h_codes[m], c->code_bytes, cudaMemcpyHostToDevice));
+  for (int r = 0; r < ROUNDS; r++) {
+    CUDA_OK(cudaFree(q[r]));
+    for (int pass = 0; pass < 3; pass++) {
+      CUDA_OK(cudaFree(o2[pass][r]));
+      CUDA_OK(cudaFree(l2[pass][r]));
+    }
+  }
+  CUDA_OK(cudaFree(gq));
+  CUDA_OK(cudaFree(go2));
+  CUDA_OK(cudaFree(gl2));
+  CUDA_OK(cudaFree(st.o1));
+  CUDA_OK(cudaFree(st.l1));
+  CUDA_OK(cudaFree(st.d_lens));
+  CUDA_OK(cudaFree(st.d_lens2));
+  CUDA_OK(cudaFree(st.d_slots));
+  free(lens), free(lens2), free(slots), free(hq), free(ho1), free(cpu_codes[0]), free(cpu_codes[1]), free(dev_codes);
+  free(got), free(want);
+  qf_ctx_destroy(pdl);
+}
+
 /* ---- NaN and Inf ---------------------------------------------------------------------------- */
 
 static void nan_inf_case(qf_ctx *gpu, qf_ctx *cpu, int64_t D, uint64_t *seed) {
@@ -1026,6 +1179,13 @@ int main(void) {
     kv_cache c;
     if (!make_cache(cpu, &c, fi ? "CQ-4 append chain" : "CQ-2 append chain", fi ? cq4 : cq2, 1, 700, 32, 128, 0, &seed)) continue;
     append_pdl_chain_case(gpu, &c, &seed);
+    free_cache(&c);
+  }
+  /* a decode step over sequences of different lengths (kv_lens, qf_vq_encode_slots) */
+  for (int fi = 0; fi < 2; fi++) {
+    kv_cache c;
+    if (!make_cache(cpu, &c, fi ? "CQ-4 ragged steps" : "CQ-2 ragged steps", fi ? cq4 : cq2, 5, 1100, 32, 128, 0, &seed)) continue;
+    ragged_step_case(gpu, cpu, &c, &seed);
     free_cache(&c);
   }
 

@@ -176,6 +176,40 @@ class TestTorchFamily(unittest.TestCase):
             self.assertLess(err, 1e-2)
             self.assertLess((lse - torch.logsumexp(s, -1)).abs().max().item(), 1e-3)
 
+    def test_vq_ragged_decode_step(self):
+        # A decode step over a CQ-2 cache of 3 sequences holding 0, 37 and 599 of 600 slots: the
+        # new tokens appended by slot (qf_vq_encode_slots) then attention with the lengths one
+        # longer, on torch CUDA tensors: the appended codes equal the CPU's byte for byte, o and
+        # lse the CPU's within 1e-3, the empty entry's none (its one token is the new one).
+        cpu = self.cpu
+        fmt = self.gpu.vq_format("cq-2")
+        bsz, seq, hkv, dim = 3, 600, 4, 128
+        sz = self.gpu.vq_sizes(fmt, bsz * seq, hkv * dim)
+        torch.manual_seed(3)
+        codes = [torch.randint(0, 256, (1, bsz * seq, sz.row_bytes), dtype=torch.uint8) for _ in range(2)]
+        books = [torch.randn(1, sz.n_books, 256, 4).half() for _ in range(2)]
+        lens = torch.tensor([0, 37, 599], dtype=torch.int32)
+        slots = torch.arange(bsz, dtype=torch.int32) * seq + lens
+        new = torch.randn(bsz, hkv * dim).half()
+        q = torch.randn(bsz, hkv * dim).half()
+        outs = {}
+        for name, ctx, dev in (("gpu", self.gpu, "cuda"), ("cpu", cpu, "cpu")):
+            c = [t.clone().to(dev) for t in codes]
+            b = [t.to(dev) for t in books]
+            for m in range(2):
+                ctx.vq_encode_slots(new.to(dev), slots.to(dev), b[m], fmt, c[m])
+            o = torch.empty(bsz, hkv * dim, dtype=torch.float32, device=dev)
+            lse = torch.empty(bsz, hkv, device=dev)
+            ctx.vq_attention_decode(q.to(dev), c[0], b[0], c[1], b[1], fmt, o, lse, head_dim=dim, kv_heads=hkv,
+                                    seq_len=seq, kv_lens=(lens + 1).to(dev))
+            torch.cuda.synchronize()
+            outs[name] = [t.cpu() for t in c] + [o.cpu(), lse.cpu()]
+        for m in range(2):
+            self.assertTrue(torch.equal(outs["gpu"][m], outs["cpu"][m]), "appended codes differ from the CPU's")
+            self.assertFalse(torch.equal(outs["gpu"][m], codes[m]), "nothing was appended")
+        self.assertLess((outs["gpu"][2] - outs["cpu"][2]).abs().max().item(), 1e-3)
+        self.assertLess((outs["gpu"][3] - outs["cpu"][3]).abs().max().item(), 1e-3)
+
     def test_nvfp4_quant_pack_gemm(self):
         # Weights quantized and packed on the GPU (the same bytes as on the CPU), then the GEMM
         # against torch's fp32 matmul of the dequantized weight.

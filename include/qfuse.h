@@ -695,13 +695,25 @@ qf_status qf_vq_pack_gemv(qf_ctx *ctx, const DLTensor *codes, const qf_vq_format
  * read); an entry with L_b = 0 gets o = 0 and lse = -inf, as qf_attention's rows with no visible
  * key. The CPU backend refuses a length outside [0, seq_len] with QF_ERR_VALUE (outputs
  * untouched); CUDA reads the lengths on the device and clamps them to that range, so a CUDA graph
- * can replay the call as they change. Tiles past L_b copy and compute nothing. */
+ * can replay the call as they change. Tiles past L_b copy and compute nothing.
+ * A paged cache (an engine's pool of pages): with opts->block_table, int32 [B, max_pages] on the
+ * op's device (rows may be strided), K and V codes are [R, num_pages * page_size, row_bytes], pages
+ * of opts->page_size rows, and token t of entry b is row block_table[b, t / page_size] * page_size
+ * + t % page_size; seq_len (at most max_pages * page_size) bounds the lengths as above, and table
+ * entries past an entry's tokens are never read. The CPU backend refuses a page outside
+ * [0, num_pages) for a token below L_b with QF_ERR_VALUE; CUDA reads the table on the device and
+ * gives a token on such a page a NaN score (its entry's o and lse NaN), never another page's
+ * codes. The banked kernel takes page sizes that are multiples of 256 or divide it (16 or more:
+ * a code tile is then copied page by page); other page sizes run the GC / SC kernels.
+ * qf_vq_encode_slots appends to such a cache (slot page * page_size + offset). */
 typedef struct {
   int head_dim;      /* D */
   int kv_heads;      /* Hkv */
   int64_t seq_len;   /* tokens per batch entry in the cache (with kv_lens: its capacity) */
   float sm_scale;    /* 0 means 1 / sqrt(D) */
-  const DLTensor *kv_lens;  /* NULL: every entry holds seq_len tokens; else int32 [B], above */
+  const DLTensor *kv_lens;      /* NULL: every entry holds seq_len tokens; else int32 [B], above */
+  const DLTensor *block_table;  /* NULL: entry b's token t is row b * seq_len + t; else int32 [B, max_pages] */
+  int64_t page_size;            /* with block_table: rows per page (> 0) */
 } qf_vq_attention_opts;
 
 qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_codes,

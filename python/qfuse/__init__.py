@@ -103,7 +103,8 @@ class AttentionOpts(ctypes.Structure):
 
 class VqAttentionOpts(ctypes.Structure):
     _fields_ = [("head_dim", ctypes.c_int), ("kv_heads", ctypes.c_int), ("seq_len", ctypes.c_int64),
-                ("sm_scale", ctypes.c_float), ("kv_lens", ctypes.POINTER(DLTensor))]
+                ("sm_scale", ctypes.c_float), ("kv_lens", ctypes.POINTER(DLTensor)),
+                ("block_table", ctypes.POINTER(DLTensor)), ("page_size", ctypes.c_int64)]
 
 
 VQ_PRESETS = {"gptvq-2": 0, "cq-2": 1, "cq-4": 2, "aqlm-3": 3, "quip-4": 4}
@@ -473,12 +474,15 @@ class Context:
                                             ctypes.byref(opt), keep[5].ptr(), extra[1].ptr() if extra[1] else None))
 
     def vq_attention_decode(self, q, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse, head_dim, kv_heads,
-                            seq_len, sm_scale=0.0, kv_lens=None):
+                            seq_len, sm_scale=0.0, kv_lens=None, block_table=None, page_size=0):
         """qf_vq_attention_decode; kv_lens: None (seq_len tokens per entry) or int32 [B], the
-        tokens of each batch entry (read on the device under CUDA)."""
+        tokens of each batch entry (read on the device under CUDA); block_table: None or int32
+        [B, max_pages] of a paged cache whose codes are pages of page_size rows."""
         keep = [_Arg(t) for t in (q, k_codes, k_codebooks, v_codes, v_codebooks, o, lse)]
         lens = _Arg(kv_lens) if kv_lens is not None else None
-        opt = VqAttentionOpts(head_dim, kv_heads, seq_len, sm_scale, ctypes.pointer(lens.tensor) if lens else None)
+        table = _Arg(block_table) if block_table is not None else None
+        opt = VqAttentionOpts(head_dim, kv_heads, seq_len, sm_scale, ctypes.pointer(lens.tensor) if lens else None,
+                              ctypes.pointer(table.tensor) if table else None, page_size)
         self._check(_lib.qf_vq_attention_decode(self._ctx, *(a.ptr() for a in keep[:5]), ctypes.byref(fmt),
                                                 ctypes.byref(opt), keep[5].ptr(), keep[6].ptr()))
 

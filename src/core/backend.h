@@ -253,6 +253,8 @@ typedef struct {
   qf_vq_tensors k, v;   /* [B * seq_len, Hkv * D] each */
   int64_t B, Hq, Hkv, D, seq_len;
   const int32_t *kv_lens;  /* [B] or NULL (every entry seq_len tokens); CUDA: device memory */
+  const int32_t *block_table;  /* [B, max_pages] with row pitch bt_ld, or NULL (not paged) */
+  int64_t bt_ld, page_size, num_pages;
   double sm_scale;
 } qf_vq_attention_args;
 qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a);

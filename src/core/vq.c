@@ -319,7 +319,24 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
   a.kv_lens = NULL;
   if (opts->kv_lens && (st = qf_check_vec(ctx, op, "kv_lens", opts->kv_lens, QF_I32, a.B, (void **)&a.kv_lens))) return st;
   if (fmt && fmt->row_scale) return qf_fail(ctx, QF_ERR_VALUE, "%s: row scales are not part of the CQ cache format", op);
-  const int64_t rows = a.B * a.seq_len, cols = a.Hkv * a.D;
+  int64_t rows = a.B * a.seq_len;
+  const int64_t cols = a.Hkv * a.D;
+  a.block_table = NULL, a.bt_ld = a.page_size = a.num_pages = 0;
+  if (opts->block_table) { /* a paged cache: the codes' rows are num_pages pages of page_size */
+    qf_mat bt;
+    if ((st = qf_check_mat(ctx, op, "block_table", opts->block_table, QF_DT(QF_I32), 4, &bt))) return st;
+    if (opts->block_table->ndim != 2 || bt.rows != a.B)
+      return qf_fail(ctx, QF_ERR_SHAPE, "%s: block_table must be [B=%" PRId64 ", max_pages]; got ndim=%d, %" PRId64 " rows", op,
+                     a.B, (int)opts->block_table->ndim, bt.rows);
+    if (opts->page_size < 1 || bt.cols > INT64_MAX / opts->page_size || a.seq_len > bt.cols * opts->page_size)
+      return qf_fail(ctx, QF_ERR_VALUE, "%s: page_size=%" PRId64 " must be positive and max_pages=%" PRId64
+                     " pages of it hold seq_len=%" PRId64 " tokens", op, opts->page_size, bt.cols, a.seq_len);
+    if (!k_codes || k_codes->ndim != 3 || !k_codes->shape || k_codes->shape[1] % opts->page_size)
+      return qf_fail(ctx, k_codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: a paged cache's codes are [R, num_pages * page_size, "
+                     "row_bytes] with page_size=%" PRId64, op, opts->page_size);
+    rows = k_codes->shape[1];
+    a.block_table = bt.data, a.bt_ld = bt.ld, a.page_size = opts->page_size, a.num_pages = rows / opts->page_size;
+  }
   if ((st = check_quantized(ctx, op, fmt, rows, cols, k_codes, k_codebooks, NULL, &a.k)) ||
       (st = check_quantized(ctx, op, fmt, rows, cols, v_codes, v_codebooks, NULL, &a.v)))
     return st;

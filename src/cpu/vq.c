@@ -370,7 +370,14 @@ qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a)
     if (a->kv_lens[b] < 0 || a->kv_lens[b] > a->seq_len)
       return qf_fail(ctx, QF_ERR_VALUE, "qf_vq_attention_decode: kv_lens[%lld]=%lld is outside [0, seq_len=%lld]", (long long)b,
                      (long long)a->kv_lens[b], (long long)a->seq_len);
-  const int64_t T = a->seq_len, C = a->Hkv * a->D, group = a->Hq / a->Hkv;
+  const int64_t T = a->seq_len, C = a->Hkv * a->D, group = a->Hq / a->Hkv, P = a->page_size;
+  for (int64_t b = 0; a->block_table && b < a->B; b++) /* the pages of every entry's tokens */
+    for (int64_t j = 0, L = a->kv_lens ? a->kv_lens[b] : T; j * P < L; j++) {
+      const int64_t page = a->block_table[b * a->bt_ld + j];
+      if (page < 0 || page >= a->num_pages)
+        return qf_fail(ctx, QF_ERR_VALUE, "qf_vq_attention_decode: block_table[%lld, %lld]=%lld is outside [0, %lld pages)",
+                       (long long)b, (long long)j, (long long)page, (long long)a->num_pages);
+    }
   float *k = malloc((size_t)(T * C) * sizeof *k), *v = malloc((size_t)(T * C) * sizeof *v);
   double *score = malloc((size_t)T * sizeof *score), *acc = malloc((size_t)a->D * sizeof *acc);
   if (!k || !v || !score || !acc) {
@@ -379,7 +386,10 @@ qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a)
   }
   for (int64_t b = 0; b < a->B; b++) {
     const int64_t L = a->kv_lens ? a->kv_lens[b] : T;  /* entry b's tokens */
-    for (int64_t t = 0; t < L; t++) decode_row(&a->k, b * T + t, k + t * C), decode_row(&a->v, b * T + t, v + t * C);
+    for (int64_t t = 0; t < L; t++) {
+      const int64_t row = a->block_table ? a->block_table[b * a->bt_ld + t / P] * P + t % P : b * T + t;
+      decode_row(&a->k, row, k + t * C), decode_row(&a->v, row, v + t * C);
+    }
     for (int64_t h = 0; h < a->Hq; h++) {
       const int64_t g = h / group;
       if (L == 0) {  /* no token: o = 0, lse = -inf (as qf_attention's rows with no visible key) */

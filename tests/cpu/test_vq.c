@@ -534,6 +534,51 @@ static void test_attention_reference(void) {
   }
   CHECK(strstr(qf_ctx_last_error(ctx), "kv_lens") != NULL, "the message names kv_lens");
   opt.kv_lens = NULL;
+
+  /* a paged cache: the same codes in pages of 16 rows (3 per entry) in a shuffled pool of 8, the
+   * table's last column past the pool (never read): the contiguous cache's bytes, with and
+   * without lengths; a page outside the pool under an entry's tokens refused, nothing written */
+  enum { P = 16, PAGES = 3, NUM = 8, COLS = PAGES + 1 };
+  static const int32_t pool_of[B * PAGES] = {5, 0, 7, 2, 6, 3};
+  int32_t table[B * COLS];
+  for (int b = 0; b < B; b++) {
+    for (int j = 0; j < PAGES; j++) table[b * COLS + j] = pool_of[b * PAGES + j];
+    table[b * COLS + PAGES] = 1000;
+  }
+  vq_buf kp, vp;
+  vq_alloc(&kp, &f, NUM * P, C);
+  vq_alloc(&vp, &f, NUM * P, C);
+  memset(kp.codes, 0x3C, (size_t)(NUM * P * kp.sz.row_bytes)), memset(vp.codes, 0xC3, (size_t)(NUM * P * vp.sz.row_bytes));
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const int64_t row = pool_of[b * PAGES + t / P] * P + t % P, rb = kb.sz.row_bytes;
+      memcpy(kp.codes + row * rb, kb.codes + (b * T + t) * rb, (size_t)rb), memcpy(vp.codes + row * rb, vb.codes + (b * T + t) * rb, (size_t)rb);
+    }
+  int64_t tshape[2] = {B, COLS};
+  DLTensor bt = dl_tensor(table, QF_I32, 2, tshape, kDLCPU);
+  static float o_flat[B * HQ * D], lse_flat[B * HQ];
+  for (int pass = 0; pass < 2; pass++) {
+    DLTensor lens = dl_tensor((void *)ragged, QF_I32, 1, nshape, kDLCPU);
+    opt.kv_lens = pass ? &lens : NULL, opt.block_table = NULL, opt.page_size = 0;
+    CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_OK, "contiguous: %s",
+          qf_ctx_last_error(ctx));
+    memcpy(o_flat, o, sizeof o_flat), memcpy(lse_flat, lse, sizeof lse_flat);
+    opt.block_table = &bt, opt.page_size = P;
+    CHECK(qf_vq_attention_decode(ctx, &qt.t, &kp.ct, &kb.bt, &vp.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_OK, "paged: %s",
+          qf_ctx_last_error(ctx));
+    CHECK(!memcmp(o, o_flat, sizeof o_flat) && !memcmp(lse, lse_flat, sizeof lse_flat),
+          "paged cache (lengths %d): the contiguous cache's o and lse", pass);
+  }
+  table[0 * COLS + 1] = NUM; /* entry 0's tokens 16..31 (it holds 17 with the lengths) */
+  o[0] = 7.0f;
+  CHECK(qf_vq_attention_decode(ctx, &qt.t, &kp.ct, &kb.bt, &vp.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_ERR_VALUE && o[0] == 7.0f &&
+            strstr(qf_ctx_last_error(ctx), "block_table[0, 1]"),
+        "a page outside the pool refused, nothing written (%s)", qf_ctx_last_error(ctx));
+  opt.page_size = 0;
+  CHECK(qf_vq_attention_decode(ctx, &qt.t, &kp.ct, &kb.bt, &vp.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_ERR_VALUE,
+        "page_size 0 with a block table refused");
+  opt.block_table = NULL, opt.kv_lens = NULL;
+  vq_free(&kp), vq_free(&vp);
   opt.kv_heads = 3;
   CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_ERR_VALUE &&
             strstr(qf_ctx_last_error(ctx), "kv_heads=3"),

@@ -37,6 +37,10 @@
  *    on caches that run every kernel and setup (GC, SC, the banked kernel with one, paired and
  *    grouped heads, runs crossing batch entries, the Llama-7B decode shape), and a CUDA graph
  *    replayed as the lengths change, byte for byte the direct calls.
+ *  - Paged caches (opts.block_table): pages of 16, 48, 64, 128, 256 and 512 rows in a shuffled
+ *    pool with ragged lengths, on every kernel's caches: the public call and each placement
+ *    forced give the contiguous cache's bytes (the CPU too); a page outside the pool makes its
+ *    entry NaN on CUDA and is refused on the CPU with nothing written.
  *  - NaN and Inf: a NaN in q, a NaN codebook entry of V and an Inf entry of K selected by one token
  *    give NaN (or a dropped token) exactly where the CPU has them (CQ-2 at head_dim 64 and 128, the
  *    second for the banked kernel).
@@ -185,6 +189,7 @@ static int ran_banked[3], ran_banked_halves[3], ran_banked_batches, ran_banked_c
 static int ran_banked_paired, ran_banked_paired_batches; /* S = 64, two halves on one table */
 static int ran_banked_writes_o[2]; /* o and lse from the banked kernel: one chunk, paired halves' two chunks */
 static int ran_banked_group[5], ran_banked_group_batches; /* [query heads per block]; runs crossing batch entries */
+static int ran_paged_banked; /* the banked kernel on pages smaller than a tile */
 static double worst_o, worst_lse; /* the largest error / tolerance seen */
 
 typedef struct {
@@ -531,6 +536,163 @@ static void lengths_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, vari
   }
   call_free(&k);
   free(lens);
+}
+
+/* ---- a paged cache ------------------------------------------------------------------------- */
+
+/* The cache c laid out in pages of P rows in a shuffled order (two pages more than the entries
+ * use, their rows and the unused rows of the last pages random), the block table [B, pages + 1]
+ * whose last column points past the pool (never read: seq_len <= pages P). Every kernel (the
+ * public call and each placement forced) on the paged cache gives the bytes of the same call on
+ * the contiguous one, with ragged lengths; the CPU too. Then entry 1's first page points past the
+ * pool: CUDA gives entry 1 NaN and the others their bytes, the CPU refuses and writes nothing. */
+static void paged_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, variant va, int64_t P, uint64_t *seed) {
+  char desc[200];
+  snprintf(desc, sizeof desc, "%s Hq=%" PRId64 " paged by %" PRId64, c->name, Hq, P);
+  const int64_t B = c->B, T = c->T, pages = (T + P - 1) / P, num = B * pages + 2, rb = c->sz.row_bytes, cols = pages + 1;
+  const int64_t R = c->f.residuals;
+  const size_t pbytes = (size_t)(R * num * P * rb);
+  int32_t *lens = malloc((size_t)B * 4), *table = malloc((size_t)(B * cols) * 4), *perm = malloc((size_t)num * 4);
+  ragged_lengths(lens, B, T, 1); /* entry 0: no token, entry 1: one */
+  for (int64_t i = 0; i < num; i++) perm[i] = (int32_t)i;
+  for (int64_t i = num - 1; i > 0; i--) { /* Fisher-Yates */
+    const int64_t j = (int64_t)(rng_next(seed) % (uint64_t)(i + 1));
+    const int32_t x = perm[i];
+    perm[i] = perm[j], perm[j] = x;
+  }
+  uint8_t *hp[2];
+  void *dp[2];
+  for (int m = 0; m < 2; m++) {
+    hp[m] = malloc(pbytes);
+    for (size_t i = 0; i < pbytes; i++) hp[m][i] = (uint8_t)(rng_next(seed) >> 56);
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < pages; j++) {
+          const int64_t n = T - j * P < P ? T - j * P : P; /* the rows of the entry on this page */
+          memcpy(hp[m] + (size_t)((r * num * P + perm[b * pages + j] * P) * rb),
+                 c->h_codes[m] + (size_t)((r * c->N + b * T + j * P) * rb), (size_t)(n * rb));
+        }
+    dp[m] = dev_alloc(pbytes);
+    CUDA_OK(cudaMemcpy(dp[m], hp[m], pbytes, cudaMemcpyHostToDevice));
+  }
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t j = 0; j < pages; j++) table[b * cols + j] = perm[b * pages + j];
+    table[b * cols + pages] = (int32_t)(num + 1000);
+  }
+  int32_t *dtable = dev_alloc((size_t)(B * cols) * 4);
+  CUDA_OK(cudaMemcpy(dtable, table, (size_t)(B * cols) * 4, cudaMemcpyHostToDevice));
+
+  call k;
+  call_init_lens(&k, c, Hq, va, 0, lens, seed);
+  int64_t pshape[3] = {R, num * P, rb}, tshape[2] = {B, cols};
+  const int banked_pages = P % 256 == 0 || (256 % P == 0 && P >= 16);
+  /* the public call, contiguous then paged, on a backend: o and lse into `out` */
+  uint8_t *want = malloc(k.o_bytes + k.lse_bytes), *got = malloc(k.o_bytes + k.lse_bytes);
+  for (int gpu_side = 0; gpu_side < 2; gpu_side++) {
+    api_tensors t;
+    api_init(&t, &k, gpu_side);
+    const DLDeviceType dev = gpu_side ? kDLCUDA : kDLCPU;
+    DLTensor pk = dl_tensor(gpu_side ? dp[0] : hp[0], QF_U8, 3, pshape, dev), pv = dl_tensor(gpu_side ? dp[1] : hp[1], QF_U8, 3, pshape, dev);
+    DLTensor bt = dl_tensor(gpu_side ? (void *)dtable : (void *)table, QF_I32, 2, tshape, dev);
+    qf_ctx *ctx = gpu_side ? gpu : cpu;
+    uint8_t *o_host = gpu_side ? k.o_got : k.o_ref, *l_host = gpu_side ? k.lse_got : k.lse_ref;
+    for (int paged = 0; paged < 2; paged++) {
+      qf_vq_attention_opts o = t.opts;
+      if (paged) o.block_table = &bt, o.page_size = P;
+      if (gpu_side) poison_device(&k);
+      const qf_status st = qf_vq_attention_decode(ctx, &t.q.t, paged ? &pk : &t.kc, &t.kb, paged ? &pv : &t.vc, &t.vb, &c->f, &o,
+                                                  &t.o.t, &t.lse);
+      if (!CHECK(st == QF_OK, "%s: %s public call%s: %s", desc, gpu_side ? "gpu" : "cpu", paged ? " (paged)" : "", qf_ctx_last_error(ctx)))
+        continue;
+      if (gpu_side) fetch(&k);
+      memcpy(paged ? got : want, o_host, k.o_bytes), memcpy((paged ? got : want) + k.o_bytes, l_host, k.lse_bytes);
+    }
+    /* the same plan (every page size but the banked kernel's refusals): the same bytes; else
+     * within the bounds of the CPU's (o_ref holds its paged call's) */
+    if (!gpu_side || banked_pages)
+      CHECK(!memcmp(got, want, k.o_bytes + k.lse_bytes), "%s: %s: the paged cache's o and lse differ from the contiguous one's",
+            desc, gpu_side ? "gpu" : "cpu");
+    else
+      compare(&k, desc);
+  }
+  /* each placement forced, paged against contiguous */
+  const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED};
+  const int techniques[] = {QF_VQ_ATTN_SCORES_DECODE, QF_VQ_ATTN_SCORES_DECODE, QF_VQ_ATTN_SCORES_LUT, QF_VQ_ATTN_SCORES_LUT,
+                            QF_VQ_ATTN_SCORES_LUT};
+  uint8_t *paged_gpu = malloc(k.o_bytes + k.lse_bytes); /* the public call's bytes on the pages */
+  memcpy(paged_gpu, got, k.o_bytes + k.lse_bytes);
+  for (int i = 0; i < 5; i++) {
+    qf_vq_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.q = (qf_mat){k.dq, va.qt, B, Hq * c->D, k.q_ld};
+    a.o = (qf_mat){k.d_o, va.ot, B, Hq * c->D, k.o_ld};
+    a.lse = k.d_lse;
+    a.B = B, a.Hq = Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = T, a.sm_scale = k.scale, a.kv_lens = k.d_lens;
+    qf_vq_attention_config used;
+    qf_status st[2];
+    for (int paged = 0; paged < 2; paged++) {
+      a.k = (qf_vq_tensors){c->f, c->sz, paged ? num * P : c->N, c->C, paged ? dp[0] : c->d_codes[0], c->d_books[0], NULL, 0};
+      a.v = (qf_vq_tensors){c->f, c->sz, paged ? num * P : c->N, c->C, paged ? dp[1] : c->d_codes[1], c->d_books[1], NULL, 0};
+      a.block_table = paged ? dtable : NULL, a.bt_ld = cols, a.page_size = paged ? P : 0, a.num_pages = paged ? num : 0;
+      poison_device(&k);
+      st[paged] = qf_cuda_vq_attention_decode_with(gpu, &a, placements[i], techniques[i], &used);
+      if (st[paged] == QF_OK) fetch(&k);
+      memcpy(paged ? got : want, k.o_got, k.o_bytes), memcpy((paged ? got : want) + k.o_bytes, k.lse_got, k.lse_bytes);
+    }
+    if (placements[i] == QF_VQ_BOOKS_BANKED && st[1] == QF_ERR_UNSUPPORTED && st[0] == QF_OK) {
+      CHECK(!banked_pages && strstr(qf_ctx_last_error(gpu), "page sizes"), "%s: banked refused the pages: %s", desc,
+            qf_ctx_last_error(gpu));
+      continue;
+    }
+    if (st[0] == QF_ERR_UNSUPPORTED && st[1] == QF_ERR_UNSUPPORTED) continue; /* (the placement does not fit this cache) */
+    if (!CHECK(st[0] == QF_OK && st[1] == QF_OK, "%s: placement %d scores %d: %s", desc, placements[i], techniques[i],
+               qf_ctx_last_error(gpu)))
+      continue;
+    CHECK(!memcmp(got, want, k.o_bytes + k.lse_bytes), "%s: placement %d scores %d: paged o and lse differ from the contiguous ones",
+          desc, placements[i], techniques[i]);
+    ran_paged_banked += placements[i] == QF_VQ_BOOKS_BANKED && P < 256;
+  }
+  /* entry 1's first page outside the pool */
+  table[1 * cols] = (int32_t)(num + 5);
+  CUDA_OK(cudaMemcpy(dtable, table, (size_t)(B * cols) * 4, cudaMemcpyHostToDevice));
+  for (int gpu_side = 0; gpu_side < 2; gpu_side++) {
+    api_tensors t;
+    api_init(&t, &k, gpu_side);
+    const DLDeviceType dev = gpu_side ? kDLCUDA : kDLCPU;
+    DLTensor pk = dl_tensor(gpu_side ? dp[0] : hp[0], QF_U8, 3, pshape, dev), pv = dl_tensor(gpu_side ? dp[1] : hp[1], QF_U8, 3, pshape, dev);
+    DLTensor bt = dl_tensor(gpu_side ? (void *)dtable : (void *)table, QF_I32, 2, tshape, dev);
+    qf_vq_attention_opts o = t.opts;
+    o.block_table = &bt, o.page_size = P;
+    if (gpu_side) poison_device(&k);
+    else memset(k.o_ref, 0x5A, k.o_bytes);
+    const qf_status st = qf_vq_attention_decode(gpu_side ? gpu : cpu, &t.q.t, &pk, &t.kb, &pv, &t.vb, &c->f, &o, &t.o.t, &t.lse);
+    if (!gpu_side) {
+      int untouched = 1;
+      for (size_t i = 0; i < k.o_bytes; i++) untouched &= k.o_ref[i] == 0x5A;
+      CHECK(st == QF_ERR_VALUE && untouched && strstr(qf_ctx_last_error(cpu), "block_table[1, 0]"),
+            "%s: cpu: a page outside the pool refused, nothing written (%s)", desc, qf_ctx_last_error(cpu));
+      continue;
+    }
+    if (!CHECK(st == QF_OK, "%s: gpu, a page outside the pool: %s", desc, qf_ctx_last_error(gpu))) continue;
+    fetch(&k);
+    int ok = 1;
+    const size_t e = esz(va.ot);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t h = 0; h < Hq; h++) {
+        const float l = ((const float *)k.lse_got)[b * Hq + h];
+        ok &= b == 1 ? isnan(l) : !memcmp(&l, paged_gpu + k.o_bytes + (size_t)(b * Hq + h) * 4, 4);
+        for (int64_t d = 0; d < c->D; d++) {
+          const size_t i = (size_t)(b * k.o_ld + h * c->D + d);
+          ok &= b == 1 ? isnan(float_get(k.o_got, va.ot, i)) : !memcmp(k.o_got + i * e, paged_gpu + i * e, e);
+        }
+      }
+    CHECK(ok, "%s: gpu: entry 1's tokens on a page outside the pool give it NaN, the others their values", desc);
+  }
+  call_free(&k);
+  free(lens), free(table), free(perm), free(want), free(got), free(paged_gpu), free(hp[0]), free(hp[1]);
+  CUDA_OK(cudaFree(dp[0]));
+  CUDA_OK(cudaFree(dp[1]));
+  CUDA_OK(cudaFree(dtable));
 }
 
 /* ---- an engine's decode step over sequences of different lengths -------------------------- */
@@ -1214,6 +1376,28 @@ int main(void) {
     lengths_case(gpu, cpu, &c, ragged[i].Hkv * ragged[i].group, va, &seed);
     free_cache(&c);
   }
+
+  /* paged caches: pages of 16 and 128 (a tile page by page), 256 and 512 (a box inside a page) and
+   * 48 (no banked kernel) on every kernel's caches */
+  const struct {
+    const char *name;
+    qf_vq_format f;
+    int64_t B, T, Hkv, D, group, P;
+  } paged[] = {
+      {"CQ-2 32 heads paged", cq2, 3, 1000, 32, 128, 1, 16},   {"CQ-4 64 heads paged", cq4, 5, 1100, 64, 128, 1, 128},
+      {"CQ-2 group 4 paged", cq2, 5, 700, 8, 128, 4, 256},     {"CQ-4 group 2 paged", cq4, 4, 600, 2, 128, 2, 512},
+      {"CQ-2 32 heads paged by 48", cq2, 3, 700, 32, 128, 1, 48}, {"VQ<8,6,2> paged", bits6, 3, 500, 2, 64, 4, 64},
+  };
+  for (size_t i = 0; i < sizeof paged / sizeof paged[0]; i++) {
+    kv_cache c;
+    if (!make_cache(cpu, &c, paged[i].name, paged[i].f, paged[i].B, quick ? (paged[i].T < 600 ? paged[i].T : 600) : paged[i].T,
+                    paged[i].Hkv, paged[i].D, 0, &seed))
+      continue;
+    const variant va = {dts[i % 3], dts[(i + 2) % 3], 0.0f, (int)(i % 2)};
+    paged_case(gpu, cpu, &c, paged[i].Hkv * paged[i].group, va, paged[i].P, &seed);
+    free_cache(&c);
+  }
+  CHECK(ran_paged_banked > 0, "the banked kernel ran on pages smaller than a tile (%d)", ran_paged_banked);
 
   nan_inf_case(gpu, cpu, 64, &seed);
   nan_inf_case(gpu, cpu, 128, &seed); /* the banked kernel's format */

@@ -235,6 +235,18 @@ class TestFamily(unittest.TestCase):
             np.testing.assert_array_equal(cache[:, slots[b]], one[:, 0])
         others = np.setdiff1d(np.arange(bsz * seq), slots)
         np.testing.assert_array_equal(cache[:, others], kc[:, others])
+        # the same cache in pages of 2 rows, shuffled: the contiguous cache's o and lse
+        pages = np.array([[4, 0, 3], [1, 5, 2]], np.int32)  # [B, max_pages]; 3 pages of 2 hold 5 tokens
+        kp, vp = (np.zeros((1, 12, sz.row_bytes), np.uint8) for _ in range(2))
+        for b in range(bsz):
+            for t in range(seq):
+                kp[:, pages[b, t // 2] * 2 + t % 2] = kc[:, b * seq + t]
+                vp[:, pages[b, t // 2] * 2 + t % 2] = vc[:, b * seq + t]
+        o4, lse4 = np.empty_like(o), np.empty_like(lse)
+        self.ctx.vq_attention_decode(q, kp, kb, vp, vb, fmt, o4, lse4, head_dim=dim, kv_heads=hkv, seq_len=seq,
+                                     block_table=pages, page_size=2)
+        np.testing.assert_array_equal(o4, o)
+        np.testing.assert_array_equal(lse4, lse)
 
     def test_vq_round_trip(self):
         fmt = self.ctx.vq_format("gptvq-2")

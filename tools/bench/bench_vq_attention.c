@@ -17,7 +17,9 @@
  *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels; at
  *    batch 1 with Hq = Hkv, op vq_append_chain the same for a decode step's append (qf_vq_encode
  *    of o as the last token's K and V codes) then the call; "cq2,fp16,auto,kv_lens" the public
- *    call with lengths per entry (opts.kv_lens on the device), every one seq_len. The qfuse
+ *    call with lengths per entry (opts.kv_lens on the device), every one seq_len, and
+ *    "cq2,fp16,auto,paged16" / "paged256" the same over a paged copy of the cache (pages of 16
+ *    or 256 rows in a shuffled pool of the same size, opts.block_table). The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -291,6 +293,52 @@ static int outputs_agree(att_call *a, const char *shape, const char *name) {
 }
 
 /* pdl: a context with qf_ctx_set_pdl for the chain rows (none without it). */
+/* The call a (lengths set) over a paged copy of its cache: pages of 16 and 256 rows in a shuffled
+ * pool of the same size, as variant "<format>,fp16,auto,paged<P>" (same bytes and peer). */
+static int paged_rows(qfb *b, att_call *a, const char *name, const char *shape, double bytes, double flops, const qfb_row *peer,
+                      int *rows) {
+  const int64_t n_rows = a->B * a->seq_len, rb = a->c->sz.row_bytes;
+  static const int64_t sizes[] = {16, 256};
+  int rc = 0;
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    const int64_t P = sizes[si], pages = a->seq_len / P, num = a->B * pages;
+    if (a->seq_len % P) continue;
+    int32_t *table = malloc((size_t)num * 4), *dtable = NULL;
+    void *codes[2] = {NULL, NULL};
+    int ok = table && !cudaMalloc((void **)&dtable, (size_t)num * 4) && !cudaMalloc(&codes[0], (size_t)(n_rows * rb)) &&
+             !cudaMalloc(&codes[1], (size_t)(n_rows * rb));
+    for (int64_t i = 0; ok && i < num; i++) table[i] = (int32_t)((i * 7919) % num); /* a permutation: 7919 is prime to num */
+    for (int64_t i = 0; ok && i < num; i++)
+      for (int m = 0; m < 2 && ok; m++)
+        ok = !cudaMemcpy((uint8_t *)codes[m] + table[i] * P * rb, (uint8_t *)a->c->codes[m] + i * P * rb, (size_t)(P * rb),
+                         cudaMemcpyDeviceToDevice);
+    ok = ok && !cudaMemcpy(dtable, table, (size_t)num * 4, cudaMemcpyHostToDevice);
+    if (ok) {
+      int64_t tshape[2] = {a->B, pages}, cshape[3] = {a->c->f.residuals, n_rows, rb};
+      const DLTensor bt = {.data = dtable, .device = {kDLCUDA, 0}, .ndim = 2, .dtype = qf_dtype_to_dl(QF_I32), .shape = tshape};
+      const DLTensor kc = a->kc, vc = a->vc;
+      a->kc.data = codes[0], a->vc.data = codes[1], a->kc.shape = a->vc.shape = cshape;
+      a->opts.block_table = &bt, a->opts.page_size = P;
+      char variant[96];
+      snprintf(variant, sizeof variant, "%s,fp16,auto,paged%lld", name, (long long)P);
+      qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops,
+                     .peer = peer->us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer->us > 0 ? peer->us : 0.0};
+      row.us = qfb_time_us(b, run_api, a);
+      row.floor_us = qfb_floor_us(b, bytes, 0.0, 0.0);
+      qfb_emit(b, &row);
+      (*rows)++;
+      rc |= row.us > 0 ? 0 : 1;
+      if (row.us > 0 && peer->us > 0 && !outputs_agree(a, shape, variant)) rc = 1;
+      a->kc = kc, a->vc = vc, a->opts.block_table = NULL, a->opts.page_size = 0;
+    } else {
+      rc = 1;
+    }
+    free(table);
+    cudaFree(dtable), cudaFree(codes[0]), cudaFree(codes[1]);
+  }
+  return rc;
+}
+
 static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *name, int64_t B, int64_t seq_len, int *rows) {
   const int64_t W = (int64_t)HQ * HEAD_DIM, Wkv = c->hkv * HEAD_DIM;
   att_call a;
@@ -383,6 +431,7 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
     (*rows)++;
     rc |= row.us > 0 ? 0 : 1;
     if (row.us > 0 && peer.us > 0 && !outputs_agree(&a, shape, variant)) rc = 1;
+    rc |= paged_rows(b, &a, name, shape, vq_bytes, flops, &peer, rows);
     a.opts.kv_lens = NULL;
   } else {
     rc = 1;

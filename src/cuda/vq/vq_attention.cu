@@ -67,23 +67,29 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
 
 // The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
 // {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype.
-constexpr int kBankedKernels = 6 * 2;
+constexpr int kBankedKernels = 6 * 2 * 2;
 
-chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, int &slot) {
+template <bool kPaged>
+chunk_kernel_t pick_banked_shape(bool bf16, int shape) {
+  switch (shape) {
+    case 0: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 1, kPaged> : vq_attention_banked_kernel<32, 4, vq_f16, 1, kPaged>;
+    case 1: return bf16 ? vq_attention_banked_kernel<32, 2, vq_bf16, 1, kPaged> : vq_attention_banked_kernel<32, 2, vq_f16, 1, kPaged>;
+    case 2: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16, 1, kPaged> : vq_attention_banked_kernel<64, 2, vq_f16, 1, kPaged>;
+    case 3: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 2, kPaged> : vq_attention_banked_kernel<32, 4, vq_f16, 2, kPaged>;
+    case 4: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 4, kPaged> : vq_attention_banked_kernel<32, 4, vq_f16, 4, kPaged>;
+    default: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16, 2, kPaged> : vq_attention_banked_kernel<64, 2, vq_f16, 2, kPaged>;
+  }
+}
+
+// The banked kernel of a shape (and of a paged cache or not).
+chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged, int &slot) {
   int shape = -1;
   if (heads == 1) shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
   else if (vectors == 32 && vs == 4) shape = heads == 2 ? 3 : heads == 4 ? 4 : -1;
   else if (vectors == 64 && vs == 2 && heads == 2) shape = 5;
   if (shape < 0) return nullptr;
-  slot = kKernels + 2 * shape + (bf16 ? 1 : 0);
-  switch (shape) {
-    case 0: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16> : vq_attention_banked_kernel<32, 4, vq_f16>;
-    case 1: return bf16 ? vq_attention_banked_kernel<32, 2, vq_bf16> : vq_attention_banked_kernel<32, 2, vq_f16>;
-    case 2: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16> : vq_attention_banked_kernel<64, 2, vq_f16>;
-    case 3: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 2> : vq_attention_banked_kernel<32, 4, vq_f16, 2>;
-    case 4: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 4> : vq_attention_banked_kernel<32, 4, vq_f16, 4>;
-    default: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16, 2> : vq_attention_banked_kernel<64, 2, vq_f16, 2>;
-  }
+  slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 12 : 0);
+  return paged ? pick_banked_shape<true>(bf16, shape) : pick_banked_shape<false>(bf16, shape);
 }
 
 template <typename Out>
@@ -130,6 +136,11 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   auto aligned16 = [](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   const bool operands_aligned = aligned16(a->k.codes) && aligned16(a->v.codes) && aligned16(a->k.books) && aligned16(a->v.books);
   if (!banked_refusal && !operands_aligned) banked_refusal = "it takes K and V codes and codebooks aligned to 16 bytes";
+  if (a->block_table && (a->seq_len >= (INT64_C(1) << 31) || a->page_size >= (INT64_C(1) << 31)))
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: a paged cache's seq_len and page_size must be below 2^31", kOp);
+  if (!banked_refusal && a->block_table && a->page_size % QF_VQ_ATTN_TILE != 0 &&
+      (QF_VQ_ATTN_TILE % a->page_size != 0 || a->page_size < 16))
+    banked_refusal = "it takes page sizes that are multiples of 256 or divide it (16 or more)";
   qf_vq_attention_config cfg;
   if (placement == QF_VQ_BOOKS_BANKED) {
     if (banked_refusal) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: the banked codebook placement: %s", kOp, banked_refusal);
@@ -168,7 +179,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const bool bf16 = f.entry_dtype == QF_BF16;
   const chunk_kernel_t kernel =
       cfg.placement == QF_VQ_BOOKS_BANKED
-          ? pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, slot)
+          ? pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, slot)
           : pick(cfg.scores == QF_VQ_ATTN_SCORES_LUT, cfg.placement == QF_VQ_BOOKS_IN_SHARED, bf16, cfg.heads, vs, slot);
   if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
 
@@ -205,10 +216,13 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.books[1] = static_cast<const uint16_t *>(a->v.books);
   p.q = a->q.data;
   p.kv_lens = a->kv_lens;
+  p.block_table = a->block_table;
+  p.bt_ld = a->bt_ld, p.page_size = a->page_size, p.num_pages = a->num_pages;
+  p.box_rows = a->block_table && a->page_size < QF_VQ_ATTN_TILE ? static_cast<int>(a->page_size) : QF_VQ_ATTN_TILE;
   p.part_o = part_o;
   p.part_ml = part_ml;
   p.q_ld = a->q.ld;
-  p.N = a->B * a->seq_len;
+  p.N = a->k.N;  // B * seq_len, or the pages' rows
   p.seq_len = a->seq_len;
   p.chunk_len = cfg.chunk_len;
   p.n_books = a->k.sz.n_books;
@@ -249,7 +263,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
     for (int m = 0; m < 2; m++)
       if ((st = qf_cuda_make_tmap_bytes(ctx, kOp, &p.tmap_codes[m], m ? "V codes" : "K codes", c[m]->codes, p.N,
                                         c[m]->sz.row_bytes, c[m]->sz.row_bytes, static_cast<uint32_t>(V),
-                                        QF_VQ_ATTN_TILE, CU_TENSOR_MAP_SWIZZLE_NONE, promotion)) != QF_OK)
+                                        static_cast<uint32_t>(p.box_rows), CU_TENSOR_MAP_SWIZZLE_NONE, promotion)) != QF_OK)
         return st;
   }
   const dim3 grid(static_cast<unsigned>((cfg.blocks + cfg.halves - 1) / cfg.halves), static_cast<unsigned>(a->Hkv * cfg.head_tiles));

@@ -41,6 +41,9 @@
 //   to the merge, and a (b, h) without any finite score gets NaN from exp2(-inf - -inf), as the
 //   CPU's exp(-inf - -inf). One difference: an Inf value in V meets a probability that underflows
 //   to 0 in fp32 sooner than in float64 (0 * Inf = NaN where the CPU may still have Inf).
+// - Paged caches (p.block_table): a token's row is its page's (vq_attn_row); a token whose page is
+//   outside the cache copies nothing and scores NaN, so its (b, h) gets NaN as the CPU's refusal
+//   has no device counterpart.
 // - Lengths per batch entry (p.kv_lens, read on the device and clamped to [0, seq_len]): the plan
 //   (chunks, units, grid) is the one for seq_len tokens, so a graph replays it as they change; a
 //   unit's tiles stop at its entry's last token, and a chunk past it is one empty tile (no copy,
@@ -80,10 +83,13 @@ static_assert(kVqAttnThreads % 32 == 0, "blocks are whole warps");
 
 struct vq_attention_params {
   CUtensorMap tmap_codes[2];  // banked kernel: K, V code rows in boxes of kVqAttnTile rows x S bytes
-  const uint32_t *codes[2];  // K, V: [R, N, row_words], N = B * seq_len
+  const uint32_t *codes[2];  // K, V: [R, N, row_words], N = B * seq_len (paged: num_pages * page_size)
   const uint16_t *books[2];  // K, V: [R, n_books, entries, vs], fp16 or bf16 bits
   const void *q;             // [B, Hq * D], row pitch q_ld elements
   const int32_t *kv_lens;    // [B]: entry b's tokens (clamped to [0, seq_len]), or NULL: seq_len each
+  const int32_t *block_table;  // [B, max_pages], pitch bt_ld: a paged cache (page_size rows a page), or NULL
+  int64_t bt_ld, page_size, num_pages;
+  int box_rows;              // banked kernel: rows of a code box (a tile's 256, or a page's where pages are smaller)
   float *part_o;             // [B, Hq, n_chunks, D]: sum_t p_t V_t of each chunk
   float *part_ml;            // [B, Hq, n_chunks, 2]: the chunk's max score (log2 units) and sum of p
   int64_t q_ld, N, seq_len, chunk_len, n_books;
@@ -198,6 +204,16 @@ __device__ __forceinline__ int64_t vq_attn_len(const int32_t *kv_lens, int64_t s
   return L < 0 ? 0 : L > seq_len ? seq_len : L;
 }
 
+// Token t of entry b: its row of the codes, or -1 where its page is outside the cache (paged; the
+// token's score is then NaN).
+// (32-bit division: the launcher keeps seq_len and page_size below 2^31.)
+__device__ __forceinline__ int64_t vq_attn_row(const vq_attention_params &p, int64_t b, int64_t t) {
+  if (!p.block_table) return b * p.seq_len + t;
+  const uint32_t tt = static_cast<uint32_t>(t), P = static_cast<uint32_t>(p.page_size);
+  const int64_t page = p.block_table[b * p.bt_ld + tt / P];
+  return page >= 0 && page < p.num_pages ? page * p.page_size + tt % P : -1;
+}
+
 // Where one tile of a block's run lies: unit (b, chunk), its first token and its token count.
 struct vq_attn_tile {
   int unit;
@@ -245,8 +261,8 @@ __device__ __forceinline__ vq_attn_tile vq_attn_next(const vq_attention_params &
 // rows from word w0 on (the first copy of a row brings its sectors into L1 for the others).
 __device__ __forceinline__ void vq_attn_stage_codes(const vq_attention_params &p, const vq_attn_tile &t, int stage,
                                                     uint32_t *codes_s, uint32_t w0, int words) {
-  if (static_cast<int>(threadIdx.x) < t.count) {
-    const int64_t n = t.b * p.seq_len + t.t0 + threadIdx.x;  // the token's row of the [B * seq_len, Hkv * D] matrices
+  const int64_t n = static_cast<int>(threadIdx.x) < t.count ? vq_attn_row(p, t.b, t.t0 + threadIdx.x) : -1;  // the token's row
+  if (n >= 0) {
     for (int kv = 0; kv < 2; kv++)
       for (int r = 0; r < p.residuals; r++) {
         const uint32_t *src = p.codes[kv] + (r * p.N + n) * p.row_words + w0;
@@ -442,9 +458,10 @@ __global__ void __launch_bounds__(kVqAttnThreads, kHeads == 1 ? 2 : 1)
           }
         }
       }
+      const bool lost = p.block_table && vq_attn_row(p, t.b, t.t0 + tid) < 0;  // a page outside the cache: NaN
 #pragma unroll
       for (int h = 0; h < kHeads; h++)
-        if (h < nh) s_s[h * kVqAttnTile + tid] = dot[h];
+        if (h < nh) s_s[h * kVqAttnTile + tid] = lost ? NAN : dot[h];
     }
     __syncthreads();
 

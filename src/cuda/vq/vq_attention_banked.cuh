@@ -74,6 +74,12 @@
 // - NaN and Inf as in vq_attention.cuh: max ignores NaN scores, a NaN score makes p, l and o NaN,
 //   an Inf score gives exp2(inf - inf) = NaN, a unit without a finite score keeps m = -Inf and
 //   adds nothing (weights exp2(-Inf)) or NaN to the merge.
+// - Paged caches (p.block_table, the kPaged instantiations; the others carry none of it): a
+//   tile's boxes are a page's rows each where pages hold fewer than 256 (box_rows = page_size, all
+//   on the part's mbarrier, issued by the lanes of warp 0), else one box inside the page; a box on
+//   a page outside the cache is not issued and its tokens score NaN. The page lookups, a global
+//   load each, are issued ahead of the waits. Read at run time, the paging made the unpaged calls
+//   3-22% slower (H200).
 // - With lengths (p.kv_lens) a unit's tiles stop at its entry's last token; a chunk past it is one
 //   empty tile whose copies are not issued (the mbarrier's phase completes on the thread's arrival)
 //   and whose partial adds nothing; an entry with no token gets o = 0 and lse = -inf.
@@ -91,7 +97,7 @@ __device__ __forceinline__ void vq_attn_half_sync(int half) {
   asm volatile("bar.sync %0, %1;" ::"r"(half + 1), "r"(kVqAttnThreads) : "memory");
 }
 
-template <int kS, int kVS, typename E, int kG = 1>
+template <int kS, int kVS, typename E, int kG = 1, bool kPaged = false>
 __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThreads, 1)
     vq_attention_banked_kernel(const __grid_constant__ vq_attention_params p) {
   static_assert(kS == 32 || kS == 64, "one or two vectors per lane");
@@ -202,16 +208,41 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // Tile t's code bytes of head g, K (kv 0) or V (kv 1): a TMA box of kTile rows (tokens) x kS
   // bytes (the head's indices) on the part's mbarrier; thread 0 of the half issues it. Rows past
   // the tile's tokens (the next batch entry's, or zeros past the cache) are never used.
-  auto stage_codes = [&](const vq_attn_tile &t, int kv) {
+  // Paged: the row of lane l's box of tile t (warp 0, l below the tile's boxes; else -1), looked up
+  // a tile ahead of its copies so that the table's load is not on their path.
+  auto box_row = [&](const vq_attn_tile &t) -> int64_t {
+    if (!kPaged || warp != 0) return -1;
+    const int n_box = (t.count + p.box_rows - 1) / p.box_rows;
+    return lane < n_box ? vq_attn_row(p, t.b, t.t0 + lane * p.box_rows) : -1;
+  };
+  // Paged: whether the lane's token of tile t is on a page outside the cache (its score NaN).
+  auto token_lost = [&](const vq_attn_tile &t) {
+    return kPaged && lane < t.count - warp * 32 && vq_attn_row(p, t.b, t.t0 + warp * 32 + lane) < 0;
+  };
+  auto stage_codes = [&](const vq_attn_tile &t, int kv, int64_t row) {
+    const uint32_t bar = kv ? bar_v : bar_k;
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(kv ? vcodes_s : kcodes_s));
+    if constexpr (kPaged) {
+      // Paged: a box of box_rows rows per page part of the tile's tokens (tiles start on pages'
+      // boundaries, or inside pages of 256 rows or more), one per lane of warp 0 (at most 16),
+      // none for a page outside the cache. The copies may land before the expected bytes are
+      // counted: the phase waits for lane 0's arrival all the same.
+      if (warp == 0) {
+        const unsigned live = __ballot_sync(0xffffffffu, row >= 0);
+        __syncwarp();  // (the first tile's: lane 0's mbarrier inits before the other lanes' copies)
+        if (row >= 0)
+          cp_async_bulk_tensor_2d_g2s(dst + lane * p.box_rows * kS, &p.tmap_codes[kv], bar, g * kS, static_cast<int32_t>(row));
+        if (lane == 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(live) * p.box_rows * kS));
+      }
+      return;
+    }
     if (tid == 0) {
-      const uint32_t bar = kv ? bar_v : bar_k;
       if (t.count == 0) {  // a chunk past the entry's tokens: nothing to copy, the phase completes
         mbarrier_arrive(bar);
         return;
       }
       mbarrier_arrive_expect_tx(bar, kTile * kS);
-      cp_async_bulk_tensor_2d_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kv ? vcodes_s : kcodes_s)),
-                                  &p.tmap_codes[kv], bar, g * kS, static_cast<int32_t>(t.b * p.seq_len + t.t0));
+      cp_async_bulk_tensor_2d_g2s(dst, &p.tmap_codes[kv], bar, g * kS, static_cast<int32_t>(t.b * p.seq_len + t.t0));
     }
   };
   // The tile after t in this half's run.
@@ -294,7 +325,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       mbarrier_init(bar_k, 1), mbarrier_init(bar_v, 1);
       fence_mbarrier_init();
     }
-    if (u_begin < u_end) stage_codes(t, 0), stage_codes(t, 1);
+    if (u_begin < u_end) {
+      const int64_t row = box_row(t);
+      stage_codes(t, 0, row), stage_codes(t, 1, row);
+    }
   };
 
   // The bulk setups' helpers: vector v's raw book (byte offset in a raw region), the vector in
@@ -526,11 +560,16 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   uint32_t phase = 0u;  // parity of the K and V parts' next completion
   bool vbooks_ready = false;  // (kVStaged)
   const int tok0 = warp * 32;  // this warp's tokens of a tile
+  bool lost_next = token_lost(t);  // (paged: the first tile's)
   while (t.unit < u_end) {
     const vq_attn_tile next = advance(t);
     const bool more = next.unit < u_end;
     const int n = min(32, t.count - tok0);  // this warp's tokens of the tile
     float pr[kG];  // the lane's token's probability, per query head
+    // Paged: this tile's lost token (looked up a tile ahead), the next tile's boxes' rows and lost token.
+    const bool lost = lost_next;
+    const int64_t next_row = more ? box_row(next) : -1;
+    if constexpr (kPaged) lost_next = more && token_lost(next);
     mbarrier_wait_parity(bar_k, phase);  // the tile's K indices landed
     if (n > 0) {
       // ---- scores: lane t, its token's vector v_t(j) at step j = 4 m + r (the notes) ----
@@ -575,10 +614,11 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         }
       }
 
-      // ---- online softmax over the warp's tokens, per query head ----
+      // ---- online softmax over the warp's tokens, per query head (NaN for a token whose page is
+      // outside the cache) ----
 #pragma unroll
       for (int i = 0; i < kG; i++) {
-        const float si = lane < n ? (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]) : -INFINITY;
+        const float si = lane >= n ? -INFINITY : lost ? NAN : (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
         float mx = si;
 #pragma unroll
         for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
@@ -595,7 +635,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       }
     }
     vq_attn_half_sync(half);  // every warp is done with the K indices
-    if (more) stage_codes(next, 0);
+    if (more) stage_codes(next, 0, next_row);
     if constexpr (kVStaged) {
       if (!vbooks_ready) lay_out_staged_vbooks(), vbooks_ready = true;
     }
@@ -728,7 +768,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       }
       vq_zero(acc);
     }
-    if (more) stage_codes(next, 1);
+    if (more) stage_codes(next, 1, next_row);
     if (rebuild) {
       if (paired) __syncthreads();  // both halves are done with the last table
       build_table(in, bt / kS);

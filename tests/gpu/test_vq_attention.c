@@ -695,6 +695,71 @@ static void paged_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, varian
   CUDA_OK(cudaFree(dtable));
 }
 
+/* ---- chains of calls in three passes: synchronized, under PDL, in a CUDA graph ------------- */
+
+/* A chain's buffers: q of every round (random fp16), o2 and lse2 of every pass and round, and the
+ * graph's own q, o2 and lse2 (a captured graph reads and writes fixed buffers: each round's q is
+ * copied in before a replay and its outputs out after it). */
+enum { CHAIN_ROUNDS = 4 };
+typedef struct {
+  int rounds;
+  size_t bytes, lse_bytes;
+  void *q[CHAIN_ROUNDS], *o2[3][CHAIN_ROUNDS], *l2[3][CHAIN_ROUNDS], *gq, *go2, *gl2;
+} chain_bufs;
+
+static void chain_alloc(chain_bufs *cb, int rounds, int64_t q_elems, size_t lse_bytes, uint64_t *seed) {
+  cb->rounds = rounds, cb->bytes = (size_t)q_elems * 2, cb->lse_bytes = lse_bytes;
+  uint16_t *hq = malloc(cb->bytes);
+  for (int r = 0; r < rounds; r++) {
+    for (int64_t i = 0; i < q_elems; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
+    cb->q[r] = dev_alloc(cb->bytes);
+    CUDA_OK(cudaMemcpy(cb->q[r], hq, cb->bytes, cudaMemcpyHostToDevice));
+    for (int pass = 0; pass < 3; pass++) cb->o2[pass][r] = dev_alloc(cb->bytes), cb->l2[pass][r] = dev_alloc(lse_bytes);
+  }
+  cb->gq = dev_alloc(cb->bytes), cb->go2 = dev_alloc(cb->bytes), cb->gl2 = dev_alloc(lse_bytes);
+  free(hq);
+}
+
+/* Round r on the captured graph g: q_r in, replay, o2 and lse2 out as pass 2's. */
+static void chain_replay(chain_bufs *cb, graph_ctx *g, int r) {
+  CUDA_OK(cudaMemcpy(cb->gq, cb->q[r], cb->bytes, cudaMemcpyDeviceToDevice));
+  graph_replay(g);
+  CUDA_OK(cudaMemcpy(cb->o2[2][r], cb->go2, cb->bytes, cudaMemcpyDeviceToDevice));
+  CUDA_OK(cudaMemcpy(cb->l2[2][r], cb->gl2, cb->lse_bytes, cudaMemcpyDeviceToDevice));
+}
+
+/* Passes 1 (PDL) and 2 (CUDA graph) against pass 0, byte for byte, round by round; `distinct`:
+ * consecutive rounds must also differ. */
+static void chain_compare(const chain_bufs *cb, const char *name, const char *what, int distinct) {
+  const size_t n = cb->bytes + cb->lse_bytes;
+  uint8_t *got = malloc(n), *want = malloc(n), *prev = malloc(cb->bytes);
+  for (int pass = 1; pass < 3; pass++)
+    for (int r = 0; r < cb->rounds; r++) {
+      CUDA_OK(cudaMemcpy(want, cb->o2[0][r], cb->bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(want + cb->bytes, cb->l2[0][r], cb->lse_bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got, cb->o2[pass][r], cb->bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got + cb->bytes, cb->l2[pass][r], cb->lse_bytes, cudaMemcpyDeviceToHost));
+      CHECK(memcmp(got, want, n) == 0, "%s: %s (%s), round %d: o2 or lse2 differs from the synchronized calls'", name, what,
+            pass == 1 ? "PDL" : "CUDA graph", r);
+      if (distinct && r) CHECK(memcmp(got, prev, cb->bytes) != 0, "%s: %s, rounds %d and %d gave the same o2", name, what, r - 1, r);
+      memcpy(prev, got, cb->bytes);
+    }
+  free(got), free(want), free(prev);
+}
+
+static void chain_free(chain_bufs *cb) {
+  for (int r = 0; r < cb->rounds; r++) {
+    CUDA_OK(cudaFree(cb->q[r]));
+    for (int pass = 0; pass < 3; pass++) {
+      CUDA_OK(cudaFree(cb->o2[pass][r]));
+      CUDA_OK(cudaFree(cb->l2[pass][r]));
+    }
+  }
+  CUDA_OK(cudaFree(cb->gq));
+  CUDA_OK(cudaFree(cb->go2));
+  CUDA_OK(cudaFree(cb->gl2));
+}
+
 /* ---- an engine's decode step over sequences of different lengths -------------------------- */
 
 /* The step's device arrays: the lengths before and after the append, and the append's slots. */
@@ -744,18 +809,12 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
     return;
   const size_t bytes = (size_t)(B * W) * 2, lse_bytes = (size_t)(B * c->Hkv) * 4, nb = (size_t)B * 4;
   int32_t *lens = malloc(nb), *lens2 = malloc(nb), *slots = malloc(nb);
-  uint16_t *hq = malloc(bytes), *ho1 = malloc(bytes);
+  uint16_t *ho1 = malloc(bytes);
   uint8_t *cpu_codes[2] = {malloc(c->code_bytes), malloc(c->code_bytes)}, *dev_codes = malloc(c->code_bytes);
-  void *q[ROUNDS], *o2[3][ROUNDS], *l2[3][ROUNDS];
-  void *gq = dev_alloc(bytes), *go2 = dev_alloc(bytes), *gl2 = dev_alloc(lse_bytes); /* the graph's q, o2, lse */
+  chain_bufs cb;
+  chain_alloc(&cb, ROUNDS, B * W, lse_bytes, seed);
   ragged_step st = {.c = c, .W = W, .lshape = {B, c->Hkv}, .nshape = {B}, .o1 = dev_alloc(bytes), .l1 = dev_alloc(lse_bytes),
                     .d_lens = dev_alloc(nb), .d_lens2 = dev_alloc(nb), .d_slots = dev_alloc(nb)};
-  for (int r = 0; r < ROUNDS; r++) {
-    for (int64_t i = 0; i < B * W; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
-    q[r] = dev_alloc(bytes);
-    CUDA_OK(cudaMemcpy(q[r], hq, bytes, cudaMemcpyHostToDevice));
-    for (int pass = 0; pass < 3; pass++) o2[pass][r] = dev_alloc(bytes), l2[pass][r] = dev_alloc(lse_bytes);
-  }
   const int64_t base[] = {0, 5, 300, 1000};
   int ok = 1;
   graph_ctx g;
@@ -768,7 +827,7 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
       ok = graph_open(&g, 1, qf_ctx_workspace_bytes(gpu), c->name);
       if (ok) {
         graph_begin(&g);
-        ok = graph_end(&g, run_ragged_step(g.ctx, &st, gq, go2, gl2, 0), c->name);
+        ok = graph_end(&g, run_ragged_step(g.ctx, &st, cb.gq, cb.go2, cb.gl2, 0), c->name);
       }
     }
     for (int r = 0; r < ROUNDS && ok; r++) {
@@ -781,13 +840,10 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
       CUDA_OK(cudaMemcpy(st.d_slots, slots, nb, cudaMemcpyHostToDevice));
       if (pass < 2) {
         qf_ctx *ctx = pass ? pdl : gpu;
-        ok = CHECK(run_ragged_step(ctx, &st, q[r], o2[pass][r], l2[pass][r], !pass), "%s: ragged step, pass %d: %s", c->name,
-                   pass, qf_ctx_last_error(ctx));
-      } else { /* round r's q copied into the graph's, its outputs out */
-        CUDA_OK(cudaMemcpy(gq, q[r], bytes, cudaMemcpyDeviceToDevice));
-        graph_replay(&g);
-        CUDA_OK(cudaMemcpy(o2[2][r], go2, bytes, cudaMemcpyDeviceToDevice));
-        CUDA_OK(cudaMemcpy(l2[2][r], gl2, lse_bytes, cudaMemcpyDeviceToDevice));
+        ok = CHECK(run_ragged_step(ctx, &st, cb.q[r], cb.o2[pass][r], cb.l2[pass][r], !pass), "%s: ragged step, pass %d: %s",
+                   c->name, pass, qf_ctx_last_error(ctx));
+      } else {
+        chain_replay(&cb, &g, r);
       }
       CUDA_OK(cudaDeviceSynchronize());
       if (pass == 0 && ok) { /* the cache against the CPU's encode of the same rows */
@@ -812,35 +868,16 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
             pass, m ? "V" : "K");
     }
   }
-  uint8_t *got = malloc(bytes + lse_bytes), *want = malloc(bytes + lse_bytes);
-  for (int pass = 1; pass < 3 && ok; pass++)
-    for (int r = 0; r < ROUNDS; r++) {
-      CUDA_OK(cudaMemcpy(want, o2[0][r], bytes, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(want + bytes, l2[0][r], lse_bytes, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(got, o2[pass][r], bytes, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(got + bytes, l2[pass][r], lse_bytes, cudaMemcpyDeviceToHost));
-      CHECK(memcmp(got, want, bytes + lse_bytes) == 0, "%s: ragged step (%s), round %d: o2 or lse2 differs from the synchronized calls'",
-            c->name, pass == 1 ? "PDL" : "CUDA graph", r);
-    }
+  if (ok) chain_compare(&cb, c->name, "ragged step", 0);
   /* the cache as it was, for whatever runs after */
   for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(c->d_codes[m], c->h_codes[m], c->code_bytes, cudaMemcpyHostToDevice));
-  for (int r = 0; r < ROUNDS; r++) {
-    CUDA_OK(cudaFree(q[r]));
-    for (int pass = 0; pass < 3; pass++) {
-      CUDA_OK(cudaFree(o2[pass][r]));
-      CUDA_OK(cudaFree(l2[pass][r]));
-    }
-  }
-  CUDA_OK(cudaFree(gq));
-  CUDA_OK(cudaFree(go2));
-  CUDA_OK(cudaFree(gl2));
+  chain_free(&cb);
   CUDA_OK(cudaFree(st.o1));
   CUDA_OK(cudaFree(st.l1));
   CUDA_OK(cudaFree(st.d_lens));
   CUDA_OK(cudaFree(st.d_lens2));
   CUDA_OK(cudaFree(st.d_slots));
-  free(lens), free(lens2), free(slots), free(hq), free(ho1), free(cpu_codes[0]), free(cpu_codes[1]), free(dev_codes);
-  free(got), free(want);
+  free(lens), free(lens2), free(slots), free(ho1), free(cpu_codes[0]), free(cpu_codes[1]), free(dev_codes);
   qf_ctx_destroy(pdl);
 }
 
@@ -1139,22 +1176,16 @@ static int run_append_step(qf_ctx *ctx, append_step *a, void *q, void *o2, void 
  * workspace reserved first: qf_ctx_reserve_workspace) with q and o2 in buffers of their own, and
  * replays it each round after copying q_r in: the same bytes again. */
 static void append_pdl_chain_case(qf_ctx *gpu, kv_cache *c, uint64_t *seed) {
-  enum { ROUNDS = 4 };
+  enum { ROUNDS = CHAIN_ROUNDS };
   if (!CHECK(c->B == 1 && c->f.residuals == 1, "%s: the append chain takes B = 1 and one residual", c->name)) return;
   qf_ctx *pdl = NULL;
   if (!CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "%s: PDL context", c->name))
     return;
   const int64_t Hq = c->Hkv, W = Hq * c->D, rb = c->sz.row_bytes, last = c->T - 1;
   const size_t bytes = (size_t)W * 2, lse_bytes = (size_t)Hq * 4;
-  uint16_t *hq = malloc(bytes);
-  void *q[ROUNDS], *o2[3][ROUNDS], *l2[3][ROUNDS], *o1 = dev_alloc(bytes), *l1 = dev_alloc(lse_bytes);
-  void *gq = dev_alloc(bytes), *go2 = dev_alloc(bytes), *gl2 = dev_alloc(lse_bytes); /* the graph's q, o2, lse */
-  for (int r = 0; r < ROUNDS; r++) {
-    for (int64_t i = 0; i < W; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
-    q[r] = dev_alloc(bytes);
-    CUDA_OK(cudaMemcpy(q[r], hq, bytes, cudaMemcpyHostToDevice));
-    for (int pass = 0; pass < 3; pass++) o2[pass][r] = dev_alloc(bytes), l2[pass][r] = dev_alloc(lse_bytes);
-  }
+  void *o1 = dev_alloc(bytes), *l1 = dev_alloc(lse_bytes);
+  chain_bufs cb;
+  chain_alloc(&cb, ROUNDS, W, lse_bytes, seed);
   int64_t rshape[3] = {1, 1, rb};
   append_step step = {.c = c, .W = W, .last = last, .lshape = {1, Hq}, .o1 = o1, .l1 = l1,
                       .kc = cache_codes(c, 0, 1), .kb = cache_books(c, 0, 1), .vc = cache_codes(c, 1, 1), .vb = cache_books(c, 1, 1),
@@ -1170,7 +1201,7 @@ static void append_pdl_chain_case(qf_ctx *gpu, kv_cache *c, uint64_t *seed) {
     if (pass < 2) {
       qf_ctx *ctx = pass ? pdl : gpu;
       for (int r = 0; r < ROUNDS && ok; r++) {
-        ok = CHECK(run_append_step(ctx, &step, q[r], o2[pass][r], l2[pass][r], !pass), "%s: append chain, pass %d: %s",
+        ok = CHECK(run_append_step(ctx, &step, cb.q[r], cb.o2[pass][r], cb.l2[pass][r], !pass), "%s: append chain, pass %d: %s",
                    c->name, pass, qf_ctx_last_error(ctx));
         if (!pass) CUDA_OK(cudaDeviceSynchronize());
       }
@@ -1179,51 +1210,25 @@ static void append_pdl_chain_case(qf_ctx *gpu, kv_cache *c, uint64_t *seed) {
       ok = graph_open(&g, 1, qf_ctx_workspace_bytes(gpu), c->name);
       if (ok) {
         graph_begin(&g);
-        ok = graph_end(&g, run_append_step(g.ctx, &step, gq, go2, gl2, 0), c->name);
+        ok = graph_end(&g, run_append_step(g.ctx, &step, cb.gq, cb.go2, cb.gl2, 0), c->name);
       }
-      for (int r = 0; r < ROUNDS && ok; r++) {
-        CUDA_OK(cudaMemcpy(gq, q[r], bytes, cudaMemcpyDeviceToDevice));
-        graph_replay(&g);
-        CUDA_OK(cudaMemcpy(o2[2][r], go2, bytes, cudaMemcpyDeviceToDevice));
-        CUDA_OK(cudaMemcpy(l2[2][r], gl2, lse_bytes, cudaMemcpyDeviceToDevice));
-      }
+      for (int r = 0; r < ROUNDS && ok; r++) chain_replay(&cb, &g, r);
       graph_close(&g);
     }
     CUDA_OK(cudaDeviceSynchronize());
     for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(final_codes[pass] + m * rb, last_codes[m].data, (size_t)rb, cudaMemcpyDeviceToHost));
   }
-  uint8_t *got = malloc(bytes + lse_bytes), *want = malloc(bytes + lse_bytes), *prev = malloc(bytes);
-  for (int pass = 1; pass < 3 && ok; pass++) {
-    for (int r = 0; r < ROUNDS; r++) {
-      CUDA_OK(cudaMemcpy(want, o2[0][r], bytes, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(want + bytes, l2[0][r], lse_bytes, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(got, o2[pass][r], bytes, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(got + bytes, l2[pass][r], lse_bytes, cudaMemcpyDeviceToHost));
-      CHECK(memcmp(got, want, bytes + lse_bytes) == 0,
-            "%s: append chain (%s), round %d: o2 or lse2 differs from the synchronized calls'", c->name,
-            pass == 1 ? "PDL" : "CUDA graph", r);
-      if (r) CHECK(memcmp(got, prev, bytes) != 0, "%s: append chain, rounds %d and %d gave the same o2", c->name, r - 1, r);
-      memcpy(prev, got, bytes);
-    }
+  if (ok) chain_compare(&cb, c->name, "append chain", 1);
+  for (int pass = 1; pass < 3 && ok; pass++)
     CHECK(memcmp(final_codes[0], final_codes[pass], (size_t)(2 * rb)) == 0, "%s: append chain (%s): the last token's codes differ",
           c->name, pass == 1 ? "PDL" : "CUDA graph");
-  }
   /* the cache as it was, for whatever runs after */
   for (int m = 0; m < 2; m++)
     CUDA_OK(cudaMemcpy(last_codes[m].data, c->h_codes[m] + last * rb, (size_t)rb, cudaMemcpyHostToDevice));
-  for (int r = 0; r < ROUNDS; r++) {
-    CUDA_OK(cudaFree(q[r]));
-    for (int pass = 0; pass < 3; pass++) {
-      CUDA_OK(cudaFree(o2[pass][r]));
-      CUDA_OK(cudaFree(l2[pass][r]));
-    }
-  }
+  chain_free(&cb);
   CUDA_OK(cudaFree(o1));
   CUDA_OK(cudaFree(l1));
-  CUDA_OK(cudaFree(gq));
-  CUDA_OK(cudaFree(go2));
-  CUDA_OK(cudaFree(gl2));
-  free(hq), free(got), free(want), free(prev), free(final_codes[0]), free(final_codes[1]), free(final_codes[2]);
+  free(final_codes[0]), free(final_codes[1]), free(final_codes[2]);
   qf_ctx_destroy(pdl);
 }
 
@@ -1336,65 +1341,48 @@ int main(void) {
   }
   CHECK(chain_heads == (1 | 2 | 4), "the PDL chains ran the banked kernel with 1, 2 and 4 query heads per block (mask %d)",
         chain_heads);
-  /* a decode step's append (qf_vq_encode) between two attention calls, all as dependents */
-  for (int fi = 0; fi < 2; fi++) {
+  /* a decode step's append (qf_vq_encode) between two attention calls, all as dependents (B = 1),
+   * then a decode step over sequences of different lengths (kv_lens, qf_vq_encode_slots; B = 5) */
+  for (int k = 0; k < 4; k++) {
     kv_cache c;
-    if (!make_cache(cpu, &c, fi ? "CQ-4 append chain" : "CQ-2 append chain", fi ? cq4 : cq2, 1, 700, 32, 128, 0, &seed)) continue;
-    append_pdl_chain_case(gpu, &c, &seed);
-    free_cache(&c);
-  }
-  /* a decode step over sequences of different lengths (kv_lens, qf_vq_encode_slots) */
-  for (int fi = 0; fi < 2; fi++) {
-    kv_cache c;
-    if (!make_cache(cpu, &c, fi ? "CQ-4 ragged steps" : "CQ-2 ragged steps", fi ? cq4 : cq2, 5, 1100, 32, 128, 0, &seed)) continue;
-    ragged_step_case(gpu, cpu, &c, &seed);
+    static const char *names[4] = {"CQ-2 append chain", "CQ-4 append chain", "CQ-2 ragged steps", "CQ-4 ragged steps"};
+    if (!make_cache(cpu, &c, names[k], k % 2 ? cq4 : cq2, k < 2 ? 1 : 5, k < 2 ? 700 : 1100, 32, 128, 0, &seed)) continue;
+    if (k < 2) append_pdl_chain_case(gpu, &c, &seed);
+    else ragged_step_case(gpu, cpu, &c, &seed);
     free_cache(&c);
   }
 
-  /* lengths per batch entry on every kernel's caches: GC / SC with generic formats and the LUT
-   * with 8 heads per block, the banked kernel with one head (S = 32), paired halves (S = 64, runs
-   * crossing batch entries), 2 and 4 grouped heads, and the Llama-7B decode shape */
-  const struct {
-    const char *name;
-    qf_vq_format f;
-    int64_t B, T, quick_T, Hkv, D, group;
-  } ragged[] = {
-      {"VQ<8,6,2> ragged", bits6, 4, 700, 600, 2, 64, 4},
-      {"CQ-2 group 8 ragged", cq2, 5, 1000, 600, 2, 64, 8},
-      {"CQ-2 32 heads ragged", cq2, 9, 1000, 600, 32, 128, 1},
-      {"CQ-4 64 heads ragged", cq4, 9, 1100, 600, 64, 128, 1},
-      {"CQ-2 group 4 ragged", cq2, 5, 700, 600, 8, 128, 4},
-      {"CQ-4 group 2 ragged", cq4, 4, 600, 600, 2, 128, 2},
-      {"CQ-2 Llama-7B ragged", cq2, 8, 4096, 600, 32, 128, 1},
-  };
-  for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
-    kv_cache c;
-    if (!make_cache(cpu, &c, ragged[i].name, ragged[i].f, ragged[i].B, quick ? ragged[i].quick_T : ragged[i].T, ragged[i].Hkv,
-                    ragged[i].D, 0, &seed))
-      continue;
-    const variant va = {dts[i % 3], dts[(i + 1) % 3], 0.0f, (int)(i % 2)};
-    lengths_case(gpu, cpu, &c, ragged[i].Hkv * ragged[i].group, va, &seed);
-    free_cache(&c);
-  }
-
-  /* paged caches: pages of 16 and 128 (a tile page by page), 256 and 512 (a box inside a page) and
-   * 48 (no banked kernel) on every kernel's caches */
+  /* lengths per batch entry (P = 0) and paged caches (pages of P rows) on every kernel's caches:
+   * GC / SC with generic formats and the LUT with 8 heads per block, the banked kernel with one
+   * head (S = 32), paired halves (S = 64, runs crossing batch entries), 2 and 4 grouped heads, the
+   * Llama-7B decode shape; pages of 16 and 128 (a tile page by page), 256 and 512 (a box inside a
+   * page) and 48 (no banked kernel) */
   const struct {
     const char *name;
     qf_vq_format f;
     int64_t B, T, Hkv, D, group, P;
-  } paged[] = {
-      {"CQ-2 32 heads paged", cq2, 3, 1000, 32, 128, 1, 16},   {"CQ-4 64 heads paged", cq4, 5, 1100, 64, 128, 1, 128},
-      {"CQ-2 group 4 paged", cq2, 5, 700, 8, 128, 4, 256},     {"CQ-4 group 2 paged", cq4, 4, 600, 2, 128, 2, 512},
-      {"CQ-2 32 heads paged by 48", cq2, 3, 700, 32, 128, 1, 48}, {"VQ<8,6,2> paged", bits6, 3, 500, 2, 64, 4, 64},
+  } ragged[] = {
+      {"VQ<8,6,2> ragged", bits6, 4, 700, 2, 64, 4, 0},
+      {"CQ-2 group 8 ragged", cq2, 5, 1000, 2, 64, 8, 0},
+      {"CQ-2 32 heads ragged", cq2, 9, 1000, 32, 128, 1, 0},
+      {"CQ-4 64 heads ragged", cq4, 9, 1100, 64, 128, 1, 0},
+      {"CQ-2 group 4 ragged", cq2, 5, 700, 8, 128, 4, 0},
+      {"CQ-4 group 2 ragged", cq4, 4, 600, 2, 128, 2, 0},
+      {"CQ-2 Llama-7B ragged", cq2, 8, 4096, 32, 128, 1, 0},
+      {"CQ-2 32 heads paged", cq2, 3, 1000, 32, 128, 1, 16},
+      {"CQ-4 64 heads paged", cq4, 5, 1100, 64, 128, 1, 128},
+      {"CQ-2 group 4 paged", cq2, 5, 700, 8, 128, 4, 256},
+      {"CQ-4 group 2 paged", cq4, 4, 600, 2, 128, 2, 512},
+      {"CQ-2 32 heads paged by 48", cq2, 3, 700, 32, 128, 1, 48},
+      {"VQ<8,6,2> paged", bits6, 3, 500, 2, 64, 4, 64},
   };
-  for (size_t i = 0; i < sizeof paged / sizeof paged[0]; i++) {
+  for (size_t i = 0; i < sizeof ragged / sizeof ragged[0]; i++) {
     kv_cache c;
-    if (!make_cache(cpu, &c, paged[i].name, paged[i].f, paged[i].B, quick ? (paged[i].T < 600 ? paged[i].T : 600) : paged[i].T,
-                    paged[i].Hkv, paged[i].D, 0, &seed))
-      continue;
-    const variant va = {dts[i % 3], dts[(i + 2) % 3], 0.0f, (int)(i % 2)};
-    paged_case(gpu, cpu, &c, paged[i].Hkv * paged[i].group, va, paged[i].P, &seed);
+    const int64_t T = quick && ragged[i].T > 600 ? 600 : ragged[i].T;
+    if (!make_cache(cpu, &c, ragged[i].name, ragged[i].f, ragged[i].B, T, ragged[i].Hkv, ragged[i].D, 0, &seed)) continue;
+    const variant va = {dts[i % 3], dts[(i + 1) % 3], 0.0f, (int)(i % 2)};
+    if (ragged[i].P) paged_case(gpu, cpu, &c, ragged[i].Hkv * ragged[i].group, va, ragged[i].P, &seed);
+    else lengths_case(gpu, cpu, &c, ragged[i].Hkv * ragged[i].group, va, &seed);
     free_cache(&c);
   }
   CHECK(ran_paged_banked > 0, "the banked kernel ran on pages smaller than a tile (%d)", ran_paged_banked);

@@ -703,8 +703,9 @@ qf_status qf_vq_pack_gemv(qf_ctx *ctx, const DLTensor *codes, const qf_vq_format
  * entries past an entry's tokens are never read. The CPU backend refuses a page outside
  * [0, num_pages) for a token below L_b with QF_ERR_VALUE; CUDA reads the table on the device and
  * gives a token on such a page a NaN score (its entry's o and lse NaN), never another page's
- * codes. The banked kernel takes page sizes that are multiples of 256 or divide it (16 or more:
- * a code tile is then copied page by page); other page sizes run the GC / SC kernels.
+ * codes. CUDA takes seq_len and page_size below 2^31 (QF_ERR_SHAPE); the banked kernel takes page
+ * sizes that are multiples of 256 or divide it (16 or more: a code tile is then copied page by
+ * page), other page sizes run the GC / SC kernels.
  * qf_vq_encode_slots appends to such a cache (slot page * page_size + offset). */
 typedef struct {
   int head_dim;      /* D */

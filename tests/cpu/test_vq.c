@@ -557,9 +557,9 @@ static void test_attention_reference(void) {
   int64_t tshape[2] = {B, COLS};
   DLTensor bt = dl_tensor(table, QF_I32, 2, tshape, kDLCPU);
   static float o_flat[B * HQ * D], lse_flat[B * HQ];
+  DLTensor ragged_lens = dl_tensor((void *)ragged, QF_I32, 1, nshape, kDLCPU);
   for (int pass = 0; pass < 2; pass++) {
-    DLTensor lens = dl_tensor((void *)ragged, QF_I32, 1, nshape, kDLCPU);
-    opt.kv_lens = pass ? &lens : NULL, opt.block_table = NULL, opt.page_size = 0;
+    opt.kv_lens = pass ? &ragged_lens : NULL, opt.block_table = NULL, opt.page_size = 0;
     CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot.t, &lt) == QF_OK, "contiguous: %s",
           qf_ctx_last_error(ctx));
     memcpy(o_flat, o, sizeof o_flat), memcpy(lse_flat, lse, sizeof lse_flat);

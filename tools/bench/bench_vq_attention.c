@@ -19,7 +19,8 @@
  *    of o as the last token's K and V codes) then the call; "cq2,fp16,auto,kv_lens" the public
  *    call with lengths per entry (opts.kv_lens on the device), every one seq_len, and
  *    "cq2,fp16,auto,paged16" / "paged256" the same over a paged copy of the cache (pages of 16
- *    or 256 rows in a shuffled pool of the same size, opts.block_table). The qfuse
+ *    or 256 rows in a shuffled pool of the same size, opts.block_table; ",in-order": the pages in
+ *    the contiguous cache's order). The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -294,20 +295,22 @@ static int outputs_agree(att_call *a, const char *shape, const char *name) {
 
 /* pdl: a context with qf_ctx_set_pdl for the chain rows (none without it). */
 /* The call a (lengths set) over a paged copy of its cache: pages of 16 and 256 rows in a shuffled
- * pool of the same size, as variant "<format>,fp16,auto,paged<P>" (same bytes and peer). */
+ * pool of the same size, as variant "<format>,fp16,auto,paged<P>" (same bytes and peer), and the
+ * pages in order ("...,paged<P>,in-order": the contiguous cache's layout read through the table). */
 static int paged_rows(qfb *b, att_call *a, const char *name, const char *shape, double bytes, double flops, const qfb_row *peer,
                       int *rows) {
   const int64_t n_rows = a->B * a->seq_len, rb = a->c->sz.row_bytes;
   static const int64_t sizes[] = {16, 256};
   int rc = 0;
-  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-    const int64_t P = sizes[si], pages = a->seq_len / P, num = a->B * pages;
+  for (size_t si = 0; si < 2 * sizeof sizes / sizeof sizes[0]; si++) {
+    const int64_t P = sizes[si / 2], pages = a->seq_len / P, num = a->B * pages;
+    const int in_order = si % 2;
     if (a->seq_len % P) continue;
     int32_t *table = malloc((size_t)num * 4), *dtable = NULL;
     void *codes[2] = {NULL, NULL};
     int ok = table && !cudaMalloc((void **)&dtable, (size_t)num * 4) && !cudaMalloc(&codes[0], (size_t)(n_rows * rb)) &&
              !cudaMalloc(&codes[1], (size_t)(n_rows * rb));
-    for (int64_t i = 0; ok && i < num; i++) table[i] = (int32_t)((i * 7919) % num); /* a permutation: 7919 is prime to num */
+    for (int64_t i = 0; ok && i < num; i++) table[i] = (int32_t)(in_order ? i : (i * 7919) % num); /* 7919 is prime to num */
     for (int64_t i = 0; ok && i < num; i++)
       for (int m = 0; m < 2 && ok; m++)
         ok = !cudaMemcpy((uint8_t *)codes[m] + table[i] * P * rb, (uint8_t *)a->c->codes[m] + i * P * rb, (size_t)(P * rb),
@@ -320,7 +323,7 @@ static int paged_rows(qfb *b, att_call *a, const char *name, const char *shape, 
       a->kc.data = codes[0], a->vc.data = codes[1], a->kc.shape = a->vc.shape = cshape;
       a->opts.block_table = &bt, a->opts.page_size = P;
       char variant[96];
-      snprintf(variant, sizeof variant, "%s,fp16,auto,paged%lld", name, (long long)P);
+      snprintf(variant, sizeof variant, "%s,fp16,auto,paged%lld%s", name, (long long)P, in_order ? ",in-order" : "");
       qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops,
                      .peer = peer->us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer->us > 0 ? peer->us : 0.0};
       row.us = qfb_time_us(b, run_api, a);

@@ -77,9 +77,10 @@
 // - Paged caches (p.block_table, the kPaged instantiations; the others carry none of it): a
 //   tile's boxes are a page's rows each where pages hold fewer than 256 (box_rows = page_size, all
 //   on the part's mbarrier, issued by the lanes of warp 0), else one box inside the page; a box on
-//   a page outside the cache is not issued and its tokens score NaN. The page lookups, a global
-//   load each, are issued ahead of the waits. Read at run time, the paging made the unpaged calls
-//   3-22% slower (H200).
+//   a page outside the cache is not issued and its tokens score NaN (a mask of the K part's lost
+//   boxes in shared memory, written before the part's arrival). The boxes' page lookups are issued
+//   a tile ahead of their copies. Read at run time, the paging made the unpaged calls 3-22% slower
+//   (H200); each lane looking its token's page up for the mask cost paged CQ-2 at batch 8 x 4096 8%.
 // - With lengths (p.kv_lens) a unit's tiles stop at its entry's last token; a chunk past it is one
 //   empty tile whose copies are not issued (the mbarrier's phase completes on the thread's arrival)
 //   and whose partial adds nothing; an entry with no token gets o = 0 and lse = -inf.
@@ -132,6 +133,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   float *q_s = p_s;                                                                   // [kG][kD] (kG > 1)
   static_assert(kVqAttnWarps * (kD + 2) * 4 <= kTile * kS && kD <= kTile, "aliases fit");
   const uint32_t bar_k = static_cast<uint32_t>(__cvta_generic_to_shared(p_s + kG * kTile)), bar_v = bar_k + 8;
+  // Paged: the boxes of the K part's tile whose page is outside the cache (bit k: box k), written
+  // by the half's warp 0 before the part's arrival, read after the wait.
+  volatile uint32_t *lost_s = reinterpret_cast<uint32_t *>(p_s + kG * kTile) + 8;
   // Query head i's table (i < kG; with kG = 1 the half's): byte offset `region` from smem, in
   // columns `col0` .. col0 + kS - 1 of its 256 rows (S = 32: two tables per 64 KB of rows).
   auto table_region = [&](int i) { return kG == 1 ? 0 : (kS == 32 ? i >> 1 : i) * 256 * kRow; };  // (compile-time)
@@ -215,10 +219,6 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     const int n_box = (t.count + p.box_rows - 1) / p.box_rows;
     return lane < n_box ? vq_attn_row(p, t.b, t.t0 + lane * p.box_rows) : -1;
   };
-  // Paged: whether the lane's token of tile t is on a page outside the cache (its score NaN).
-  auto token_lost = [&](const vq_attn_tile &t) {
-    return kPaged && lane < t.count - warp * 32 && vq_attn_row(p, t.b, t.t0 + warp * 32 + lane) < 0;
-  };
   auto stage_codes = [&](const vq_attn_tile &t, int kv, int64_t row) {
     const uint32_t bar = kv ? bar_v : bar_k;
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(kv ? vcodes_s : kcodes_s));
@@ -232,7 +232,11 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         __syncwarp();  // (the first tile's: lane 0's mbarrier inits before the other lanes' copies)
         if (row >= 0)
           cp_async_bulk_tensor_2d_g2s(dst + lane * p.box_rows * kS, &p.tmap_codes[kv], bar, g * kS, static_cast<int32_t>(row));
-        if (lane == 0) mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(live) * p.box_rows * kS));
+        if (lane == 0) {
+          const int n_box = (t.count + p.box_rows - 1) / p.box_rows;  // (at most 16)
+          if (kv == 0) *lost_s = ~live & ((1u << n_box) - 1u);
+          mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(live) * p.box_rows * kS));
+        }
       }
       return;
     }
@@ -560,17 +564,15 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   uint32_t phase = 0u;  // parity of the K and V parts' next completion
   bool vbooks_ready = false;  // (kVStaged)
   const int tok0 = warp * 32;  // this warp's tokens of a tile
-  bool lost_next = token_lost(t);  // (paged: the first tile's)
   while (t.unit < u_end) {
     const vq_attn_tile next = advance(t);
     const bool more = next.unit < u_end;
     const int n = min(32, t.count - tok0);  // this warp's tokens of the tile
     float pr[kG];  // the lane's token's probability, per query head
-    // Paged: this tile's lost token (looked up a tile ahead), the next tile's boxes' rows and lost token.
-    const bool lost = lost_next;
-    const int64_t next_row = more ? box_row(next) : -1;
-    if constexpr (kPaged) lost_next = more && token_lost(next);
+    const int64_t next_row = more ? box_row(next) : -1;  // (paged: the next tile's boxes, looked up a tile ahead)
     mbarrier_wait_parity(bar_k, phase);  // the tile's K indices landed
+    // Paged: whether the lane's token is on a page outside the cache (its box's bit of the mask).
+    const bool lost = kPaged && lane < n && ((*lost_s >> ((tok0 + lane) >> (31 - __clz(p.box_rows)))) & 1u);
     if (n > 0) {
       // ---- scores: lane t, its token's vector v_t(j) at step j = 4 m + r (the notes) ----
       // The four indices of steps 4 m .. 4 m + 3 are the bytes v_t(j) & 3 of word v_t(j) >> 2 =

@@ -246,9 +246,9 @@ static inline int qf_vq_attention_banked_layout(const qf_vq_attention_problem *p
    * setup lays them out after the first tile's scores) */
   const size_t books = (S == 32 && heads == 1 ? 2u : 1u) * 256u * (size_t)S * (size_t)pb->vector_size * 2u;
   const size_t tile = (size_t)QF_VQ_ATTN_TILE * 2u * (size_t)S;
-  /* the warps' probabilities per head, the code slot's two mbarriers and the setup's two (used in
-   * the first half's) */
-  const size_t fixed = (size_t)heads * QF_VQ_ATTN_TILE * 4u + 32u;
+  /* the warps' probabilities per head, the code slot's two mbarriers, the setup's two (used in the
+   * first half's) and the K part's lost-page mask (paged caches) */
+  const size_t fixed = (size_t)heads * QF_VQ_ATTN_TILE * 4u + 40u;
   /* 256-byte aligned: TMA writes the slot (128), the kernel's word addressing (S) */
   const size_t half = (tile + fixed + 255u) / 256u * 256u;
   const int halves = heads == 1 && lut + books + 2u * half <= smem_optin ? 2 : 1;

@@ -202,7 +202,18 @@ typedef struct {
   double *ds, *vmax; /* per (b, h) */
   void *dq, *d_o, *d_lse;
   int32_t *lens, *d_lens; /* [B] (opts.kv_lens) or NULL */
+  struct paged_pool *pool; /* the cache's codes in pages (opts.block_table), or NULL */
 } call;
+
+/* The cache's K and V codes in a pool of pages of P rows (host and device) and the block table
+ * [B, cols] that finds them. */
+typedef struct paged_pool {
+  int64_t P, num, cols;
+  int64_t pshape[3], tshape[2];
+  uint8_t *hp[2];
+  void *dp[2];
+  int32_t *table, *dtable;
+} paged_pool;
 
 /* The tokens of entry b. */
 static int64_t call_len(const call *k, int64_t b) { return k->lens ? k->lens[b] : k->c->T; }
@@ -284,7 +295,7 @@ static void call_free(call *k) {
 
 typedef struct {
   tensor2d q, o;
-  DLTensor kc, kb, vc, vb, lse, lens;
+  DLTensor kc, kb, vc, vb, lse, lens, bt;
   int64_t lshape[2], nshape[1];
   qf_vq_attention_opts opts;
 } api_tensors;
@@ -303,6 +314,13 @@ static void api_init(api_tensors *t, call *k, int gpu) {
   t->nshape[0] = c->B;
   t->lens = dl_tensor(gpu ? (void *)k->d_lens : (void *)k->lens, QF_I32, 1, t->nshape, dev);
   if (k->lens) t->opts.kv_lens = &t->lens;
+  if (k->pool) { /* the pool's codes, through its table */
+    paged_pool *pl = k->pool;
+    t->kc = dl_tensor(gpu ? pl->dp[0] : pl->hp[0], QF_U8, 3, pl->pshape, dev);
+    t->vc = dl_tensor(gpu ? pl->dp[1] : pl->hp[1], QF_U8, 3, pl->pshape, dev);
+    t->bt = dl_tensor(gpu ? (void *)pl->dtable : (void *)pl->table, QF_I32, 2, pl->tshape, dev);
+    t->opts.block_table = &t->bt, t->opts.page_size = pl->P;
+  }
 }
 
 static qf_status api_call(qf_ctx *ctx, call *k, int gpu) {
@@ -322,6 +340,11 @@ static qf_status forced_call(qf_ctx *gpu, call *k, int placement, int scores, qf
   a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL, 0};
   a.B = c->B, a.Hq = k->Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = c->T, a.sm_scale = k->scale;
   a.kv_lens = k->d_lens;
+  if (k->pool) {
+    const paged_pool *pl = k->pool;
+    a.k.N = a.v.N = pl->num * pl->P, a.k.codes = pl->dp[0], a.v.codes = pl->dp[1];
+    a.block_table = pl->dtable, a.bt_ld = pl->cols, a.page_size = pl->P, a.num_pages = pl->num;
+  }
   return qf_cuda_vq_attention_decode_with(gpu, &a, placement, scores, used);
 }
 
@@ -546,13 +569,22 @@ static void lengths_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, vari
  * public call and each placement forced) on the paged cache gives the bytes of the same call on
  * the contiguous one, with ragged lengths; the CPU too. Then entry 1's first page points past the
  * pool: CUDA gives entry 1 NaN and the others their bytes, the CPU refuses and writes nothing. */
+/* o and lse of k's last call on a backend (gpu: as fetched), back to back into `to`. */
+static void keep_outputs(const call *k, uint8_t *to, int gpu) {
+  memcpy(to, gpu ? k->o_got : k->o_ref, k->o_bytes);
+  memcpy(to + k->o_bytes, gpu ? k->lse_got : k->lse_ref, k->lse_bytes);
+}
+
 static void paged_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, variant va, int64_t P, uint64_t *seed) {
   char desc[200];
   snprintf(desc, sizeof desc, "%s Hq=%" PRId64 " paged by %" PRId64, c->name, Hq, P);
-  const int64_t B = c->B, T = c->T, pages = (T + P - 1) / P, num = B * pages + 2, rb = c->sz.row_bytes, cols = pages + 1;
-  const int64_t R = c->f.residuals;
-  const size_t pbytes = (size_t)(R * num * P * rb);
-  int32_t *lens = malloc((size_t)B * 4), *table = malloc((size_t)(B * cols) * 4), *perm = malloc((size_t)num * 4);
+  const int64_t B = c->B, T = c->T, pages = (T + P - 1) / P, rb = c->sz.row_bytes, R = c->f.residuals;
+  paged_pool pool = {.P = P, .num = B * pages + 2, .cols = pages + 1};
+  const int64_t num = pool.num, cols = pool.cols;
+  const size_t pbytes = (size_t)(R * num * P * rb), tbytes = (size_t)(B * cols) * 4;
+  pool.pshape[0] = R, pool.pshape[1] = num * P, pool.pshape[2] = rb, pool.tshape[0] = B, pool.tshape[1] = cols;
+  int32_t *lens = malloc((size_t)B * 4), *perm = malloc((size_t)num * 4);
+  pool.table = malloc(tbytes);
   ragged_lengths(lens, B, T, 1); /* entry 0: no token, entry 1: one */
   for (int64_t i = 0; i < num; i++) perm[i] = (int32_t)i;
   for (int64_t i = num - 1; i > 0; i--) { /* Fisher-Yates */
@@ -560,84 +592,64 @@ static void paged_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, varian
     const int32_t x = perm[i];
     perm[i] = perm[j], perm[j] = x;
   }
-  uint8_t *hp[2];
-  void *dp[2];
   for (int m = 0; m < 2; m++) {
-    hp[m] = malloc(pbytes);
-    for (size_t i = 0; i < pbytes; i++) hp[m][i] = (uint8_t)(rng_next(seed) >> 56);
+    pool.hp[m] = malloc(pbytes);
+    for (size_t i = 0; i < pbytes; i++) pool.hp[m][i] = (uint8_t)(rng_next(seed) >> 56);
     for (int64_t r = 0; r < R; r++)
       for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < pages; j++) {
           const int64_t n = T - j * P < P ? T - j * P : P; /* the rows of the entry on this page */
-          memcpy(hp[m] + (size_t)((r * num * P + perm[b * pages + j] * P) * rb),
+          memcpy(pool.hp[m] + (size_t)((r * num * P + perm[b * pages + j] * P) * rb),
                  c->h_codes[m] + (size_t)((r * c->N + b * T + j * P) * rb), (size_t)(n * rb));
         }
-    dp[m] = dev_alloc(pbytes);
-    CUDA_OK(cudaMemcpy(dp[m], hp[m], pbytes, cudaMemcpyHostToDevice));
+    pool.dp[m] = dev_alloc(pbytes);
+    CUDA_OK(cudaMemcpy(pool.dp[m], pool.hp[m], pbytes, cudaMemcpyHostToDevice));
   }
   for (int64_t b = 0; b < B; b++) {
-    for (int64_t j = 0; j < pages; j++) table[b * cols + j] = perm[b * pages + j];
-    table[b * cols + pages] = (int32_t)(num + 1000);
+    for (int64_t j = 0; j < pages; j++) pool.table[b * cols + j] = perm[b * pages + j];
+    pool.table[b * cols + pages] = (int32_t)(num + 1000);
   }
-  int32_t *dtable = dev_alloc((size_t)(B * cols) * 4);
-  CUDA_OK(cudaMemcpy(dtable, table, (size_t)(B * cols) * 4, cudaMemcpyHostToDevice));
+  pool.dtable = dev_alloc(tbytes);
+  CUDA_OK(cudaMemcpy(pool.dtable, pool.table, tbytes, cudaMemcpyHostToDevice));
 
   call k;
   call_init_lens(&k, c, Hq, va, 0, lens, seed);
-  int64_t pshape[3] = {R, num * P, rb}, tshape[2] = {B, cols};
   const int banked_pages = P % 256 == 0 || (256 % P == 0 && P >= 16);
-  /* the public call, contiguous then paged, on a backend: o and lse into `out` */
-  uint8_t *want = malloc(k.o_bytes + k.lse_bytes), *got = malloc(k.o_bytes + k.lse_bytes);
+  const size_t out_bytes = k.o_bytes + k.lse_bytes;
+  uint8_t *want = malloc(out_bytes), *got = malloc(out_bytes), *paged_gpu = malloc(out_bytes);
+  /* the public call, contiguous then paged, on each backend */
   for (int gpu_side = 0; gpu_side < 2; gpu_side++) {
-    api_tensors t;
-    api_init(&t, &k, gpu_side);
-    const DLDeviceType dev = gpu_side ? kDLCUDA : kDLCPU;
-    DLTensor pk = dl_tensor(gpu_side ? dp[0] : hp[0], QF_U8, 3, pshape, dev), pv = dl_tensor(gpu_side ? dp[1] : hp[1], QF_U8, 3, pshape, dev);
-    DLTensor bt = dl_tensor(gpu_side ? (void *)dtable : (void *)table, QF_I32, 2, tshape, dev);
     qf_ctx *ctx = gpu_side ? gpu : cpu;
-    uint8_t *o_host = gpu_side ? k.o_got : k.o_ref, *l_host = gpu_side ? k.lse_got : k.lse_ref;
     for (int paged = 0; paged < 2; paged++) {
-      qf_vq_attention_opts o = t.opts;
-      if (paged) o.block_table = &bt, o.page_size = P;
+      k.pool = paged ? &pool : NULL;
       if (gpu_side) poison_device(&k);
-      const qf_status st = qf_vq_attention_decode(ctx, &t.q.t, paged ? &pk : &t.kc, &t.kb, paged ? &pv : &t.vc, &t.vb, &c->f, &o,
-                                                  &t.o.t, &t.lse);
+      const qf_status st = api_call(ctx, &k, gpu_side);
       if (!CHECK(st == QF_OK, "%s: %s public call%s: %s", desc, gpu_side ? "gpu" : "cpu", paged ? " (paged)" : "", qf_ctx_last_error(ctx)))
         continue;
       if (gpu_side) fetch(&k);
-      memcpy(paged ? got : want, o_host, k.o_bytes), memcpy((paged ? got : want) + k.o_bytes, l_host, k.lse_bytes);
+      keep_outputs(&k, paged ? got : want, gpu_side);
     }
     /* the same plan (every page size but the banked kernel's refusals): the same bytes; else
      * within the bounds of the CPU's (o_ref holds its paged call's) */
     if (!gpu_side || banked_pages)
-      CHECK(!memcmp(got, want, k.o_bytes + k.lse_bytes), "%s: %s: the paged cache's o and lse differ from the contiguous one's",
-            desc, gpu_side ? "gpu" : "cpu");
+      CHECK(!memcmp(got, want, out_bytes), "%s: %s: the paged cache's o and lse differ from the contiguous one's", desc,
+            gpu_side ? "gpu" : "cpu");
     else
       compare(&k, desc);
   }
+  memcpy(paged_gpu, got, out_bytes); /* the public call's bytes on the pages */
   /* each placement forced, paged against contiguous */
   const int placements[] = {QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_IN_GLOBAL, QF_VQ_BOOKS_IN_SHARED, QF_VQ_BOOKS_BANKED};
   const int techniques[] = {QF_VQ_ATTN_SCORES_DECODE, QF_VQ_ATTN_SCORES_DECODE, QF_VQ_ATTN_SCORES_LUT, QF_VQ_ATTN_SCORES_LUT,
                             QF_VQ_ATTN_SCORES_LUT};
-  uint8_t *paged_gpu = malloc(k.o_bytes + k.lse_bytes); /* the public call's bytes on the pages */
-  memcpy(paged_gpu, got, k.o_bytes + k.lse_bytes);
   for (int i = 0; i < 5; i++) {
-    qf_vq_attention_args a;
-    memset(&a, 0, sizeof a);
-    a.q = (qf_mat){k.dq, va.qt, B, Hq * c->D, k.q_ld};
-    a.o = (qf_mat){k.d_o, va.ot, B, Hq * c->D, k.o_ld};
-    a.lse = k.d_lse;
-    a.B = B, a.Hq = Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = T, a.sm_scale = k.scale, a.kv_lens = k.d_lens;
-    qf_vq_attention_config used;
     qf_status st[2];
     for (int paged = 0; paged < 2; paged++) {
-      a.k = (qf_vq_tensors){c->f, c->sz, paged ? num * P : c->N, c->C, paged ? dp[0] : c->d_codes[0], c->d_books[0], NULL, 0};
-      a.v = (qf_vq_tensors){c->f, c->sz, paged ? num * P : c->N, c->C, paged ? dp[1] : c->d_codes[1], c->d_books[1], NULL, 0};
-      a.block_table = paged ? dtable : NULL, a.bt_ld = cols, a.page_size = paged ? P : 0, a.num_pages = paged ? num : 0;
+      k.pool = paged ? &pool : NULL;
       poison_device(&k);
-      st[paged] = qf_cuda_vq_attention_decode_with(gpu, &a, placements[i], techniques[i], &used);
+      st[paged] = forced_call(gpu, &k, placements[i], techniques[i], NULL);
       if (st[paged] == QF_OK) fetch(&k);
-      memcpy(paged ? got : want, k.o_got, k.o_bytes), memcpy((paged ? got : want) + k.o_bytes, k.lse_got, k.lse_bytes);
+      keep_outputs(&k, paged ? got : want, 1);
     }
     if (placements[i] == QF_VQ_BOOKS_BANKED && st[1] == QF_ERR_UNSUPPORTED && st[0] == QF_OK) {
       CHECK(!banked_pages && strstr(qf_ctx_last_error(gpu), "page sizes"), "%s: banked refused the pages: %s", desc,
@@ -648,32 +660,23 @@ static void paged_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, varian
     if (!CHECK(st[0] == QF_OK && st[1] == QF_OK, "%s: placement %d scores %d: %s", desc, placements[i], techniques[i],
                qf_ctx_last_error(gpu)))
       continue;
-    CHECK(!memcmp(got, want, k.o_bytes + k.lse_bytes), "%s: placement %d scores %d: paged o and lse differ from the contiguous ones",
-          desc, placements[i], techniques[i]);
+    CHECK(!memcmp(got, want, out_bytes), "%s: placement %d scores %d: paged o and lse differ from the contiguous ones", desc,
+          placements[i], techniques[i]);
     ran_paged_banked += placements[i] == QF_VQ_BOOKS_BANKED && P < 256;
   }
   /* entry 1's first page outside the pool */
-  table[1 * cols] = (int32_t)(num + 5);
-  CUDA_OK(cudaMemcpy(dtable, table, (size_t)(B * cols) * 4, cudaMemcpyHostToDevice));
-  for (int gpu_side = 0; gpu_side < 2; gpu_side++) {
-    api_tensors t;
-    api_init(&t, &k, gpu_side);
-    const DLDeviceType dev = gpu_side ? kDLCUDA : kDLCPU;
-    DLTensor pk = dl_tensor(gpu_side ? dp[0] : hp[0], QF_U8, 3, pshape, dev), pv = dl_tensor(gpu_side ? dp[1] : hp[1], QF_U8, 3, pshape, dev);
-    DLTensor bt = dl_tensor(gpu_side ? (void *)dtable : (void *)table, QF_I32, 2, tshape, dev);
-    qf_vq_attention_opts o = t.opts;
-    o.block_table = &bt, o.page_size = P;
-    if (gpu_side) poison_device(&k);
-    else memset(k.o_ref, 0x5A, k.o_bytes);
-    const qf_status st = qf_vq_attention_decode(gpu_side ? gpu : cpu, &t.q.t, &pk, &t.kb, &pv, &t.vb, &c->f, &o, &t.o.t, &t.lse);
-    if (!gpu_side) {
-      int untouched = 1;
-      for (size_t i = 0; i < k.o_bytes; i++) untouched &= k.o_ref[i] == 0x5A;
-      CHECK(st == QF_ERR_VALUE && untouched && strstr(qf_ctx_last_error(cpu), "block_table[1, 0]"),
-            "%s: cpu: a page outside the pool refused, nothing written (%s)", desc, qf_ctx_last_error(cpu));
-      continue;
-    }
-    if (!CHECK(st == QF_OK, "%s: gpu, a page outside the pool: %s", desc, qf_ctx_last_error(gpu))) continue;
+  pool.table[1 * cols] = (int32_t)(num + 5);
+  CUDA_OK(cudaMemcpy(pool.dtable, pool.table, tbytes, cudaMemcpyHostToDevice));
+  k.pool = &pool;
+  memset(k.o_ref, 0x5A, k.o_bytes);
+  qf_status st = api_call(cpu, &k, 0);
+  int untouched = 1;
+  for (size_t i = 0; i < k.o_bytes; i++) untouched &= k.o_ref[i] == 0x5A;
+  CHECK(st == QF_ERR_VALUE && untouched && strstr(qf_ctx_last_error(cpu), "block_table[1, 0]"),
+        "%s: cpu: a page outside the pool refused, nothing written (%s)", desc, qf_ctx_last_error(cpu));
+  poison_device(&k);
+  st = api_call(gpu, &k, 1);
+  if (CHECK(st == QF_OK, "%s: gpu, a page outside the pool: %s", desc, qf_ctx_last_error(gpu))) {
     fetch(&k);
     int ok = 1;
     const size_t e = esz(va.ot);
@@ -689,10 +692,10 @@ static void paged_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, varian
     CHECK(ok, "%s: gpu: entry 1's tokens on a page outside the pool give it NaN, the others their values", desc);
   }
   call_free(&k);
-  free(lens), free(table), free(perm), free(want), free(got), free(paged_gpu), free(hp[0]), free(hp[1]);
-  CUDA_OK(cudaFree(dp[0]));
-  CUDA_OK(cudaFree(dp[1]));
-  CUDA_OK(cudaFree(dtable));
+  free(lens), free(perm), free(want), free(got), free(paged_gpu), free(pool.table), free(pool.hp[0]), free(pool.hp[1]);
+  CUDA_OK(cudaFree(pool.dp[0]));
+  CUDA_OK(cudaFree(pool.dp[1]));
+  CUDA_OK(cudaFree(pool.dtable));
 }
 
 /* ---- chains of calls in three passes: synchronized, under PDL, in a CUDA graph ------------- */

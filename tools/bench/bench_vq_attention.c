@@ -294,6 +294,19 @@ static int outputs_agree(att_call *a, const char *shape, const char *name) {
 }
 
 /* pdl: a context with qf_ctx_set_pdl for the chain rows (none without it). */
+/* One qfuse row: a's call timed by `run`, against the peer's time, then its outputs (its last
+ * run) against the peer's. Nonzero when it could not be timed or its outputs disagree. */
+static int vq_row(qfb *b, att_call *a, int (*run)(void *), const char *variant, const char *shape, double bytes, double flops,
+                  const qfb_row *peer, int *rows) {
+  qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops,
+                 .peer = peer->us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer->us > 0 ? peer->us : 0.0};
+  row.us = qfb_time_us(b, run, a);
+  row.floor_us = qfb_floor_us(b, bytes, 0.0, 0.0);
+  qfb_emit(b, &row);
+  (*rows)++;
+  return row.us > 0 ? (peer->us > 0 && !outputs_agree(a, shape, variant)) : 1;
+}
+
 /* The call a (lengths set) over a paged copy of its cache: pages of 16 and 256 rows in a shuffled
  * pool of the same size, as variant "<format>,fp16,auto,paged<P>" (same bytes and peer), and the
  * pages in order ("...,paged<P>,in-order": the contiguous cache's layout read through the table). */
@@ -324,14 +337,7 @@ static int paged_rows(qfb *b, att_call *a, const char *name, const char *shape, 
       a->opts.block_table = &bt, a->opts.page_size = P;
       char variant[96];
       snprintf(variant, sizeof variant, "%s,fp16,auto,paged%lld%s", name, (long long)P, in_order ? ",in-order" : "");
-      qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops,
-                     .peer = peer->us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer->us > 0 ? peer->us : 0.0};
-      row.us = qfb_time_us(b, run_api, a);
-      row.floor_us = qfb_floor_us(b, bytes, 0.0, 0.0);
-      qfb_emit(b, &row);
-      (*rows)++;
-      rc |= row.us > 0 ? 0 : 1;
-      if (row.us > 0 && peer->us > 0 && !outputs_agree(a, shape, variant)) rc = 1;
+      rc |= vq_row(b, a, run_api, variant, shape, bytes, flops, peer, rows);
       a->kc = kc, a->vc = vc, a->opts.block_table = NULL, a->opts.page_size = 0;
     } else {
       rc = 1;
@@ -403,16 +409,8 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
       printf("skipped: vq_attention_decode %s %s: %s\n", variant, shape, qf_ctx_last_error(ctx));
       continue;
     }
-    qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = vq_bytes, .flops = flops,
-                   .peer = peer.us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer.us > 0 ? peer.us : 0.0};
     a.placement = runs[i].placement, a.scores = runs[i].scores;
-    row.us = qfb_time_us(b, runs[i].forced ? run_forced : run_api, &a);
-    row.floor_us = qfb_floor_us(b, vq_bytes, 0.0, 0.0);
-    qfb_emit(b, &row);
-    (*rows)++;
-    rc |= row.us > 0 ? 0 : 1;
-    /* self-check: this row's outputs (its last run) against the peer's */
-    if (row.us > 0 && peer.us > 0 && !outputs_agree(&a, shape, variant)) rc = 1;
+    rc |= vq_row(b, &a, runs[i].forced ? run_forced : run_api, variant, shape, vq_bytes, flops, &peer, rows);
   }
   /* the public call with lengths per entry (opts.kv_lens, read on the device), every entry at
    * seq_len: what the lengths cost an engine's call against the same work without them */
@@ -426,14 +424,7 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
     tlens.data = lens;
     a.opts.kv_lens = &tlens;
     snprintf(variant, sizeof variant, "%s,fp16,auto,kv_lens", name);
-    qfb_row row = {.op = "vq_attention_decode", .variant = variant, .shape = shape, .bytes = vq_bytes, .flops = flops,
-                   .peer = peer.us > 0 ? "fp16_splitkv_decode" : NULL, .peer_us = peer.us > 0 ? peer.us : 0.0};
-    row.us = qfb_time_us(b, run_api, &a);
-    row.floor_us = qfb_floor_us(b, vq_bytes, 0.0, 0.0);
-    qfb_emit(b, &row);
-    (*rows)++;
-    rc |= row.us > 0 ? 0 : 1;
-    if (row.us > 0 && peer.us > 0 && !outputs_agree(&a, shape, variant)) rc = 1;
+    rc |= vq_row(b, &a, run_api, variant, shape, vq_bytes, flops, &peer, rows);
     rc |= paged_rows(b, &a, name, shape, vq_bytes, flops, &peer, rows);
     a.opts.kv_lens = NULL;
   } else {

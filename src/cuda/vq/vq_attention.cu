@@ -218,6 +218,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   p.kv_lens = a->kv_lens;
   p.block_table = a->block_table;
   p.bt_ld = a->bt_ld, p.page_size = a->page_size, p.num_pages = a->num_pages;
+  if (a->block_table) p.by_page = qf_fastdiv_make(static_cast<uint32_t>(a->page_size));
   p.box_rows = a->block_table && a->page_size < QF_VQ_ATTN_TILE ? static_cast<int>(a->page_size) : QF_VQ_ATTN_TILE;
   p.part_o = part_o;
   p.part_ml = part_ml;

@@ -58,6 +58,7 @@
 #include <cuda.h>
 #include <cuda_pipeline_primitives.h>
 
+#include "cuda/fastdiv.h"
 #include "cuda/vq/vq_attention_heuristic.h"
 #include "cuda/vq/vq_common.cuh"
 
@@ -89,6 +90,7 @@ struct vq_attention_params {
   const int32_t *kv_lens;    // [B]: entry b's tokens (clamped to [0, seq_len]), or NULL: seq_len each
   const int32_t *block_table;  // [B, max_pages], pitch bt_ld: a paged cache (page_size rows a page), or NULL
   int64_t bt_ld, page_size, num_pages;
+  qf_fastdiv by_page;        // division by page_size (a division's sequence per lookup held the copies' warp)
   int box_rows;              // banked kernel: rows of a code box (a tile's 256, or a page's where pages are smaller)
   float *part_o;             // [B, Hq, n_chunks, D]: sum_t p_t V_t of each chunk
   float *part_ml;            // [B, Hq, n_chunks, 2]: the chunk's max score (log2 units) and sum of p
@@ -204,14 +206,26 @@ __device__ __forceinline__ int64_t vq_attn_len(const int32_t *kv_lens, int64_t s
   return L < 0 ? 0 : L > seq_len ? seq_len : L;
 }
 
-// Token t of entry b: its row of the codes, or -1 where its page is outside the cache (paged; the
-// token's score is then NaN).
-// (32-bit division: the launcher keeps seq_len and page_size below 2^31.)
+// Paged caches: the row of the codes at offset off of a page (a block table's entry), or -1 where
+// the page is outside the cache (the token's score is then NaN).
+__device__ __forceinline__ int64_t vq_attn_page_row(const vq_attention_params &p, int32_t page, uint32_t off) {
+  return page >= 0 && page < p.num_pages ? page * p.page_size + off : -1;
+}
+
+// Token t of entry b (paged): its page's entry in the block table, and its row offset on the page.
+// (31-bit division: the launcher keeps seq_len and page_size below 2^31.)
+__device__ __forceinline__ int32_t vq_attn_page(const vq_attention_params &p, int64_t b, int64_t t, uint32_t &off) {
+  const int page = qf_fastdiv_div(static_cast<int>(t), p.by_page);
+  off = static_cast<uint32_t>(t - static_cast<int64_t>(page) * p.page_size);
+  return p.block_table[b * p.bt_ld + page];
+}
+
+// Token t of entry b: its row of the codes, or -1 where its page is outside the cache (paged).
 __device__ __forceinline__ int64_t vq_attn_row(const vq_attention_params &p, int64_t b, int64_t t) {
   if (!p.block_table) return b * p.seq_len + t;
-  const uint32_t tt = static_cast<uint32_t>(t), P = static_cast<uint32_t>(p.page_size);
-  const int64_t page = p.block_table[b * p.bt_ld + tt / P];
-  return page >= 0 && page < p.num_pages ? page * p.page_size + tt % P : -1;
+  uint32_t off;
+  const int32_t page = vq_attn_page(p, b, t, off);
+  return vq_attn_page_row(p, page, off);
 }
 
 // Where one tile of a block's run lies: unit (b, chunk), its first token and its token count.

@@ -79,8 +79,11 @@
 //   on the part's mbarrier, issued by the lanes of warp 0), else one box inside the page; a box on
 //   a page outside the cache is not issued and its tokens score NaN (a mask of the K part's lost
 //   boxes in shared memory, written before the part's arrival). The boxes' page lookups are issued
-//   a tile ahead of their copies. Read at run time, the paging made the unpaged calls 3-22% slower
-//   (H200); each lane looking its token's page up for the mask cost paged CQ-2 at batch 8 x 4096 8%.
+//   a tile ahead of their copies and their entries first used after the half barrier before the
+//   copies; the page index is a multiply-high (fastdiv.h). Warp 0 waiting on the lookup, or on a
+//   division, before its K wait held the half every tile: 16-row pages up to 11% slower (H200).
+//   Read at run time, the paging made the unpaged calls 3-22% slower; each lane looking its
+//   token's page up for the mask cost paged CQ-2 at batch 8 x 4096 8%.
 // - With lengths (p.kv_lens) a unit's tiles stop at its entry's last token; a chunk past it is one
 //   empty tile whose copies are not issued (the mbarrier's phase completes on the thread's arrival)
 //   and whose partial adds nothing; an entry with no token gets o = 0 and lse = -inf.
@@ -212,14 +215,26 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // Tile t's code bytes of head g, K (kv 0) or V (kv 1): a TMA box of kTile rows (tokens) x kS
   // bytes (the head's indices) on the part's mbarrier; thread 0 of the half issues it. Rows past
   // the tile's tokens (the next batch entry's, or zeros past the cache) are never used.
-  // Paged: the row of lane l's box of tile t (warp 0, l below the tile's boxes; else -1), looked up
-  // a tile ahead of its copies so that the table's load is not on their path.
-  auto box_row = [&](const vq_attn_tile &t) -> int64_t {
-    if (!kPaged || warp != 0) return -1;
-    const int n_box = (t.count + p.box_rows - 1) / p.box_rows;
-    return lane < n_box ? vq_attn_row(p, t.b, t.t0 + lane * p.box_rows) : -1;
+  // Paged: lane l of warp 0 (l below tile t's boxes) looks its box's page up a tile ahead of the
+  // box's copies: the block table's entry and the box's first row on that page. The entry is not
+  // used before the half barrier that precedes the copies (box_row): there it costs a compare and
+  // a multiply-add, while the load (and its index: a multiply-high, fastdiv.h) overlaps the K wait.
+  struct box_ref {
+    int32_t page;  // -1: no box
+    uint32_t off;  // row offset on the page
   };
-  auto stage_codes = [&](const vq_attn_tile &t, int kv, int64_t row) {
+  const int box_shift = 31 - __clz(p.box_rows);  // (box_rows is a power of two)
+  auto box_lookup = [&](const vq_attn_tile &t) -> box_ref {
+    if (!kPaged || warp != 0 || lane >= (t.count + p.box_rows - 1) >> box_shift) return {-1, 0u};
+    box_ref r;
+    r.page = vq_attn_page(p, t.b, t.t0 + lane * p.box_rows, r.off);
+    return r;
+  };
+  auto box_row = [&](box_ref r) -> int64_t {  // the box's row of the codes, -1 for none or a page outside the cache
+    asm volatile("" : "+r"(r.page));  // (the entry's first use stays here, after the barrier)
+    return vq_attn_page_row(p, r.page, r.off);
+  };
+  auto stage_codes = [&](const vq_attn_tile &t, int kv, box_ref ref) {
     const uint32_t bar = kv ? bar_v : bar_k;
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(kv ? vcodes_s : kcodes_s));
     if constexpr (kPaged) {
@@ -228,12 +243,13 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       // none for a page outside the cache. The copies may land before the expected bytes are
       // counted: the phase waits for lane 0's arrival all the same.
       if (warp == 0) {
+        const int64_t row = box_row(ref);
         const unsigned live = __ballot_sync(0xffffffffu, row >= 0);
         __syncwarp();  // (the first tile's: lane 0's mbarrier inits before the other lanes' copies)
         if (row >= 0)
           cp_async_bulk_tensor_2d_g2s(dst + lane * p.box_rows * kS, &p.tmap_codes[kv], bar, g * kS, static_cast<int32_t>(row));
         if (lane == 0) {
-          const int n_box = (t.count + p.box_rows - 1) / p.box_rows;  // (at most 16)
+          const int n_box = (t.count + p.box_rows - 1) >> box_shift;  // (at most 16)
           if (kv == 0) *lost_s = ~live & ((1u << n_box) - 1u);
           mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(live) * p.box_rows * kS));
         }
@@ -330,8 +346,8 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       fence_mbarrier_init();
     }
     if (u_begin < u_end) {
-      const int64_t row = box_row(t);
-      stage_codes(t, 0, row), stage_codes(t, 1, row);
+      const box_ref ref = box_lookup(t);
+      stage_codes(t, 0, ref), stage_codes(t, 1, ref);
     }
   };
 
@@ -569,10 +585,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     const bool more = next.unit < u_end;
     const int n = min(32, t.count - tok0);  // this warp's tokens of the tile
     float pr[kG];  // the lane's token's probability, per query head
-    const int64_t next_row = more ? box_row(next) : -1;  // (paged: the next tile's boxes, looked up a tile ahead)
+    const box_ref next_ref = more ? box_lookup(next) : box_ref{-1, 0u};  // (paged: the next tile's boxes, looked up a tile ahead)
     mbarrier_wait_parity(bar_k, phase);  // the tile's K indices landed
     // Paged: whether the lane's token is on a page outside the cache (its box's bit of the mask).
-    const bool lost = kPaged && lane < n && ((*lost_s >> ((tok0 + lane) >> (31 - __clz(p.box_rows)))) & 1u);
+    const bool lost = kPaged && lane < n && ((*lost_s >> ((tok0 + lane) >> box_shift)) & 1u);
     if (n > 0) {
       // ---- scores: lane t, its token's vector v_t(j) at step j = 4 m + r (the notes) ----
       // The four indices of steps 4 m .. 4 m + 3 are the bytes v_t(j) & 3 of word v_t(j) >> 2 =
@@ -637,7 +653,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       }
     }
     vq_attn_half_sync(half);  // every warp is done with the K indices
-    if (more) stage_codes(next, 0, next_row);
+    if (more) stage_codes(next, 0, next_ref);
     if constexpr (kVStaged) {
       if (!vbooks_ready) lay_out_staged_vbooks(), vbooks_ready = true;
     }
@@ -770,7 +786,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       }
       vq_zero(acc);
     }
-    if (more) stage_codes(next, 1, next_row);
+    if (more) stage_codes(next, 1, next_ref);
     if (rebuild) {
       if (paired) __syncthreads();  // both halves are done with the last table
       build_table(in, bt / kS);

@@ -5,8 +5,9 @@
     ncu --kernel-name regex:vq_attention_banked --launch-count 1 python3 scripts/profile-vq.py attention cq-4
 
 gemv [N K]: GPTVQ-2 on codes packed for the table GeMV (qf_vq_pack_gemv), M = 1 then 2, default
-(22016, 8192). attention [preset]: decode over a CQ cache, Llama-7B heads (32 of 128) at batch 8 x
-4096 tokens, default cq-4. Random codes and books (the kernels' time does not depend on them).
+(22016, 8192). attention [preset [page_size]]: decode over a CQ cache, Llama-7B heads (32 of 128)
+at batch 8 x 4096 tokens, default cq-4; with a page size each round is the call with lengths then
+the same over pages in order (a block table). Random codes and books (the kernels' time does not depend on them).
 Needs torch with CUDA and QFUSE_LIBRARY / PYTHONPATH=python as for tests/python."""
 import sys
 
@@ -30,8 +31,9 @@ def gemv(ctx, n=22016, k=8192):
             ctx.vq_gemm(x, packed, books, fmt, y)
 
 
-def attention(ctx, preset="cq-4", batch=8, seq=4096, heads=32, dim=128):
+def attention(ctx, preset="cq-4", page_size="0", batch=8, seq=4096, heads=32, dim=128):
     fmt = ctx.vq_format(preset)
+    page_size = int(page_size)
     sz = ctx.vq_sizes(fmt, batch * seq, heads * dim)
     g = torch.Generator(device="cuda").manual_seed(0)
     shape = (fmt.residuals, batch * seq, sz.row_bytes)
@@ -41,8 +43,19 @@ def attention(ctx, preset="cq-4", batch=8, seq=4096, heads=32, dim=128):
     q = torch.randn(batch, heads * dim, device="cuda", generator=g).half()
     o = torch.empty(batch, heads * dim, device="cuda").half()
     lse = torch.empty(batch, heads, device="cuda")
+    if not page_size:
+        for _ in range(3):
+            ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o, lse, dim, heads, seq)
+        return
+    # The same cache through a block table of pages in order, each round after the unpaged call
+    # with the same lengths (the pair to compare).
+    lens = torch.full((batch,), seq, dtype=torch.int32, device="cuda")
+    pages = seq // page_size
+    table = torch.arange(batch * pages, dtype=torch.int32, device="cuda").reshape(batch, pages)
     for _ in range(3):
-        ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o, lse, dim, heads, seq)
+        ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o, lse, dim, heads, seq, kv_lens=lens)
+        ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o, lse, dim, heads, seq, kv_lens=lens, block_table=table,
+                                page_size=page_size)
 
 
 if __name__ == "__main__":

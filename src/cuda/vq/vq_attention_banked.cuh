@@ -225,9 +225,11 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   };
   const int box_shift = 31 - __clz(p.box_rows);  // (box_rows is a power of two)
   auto box_lookup = [&](const vq_attn_tile &t) -> box_ref {
-    if (!kPaged || warp != 0 || lane >= (t.count + p.box_rows - 1) >> box_shift) return {-1, 0u};
-    box_ref r;
-    r.page = vq_attn_page(p, t.b, t.t0 + lane * p.box_rows, r.off);
+    box_ref r = {-1, 0u};
+    if (kPaged && warp == 0) {
+      asm volatile("");  // (a branch, not predicated code: the other warps skip the lookup's arithmetic)
+      if (lane < (t.count + p.box_rows - 1) >> box_shift) r.page = vq_attn_page(p, t.b, t.t0 + lane * p.box_rows, r.off);
+    }
     return r;
   };
   auto box_row = [&](box_ref r) -> int64_t {  // the box's row of the codes, -1 for none or a page outside the cache

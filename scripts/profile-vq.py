@@ -7,7 +7,8 @@
 gemv [N K]: GPTVQ-2 on codes packed for the table GeMV (qf_vq_pack_gemv), M = 1 then 2, default
 (22016, 8192). attention [preset [page_size]]: decode over a CQ cache, Llama-7B heads (32 of 128)
 at batch 8 x 4096 tokens, default cq-4; with a page size each round is the call with lengths then
-the same over pages in order (a block table). Random codes and books (the kernels' time does not depend on them).
+the same over pages in order (a block table). Random codes and books (the kernels' time does not
+depend on them).
 Needs torch with CUDA and QFUSE_LIBRARY / PYTHONPATH=python as for tests/python."""
 import sys
 

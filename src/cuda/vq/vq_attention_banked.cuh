@@ -82,6 +82,8 @@
 //   a tile ahead of their copies and their entries first used after the half barrier before the
 //   copies; the page index is a multiply-high (fastdiv.h). Warp 0 waiting on the lookup, or on a
 //   division, before its K wait held the half every tile: 16-row pages up to 11% slower (H200).
+//   The lookup is a branch of warp 0: predicated, its arithmetic ran in every warp (CQ-2 at
+//   batch 8 x 4096 on 256-row pages 4% slower).
 //   Read at run time, the paging made the unpaged calls 3-22% slower; each lane looking its
 //   token's page up for the mask cost paged CQ-2 at batch 8 x 4096 8%.
 // - With lengths (p.kv_lens) a unit's tiles stop at its entry's last token; a chunk past it is one

@@ -67,7 +67,8 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
 
 // The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
 // {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype.
-constexpr int kBankedKernels = 6 * 2 * 2;
+constexpr int kBankedShapes = 6;
+constexpr int kBankedKernels = kBankedShapes * 2 * 2;  // x entry dtype x paged
 
 template <bool kPaged>
 chunk_kernel_t pick_banked_shape(bool bf16, int shape) {
@@ -88,7 +89,7 @@ chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged
   else if (vectors == 32 && vs == 4) shape = heads == 2 ? 3 : heads == 4 ? 4 : -1;
   else if (vectors == 64 && vs == 2 && heads == 2) shape = 5;
   if (shape < 0) return nullptr;
-  slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 12 : 0);
+  slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 2 * kBankedShapes : 0);
   return paged ? pick_banked_shape<true>(bf16, shape) : pick_banked_shape<false>(bf16, shape);
 }
 

@@ -309,6 +309,21 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
   }
 }
 
+using encode_kernel_t = void (*)(vq_encode_params);
+
+// The encode kernel of a form (row-parallel, 16 lanes per vector, or a warp per vector) and a KVS
+// bucket k (0: any vector size or unaligned books; 1, 2, 3: sizes 2, 4, 8).
+template <bool kSlots>
+encode_kernel_t pick_encode(bool rows_form, bool half_warps, int k) {
+  const encode_kernel_t per_vector[] = {vq_encode_kernel<0, 32, kSlots>, vq_encode_kernel<2, 32, kSlots>,
+                                        vq_encode_kernel<4, 32, kSlots>, vq_encode_kernel<8, 32, kSlots>};
+  const encode_kernel_t per_row[] = {vq_encode_rows_kernel<0, kSlots>, vq_encode_rows_kernel<2, kSlots>,
+                                     vq_encode_rows_kernel<4, kSlots>, vq_encode_rows_kernel<8, kSlots>};
+  if (rows_form) return per_row[k];
+  if (half_warps) return k == 1 ? vq_encode_kernel<2, 16, kSlots> : vq_encode_kernel<0, 16, kSlots>;  // (unaligned books: 0)
+  return per_vector[k];
+}
+
 }  // namespace
 
 extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots,
@@ -355,25 +370,11 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   const int vs = f.vector_size;
   const bool aligned = reinterpret_cast<uintptr_t>(t->books) % (2 * vs) == 0;
   const int k = !aligned ? 0 : vs == 2 ? 1 : vs == 4 ? 2 : vs == 8 ? 3 : 0;  // the KVS bucket
-  using kernel_t = void (*)(vq_encode_params);
-  const kernel_t per_vector[2][4] = {
-      {vq_encode_kernel<0, 32, false>, vq_encode_kernel<2, 32, false>, vq_encode_kernel<4, 32, false>,
-       vq_encode_kernel<8, 32, false>},
-      {vq_encode_kernel<0, 32, true>, vq_encode_kernel<2, 32, true>, vq_encode_kernel<4, 32, true>,
-       vq_encode_kernel<8, 32, true>}};
-  const kernel_t per_row[2][4] = {
-      {vq_encode_rows_kernel<0, false>, vq_encode_rows_kernel<2, false>, vq_encode_rows_kernel<4, false>,
-       vq_encode_rows_kernel<8, false>},
-      {vq_encode_rows_kernel<0, true>, vq_encode_rows_kernel<2, true>, vq_encode_rows_kernel<4, true>,
-       vq_encode_rows_kernel<8, true>}};
-  const int by_slot = slots != nullptr;
   // 2-element vectors from 8 rows (below the row-parallel form) take 16 lanes per vector: their
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
   const bool half_warps = !rows_form && vs == 2 && x->rows >= 8;
-  const kernel_t half_warp[2][2] = {{vq_encode_kernel<0, 16, false>, vq_encode_kernel<2, 16, false>},
-                                    {vq_encode_kernel<0, 16, true>, vq_encode_kernel<2, 16, true>}};  // (unaligned books: 0)
-  const kernel_t kernel = rows_form ? per_row[by_slot][k] : half_warps ? half_warp[by_slot][k == 1] : per_vector[by_slot][k];
+  const encode_kernel_t kernel = slots ? pick_encode<true>(rows_form, half_warps, k) : pick_encode<false>(rows_form, half_warps, k);
   // (the same kernel either way: it waits for the kernel before at its start)
   return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(half_warps ? kVecs * 16 : kThreads), 0, p);
 }

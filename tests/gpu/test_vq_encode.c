@@ -4,8 +4,10 @@
  * bf16 entries, a vector size without a kernel bucket (3) and 8-element vectors with 256 entries
  * (256 rows: the row-parallel form's 16-byte entries); then new rows are encoded as the
  * rows row0 .. row0 + T - 1 of that matrix on both backends:
- *  - fresh Gaussian rows (8 and 37 of them: the warp-per-vector kernel, 16 lanes per vector for
- *    CQ-4 at 8, the row-parallel form for CQ-4 and 3-element vectors at 37), with outliers,
+ *  - fresh Gaussian rows (1, 8 and 37 of them: the warp-per-vector kernel, in blocks of 8 vectors
+ *    for the CQ formats at 1 row and CQ-2 at 8 (also on rows of 37 vectors, whose last block is
+ *    partial), 16 lanes per vector for CQ-4 at 8, the row-parallel form for CQ-4 and 3-element
+ *    vectors at 37), with outliers,
  *    zeros, a NaN and an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the
  *    padding included, plus a poisoned sentinel tail) and row scales equal to the CPU's;
  *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
@@ -176,6 +178,8 @@ int main(void) {
       {"GPTVQ-2", gptvq, 512, 512},
       {"CQ-2", cq2, 512, 256},
       {"CQ-4", cq4, 512, 256},
+      {"CQ-2, 37 vectors a row", cq2, 128, 148},
+      {"CQ-4, 37 vectors a row", cq4, 128, 74},
       {"AQLM-3", aqlm, 128, 256},
       {"AQLM-3 (row scales)", aqlm_scaled, 128, 264},
       {"VQ<8,5,2> bf16, row scales, 64 x 128 scopes", {8, 5, 2, 64, 128, QF_BF16, 1, 0}, 192, 384},
@@ -190,10 +194,11 @@ int main(void) {
     const int64_t K = b.K;
 
     /* Fresh rows: every input dtype, strided, appended as the last rows of the matrix (a later
-     * row scope where the format has one): 8 rows (a decode step: a warp or half a warp per vector)
-     * and 37 (the row-parallel form where it takes over by then, with a partial block of rows). */
-    const int64_t Ts[] = {8, 37};
-    for (int ti = 0; ti < (quick ? 1 : 2); ti++)
+     * row scope where the format has one): 1 and 8 rows (decode steps: a warp or half a warp per
+     * vector) and 37 (the row-parallel form where it takes over by then, with a partial block of
+     * rows). */
+    const int64_t Ts[] = {1, 8, 37};
+    for (int ti = 0; ti < (quick ? 2 : 3); ti++)
       for (int d = 0; d < 3; d++) {
         const int64_t T = Ts[ti], ld = K + (d == 0 ? 0 : 3);
         void *x = fresh_rows(dts[d], T, K, ld, 1, &seed);

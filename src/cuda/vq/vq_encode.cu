@@ -27,7 +27,16 @@
 //   SMs idle and each thread walked its own 256-entry book one uncoalesced load at a time
 //   (110-160 us for one step's K rows on an H200). A warp per vector spreads a step over
 //   thousands of warps with coalesced book loads, and the entry loop is unrolled so that a lane's
-//   loads are in flight together (a 256-entry book: 8 entries per lane).
+//   loads are in flight together (a 256-entry book: 8 entries per lane, one unrolled pass; with
+//   passes of 4 entries the second waited for the first's loads: CQ-4 at 1 row of 4096 5.1 ->
+//   4.6 us on an H200). The last residual's winner is not subtracted (nothing reads it): one
+//   dependent load fewer at the end of every warp's chain.
+// - One row of 2- or 4-element vectors (a decode step at batch 1) is few blocks of 32 vectors
+//   (CQ-2, K = 4096: 32 blocks of 1024 threads on 32 SMs); where blocks of 8 vectors (256
+//   threads) are at most one per SM they take them instead (128 blocks): CQ-2 at 1 row of 4096
+//   5.4 -> 4.8 us on an H200. 8 indices of a multiple of 4 bits are whole words, as 32 are of any
+//   width. (CQ-4's 2048 vectors would be 256 blocks of 8, two on most SMs: 5.5 against 5.1 us
+//   without slots, 4.5 against 5.2 with them; they keep blocks of 32.)
 // - Vector sizes 2, 4 and 8 have their own instantiations: an entry is one 4-, 8- or 16-byte load
 //   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
 //   per SM (vs = 4 spilled 20 bytes until the past-the-row vectors were clamped instead of
@@ -62,6 +71,7 @@ namespace {
 
 const char kOp[] = "qf_vq_encode";
 constexpr int kVecs = 32;          // vectors per block: 32 indices of `bits` bits fill `bits` words
+constexpr int kSmallVecs = 8;      // or, for one row of few vectors, 8 (bits a multiple of 4)
 constexpr int kThreads = 1024;     // a block of the warp-per-vector and row-parallel kernels
 constexpr int kMaxVs = 16;     // the format's largest vector size
 constexpr int kMaxR = 4;       // and residual count
@@ -131,10 +141,10 @@ __device__ __forceinline__ float entry_distance(const vq_encode_params &p, const
   return d;
 }
 
-// Word w of the `bits` words that 32 indices of `bits` bits fill (bits [32 w, 32 w + 32) of
-// them), the indices at idx[0], idx[stride], ...
-__device__ __forceinline__ uint32_t packed_word(const uint32_t *idx, int stride, int w, int bits) {
-  const int first = (32 * w) / bits, last = min((32 * w + 31) / bits, kVecs - 1);
+// Word w of the words that n indices of `bits` bits fill (bits [32 w, 32 w + 32) of them), the
+// indices at idx[0], idx[stride], ...
+__device__ __forceinline__ uint32_t packed_word(const uint32_t *idx, int stride, int w, int bits, int n = kVecs) {
+  const int first = (32 * w) / bits, last = min((32 * w + 31) / bits, n - 1);
   uint32_t word = 0u;
   for (int jl = first; jl <= last; jl++) {
     const int pos = jl * bits - 32 * w;  // may be negative for the index that starts in the word before
@@ -162,19 +172,21 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
 }
 
 // KVS: the vector size when it is 2, 4 or 8 (registers and loads sized for it), else 0. kLanes:
-// lanes per vector (32: a warp; 16: two vectors a warp), so a block of 32 vectors has 32 kLanes
-// threads.
-template <int KVS, int kLanes, bool kSlots>
-__global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 : 1024) / (kVecs * kLanes))
+// lanes per vector (32: a warp; 16: two vectors a warp), so a block of kBV vectors (32, or
+// kSmallVecs for one row of few vectors, where the launcher checks that kBV indices fill whole
+// words) has kBV kLanes threads.
+template <int KVS, int kLanes, bool kSlots, int kBV = kVecs>
+__global__ void __launch_bounds__(kBV * kLanes, (KVS == 2 || KVS == 4 ? 2048 : 1024) / (kBV * kLanes))
     vq_encode_kernel(const vq_encode_params p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
-  constexpr int kT = kVecs * kLanes;
+  constexpr int kT = kBV * kLanes;
   const int vs = KVS ? KVS : p.vs;
-  __shared__ uint32_t idx_s[kMaxR][kVecs];
+  __shared__ uint32_t idx_s[kMaxR][kBV];
   __shared__ double red[kT / 32];
+  const int bwords = kBV * p.bits / 32;  // the code words of the block's indices
   const int lane = static_cast<int>(threadIdx.x) % 32, sub = lane % kLanes;
   const int jl = static_cast<int>(threadIdx.x) / kLanes;  // this lane group's vector of the block
-  const int j0 = blockIdx.x * kVecs;
+  const int j0 = blockIdx.x * kBV;
   griddep_wait();  // (qf_ctx_set_pdl: the kernel before may have written x and still read the codes)
 
   for (int64_t i = blockIdx.y; i < p.rows; i += gridDim.y) {
@@ -199,7 +211,7 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
         int best = -1;  // this lane's first smallest non-NaN distance
         float best_d = 0.0f;
         bool nan0 = false;
-#pragma unroll 4
+#pragma unroll 8
         for (int e = sub; e < p.entries; e += kLanes) {
           const float d = entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs);
           if (e == 0) nan0 = d != d;
@@ -213,6 +225,7 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
         }
         if (__shfl_sync(0xffffffffu, nan0, lane - sub) || best < 0) best = 0;
         if (sub == 0) idx_s[r][jl] = past ? 0u : static_cast<uint32_t>(best);
+        if (r + 1 == p.residuals) break;  // no residual left to subtract it from
         float w[kV];
         load_entry<KVS>(p, b + static_cast<int64_t>(best) * vs, w);
 #pragma unroll
@@ -222,16 +235,16 @@ __global__ void __launch_bounds__(kVecs * kLanes, (KVS == 2 || KVS == 4 ? 2048 :
     }
     __syncthreads();
 
-    // Pack: word w of the block holds bits [32 w, 32 w + 32) of its 32 indices.
-    for (int t = threadIdx.x; t < p.residuals * p.bits; t += kT) {
-      const int r = t / p.bits, w = t - r * p.bits;
-      const uint32_t word = packed_word(idx_s[r], 1, w, p.bits);
-      const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
+    // Pack: word w of the block holds bits [32 w, 32 w + 32) of its kBV indices.
+    for (int t = threadIdx.x; t < p.residuals * bwords; t += kT) {
+      const int r = t / bwords, w = t - r * bwords;
+      const uint32_t word = packed_word(idx_s[r], 1, w, p.bits, kBV);
+      const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(bwords) + static_cast<uint32_t>(w);
       if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.out_rows + out) * p.row_words + gw] = word;
     }
     // The row's padding words past the last block's: zero, as the CPU leaves them.
     if (blockIdx.x == gridDim.x - 1) {
-      const uint32_t tail = gridDim.x * static_cast<uint32_t>(p.bits), n = p.row_words > tail ? p.row_words - tail : 0u;
+      const uint32_t tail = gridDim.x * static_cast<uint32_t>(bwords), n = p.row_words > tail ? p.row_words - tail : 0u;
       for (uint32_t t = threadIdx.x; t < p.residuals * n; t += kT)
         p.codes[(static_cast<int64_t>(t / n) * p.out_rows + out) * p.row_words + tail + t % n] = 0u;
     }
@@ -311,15 +324,17 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
 
 using encode_kernel_t = void (*)(vq_encode_params);
 
-// The encode kernel of a form (row-parallel, 16 lanes per vector, or a warp per vector) and a KVS
-// bucket k (0: any vector size or unaligned books; 1, 2, 3: sizes 2, 4, 8).
+// The encode kernel of a form (row-parallel, 16 lanes per vector, a warp per vector in blocks of
+// kSmallVecs vectors (`small`, KVS buckets 1 and 2 only) or of kVecs) and a KVS bucket k (0: any
+// vector size or unaligned books; 1, 2, 3: sizes 2, 4, 8).
 template <bool kSlots>
-encode_kernel_t pick_encode(bool rows_form, bool half_warps, int k) {
+encode_kernel_t pick_encode(bool rows_form, bool half_warps, bool small, int k) {
   const encode_kernel_t per_vector[] = {vq_encode_kernel<0, 32, kSlots>, vq_encode_kernel<2, 32, kSlots>,
                                         vq_encode_kernel<4, 32, kSlots>, vq_encode_kernel<8, 32, kSlots>};
   const encode_kernel_t per_row[] = {vq_encode_rows_kernel<0, kSlots>, vq_encode_rows_kernel<2, kSlots>,
                                      vq_encode_rows_kernel<4, kSlots>, vq_encode_rows_kernel<8, kSlots>};
   if (rows_form) return per_row[k];
+  if (small) return k == 1 ? vq_encode_kernel<2, 32, kSlots, kSmallVecs> : vq_encode_kernel<4, 32, kSlots, kSmallVecs>;
   if (half_warps) return k == 1 ? vq_encode_kernel<2, 16, kSlots> : vq_encode_kernel<0, 16, kSlots>;  // (unaligned books: 0)
   return per_vector[k];
 }
@@ -374,7 +389,13 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
   const bool half_warps = !rows_form && vs == 2 && x->rows >= 8;
-  const encode_kernel_t kernel = slots ? pick_encode<true>(rows_form, half_warps, k) : pick_encode<false>(rows_form, half_warps, k);
+  // One row whose blocks of kSmallVecs vectors are at most one per SM takes them (above).
+  const int64_t small_blocks = (p.vectors + kSmallVecs - 1) / kSmallVecs;
+  const bool small = !rows_form && !half_warps && (k == 1 || k == 2) && f.index_bits % 4 == 0 &&
+                     small_blocks * x->rows <= ctx->sm_count;
+  const encode_kernel_t kernel = slots ? pick_encode<true>(rows_form, half_warps, small, k)
+                                       : pick_encode<false>(rows_form, half_warps, small, k);
+  const dim3 block(small ? kSmallVecs * 32 : half_warps ? kVecs * 16 : kThreads);
   // (the same kernel either way: it waits for the kernel before at its start)
-  return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, dim3(half_warps ? kVecs * 16 : kThreads), 0, p);
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, small ? dim3(static_cast<unsigned>(small_blocks), grid.y) : grid, block, 0, p);
 }

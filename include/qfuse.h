@@ -616,6 +616,15 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
 qf_status qf_vq_encode_slots(qf_ctx *ctx, const DLTensor *x, const DLTensor *slots, const DLTensor *codebooks,
                              const qf_vq_format *fmt, DLTensor *codes, DLTensor *scales);
 
+/* A decode step's K and V appends in one call (on CUDA one launch instead of two):
+ * qf_vq_encode_slots(k_new, slots, k_books, fmt, k_codes, k_scales) and the same for v_new into
+ * v_codes with v_books, with the same codes and scales as those two calls. k_new and v_new have
+ * one shape and dtype, k_codes and v_codes one number of rows; the scales are NULL unless
+ * fmt->row_scale. Every argument of both is checked before anything is written. */
+qf_status qf_vq_encode_kv_slots(qf_ctx *ctx, const DLTensor *k_new, const DLTensor *v_new, const DLTensor *slots,
+                                const DLTensor *k_books, const DLTensor *v_books, const qf_vq_format *fmt,
+                                DLTensor *k_codes, DLTensor *v_codes, DLTensor *k_scales, DLTensor *v_scales);
+
 /* y[M, N] = x[M, K] . W^T with W [N, K] VQ-quantized: VQ-GeMV (M of 1 to 16) and VQ-GeMM.
  * x fp32, fp16 or bf16; y fp32, fp16 or bf16 [M, N]. The reference decodes W as
  * qf_vq_dequantize does (fp32) and accumulates in float64; CUDA forms every product exactly on

@@ -164,6 +164,7 @@ def _load():
     lib.qf_vq_dequantize.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(VqFormat), T]
     lib.qf_vq_encode.argtypes = [ctypes.c_void_p, T, ctypes.c_int64, T, ctypes.POINTER(VqFormat), T, T]
     lib.qf_vq_encode_slots.argtypes = [ctypes.c_void_p, T, T, T, ctypes.POINTER(VqFormat), T, T]
+    lib.qf_vq_encode_kv_slots.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat), T, T, T, T]
     lib.qf_vq_gemm.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(VqFormat), T]
     lib.qf_vq_pack_gemv_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(VqFormat), ctypes.c_int64, ctypes.c_int64,
                                           ctypes.POINTER(ctypes.c_int64)]
@@ -435,6 +436,15 @@ class Context:
         sc = _Arg(scales) if scales is not None else None
         self._check(_lib.qf_vq_encode_slots(self._ctx, keep[0].ptr(), keep[1].ptr(), keep[2].ptr(), ctypes.byref(fmt),
                                             keep[3].ptr(), sc.ptr() if sc else None))
+
+    def vq_encode_kv_slots(self, k_new, v_new, slots, k_books, v_books, fmt, k_codes, v_codes, k_scales=None,
+                           v_scales=None):
+        """qf_vq_encode_kv_slots: vq_encode_slots of k_new and of v_new (one shape) into their caches
+        by the same slots, in one call."""
+        keep = [_Arg(t) for t in (k_new, v_new, slots, k_books, v_books, k_codes, v_codes)]
+        sc = [_Arg(t) if t is not None else None for t in (k_scales, v_scales)]
+        self._check(_lib.qf_vq_encode_kv_slots(self._ctx, *(a.ptr() for a in keep[:5]), ctypes.byref(fmt), keep[5].ptr(),
+                                               keep[6].ptr(), *(a.ptr() if a else None for a in sc)))
 
     def vq_gemm(self, x, codes, codebooks, fmt, y, scales=None):
         keep = [_Arg(t) for t in (x, codes, codebooks, y)]

@@ -243,7 +243,9 @@ qf_status qf_cuda_vq_pack_gemv(qf_ctx *ctx, const qf_vq_tensors *t, uint8_t *pac
  * written), or as rows slots[i] of t's N rows (negative: skipped; the rows not named left as
  * they are). */
 qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots, const qf_vq_tensors *t);
-qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots, const qf_vq_tensors *t);
+/* CUDA: n (1 or 2) such encodes in one launch, x[i] into t[i] (a pair: qf_vq_encode_kv_slots, the
+ * same shapes, dtypes and format). */
+qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *x, int64_t row0, const int32_t *slots, const qf_vq_tensors *t);
 qf_status qf_cpu_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);
 /* VQ-GeMV for M of 1 to 16, the tensor-core VQ-GeMM above. */
 qf_status qf_cuda_vq_gemm(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors *w, const qf_mat *y);

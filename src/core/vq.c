@@ -180,7 +180,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   if (xm.rows * xm.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA
-    return qf_cuda_vq_encode(ctx, &xm, row0, NULL, &t);
+    return qf_cuda_vq_encode(ctx, 1, &xm, row0, NULL, &t);
 #else
     return no_cuda_kernel(ctx, op);
 #endif
@@ -204,11 +204,51 @@ qf_status qf_vq_encode_slots(qf_ctx *ctx, const DLTensor *x, const DLTensor *slo
   if (xm.rows * xm.cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA
-    return qf_cuda_vq_encode(ctx, &xm, 0, sl, &t);
+    return qf_cuda_vq_encode(ctx, 1, &xm, 0, sl, &t);
 #else
     return no_cuda_kernel(ctx, op);
 #endif
   return qf_cpu_vq_encode(ctx, &xm, 0, sl, &t);
+}
+
+qf_status qf_vq_encode_kv_slots(qf_ctx *ctx, const DLTensor *k_new, const DLTensor *v_new, const DLTensor *slots,
+                                const DLTensor *k_books, const DLTensor *v_books, const qf_vq_format *fmt,
+                                DLTensor *k_codes, DLTensor *v_codes, DLTensor *k_scales, DLTensor *v_scales) {
+  static const char op[] = "qf_vq_encode_kv_slots";
+  if (!ctx) return QF_ERR_NULL;
+  const DLTensor *xs[2] = {k_new, v_new}, *books[2] = {k_books, v_books};
+  DLTensor *codes[2] = {k_codes, v_codes}, *scales[2] = {k_scales, v_scales};
+  static const char *const xname[2] = {"k_new", "v_new"}, *const cname[2] = {"k_codes", "v_codes"},
+                           *const side_op[2] = {"qf_vq_encode_kv_slots (K)", "qf_vq_encode_kv_slots (V)"};
+  qf_mat xm[2];
+  qf_vq_tensors t[2];
+  const int32_t *sl;
+  qf_status st;
+  for (int i = 0; i < 2; i++) {
+    if ((st = check_float_2d(ctx, op, xname[i], xs[i], &xm[i]))) return st;
+    if (!codes[i] || codes[i]->ndim != 3 || !codes[i]->shape)
+      return qf_fail(ctx, codes[i] ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: %s must be a 3-D tensor [R, N, row_bytes] (the cache)", op,
+                     cname[i]);
+    if ((st = check_quantized(ctx, side_op[i], fmt, codes[i]->shape[1], xm[i].cols, codes[i], books[i], scales[i], &t[i])))
+      return st;
+  }
+  if (xm[1].rows != xm[0].rows || xm[1].cols != xm[0].cols || xm[1].dtype != xm[0].dtype)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: v_new [%" PRId64 ", %" PRId64 "] %s differs from k_new [%" PRId64 ", %" PRId64 "] %s", op,
+                   xm[1].rows, xm[1].cols, qf_dtype_name(xm[1].dtype), xm[0].rows, xm[0].cols, qf_dtype_name(xm[0].dtype));
+  if (t[1].N != t[0].N)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: v_codes has %" PRId64 " rows, k_codes %" PRId64 "", op, t[1].N, t[0].N);
+  if ((st = qf_check_vec(ctx, op, "slots", slots, QF_I32, xm[0].rows, (void **)&sl))) return st;
+  if (xm[0].rows * xm[0].cols == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_encode(ctx, 2, xm, 0, sl, t);
+#else
+    return no_cuda_kernel(ctx, op);
+#endif
+  /* The CPU checks the slots before it writes (QF_ERR_VALUE); both caches have the same rows, so
+   * K's call refuses what V's would. */
+  if ((st = qf_cpu_vq_encode(ctx, &xm[0], 0, sl, &t[0]))) return st;
+  return qf_cpu_vq_encode(ctx, &xm[1], 0, sl, &t[1]);
 }
 
 static void pack_shape(const qf_vq_format *f, int64_t N, int64_t K, int64_t shape[4]) {

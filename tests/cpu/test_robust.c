@@ -33,14 +33,15 @@ static void arg(args *a, qf_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t 
 typedef enum {
   OP_GROUP, OP_TOKEN, OP_RMS, OP_GEMM_BS, OP_GEMM_SCALED, OP_VQ_DEQ, OP_QUANT_FP4, OP_GEMM_FP4, OP_PER_TENSOR, OP_SILU,
   OP_TENSOR, OP_AZP_ADJ, OP_PACK_FP4, OP_ATTN, OP_ATTN_PAGED, OP_GROUPED, OP_MASKED, OP_VQ_GEMM, OP_VQ_ENCODE, OP_VQ_ATTN,
-  OP_VQ_ENCODE_SLOTS, OP_VQ_ATTN_LENS, OP_VQ_PACK, OP_COUNT
+  OP_VQ_ENCODE_SLOTS, OP_VQ_ATTN_LENS, OP_VQ_PACK, OP_VQ_ENCODE_KV, OP_COUNT
 } op_id;
 static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_quant", "qf_gemm_fp8_blockscale",
                               "qf_gemm_scaled", "qf_vq_dequantize", "qf_quant_nvfp4", "qf_gemm_nvfp4",
                               "qf_quant_per_tensor", "qf_silu_mul_quant_group", "qf_quant_tensor", "qf_gemm_azp_adj",
                               "qf_nvfp4_pack", "qf_attention", "qf_attention_paged", "qf_gemm_fp8_blockscale_grouped",
                               "qf_gemm_fp8_blockscale_masked", "qf_vq_gemm", "qf_vq_encode", "qf_vq_attention_decode",
-                              "qf_vq_encode_slots", "qf_vq_attention_decode", "qf_vq_pack_gemv"};
+                              "qf_vq_encode_slots", "qf_vq_attention_decode", "qf_vq_pack_gemv",
+                              "qf_vq_encode_kv_slots"};
 
 static const qf_vq_format vq_fmt = {4, 8, 1, 0, 0, QF_F16, 0, 0};
 
@@ -147,6 +148,12 @@ static void valid(op_id op, args *a, int *outs, int *n_outs) {
       arg(a, QF_U8, 3, 1, N, 48, 0);
       outs[(*n_outs)++] = 3;
       break;
+    case OP_VQ_ENCODE_KV: /* k_new, v_new [M, K], slots [M], K and V codebooks, K and V caches [1, N, 48] */
+      arg(a, QF_F32, 2, M, K, 0, 0), arg(a, QF_F32, 2, M, K, 0, 0), arg(a, QF_I32, 1, M, 0, 0, 0);
+      arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_U8, 3, 1, N, 48, 0);
+      arg(a, QF_U8, 3, 1, N, 48, 0);
+      outs[(*n_outs)++] = 5, outs[(*n_outs)++] = 6;
+      break;
     case OP_VQ_ATTN_LENS: /* OP_VQ_ATTN's tensors, then kv_lens [1] */
       arg(a, QF_F32, 2, 1, 64, 0, 0), arg(a, QF_U8, 3, 1, 4, 32, 0), arg(a, QF_F16, 4, 1, 1, 256, 4);
       arg(a, QF_U8, 3, 1, 4, 32, 0), arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_F32, 2, 1, 64, 0, 0);
@@ -211,16 +218,18 @@ static qf_status call(op_id op, args *a, DLTensor **p) {
       qf_vq_attention_opts o = {.head_dim = 64, .kv_heads = 1, .seq_len = 4, .kv_lens = p[7]};
       return qf_vq_attention_decode(ctx, p[0], p[1], p[2], p[3], p[4], &vq_fmt, &o, p[5], p[6]);
     }
+    case OP_VQ_ENCODE_KV: return qf_vq_encode_kv_slots(ctx, p[0], p[1], p[2], p[3], p[4], &vq_fmt, p[5], p[6], NULL, NULL);
     default: (void)a; return qf_vq_pack_gemv(ctx, p[0], &vq_fmt, K, p[1]);
   }
 }
 
 /* Inputs whose values the CPU backend checks get valid ones (after the pool's poisoning): the
  * paged cache's block table {0, 1} and length 8, the grouped GEMM's expert id 0, the masked one's
- * token count 4, the VQ append's slots {0, 1, 2, 3}, the VQ attention's length 3. */
+ * token count 4, the VQ appends' slots {0, 1, 2, 3}, the VQ attention's length 3. */
 static void fill_inputs(op_id op) {
   const int32_t table[2] = {0, 1}, len = 8, zero = 0, count = 4, slots[M] = {0, 1, 2, 3}, three = 3;
   if (op == OP_VQ_ENCODE_SLOTS) memcpy(pool[1], slots, sizeof slots);
+  if (op == OP_VQ_ENCODE_KV) memcpy(pool[2], slots, sizeof slots);
   if (op == OP_VQ_ATTN_LENS) memcpy(pool[7], &three, sizeof three);
   if (op == OP_ATTN_PAGED) memcpy(pool[3], table, sizeof table), memcpy(pool[4], &len, sizeof len);
   if (op == OP_GROUPED) memcpy(pool[4], &zero, sizeof zero);

@@ -352,6 +352,31 @@ static void test_encode(void) {
     int untouched = 1;
     for (size_t k = 0; k < cbytes; k++) untouched &= c.codes[k] == 0xAB;
     CHECK(untouched, "format %d: refused calls wrote nothing", fi);
+
+    /* K and V in one call (qf_vq_encode_kv_slots): each cache as qf_vq_encode_slots leaves it;
+     * a V of another shape or a repeated slot refused with neither cache written. */
+    vq_buf kc, vc;
+    vq_alloc(&kc, &fmts[fi], N, K), vq_alloc(&vc, &fmts[fi], N, K);
+    memset(kc.codes, 0xAB, cbytes), memset(vc.codes, 0xAB, cbytes);
+    for (int n = 0; n < N; n++) kc.scales[n] = vc.scales[n] = 7.0f;
+    DLTensor *ks = fmts[fi].row_scale ? &kc.st : NULL, *vs = fmts[fi].row_scale ? &vc.st : NULL;
+    tensor2d vt;
+    tensor2d_init(&vt, xs, QF_F32, TS - 1, K, K, kDLCPU);
+    int refused = qf_vq_encode_kv_slots(ctx, &st.t, &vt.t, &sl, &b.bt, &b.bt, &fmts[fi], &kc.ct, &vc.ct, ks, vs) == QF_ERR_SHAPE;
+    refused &= qf_vq_encode_kv_slots(ctx, &st.t, &st.t, &sl, &b.bt, &b.bt, &fmts[fi], &kc.ct, &vc.ct, ks, vs) == QF_ERR_VALUE;
+    untouched = 1;
+    for (size_t k = 0; k < cbytes; k++) untouched &= kc.codes[k] == 0xAB && vc.codes[k] == 0xAB;
+    CHECK(refused && untouched, "format %d: K and V: bad calls refused (%d) and nothing written (%d)", fi, refused, untouched);
+    sl.data = (void *)slots;
+    memset(c.codes, 0xAB, cbytes);
+    for (int n = 0; n < N; n++) c.scales[n] = 7.0f;
+    CHECK(qf_vq_encode_slots(ctx, &st.t, &sl, &b.bt, &fmts[fi], &c.ct, sc) == QF_OK &&
+              qf_vq_encode_kv_slots(ctx, &st.t, &st.t, &sl, &b.bt, &b.bt, &fmts[fi], &kc.ct, &vc.ct, ks, vs) == QF_OK,
+          "K and V by slot: %s", qf_ctx_last_error(ctx));
+    int same_kv = !memcmp(kc.codes, c.codes, cbytes) && !memcmp(vc.codes, c.codes, cbytes);
+    if (fmts[fi].row_scale) same_kv &= !memcmp(kc.scales, c.scales, N * sizeof(float)) && !memcmp(vc.scales, c.scales, N * sizeof(float));
+    CHECK(same_kv, "format %d: K and V by slot leave each cache as qf_vq_encode_slots does", fi);
+    vq_free(&kc), vq_free(&vc);
     vq_free(&c);
     vq_free(&b), vq_free(&e);
   }

@@ -17,7 +17,8 @@
  *  - by slot (qf_vq_encode_slots) into the whole poisoned cache: 8 and 70 fresh rows (both kernel
  *    forms) at scattered slots, one negative (skipped by both backends) and, for CUDA, one past
  *    the codes (skipped there; the CPU, which refuses it, gets -1 in its place): every byte of the
- *    cache and its scales as the CPU's, the rows no slot names still poisoned;
+ *    cache and its scales as the CPU's, the rows no slot names still poisoned; then the same
+ *    rows with other rows and books as V by qf_vq_encode_kv_slots (one launch for both caches);
  *  - bad input (x misaligned to its elements) gets an error and leaves the codes untouched. */
 #include <inttypes.h>
 #include <math.h>
@@ -136,6 +137,48 @@ static void slots_case(qf_ctx *gpu, qf_ctx *cpu, book_set *b, const char *name, 
   CUDA_OK(cudaDeviceSynchronize());
   pair_check(&C, "codes", desc);
   pair_check(&S, "scales", desc);
+
+  /* The same rows as K and, as V, the rows in reverse order with the entries of each book in
+   * reverse order, by qf_vq_encode_kv_slots into two more poisoned caches: on the CPU the same K
+   * cache as the call above, and on CUDA every byte of both caches and scales as the CPU's. */
+  snprintf(desc, sizeof desc, "%s: K and V by slot T=%" PRId64 " %s ld=%" PRId64, name, T, qf_dtype_name(dt), ld);
+  uint8_t *hv = malloc(xbytes), *hvb = aligned_alloc(16, (b->book_bytes + 15) / 16 * 16);
+  for (int64_t i = 0; i < T; i++) memcpy(hv + (size_t)(i * ld) * esz, (const uint8_t *)hx + (size_t)((T - 1 - i) * ld) * esz, (size_t)ld * esz);
+  const int64_t n_vec_books = b->f.residuals * b->sz.n_books, ebytes = (int64_t)b->f.vector_size * 2;
+  for (int64_t bk = 0; bk < n_vec_books; bk++)
+    for (int64_t e = 0; e < b->sz.entries; e++)
+      memcpy(hvb + (bk * b->sz.entries + e) * ebytes, (const uint8_t *)b->h_books + (bk * b->sz.entries + b->sz.entries - 1 - e) * ebytes,
+             (size_t)ebytes);
+  void *dv = dev_alloc(xbytes), *dvb = dev_alloc(b->book_bytes);
+  CUDA_OK(cudaMemcpy(dv, hv, xbytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dvb, hvb, b->book_bytes, cudaMemcpyHostToDevice));
+  pair KC, VC, KS, VS;
+  pair_init(&KC, C.bytes - PAIR_TAIL, NULL), pair_init(&VC, C.bytes - PAIR_TAIL, NULL);
+  pair_init(&KS, S.bytes - PAIR_TAIL, NULL), pair_init(&VS, S.bytes - PAIR_TAIL, NULL);
+  tensor2d cv, gv;
+  tensor2d_init(&cv, hv, dt, T, b->K, ld, kDLCPU);
+  tensor2d_init(&gv, dv, dt, T, b->K, ld, kDLCUDA);
+  DLTensor cvb = dl_tensor(hvb, b->f.entry_dtype, 4, b->bshape, kDLCPU), gvb = dl_tensor(dvb, b->f.entry_dtype, 4, b->bshape, kDLCUDA);
+  DLTensor ckc = dl_tensor(KC.ref, QF_U8, 3, cshape, kDLCPU), gkc = dl_tensor(KC.dev, QF_U8, 3, cshape, kDLCUDA);
+  DLTensor cvc = dl_tensor(VC.ref, QF_U8, 3, cshape, kDLCPU), gvc = dl_tensor(VC.dev, QF_U8, 3, cshape, kDLCUDA);
+  DLTensor cks = dl_tensor(KS.ref, QF_F32, 1, sshape, kDLCPU), gks = dl_tensor(KS.dev, QF_F32, 1, sshape, kDLCUDA);
+  DLTensor cvs = dl_tensor(VS.ref, QF_F32, 1, sshape, kDLCPU), gvs = dl_tensor(VS.dev, QF_F32, 1, sshape, kDLCUDA);
+  const int rs = b->f.row_scale;
+  st = qf_vq_encode_kv_slots(cpu, &cx.t, &cv.t, &csl, &cb, &cvb, &b->f, &ckc, &cvc, rs ? &cks : NULL, rs ? &cvs : NULL);
+  CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu));
+  CHECK(memcmp(KC.ref, C.ref, C.bytes) == 0 && memcmp(KS.ref, S.ref, S.bytes) == 0, "%s: cpu: K differs from qf_vq_encode_slots", desc);
+  st = qf_vq_encode_kv_slots(gpu, &gx.t, &gv.t, &gsl, &gb, &gvb, &b->f, &gkc, &gvc, rs ? &gks : NULL, rs ? &gvs : NULL);
+  CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  pair_check(&KC, "K codes", desc);
+  pair_check(&VC, "V codes", desc);
+  pair_check(&KS, "K scales", desc);
+  pair_check(&VS, "V scales", desc);
+  pair_free(&KC), pair_free(&VC), pair_free(&KS), pair_free(&VS);
+  free(hv), free(hvb);
+  CUDA_OK(cudaFree(dv));
+  CUDA_OK(cudaFree(dvb));
+
   pair_free(&C), pair_free(&S);
   free(cslots), free(gslots);
   CUDA_OK(cudaFree(dx));

@@ -235,6 +235,13 @@ class TestFamily(unittest.TestCase):
             np.testing.assert_array_equal(cache[:, slots[b]], one[:, 0])
         others = np.setdiff1d(np.arange(bsz * seq), slots)
         np.testing.assert_array_equal(cache[:, others], kc[:, others])
+        # K and V in one call (qf_vq_encode_kv_slots): each cache as vq_encode_slots leaves it
+        newv = self.rng.standard_normal((bsz, hkv * dim)).astype(np.float32)
+        vcache, kcache2, vcache2 = vc.copy(), kc.copy(), vc.copy()
+        self.ctx.vq_encode_slots(newv, slots, vb, fmt, vcache)
+        self.ctx.vq_encode_kv_slots(new, newv, slots, kb, vb, fmt, kcache2, vcache2)
+        np.testing.assert_array_equal(kcache2, cache)
+        np.testing.assert_array_equal(vcache2, vcache)
         # the same cache in pages of 2 rows, shuffled: the contiguous cache's o and lse
         pages = np.array([[4, 0, 3], [1, 5, 2]], np.int32)  # [B, max_pages]; 3 pages of 2 hold 5 tokens
         kp, vp = (np.zeros((1, 12, sz.row_bytes), np.uint8) for _ in range(2))

@@ -16,7 +16,8 @@
  *    public calls in a row (the second's q the first's o) on a context with qf_ctx_set_pdl against
  *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels; at
  *    batch 1 with Hq = Hkv, op vq_append_chain the same for a decode step's append (qf_vq_encode
- *    of o as the last token's K and V codes) then the call; "cq2,fp16,auto,kv_lens" the public
+ *    of o as the last token's K and V codes; ",kv": one qf_vq_encode_kv_slots of both) then the
+ *    call; "cq2,fp16,auto,kv_lens" the public
  *    call with lengths per entry (opts.kv_lens on the device), every one seq_len, and
  *    "cq2,fp16,auto,paged16" / "paged256" the same over a paged copy of the cache (pages of 16
  *    or 256 rows in a shuffled pool of the same size, opts.block_table; ",in-order": the pages in
@@ -217,12 +218,20 @@ static int chain_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, c
  * qf_vq_encode of o as the last token's K and V, then the public attention call over the cache. */
 typedef struct {
   att_call att;
-  int64_t rshape[3];
+  int64_t rshape[3], sshape[1];
   DLTensor last[2]; /* the last token's K and V code rows */
+  DLTensor slot;    /* kv: int32 [1] = seq_len - 1 on the device */
+  int kv;           /* the append by qf_vq_encode_kv_slots (both caches in one call) */
 } append_step;
 
 static int run_append_step(void *arg) {
   append_step *s = arg;
+  if (s->kv) {
+    qf_status st = qf_vq_encode_kv_slots(s->att.ctx, &s->att.to, &s->att.to, &s->slot, &s->att.kb, &s->att.vb, &s->att.c->f,
+                                         &s->att.kc, &s->att.vc, NULL, NULL);
+    if (st != QF_OK) fprintf(stderr, "qf_vq_encode_kv_slots: %s\n", qf_ctx_last_error(s->att.ctx));
+    return st != QF_OK || run_api(&s->att);
+  }
   for (int m = 0; m < 2; m++) {
     qf_status st = qf_vq_encode(s->att.ctx, &s->att.to, s->att.seq_len - 1, m ? &s->att.vb : &s->att.kb, &s->att.c->f,
                                 &s->last[m], NULL);
@@ -235,20 +244,24 @@ static int run_append_step(void *arg) {
 }
 
 /* The step on pdl against the same calls on a's context (qfb_emit_pdl_pair), as op
- * vq_append_chain; the last token's codes are restored afterwards (the other rows compare
- * against the fp16 peer's copy of the cache). */
+ * vq_append_chain, then the same with the append by qf_vq_encode_kv_slots (variant ",kv"); the
+ * last token's codes are restored afterwards (the other rows compare against the fp16 peer's
+ * copy of the cache). */
 static int append_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, const char *shape, double bytes,
                       double flops) {
   cache *c = a->c;
   const size_t rb = (size_t)c->sz.row_bytes;
   uint8_t *saved = malloc(2 * rb);
+  int32_t *slot = NULL;
+  const int32_t last_row = (int32_t)(a->seq_len - 1);
   int rc = 1;
-  append_step plain = {.att = *a, .rshape = {1, 1, c->sz.row_bytes}};
+  append_step plain = {.att = *a, .rshape = {1, 1, c->sz.row_bytes}, .sshape = {1}};
   for (int m = 0; m < 2; m++)
     plain.last[m] = (DLTensor){.data = (uint8_t *)c->codes[m] + (size_t)(a->seq_len - 1) * rb, .device = {kDLCUDA, 0}, .ndim = 3,
                                .dtype = qf_dtype_to_dl(QF_U8), .shape = plain.rshape};
   if (!saved || cudaMemcpy(saved, plain.last[0].data, rb, cudaMemcpyDeviceToHost) ||
-      cudaMemcpy(saved + rb, plain.last[1].data, rb, cudaMemcpyDeviceToHost)) {
+      cudaMemcpy(saved + rb, plain.last[1].data, rb, cudaMemcpyDeviceToHost) || cudaMalloc((void **)&slot, 4) ||
+      cudaMemcpy(slot, &last_row, 4, cudaMemcpyHostToDevice)) {
     fprintf(stderr, "bench_vq_attention: the append chain's setup failed\n");
     goto done;
   }
@@ -260,11 +273,18 @@ static int append_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, 
   qfb_row row = {.op = "vq_append_chain", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops};
   row.floor_us = qfb_floor_us(b, row.bytes, 0.0, 0.0);
   rc = qfb_emit_pdl_pair(b, &row, run_append_step, &dep, &plain);
+  plain.slot = (DLTensor){.data = slot, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = plain.sshape};
+  plain.kv = 1;
+  dep = plain;
+  dep.slot.shape = dep.sshape, dep.att.ctx = pdl;
+  snprintf(variant, sizeof variant, "%s,fp16,auto,pdl,kv", name);
+  rc |= qfb_emit_pdl_pair(b, &row, run_append_step, &dep, &plain);
   if (cudaMemcpy(plain.last[0].data, saved, rb, cudaMemcpyHostToDevice) ||
       cudaMemcpy(plain.last[1].data, saved + rb, rb, cudaMemcpyHostToDevice))
     rc = 1;
 done:
   free(saved);
+  cudaFree(slot);
   return rc;
 }
 
@@ -440,7 +460,7 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
     (*rows)++;
     if (B == 1 && c->hkv == HQ) {
       rc |= append_row(b, pdl, &a, name, shape, vq_bytes, flops);
-      (*rows)++;
+      (*rows) += 2;
     }
   }
 done:

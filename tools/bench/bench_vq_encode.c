@@ -8,7 +8,9 @@
  * arithmetic (entries x vector size x 3 fp32 operations per vector and residual), so the floor
  * column reports bytes only. Variant "<format>,fp16,slots" is qf_vq_encode_slots with the same
  * rows written to slots 64 rows apart in a cache of 64 T rows (a decode step's tokens of
- * sequences in their own regions), the same bytes and peer. */
+ * sequences in their own regions), the same bytes and peer. Variant "<format>,fp16,kv-slots" is
+ * qf_vq_encode_kv_slots of those rows as K and V (the same rows and books, two caches), against
+ * the two qf_vq_encode_slots calls it replaces (peer "2 x slots", one after the other). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,7 +21,7 @@
 
 typedef struct {
   qf_ctx *ctx;
-  DLTensor x, books, codes, cache, slots;
+  DLTensor x, books, codes, cache, cache2, slots;
   const qf_vq_format *f;
 } encode_call;
 
@@ -33,6 +35,22 @@ static int run_encode(void *arg) {
 static int run_encode_slots(void *arg) {
   encode_call *c = arg;
   qf_status st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, &c->cache, NULL);
+  if (st != QF_OK) fprintf(stderr, "qf_vq_encode_slots: %s\n", qf_ctx_last_error(c->ctx));
+  return st != QF_OK;
+}
+
+static int run_encode_kv(void *arg) {
+  encode_call *c = arg;
+  qf_status st = qf_vq_encode_kv_slots(c->ctx, &c->x, &c->x, &c->slots, &c->books, &c->books, c->f, &c->cache, &c->cache2,
+                                       NULL, NULL);
+  if (st != QF_OK) fprintf(stderr, "qf_vq_encode_kv_slots: %s\n", qf_ctx_last_error(c->ctx));
+  return st != QF_OK;
+}
+
+static int run_encode_two_slots(void *arg) {
+  encode_call *c = arg;
+  qf_status st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, &c->cache, NULL);
+  if (st == QF_OK) st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, &c->cache2, NULL);
   if (st != QF_OK) fprintf(stderr, "qf_vq_encode_slots: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
@@ -57,10 +75,10 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
                cb = (size_t)(f.residuals * T * sz.row_bytes);
   uint16_t *h = malloc(bb > xb ? bb : xb);
   int32_t *hslots = malloc((size_t)T * 4);
-  void *x = NULL, *books = NULL, *codes = NULL, *dst = NULL, *cache = NULL, *slots = NULL;
+  void *x = NULL, *books = NULL, *codes = NULL, *dst = NULL, *cache = NULL, *cache2 = NULL, *slots = NULL;
   int rc = 1;
   if (!h || !hslots || cudaMalloc(&x, xb) || cudaMalloc(&books, bb) || cudaMalloc(&codes, cb) || cudaMalloc(&dst, xb) ||
-      cudaMalloc(&cache, 64 * cb) || cudaMalloc(&slots, (size_t)T * 4))
+      cudaMalloc(&cache, 64 * cb) || cudaMalloc(&cache2, 64 * cb) || cudaMalloc(&slots, (size_t)T * 4))
     goto done;
   for (int64_t i = 0; i < T; i++) hslots[i] = (int32_t)(64 * i + 17);
   if (cudaMemcpy(slots, hslots, (size_t)T * 4, cudaMemcpyHostToDevice)) goto done;
@@ -77,6 +95,8 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
   c.books = (DLTensor){.data = books, .device = {kDLCUDA, 0}, .ndim = 4, .dtype = qf_dtype_to_dl(QF_F16), .shape = bshape};
   c.codes = (DLTensor){.data = codes, .device = {kDLCUDA, 0}, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = cshape};
   c.cache = (DLTensor){.data = cache, .device = {kDLCUDA, 0}, .ndim = 3, .dtype = qf_dtype_to_dl(QF_U8), .shape = kshape};
+  c.cache2 = c.cache;
+  c.cache2.data = cache2;
   c.slots = (DLTensor){.data = slots, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = tshape};
   char variant[48], shape[48];
   snprintf(variant, sizeof variant, "%s,fp16", name);
@@ -93,11 +113,18 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
   srow.us = qfb_time_us(b, run_encode_slots, &c);
   qfb_emit(b, &srow);
   (*rows)++;
-  rc = row.us > 0 && srow.us > 0 ? 0 : 1;
+  snprintf(variant, sizeof variant, "%s,fp16,kv-slots", name);
+  qfb_row kvrow = {.op = "vq_encode", .variant = variant, .shape = shape, .bytes = 2.0 * (double)(xb + cb), .peer = "2 x slots"};
+  kvrow.us = qfb_time_us(b, run_encode_kv, &c);
+  kvrow.floor_us = qfb_floor_us(b, kvrow.bytes, 0, 0);
+  kvrow.peer_us = qfb_time_us(b, run_encode_two_slots, &c);
+  qfb_emit(b, &kvrow);
+  (*rows)++;
+  rc = row.us > 0 && srow.us > 0 && kvrow.us > 0 && kvrow.peer_us > 0 ? 0 : 1;
 done:
   if (rc) fprintf(stderr, "bench_vq_encode: %s T=%lld failed\n", name, (long long)T);
   free(h), free(hslots);
-  cudaFree(x), cudaFree(books), cudaFree(codes), cudaFree(dst), cudaFree(cache), cudaFree(slots);
+  cudaFree(x), cudaFree(books), cudaFree(codes), cudaFree(dst), cudaFree(cache), cudaFree(cache2), cudaFree(slots);
   return rc;
 }
 #endif

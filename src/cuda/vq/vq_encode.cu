@@ -33,10 +33,12 @@
 //   dependent load fewer at the end of every warp's chain.
 // - One row of 2- or 4-element vectors (a decode step at batch 1) is few blocks of 32 vectors
 //   (CQ-2, K = 4096: 32 blocks of 1024 threads on 32 SMs); where blocks of 8 vectors (256
-//   threads) are at most one per SM they take them instead (128 blocks): CQ-2 at 1 row of 4096
-//   5.4 -> 4.8 us on an H200. 8 indices of a multiple of 4 bits are whole words, as 32 are of any
-//   width. (CQ-4's 2048 vectors would be 256 blocks of 8, two on most SMs: 5.5 against 5.1 us
-//   without slots, 4.5 against 5.2 with them; they keep blocks of 32.)
+//   threads, as many registers as they want) are at most two per SM they take them instead: on
+//   an H200 one row of 4096 in 3.7 us (CQ-2, 128 blocks; 5.4 before) and 3.65 us (CQ-4, 256
+//   blocks; 5.1). 8 indices of a multiple of 4 bits are whole words, as 32 are of any width.
+// - qf_vq_encode_kv_slots: K's rows and V's in one grid (blockIdx.z), each kernel's pair form
+//   calling the same code with the K or the V parameters: a decode step's two appends in one
+//   launch (CQ-2 at 1 row 4.2 us against 7.1 for the two calls, 8 rows 14.1 against 15.4).
 // - Vector sizes 2, 4 and 8 have their own instantiations: an entry is one 4-, 8- or 16-byte load
 //   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
 //   per SM (vs = 4 spilled 20 bytes until the past-the-row vectors were clamped instead of
@@ -171,13 +173,12 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
   return total > 0.0 ? __double2float_rn(__dsqrt_rn(total / static_cast<double>(p.K))) : 1.0f;
 }
 
-// KVS: the vector size when it is 2, 4 or 8 (registers and loads sized for it), else 0. kLanes:
-// lanes per vector (32: a warp; 16: two vectors a warp), so a block of kBV vectors (32, or
-// kSmallVecs for one row of few vectors, where the launcher checks that kBV indices fill whole
-// words) has kBV kLanes threads.
-template <int KVS, int kLanes, bool kSlots, int kBV = kVecs>
-__global__ void __launch_bounds__(kBV * kLanes, (KVS == 2 || KVS == 4 ? 2048 : 1024) / (kBV * kLanes))
-    vq_encode_kernel(const vq_encode_params p) {
+// The warp-per-vector kernels' work for the tensors of p. KVS: the vector size when it is 2, 4 or 8
+// (registers and loads sized for it), else 0. kLanes: lanes per vector (32: a warp; 16: two
+// vectors a warp), so a block of kBV vectors (32, or kSmallVecs for one row of few vectors, where
+// the launcher checks that kBV indices fill whole words) has kBV kLanes threads.
+template <int KVS, int kLanes, bool kSlots, int kBV>
+__device__ __forceinline__ void encode_vectors(const vq_encode_params &p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
   constexpr int kT = kBV * kLanes;
   const int vs = KVS ? KVS : p.vs;
@@ -252,6 +253,33 @@ __global__ void __launch_bounds__(kBV * kLanes, (KVS == 2 || KVS == 4 ? 2048 : 1
   }
 }
 
+// The blocks of 32 vectors and sizes 2 and 4 run two to an SM (32 registers); the small blocks have
+// no such floor: held to 32 registers, their lanes' 8 entries were not all in flight at once (CQ-2,
+// 1 row of 4096: 4.9 us against 3.7 on an H200).
+template <int KVS, int kLanes, int kBV>
+constexpr int encode_min_blocks() {
+  return kBV < kVecs ? 1 : (KVS == 2 || KVS == 4 ? 2048 : 1024) / (kBV * kLanes);
+}
+
+template <int KVS, int kLanes, bool kSlots, int kBV = kVecs>
+__global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, kBV>())
+    vq_encode_kernel(const vq_encode_params p) {
+  encode_vectors<KVS, kLanes, kSlots, kBV>(p);
+}
+
+// qf_vq_encode_kv_slots: the K tensors' blocks (blockIdx.z 0) and the V tensors' (1) in one grid.
+// Each branch reads its own parameters at fixed offsets (an index into them would make every
+// kernel read its parameters through a computed address; selecting the pointers cost the
+// 32-register kernels 3-6%).
+template <int KVS, int kLanes, int kBV = kVecs>
+__global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, kBV>())
+    vq_encode_kv_kernel(const vq_encode_params k, const vq_encode_params v) {
+  if (blockIdx.z == 0)
+    encode_vectors<KVS, kLanes, true, kBV>(k);
+  else
+    encode_vectors<KVS, kLanes, true, kBV>(v);
+}
+
 // The row-parallel form, for appends of many rows (a prefill chunk) where every row takes the
 // same codebooks and no row scale (fmt->scope_rows 0, no row_scale): a block takes 32 rows x 32
 // vector positions, warp w position j0 + w and lane l row i0 + l, so that at each step the warp's
@@ -260,7 +288,7 @@ __global__ void __launch_bounds__(kBV * kLanes, (KVS == 2 || KVS == 4 ? 2048 : 1
 // across lanes (NaN distances never replace; a NaN at entry 0 keeps entry 0). The same fp32
 // operations in the same order as the warp-per-vector kernel, so the same codes.
 template <int KVS, bool kSlots>
-__global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_rows_kernel(const vq_encode_params p) {
+__device__ __forceinline__ void encode_rows(const vq_encode_params &p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
   const int vs = KVS ? KVS : p.vs;
   __shared__ uint32_t idx_s[kMaxR][kVecs][33];  // [residual][position][row] (+1: the pack reads along positions)
@@ -322,7 +350,22 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
   }
 }
 
+template <int KVS, bool kSlots>
+__global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_rows_kernel(const vq_encode_params p) {
+  encode_rows<KVS, kSlots>(p);
+}
+
+template <int KVS>
+__global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1)
+    vq_encode_rows_kv_kernel(const vq_encode_params k, const vq_encode_params v) {
+  if (blockIdx.z == 0)
+    encode_rows<KVS, true>(k);
+  else
+    encode_rows<KVS, true>(v);
+}
+
 using encode_kernel_t = void (*)(vq_encode_params);
+using encode_kv_kernel_t = void (*)(vq_encode_params, vq_encode_params);
 
 // The encode kernel of a form (row-parallel, 16 lanes per vector, a warp per vector in blocks of
 // kSmallVecs vectors (`small`, KVS buckets 1 and 2 only) or of kVecs) and a KVS bucket k (0: any
@@ -339,10 +382,24 @@ encode_kernel_t pick_encode(bool rows_form, bool half_warps, bool small, int k) 
   return per_vector[k];
 }
 
+// The same for a K and V pair.
+encode_kv_kernel_t pick_encode_kv(bool rows_form, bool half_warps, bool small, int k) {
+  const encode_kv_kernel_t per_vector[] = {vq_encode_kv_kernel<0, 32>, vq_encode_kv_kernel<2, 32>, vq_encode_kv_kernel<4, 32>,
+                                           vq_encode_kv_kernel<8, 32>};
+  const encode_kv_kernel_t per_row[] = {vq_encode_rows_kv_kernel<0>, vq_encode_rows_kv_kernel<2>, vq_encode_rows_kv_kernel<4>,
+                                        vq_encode_rows_kv_kernel<8>};
+  if (rows_form) return per_row[k];
+  if (small) return k == 1 ? vq_encode_kv_kernel<2, 32, kSmallVecs> : vq_encode_kv_kernel<4, 32, kSmallVecs>;
+  if (half_warps) return k == 1 ? vq_encode_kv_kernel<2, 16> : vq_encode_kv_kernel<0, 16>;
+  return per_vector[k];
+}
+
 }  // namespace
 
-extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots,
-                                       const qf_vq_tensors *t) {
+extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int64_t row0, const int32_t *slots,
+                                       const qf_vq_tensors *ts) {
+  const qf_mat *x = &xs[0];
+  const qf_vq_tensors *t = &ts[0];  // (a pair's second: the same shapes, dtypes and format)
   const qf_vq_format &f = t->fmt;
   if (t->sz.row_bytes > (INT64_C(1) << 28) || t->K > INT32_MAX / 2)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: rows of K=%lld are too long for 32-bit code offsets", kOp,
@@ -380,22 +437,35 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row
   const bool rows_form = x->rows >= rows_min && f.scope_rows == 0 && t->scales == nullptr;
   const int64_t row_blocks = rows_form ? (x->rows + 31) / 32 : x->rows;
   const dim3 grid(static_cast<unsigned>((p.vectors + kVecs - 1) / kVecs),
-                  static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));
+                  static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535), static_cast<unsigned>(n));
   // Vector sizes 2, 4, 8 with books aligned to an entry load their entries in one load each.
   const int vs = f.vector_size;
-  const bool aligned = reinterpret_cast<uintptr_t>(t->books) % (2 * vs) == 0;
+  bool aligned = true;
+  for (int i = 0; i < n; i++) aligned = aligned && reinterpret_cast<uintptr_t>(ts[i].books) % (2 * vs) == 0;
   const int k = !aligned ? 0 : vs == 2 ? 1 : vs == 4 ? 2 : vs == 8 ? 3 : 0;  // the KVS bucket
   // 2-element vectors from 8 rows (below the row-parallel form) take 16 lanes per vector: their
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
   const bool half_warps = !rows_form && vs == 2 && x->rows >= 8;
-  // One row whose blocks of kSmallVecs vectors are at most one per SM takes them (above).
+  // Few rows whose blocks of kSmallVecs vectors (of both tensors of a pair) are at most two per SM
+  // take them (above).
   const int64_t small_blocks = (p.vectors + kSmallVecs - 1) / kSmallVecs;
   const bool small = !rows_form && !half_warps && (k == 1 || k == 2) && f.index_bits % 4 == 0 &&
-                     small_blocks * x->rows <= ctx->sm_count;
+                     small_blocks * x->rows * n <= 2 * static_cast<int64_t>(ctx->sm_count);
+  const dim3 block(small ? kSmallVecs * 32 : half_warps ? kVecs * 16 : kThreads);
+  const dim3 blocks = small ? dim3(static_cast<unsigned>(small_blocks), grid.y, grid.z) : grid;
+  // (the same kernel either way: it waits for the kernel before at its start)
+  if (n == 2) {
+    vq_encode_params v = p;
+    v.x = xs[1].data;
+    v.x_ld = xs[1].ld;
+    v.books = static_cast<const uint16_t *>(ts[1].books);
+    v.codes = reinterpret_cast<uint32_t *>(ts[1].codes);
+    v.scales = ts[1].scales;
+    const encode_kv_kernel_t kernel = pick_encode_kv(rows_form, half_warps, small, k);
+    return qf_cuda_launch(ctx, kOp, kernel, kernel, blocks, block, 0, p, v);
+  }
   const encode_kernel_t kernel = slots ? pick_encode<true>(rows_form, half_warps, small, k)
                                        : pick_encode<false>(rows_form, half_warps, small, k);
-  const dim3 block(small ? kSmallVecs * 32 : half_warps ? kVecs * 16 : kThreads);
-  // (the same kernel either way: it waits for the kernel before at its start)
-  return qf_cuda_launch(ctx, kOp, kernel, kernel, small ? dim3(static_cast<unsigned>(small_blocks), grid.y) : grid, block, 0, p);
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, blocks, block, 0, p);
 }

@@ -236,7 +236,7 @@ qf_status qf_vq_encode_kv_slots(qf_ctx *ctx, const DLTensor *k_new, const DLTens
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: v_new [%" PRId64 ", %" PRId64 "] %s differs from k_new [%" PRId64 ", %" PRId64 "] %s", op,
                    xm[1].rows, xm[1].cols, qf_dtype_name(xm[1].dtype), xm[0].rows, xm[0].cols, qf_dtype_name(xm[0].dtype));
   if (t[1].N != t[0].N)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: v_codes has %" PRId64 " rows, k_codes %" PRId64 "", op, t[1].N, t[0].N);
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: v_codes has %" PRId64 " rows, k_codes %" PRId64, op, t[1].N, t[0].N);
   if ((st = qf_check_vec(ctx, op, "slots", slots, QF_I32, xm[0].rows, (void **)&sl))) return st;
   if (xm[0].rows * xm[0].cols == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)

@@ -34,11 +34,12 @@
 // - One row of 2- or 4-element vectors (a decode step at batch 1) is few blocks of 32 vectors
 //   (CQ-2, K = 4096: 32 blocks of 1024 threads on 32 SMs); where blocks of 8 vectors (256
 //   threads, as many registers as they want) are at most two per SM they take them instead: on
-//   an H200 one row of 4096 in 3.7 us (CQ-2, 128 blocks; 5.4 before) and 3.65 us (CQ-4, 256
-//   blocks; 5.1). 8 indices of a multiple of 4 bits are whole words, as 32 are of any width.
+//   an H200 one row of 4096 in 3.7 us (CQ-2, 128 blocks; 5.4 in blocks of 32) and 3.5 us (CQ-4,
+//   256 blocks; 4.65). 8 indices of a multiple of 4 bits are whole words, as 32 are of any width.
 // - qf_vq_encode_kv_slots: K's rows and V's in one grid (blockIdx.z), each kernel's pair form
 //   calling the same code with the K or the V parameters: a decode step's two appends in one
-//   launch (CQ-2 at 1 row 4.2 us against 7.1 for the two calls, 8 rows 14.1 against 15.4).
+//   launch (1 row of 4096: CQ-2 4.3 us against 7.1 for the two calls, CQ-4 5.0 against 7.0; 8
+//   rows of CQ-4 14.7 against 16.6, of CQ-2 as the two calls).
 // - Vector sizes 2, 4 and 8 have their own instantiations: an entry is one 4-, 8- or 16-byte load
 //   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
 //   per SM (vs = 4 spilled 20 bytes until the past-the-row vectors were clamped instead of

@@ -33,13 +33,15 @@
 //   dependent load fewer at the end of every warp's chain.
 // - One row of 2- or 4-element vectors (a decode step at batch 1) is few blocks of 32 vectors
 //   (CQ-2, K = 4096: 32 blocks of 1024 threads on 32 SMs); where blocks of 8 vectors (256
-//   threads, as many registers as they want) are at most two per SM they take them instead: on
+//   threads, as many registers as they want) are at most four per SM they take them instead: on
 //   an H200 one row of 4096 in 3.7 us (CQ-2, 128 blocks; 5.4 in blocks of 32) and 3.5 us (CQ-4,
-//   256 blocks; 4.65). 8 indices of a multiple of 4 bits are whole words, as 32 are of any width.
+//   256 blocks; 4.65), 2 rows of CQ-4 and 4 of CQ-2 5-12% faster than in blocks of 32, one row of
+//   K and V of CQ-4 (512 blocks) 9%. 8 indices of a multiple of 4 bits are whole words, as 32 are
+//   of any width.
 // - qf_vq_encode_kv_slots: K's rows and V's in one grid (blockIdx.z), each kernel's pair form
 //   calling the same code with the K or the V parameters: a decode step's two appends in one
-//   launch (1 row of 4096: CQ-2 4.3 us against 7.1 for the two calls, CQ-4 5.0 against 7.0; 8
-//   rows of CQ-4 14.7 against 16.6, of CQ-2 as the two calls).
+//   launch (1 row of 4096: CQ-2 4.3 us against 7.2 for the two calls, CQ-4 4.6 against 7.0; 2
+//   and 4 rows 1.05-1.5x; 8 rows of CQ-4 14.7 against 16.6, of CQ-2 as the two calls).
 // - Vector sizes 2, 4 and 8 have their own instantiations: an entry is one 4-, 8- or 16-byte load
 //   and the vector takes vs registers, not 16, so sizes 2 and 4 fit 32 registers and two blocks
 //   per SM (vs = 4 spilled 20 bytes until the past-the-row vectors were clamped instead of
@@ -448,11 +450,11 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
   const bool half_warps = !rows_form && vs == 2 && x->rows >= 8;
-  // Few rows whose blocks of kSmallVecs vectors (of both tensors of a pair) are at most two per SM
+  // Few rows whose blocks of kSmallVecs vectors (of both tensors of a pair) are at most four per SM
   // take them (above).
   const int64_t small_blocks = (p.vectors + kSmallVecs - 1) / kSmallVecs;
   const bool small = !rows_form && !half_warps && (k == 1 || k == 2) && f.index_bits % 4 == 0 &&
-                     small_blocks * x->rows * n <= 2 * static_cast<int64_t>(ctx->sm_count);
+                     small_blocks * x->rows * n <= 4 * static_cast<int64_t>(ctx->sm_count);
   const dim3 block(small ? kSmallVecs * 32 : half_warps ? kVecs * 16 : kThreads);
   const dim3 blocks = small ? dim3(static_cast<unsigned>(small_blocks), grid.y, grid.z) : grid;
   // (the same kernel either way: it waits for the kernel before at its start)

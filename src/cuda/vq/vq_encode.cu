@@ -271,9 +271,9 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
 }
 
 // qf_vq_encode_kv_slots: the K tensors' blocks (blockIdx.z 0) and the V tensors' (1) in one grid.
-// Each branch reads its own parameters at fixed offsets (an index into them would make every
-// kernel read its parameters through a computed address; selecting the pointers cost the
-// 32-register kernels 3-6%).
+// Each branch reads its own parameter block, so the one-tensor kernels keep their code (pointers
+// picked from arrays of two by blockIdx.z, indexed or selected, made the 32-register kernels'
+// code a quarter longer and 3-6% slower at 8 rows on an H200).
 template <int KVS, int kLanes, int kBV = kVecs>
 __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, kBV>())
     vq_encode_kv_kernel(const vq_encode_params k, const vq_encode_params v) {

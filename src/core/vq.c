@@ -142,6 +142,36 @@ qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *c
   return qf_cpu_vq_dequantize(ctx, &t, &wm);
 }
 
+/* The encodes of n (1 or 2) validated row sets into their codes: one CUDA launch, or the CPU's
+ * encodes in turn (the CPU checks the slots before it writes; a pair's caches have the same rows,
+ * so the first refuses what the second would). */
+static qf_status encode(qf_ctx *ctx, const char *op, int n, const qf_mat *xm, int64_t row0, const int32_t *slots,
+                        const qf_vq_tensors *t) {
+  (void)op; /* (named only by a build without CUDA, in its refusal) */
+  if (xm[0].rows * xm[0].cols == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_encode(ctx, n, xm, row0, slots, t);
+#else
+    return no_cuda_kernel(ctx, op);
+#endif
+  qf_status st = QF_OK;
+  for (int i = 0; i < n && st == QF_OK; i++) st = qf_cpu_vq_encode(ctx, &xm[i], row0, slots, &t[i]);
+  return st;
+}
+
+/* An append by slot: x [T, K] (named xname) into codes [R, N, row_bytes] (named cname: the whole
+ * cache of an [N, K] matrix) with its codebooks and scales. */
+static qf_status check_slot_append(qf_ctx *ctx, const char *op, const char *xname, const DLTensor *x, const char *cname,
+                                   const DLTensor *codes, const DLTensor *codebooks, const qf_vq_format *fmt,
+                                   const DLTensor *scales, qf_mat *xm, qf_vq_tensors *t) {
+  qf_status st = check_float_2d(ctx, op, xname, x, xm);
+  if (st) return st;
+  if (!codes || codes->ndim != 3 || !codes->shape)
+    return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: %s must be a 3-D tensor [R, N, row_bytes] (the cache)", op, cname);
+  return check_quantized(ctx, op, fmt, codes->shape[1], xm->cols, codes, codebooks, scales, t);
+}
+
 qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTensor *codebooks, const qf_vq_format *fmt,
                        DLTensor *codes, DLTensor *scales) {
   static const char op[] = "qf_vq_encode";
@@ -177,14 +207,7 @@ qf_status qf_vq_encode(qf_ctx *ctx, const DLTensor *x, int64_t row0, const DLTen
   } else if (scales) {
     return qf_fail(ctx, QF_ERR_VALUE, "%s: scales given but fmt->row_scale is 0", op);
   }
-  if (xm.rows * xm.cols == 0) return QF_OK;
-  if (ctx->device == QF_DEVICE_CUDA)
-#ifdef QF_WITH_CUDA
-    return qf_cuda_vq_encode(ctx, 1, &xm, row0, NULL, &t);
-#else
-    return no_cuda_kernel(ctx, op);
-#endif
-  return qf_cpu_vq_encode(ctx, &xm, row0, NULL, &t);
+  return encode(ctx, op, 1, &xm, row0, NULL, &t);
 }
 
 qf_status qf_vq_encode_slots(qf_ctx *ctx, const DLTensor *x, const DLTensor *slots, const DLTensor *codebooks,
@@ -195,20 +218,10 @@ qf_status qf_vq_encode_slots(qf_ctx *ctx, const DLTensor *x, const DLTensor *slo
   qf_vq_tensors t;
   const int32_t *sl;
   qf_status st;
-  if ((st = check_float_2d(ctx, op, "x", x, &xm))) return st;
-  if (!codes || codes->ndim != 3 || !codes->shape)
-    return qf_fail(ctx, codes ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: codes must be a 3-D tensor [R, N, row_bytes] (the cache)", op);
-  if ((st = check_quantized(ctx, op, fmt, codes->shape[1], xm.cols, codes, codebooks, scales, &t)) ||
+  if ((st = check_slot_append(ctx, op, "x", x, "codes", codes, codebooks, fmt, scales, &xm, &t)) ||
       (st = qf_check_vec(ctx, op, "slots", slots, QF_I32, xm.rows, (void **)&sl)))
     return st;
-  if (xm.rows * xm.cols == 0) return QF_OK;
-  if (ctx->device == QF_DEVICE_CUDA)
-#ifdef QF_WITH_CUDA
-    return qf_cuda_vq_encode(ctx, 1, &xm, 0, sl, &t);
-#else
-    return no_cuda_kernel(ctx, op);
-#endif
-  return qf_cpu_vq_encode(ctx, &xm, 0, sl, &t);
+  return encode(ctx, op, 1, &xm, 0, sl, &t);
 }
 
 qf_status qf_vq_encode_kv_slots(qf_ctx *ctx, const DLTensor *k_new, const DLTensor *v_new, const DLTensor *slots,
@@ -216,39 +229,22 @@ qf_status qf_vq_encode_kv_slots(qf_ctx *ctx, const DLTensor *k_new, const DLTens
                                 DLTensor *k_codes, DLTensor *v_codes, DLTensor *k_scales, DLTensor *v_scales) {
   static const char op[] = "qf_vq_encode_kv_slots";
   if (!ctx) return QF_ERR_NULL;
-  const DLTensor *xs[2] = {k_new, v_new}, *books[2] = {k_books, v_books};
-  DLTensor *codes[2] = {k_codes, v_codes}, *scales[2] = {k_scales, v_scales};
-  static const char *const xname[2] = {"k_new", "v_new"}, *const cname[2] = {"k_codes", "v_codes"},
-                           *const side_op[2] = {"qf_vq_encode_kv_slots (K)", "qf_vq_encode_kv_slots (V)"};
   qf_mat xm[2];
   qf_vq_tensors t[2];
   const int32_t *sl;
   qf_status st;
-  for (int i = 0; i < 2; i++) {
-    if ((st = check_float_2d(ctx, op, xname[i], xs[i], &xm[i]))) return st;
-    if (!codes[i] || codes[i]->ndim != 3 || !codes[i]->shape)
-      return qf_fail(ctx, codes[i] ? QF_ERR_SHAPE : QF_ERR_NULL, "%s: %s must be a 3-D tensor [R, N, row_bytes] (the cache)", op,
-                     cname[i]);
-    if ((st = check_quantized(ctx, side_op[i], fmt, codes[i]->shape[1], xm[i].cols, codes[i], books[i], scales[i], &t[i])))
-      return st;
-  }
+  if ((st = check_slot_append(ctx, "qf_vq_encode_kv_slots (K)", "k_new", k_new, "k_codes", k_codes, k_books, fmt, k_scales,
+                              &xm[0], &t[0])) ||
+      (st = check_slot_append(ctx, "qf_vq_encode_kv_slots (V)", "v_new", v_new, "v_codes", v_codes, v_books, fmt, v_scales,
+                              &xm[1], &t[1])))
+    return st;
   if (xm[1].rows != xm[0].rows || xm[1].cols != xm[0].cols || xm[1].dtype != xm[0].dtype)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: v_new [%" PRId64 ", %" PRId64 "] %s differs from k_new [%" PRId64 ", %" PRId64 "] %s", op,
                    xm[1].rows, xm[1].cols, qf_dtype_name(xm[1].dtype), xm[0].rows, xm[0].cols, qf_dtype_name(xm[0].dtype));
   if (t[1].N != t[0].N)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: v_codes has %" PRId64 " rows, k_codes %" PRId64, op, t[1].N, t[0].N);
   if ((st = qf_check_vec(ctx, op, "slots", slots, QF_I32, xm[0].rows, (void **)&sl))) return st;
-  if (xm[0].rows * xm[0].cols == 0) return QF_OK;
-  if (ctx->device == QF_DEVICE_CUDA)
-#ifdef QF_WITH_CUDA
-    return qf_cuda_vq_encode(ctx, 2, xm, 0, sl, t);
-#else
-    return no_cuda_kernel(ctx, op);
-#endif
-  /* The CPU checks the slots before it writes (QF_ERR_VALUE); both caches have the same rows, so
-   * K's call refuses what V's would. */
-  if ((st = qf_cpu_vq_encode(ctx, &xm[0], 0, sl, &t[0]))) return st;
-  return qf_cpu_vq_encode(ctx, &xm[1], 0, sl, &t[1]);
+  return encode(ctx, op, 2, xm, 0, sl, t);
 }
 
 static void pack_shape(const qf_vq_format *f, int64_t N, int64_t K, int64_t shape[4]) {

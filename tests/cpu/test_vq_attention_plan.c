@@ -15,47 +15,44 @@ enum { kSms = 132 };
 static const size_t kSmemOptin = 232448; /* 227 KB */
 
 typedef struct {
-  int halves;      /* halves of 8 warps per block */
+  const char *what;
+  int vector_size; /* 4: CQ-2, 2: CQ-4 */
+  int64_t B, seq_len;
+  int halves;       /* halves of 8 warps per block */
   int64_t n_chunks; /* chunks per sequence */
-  int64_t grid;    /* blocks per head */
-} plan;
+  int64_t grid;     /* blocks per head (0: not checked) */
+} plan_case;
 
-static plan plan_of(int vector_size, int64_t B, int64_t seq_len) {
-  const qf_vq_attention_problem pb = {.B = B, .Hq = 32, .Hkv = 32, .D = 128, .seq_len = seq_len, .vector_size = vector_size,
-                                      .index_bits = 8, .residuals = 1, .entries = 256, .vectors_per_book = 1};
-  qf_vq_attention_config cfg = {0};
-  plan p = {0, 0, 0};
-  if (!qf_vq_attention_banked_layout(&pb, kSmemOptin, &cfg)) return p;
-  qf_vq_attention_split(&pb, kSms, 1, 4096, &cfg);
-  qf_vq_attention_banked_fill(&cfg, &pb, kSms);
-  p.halves = cfg.halves;
-  p.n_chunks = cfg.n_chunks;
-  p.grid = cfg.halves == 2 ? cfg.blocks / 2 : cfg.blocks;
-  return p;
-}
+static const plan_case cases[] = {
+    /* four chunks of a tile, one half per block (128 blocks) */
+    {"CQ-2 batch 1 x 1024", 4, 1, 1024, 1, 4, 4},
+    /* the same chunks, in pairs of halves (64 blocks) */
+    {"CQ-4 batch 1 x 1024", 2, 1, 1024, 2, 4, 2},
+    /* one chunk, which cannot pair: one half per block */
+    {"CQ-4 batch 1 x 256", 2, 1, 256, 1, 1, 0},
+    /* pairs past the SMs (128 blocks) */
+    {"CQ-4 batch 1 x 4096", 2, 1, 4096, 2, 8, 4},
+    {"CQ-4 batch 8 x 4096", 2, 8, 4096, 2, 2, 4},
+    /* a half per batch entry, two to a block (128 blocks) */
+    {"CQ-2 batch 8 x 4096", 4, 8, 4096, 2, 1, 4},
+};
 
 int main(void) {
-  /* CQ-2 at batch 1 x 1024: four chunks of a tile, one half per block (128 blocks) */
-  plan p = plan_of(4, 1, 1024);
-  CHECK(p.halves == 1 && p.n_chunks == 4 && p.grid == 4, "CQ-2 batch 1 x 1024: %d halves, %lld chunks, %lld blocks a head",
-        p.halves, (long long)p.n_chunks, (long long)p.grid);
-  /* CQ-4 at batch 1 x 1024: the same chunks, in pairs of halves (64 blocks) */
-  p = plan_of(2, 1, 1024);
-  CHECK(p.halves == 2 && p.n_chunks == 4 && p.grid == 2, "CQ-4 batch 1 x 1024: %d halves, %lld chunks, %lld blocks a head",
-        p.halves, (long long)p.n_chunks, (long long)p.grid);
-  /* CQ-4 over one tile: one chunk, which cannot pair: one half per block */
-  p = plan_of(2, 1, 256);
-  CHECK(p.halves == 1 && p.n_chunks == 1, "CQ-4 batch 1 x 256: %d halves, %lld chunks", p.halves, (long long)p.n_chunks);
-  /* CQ-4 at batch 1 x 4096 and batch 8 x 4096: pairs past the SMs (128 blocks) */
-  p = plan_of(2, 1, 4096);
-  CHECK(p.halves == 2 && p.n_chunks == 8 && p.grid == 4, "CQ-4 batch 1 x 4096: %d halves, %lld chunks, %lld blocks a head",
-        p.halves, (long long)p.n_chunks, (long long)p.grid);
-  p = plan_of(2, 8, 4096);
-  CHECK(p.halves == 2 && p.n_chunks == 2 && p.grid == 4, "CQ-4 batch 8 x 4096: %d halves, %lld chunks, %lld blocks a head",
-        p.halves, (long long)p.n_chunks, (long long)p.grid);
-  /* CQ-2 at batch 8 x 4096: a half per batch entry, two to a block (128 blocks) */
-  p = plan_of(4, 8, 4096);
-  CHECK(p.halves == 2 && p.n_chunks == 1 && p.grid == 4, "CQ-2 batch 8 x 4096: %d halves, %lld chunks, %lld blocks a head",
-        p.halves, (long long)p.n_chunks, (long long)p.grid);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const plan_case *c = &cases[i];
+    const qf_vq_attention_problem pb = {.B = c->B, .Hq = 32, .Hkv = 32, .D = 128, .seq_len = c->seq_len,
+                                        .vector_size = c->vector_size, .index_bits = 8, .residuals = 1, .entries = 256,
+                                        .vectors_per_book = 1};
+    qf_vq_attention_config cfg = {0};
+    int halves = 0;
+    int64_t n_chunks = 0, grid = 0;
+    if (qf_vq_attention_banked_layout(&pb, kSmemOptin, &cfg)) {
+      qf_vq_attention_split(&pb, kSms, 1, 4096, &cfg);
+      qf_vq_attention_banked_fill(&cfg, &pb, kSms);
+      halves = cfg.halves, n_chunks = cfg.n_chunks, grid = cfg.halves == 2 ? cfg.blocks / 2 : cfg.blocks;
+    }
+    CHECK(halves == c->halves && n_chunks == c->n_chunks && (!c->grid || grid == c->grid),
+          "%s: %d halves, %lld chunks, %lld blocks a head", c->what, halves, (long long)n_chunks, (long long)grid);
+  }
   return check_finish("test_vq_attention_plan");
 }

@@ -32,11 +32,15 @@ static int run_encode(void *arg) {
   return st != QF_OK;
 }
 
-static int run_encode_slots(void *arg) {
-  encode_call *c = arg;
-  qf_status st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, &c->cache, NULL);
+static int encode_slots_into(encode_call *c, DLTensor *cache) {
+  qf_status st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, cache, NULL);
   if (st != QF_OK) fprintf(stderr, "qf_vq_encode_slots: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
+}
+
+static int run_encode_slots(void *arg) {
+  encode_call *c = arg;
+  return encode_slots_into(c, &c->cache);
 }
 
 static int run_encode_kv(void *arg) {
@@ -49,10 +53,7 @@ static int run_encode_kv(void *arg) {
 
 static int run_encode_two_slots(void *arg) {
   encode_call *c = arg;
-  qf_status st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, &c->cache, NULL);
-  if (st == QF_OK) st = qf_vq_encode_slots(c->ctx, &c->x, &c->slots, &c->books, c->f, &c->cache2, NULL);
-  if (st != QF_OK) fprintf(stderr, "qf_vq_encode_slots: %s\n", qf_ctx_last_error(c->ctx));
-  return st != QF_OK;
+  return encode_slots_into(c, &c->cache) || encode_slots_into(c, &c->cache2);
 }
 
 typedef struct {

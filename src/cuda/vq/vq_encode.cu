@@ -56,7 +56,14 @@
 // - 2-element vectors (CQ-4) from 8 rows on take 16 lanes per vector (two vectors a warp, blocks
 //   of 512 threads): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an
 //   H200 (8 lanes per vector, four vectors a warp, measured at T = 8 too: 11.2 us).
-// - Under qf_ctx_set_pdl both kernels launch as programmatic dependents and wait for the kernel
+// - A decode step's rows at larger batches (from 8 rows in the launch, 4 of K and V, below the
+//   row-parallel form) of one residual of 8-bit indices and 2- or 4-element vectors take the
+//   book-resident form (vq_encode_resident_kernel): each lane group keeps its vector position's
+//   book in registers and encodes the block's rows four at a time. The warp-per-vector kernel
+//   reads a position's 2 KB book again for every row (8 rows of CQ-2 at K = 4096: 16 MB from the
+//   L2, which bound it); this form reads it once per block, before the wait: 8 rows 1.26-1.41x,
+//   K and V of 8 rows 1.19-1.38x, of 4 rows 1.36-1.92x, 32 rows of CQ-2 1.31-1.83x (H200).
+// - Under qf_ctx_set_pdl the kernels launch as programmatic dependents and wait for the kernel
 //   before at their start (griddepcontrol.wait; a no-op otherwise): what they save is the gap
 //   between the kernels (docs/VQ.md).
 // - By slot (qf_vq_encode_slots): row i goes to code row slots[i] (read on the device, after the
@@ -130,11 +137,8 @@ __device__ __forceinline__ void load_entry(const vq_encode_params &p, const uint
 
 // The squared distance of v to `entry`, the CPU's fp32 operations in its order (explicit rounding:
 // no contraction into FMAs).
-template <int KVS, int kV>
-__device__ __forceinline__ float entry_distance(const vq_encode_params &p, const uint16_t *entry, const float (&v)[kV],
-                                                int vs) {
-  float w[kV];
-  load_entry<KVS>(p, entry, w);
+template <int kV>
+__device__ __forceinline__ float distance(const float (&w)[kV], const float (&v)[kV], int vs) {
   float d = 0.0f;
 #pragma unroll
   for (int c = 0; c < kV; c++) {
@@ -144,6 +148,14 @@ __device__ __forceinline__ float entry_distance(const vq_encode_params &p, const
     }
   }
   return d;
+}
+
+template <int KVS, int kV>
+__device__ __forceinline__ float entry_distance(const vq_encode_params &p, const uint16_t *entry, const float (&v)[kV],
+                                                int vs) {
+  float w[kV];
+  load_entry<KVS>(p, entry, w);
+  return distance(w, v, vs);
 }
 
 // Word w of the words that n indices of `bits` bits fill (bits [32 w, 32 w + 32) of them), the
@@ -281,6 +293,103 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
     encode_vectors<KVS, kLanes, true, kBV>(k);
   else
     encode_vectors<KVS, kLanes, true, kBV>(v);
+}
+
+// The book-resident form, for appends of several rows (2 or more) where every row takes the same
+// codebooks, one residual of 8-bit indices, vectors of 2 or 4 elements and no row scale (a decode
+// step's rows into a CQ cache): lane group jl of a block keeps its vector position's book in
+// registers (lane `sub` entries sub, sub + kLanes, ..., as the warp-per-vector kernel scans them),
+// loaded once before the wait (no decode step writes the books), and then encodes that position
+// of the block's rows kG at a time, the rows' scans and reductions interleaved. Per row the same
+// operations in the same order as the warp-per-vector kernel, so the same codes; where that
+// kernel reads the position's book again for every row (from L2: 8 rows of CQ-2 at K = 4096 read
+// 16 MB of books), this one reads it once per block.
+template <int KVS, int kLanes, bool kSlots>
+__device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
+  constexpr int kE = 256 / kLanes;  // entries per lane
+  constexpr int kBV = kThreads / 4 / kLanes;  // vectors per block (256 threads): kBV * 8 bits are whole words
+  constexpr int kG = 4;             // rows at a time
+  constexpr int kWords = kBV * 8 / 32;
+  __shared__ uint32_t idx_s[kG][kBV];
+  const int lane = static_cast<int>(threadIdx.x) % 32, sub = lane % kLanes;
+  const int jl = static_cast<int>(threadIdx.x) / kLanes, j0 = blockIdx.x * kBV;
+  const bool past = j0 + jl >= p.vectors;  // (scans the row's last vector, so that its group takes part)
+  const int j = past ? p.vectors - 1 : j0 + jl;
+  const uint16_t *b = p.books + static_cast<int64_t>(j / p.vectors_per_book) * 256 * KVS;
+  float w[kE][KVS];
+#pragma unroll
+  for (int q = 0; q < kE; q++) load_entry<KVS>(p, b + (sub + q * kLanes) * KVS, w[q]);
+  griddep_wait();  // (as in vq_encode_kernel)
+
+  const int esz = p.x_dtype == QF_F32 ? 4 : 2;
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * kG; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * kG) {
+    // (rows past the end scan zeros, rows of skipped slots their x: neither is stored)
+    float v[kG][KVS];
+#pragma unroll
+    for (int g = 0; g < kG; g++) {
+      const bool in = i0 + g < p.rows;
+      const void *xrow = static_cast<const char *>(p.x) + (in ? i0 + g : 0) * p.x_ld * esz;
+#pragma unroll
+      for (int c = 0; c < KVS; c++) v[g][c] = in ? vq_load_as_f32(xrow, p.x_dtype, j * KVS + c) : 0.0f;
+    }
+    int best[kG];  // each row's first smallest non-NaN distance of this lane
+    float best_d[kG];
+    bool nan0[kG];
+#pragma unroll
+    for (int g = 0; g < kG; g++) best[g] = -1, best_d[g] = 0.0f, nan0[g] = false;
+#pragma unroll
+    for (int q = 0; q < kE; q++) {
+#pragma unroll
+      for (int g = 0; g < kG; g++) {
+        const float d = distance(w[q], v[g], KVS);
+        if (q == 0) nan0[g] = d != d;  // (entry 0 for the group's first lane)
+        if (d < best_d[g] || (best[g] < 0 && d == d)) best_d[g] = d, best[g] = sub + q * kLanes;
+      }
+    }
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o /= 2) {
+#pragma unroll
+      for (int g = 0; g < kG; g++) {
+        const float od = __shfl_xor_sync(0xffffffffu, best_d[g], o);
+        const int ob = __shfl_xor_sync(0xffffffffu, best[g], o);
+        if (ob >= 0 && (best[g] < 0 || od < best_d[g] || (od == best_d[g] && ob < best[g]))) best_d[g] = od, best[g] = ob;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kG; g++) {
+      if (__shfl_sync(0xffffffffu, nan0[g], lane - sub) || best[g] < 0) best[g] = 0;
+      if (sub == 0) idx_s[g][jl] = past ? 0u : static_cast<uint32_t>(best[g]);
+    }
+    __syncthreads();
+
+    // Pack each row's kBV indices into its kWords words; the last block of a row also zeroes the
+    // row's padding words.
+    const uint32_t tail = gridDim.x * static_cast<uint32_t>(kWords), pad = p.row_words > tail ? p.row_words - tail : 0u;
+    const uint32_t per_row = kWords + (blockIdx.x == gridDim.x - 1 ? pad : 0u);
+    for (uint32_t t = threadIdx.x; t < kG * per_row; t += blockDim.x) {
+      const int g = static_cast<int>(t / per_row);
+      const uint32_t w = t % per_row;
+      const int64_t o = i0 + g < p.rows ? out_row<kSlots>(p, i0 + g) : -1;
+      if (o < 0) continue;
+      const uint32_t gw = w < kWords ? blockIdx.x * static_cast<uint32_t>(kWords) + w : tail + (w - kWords);
+      const uint32_t word = w < kWords ? packed_word(idx_s[g], 1, static_cast<int>(w), 8, kBV) : 0u;
+      if (gw < p.row_words) p.codes[o * p.row_words + gw] = word;
+    }
+    __syncthreads();  // idx_s is reused by the next rows
+  }
+}
+
+template <int KVS, int kLanes, bool kSlots>
+__global__ void __launch_bounds__(kThreads / 4) vq_encode_resident_kernel(const vq_encode_params p) {
+  encode_resident<KVS, kLanes, kSlots>(p);
+}
+
+template <int KVS, int kLanes>
+__global__ void __launch_bounds__(kThreads / 4) vq_encode_resident_kv_kernel(const vq_encode_params k, const vq_encode_params v) {
+  if (blockIdx.z == 0)
+    encode_resident<KVS, kLanes, true>(k);
+  else
+    encode_resident<KVS, kLanes, true>(v);
 }
 
 // The row-parallel form, for appends of many rows (a prefill chunk) where every row takes the
@@ -457,14 +566,37 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
                      small_blocks * x->rows * n <= 4 * static_cast<int64_t>(ctx->sm_count);
   const dim3 block(small ? kSmallVecs * 32 : half_warps ? kVecs * 16 : kThreads);
   const dim3 blocks = small ? dim3(static_cast<unsigned>(small_blocks), grid.y, grid.z) : grid;
-  // (the same kernel either way: it waits for the kernel before at its start)
+  vq_encode_params v = p;  // (a pair's V tensors)
   if (n == 2) {
-    vq_encode_params v = p;
     v.x = xs[1].data;
     v.x_ld = xs[1].ld;
     v.books = static_cast<const uint16_t *>(ts[1].books);
     v.codes = reinterpret_cast<uint32_t *>(ts[1].codes);
     v.scales = ts[1].scales;
+  }
+  // At least 8 rows in the launch (4 of K and V) that share one codebook per vector position, one
+  // residual of 8-bit indices, vectors of 2 or 4 elements, no row scales, below the row-parallel
+  // form: the book-resident form (above), 16 lanes per vector for 2 elements, a warp for 4, the
+  // rows spread over as many blocks as 8 per SM. H200, K = 4096: 8 rows 1.26-1.41x, K and V of 4
+  // rows 1.36x (CQ-2) and 1.92x (CQ-4), 32 rows of CQ-2 1.31-1.83x; one tensor's 4 rows were
+  // 0.86x (CQ-2) in it, 2 rows 0.77-0.83x.
+  const bool resident = x->rows * n >= 8 && !rows_form && f.scope_rows == 0 && t->scales == nullptr &&
+                        f.residuals == 1 && f.index_bits == 8 && (k == 1 || k == 2);
+  if (resident) {
+    const int lanes = k == 1 ? 16 : 32, bv = kThreads / 4 / lanes;
+    const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + 3) / 4;
+    const int64_t gy = std::min<int64_t>({groups, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
+    const dim3 rgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n)), rblock(kThreads / 4);
+    if (n == 2) {
+      const encode_kv_kernel_t kernel = k == 1 ? vq_encode_resident_kv_kernel<2, 16> : vq_encode_resident_kv_kernel<4, 32>;
+      return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, rblock, 0, p, v);
+    }
+    const encode_kernel_t kernel = slots ? (k == 1 ? vq_encode_resident_kernel<2, 16, true> : vq_encode_resident_kernel<4, 32, true>)
+                                         : (k == 1 ? vq_encode_resident_kernel<2, 16, false> : vq_encode_resident_kernel<4, 32, false>);
+    return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, rblock, 0, p);
+  }
+  // (the same kernel either way: it waits for the kernel before at its start)
+  if (n == 2) {
     const encode_kv_kernel_t kernel = pick_encode_kv(rows_form, half_warps, small, k);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, blocks, block, 0, p, v);
   }

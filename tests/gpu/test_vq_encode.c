@@ -4,21 +4,23 @@
  * bf16 entries, a vector size without a kernel bucket (3) and 8-element vectors with 256 entries
  * (256 rows: the row-parallel form's 16-byte entries); then new rows are encoded as the
  * rows row0 .. row0 + T - 1 of that matrix on both backends:
- *  - fresh Gaussian rows (1, 8 and 37 of them: the warp-per-vector kernel, in blocks of 8 vectors
- *    for the CQ formats at 1 row and CQ-2 at 8 (also on rows of 37 vectors, whose last block is
- *    partial), 16 lanes per vector for CQ-4 at 8, the row-parallel form for CQ-4 and 3-element
- *    vectors at 37), with outliers,
- *    zeros, a NaN and an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the
+ *  - fresh Gaussian rows (1, 3, 4, 8 and 37 of them: the warp-per-vector kernel, in blocks of 8
+ *    vectors for the CQ formats at 1 row (also on rows of 37 vectors, whose last block is
+ *    partial); the CQ formats' book-resident form at 3 and 4 rows (two at a time; at 3 a group
+ *    past the end), 8 and (CQ-2) 37 rows (four at a time); the row-parallel form for CQ-4 and
+ *    3-element vectors at 37; 16 lanes per vector for 2-element vectors with row scopes at 8),
+ *    with outliers, zeros, a NaN and an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the
  *    padding included, plus a poisoned sentinel tail) and row scales equal to the CPU's;
  *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
  *    scales) on both backends;
  *  - T above the grid's 65535 rows (a long append, quick mode skips it) and row0 inside a later
  *    row scope (GPTVQ's 256-row tiles pick their codebooks from row0);
- *  - by slot (qf_vq_encode_slots) into the whole poisoned cache: 8 and 70 fresh rows (both kernel
- *    forms) at scattered slots, one negative (skipped by both backends) and, for CUDA, one past
- *    the codes (skipped there; the CPU, which refuses it, gets -1 in its place): every byte of the
- *    cache and its scales as the CPU's, the rows no slot names still poisoned; then the same
- *    rows with other rows and books as V by qf_vq_encode_kv_slots (one launch for both caches);
+ *  - by slot (qf_vq_encode_slots) into the whole poisoned cache: 2, 8 and 70 fresh rows (every
+ *    kernel form; K and V of 2 rows the book-resident form two at a time) at scattered slots,
+ *    one negative (skipped by both backends) and, for CUDA, one past the codes (skipped there;
+ *    the CPU, which refuses it, gets -1 in its place): every byte of the cache and its scales as
+ *    the CPU's, the rows no slot names still poisoned; then the same rows with other rows and
+ *    books as V by qf_vq_encode_kv_slots (one launch for both caches);
  *  - bad input (x misaligned to its elements) gets an error and leaves the codes untouched. */
 #include <inttypes.h>
 #include <math.h>
@@ -228,6 +230,7 @@ int main(void) {
       {"VQ<8,5,2> bf16, row scales, 64 x 128 scopes", {8, 5, 2, 64, 128, QF_BF16, 1, 0}, 192, 384},
       {"VQ<3,7,3>, 96-column scopes", {3, 7, 3, 0, 96, QF_F16, 0, 0}, 96, 2112},
       {"VQ<8,8,2>", {8, 8, 2, 0, 0, QF_F16, 0, 0}, 256, 256}, /* 256 rows: the row-parallel form of vector size 8 */
+      {"VQ<2,8,1>, 64-row scopes", {2, 8, 1, 64, 0, QF_F16, 0, 0}, 128, 256}, /* 16 lanes per vector at 8 rows */
   };
   const qf_dtype dts[] = {QF_F32, QF_F16, QF_BF16};
 
@@ -240,8 +243,8 @@ int main(void) {
      * row scope where the format has one): 1 and 8 rows (decode steps: a warp or half a warp per
      * vector) and 37 (the row-parallel form where it takes over by then, with a partial block of
      * rows). */
-    const int64_t Ts[] = {1, 8, 37};
-    for (int ti = 0; ti < (quick ? 2 : 3); ti++)
+    const int64_t Ts[] = {1, 3, 4, 8, 37};
+    for (int ti = 0; ti < (quick ? 4 : 5); ti++)
       for (int d = 0; d < 3; d++) {
         const int64_t T = Ts[ti], ld = K + (d == 0 ? 0 : 3);
         void *x = fresh_rows(dts[d], T, K, ld, 1, &seed);
@@ -250,8 +253,8 @@ int main(void) {
       }
 
     /* By slot: a decode step's rows and a longer append (the row-parallel form where it applies). */
-    const int64_t slot_Ts[] = {8, 70};
-    for (int ti = 0; ti < 2; ti++) {
+    const int64_t slot_Ts[] = {2, 8, 70};
+    for (int ti = 0; ti < 3; ti++) {
       const int64_t T = slot_Ts[ti], ld = K + 3;
       const qf_dtype dt = dts[(c + ti) % 3];
       void *x = fresh_rows(dt, T, K, ld, 1, &seed);

@@ -56,13 +56,14 @@
 // - 2-element vectors (CQ-4) from 8 rows on take 16 lanes per vector (two vectors a warp, blocks
 //   of 512 threads): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an
 //   H200 (8 lanes per vector, four vectors a warp, measured at T = 8 too: 11.2 us).
-// - A decode step's rows at larger batches (from 8 rows in the launch, 4 of K and V, below the
+// - A decode step's rows at batches above one (from 4 rows in the launch, 2 of K and V, below the
 //   row-parallel form) of one residual of 8-bit indices and 2- or 4-element vectors take the
 //   book-resident form (vq_encode_resident_kernel): each lane group keeps its vector position's
-//   book in registers and encodes the block's rows four at a time. The warp-per-vector kernel
-//   reads a position's 2 KB book again for every row (8 rows of CQ-2 at K = 4096: 16 MB from the
-//   L2, which bound it); this form reads it once per block, before the wait: 8 rows 1.26-1.41x,
-//   K and V of 8 rows 1.19-1.38x, of 4 rows 1.36-1.92x, 32 rows of CQ-2 1.31-1.83x (H200).
+//   book in registers and encodes the block's rows two or four at a time. The warp-per-vector
+//   kernel reads a position's 2 KB book again for every row (8 rows of CQ-2 at K = 4096: 16 MB
+//   from the L2, which bound it); this form reads it once per block, before the wait: 4 rows
+//   1.12-1.33x, 8 rows 1.26-1.42x, K and V of 2 to 8 rows 1.17-1.93x, 32 rows of CQ-2 1.31-1.84x
+//   (H200).
 // - Under qf_ctx_set_pdl the kernels launch as programmatic dependents and wait for the kernel
 //   before at their start (griddepcontrol.wait; a no-op otherwise): what they save is the gap
 //   between the kernels (docs/VQ.md).
@@ -300,15 +301,14 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
 // step's rows into a CQ cache): lane group jl of a block keeps its vector position's book in
 // registers (lane `sub` entries sub, sub + kLanes, ..., as the warp-per-vector kernel scans them),
 // loaded once before the wait (no decode step writes the books), and then encodes that position
-// of the block's rows kG at a time, the rows' scans and reductions interleaved. Per row the same
+// of the block's rows kG (2 or 4) at a time, the rows' scans and reductions interleaved. Per row the same
 // operations in the same order as the warp-per-vector kernel, so the same codes; where that
 // kernel reads the position's book again for every row (from L2: 8 rows of CQ-2 at K = 4096 read
 // 16 MB of books), this one reads it once per block.
-template <int KVS, int kLanes, bool kSlots>
+template <int KVS, int kLanes, bool kSlots, int kG>
 __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
   constexpr int kE = 256 / kLanes;  // entries per lane
   constexpr int kBV = kThreads / 4 / kLanes;  // vectors per block (256 threads): kBV * 8 bits are whole words
-  constexpr int kG = 4;             // rows at a time
   constexpr int kWords = kBV * 8 / 32;
   __shared__ uint32_t idx_s[kG][kBV];
   const int lane = static_cast<int>(threadIdx.x) % 32, sub = lane % kLanes;
@@ -379,17 +379,17 @@ __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
   }
 }
 
-template <int KVS, int kLanes, bool kSlots>
+template <int KVS, int kLanes, bool kSlots, int kG>
 __global__ void __launch_bounds__(kThreads / 4) vq_encode_resident_kernel(const vq_encode_params p) {
-  encode_resident<KVS, kLanes, kSlots>(p);
+  encode_resident<KVS, kLanes, kSlots, kG>(p);
 }
 
-template <int KVS, int kLanes>
+template <int KVS, int kLanes, int kG>
 __global__ void __launch_bounds__(kThreads / 4) vq_encode_resident_kv_kernel(const vq_encode_params k, const vq_encode_params v) {
   if (blockIdx.z == 0)
-    encode_resident<KVS, kLanes, true>(k);
+    encode_resident<KVS, kLanes, true, kG>(k);
   else
-    encode_resident<KVS, kLanes, true>(v);
+    encode_resident<KVS, kLanes, true, kG>(v);
 }
 
 // The row-parallel form, for appends of many rows (a prefill chunk) where every row takes the
@@ -574,25 +574,30 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     v.codes = reinterpret_cast<uint32_t *>(ts[1].codes);
     v.scales = ts[1].scales;
   }
-  // At least 8 rows in the launch (4 of K and V) that share one codebook per vector position, one
+  // At least 4 rows in the launch (2 of K and V) that share one codebook per vector position, one
   // residual of 8-bit indices, vectors of 2 or 4 elements, no row scales, below the row-parallel
   // form: the book-resident form (above), 16 lanes per vector for 2 elements, a warp for 4, the
-  // rows spread over as many blocks as 8 per SM. H200, K = 4096: 8 rows 1.26-1.41x, K and V of 4
-  // rows 1.36x (CQ-2) and 1.92x (CQ-4), 32 rows of CQ-2 1.31-1.83x; one tensor's 4 rows were
-  // 0.86x (CQ-2) in it, 2 rows 0.77-0.83x.
-  const bool resident = x->rows * n >= 8 && !rows_form && f.scope_rows == 0 && t->scales == nullptr &&
+  // rows spread over as many blocks as 8 per SM, two rows at a time where the launch has 4 (more
+  // blocks), else four. H200, K = 4096 (docs/VQ.md): 4 rows 1.12-1.33x, 8 rows 1.26-1.42x, K and
+  // V of 2 rows 1.17-1.39x, of 4 rows 1.36-1.93x, 32 rows of CQ-2 1.31-1.84x; 2 rows of one
+  // tensor stay in the small blocks (0.77-0.97x in this form).
+  const bool resident = x->rows * n >= 4 && !rows_form && f.scope_rows == 0 && t->scales == nullptr &&
                         f.residuals == 1 && f.index_bits == 8 && (k == 1 || k == 2);
   if (resident) {
-    const int lanes = k == 1 ? 16 : 32, bv = kThreads / 4 / lanes;
-    const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + 3) / 4;
+    const int lanes = k == 1 ? 16 : 32, bv = kThreads / 4 / lanes, rg = x->rows * n <= 4 ? 2 : 4;
+    const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + rg - 1) / rg;
     const int64_t gy = std::min<int64_t>({groups, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 rgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n)), rblock(kThreads / 4);
     if (n == 2) {
-      const encode_kv_kernel_t kernel = k == 1 ? vq_encode_resident_kv_kernel<2, 16> : vq_encode_resident_kv_kernel<4, 32>;
+      const encode_kv_kernel_t kernel = rg == 2 ? (k == 1 ? vq_encode_resident_kv_kernel<2, 16, 2> : vq_encode_resident_kv_kernel<4, 32, 2>)
+                                                : (k == 1 ? vq_encode_resident_kv_kernel<2, 16, 4> : vq_encode_resident_kv_kernel<4, 32, 4>);
       return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, rblock, 0, p, v);
     }
-    const encode_kernel_t kernel = slots ? (k == 1 ? vq_encode_resident_kernel<2, 16, true> : vq_encode_resident_kernel<4, 32, true>)
-                                         : (k == 1 ? vq_encode_resident_kernel<2, 16, false> : vq_encode_resident_kernel<4, 32, false>);
+    const encode_kernel_t kernel =
+        rg == 2 ? (slots ? (k == 1 ? vq_encode_resident_kernel<2, 16, true, 2> : vq_encode_resident_kernel<4, 32, true, 2>)
+                         : (k == 1 ? vq_encode_resident_kernel<2, 16, false, 2> : vq_encode_resident_kernel<4, 32, false, 2>))
+                : (slots ? (k == 1 ? vq_encode_resident_kernel<2, 16, true, 4> : vq_encode_resident_kernel<4, 32, true, 4>)
+                         : (k == 1 ? vq_encode_resident_kernel<2, 16, false, 4> : vq_encode_resident_kernel<4, 32, false, 4>));
     return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, rblock, 0, p);
   }
   // (the same kernel either way: it waits for the kernel before at its start)

@@ -296,19 +296,24 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
     encode_vectors<KVS, kLanes, true, kBV>(v);
 }
 
-// The book-resident form, for appends of several rows (2 or more) where every row takes the same
-// codebooks, one residual of 8-bit indices, vectors of 2 or 4 elements and no row scale (a decode
-// step's rows into a CQ cache): lane group jl of a block keeps its vector position's book in
-// registers (lane `sub` entries sub, sub + kLanes, ..., as the warp-per-vector kernel scans them),
-// loaded once before the wait (no decode step writes the books), and then encodes that position
-// of the block's rows kG (2 or 4) at a time, the rows' scans and reductions interleaved. Per row the same
+// The book-resident form, for appends of several rows where every row takes the same codebooks,
+// one residual of 8-bit indices, vectors of 2 or 4 elements and no row scale (a decode step's rows
+// into a CQ cache): lane group jl of a block keeps its vector position's book in registers (lane
+// `sub` entries sub, sub + kLanes, ..., as the warp-per-vector kernel scans them), loaded once
+// before the wait (no decode step writes the books), and then encodes that position of the
+// block's rows kG (2 or 4) at a time, the rows' scans and reductions interleaved. Per row the same
 // operations in the same order as the warp-per-vector kernel, so the same codes; where that
 // kernel reads the position's book again for every row (from L2: 8 rows of CQ-2 at K = 4096 read
-// 16 MB of books), this one reads it once per block.
-template <int KVS, int kLanes, bool kSlots, int kG>
+// 16 MB of books), this one reads it once per block. 16 lanes per vector for 2 elements (16
+// entries each), 32 for 4 (8 each); blocks of kResidentThreads.
+constexpr int kResidentThreads = 256;
+__host__ __device__ constexpr int resident_lanes(int vs) { return vs == 2 ? 16 : 32; }
+
+template <int KVS, bool kSlots, int kG>
 __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
-  constexpr int kE = 256 / kLanes;  // entries per lane
-  constexpr int kBV = kThreads / 4 / kLanes;  // vectors per block (256 threads): kBV * 8 bits are whole words
+  constexpr int kLanes = resident_lanes(KVS);
+  constexpr int kE = 256 / kLanes;                     // entries per lane
+  constexpr int kBV = kResidentThreads / kLanes;       // vectors per block: kBV * 8 bits are whole words
   constexpr int kWords = kBV * 8 / 32;
   __shared__ uint32_t idx_s[kG][kBV];
   const int lane = static_cast<int>(threadIdx.x) % 32, sub = lane % kLanes;
@@ -379,17 +384,18 @@ __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
   }
 }
 
-template <int KVS, int kLanes, bool kSlots, int kG>
-__global__ void __launch_bounds__(kThreads / 4) vq_encode_resident_kernel(const vq_encode_params p) {
-  encode_resident<KVS, kLanes, kSlots, kG>(p);
+template <int KVS, bool kSlots, int kG>
+__global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kernel(const vq_encode_params p) {
+  encode_resident<KVS, kSlots, kG>(p);
 }
 
-template <int KVS, int kLanes, int kG>
-__global__ void __launch_bounds__(kThreads / 4) vq_encode_resident_kv_kernel(const vq_encode_params k, const vq_encode_params v) {
+template <int KVS, int kG>
+__global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kv_kernel(const vq_encode_params k,
+                                                                                const vq_encode_params v) {
   if (blockIdx.z == 0)
-    encode_resident<KVS, kLanes, true, kG>(k);
+    encode_resident<KVS, true, kG>(k);
   else
-    encode_resident<KVS, kLanes, true, kG>(v);
+    encode_resident<KVS, true, kG>(v);
 }
 
 // The row-parallel form, for appends of many rows (a prefill chunk) where every row takes the
@@ -506,6 +512,19 @@ encode_kv_kernel_t pick_encode_kv(bool rows_form, bool half_warps, bool small, i
   return per_vector[k];
 }
 
+// The book-resident kernel of a KVS bucket (1, 2: sizes 2, 4) taking rows kg (2 or 4) at a time,
+// for one tensor and for a K and V pair.
+template <bool kSlots>
+encode_kernel_t pick_resident(int k, int kg) {
+  if (k == 1) return kg == 2 ? vq_encode_resident_kernel<2, kSlots, 2> : vq_encode_resident_kernel<2, kSlots, 4>;
+  return kg == 2 ? vq_encode_resident_kernel<4, kSlots, 2> : vq_encode_resident_kernel<4, kSlots, 4>;
+}
+
+encode_kv_kernel_t pick_resident_kv(int k, int kg) {
+  if (k == 1) return kg == 2 ? vq_encode_resident_kv_kernel<2, 2> : vq_encode_resident_kv_kernel<2, 4>;
+  return kg == 2 ? vq_encode_resident_kv_kernel<4, 2> : vq_encode_resident_kv_kernel<4, 4>;
+}
+
 }  // namespace
 
 extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int64_t row0, const int32_t *slots,
@@ -584,21 +603,16 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   const bool resident = x->rows * n >= 4 && !rows_form && f.scope_rows == 0 && t->scales == nullptr &&
                         f.residuals == 1 && f.index_bits == 8 && (k == 1 || k == 2);
   if (resident) {
-    const int lanes = k == 1 ? 16 : 32, bv = kThreads / 4 / lanes, rg = x->rows * n <= 4 ? 2 : 4;
-    const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + rg - 1) / rg;
+    const int bv = kResidentThreads / resident_lanes(vs), kg = x->rows * n <= 4 ? 2 : 4;
+    const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + kg - 1) / kg;
     const int64_t gy = std::min<int64_t>({groups, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
-    const dim3 rgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n)), rblock(kThreads / 4);
+    const dim3 rgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
     if (n == 2) {
-      const encode_kv_kernel_t kernel = rg == 2 ? (k == 1 ? vq_encode_resident_kv_kernel<2, 16, 2> : vq_encode_resident_kv_kernel<4, 32, 2>)
-                                                : (k == 1 ? vq_encode_resident_kv_kernel<2, 16, 4> : vq_encode_resident_kv_kernel<4, 32, 4>);
-      return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, rblock, 0, p, v);
+      const encode_kv_kernel_t kernel = pick_resident_kv(k, kg);
+      return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p, v);
     }
-    const encode_kernel_t kernel =
-        rg == 2 ? (slots ? (k == 1 ? vq_encode_resident_kernel<2, 16, true, 2> : vq_encode_resident_kernel<4, 32, true, 2>)
-                         : (k == 1 ? vq_encode_resident_kernel<2, 16, false, 2> : vq_encode_resident_kernel<4, 32, false, 2>))
-                : (slots ? (k == 1 ? vq_encode_resident_kernel<2, 16, true, 4> : vq_encode_resident_kernel<4, 32, true, 4>)
-                         : (k == 1 ? vq_encode_resident_kernel<2, 16, false, 4> : vq_encode_resident_kernel<4, 32, false, 4>));
-    return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, rblock, 0, p);
+    const encode_kernel_t kernel = slots ? pick_resident<true>(k, kg) : pick_resident<false>(k, kg);
+    return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p);
   }
   // (the same kernel either way: it waits for the kernel before at its start)
   if (n == 2) {

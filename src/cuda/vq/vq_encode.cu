@@ -140,9 +140,10 @@ __device__ __forceinline__ void load_entry(const vq_encode_params &p, const uint
 // no contraction into FMAs).
 template <int kV>
 __device__ __forceinline__ float distance(const float (&w)[kV], const float (&v)[kV], int vs) {
-  float d = 0.0f;
+  const float diff0 = __fsub_rn(v[0], w[0]);
+  float d = __fmul_rn(diff0, diff0);  // (the CPU's 0 + diff0^2: the same value, a square is never -0)
 #pragma unroll
-  for (int c = 0; c < kV; c++) {
+  for (int c = 1; c < kV; c++) {
     if (c < vs) {
       const float diff = __fsub_rn(v[c], w[c]);
       d = __fadd_rn(d, __fmul_rn(diff, diff));

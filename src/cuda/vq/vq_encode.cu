@@ -55,7 +55,8 @@
 //   order, so the same codes. 512 rows of 4096 3.0-3.3x faster (H200, docs/VQ.md). For one
 //   residual of 8-bit indices and 2- or 4-element vectors (the CQ formats) each warp first stages
 //   its position's book in shared memory as fp32, so that an entry is one broadcast load with no
-//   widenings: 1.27-1.54x more (H200).
+//   widenings, in blocks of 8 positions: 1.3-2.6x at 32 to 512 rows (H200, with the distances
+//   below starting from their first square).
 // - 2-element vectors (CQ-4) from 8 rows on take 16 lanes per vector (two vectors a warp, blocks
 //   of 512 threads): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an
 //   H200 (8 lanes per vector, four vectors a warp, measured at T = 8 too: 11.2 us).
@@ -75,7 +76,6 @@
 //   skips the row. Each x row is still one block's (warp per vector) or one lane's (row-parallel),
 //   so the work and the codes are the same as qf_vq_encode's for that row.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -89,6 +89,7 @@ namespace {
 const char kOp[] = "qf_vq_encode";
 constexpr int kVecs = 32;          // vectors per block: 32 indices of `bits` bits fill `bits` words
 constexpr int kSmallVecs = 8;      // or, for one row of few vectors, 8 (bits a multiple of 4)
+constexpr int kStagedVecs = 8;     // vector positions per block of the staged row-parallel form
 constexpr int kThreads = 1024;     // a block of the warp-per-vector and row-parallel kernels
 constexpr int kMaxVs = 16;     // the format's largest vector size
 constexpr int kMaxR = 4;       // and residual count
@@ -411,16 +412,17 @@ __global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kv_kernel
 // across lanes (NaN distances never replace; a NaN at entry 0 keeps entry 0). The same fp32
 // operations in the same order as the warp-per-vector kernel, so the same codes.
 // kStaged (one residual of 256 entries, KVS 2 or 4): each warp first copies its position's book
-// into shared memory as fp32 (the dynamic shared memory, kVecs x 256 x KVS floats), so that the
-// scan reads an entry with one 8- or 16-byte broadcast load and no widenings.
-template <int KVS, bool kSlots, bool kStaged = false>
+// into shared memory as fp32 (the dynamic shared memory, kP x 256 x KVS floats), so that the
+// scan reads an entry with one 8- or 16-byte broadcast load and no widenings. kP: vector
+// positions (warps) per block, whose kP indices of `bits` bits fill whole words.
+template <int KVS, bool kSlots, bool kStaged = false, int kP = kVecs>
 __device__ __forceinline__ void encode_rows(const vq_encode_params &p) {
   constexpr int kV = KVS ? KVS : kMaxVs;
   const int vs = KVS ? KVS : p.vs;
-  __shared__ uint32_t idx_s[kMaxR][kVecs][33];  // [residual][position][row] (+1: the pack reads along positions)
+  __shared__ uint32_t idx_s[kMaxR][kP][33];  // [residual][position][row] (+1: the pack reads along positions)
   extern __shared__ float4 staged_raw[];  // (kStaged)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int j = blockIdx.x * kVecs + warp;
+  const int j = blockIdx.x * kP + warp;
   const int64_t book = j < p.vectors ? j / p.vectors_per_book : 0;
   const int esz = p.x_dtype == QF_F32 ? 4 : 2;
   float *mine = reinterpret_cast<float *>(staged_raw) + warp * 256 * KVS;
@@ -489,18 +491,18 @@ __device__ __forceinline__ void encode_rows(const vq_encode_params &p) {
     // Pack as the warp-per-vector kernel does, for each of the block's rows: word w of the block
     // holds bits [32 w, 32 w + 32) of its 32 indices; the last block of a row also zeroes the
     // row's padding words.
-    const int words = p.residuals * p.bits;
-    for (int t = threadIdx.x; t < 32 * words; t += kThreads) {
-      const int row = t / words, r = (t % words) / p.bits, w = t % p.bits;
+    const int wpb = kP * p.bits / 32, words = p.residuals * wpb;  // (kP indices fill whole words)
+    for (int t = threadIdx.x; t < 32 * words; t += kP * 32) {
+      const int row = t / words, r = (t % words) / wpb, w = t % wpb;
       const int64_t ii = i0 + row, out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
       if (out < 0) continue;
-      const uint32_t word = packed_word(&idx_s[r][0][row], 33, w, p.bits);
-      const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(p.bits) + static_cast<uint32_t>(w);
+      const uint32_t word = packed_word(&idx_s[r][0][row], 33, w, p.bits, kP);
+      const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(wpb) + static_cast<uint32_t>(w);
       if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.out_rows + out) * p.row_words + gw] = word;
     }
     if (blockIdx.x == gridDim.x - 1) {
-      const uint32_t tail = gridDim.x * static_cast<uint32_t>(p.bits), n = p.row_words > tail ? p.row_words - tail : 0u;
-      for (uint32_t t = threadIdx.x; t < 32u * p.residuals * n; t += kThreads) {
+      const uint32_t tail = gridDim.x * static_cast<uint32_t>(wpb), n = p.row_words > tail ? p.row_words - tail : 0u;
+      for (uint32_t t = threadIdx.x; t < 32u * p.residuals * n; t += kP * 32) {
         const int64_t ii = i0 + t / (p.residuals * n), out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
         const uint32_t rest = t % (p.residuals * n);
         if (out >= 0) p.codes[(static_cast<int64_t>(rest / n) * p.out_rows + out) * p.row_words + tail + rest % n] = 0u;
@@ -515,19 +517,21 @@ __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_enc
   encode_rows<KVS, kSlots>(p);
 }
 
-// The staged row-parallel kernels: 64 or 128 KB of books (KVS 2 or 4) leave one block per SM.
+// The staged row-parallel kernels: blocks of kStagedVecs positions x 32 rows (16 or 32 KB of
+// books for KVS 2 or 4; with the blocks of 32 positions, 64 or 128 KB, one per SM, prefill
+// chunks of 512 rows ran 1.09-1.22x slower and those of 32-128 rows up to 1.67x).
 template <int KVS, bool kSlots>
-__global__ void __launch_bounds__(kThreads, 1) vq_encode_rows_staged_kernel(const vq_encode_params p) {
-  encode_rows<KVS, kSlots, true>(p);
+__global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kernel(const vq_encode_params p) {
+  encode_rows<KVS, kSlots, true, kStagedVecs>(p);
 }
 
 template <int KVS>
-__global__ void __launch_bounds__(kThreads, 1) vq_encode_rows_staged_kv_kernel(const vq_encode_params k,
-                                                                                const vq_encode_params v) {
+__global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kv_kernel(const vq_encode_params k,
+                                                                                        const vq_encode_params v) {
   if (blockIdx.z == 0)
-    encode_rows<KVS, true, true>(k);
+    encode_rows<KVS, true, true, kStagedVecs>(k);
   else
-    encode_rows<KVS, true, true>(v);
+    encode_rows<KVS, true, true, kStagedVecs>(v);
 }
 
 template <int KVS>
@@ -672,20 +676,20 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p);
   }
   // The row-parallel form of one residual of 8-bit indices and 2- or 4-element vectors stages its
-  // books in shared memory as fp32: 512 rows of 4096 1.27-1.29x (CQ-2) and 1.43-1.45x (CQ-4)
-  // faster on an H200.
+  // books in shared memory as fp32, in blocks of kStagedVecs positions (16 or 32 KB of books):
+  // with the first-square distances, 512 rows of 4096 1.46-1.53x (CQ-2) and 1.75-1.89x (CQ-4)
+  // faster than the unstaged form on an H200.
   if (rows_form && (k == 1 || k == 2) && f.residuals == 1 && f.index_bits == 8) {
-    const size_t smem = static_cast<size_t>(kVecs) * 256 * vs * 4;
-    static std::atomic<uint64_t> opted[2][3];  // [k - 1][K and V, by slot, by row]: the opt-in done per device
+    const size_t smem = static_cast<size_t>(kStagedVecs) * 256 * vs * 4;
+    const dim3 sgrid(static_cast<unsigned>((p.vectors + kStagedVecs - 1) / kStagedVecs), grid.y, grid.z);
+    const dim3 sblock(kStagedVecs * 32);
     if (n == 2) {
       const encode_kv_kernel_t kernel = k == 1 ? vq_encode_rows_staged_kv_kernel<2> : vq_encode_rows_staged_kv_kernel<4>;
-      const qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted[k - 1][0]);
-      return st != QF_OK ? st : qf_cuda_launch(ctx, kOp, kernel, kernel, blocks, block, smem, p, v);
+      return qf_cuda_launch(ctx, kOp, kernel, kernel, sgrid, sblock, smem, p, v);
     }
     const encode_kernel_t kernel = slots ? (k == 1 ? vq_encode_rows_staged_kernel<2, true> : vq_encode_rows_staged_kernel<4, true>)
                                          : (k == 1 ? vq_encode_rows_staged_kernel<2, false> : vq_encode_rows_staged_kernel<4, false>);
-    const qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, smem, opted[k - 1][slots ? 1 : 2]);
-    return st != QF_OK ? st : qf_cuda_launch(ctx, kOp, kernel, kernel, blocks, block, smem, p);
+    return qf_cuda_launch(ctx, kOp, kernel, kernel, sgrid, sblock, smem, p);
   }
   // (the same kernel either way: it waits for the kernel before at its start)
   if (n == 2) {

@@ -55,11 +55,12 @@
 //   order, so the same codes. 512 rows of 4096 3.0-3.3x faster (H200, docs/VQ.md). For one
 //   residual of 8-bit indices and 2- or 4-element vectors (the CQ formats) each warp first stages
 //   its position's book in shared memory as fp32, so that an entry is one broadcast load with no
-//   widenings, in blocks of 8 positions: 1.3-2.6x at 32 to 512 rows (H200, with the distances
-//   below starting from their first square).
-// - 2-element vectors (CQ-4) from 8 rows on take 16 lanes per vector (two vectors a warp, blocks
-//   of 512 threads): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an
-//   H200 (8 lanes per vector, four vectors a warp, measured at T = 8 too: 11.2 us).
+//   widenings, in blocks of 8 positions: 1.3-2.6x at 32 to 512 rows (H200, with each distance
+//   starting from its first square, entry_distance).
+// - 2-element vectors from 8 rows on take 16 lanes per vector (two vectors a warp, blocks of 512
+//   threads) where the book-resident form below does not take them (row scopes or scales, other
+//   index widths): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an H200
+//   for CQ-4 when it ran them (8 lanes per vector, four vectors a warp, measured too: 11.2 us).
 // - A decode step's rows at batches above one (from 4 rows in the launch, 2 of K and V, below the
 //   row-parallel form) of one residual of 8-bit indices and 2- or 4-element vectors take the
 //   book-resident form (vq_encode_resident_kernel): each lane group keeps its vector position's
@@ -69,7 +70,8 @@
 //   1.12-1.33x, 8 rows 1.26-1.42x, K and V of 2 to 8 rows 1.17-1.93x, 32 rows of CQ-2 1.31-1.84x
 //   (H200).
 // - Under qf_ctx_set_pdl the kernels launch as programmatic dependents and wait for the kernel
-//   before at their start (griddepcontrol.wait; a no-op otherwise): what they save is the gap
+//   before (griddepcontrol.wait; a no-op otherwise) at their start, the book-resident and staged
+//   forms after reading their books (no decode step writes them): what they save is the gap
 //   between the kernels (docs/VQ.md).
 // - By slot (qf_vq_encode_slots): row i goes to code row slots[i] (read on the device, after the
 //   wait), which is also its row of the codebooks' matrix; a negative slot or one past the codes

@@ -588,6 +588,17 @@ encode_kv_kernel_t pick_resident_kv(int k, int kg) {
   return kg == 2 ? vq_encode_resident_kv_kernel<4, 2> : vq_encode_resident_kv_kernel<4, 4>;
 }
 
+// The staged row-parallel kernel of a KVS bucket (1, 2: sizes 2, 4), for one tensor and for a K
+// and V pair.
+template <bool kSlots>
+encode_kernel_t pick_rows_staged(int k) {
+  return k == 1 ? vq_encode_rows_staged_kernel<2, kSlots> : vq_encode_rows_staged_kernel<4, kSlots>;
+}
+
+encode_kv_kernel_t pick_rows_staged_kv(int k) {
+  return k == 1 ? vq_encode_rows_staged_kv_kernel<2> : vq_encode_rows_staged_kv_kernel<4>;
+}
+
 }  // namespace
 
 extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int64_t row0, const int32_t *slots,
@@ -656,16 +667,17 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     v.codes = reinterpret_cast<uint32_t *>(ts[1].codes);
     v.scales = ts[1].scales;
   }
-  // At least 4 rows in the launch (2 of K and V) that share one codebook per vector position, one
-  // residual of 8-bit indices, vectors of 2 or 4 elements, no row scales, below the row-parallel
-  // form: the book-resident form (above), 16 lanes per vector for 2 elements, a warp for 4, the
-  // rows spread over as many blocks as 8 per SM, two rows at a time where the launch has 4 (more
-  // blocks), else four. H200, K = 4096 (docs/VQ.md): 4 rows 1.12-1.33x, 8 rows 1.26-1.42x, K and
-  // V of 2 rows 1.17-1.39x, of 4 rows 1.36-1.93x, 32 rows of CQ-2 1.31-1.84x; 2 rows of one
-  // tensor stay in the small blocks (0.77-0.97x in this form).
-  const bool resident = x->rows * n >= 4 && !rows_form && f.scope_rows == 0 && t->scales == nullptr &&
-                        f.residuals == 1 && f.index_bits == 8 && (k == 1 || k == 2);
-  if (resident) {
+  // Rows that share one codebook per vector position, with no row scales, one residual of 8-bit
+  // indices and vectors of 2 or 4 elements (the CQ formats) keep or stage their books: the
+  // book-resident form below the row-parallel one, the staged row-parallel form from there.
+  const bool books_kept = f.scope_rows == 0 && t->scales == nullptr && f.residuals == 1 && f.index_bits == 8 &&
+                          (k == 1 || k == 2);
+  // The book-resident form (above) from 4 rows in the launch (2 of K and V): 16 lanes per vector
+  // for 2 elements, a warp for 4, the rows spread over as many blocks as 8 per SM, two rows at a
+  // time where the launch has 4 (more blocks), else four. H200, K = 4096 (docs/VQ.md): 4 rows
+  // 1.12-1.33x, 8 rows 1.26-1.42x, K and V of 2 rows 1.17-1.39x, of 4 rows 1.36-1.93x, 32 rows of
+  // CQ-2 1.31-1.84x; 2 rows of one tensor stay in the small blocks (0.77-0.97x in this form).
+  if (books_kept && !rows_form && x->rows * n >= 4) {
     const int bv = kResidentThreads / resident_lanes(vs), kg = x->rows * n <= 4 ? 2 : 4;
     const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + kg - 1) / kg;
     const int64_t gy = std::min<int64_t>({groups, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
@@ -677,20 +689,18 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     const encode_kernel_t kernel = slots ? pick_resident<true>(k, kg) : pick_resident<false>(k, kg);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p);
   }
-  // The row-parallel form of one residual of 8-bit indices and 2- or 4-element vectors stages its
-  // books in shared memory as fp32, in blocks of kStagedVecs positions (16 or 32 KB of books):
-  // with the first-square distances, 512 rows of 4096 1.46-1.53x (CQ-2) and 1.75-1.89x (CQ-4)
-  // faster than the unstaged form on an H200.
-  if (rows_form && (k == 1 || k == 2) && f.residuals == 1 && f.index_bits == 8) {
+  // The row-parallel form stages such books in shared memory as fp32, in blocks of kStagedVecs
+  // positions (16 or 32 KB of books): with the first-square distances, 512 rows of 4096
+  // 1.46-1.53x (CQ-2) and 1.75-1.89x (CQ-4) faster than the unstaged form on an H200.
+  if (books_kept && rows_form) {
     const size_t smem = static_cast<size_t>(kStagedVecs) * 256 * vs * 4;
     const dim3 sgrid(static_cast<unsigned>((p.vectors + kStagedVecs - 1) / kStagedVecs), grid.y, grid.z);
     const dim3 sblock(kStagedVecs * 32);
     if (n == 2) {
-      const encode_kv_kernel_t kernel = k == 1 ? vq_encode_rows_staged_kv_kernel<2> : vq_encode_rows_staged_kv_kernel<4>;
+      const encode_kv_kernel_t kernel = pick_rows_staged_kv(k);
       return qf_cuda_launch(ctx, kOp, kernel, kernel, sgrid, sblock, smem, p, v);
     }
-    const encode_kernel_t kernel = slots ? (k == 1 ? vq_encode_rows_staged_kernel<2, true> : vq_encode_rows_staged_kernel<4, true>)
-                                         : (k == 1 ? vq_encode_rows_staged_kernel<2, false> : vq_encode_rows_staged_kernel<4, false>);
+    const encode_kernel_t kernel = slots ? pick_rows_staged<true>(k) : pick_rows_staged<false>(k);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, sgrid, sblock, smem, p);
   }
   // (the same kernel either way: it waits for the kernel before at its start)

@@ -70,6 +70,55 @@ static void free_books(book_set *b) {
   CUDA_OK(cudaFree(b->d_books));
 }
 
+/* Books of f for [N, K] filled by kind instead of the quantizer (the tensor-core form's near ties
+ * and ranges): 0, small dyadic entries (multiples of 1/4 in [-1, 1], every fourth entry a copy of
+ * the one before: exact distances, equal ones); 1, Gaussian entries times `scale`. */
+static int fill_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64_t K, int kind, float scale, uint64_t *seed) {
+  memset(b, 0, sizeof *b);
+  b->f = f, b->N = N, b->K = K;
+  if (!CHECK(qf_vq_sizes_of(cpu, &f, N, K, &b->sz) == QF_OK, "sizes: %s", qf_ctx_last_error(cpu))) return 0;
+  b->bshape[0] = f.residuals, b->bshape[1] = b->sz.n_books, b->bshape[2] = b->sz.entries, b->bshape[3] = f.vector_size;
+  const int64_t n = f.residuals * b->sz.n_books * b->sz.entries * f.vector_size;
+  b->book_bytes = (size_t)n * 2;
+  b->h_books = aligned_alloc(16, (b->book_bytes + 15) / 16 * 16);
+  b->h_codes = malloc(16), b->h_w = malloc(16);
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t e = i / f.vector_size % b->sz.entries;
+    const float v = kind == 1 ? rng_normal(seed) * scale
+                    : e % 4 == 3 ? float_get(b->h_books, f.entry_dtype, (size_t)(i - f.vector_size))
+                                 : (float)((int)(rng_uniform(seed) * 9.0f) - 4) * 0.25f;
+    float_put(b->h_books, f.entry_dtype, (size_t)i, v);
+  }
+  b->d_books = dev_alloc(b->book_bytes);
+  CUDA_OK(cudaMemcpy(b->d_books, b->h_books, b->book_bytes, cudaMemcpyHostToDevice));
+  return 1;
+}
+
+/* T rows of x for the dyadic books above (dt, pitch ld): each vector an entry of its book, the
+ * midpoint of two (a tie of exact distances), or either moved by 2^-10 (a near tie). */
+static void *tie_rows(const book_set *b, qf_dtype dt, int64_t T, int64_t ld, uint64_t *seed) {
+  const int vs = b->f.vector_size;
+  void *x = malloc((size_t)(T * ld) * 2);
+  for (int64_t i = 0; i < T; i++)
+    for (int64_t j = 0; j < ld / vs + 1; j++) {
+      const int64_t e1 = (int64_t)(rng_uniform(seed) * 256.0f) % 256, e2 = (int64_t)(rng_uniform(seed) * 256.0f) % 256;
+      const int kind = (int)(rng_uniform(seed) * 4.0f), c0 = (int)(rng_uniform(seed) * (float)vs) % vs;
+      for (int c = 0; c < vs && j * vs + c < ld; c++) {
+        const int64_t k = j * vs + c;
+        float v = NAN;
+        if (k < b->K) {
+          const int64_t book = k / vs % b->sz.n_books;
+          const float w1 = float_get(b->h_books, b->f.entry_dtype, (size_t)((book * 256 + e1) * vs + c));
+          const float w2 = float_get(b->h_books, b->f.entry_dtype, (size_t)((book * 256 + e2) * vs + c));
+          v = kind == 0 ? w1 : 0.5f * (w1 + w2);
+          if (kind == 3 && c == c0) v += rng_uniform(seed) < 0.5f ? 0x1p-10f : -0x1p-10f;
+        }
+        float_put(x, dt, (size_t)(i * ld + k), v);
+      }
+    }
+  return x;
+}
+
 /* Encodes x (T rows, on the host in dt with pitch ld) as rows row0.. on both backends and
  * compares codes and scales byte for byte, and the codes with expect_codes when not NULL. */
 static void encode_case(qf_ctx *gpu, qf_ctx *cpu, book_set *b, const char *name, const void *hx, qf_dtype dt,
@@ -265,6 +314,54 @@ int main(void) {
     /* The quantized matrix encodes back to the quantizer's codes. */
     encode_case(gpu, cpu, &b, cases[c].name, b.h_w, QF_F32, b.N, K, 0, b.h_codes);
     free_books(&b);
+  }
+
+  /* The tensor-core row-parallel form (CQ-2's books, x in their 16-bit type, from 64 rows), whose
+   * approximate distances must still give the CPU's codes, and CQ-4's staged form on the same
+   * inputs: quantized books in fp16 and bf16 (fresh rows with NaN and Inf, by position and by
+   * slot, K and V in one launch); dyadic books with repeated entries and rows at entries,
+   * midpoints and near midpoints (exact ties and near ties, every one rescanned or decided past
+   * the bound); Gaussian books of large entries (fp16 half-norms past 65504, bf16 |w|^2 past
+   * 2^100: exact scans) and of tiny ones (the bound's absolute term). */
+  {
+    qf_vq_format cq2b = cq2, cq4b = cq4;
+    cq2b.entry_dtype = QF_BF16, cq4b.entry_dtype = QF_BF16;
+    const qf_vq_format fs[] = {cq2, cq4, cq2b, cq4b};
+    const char *names[] = {"CQ-2 (tensor cores)", "CQ-4 (staged)", "CQ-2 bf16 (tensor cores)", "CQ-4 bf16 (staged)"};
+    for (int c = 0; c < 4; c++) {
+      const qf_dtype dt = fs[c].entry_dtype;
+      const int64_t K = 256 + 4 * fs[c].vector_size * 9;  /* (a partial last block of positions) */
+      book_set b;
+      if (make_books(cpu, &b, fs[c], 160, K, &seed)) {
+        const int64_t Ts[] = {64, 100};
+        for (int ti = 0; ti < 2; ti++) {
+          void *x = fresh_rows(dt, Ts[ti], K, K + 3, 1, &seed);
+          encode_case(gpu, cpu, &b, names[c], x, dt, Ts[ti], K + 3, b.N - Ts[ti], NULL);
+          free(x);
+        }
+        void *x = fresh_rows(dt, 70, K, K + 1, 1, &seed);
+        slots_case(gpu, cpu, &b, names[c], x, dt, 70, K + 1);
+        free(x);
+        free_books(&b);
+      }
+      const struct {
+        int kind;
+        float scale;
+        const char *what;
+      } fills[] = {{0, 0.0f, "ties"}, {1, dt == QF_F16 ? 400.0f : 1e20f, "large entries"}, {1, 1e-3f, "tiny entries"}};
+      for (int fi = 0; fi < 3; fi++) {
+        if (!fill_books(cpu, &b, fs[c], 300, K, fills[fi].kind, fills[fi].scale, &seed)) continue;
+        char name[120];
+        snprintf(name, sizeof name, "%s, %s", names[c], fills[fi].what);
+        const int64_t T = 300, ld = K + 1;
+        void *x = fills[fi].kind == 0 ? tie_rows(&b, dt, T, ld, &seed) : fresh_rows(dt, T, K, ld, 0, &seed);
+        if (fills[fi].kind == 1) /* rows of the books' magnitude */
+          for (int64_t i = 0; i < T * ld; i++) float_put(x, dt, (size_t)i, float_get(x, dt, (size_t)i) * fills[fi].scale);
+        encode_case(gpu, cpu, &b, name, x, dt, T, ld, 0, NULL);
+        free(x);
+        free_books(&b);
+      }
+    }
   }
 
   /* More rows than the grid's 65535 (CQ-2, one row scope) and a misaligned x. */

@@ -57,6 +57,11 @@
 //   its position's book in shared memory as fp32, so that an entry is one broadcast load with no
 //   widenings, in blocks of 8 positions: 1.3-2.6x at 32 to 512 rows (H200, with each distance
 //   starting from its first square, entry_distance).
+// - Where x has the books' 16-bit type, the staged form's 4-element vectors (CQ-2) take the
+//   tensor-core form instead (vq_encode_rows_tc_kernel): approximate distances of 16 rows by 8
+//   entries from one m16n8k8 product, each row's nearest entry taken where the runner-up is past
+//   a proven error bound and scanned exactly otherwise, so the same codes: 64 to 4096 rows
+//   1.08-1.39x faster than the staged form on an H200.
 // - 2-element vectors from 8 rows on take 16 lanes per vector (two vectors a warp, blocks of 512
 //   threads) where the book-resident form below does not take them (row scopes or scales, other
 //   index widths): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an H200
@@ -79,11 +84,13 @@
 //   so the work and the codes are the same as qf_vq_encode's for that row.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "cuda/common.cuh"
 #include "cuda/ptx/griddep.cuh"
+#include "cuda/ptx/mma.cuh"
 #include "cuda/vq/vq_common.cuh"
 
 namespace {
@@ -406,6 +413,31 @@ __global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kv_kernel
     encode_resident<KVS, true, kG>(v);
 }
 
+// The row-parallel forms' stores, for a block of kP vector positions and the 32 rows from i0,
+// whose indices are idx_s[residual][position][row]: packed as the warp-per-vector kernel packs
+// them (word w of the block holds bits [32 w, 32 w + 32) of its kP indices of a row, kP indices of
+// `bits` bits filling whole words); the last block of a row also zeroes the row's padding words.
+template <bool kSlots, int kP>
+__device__ __forceinline__ void store_rows(const vq_encode_params &p, const uint32_t (&idx_s)[kMaxR][kP][33], int64_t i0) {
+  const int wpb = kP * p.bits / 32, words = p.residuals * wpb;
+  for (int t = threadIdx.x; t < 32 * words; t += kP * 32) {
+    const int row = t / words, r = (t % words) / wpb, w = t % wpb;
+    const int64_t ii = i0 + row, out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
+    if (out < 0) continue;
+    const uint32_t word = packed_word(&idx_s[r][0][row], 33, w, p.bits, kP);
+    const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(wpb) + static_cast<uint32_t>(w);
+    if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.out_rows + out) * p.row_words + gw] = word;
+  }
+  if (blockIdx.x == gridDim.x - 1) {
+    const uint32_t tail = gridDim.x * static_cast<uint32_t>(wpb), n = p.row_words > tail ? p.row_words - tail : 0u;
+    for (uint32_t t = threadIdx.x; t < 32u * p.residuals * n; t += kP * 32) {
+      const int64_t ii = i0 + t / (p.residuals * n), out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
+      const uint32_t rest = t % (p.residuals * n);
+      if (out >= 0) p.codes[(static_cast<int64_t>(rest / n) * p.out_rows + out) * p.row_words + tail + rest % n] = 0u;
+    }
+  }
+}
+
 // The row-parallel form, for appends of many rows (a prefill chunk) where every row takes the
 // same codebooks and no row scale (fmt->scope_rows 0, no row_scale): a block takes 32 rows x 32
 // vector positions, warp w position j0 + w and lane l row i0 + l, so that at each step the warp's
@@ -490,26 +522,7 @@ __device__ __forceinline__ void encode_rows(const vq_encode_params &p) {
     }
     __syncthreads();
 
-    // Pack as the warp-per-vector kernel does, for each of the block's rows: word w of the block
-    // holds bits [32 w, 32 w + 32) of its 32 indices; the last block of a row also zeroes the
-    // row's padding words.
-    const int wpb = kP * p.bits / 32, words = p.residuals * wpb;  // (kP indices fill whole words)
-    for (int t = threadIdx.x; t < 32 * words; t += kP * 32) {
-      const int row = t / words, r = (t % words) / wpb, w = t % wpb;
-      const int64_t ii = i0 + row, out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
-      if (out < 0) continue;
-      const uint32_t word = packed_word(&idx_s[r][0][row], 33, w, p.bits, kP);
-      const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(wpb) + static_cast<uint32_t>(w);
-      if (gw < p.row_words) p.codes[(static_cast<int64_t>(r) * p.out_rows + out) * p.row_words + gw] = word;
-    }
-    if (blockIdx.x == gridDim.x - 1) {
-      const uint32_t tail = gridDim.x * static_cast<uint32_t>(wpb), n = p.row_words > tail ? p.row_words - tail : 0u;
-      for (uint32_t t = threadIdx.x; t < 32u * p.residuals * n; t += kP * 32) {
-        const int64_t ii = i0 + t / (p.residuals * n), out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
-        const uint32_t rest = t % (p.residuals * n);
-        if (out >= 0) p.codes[(static_cast<int64_t>(rest / n) * p.out_rows + out) * p.row_words + tail + rest % n] = 0u;
-      }
-    }
+    store_rows<kSlots, kP>(p, idx_s, i0);
     __syncthreads();  // idx_s is reused by the next rows
   }
 }
@@ -534,6 +547,191 @@ __global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kv_
     encode_rows<KVS, true, true, kStagedVecs>(k);
   else
     encode_rows<KVS, true, true, kStagedVecs>(v);
+}
+
+// The nearest entry of one 256-entry book of 4-element entries to v by the CPU's rule, by a
+// whole warp: lane l scans entries l, l + 32, ... (the warp-per-vector kernel's scan and
+// reduction with 32 lanes).
+__device__ int nearest_by_warp(const vq_encode_params &p, const uint16_t *b, const float (&v)[4]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  int best = -1;  // this lane's first smallest non-NaN distance
+  float best_d = 0.0f;
+  bool nan0 = false;
+#pragma unroll
+  for (int e = lane; e < 256; e += 32) {
+    const float d = entry_distance<4>(p, b + e * 4, v, 4);
+    if (e == 0) nan0 = d != d;
+    if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
+    const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+    if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
+  }
+  return __shfl_sync(0xffffffffu, nan0, 0) || best < 0 ? 0 : best;
+}
+
+// 16-bit values of T (__half or __nv_bfloat16) as raw bits and back (round to nearest).
+template <typename T>
+__device__ __forceinline__ float raw_f32(uint32_t h) {
+  if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(static_cast<uint16_t>(h)));
+  else return __uint_as_float(h << 16);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t f32_raw(float f) {
+  if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(f));
+  else return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+
+// The two smallest of keys seen, (b, s), after key k: three FMNMX.
+__device__ __forceinline__ void keep_two(float &b, float &s, float k) {
+  s = fminf(s, fmaxf(b, k));
+  b = fminf(b, k);
+}
+
+// The tensor-core row-parallel form: the staged form's work (a warp per vector position, 32 rows
+// of a block at a time) for one residual of 256 entries of 4 elements (CQ-2) when x has the
+// books' 16-bit type. The position's book is the B operand of 32 m16n8k8 products (n-tile nt:
+// entries 8 nt .. 8 nt + 7), 16 rows of x their A operand, so that a product gives
+// M = |w|^2 / 2 - v.w + c (c a constant of the row) for 16 rows and 8 entries: k runs over the 4
+// elements (A: v, B: -w, both exact), then c (A: c, B: 1), then |w|^2 / 2 in three 16-bit parts
+// (A: 1, B: the parts). Each M differs from (|v - w|^2 - |v|^2) / 2 + c by the tensor cores' fp32
+// sums and the parts' rounding only, so the entry that minimizes it is the nearest up to those
+// errors. Each lane keeps, per row and column parity, the smallest and second-smallest keys (M
+// with its low 8 mantissa bits replaced by the entry: one LOP3 and three FMNMX a value), the
+// quads merge them, and a row takes the smallest key's entry when the second is more than G past
+// it; otherwise (a near tie, or inputs outside the bound's range: NaN, Inf, |v|^2 + max |w|^2 >=
+// 2^100, fp16 half-norms past 65504) the warp scans the row's book exactly (nearest_by_warp). So
+// every row gets the CPU's entry; docs/VQ.md derives G. c = |v|^2 / 2 rounded to T (at most 65504
+// for fp16) shifts every entry of the row alike and brings the keys near |v - w|^2 / 2, so that
+// the 8 replaced bits cost little against G.
+// 2-element vectors (CQ-4) keep the staged form: their exact scan is shorter (2 differences per
+// entry), and this form, whose cost per entry does not depend on the vector size, ran them
+// 0.53-0.66x as fast on an H200 (docs/VQ.md).
+constexpr int kTcWarps = 8;  // vector positions (warps) per block
+
+template <typename T, bool kSlots>
+__device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
+  constexpr bool kHalf = std::is_same<T, __half>::value;
+  constexpr uint32_t kOne = kHalf ? 0x3C00u : 0x3F80u;
+  __shared__ uint32_t idx_s[kMaxR][kTcWarps][33];  // ([0][position][row]: store_rows' layout)
+  __shared__ uint32_t bfrag_s[kTcWarps][32][32];   // [warp][n-tile][lane]: the B fragments
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;  // the fragments' row (column of B) and k pair
+  const int j0 = blockIdx.x * kTcWarps + warp;
+  const bool live = j0 < p.vectors;
+  const int j = live ? j0 : p.vectors - 1;  // (a position past the row scans the last one, stores nothing)
+  const uint16_t *book = p.books + static_cast<int64_t>(j / p.vectors_per_book) * 256 * 4;
+
+  // The B fragments (lane (g, t): k = 2 t, 2 t + 1 of entry 8 nt + g), read before the wait (no
+  // decode step writes the books); W = max |w|^2 (fp32); `bad` where the bound does not apply.
+  // In shared memory, so that the scan's loop need not be unrolled whole (with the fragments in
+  // registers it was, and spilled at 128 registers).
+  float W = 0.0f;
+  bool bad = false;
+#pragma unroll 4
+  for (int nt = 0; nt < 32; nt++) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(book + (8 * nt + g) * 4);  // (two elements a word)
+    float n2 = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      const float w = raw_f32<T>(((c < 2 ? u.x : u.y) >> (16 * (c % 2))) & 0xFFFFu);
+      n2 = fmaf(w, w, n2);
+    }
+    bad = bad || !(n2 < 0x1p100f) || (kHalf && !(0.5f * n2 <= 65504.0f));
+    W = fmaxf(W, n2);
+    const float half_norm = 0.5f * n2, r1 = half_norm - raw_f32<T>(f32_raw<T>(half_norm));
+    const uint32_t hi = f32_raw<T>(half_norm), mid = f32_raw<T>(r1), lo = f32_raw<T>(r1 - raw_f32<T>(mid));
+    const uint32_t minus_w = (t == 0 ? u.x : u.y) ^ 0x80008000u;  // (the sign bits flipped)
+    bfrag_s[warp][nt][lane] = t < 2 ? minus_w : t == 2 ? kOne | hi << 16 : mid | lo << 16;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) W = fmaxf(W, __shfl_xor_sync(0xffffffffu, W, o));
+  bad = __any_sync(0xffffffffu, bad);  // (also orders the fragments' stores before the warp's loads)
+  const float abs_term = kHalf ? 0x1p-22f : 0x1p-100f;  // (the parts' fp16 underflow; docs/VQ.md)
+  griddep_wait();  // (as in vq_encode_kernel)
+
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
+#pragma unroll 1
+    for (int m = 0; m < 2; m++) {
+      // The A fragments: lane (g, t) rows g and g + 8 of the tile, k = 2 t, 2 t + 1.
+      uint32_t a[2];
+      float n2[2];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int64_t i = i0 + 16 * m + 8 * h + g;
+        uint32_t x01 = 0u;
+        if (t < 2 && i < p.rows) {
+          const uint16_t *xr = reinterpret_cast<const uint16_t *>(static_cast<const char *>(p.x) + i * p.x_ld * 2);
+          x01 = xr[j * 4 + 2 * t] | static_cast<uint32_t>(xr[j * 4 + 2 * t + 1]) << 16;
+        }
+        const float v0 = raw_f32<T>(x01 & 0xFFFFu), v1 = raw_f32<T>(x01 >> 16);
+        float s = fmaf(v1, v1, v0 * v0);
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);  // (the same sum in the quad's four lanes)
+        n2[h] = s;
+        const uint32_t c = f32_raw<T>(fminf(0.5f * s, kHalf ? 65504.0f : 0x1p126f));
+        a[h] = t < 2 ? x01 : t == 2 ? c | kOne << 16 : kOne | kOne << 16;
+      }
+      // The scan: per n-tile one product, then per value its key (even entries: the odd column's
+      // keys take their low bit after the scan) and the two smallest of its row and parity.
+      float best[4] = {INFINITY, INFINITY, INFINITY, INFINITY}, second[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+#pragma unroll 8
+      for (int nt = 0; nt < 32; nt++) {
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_m16n8k8(T{}, d, a, bfrag_s[warp][nt][lane]);
+        const uint32_t e = 8 * nt + 2 * t;
+#pragma unroll
+        for (int q = 0; q < 4; q++) keep_two(best[q], second[q], __uint_as_float((__float_as_uint(d[q]) & 0xFFFFFF00u) | e));
+      }
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        float b = best[2 * h], s2 = second[2 * h];
+        keep_two(b, s2, __uint_as_float(__float_as_uint(best[2 * h + 1]) | 1u));
+        s2 = fminf(s2, __uint_as_float(__float_as_uint(second[2 * h + 1]) | 1u));
+#pragma unroll
+        for (int o = 1; o < 4; o *= 2) {  // (the quad's four lanes: the row's 256 entries)
+          const float ob = __shfl_xor_sync(0xffffffffu, b, o), os = __shfl_xor_sync(0xffffffffu, s2, o);
+          s2 = fminf(fminf(s2, os), fmaxf(b, ob));
+          b = fminf(b, ob);
+        }
+        const int row = 16 * m + 8 * h + g;
+        const int64_t i = i0 + row;
+        const float S = n2[h] + W;
+        const bool sure = !bad && S < 0x1p100f && s2 - b > S * 0x1p-14f + fabsf(b) * 0x1p-13f + abs_term;
+        const bool stored = live && i < p.rows && out_row<kSlots>(p, i) >= 0;
+        if (t == 0) idx_s[0][warp][row] = live ? __float_as_uint(b) & 0xFFu : 0u;  // (past the row: zero bits)
+        // The rows left undecided, one at a time by the whole warp.
+        for (uint32_t todo = __ballot_sync(0xffffffffu, t == 0 && stored && !sure); todo; todo &= todo - 1) {
+          const int r = 16 * m + 8 * h + (__ffs(todo) - 1) / 4;
+          const uint16_t *xr = reinterpret_cast<const uint16_t *>(static_cast<const char *>(p.x) + (i0 + r) * p.x_ld * 2);
+          float v[4];
+#pragma unroll
+          for (int c = 0; c < 4; c++) v[c] = raw_f32<T>(xr[j * 4 + c]);
+          const int e = nearest_by_warp(p, book, v);
+          if (lane == __ffs(todo) - 1) idx_s[0][warp][r] = static_cast<uint32_t>(e);  // (the lane that wrote it above)
+        }
+      }
+    }
+    __syncthreads();
+    store_rows<kSlots, kTcWarps>(p, idx_s, i0);
+    __syncthreads();  // idx_s is reused by the next rows
+  }
+}
+
+template <typename T, bool kSlots>
+__global__ void __launch_bounds__(kTcWarps * 32, 2) vq_encode_rows_tc_kernel(const vq_encode_params p) {
+  encode_rows_tc<T, kSlots>(p);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kTcWarps * 32, 2) vq_encode_rows_tc_kv_kernel(const vq_encode_params k,
+                                                                                 const vq_encode_params v) {
+  if (blockIdx.z == 0)
+    encode_rows_tc<T, true>(k);
+  else
+    encode_rows_tc<T, true>(v);
 }
 
 template <int KVS>
@@ -597,6 +795,17 @@ encode_kernel_t pick_rows_staged(int k) {
 
 encode_kv_kernel_t pick_rows_staged_kv(int k) {
   return k == 1 ? vq_encode_rows_staged_kv_kernel<2> : vq_encode_rows_staged_kv_kernel<4>;
+}
+
+// The tensor-core row-parallel kernel of the books' 16-bit type, for one tensor and for a K and V
+// pair.
+template <bool kSlots>
+encode_kernel_t pick_rows_tc(bool bf16) {
+  return bf16 ? vq_encode_rows_tc_kernel<__nv_bfloat16, kSlots> : vq_encode_rows_tc_kernel<__half, kSlots>;
+}
+
+encode_kv_kernel_t pick_rows_tc_kv(bool bf16) {
+  return bf16 ? vq_encode_rows_tc_kv_kernel<__nv_bfloat16> : vq_encode_rows_tc_kv_kernel<__half>;
 }
 
 }  // namespace
@@ -688,6 +897,21 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     }
     const encode_kernel_t kernel = slots ? pick_resident<true>(k, kg) : pick_resident<false>(k, kg);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p);
+  }
+  // For 4-element vectors, where x has the books' 16-bit type, the row-parallel form runs on the
+  // tensor cores (above), each block's warps over as many 32-row chunks as leave about 8 blocks
+  // per SM in the launch (each warp reads its book once per block).
+  if (books_kept && rows_form && k == 2 && x->dtype == f.entry_dtype) {
+    const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
+    const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
+    const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
+    const bool bf16 = f.entry_dtype == QF_BF16;
+    if (n == 2) {
+      const encode_kv_kernel_t kernel = pick_rows_tc_kv(bf16);
+      return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p, v);
+    }
+    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(bf16) : pick_rows_tc<false>(bf16);
+    return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p);
   }
   // The row-parallel form stages such books in shared memory as fp32, in blocks of kStagedVecs
   // positions (16 or 32 KB of books): with the first-square distances, 512 rows of 4096

@@ -204,6 +204,32 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
   return total > 0.0 ? __double2float_rn(__dsqrt_rn(total / static_cast<double>(p.K))) : 1.0f;
 }
 
+// The nearest of a book's `entries` entries to v by the CPU's rule, by a group of kLanes lanes
+// (this lane `sub` of it): each lane keeps its first smallest non-NaN distance over entries sub,
+// sub + kLanes, ... (ascending), the group's reduction prefers the smaller distance and then the
+// lower index, and the group's first lane says whether entry 0's distance was NaN (entry 0 then,
+// as the CPU keeps it; also where every distance is NaN).
+template <int KVS, int kLanes, int kV>
+__device__ __forceinline__ int nearest_by_group(const vq_encode_params &p, const uint16_t *b, const float (&v)[kV], int vs,
+                                                int entries, int lane, int sub) {
+  int best = -1;
+  float best_d = 0.0f;
+  bool nan0 = false;
+#pragma unroll 8
+  for (int e = sub; e < entries; e += kLanes) {
+    const float d = entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs);
+    if (e == 0) nan0 = d != d;
+    if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o /= 2) {  // (within the lane group)
+    const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
+    const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+    if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
+  }
+  return __shfl_sync(0xffffffffu, nan0, lane - sub) || best < 0 ? 0 : best;
+}
+
 // The warp-per-vector kernels' work for the tensors of p. KVS: the vector size when it is 2, 4 or 8
 // (registers and loads sized for it), else 0. kLanes: lanes per vector (32: a warp; 16: two
 // vectors a warp), so a block of kBV vectors (32, or kSmallVecs for one row of few vectors, where
@@ -240,22 +266,7 @@ __device__ __forceinline__ void encode_vectors(const vq_encode_params &p) {
       const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
       for (int r = 0; r < p.residuals; r++) {
         const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * vs;
-        int best = -1;  // this lane's first smallest non-NaN distance
-        float best_d = 0.0f;
-        bool nan0 = false;
-#pragma unroll 8
-        for (int e = sub; e < p.entries; e += kLanes) {
-          const float d = entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs);
-          if (e == 0) nan0 = d != d;
-          if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
-        }
-#pragma unroll
-        for (int o = kLanes / 2; o > 0; o /= 2) {  // (within the lane group)
-          const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
-          const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-          if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
-        }
-        if (__shfl_sync(0xffffffffu, nan0, lane - sub) || best < 0) best = 0;
+        const int best = nearest_by_group<KVS, kLanes>(p, b, v, vs, p.entries, lane, sub);
         if (sub == 0) idx_s[r][jl] = past ? 0u : static_cast<uint32_t>(best);
         if (r + 1 == p.residuals) break;  // no residual left to subtract it from
         float w[kV];
@@ -549,29 +560,6 @@ __global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kv_
     encode_rows<KVS, true, true, kStagedVecs>(v);
 }
 
-// The nearest entry of one 256-entry book of 4-element entries to v by the CPU's rule, by a
-// whole warp: lane l scans entries l, l + 32, ... (the warp-per-vector kernel's scan and
-// reduction with 32 lanes).
-__device__ int nearest_by_warp(const vq_encode_params &p, const uint16_t *b, const float (&v)[4]) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  int best = -1;  // this lane's first smallest non-NaN distance
-  float best_d = 0.0f;
-  bool nan0 = false;
-#pragma unroll
-  for (int e = lane; e < 256; e += 32) {
-    const float d = entry_distance<4>(p, b + e * 4, v, 4);
-    if (e == 0) nan0 = d != d;
-    if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) {
-    const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
-    const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-    if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
-  }
-  return __shfl_sync(0xffffffffu, nan0, 0) || best < 0 ? 0 : best;
-}
-
 // 16-bit values of T (__half or __nv_bfloat16) as raw bits and back (round to nearest).
 template <typename T>
 __device__ __forceinline__ float raw_f32(uint32_t h) {
@@ -602,7 +590,7 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 // with its low 8 mantissa bits replaced by the entry: one LOP3 and three FMNMX a value), the
 // quads merge them, and a row takes the smallest key's entry when the second is more than G past
 // it; otherwise (a near tie, or inputs outside the bound's range: NaN, Inf, |v|^2 + max |w|^2 >=
-// 2^100, fp16 half-norms past 65504) the warp scans the row's book exactly (nearest_by_warp). So
+// 2^100, fp16 half-norms past 65504) the warp scans the row's book exactly (nearest_by_group). So
 // every row gets the CPU's entry; docs/VQ.md derives G. c = |v|^2 / 2 rounded to T (at most 65504
 // for fp16) shifts every entry of the row alike and brings the keys near |v - w|^2 / 2, so that
 // the 8 replaced bits cost little against G.
@@ -709,7 +697,7 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
           float v[4];
 #pragma unroll
           for (int c = 0; c < 4; c++) v[c] = raw_f32<T>(xr[j * 4 + c]);
-          const int e = nearest_by_warp(p, book, v);
+          const int e = nearest_by_group<4, 32>(p, book, v, 4, 256, lane, lane);
           if (lane == __ffs(todo) - 1) idx_s[0][warp][r] = static_cast<uint32_t>(e);  // (the lane that wrote it above)
         }
       }

@@ -7,8 +7,9 @@
  *  - fresh Gaussian rows (1, 3, 4, 8 and 37 of them: the warp-per-vector kernel, in blocks of 8
  *    vectors for the CQ formats at 1 row (also on rows of 37 vectors, whose last block is
  *    partial); the CQ formats' book-resident form at 3 and 4 rows (two at a time; at 3 a group
- *    past the end), 8 and (CQ-2) 37 rows (four at a time); the row-parallel form for CQ-4 and
- *    3-element vectors at 37; 16 lanes per vector for 2-element vectors with row scopes at 8),
+ *    past the end), 8 and (CQ-2, x in fp32 or bf16) 37 rows (four at a time); CQ-2's tensor-core
+ *    form at 37 rows of fp16 x (its books' type); the row-parallel form for CQ-4 and 3-element
+ *    vectors at 37; 16 lanes per vector for 2-element vectors with row scopes at 8),
  *    with outliers, zeros, a NaN and an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the
  *    padding included, plus a poisoned sentinel tail) and row scales equal to the CPU's;
  *  - the quantized matrix itself: encoding it again reproduces the quantizer's codes (and row
@@ -21,6 +22,8 @@
  *    the CPU, which refuses it, gets -1 in its place): every byte of the cache and its scales as
  *    the CPU's, the rows no slot names still poisoned; then the same rows with other rows and
  *    books as V by qf_vq_encode_kv_slots (one launch for both caches);
+ *  - CQ-2's tensor-core form on ties, near ties and the ranges its error bound leaves to exact
+ *    scans (below), in fp16 and bf16;
  *  - bad input (x misaligned to its elements) gets an error and leaves the codes untouched. */
 #include <inttypes.h>
 #include <math.h>
@@ -316,10 +319,11 @@ int main(void) {
     free_books(&b);
   }
 
-  /* The tensor-core row-parallel form (CQ-2's books, x in their 16-bit type, from 64 rows), whose
-   * approximate distances must still give the CPU's codes, and CQ-4's staged form on the same
-   * inputs: quantized books in fp16 and bf16 (fresh rows with NaN and Inf, by position and by
-   * slot, K and V in one launch); dyadic books with repeated entries and rows at entries,
+  /* The tensor-core row-parallel form (CQ-2's books, x in their 16-bit type, from 32 rows in a
+   * launch, K and V counted: the 37-row cases above too), whose approximate distances must still
+   * give the CPU's codes, and CQ-4's staged form on the same inputs: quantized books in fp16 and
+   * bf16 (fresh rows with NaN and Inf, by position and by slot, K and V of 16 and 70 rows in one
+   * launch); dyadic books with repeated entries and rows at entries,
    * midpoints and near midpoints (exact ties and near ties, every one rescanned or decided past
    * the bound); Gaussian books of large entries (fp16 half-norms past 65504, bf16 |w|^2 past
    * 2^100: exact scans) and of tiny ones (the bound's absolute term). */
@@ -339,9 +343,12 @@ int main(void) {
           encode_case(gpu, cpu, &b, names[c], x, dt, Ts[ti], K + 3, b.N - Ts[ti], NULL);
           free(x);
         }
-        void *x = fresh_rows(dt, 70, K, K + 1, 1, &seed);
-        slots_case(gpu, cpu, &b, names[c], x, dt, 70, K + 1);
-        free(x);
+        const int64_t slot_Ts[] = {16, 70}; /* (K and V of 16 rows: 32 in the launch) */
+        for (int ti = 0; ti < 2; ti++) {
+          void *x = fresh_rows(dt, slot_Ts[ti], K, K + 1, 1, &seed);
+          slots_case(gpu, cpu, &b, names[c], x, dt, slot_Ts[ti], K + 1);
+          free(x);
+        }
         free_books(&b);
       }
       const struct {

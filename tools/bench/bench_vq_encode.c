@@ -1,6 +1,6 @@
 /* qfuse-bench rows of qf_vq_encode on CUDA (quantize-on-append): the new K (or V) rows of one
  * attention layer encoded into a CQ cache, as a decode step (B = 1, 2, 4 and 8 new tokens), short
- * prefill chunks (32, 64, 128: around where the row-parallel form takes over), a 512-token chunk
+ * prefill chunks (16, 32, 64, 128: around where the row-parallel forms take over), a 512-token chunk
  * and a 4096-token prefill append them. Rows are [T, Hkv * D] = [T, 32 x 128] fp16 (Llama-7B), the
  * codebooks random fp16 (the scan's cost does not depend on the values). Op "vq_encode",
  * variant "<format>,fp16", shape "T=...,K=4096"; bytes: x read + codes written; peer: copy16 of
@@ -134,7 +134,7 @@ int bench_vq_encode(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (!qfb_op_selected(sel->ops, "vq_encode") || !qfb_uses_gpu(b)) return 0; /* the CPU reference: not timed */
   int rc = 0;
 #ifdef QF_WITH_CUDA
-  const int64_t Ts[] = {1, 2, 4, 8, 32, 64, 128, 512, 4096};
+  const int64_t Ts[] = {1, 2, 4, 8, 16, 32, 64, 128, 512, 4096};
   for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
     if (sel->m && sel->m != Ts[i]) continue;
     rc |= encode_shape(b, ctx, "cq2", QF_VQ_CQ_2, Ts[i], rows);

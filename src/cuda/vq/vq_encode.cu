@@ -60,8 +60,9 @@
 // - Where x has the books' 16-bit type, the staged form's 4-element vectors (CQ-2) take the
 //   tensor-core form instead (vq_encode_rows_tc_kernel): approximate distances of 16 rows by 8
 //   entries from one m16n8k8 product, each row's nearest entry taken where the runner-up is past
-//   a proven error bound and scanned exactly otherwise, so the same codes: 64 to 4096 rows
-//   1.08-1.39x faster than the staged form on an H200.
+//   a proven error bound and scanned exactly otherwise, so the same codes: from 32 rows in the
+//   launch (K and V counted), 1.07-1.38x faster than the staged form from 64 rows and 1.64-1.86x
+//   than the book-resident form at 32 rows of an H200.
 // - 2-element vectors from 8 rows on take 16 lanes per vector (two vectors a warp, blocks of 512
 //   threads) where the book-resident form below does not take them (row scopes or scales, other
 //   index widths): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an H200
@@ -597,7 +598,8 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 // 2-element vectors (CQ-4) keep the staged form: their exact scan is shorter (2 differences per
 // entry), and this form, whose cost per entry does not depend on the vector size, ran them
 // 0.53-0.66x as fast on an H200 (docs/VQ.md).
-constexpr int kTcWarps = 8;  // vector positions (warps) per block
+constexpr int kTcWarps = 8;      // vector positions (warps) per block
+constexpr int kTcRowsMin = 32;   // rows in the launch (K and V counted) from which the launcher takes it
 
 template <typename T, bool kSlots>
 __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
@@ -869,6 +871,23 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   // book-resident form below the row-parallel one, the staged row-parallel form from there.
   const bool books_kept = f.scope_rows == 0 && t->scales == nullptr && f.residuals == 1 && f.index_bits == 8 &&
                           (k == 1 || k == 2);
+  // 4-element vectors, where x has the books' 16-bit type, take the tensor-core form (above) from
+  // 32 rows in the launch (K and V of 16 rows: 1.12x the book-resident form; one tensor's 16 rows
+  // 0.95-0.97x, 32 rows 1.64-1.67x, K and V of 32 rows 1.86x; H200, docs/VQ.md), each block's
+  // warps over as many 32-row chunks as leave about 8 blocks per SM in the launch (each warp
+  // reads its book once per block).
+  if (books_kept && k == 2 && x->dtype == f.entry_dtype && x->rows * n >= kTcRowsMin) {
+    const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
+    const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
+    const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
+    const bool bf16 = f.entry_dtype == QF_BF16;
+    if (n == 2) {
+      const encode_kv_kernel_t kernel = pick_rows_tc_kv(bf16);
+      return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p, v);
+    }
+    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(bf16) : pick_rows_tc<false>(bf16);
+    return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p);
+  }
   // The book-resident form (above) from 4 rows in the launch (2 of K and V): 16 lanes per vector
   // for 2 elements, a warp for 4, the rows spread over as many blocks as 8 per SM, two rows at a
   // time where the launch has 4 (more blocks), else four. H200, K = 4096 (docs/VQ.md): 4 rows
@@ -885,21 +904,6 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     }
     const encode_kernel_t kernel = slots ? pick_resident<true>(k, kg) : pick_resident<false>(k, kg);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p);
-  }
-  // For 4-element vectors, where x has the books' 16-bit type, the row-parallel form runs on the
-  // tensor cores (above), each block's warps over as many 32-row chunks as leave about 8 blocks
-  // per SM in the launch (each warp reads its book once per block).
-  if (books_kept && rows_form && k == 2 && x->dtype == f.entry_dtype) {
-    const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
-    const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
-    const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
-    const bool bf16 = f.entry_dtype == QF_BF16;
-    if (n == 2) {
-      const encode_kv_kernel_t kernel = pick_rows_tc_kv(bf16);
-      return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p, v);
-    }
-    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(bf16) : pick_rows_tc<false>(bf16);
-    return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p);
   }
   // The row-parallel form stages such books in shared memory as fp32, in blocks of kStagedVecs
   // positions (16 or 32 KB of books): with the first-square distances, 512 rows of 4096

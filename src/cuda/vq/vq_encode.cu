@@ -638,7 +638,8 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) W = fmaxf(W, __shfl_xor_sync(0xffffffffu, W, o));
-  bad = __any_sync(0xffffffffu, bad);  // (also orders the fragments' stores before the warp's loads)
+  bad = __any_sync(0xffffffffu, bad);
+  __syncwarp();  // (the fragments' stores before the warp's loads)
   const float abs_term = kHalf ? 0x1p-22f : 0x1p-100f;  // (the parts' fp16 underflow; docs/VQ.md)
   griddep_wait();  // (as in vq_encode_kernel)
 

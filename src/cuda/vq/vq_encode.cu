@@ -61,8 +61,8 @@
 //   tensor-core form instead (vq_encode_rows_tc_kernel): approximate distances of 16 rows by 8
 //   entries from one m16n8k8 product, each row's nearest entry taken where the runner-up is past
 //   a proven error bound and scanned exactly otherwise, so the same codes: from 32 rows in the
-//   launch (K and V counted), 1.07-1.38x faster than the staged form from 64 rows and 1.64-1.86x
-//   than the book-resident form at 32 rows of an H200.
+//   launch (K and V counted), 1.13-1.41x faster than the staged form from 64 rows and 1.64-1.88x
+//   than the book-resident form at 32 rows of an H200 (bench/results/h200-5e8edf2-vq-encode.txt).
 // - 2-element vectors from 8 rows on take 16 lanes per vector (two vectors a warp, blocks of 512
 //   threads) where the book-resident form below does not take them (row scopes or scales, other
 //   index widths): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an H200

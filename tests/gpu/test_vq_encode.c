@@ -7,8 +7,8 @@
  *  - fresh Gaussian rows (1, 3, 4, 8 and 37 of them: the warp-per-vector kernel, in blocks of 8
  *    vectors for the CQ formats at 1 row (also on rows of 37 vectors, whose last block is
  *    partial); the CQ formats' book-resident form at 3 and 4 rows (two at a time; at 3 a group
- *    past the end), 8 and (CQ-2, x in fp32 or bf16) 37 rows (four at a time); CQ-2's tensor-core
- *    form at 37 rows of fp16 x (its books' type); the row-parallel form for CQ-4 and 3-element
+ *    past the end), 8 and (CQ-2, fp32 x) 37 rows (four at a time); CQ-2's tensor-core form at 37
+ *    rows of fp16 and bf16 x (into its fp16 books); the row-parallel form for CQ-4 and 3-element
  *    vectors at 37; 16 lanes per vector for 2-element vectors with row scopes at 8),
  *    with outliers, zeros, a NaN and an Inf, in fp32, fp16 and bf16 with strided rows: codes (every byte, the
  *    padding included, plus a poisoned sentinel tail) and row scales equal to the CPU's;
@@ -23,7 +23,7 @@
  *    the CPU's, the rows no slot names still poisoned; then the same rows with other rows and
  *    books as V by qf_vq_encode_kv_slots (one launch for both caches);
  *  - CQ-2's tensor-core form on ties, near ties and the ranges its error bound leaves to exact
- *    scans (below), in fp16 and bf16;
+ *    scans (below), in fp16 and bf16 and with bf16 x into fp16 books;
  *  - bad input (x misaligned to its elements) gets an error and leaves the codes untouched. */
 #include <inttypes.h>
 #include <math.h>
@@ -319,47 +319,59 @@ int main(void) {
     free_books(&b);
   }
 
-  /* The tensor-core row-parallel form (CQ-2's books, x in their 16-bit type, from 32 rows in a
-   * launch, K and V counted: the 37-row cases above too), whose approximate distances must still
-   * give the CPU's codes, and CQ-4's staged form on the same inputs: quantized books in fp16 and
-   * bf16 (fresh rows with NaN and Inf, by position and by slot, K and V of 16 and 70 rows in one
-   * launch); dyadic books with repeated entries and rows at entries,
-   * midpoints and near midpoints (exact ties and near ties, every one rescanned or decided past
-   * the bound); Gaussian books of large entries (fp16 half-norms past 65504, bf16 |w|^2 past
-   * 2^100: exact scans) and of tiny ones (the bound's absolute term). */
+  /* The tensor-core row-parallel form (CQ-2's books, x in their 16-bit type or bf16 x into fp16
+   * books, from 32 rows in a launch, K and V counted: the 37-row cases above too), whose
+   * approximate distances must still give the CPU's codes, and CQ-4's staged form on the same
+   * inputs: quantized books in fp16 and bf16 (fresh rows with NaN and Inf, by position and by
+   * slot, K and V of 16 and 70 rows in one launch); dyadic books with repeated entries and rows at
+   * entries, midpoints and near midpoints (exact ties and near ties, every one rescanned or
+   * decided past the bound); Gaussian books of large entries (fp16 half-norms past 65504, bf16
+   * |w|^2 past 2^100: exact scans) and of small ones (the bound's absolute term; for bf16 x into
+   * fp16 books also elements below 2^-17, which fp16 rounds). */
   {
     qf_vq_format cq2b = cq2, cq4b = cq4;
     cq2b.entry_dtype = QF_BF16, cq4b.entry_dtype = QF_BF16;
-    const qf_vq_format fs[] = {cq2, cq4, cq2b, cq4b};
-    const char *names[] = {"CQ-2 (tensor cores)", "CQ-4 (staged)", "CQ-2 bf16 (tensor cores)", "CQ-4 bf16 (staged)"};
-    for (int c = 0; c < 4; c++) {
-      const qf_dtype dt = fs[c].entry_dtype;
-      const int64_t K = 256 + 4 * fs[c].vector_size * 9;  /* (a partial last block of positions) */
+    const struct {
+      qf_vq_format f;
+      qf_dtype dt; /* x's type */
+      const char *name;
+    } tcs[] = {{cq2, QF_F16, "CQ-2 (tensor cores)"},
+               {cq2, QF_BF16, "CQ-2, bf16 x (tensor cores)"},
+               {cq4, QF_F16, "CQ-4 (staged)"},
+               {cq2b, QF_BF16, "CQ-2 bf16 (tensor cores)"},
+               {cq4b, QF_BF16, "CQ-4 bf16 (staged)"}};
+    for (int c = 0; c < 5; c++) {
+      const qf_dtype dt = tcs[c].dt;
+      const int64_t K = 256 + 4 * tcs[c].f.vector_size * 9; /* (a partial last block of positions) */
       book_set b;
-      if (make_books(cpu, &b, fs[c], 160, K, &seed)) {
+      if (make_books(cpu, &b, tcs[c].f, 160, K, &seed)) {
         const int64_t Ts[] = {64, 100};
         for (int ti = 0; ti < 2; ti++) {
           void *x = fresh_rows(dt, Ts[ti], K, K + 3, 1, &seed);
-          encode_case(gpu, cpu, &b, names[c], x, dt, Ts[ti], K + 3, b.N - Ts[ti], NULL);
+          encode_case(gpu, cpu, &b, tcs[c].name, x, dt, Ts[ti], K + 3, b.N - Ts[ti], NULL);
           free(x);
         }
         const int64_t slot_Ts[] = {16, 70}; /* (K and V of 16 rows: 32 in the launch) */
         for (int ti = 0; ti < 2; ti++) {
           void *x = fresh_rows(dt, slot_Ts[ti], K, K + 1, 1, &seed);
-          slots_case(gpu, cpu, &b, names[c], x, dt, slot_Ts[ti], K + 1);
+          slots_case(gpu, cpu, &b, tcs[c].name, x, dt, slot_Ts[ti], K + 1);
           free(x);
         }
         free_books(&b);
       }
+      const int f16_books = tcs[c].f.entry_dtype == QF_F16;
       const struct {
         int kind;
         float scale;
         const char *what;
-      } fills[] = {{0, 0.0f, "ties"}, {1, dt == QF_F16 ? 400.0f : 1e20f, "large entries"}, {1, 1e-3f, "tiny entries"}};
-      for (int fi = 0; fi < 3; fi++) {
-        if (!fill_books(cpu, &b, fs[c], 300, K, fills[fi].kind, fills[fi].scale, &seed)) continue;
+      } fills[] = {{0, 0.0f, "ties"},
+                   {1, f16_books ? 400.0f : 1e20f, "large entries"},
+                   {1, 1e-3f, "small entries"},
+                   {1, 1e-5f, "tiny entries"}};
+      for (int fi = 0; fi < 4; fi++) {
+        if (!fill_books(cpu, &b, tcs[c].f, 300, K, fills[fi].kind, fills[fi].scale, &seed)) continue;
         char name[120];
-        snprintf(name, sizeof name, "%s, %s", names[c], fills[fi].what);
+        snprintf(name, sizeof name, "%s, %s", tcs[c].name, fills[fi].what);
         const int64_t T = 300, ld = K + 1;
         void *x = fills[fi].kind == 0 ? tie_rows(&b, dt, T, ld, &seed) : fresh_rows(dt, T, K, ld, 0, &seed);
         if (fills[fi].kind == 1) /* rows of the books' magnitude */

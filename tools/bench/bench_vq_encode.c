@@ -10,11 +10,14 @@
  * rows written to slots 64 rows apart in a cache of 64 T rows (a decode step's tokens of
  * sequences in their own regions), the same bytes and peer. Variant "<format>,fp16,kv-slots" is
  * qf_vq_encode_kv_slots of those rows as K and V (the same rows and books, two caches), against
- * the two qf_vq_encode_slots calls it replaces (peer "2 x slots", one after the other). */
+ * the two qf_vq_encode_slots calls it replaces (peer "2 x slots", one after the other). Variant
+ * "<format>,bf16-x" is qf_vq_encode of the same values as bf16 rows into the fp16 books (a bf16
+ * model's K or V with the presets' books), the same bytes and peer. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bench_ops.h"
+#include "formats/formats.h"
 
 #ifdef QF_WITH_CUDA
 #include <cuda_runtime.h>
@@ -76,9 +79,9 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
                cb = (size_t)(f.residuals * T * sz.row_bytes);
   uint16_t *h = malloc(bb > xb ? bb : xb);
   int32_t *hslots = malloc((size_t)T * 4);
-  void *x = NULL, *books = NULL, *codes = NULL, *dst = NULL, *cache = NULL, *cache2 = NULL, *slots = NULL;
+  void *x = NULL, *xb16 = NULL, *books = NULL, *codes = NULL, *dst = NULL, *cache = NULL, *cache2 = NULL, *slots = NULL;
   int rc = 1;
-  if (!h || !hslots || cudaMalloc(&x, xb) || cudaMalloc(&books, bb) || cudaMalloc(&codes, cb) || cudaMalloc(&dst, xb) ||
+  if (!h || !hslots || cudaMalloc(&x, xb) || cudaMalloc(&xb16, xb) || cudaMalloc(&books, bb) || cudaMalloc(&codes, cb) || cudaMalloc(&dst, xb) ||
       cudaMalloc(&cache, 64 * cb) || cudaMalloc(&cache2, 64 * cb) || cudaMalloc(&slots, (size_t)T * 4))
     goto done;
   for (int64_t i = 0; i < T; i++) hslots[i] = (int32_t)(64 * i + 17);
@@ -89,6 +92,8 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
     h[i] = (uint16_t)(0x3000u + (s % 0x1000u)) | (uint16_t)((s >> 20) & 0x8000u); /* |v| in [0.125, 0.25) */
   }
   if (cudaMemcpy(x, h, xb, cudaMemcpyHostToDevice) || cudaMemcpy(books, h, bb, cudaMemcpyHostToDevice)) goto done;
+  for (size_t i = 0; i < xb / 2; i++) h[i] = qf_bf16_from_f32(qf_f16_to_f32(h[i])); /* x's values as bf16 */
+  if (cudaMemcpy(xb16, h, xb, cudaMemcpyHostToDevice)) goto done;
   int64_t xshape[2] = {T, K}, bshape[4] = {f.residuals, sz.n_books, sz.entries, f.vector_size},
           cshape[3] = {f.residuals, T, sz.row_bytes}, kshape[3] = {f.residuals, 64 * T, sz.row_bytes}, tshape[1] = {T};
   encode_call c = {.ctx = ctx, .f = &f};
@@ -121,11 +126,18 @@ static int encode_shape(qfb *b, qf_ctx *ctx, const char *name, qf_vq_preset pres
   kvrow.peer_us = qfb_time_us(b, run_encode_two_slots, &c);
   qfb_emit(b, &kvrow);
   (*rows)++;
-  rc = row.us > 0 && srow.us > 0 && kvrow.us > 0 && kvrow.peer_us > 0 ? 0 : 1;
+  snprintf(variant, sizeof variant, "%s,bf16-x", name); /* the same values as bf16 rows into the fp16 books */
+  encode_call cb16 = c;
+  cb16.x.data = xb16, cb16.x.dtype = qf_dtype_to_dl(QF_BF16);
+  qfb_row brow = row;
+  brow.us = qfb_time_us(b, run_encode, &cb16);
+  qfb_emit(b, &brow);
+  (*rows)++;
+  rc = row.us > 0 && srow.us > 0 && kvrow.us > 0 && kvrow.peer_us > 0 && brow.us > 0 ? 0 : 1;
 done:
   if (rc) fprintf(stderr, "bench_vq_encode: %s T=%lld failed\n", name, (long long)T);
   free(h), free(hslots);
-  cudaFree(x), cudaFree(books), cudaFree(codes), cudaFree(dst), cudaFree(cache), cudaFree(cache2), cudaFree(slots);
+  cudaFree(x), cudaFree(xb16), cudaFree(books), cudaFree(codes), cudaFree(dst), cudaFree(cache), cudaFree(cache2), cudaFree(slots);
   return rc;
 }
 #endif

@@ -57,12 +57,13 @@
 //   its position's book in shared memory as fp32, so that an entry is one broadcast load with no
 //   widenings, in blocks of 8 positions: 1.3-2.6x at 32 to 512 rows (H200, with each distance
 //   starting from its first square, entry_distance).
-// - Where x has the books' 16-bit type, the staged form's 4-element vectors (CQ-2) take the
-//   tensor-core form instead (vq_encode_rows_tc_kernel): approximate distances of 16 rows by 8
-//   entries from one m16n8k8 product, each row's nearest entry taken where the runner-up is past
-//   a proven error bound and scanned exactly otherwise, so the same codes: from 32 rows in the
-//   launch (K and V counted), 1.13-1.41x faster than the staged form from 64 rows and 1.64-1.88x
-//   than the book-resident form at 32 rows of an H200 (bench/results/h200-5e8edf2-vq-encode.txt).
+// - Where x has the books' 16-bit type (or is bf16 into fp16 books), 4-element vectors (CQ-2)
+//   take the tensor-core form instead (vq_encode_rows_tc_kernel): approximate distances of 16
+//   rows by 8 entries from one m16n8k8 product, each row's nearest entry taken where the
+//   runner-up is past a proven error bound and scanned exactly otherwise, so the same codes: from
+//   32 rows in the launch (K and V counted), 1.13-1.41x faster than the staged form from 64 rows
+//   and 1.64-1.88x than the book-resident form at 32 rows of an H200
+//   (bench/results/h200-5e8edf2-vq-encode.txt).
 // - 2-element vectors from 8 rows on take 16 lanes per vector (two vectors a warp, blocks of 512
 //   threads) where the book-resident form below does not take them (row scopes or scales, other
 //   index widths): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an H200
@@ -581,7 +582,9 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 
 // The tensor-core row-parallel form: the staged form's work (a warp per vector position, 32 rows
 // of a block at a time) for one residual of 256 entries of 4 elements (CQ-2) when x has the
-// books' 16-bit type. The position's book is the B operand of 32 m16n8k8 products (n-tile nt:
+// books' 16-bit type T, or X = bf16 into fp16 books (v converted to fp16: exact from 2^-17 to
+// 65280; rows with an element of 65536 or more are scanned exactly, and the bound gains a term
+// for the smaller elements' rounding). The position's book is the B operand of 32 m16n8k8 products (n-tile nt:
 // entries 8 nt .. 8 nt + 7), 16 rows of x their A operand, so that a product gives
 // M = |w|^2 / 2 - v.w + c (c a constant of the row) for 16 rows and 8 entries: k runs over the 4
 // elements (A: v, B: -w, both exact), then c (A: c, B: 1), then |w|^2 / 2 in three 16-bit parts
@@ -601,9 +604,10 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 constexpr int kTcWarps = 8;      // vector positions (warps) per block
 constexpr int kTcRowsMin = 32;   // rows in the launch (K and V counted) from which the launcher takes it
 
-template <typename T, bool kSlots>
+template <typename T, typename X, bool kSlots>
 __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
   constexpr bool kHalf = std::is_same<T, __half>::value;
+  constexpr bool kMixed = !std::is_same<T, X>::value;  // (bf16 x, fp16 books: v converted, below)
   constexpr uint32_t kOne = kHalf ? 0x3C00u : 0x3F80u;
   __shared__ uint32_t idx_s[kMaxR][kTcWarps][33];  // ([0][position][row]: store_rows' layout)
   __shared__ uint32_t bfrag_s[kTcWarps][32][32];   // [warp][n-tile][lane]: the B fragments
@@ -640,7 +644,9 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
   for (int o = 16; o > 0; o /= 2) W = fmaxf(W, __shfl_xor_sync(0xffffffffu, W, o));
   bad = __any_sync(0xffffffffu, bad);
   __syncwarp();  // (the fragments' stores before the warp's loads)
-  const float abs_term = kHalf ? 0x1p-22f : 0x1p-100f;  // (the parts' fp16 underflow; docs/VQ.md)
+  // The bound's absolute term: the parts' fp16 underflow, and with bf16 x the fp16 rounding of
+  // its elements below 2^-17 (docs/VQ.md).
+  const float abs_term = (kHalf ? 0x1p-22f : 0x1p-100f) + (kMixed ? 0x1p-22f * sqrtf(W) : 0.0f);
   griddep_wait();  // (as in vq_encode_kernel)
 
   for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
@@ -657,7 +663,8 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
           const uint16_t *xr = reinterpret_cast<const uint16_t *>(static_cast<const char *>(p.x) + i * p.x_ld * 2);
           x01 = xr[j * 4 + 2 * t] | static_cast<uint32_t>(xr[j * 4 + 2 * t + 1]) << 16;
         }
-        const float v0 = raw_f32<T>(x01 & 0xFFFFu), v1 = raw_f32<T>(x01 >> 16);
+        const float v0 = raw_f32<X>(x01 & 0xFFFFu), v1 = raw_f32<X>(x01 >> 16);
+        if (kMixed) x01 = f32_raw<T>(v0) | f32_raw<T>(v1) << 16;  // (exact from 2^-17 to 65280)
         float s = fmaf(v1, v1, v0 * v0);
         s += __shfl_xor_sync(0xffffffffu, s, 1);
         s += __shfl_xor_sync(0xffffffffu, s, 2);  // (the same sum in the quad's four lanes)
@@ -690,7 +697,8 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
         const int row = 16 * m + 8 * h + g;
         const int64_t i = i0 + row;
         const float S = n2[h] + W;
-        const bool sure = !bad && S < 0x1p100f && s2 - b > S * 0x1p-14f + fabsf(b) * 0x1p-13f + abs_term;
+        const bool in_range = S < 0x1p100f && (!kMixed || n2[h] < 0x1p32f);  // (bf16 x: every |v| < 65536)
+        const bool sure = !bad && in_range && s2 - b > S * 0x1p-14f + fabsf(b) * 0x1p-13f + abs_term;
         const bool stored = live && i < p.rows && out_row<kSlots>(p, i) >= 0;
         if (t == 0) idx_s[0][warp][row] = live ? __float_as_uint(b) & 0xFFu : 0u;  // (past the row: zero bits)
         // The rows left undecided, one at a time by the whole warp.
@@ -699,7 +707,7 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
           const uint16_t *xr = reinterpret_cast<const uint16_t *>(static_cast<const char *>(p.x) + (i0 + r) * p.x_ld * 2);
           float v[4];
 #pragma unroll
-          for (int c = 0; c < 4; c++) v[c] = raw_f32<T>(xr[j * 4 + c]);
+          for (int c = 0; c < 4; c++) v[c] = raw_f32<X>(xr[j * 4 + c]);
           const int e = nearest_by_group<4, 32>(p, book, v, 4, 256, lane, lane);
           if (lane == __ffs(todo) - 1) idx_s[0][warp][r] = static_cast<uint32_t>(e);  // (the lane that wrote it above)
         }
@@ -713,18 +721,18 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
 
 // Four blocks per SM (64 registers, no spills): 3-4% faster from 512 rows than three (80
 // registers; H200, `h200-dev-vq-encode-tc-occupancy-ab.txt`).
-template <typename T, bool kSlots>
+template <typename T, typename X, bool kSlots>
 __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kernel(const vq_encode_params p) {
-  encode_rows_tc<T, kSlots>(p);
+  encode_rows_tc<T, X, kSlots>(p);
 }
 
-template <typename T>
+template <typename T, typename X>
 __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kv_kernel(const vq_encode_params k,
                                                                                  const vq_encode_params v) {
   if (blockIdx.z == 0)
-    encode_rows_tc<T, true>(k);
+    encode_rows_tc<T, X, true>(k);
   else
-    encode_rows_tc<T, true>(v);
+    encode_rows_tc<T, X, true>(v);
 }
 
 template <int KVS>
@@ -790,15 +798,19 @@ encode_kv_kernel_t pick_rows_staged_kv(int k) {
   return k == 1 ? vq_encode_rows_staged_kv_kernel<2> : vq_encode_rows_staged_kv_kernel<4>;
 }
 
-// The tensor-core row-parallel kernel of the books' 16-bit type, for one tensor and for a K and V
-// pair.
+// The tensor-core row-parallel kernel of the books' and x's 16-bit types (0: fp16 books and x,
+// 1: bf16 books and x, 2: fp16 books, bf16 x), for one tensor and for a K and V pair.
 template <bool kSlots>
-encode_kernel_t pick_rows_tc(bool bf16) {
-  return bf16 ? vq_encode_rows_tc_kernel<__nv_bfloat16, kSlots> : vq_encode_rows_tc_kernel<__half, kSlots>;
+encode_kernel_t pick_rows_tc(int types) {
+  return types == 1 ? vq_encode_rows_tc_kernel<__nv_bfloat16, __nv_bfloat16, kSlots>
+         : types == 2 ? vq_encode_rows_tc_kernel<__half, __nv_bfloat16, kSlots>
+                      : vq_encode_rows_tc_kernel<__half, __half, kSlots>;
 }
 
-encode_kv_kernel_t pick_rows_tc_kv(bool bf16) {
-  return bf16 ? vq_encode_rows_tc_kv_kernel<__nv_bfloat16> : vq_encode_rows_tc_kv_kernel<__half>;
+encode_kv_kernel_t pick_rows_tc_kv(int types) {
+  return types == 1 ? vq_encode_rows_tc_kv_kernel<__nv_bfloat16, __nv_bfloat16>
+         : types == 2 ? vq_encode_rows_tc_kv_kernel<__half, __nv_bfloat16>
+                      : vq_encode_rows_tc_kv_kernel<__half, __half>;
 }
 
 }  // namespace
@@ -874,21 +886,22 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   // book-resident form below the row-parallel one, the staged row-parallel form from there.
   const bool books_kept = f.scope_rows == 0 && t->scales == nullptr && f.residuals == 1 && f.index_bits == 8 &&
                           (k == 1 || k == 2);
-  // 4-element vectors, where x has the books' 16-bit type, take the tensor-core form (above) from
-  // 32 rows in the launch (K and V of 16 rows: 1.12x the book-resident form; one tensor's 16 rows
-  // 0.95-0.97x, 32 rows 1.64-1.67x, K and V of 32 rows 1.86x; H200, docs/VQ.md), each block's
-  // warps over as many 32-row chunks as leave about 8 blocks per SM in the launch (each warp
-  // reads its book once per block).
-  if (books_kept && k == 2 && x->dtype == f.entry_dtype && x->rows * n >= kTcRowsMin) {
+  // 4-element vectors, where x has the books' 16-bit type (or is bf16 into fp16 books), take the
+  // tensor-core form (above) from 32 rows in the launch (K and V of 16 rows: 1.12x the
+  // book-resident form; one tensor's 16 rows 0.95-0.97x, 32 rows 1.64-1.67x, K and V of 32 rows
+  // 1.86x; H200, docs/VQ.md), each block's warps over as many 32-row chunks as leave about 8
+  // blocks per SM in the launch (each warp reads its book once per block).
+  const bool tc_types = x->dtype == f.entry_dtype || (x->dtype == QF_BF16 && f.entry_dtype == QF_F16);
+  if (books_kept && k == 2 && tc_types && x->rows * n >= kTcRowsMin) {
     const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
     const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
-    const bool bf16 = f.entry_dtype == QF_BF16;
+    const int types = f.entry_dtype == QF_BF16 ? 1 : x->dtype == QF_BF16 ? 2 : 0;
     if (n == 2) {
-      const encode_kv_kernel_t kernel = pick_rows_tc_kv(bf16);
+      const encode_kv_kernel_t kernel = pick_rows_tc_kv(types);
       return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p, v);
     }
-    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(bf16) : pick_rows_tc<false>(bf16);
+    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(types) : pick_rows_tc<false>(types);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p);
   }
   // The book-resident form (above) from 4 rows in the launch (2 of K and V): 16 lanes per vector

@@ -621,10 +621,12 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
   // The B fragments (lane (g, t): k = 2 t, 2 t + 1 of entry 8 nt + g), read before the wait (no
   // decode step writes the books); W = max |w|^2 (fp32); `bad` where the bound does not apply.
   // In shared memory, so that the scan's loop need not be unrolled whole (with the fragments in
-  // registers it was, and spilled at 128 registers).
+  // registers it was, and spilled at 128 registers). This loop is unrolled whole, so that the
+  // book's loads are in flight together: with a book's first use a DRAM round trip each, in
+  // batches of 4 they were most of a 32-row call (H200: 32 rows 10.9 -> 9.5 us, 512 rows the same).
   float W = 0.0f;
   bool bad = false;
-#pragma unroll 4
+#pragma unroll
   for (int nt = 0; nt < 32; nt++) {
     const uint2 u = *reinterpret_cast<const uint2 *>(book + (8 * nt + g) * 4);  // (two elements a word)
     float n2 = 0.0f;

@@ -320,7 +320,7 @@ int main(void) {
   }
 
   /* The tensor-core row-parallel form (CQ-2's books, x in their 16-bit type or bf16 x into fp16
-   * books, from 32 rows in a launch, K and V counted: the 37-row cases above too), whose
+   * books, from 16 rows: the 37-row cases above too), whose
    * approximate distances must still give the CPU's codes, and CQ-4's staged form on the same
    * inputs: quantized books in fp16 and bf16 (fresh rows with NaN and Inf, by position and by
    * slot, K and V of 16 and 70 rows in one launch); dyadic books with repeated entries and rows at
@@ -351,7 +351,7 @@ int main(void) {
           encode_case(gpu, cpu, &b, tcs[c].name, x, dt, Ts[ti], K + 3, b.N - Ts[ti], NULL);
           free(x);
         }
-        const int64_t slot_Ts[] = {16, 70}; /* (K and V of 16 rows: 32 in the launch) */
+        const int64_t slot_Ts[] = {16, 70};
         for (int ti = 0; ti < 2; ti++) {
           void *x = fresh_rows(dt, slot_Ts[ti], K, K + 1, 1, &seed);
           slots_case(gpu, cpu, &b, tcs[c].name, x, dt, slot_Ts[ti], K + 1);

@@ -205,20 +205,19 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
   return total > 0.0 ? __double2float_rn(__dsqrt_rn(total / static_cast<double>(p.K))) : 1.0f;
 }
 
-// The nearest of a book's `entries` entries to v by the CPU's rule, by a group of kLanes lanes
-// (this lane `sub` of it): each lane keeps its first smallest non-NaN distance over entries sub,
-// sub + kLanes, ... (ascending), the group's reduction prefers the smaller distance and then the
-// lower index, and the group's first lane says whether entry 0's distance was NaN (entry 0 then,
-// as the CPU keeps it; also where every distance is NaN).
-template <int KVS, int kLanes, int kV>
-__device__ __forceinline__ int nearest_by_group(const vq_encode_params &p, const uint16_t *b, const float (&v)[kV], int vs,
-                                                int entries, int lane, int sub) {
+// The nearest of `entries` entries to v by the CPU's rule, by a group of kLanes lanes (this lane
+// `sub` of it; dist(e): entry e's distance): each lane keeps its first smallest non-NaN distance
+// over entries sub, sub + kLanes, ... (ascending), the group's reduction prefers the smaller
+// distance and then the lower index, and the group's first lane says whether entry 0's distance
+// was NaN (entry 0 then, as the CPU keeps it; also where every distance is NaN).
+template <int kLanes, typename Dist>
+__device__ __forceinline__ int nearest_by_group(Dist dist, int entries, int lane, int sub) {
   int best = -1;
   float best_d = 0.0f;
   bool nan0 = false;
 #pragma unroll 8
   for (int e = sub; e < entries; e += kLanes) {
-    const float d = entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs);
+    const float d = dist(e);
     if (e == 0) nan0 = d != d;
     if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
   }
@@ -267,7 +266,8 @@ __device__ __forceinline__ void encode_vectors(const vq_encode_params &p) {
       const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
       for (int r = 0; r < p.residuals; r++) {
         const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * vs;
-        const int best = nearest_by_group<KVS, kLanes>(p, b, v, vs, p.entries, lane, sub);
+        const int best = nearest_by_group<kLanes>(
+            [&](int e) { return entry_distance<KVS>(p, b + static_cast<int64_t>(e) * vs, v, vs); }, p.entries, lane, sub);
         if (sub == 0) idx_s[r][jl] = past ? 0u : static_cast<uint32_t>(best);
         if (r + 1 == p.residuals) break;  // no residual left to subtract it from
         float w[kV];
@@ -654,7 +654,7 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
 #pragma unroll 1
     for (int m = 0; m < 2; m++) {
       // The A fragments: lane (g, t) rows g and g + 8 of the tile, k = 2 t, 2 t + 1.
-      uint32_t a[2];
+      uint32_t a[2], xraw[2];  // (xraw: x's two elements as read, for the exact scans)
       float n2[2];
 #pragma unroll
       for (int h = 0; h < 2; h++) {
@@ -664,6 +664,7 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
           const uint16_t *xr = reinterpret_cast<const uint16_t *>(static_cast<const char *>(p.x) + i * p.x_ld * 2);
           x01 = xr[j * 4 + 2 * t] | static_cast<uint32_t>(xr[j * 4 + 2 * t + 1]) << 16;
         }
+        xraw[h] = x01;
         const float v0 = raw_f32<X>(x01 & 0xFFFFu), v1 = raw_f32<X>(x01 >> 16);
         if (kMixed) x01 = f32_raw<T>(v0) | f32_raw<T>(v1) << 16;  // (exact from 2^-17 to 65280)
         float s = fmaf(v1, v1, v0 * v0);
@@ -699,18 +700,27 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
         const int64_t i = i0 + row;
         const float S = n2[h] + W;
         const bool in_range = S < 0x1p100f && (!kMixed || n2[h] < 0x1p32f);  // (bf16 x: every |v| < 65536)
-        const bool sure = !bad && in_range && s2 - b > S * 0x1p-14f + fabsf(b) * 0x1p-13f + abs_term;
+        const bool sure = !bad && in_range && s2 - b > S * 0x1p-15f + fabsf(b) * 0x1p-13f + abs_term;
         const bool stored = live && i < p.rows && out_row<kSlots>(p, i) >= 0;
         if (t == 0) idx_s[0][warp][row] = live ? __float_as_uint(b) & 0xFFu : 0u;  // (past the row: zero bits)
-        // The rows left undecided, one at a time by the whole warp.
+        // The rows left undecided, one at a time by the whole warp: v from its quad's lanes 0
+        // and 1, lane l the entries l, l + 32, ... from the B fragments (-w: the sign bits
+        // flipped back), the CPU's rule.
         for (uint32_t todo = __ballot_sync(0xffffffffu, t == 0 && stored && !sure); todo; todo &= todo - 1) {
-          const int r = 16 * m + 8 * h + (__ffs(todo) - 1) / 4;
-          const uint16_t *xr = reinterpret_cast<const uint16_t *>(static_cast<const char *>(p.x) + (i0 + r) * p.x_ld * 2);
-          float v[4];
-#pragma unroll
-          for (int c = 0; c < 4; c++) v[c] = raw_f32<X>(xr[j * 4 + c]);
-          const int e = nearest_by_group<4, 32>(p, book, v, 4, 256, lane, lane);
-          if (lane == __ffs(todo) - 1) idx_s[0][warp][r] = static_cast<uint32_t>(e);  // (the lane that wrote it above)
+          const int q = __ffs(todo) - 1, r = 16 * m + 8 * h + q / 4;
+          const uint32_t v01 = __shfl_sync(0xffffffffu, xraw[h], q), v23 = __shfl_sync(0xffffffffu, xraw[h], q + 1);
+          const float v[4] = {raw_f32<X>(v01 & 0xFFFFu), raw_f32<X>(v01 >> 16), raw_f32<X>(v23 & 0xFFFFu),
+                              raw_f32<X>(v23 >> 16)};
+          const int e = nearest_by_group<32>(
+              [&](int ee) {
+                const uint32_t w01 = bfrag_s[warp][ee / 8][ee % 8 * 4] ^ 0x80008000u,
+                               w23 = bfrag_s[warp][ee / 8][ee % 8 * 4 + 1] ^ 0x80008000u;
+                const float w[4] = {raw_f32<T>(w01 & 0xFFFFu), raw_f32<T>(w01 >> 16), raw_f32<T>(w23 & 0xFFFFu),
+                                    raw_f32<T>(w23 >> 16)};
+                return distance(w, v, 4);
+              },
+              256, lane, lane);
+          if (lane == q) idx_s[0][warp][r] = static_cast<uint32_t>(e);  // (the lane that wrote it above)
         }
       }
     }

@@ -561,17 +561,10 @@ __global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kv_
     encode_rows<KVS, true, true, kStagedVecs>(v);
 }
 
-// 16-bit values of T (__half or __nv_bfloat16) as raw bits and back (round to nearest).
-template <typename T>
-__device__ __forceinline__ float raw_f32(uint32_t h) {
-  if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(static_cast<uint16_t>(h)));
-  else return __uint_as_float(h << 16);
-}
-template <typename T>
-__device__ __forceinline__ uint32_t f32_raw(float f) {
-  if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(f));
-  else return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
+// A float rounded to the 16-bit type of an entry tag (vq_f16, vq_bf16), as raw bits (the inverse
+// of vq_widen_lo).
+__device__ __forceinline__ uint32_t vq_narrow(vq_f16, float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ uint32_t vq_narrow(vq_bf16, float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 
 // The two smallest of keys seen, (b, s), after key k: three FMNMX.
 __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
@@ -581,7 +574,7 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 
 // The tensor-core row-parallel form: the staged form's work (a warp per vector position, 32 rows
 // of a block at a time) for one residual of 256 entries of 4 elements (CQ-2) when x has the
-// books' 16-bit type T, or X = bf16 into fp16 books (v converted to fp16: exact from 2^-17 to
+// books' 16-bit type (tag E), or x is bf16 into fp16 books (tag X) (v converted to fp16: exact from 2^-17 to
 // 65280; rows with an element of 65536 or more are scanned exactly, and the bound gains a term
 // for the smaller elements' rounding). The position's book is the B operand of 32 m16n8k8 products (n-tile nt:
 // entries 8 nt .. 8 nt + 7), 16 rows of x their A operand, so that a product gives
@@ -594,7 +587,7 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 // quads merge them, and a row takes the smallest key's entry when the second is more than G past
 // it; otherwise (a near tie, or inputs outside the bound's range: NaN, Inf, |v|^2 + max |w|^2 >=
 // 2^100, fp16 half-norms past 65504) the warp scans the row's book exactly (nearest_by_group). So
-// every row gets the CPU's entry; docs/VQ.md derives G. c = |v|^2 / 2 rounded to T (at most 65504
+// every row gets the CPU's entry; docs/VQ.md derives G. c = |v|^2 / 2 rounded to E (at most 65504
 // for fp16) shifts every entry of the row alike and brings the keys near |v - w|^2 / 2, so that
 // the 8 replaced bits cost little against G.
 // 2-element vectors (CQ-4) keep the staged form: their exact scan is shorter (2 differences per
@@ -603,10 +596,11 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 constexpr int kTcWarps = 8;      // vector positions (warps) per block
 constexpr int kTcRowsMin = 16;   // rows of a tensor from which the launcher takes it
 
-template <typename T, typename X, bool kSlots>
+template <typename E, typename X, bool kSlots>
 __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
-  constexpr bool kHalf = std::is_same<T, __half>::value;
-  constexpr bool kMixed = !std::is_same<T, X>::value;  // (bf16 x, fp16 books: v converted, below)
+  using mma_t = std::conditional_t<std::is_same_v<E, vq_bf16>, __nv_bfloat16, __half>;
+  constexpr bool kHalf = std::is_same_v<E, vq_f16>;
+  constexpr bool kMixed = !std::is_same_v<E, X>;  // (bf16 x, fp16 books: v converted, below)
   constexpr uint32_t kOne = kHalf ? 0x3C00u : 0x3F80u;
   __shared__ uint32_t idx_s[kMaxR][kTcWarps][33];  // ([0][position][row]: store_rows' layout)
   __shared__ uint32_t bfrag_s[kTcWarps][32][32];   // [warp][n-tile][lane]: the B fragments
@@ -628,16 +622,16 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
 #pragma unroll
   for (int nt = 0; nt < 32; nt++) {
     const uint2 u = *reinterpret_cast<const uint2 *>(book + (8 * nt + g) * 4);  // (two elements a word)
+    const float w[4] = {vq_widen_lo(E{}, u.x), vq_widen_hi(E{}, u.x), vq_widen_lo(E{}, u.y), vq_widen_hi(E{}, u.y)};
     float n2 = 0.0f;
 #pragma unroll
-    for (int c = 0; c < 4; c++) {
-      const float w = raw_f32<T>(((c < 2 ? u.x : u.y) >> (16 * (c % 2))) & 0xFFFFu);
-      n2 = fmaf(w, w, n2);
-    }
+    for (int c = 0; c < 4; c++) n2 = fmaf(w[c], w[c], n2);
     bad = bad || !(n2 < 0x1p100f) || (kHalf && !(0.5f * n2 <= 65504.0f));
     W = fmaxf(W, n2);
-    const float half_norm = 0.5f * n2, r1 = half_norm - raw_f32<T>(f32_raw<T>(half_norm));
-    const uint32_t hi = f32_raw<T>(half_norm), mid = f32_raw<T>(r1), lo = f32_raw<T>(r1 - raw_f32<T>(mid));
+    const float half_norm = 0.5f * n2;
+    const uint32_t hi = vq_narrow(E{}, half_norm);
+    const float r1 = half_norm - vq_widen_lo(E{}, hi);
+    const uint32_t mid = vq_narrow(E{}, r1), lo = vq_narrow(E{}, r1 - vq_widen_lo(E{}, mid));
     const uint32_t minus_w = (t == 0 ? u.x : u.y) ^ 0x80008000u;  // (the sign bits flipped)
     bfrag_s[warp][nt][lane] = t < 2 ? minus_w : t == 2 ? kOne | hi << 16 : mid | lo << 16;
   }
@@ -665,13 +659,13 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
           x01 = xr[j * 4 + 2 * t] | static_cast<uint32_t>(xr[j * 4 + 2 * t + 1]) << 16;
         }
         xraw[h] = x01;
-        const float v0 = raw_f32<X>(x01 & 0xFFFFu), v1 = raw_f32<X>(x01 >> 16);
-        if (kMixed) x01 = f32_raw<T>(v0) | f32_raw<T>(v1) << 16;  // (exact from 2^-17 to 65280)
+        const float v0 = vq_widen_lo(X{}, x01), v1 = vq_widen_hi(X{}, x01);
+        if (kMixed) x01 = vq_narrow(E{}, v0) | vq_narrow(E{}, v1) << 16;  // (exact from 2^-17 to 65280)
         float s = fmaf(v1, v1, v0 * v0);
         s += __shfl_xor_sync(0xffffffffu, s, 1);
         s += __shfl_xor_sync(0xffffffffu, s, 2);  // (the same sum in the quad's four lanes)
         n2[h] = s;
-        const uint32_t c = f32_raw<T>(fminf(0.5f * s, kHalf ? 65504.0f : 0x1p126f));
+        const uint32_t c = vq_narrow(E{}, fminf(0.5f * s, kHalf ? 65504.0f : 0x1p126f));
         a[h] = t < 2 ? x01 : t == 2 ? c | kOne << 16 : kOne | kOne << 16;
       }
       // The scan: per n-tile one product, then per value its key (even entries: the odd column's
@@ -680,7 +674,7 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
 #pragma unroll 8
       for (int nt = 0; nt < 32; nt++) {
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        mma_m16n8k8(T{}, d, a, bfrag_s[warp][nt][lane]);
+        mma_m16n8k8(mma_t{}, d, a, bfrag_s[warp][nt][lane]);
         const uint32_t e = 8 * nt + 2 * t;
 #pragma unroll
         for (int q = 0; q < 4; q++) keep_two(best[q], second[q], __uint_as_float((__float_as_uint(d[q]) & 0xFFFFFF00u) | e));
@@ -709,14 +703,13 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
         for (uint32_t todo = __ballot_sync(0xffffffffu, t == 0 && stored && !sure); todo; todo &= todo - 1) {
           const int q = __ffs(todo) - 1, r = 16 * m + 8 * h + q / 4;
           const uint32_t v01 = __shfl_sync(0xffffffffu, xraw[h], q), v23 = __shfl_sync(0xffffffffu, xraw[h], q + 1);
-          const float v[4] = {raw_f32<X>(v01 & 0xFFFFu), raw_f32<X>(v01 >> 16), raw_f32<X>(v23 & 0xFFFFu),
-                              raw_f32<X>(v23 >> 16)};
+          const float v[4] = {vq_widen_lo(X{}, v01), vq_widen_hi(X{}, v01), vq_widen_lo(X{}, v23), vq_widen_hi(X{}, v23)};
           const int e = nearest_by_group<32>(
               [&](int ee) {
                 const uint32_t w01 = bfrag_s[warp][ee / 8][ee % 8 * 4] ^ 0x80008000u,
                                w23 = bfrag_s[warp][ee / 8][ee % 8 * 4 + 1] ^ 0x80008000u;
-                const float w[4] = {raw_f32<T>(w01 & 0xFFFFu), raw_f32<T>(w01 >> 16), raw_f32<T>(w23 & 0xFFFFu),
-                                    raw_f32<T>(w23 >> 16)};
+                const float w[4] = {vq_widen_lo(E{}, w01), vq_widen_hi(E{}, w01), vq_widen_lo(E{}, w23),
+                                    vq_widen_hi(E{}, w23)};
                 return distance(w, v, 4);
               },
               256, lane, lane);
@@ -732,18 +725,18 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
 
 // Four blocks per SM (64 registers, no spills): 3-4% faster from 512 rows than three (80
 // registers; H200, `h200-dev-vq-encode-tc-occupancy-ab.txt`).
-template <typename T, typename X, bool kSlots>
+template <typename E, typename X, bool kSlots>
 __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kernel(const vq_encode_params p) {
-  encode_rows_tc<T, X, kSlots>(p);
+  encode_rows_tc<E, X, kSlots>(p);
 }
 
-template <typename T, typename X>
+template <typename E, typename X>
 __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kv_kernel(const vq_encode_params k,
                                                                                  const vq_encode_params v) {
   if (blockIdx.z == 0)
-    encode_rows_tc<T, X, true>(k);
+    encode_rows_tc<E, X, true>(k);
   else
-    encode_rows_tc<T, X, true>(v);
+    encode_rows_tc<E, X, true>(v);
 }
 
 template <int KVS>
@@ -809,19 +802,17 @@ encode_kv_kernel_t pick_rows_staged_kv(int k) {
   return k == 1 ? vq_encode_rows_staged_kv_kernel<2> : vq_encode_rows_staged_kv_kernel<4>;
 }
 
-// The tensor-core row-parallel kernel of the books' and x's 16-bit types (0: fp16 books and x,
-// 1: bf16 books and x, 2: fp16 books, bf16 x), for one tensor and for a K and V pair.
+// The tensor-core row-parallel kernel for the books' and x's 16-bit types (both fp16, both bf16,
+// or fp16 books and bf16 x), for one tensor and for a K and V pair.
 template <bool kSlots>
-encode_kernel_t pick_rows_tc(int types) {
-  return types == 1 ? vq_encode_rows_tc_kernel<__nv_bfloat16, __nv_bfloat16, kSlots>
-         : types == 2 ? vq_encode_rows_tc_kernel<__half, __nv_bfloat16, kSlots>
-                      : vq_encode_rows_tc_kernel<__half, __half, kSlots>;
+encode_kernel_t pick_rows_tc(qf_dtype books, qf_dtype x) {
+  if (books == QF_BF16) return vq_encode_rows_tc_kernel<vq_bf16, vq_bf16, kSlots>;
+  return x == QF_BF16 ? vq_encode_rows_tc_kernel<vq_f16, vq_bf16, kSlots> : vq_encode_rows_tc_kernel<vq_f16, vq_f16, kSlots>;
 }
 
-encode_kv_kernel_t pick_rows_tc_kv(int types) {
-  return types == 1 ? vq_encode_rows_tc_kv_kernel<__nv_bfloat16, __nv_bfloat16>
-         : types == 2 ? vq_encode_rows_tc_kv_kernel<__half, __nv_bfloat16>
-                      : vq_encode_rows_tc_kv_kernel<__half, __half>;
+encode_kv_kernel_t pick_rows_tc_kv(qf_dtype books, qf_dtype x) {
+  if (books == QF_BF16) return vq_encode_rows_tc_kv_kernel<vq_bf16, vq_bf16>;
+  return x == QF_BF16 ? vq_encode_rows_tc_kv_kernel<vq_f16, vq_bf16> : vq_encode_rows_tc_kv_kernel<vq_f16, vq_f16>;
 }
 
 }  // namespace
@@ -907,12 +898,11 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
     const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
-    const int types = f.entry_dtype == QF_BF16 ? 1 : x->dtype == QF_BF16 ? 2 : 0;
     if (n == 2) {
-      const encode_kv_kernel_t kernel = pick_rows_tc_kv(types);
+      const encode_kv_kernel_t kernel = pick_rows_tc_kv(f.entry_dtype, x->dtype);
       return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p, v);
     }
-    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(types) : pick_rows_tc<false>(types);
+    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(f.entry_dtype, x->dtype) : pick_rows_tc<false>(f.entry_dtype, x->dtype);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p);
   }
   // The book-resident form (above) from 4 rows in the launch (2 of K and V): 16 lanes per vector

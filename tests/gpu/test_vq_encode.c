@@ -43,7 +43,9 @@ typedef struct {
   size_t book_bytes, code_bytes;
 } book_set;
 
-static int make_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64_t K, uint64_t *seed) {
+/* b's shapes and sizes for f on [N, K] and its host buffers (books, codes; W as the quantizer's
+ * input), contents unset. */
+static int book_layout(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64_t K) {
   memset(b, 0, sizeof *b);
   b->f = f, b->N = N, b->K = K;
   if (!CHECK(qf_vq_sizes_of(cpu, &f, N, K, &b->sz) == QF_OK, "sizes: %s", qf_ctx_last_error(cpu))) return 0;
@@ -52,7 +54,19 @@ static int make_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64
   b->code_bytes = (size_t)(f.residuals * N * b->sz.row_bytes);
   b->h_books = aligned_alloc(16, (b->book_bytes + 15) / 16 * 16);
   b->h_codes = aligned_alloc(16, (b->code_bytes + 15) / 16 * 16);
-  float *w = b->h_w = malloc((size_t)(N * K) * sizeof *w), *sc = aligned_alloc(16, (size_t)(N * 4 + 15) / 16 * 16);
+  b->h_w = malloc((size_t)(N * K) * sizeof *b->h_w);
+  return 1;
+}
+
+/* The host books copied to the device. */
+static void upload_books(book_set *b) {
+  b->d_books = dev_alloc(b->book_bytes);
+  CUDA_OK(cudaMemcpy(b->d_books, b->h_books, b->book_bytes, cudaMemcpyHostToDevice));
+}
+
+static int make_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64_t K, uint64_t *seed) {
+  if (!book_layout(cpu, b, f, N, K)) return 0;
+  float *w = b->h_w, *sc = aligned_alloc(16, (size_t)(N * 4 + 15) / 16 * 16);
   for (int64_t i = 0; i < N * K; i++) w[i] = rng_normal(seed);
   tensor2d wt;
   tensor2d_init(&wt, w, QF_F32, N, K, K, kDLCPU);
@@ -63,8 +77,7 @@ static int make_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64
   qf_status s = qf_vq_quantize(cpu, &wt.t, &f, &o, &ct, &bt, f.row_scale ? &st : NULL, NULL);
   free(sc);
   if (!CHECK(s == QF_OK, "quantize: %s", qf_ctx_last_error(cpu))) return 0;
-  b->d_books = dev_alloc(b->book_bytes);
-  CUDA_OK(cudaMemcpy(b->d_books, b->h_books, b->book_bytes, cudaMemcpyHostToDevice));
+  upload_books(b);
   return 1;
 }
 
@@ -77,14 +90,8 @@ static void free_books(book_set *b) {
  * and ranges): 0, small dyadic entries (multiples of 1/4 in [-1, 1], every fourth entry a copy of
  * the one before: exact distances, equal ones); 1, Gaussian entries times `scale`. */
 static int fill_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64_t K, int kind, float scale, uint64_t *seed) {
-  memset(b, 0, sizeof *b);
-  b->f = f, b->N = N, b->K = K;
-  if (!CHECK(qf_vq_sizes_of(cpu, &f, N, K, &b->sz) == QF_OK, "sizes: %s", qf_ctx_last_error(cpu))) return 0;
-  b->bshape[0] = f.residuals, b->bshape[1] = b->sz.n_books, b->bshape[2] = b->sz.entries, b->bshape[3] = f.vector_size;
-  const int64_t n = f.residuals * b->sz.n_books * b->sz.entries * f.vector_size;
-  b->book_bytes = (size_t)n * 2;
-  b->h_books = aligned_alloc(16, (b->book_bytes + 15) / 16 * 16);
-  b->h_codes = malloc(16), b->h_w = malloc(16);
+  if (!book_layout(cpu, b, f, N, K)) return 0;
+  const int64_t n = (int64_t)b->book_bytes / 2;
   for (int64_t i = 0; i < n; i++) {
     const int64_t e = i / f.vector_size % b->sz.entries;
     const float v = kind == 1 ? rng_normal(seed) * scale
@@ -92,8 +99,7 @@ static int fill_books(qf_ctx *cpu, book_set *b, qf_vq_format f, int64_t N, int64
                                  : (float)((int)(rng_uniform(seed) * 9.0f) - 4) * 0.25f;
     float_put(b->h_books, f.entry_dtype, (size_t)i, v);
   }
-  b->d_books = dev_alloc(b->book_bytes);
-  CUDA_OK(cudaMemcpy(b->d_books, b->h_books, b->book_bytes, cudaMemcpyHostToDevice));
+  upload_books(b);
   return 1;
 }
 

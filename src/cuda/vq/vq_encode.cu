@@ -205,11 +205,26 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
   return total > 0.0 ? __double2float_rn(__dsqrt_rn(total / static_cast<double>(p.K))) : 1.0f;
 }
 
-// The nearest of `entries` entries to v by the CPU's rule, by a group of kLanes lanes (this lane
-// `sub` of it; dist(e): entry e's distance): each lane keeps its first smallest non-NaN distance
-// over entries sub, sub + kLanes, ... (ascending), the group's reduction prefers the smaller
-// distance and then the lower index, and the group's first lane says whether entry 0's distance
-// was NaN (entry 0 then, as the CPU keeps it; also where every distance is NaN).
+// The nearest entry by the CPU's rule, split over a group of kLanes lanes: each lane keeps its
+// first smallest non-NaN distance over its entries in ascending order (nearest_keep), the group's
+// reduction prefers the smaller distance and then the lower index (nearest_reduce), and the
+// group's first lane says whether entry 0's distance was NaN (nearest_pick: entry 0 then, as the
+// CPU keeps it; also where every distance is NaN). The book-resident kernel interleaves these
+// steps over its rows; nearest_by_group runs them for one.
+__device__ __forceinline__ void nearest_keep(float d, int e, int &best, float &best_d) {
+  if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
+}
+__device__ __forceinline__ void nearest_reduce(int &best, float &best_d, int o) {  // one xor step (o below the group's lanes)
+  const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
+  const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+  if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
+}
+__device__ __forceinline__ int nearest_pick(bool nan0, int best, int lane, int sub) {
+  return __shfl_sync(0xffffffffu, nan0, lane - sub) || best < 0 ? 0 : best;
+}
+
+// The nearest of `entries` entries to v by that rule, by a group of kLanes lanes (this lane `sub`
+// of it; dist(e): entry e's distance), each lane on entries sub, sub + kLanes, ...
 template <int kLanes, typename Dist>
 __device__ __forceinline__ int nearest_by_group(Dist dist, int entries, int lane, int sub) {
   int best = -1;
@@ -219,15 +234,11 @@ __device__ __forceinline__ int nearest_by_group(Dist dist, int entries, int lane
   for (int e = sub; e < entries; e += kLanes) {
     const float d = dist(e);
     if (e == 0) nan0 = d != d;
-    if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
+    nearest_keep(d, e, best, best_d);
   }
 #pragma unroll
-  for (int o = kLanes / 2; o > 0; o /= 2) {  // (within the lane group)
-    const float od = __shfl_xor_sync(0xffffffffu, best_d, o);
-    const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-    if (ob >= 0 && (best < 0 || od < best_d || (od == best_d && ob < best))) best_d = od, best = ob;
-  }
-  return __shfl_sync(0xffffffffu, nan0, lane - sub) || best < 0 ? 0 : best;
+  for (int o = kLanes / 2; o > 0; o /= 2) nearest_reduce(best, best_d, o);  // (within the lane group)
+  return nearest_pick(nan0, best, lane, sub);
 }
 
 // The warp-per-vector kernels' work for the tensors of p. KVS: the vector size when it is 2, 4 or 8
@@ -375,21 +386,16 @@ __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
       for (int g = 0; g < kG; g++) {
         const float d = distance(w[q], v[g], KVS);
         if (q == 0) nan0[g] = d != d;  // (entry 0 for the group's first lane)
-        if (d < best_d[g] || (best[g] < 0 && d == d)) best_d[g] = d, best[g] = sub + q * kLanes;
+        nearest_keep(d, sub + q * kLanes, best[g], best_d[g]);
       }
     }
 #pragma unroll
-    for (int o = kLanes / 2; o > 0; o /= 2) {
+    for (int o = kLanes / 2; o > 0; o /= 2)
 #pragma unroll
-      for (int g = 0; g < kG; g++) {
-        const float od = __shfl_xor_sync(0xffffffffu, best_d[g], o);
-        const int ob = __shfl_xor_sync(0xffffffffu, best[g], o);
-        if (ob >= 0 && (best[g] < 0 || od < best_d[g] || (od == best_d[g] && ob < best[g]))) best_d[g] = od, best[g] = ob;
-      }
-    }
+      for (int g = 0; g < kG; g++) nearest_reduce(best[g], best_d[g], o);
 #pragma unroll
     for (int g = 0; g < kG; g++) {
-      if (__shfl_sync(0xffffffffu, nan0[g], lane - sub) || best[g] < 0) best[g] = 0;
+      best[g] = nearest_pick(nan0[g], best[g], lane, sub);
       if (sub == 0) idx_s[g][jl] = past ? 0u : static_cast<uint32_t>(best[g]);
     }
     __syncthreads();

@@ -731,6 +731,22 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
                                  const DLTensor *v_codebooks, const qf_vq_format *fmt,
                                  const qf_vq_attention_opts *opts, DLTensor *o, DLTensor *lse);
 
+/* V codebooks packed for the banked kernel (made once per layer, as qf_vq_pack_gemv packs a
+ * weight's codes): packed [1, kv_heads, 256, S, vector_size] of the entries' dtype (S = head_dim /
+ * vector_size), kv head g's entries in the order the kernel holds them in shared memory: at [0, g,
+ * e, c] entry e of the codebook of the head's vector c (S = 32), or of vector 2c for c < 32 and
+ * 2 (c - 32) + 1 above (S = 64), so that a block copies its head's V codebooks into place as they
+ * are instead of laying them out;
+ * for one residual of 8-bit indices, 32 vectors of 2 or 4 elements or 64 of 2 per head (CQ-2 and
+ * CQ-4 at head_dim 128) and codebooks shared by all tokens (else QF_ERR_UNSUPPORTED). CPU and CUDA, the same bytes. qf_vq_attention_decode takes
+ * such a 5-D tensor in place of v_codebooks: the CPU reference unpacks it; CUDA runs the banked
+ * kernel on it (a call that would run another kernel, e.g. codes not 16-byte aligned or a page
+ * size it does not take, is refused with QF_ERR_UNSUPPORTED). On an H200, CQ-4 1.07-1.17x and CQ-2
+ * 1.04-1.10x faster at batch 1, 1.04-1.06x at batch 8 x 1024, within 3% at batch 8 x 4096 than
+ * with the standard V codebooks (docs/VQ.md). */
+qf_status qf_vq_pack_attention_books(qf_ctx *ctx, const DLTensor *v_codebooks, const qf_vq_format *fmt, int64_t head_dim,
+                                     int64_t kv_heads, DLTensor *packed);
+
 /* w [N, K] = decode(codes, codebooks, scales): fp32, fp16 or bf16 output (the sum of entries is
  * formed in fp32 in residual order, times the row scale, then rounded to w's dtype). scales NULL
  * unless fmt->row_scale. CPU and CUDA (the same bits). */

@@ -169,6 +169,8 @@ def _load():
     lib.qf_vq_pack_gemv_shape.argtypes = [ctypes.c_void_p, ctypes.POINTER(VqFormat), ctypes.c_int64, ctypes.c_int64,
                                           ctypes.POINTER(ctypes.c_int64)]
     lib.qf_vq_pack_gemv.argtypes = [ctypes.c_void_p, T, ctypes.POINTER(VqFormat), ctypes.c_int64, T]
+    lib.qf_vq_pack_attention_books.argtypes = [ctypes.c_void_p, T, ctypes.POINTER(VqFormat), ctypes.c_int64,
+                                               ctypes.c_int64, T]
     lib.qf_attention.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
     lib.qf_attention_paged.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
     lib.qf_vq_attention_decode.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat),
@@ -462,6 +464,13 @@ class Context:
         """packed = codes [R, N, row_bytes] in the table GeMV's layout; vq_gemm takes either."""
         keep = [_Arg(t) for t in (codes, packed)]
         self._check(_lib.qf_vq_pack_gemv(self._ctx, keep[0].ptr(), ctypes.byref(fmt), k, keep[1].ptr()))
+
+    def vq_pack_attention_books(self, v_codebooks, fmt, head_dim, kv_heads, packed):
+        """packed [1, kv_heads, 256, head_dim / vector_size, vector_size] = the V codebooks in the banked
+        attention kernel's layout; vq_attention_decode takes it in place of v_codebooks."""
+        keep = [_Arg(t) for t in (v_codebooks, packed)]
+        self._check(_lib.qf_vq_pack_attention_books(self._ctx, keep[0].ptr(), ctypes.byref(fmt), head_dim, kv_heads,
+                                                    keep[1].ptr()))
 
     def attention(self, q, k, v, o, lse=None, sinks=None, sm_scale=0.0, causal=False, window=0):
         """o [B, Sq, Hq, Dv] = softmax attention of q [B, Sq, Hq, D] over k, v [B, Skv, Hkv, D / Dv];

@@ -258,7 +258,11 @@ typedef struct {
   const int32_t *block_table;  /* [B, max_pages] with row pitch bt_ld, or NULL (not paged) */
   int64_t bt_ld, page_size, num_pages;
   double sm_scale;
+  int v_books_packed;  /* v.books in the banked kernel's layout (qf_vq_pack_attention_books): CUDA runs that kernel only */
 } qf_vq_attention_args;
+/* t's V codebooks (standard layout, kv_heads heads of head_dim) into the banked attention's packed
+ * layout at `packed` (formats/vq.h). */
+qf_status qf_cuda_vq_pack_attention_books(qf_ctx *ctx, const qf_vq_tensors *t, int64_t head_dim, int64_t kv_heads, void *packed);
 qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a);
 qf_status qf_cuda_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a);
 

@@ -1,6 +1,8 @@
 /* Front end of the vector-quantization family: formats, sizes, validation, dispatch. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/backend.h"
 #include "formats/vq.h"
@@ -331,6 +333,62 @@ qf_status qf_vq_gemm(qf_ctx *ctx, const DLTensor *x, const DLTensor *codes, cons
   return qf_cpu_vq_gemm(ctx, &xm, &w, &ym);
 }
 
+/* Packed V codebooks (qf_vq_pack_attention_books): the formats and heads the banked attention
+ * kernel takes, and S = head_dim / vector_size. */
+static qf_status check_attn_pack(qf_ctx *ctx, const char *op, const qf_vq_format *fmt, int64_t head_dim, int64_t *S) {
+  if (!fmt) return qf_fail(ctx, QF_ERR_NULL, "%s: fmt is NULL", op);
+  const int vs = fmt->vector_size;
+  if (fmt->residuals != 1 || fmt->index_bits != 8 || (vs != 2 && vs != 4) || fmt->scope_rows != 0 || fmt->lattice ||
+      head_dim % vs || (head_dim / vs != 32 && (head_dim / vs != 64 || vs != 2)))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED,
+                   "%s: packed V codebooks are the banked attention kernel's: one residual of 8-bit indices, 32 vectors of "
+                   "2 or 4 elements or 64 of 2 per head, codebooks shared by all tokens (scope_rows 0); fmt has %d "
+                   "residuals of %d bits, vector_size %d, scope_rows %d, head_dim %" PRId64,
+                   op, fmt->residuals, fmt->index_bits, vs, fmt->scope_rows, head_dim);
+  *S = head_dim / vs;
+  return QF_OK;
+}
+
+/* Between t's standard V codebooks and the packed layout of Hkv heads of S vectors (formats/vq.h),
+ * either way (CPU). */
+static void attn_pack_books(const qf_vq_tensors *t, int64_t Hkv, int64_t S, uint16_t *packed, int unpack) {
+  const int vs = t->fmt.vector_size;
+  const int64_t cols = t->fmt.scope_cols ? t->fmt.scope_cols : t->K;
+  uint16_t *books = t->books;
+  for (int64_t g = 0; g < Hkv; g++)
+    for (int64_t e = 0; e < 256; e++)
+      for (int64_t c = 0; c < S; c++) {
+        const int64_t J = g * S + qf_vq_attn_packed_vector((int)S, (int)c), book = J * vs / cols;
+        uint16_t *std = books + (book * 256 + e) * vs, *pk = packed + ((g * 256 + e) * S + c) * vs;
+        memcpy(unpack ? std : pk, unpack ? pk : std, (size_t)vs * sizeof(uint16_t));
+      }
+}
+
+qf_status qf_vq_pack_attention_books(qf_ctx *ctx, const DLTensor *v_codebooks, const qf_vq_format *fmt, int64_t head_dim,
+                                     int64_t kv_heads, DLTensor *packed) {
+  static const char op[] = "qf_vq_pack_attention_books";
+  if (!ctx) return QF_ERR_NULL;
+  if (head_dim < 1 || kv_heads < 1 || kv_heads > INT64_MAX / 256 / head_dim)
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: head_dim=%" PRId64 " and kv_heads=%" PRId64 " must be positive (and their product "
+                   "below 2^55)", op, head_dim, kv_heads);
+  int64_t S;
+  qf_status st;
+  if ((st = check_attn_pack(ctx, op, fmt, head_dim, &S))) return st;
+  qf_vq_tensors t;
+  if ((st = check_books(ctx, op, fmt, 1, kv_heads * head_dim, v_codebooks, NULL, &t))) return st;
+  const int64_t shape[5] = {1, kv_heads, 256, S, fmt->vector_size};
+  void *dst;
+  if ((st = qf_check_dense(ctx, op, "packed", packed, fmt->entry_dtype, 5, shape, 16, &dst))) return st;
+  if (ctx->device == QF_DEVICE_CUDA)
+#ifdef QF_WITH_CUDA
+    return qf_cuda_vq_pack_attention_books(ctx, &t, head_dim, kv_heads, dst);
+#else
+    return no_cuda_kernel(ctx, op);
+#endif
+  attn_pack_books(&t, kv_heads, S, dst, 0);
+  return QF_OK;
+}
+
 qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_codes, const DLTensor *k_codebooks,
                                  const DLTensor *v_codes, const DLTensor *v_codebooks, const qf_vq_format *fmt,
                                  const qf_vq_attention_opts *opts, DLTensor *o, DLTensor *lse) {
@@ -373,9 +431,19 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
     rows = k_codes->shape[1];
     a.block_table = bt.data, a.bt_ld = bt.ld, a.page_size = opts->page_size, a.num_pages = rows / opts->page_size;
   }
-  if ((st = check_quantized(ctx, op, fmt, rows, cols, k_codes, k_codebooks, NULL, &a.k)) ||
-      (st = check_quantized(ctx, op, fmt, rows, cols, v_codes, v_codebooks, NULL, &a.v)))
-    return st;
+  if ((st = check_quantized(ctx, op, fmt, rows, cols, k_codes, k_codebooks, NULL, &a.k))) return st;
+  /* V codebooks: standard, or packed for the banked kernel (5-D, qf_vq_pack_attention_books) */
+  a.v_books_packed = v_codebooks && v_codebooks->ndim == 5;
+  int64_t S = 0;
+  if (!a.v_books_packed) {
+    if ((st = check_quantized(ctx, op, fmt, rows, cols, v_codes, v_codebooks, NULL, &a.v))) return st;
+  } else {
+    const int64_t shape[5] = {1, a.Hkv, 256, a.D / fmt->vector_size, fmt->vector_size};
+    a.v = a.k;  /* (the same format and sizes) */
+    if ((st = check_attn_pack(ctx, op, fmt, a.D, &S)) || (st = check_codes(ctx, op, v_codes, &a.v)) ||
+        (st = qf_check_dense(ctx, op, "v_codebooks (packed)", v_codebooks, fmt->entry_dtype, 5, shape, 16, &a.v.books)))
+      return st;
+  }
   if (a.B == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA
@@ -383,5 +451,16 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
 #else
     return no_cuda_kernel(ctx, op);
 #endif
-  return qf_cpu_vq_attention_decode(ctx, &a);
+  if (!a.v_books_packed) return qf_cpu_vq_attention_decode(ctx, &a);
+  /* the reference reads the standard layout: unpacked into a copy */
+  const size_t n = (size_t)a.v.sz.n_books * 256u * (size_t)fmt->vector_size;
+  uint16_t *books = malloc(n * sizeof(uint16_t));
+  if (!books) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "%s: no memory for %zu unpacked V codebook values", op, n);
+  qf_vq_tensors unpacked = a.v;
+  unpacked.books = books;
+  attn_pack_books(&unpacked, a.Hkv, S, a.v.books, 1);
+  a.v.books = books, a.v_books_packed = 0;
+  st = qf_cpu_vq_attention_decode(ctx, &a);
+  free(books);
+  return st;
 }

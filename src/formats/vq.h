@@ -87,4 +87,11 @@ QF_HD int64_t qf_vq_pack_offset(int64_t r, int64_t n, int64_t c, int64_t tiles, 
   return ((r * tiles + n / QF_VQ_PACK_ROWS) * chunks + c) * QF_VQ_PACK_ROWS * cb + (n % QF_VQ_PACK_ROWS) * cb;
 }
 
+/* The banked VQ attention's packed V codebooks (qf_vq_pack_attention_books): per kv head g, the
+ * 2^8 entries of its S = D / vector_size vectors as the kernel lays them out in shared memory,
+ * [Hkv][256][S][vector_size]; column c holds vector qf_vq_attn_packed_vector(S, c) of the head (S
+ * = 64: vectors 2c and 2c + 1 side by side in columns c and 32 + c, so that a lane's two adjacent
+ * indices address columns lane and 32 + lane; S = 32: vector c). */
+QF_HD int qf_vq_attn_packed_vector(int S, int c) { return S == 64 ? 2 * (c & 31) + (c >> 5) : c; }
+
 #endif

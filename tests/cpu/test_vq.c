@@ -485,6 +485,68 @@ static void test_pack_gemv(void) {
   }
 }
 
+/* V codebooks packed for the banked attention (qf_vq_pack_attention_books): the documented
+ * layout, the same o and lse as the standard books (CQ-2 and CQ-4, GQA), and refusals that leave
+ * the outputs untouched. */
+static void test_attention_packed_books(void) {
+  enum { B = 2, HQ = 4, HKV = 2, D = 128, T = 24, C = HKV * D };
+  static float q[B * HQ * D], o0[B * HQ * D], o1[B * HQ * D], l0[B * HQ], l1[B * HQ];
+  static uint16_t packed[HKV * 256 * 64 * 2];
+  uint64_t s = 77;
+  for (int i = 0; i < B * HQ * D; i++) q[i] = rng_normal(&s);
+  const qf_vq_preset presets[2] = {QF_VQ_CQ_2, QF_VQ_CQ_4};
+  for (int pi = 0; pi < 2; pi++) {
+    qf_vq_format f;
+    qf_vq_format_preset(presets[pi], &f);
+    const int vs = f.vector_size, S = D / vs;
+    vq_buf kb, vb;
+    vq_alloc(&kb, &f, B * T, C);
+    vq_alloc(&vb, &f, B * T, C);
+    for (int64_t i = 0; i < B * T * kb.sz.row_bytes; i++) kb.codes[i] = (uint8_t)(rng_next(&s) >> 56), vb.codes[i] = (uint8_t)(rng_next(&s) >> 56);
+    for (int64_t i = 0; i < kb.sz.n_books * 256 * vs; i++)
+      kb.books[i] = qf_f16_from_f32(rng_normal(&s)), vb.books[i] = qf_f16_from_f32(rng_normal(&s));
+    int64_t pshape[5] = {1, HKV, 256, S, vs};
+    DLTensor pt = dl_tensor(packed, QF_F16, 5, pshape, kDLCPU);
+    CHECK(qf_vq_pack_attention_books(ctx, &vb.bt, &f, D, HKV, &pt) == QF_OK, "pack (%d): %s", pi, qf_ctx_last_error(ctx));
+    int layout_ok = 1;
+    for (int g = 0; g < HKV; g++)
+      for (int e = 0; e < 256; e++)
+        for (int c = 0; c < S; c++) {
+          const int v = S == 32 ? c : c < 32 ? 2 * c : 2 * (c - 32) + 1; /* (the header's order) */
+          for (int k = 0; k < vs; k++)
+            layout_ok &= packed[((g * 256 + e) * S + c) * vs + k] == vb.books[((g * S + v) * 256 + e) * vs + k];
+        }
+    CHECK(layout_ok, "packed V books (%d): entry e of the head's vector in column order", pi);
+    tensor2d qt, ot0, ot1;
+    tensor2d_init(&qt, q, QF_F32, B, HQ * D, HQ * D, kDLCPU);
+    tensor2d_init(&ot0, o0, QF_F32, B, HQ * D, HQ * D, kDLCPU);
+    tensor2d_init(&ot1, o1, QF_F32, B, HQ * D, HQ * D, kDLCPU);
+    int64_t lshape[2] = {B, HQ};
+    DLTensor lt0 = dl_tensor(l0, QF_F32, 2, lshape, kDLCPU), lt1 = dl_tensor(l1, QF_F32, 2, lshape, kDLCPU);
+    qf_vq_attention_opts opt = {.head_dim = D, .kv_heads = HKV, .seq_len = T};
+    CHECK(qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &vb.bt, &f, &opt, &ot0.t, &lt0) == QF_OK &&
+              qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &pt, &f, &opt, &ot1.t, &lt1) == QF_OK,
+          "attention with standard and packed V books (%d): %s", pi, qf_ctx_last_error(ctx));
+    CHECK(!memcmp(o0, o1, sizeof o0) && !memcmp(l0, l1, sizeof l0), "packed V books (%d): the same o and lse", pi);
+
+    /* refused, nothing written: packed books of another shape, a format the kernel does not take */
+    pshape[1] = HKV + 1;
+    o1[0] = 7.0f, l1[0] = 7.0f;
+    qf_status st = qf_vq_attention_decode(ctx, &qt.t, &kb.ct, &kb.bt, &vb.ct, &pt, &f, &opt, &ot1.t, &lt1);
+    CHECK(st == QF_ERR_SHAPE && o1[0] == 7.0f && l1[0] == 7.0f, "attention: packed V books of another shape refused (%s: %s)",
+          qf_status_str(st), qf_ctx_last_error(ctx));
+    packed[0] = 0x1234;
+    st = qf_vq_pack_attention_books(ctx, &vb.bt, &f, D, HKV, &pt);
+    CHECK(st == QF_ERR_SHAPE && packed[0] == 0x1234, "pack: a wrong packed shape refused (%s)", qf_ctx_last_error(ctx));
+    pshape[1] = HKV;
+    st = qf_vq_pack_attention_books(ctx, &vb.bt, &f, D / 4, 4 * HKV, &pt);
+    CHECK(st == QF_ERR_UNSUPPORTED && packed[0] == 0x1234 && strstr(qf_ctx_last_error(ctx), "head_dim"),
+          "pack: head_dim / vector_size of %d refused (%s)", S / 4, qf_ctx_last_error(ctx));
+    vq_free(&kb);
+    vq_free(&vb);
+  }
+}
+
 /* Decode attention over a CQ-2 cache against float64 attention over the dequantized cache. */
 static void test_attention_reference(void) {
   enum { B = 2, HQ = 4, HKV = 2, D = 16, T = 40, C = HKV * D };
@@ -740,6 +802,7 @@ int main(void) {
   test_gemm_reference();
   test_pack_gemv();
   test_attention_reference();
+  test_attention_packed_books();
   qf_ctx_destroy(ctx);
   return check_finish("test_vq");
 }

@@ -329,6 +329,8 @@ static qf_status api_call(qf_ctx *ctx, call *k, int gpu) {
   return qf_vq_attention_decode(ctx, &t.q.t, &t.kc, &t.kb, &t.vc, &t.vb, &k->c->f, &t.opts, &t.o.t, &t.lse);
 }
 
+static void *forced_v_packed; /* forced_call's V books: packed on the device (qf_vq_pack_attention_books), or NULL */
+
 static qf_status forced_call(qf_ctx *gpu, call *k, int placement, int scores, qf_vq_attention_config *used) {
   kv_cache *c = k->c;
   qf_vq_attention_args a;
@@ -340,6 +342,7 @@ static qf_status forced_call(qf_ctx *gpu, call *k, int placement, int scores, qf
   a.v = (qf_vq_tensors){c->f, c->sz, c->N, c->C, c->d_codes[1], c->d_books[1], NULL, 0};
   a.B = c->B, a.Hq = k->Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = c->T, a.sm_scale = k->scale;
   a.kv_lens = k->d_lens;
+  if (forced_v_packed) a.v.books = forced_v_packed, a.v_books_packed = 1;
   if (k->pool) {
     const paged_pool *pl = k->pool;
     a.k.N = a.v.N = pl->num * pl->P, a.k.codes = pl->dp[0], a.v.codes = pl->dp[1];
@@ -410,6 +413,28 @@ static void compare(call *k, const char *desc) {
 }
 
 /* The reference, then the public call twice (byte-identical) and each placement forced. */
+/* The cache's V codebooks packed for the banked kernel on the device, the CUDA packing checked
+ * byte for byte against the CPU's; NULL where the format is not the kernel's (pack refused). */
+static int ran_packed_public, ran_packed_banked;
+static void *packed_v_books(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t pshape[5]) {
+  const int64_t vs = c->f.vector_size, S = c->D / vs;
+  if (!(c->f.index_bits == 8 && c->f.residuals == 1 && ((vs == 2 && (S == 32 || S == 64)) || (vs == 4 && S == 32))))
+    return NULL;
+  pshape[0] = 1, pshape[1] = c->Hkv, pshape[2] = 256, pshape[3] = S, pshape[4] = vs;
+  const size_t bytes = (size_t)(c->Hkv * 256 * S * vs) * 2;
+  void *d = dev_alloc(bytes);
+  uint16_t *h = malloc(bytes), *back = malloc(bytes);
+  DLTensor dt = dl_tensor(d, c->f.entry_dtype, 5, pshape, kDLCUDA), ht = dl_tensor(h, c->f.entry_dtype, 5, pshape, kDLCPU);
+  DLTensor gb = cache_books(c, 1, 1), hb = cache_books(c, 1, 0);
+  CHECK(qf_vq_pack_attention_books(gpu, &gb, &c->f, c->D, c->Hkv, &dt) == QF_OK &&
+            qf_vq_pack_attention_books(cpu, &hb, &c->f, c->D, c->Hkv, &ht) == QF_OK,
+        "%s: pack V books: %s / %s", c->name, qf_ctx_last_error(gpu), qf_ctx_last_error(cpu));
+  CUDA_OK(cudaMemcpy(back, d, bytes, cudaMemcpyDeviceToHost));
+  CHECK(!memcmp(back, h, bytes), "%s: packed V books: CUDA's bytes are the CPU's", c->name);
+  free(h), free(back);
+  return d;
+}
+
 static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
   kv_cache *c = k->c;
   char desc[320];
@@ -431,6 +456,29 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
     fetch(k);
     CHECK(!memcmp(k->o_first, k->o_got, k->o_bytes) && !memcmp(k->lse_first, k->lse_got, k->lse_bytes),
           "%s: a second run differs (not deterministic)", desc);
+  }
+  /* the same with packed V books: the public call runs the banked kernel (within the reference's
+   * bounds) or refuses with a message naming them, writing nothing */
+  int64_t pshape[5];
+  void *vpk = packed_v_books(gpu, cpu, c, pshape);
+  if (vpk) {
+    api_tensors t;
+    api_init(&t, k, 1);
+    DLTensor pt = dl_tensor(vpk, c->f.entry_dtype, 5, pshape, kDLCUDA);
+    poison_device(k);
+    st = qf_vq_attention_decode(gpu, &t.q.t, &t.kc, &t.kb, &t.vc, &pt, &c->f, &t.opts, &t.o.t, &t.lse);
+    char dp[360];
+    snprintf(dp, sizeof dp, "%s, packed V books", desc);
+    if (st == QF_OK) {
+      fetch(k);
+      compare(k, dp);
+      ran_packed_public++;
+    } else {
+      CUDA_OK(cudaDeviceSynchronize());
+      CHECK(st == QF_ERR_UNSUPPORTED && strstr(qf_ctx_last_error(gpu), "packed") && dev_holds(k->d_o, k->o_bytes, OUT_POISON) &&
+                dev_holds(k->d_lse, k->lse_bytes, OUT_POISON),
+            "%s: %s (%s)", dp, qf_status_str(st), qf_ctx_last_error(gpu));
+    }
   }
 
   /* the banked kernel's formats (shared memory: not S = 64 with 4-element vectors) */
@@ -500,7 +548,22 @@ static void run_call(qf_ctx *gpu, qf_ctx *cpu, call *k, const char *what) {
     snprintf(d3, sizeof d3, "%s (chunks %" PRId64 " of %" PRId64 ", blocks %" PRId64 " x %" PRId64 ", heads %d, stages %d)", d2,
              used.n_chunks, used.chunk_len, used.blocks, c->Hkv * used.head_tiles, used.heads, used.stages);
     compare(k, d3);
+    if (placement == QF_VQ_BOOKS_BANKED && vpk) { /* packed V books: the same bytes */
+      memcpy(k->o_first, k->o_got, k->o_bytes);
+      memcpy(k->lse_first, k->lse_got, k->lse_bytes);
+      poison_device(k);
+      forced_v_packed = vpk;
+      st = forced_call(gpu, k, placement, scores, &used);
+      forced_v_packed = NULL;
+      if (CHECK(st == QF_OK, "%s, packed V books: %s", d3, qf_ctx_last_error(gpu))) {
+        fetch(k);
+        CHECK(!memcmp(k->o_first, k->o_got, k->o_bytes) && !memcmp(k->lse_first, k->lse_got, k->lse_bytes),
+              "%s, packed V books: o or lse differs from the standard books' run", d3);
+        ran_packed_banked++;
+      }
+    }
   }
+  if (vpk) CUDA_OK(cudaFree(vpk));
 }
 
 static void attention_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t Hq, variant va, uint64_t *seed) {
@@ -1417,6 +1480,9 @@ int main(void) {
         "several batch entries per half (%d), split sequences (%d), and was refused outside its formats (%d)",
         ran_banked[1], ran_banked[2], ran_banked_halves[1], ran_banked_halves[2], ran_banked_batches, ran_banked_chunks,
         ran_banked_refused);
+  CHECK(ran_packed_public > 0 && ran_packed_banked > 0,
+        "packed V books ran through the public call (%d) and gave the standard books' bytes on the forced banked kernel (%d)",
+        ran_packed_public, ran_packed_banked);
   CHECK(ran_banked_paired > 0 && ran_banked_paired_batches > 0,
         "the banked kernel ran CQ-4 with two halves on one table (%d), with runs of several batch entries (%d)",
         ran_banked_paired, ran_banked_paired_batches);

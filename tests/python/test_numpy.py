@@ -255,6 +255,26 @@ class TestFamily(unittest.TestCase):
         np.testing.assert_array_equal(o4, o)
         np.testing.assert_array_equal(lse4, lse)
 
+    def test_vq_pack_attention_books(self):
+        # CQ-4 V codebooks packed for the banked kernel (64 vectors of 2 per head of 128): column c
+        # holds vector 2c (c < 32) or 2 (c - 32) + 1, and the call gives the standard books' o, lse
+        fmt = self.ctx.vq_format("cq-4")
+        bsz, seq, hkv, dim = 2, 3, 2, 128
+        sz = self.ctx.vq_sizes(fmt, bsz * seq, hkv * dim)
+        kc, vc = (self.rng.integers(0, 256, (1, bsz * seq, sz.row_bytes), dtype=np.uint8) for _ in range(2))
+        kb, vb = (self.rng.standard_normal((1, sz.n_books, 256, 2)).astype(np.float16) for _ in range(2))
+        packed = np.empty((1, hkv, 256, 64, 2), np.float16)
+        self.ctx.vq_pack_attention_books(vb, fmt, dim, hkv, packed)
+        order = [2 * c for c in range(32)] + [2 * c + 1 for c in range(32)]
+        for g in range(hkv):
+            np.testing.assert_array_equal(packed[0, g], vb[0, [g * 64 + v for v in order]].transpose(1, 0, 2))
+        q = self.rng.standard_normal((bsz, hkv * dim)).astype(np.float32)
+        o, lse, o2, lse2 = (np.empty(s, np.float32) for s in ((bsz, hkv * dim), (bsz, hkv)) * 2)
+        self.ctx.vq_attention_decode(q, kc, kb, vc, vb, fmt, o, lse, head_dim=dim, kv_heads=hkv, seq_len=seq)
+        self.ctx.vq_attention_decode(q, kc, kb, vc, packed, fmt, o2, lse2, head_dim=dim, kv_heads=hkv, seq_len=seq)
+        np.testing.assert_array_equal(o2, o)
+        np.testing.assert_array_equal(lse2, lse)
+
     def test_vq_round_trip(self):
         fmt = self.ctx.vq_format("gptvq-2")
         w = self.rng.standard_normal((256, 256)).astype(np.float32)

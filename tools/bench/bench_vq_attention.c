@@ -21,7 +21,8 @@
  *    call with lengths per entry (opts.kv_lens on the device), every one seq_len, and
  *    "cq2,fp16,auto,paged16" / "paged256" the same over a paged copy of the cache (pages of 16
  *    or 256 rows in a shuffled pool of the same size, opts.block_table; ",in-order": the pages in
- *    the contiguous cache's order). The qfuse
+ *    the contiguous cache's order); "cq2,fp16,auto,vpacked" the public call with the V codebooks
+ *    packed for the banked kernel (qf_vq_pack_attention_books), where it runs that kernel. The qfuse
  *    rows carry the peer's time, so ratio = peer us / qfuse us. The issue's goal, at seq_len 4096
  *    and batch 8, is a ratio of at least 0.7 x the compression: 2.8 for CQ-4 (4x), 5.6 for CQ-2
  *    (8x).
@@ -452,6 +453,25 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
   }
   cudaFree(lens);
   free(hlens);
+  /* the public call with the V codebooks packed for the banked kernel (qf_vq_pack_attention_books,
+   * made once per layer by an engine): what laying them out in each block costs */
+  void *vpk = NULL;
+  const int64_t pshape[5] = {1, c->hkv, 256, HEAD_DIM / c->f.vector_size, c->f.vector_size};
+  const size_t pbytes = (size_t)(c->hkv * 256 * HEAD_DIM) * 2;
+  if (cfg.placement == QF_VQ_BOOKS_BANKED && !cudaMalloc(&vpk, pbytes)) {
+    DLTensor pt = {.data = vpk, .device = {kDLCUDA, 0}, .ndim = 5, .dtype = qf_dtype_to_dl(c->f.entry_dtype), .shape = (int64_t *)pshape};
+    if (qf_vq_pack_attention_books(ctx, &a.vb, &c->f, HEAD_DIM, c->hkv, &pt) == QF_OK) {
+      const DLTensor vb = a.vb;
+      a.vb = pt, a.placement = QF_VQ_BOOKS_AUTO, a.scores = QF_VQ_ATTN_SCORES_AUTO;
+      snprintf(variant, sizeof variant, "%s,fp16,auto,vpacked", name);
+      rc |= vq_row(b, &a, run_api, variant, shape, vq_bytes, flops, &peer, rows);
+      a.vb = vb;
+    } else {
+      fprintf(stderr, "bench_vq_attention: pack: %s\n", qf_ctx_last_error(ctx));
+      rc = 1;
+    }
+  }
+  cudaFree(vpk);
   qfb_emit(b, &peer);
   (*rows)++;
   if (cfg.placement == QF_VQ_BOOKS_BANKED && pdl) { /* the one kernel launched as a programmatic dependent */

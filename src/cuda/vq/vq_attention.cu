@@ -2,6 +2,7 @@
 // (vq_attention_heuristic.h: score technique, codebook placement, split), the workspace for the
 // chunks' partials, the two launches (chunk kernel, then merge kernel) on the context's stream, and
 // the QF_VQ_BOOKS switch of the public call (the score technique is the heuristic's there).
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -68,29 +69,34 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
 // The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
 // {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype.
 constexpr int kBankedShapes = 6;
-constexpr int kBankedKernels = kBankedShapes * 2 * 2;  // x entry dtype x paged
+constexpr int kBankedKernels = kBankedShapes * 2 * 2 * 2;  // x entry dtype x paged x packed V books
 
-template <bool kPaged>
+template <bool kPaged, bool kPackedV>
 chunk_kernel_t pick_banked_shape(bool bf16, int shape) {
+#define QF_BANKED(S, VS, G) \
+  (bf16 ? vq_attention_banked_kernel<S, VS, vq_bf16, G, kPaged, kPackedV> : vq_attention_banked_kernel<S, VS, vq_f16, G, kPaged, kPackedV>)
   switch (shape) {
-    case 0: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 1, kPaged> : vq_attention_banked_kernel<32, 4, vq_f16, 1, kPaged>;
-    case 1: return bf16 ? vq_attention_banked_kernel<32, 2, vq_bf16, 1, kPaged> : vq_attention_banked_kernel<32, 2, vq_f16, 1, kPaged>;
-    case 2: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16, 1, kPaged> : vq_attention_banked_kernel<64, 2, vq_f16, 1, kPaged>;
-    case 3: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 2, kPaged> : vq_attention_banked_kernel<32, 4, vq_f16, 2, kPaged>;
-    case 4: return bf16 ? vq_attention_banked_kernel<32, 4, vq_bf16, 4, kPaged> : vq_attention_banked_kernel<32, 4, vq_f16, 4, kPaged>;
-    default: return bf16 ? vq_attention_banked_kernel<64, 2, vq_bf16, 2, kPaged> : vq_attention_banked_kernel<64, 2, vq_f16, 2, kPaged>;
+    case 0: return QF_BANKED(32, 4, 1);
+    case 1: return QF_BANKED(32, 2, 1);
+    case 2: return QF_BANKED(64, 2, 1);
+    case 3: return QF_BANKED(32, 4, 2);
+    case 4: return QF_BANKED(32, 4, 4);
+    default: return QF_BANKED(64, 2, 2);
   }
+#undef QF_BANKED
 }
 
-// The banked kernel of a shape (and of a paged cache or not).
-chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged, int &slot) {
+// The banked kernel of a shape (and of a paged cache or not, of packed V books or not: each its
+// own instantiation, since a run-time flag made the tile loop of the others 2-4% slower).
+chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged, bool packed, int &slot) {
   int shape = -1;
   if (heads == 1) shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
   else if (vectors == 32 && vs == 4) shape = heads == 2 ? 3 : heads == 4 ? 4 : -1;
   else if (vectors == 64 && vs == 2 && heads == 2) shape = 5;
   if (shape < 0) return nullptr;
-  slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 2 * kBankedShapes : 0);
-  return paged ? pick_banked_shape<true>(bf16, shape) : pick_banked_shape<false>(bf16, shape);
+  slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 2 * kBankedShapes : 0) + (packed ? 4 * kBankedShapes : 0);
+  if (packed) return paged ? pick_banked_shape<true, true>(bf16, shape) : pick_banked_shape<false, true>(bf16, shape);
+  return paged ? pick_banked_shape<true, false>(bf16, shape) : pick_banked_shape<false, false>(bf16, shape);
 }
 
 template <typename Out>
@@ -168,10 +174,16 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   // shared placement, in kernel time) or groups have at most 4 query heads (CQ-4 at batch 1, 8 kv
   // heads of 4: 30.4 against 41.0 us since the book chunks and TMA code tiles). With larger groups
   // at small batch the shared placement decodes each V vector once for more heads (docs/VQ.md).
+  // Packed V codebooks take the banked kernel wherever it applies.
   if (placement == QF_VQ_BOOKS_AUTO && scores == QF_VQ_ATTN_SCORES_AUTO &&
-      (pb.Hq == pb.Hkv || cfg.placement == QF_VQ_BOOKS_IN_GLOBAL || pb.vector_size >= 4 || pb.Hq / pb.Hkv <= 4) &&
+      (pb.Hq == pb.Hkv || cfg.placement == QF_VQ_BOOKS_IN_GLOBAL || pb.vector_size >= 4 || pb.Hq / pb.Hkv <= 4 ||
+       a->v_books_packed) &&
       !banked_refusal)
     qf_vq_attention_banked_layout(&pb, ctx->smem_optin, &cfg);  // keeps cfg when it does not fit
+  if (a->v_books_packed && cfg.placement != QF_VQ_BOOKS_BANKED)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: packed V codebooks (qf_vq_pack_attention_books) run the banked kernel only; "
+                   "this call runs another: %s", kOp,
+                   banked_refusal ? banked_refusal : "its codebook placement or scores are forced (QF_VQ_BOOKS)");
   if (a->Hkv * cfg.head_tiles > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld kv heads x %d head tiles exceed the grid's 65535 rows", kOp,
                    static_cast<long long>(a->Hkv), cfg.head_tiles);
@@ -180,7 +192,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   const bool bf16 = f.entry_dtype == QF_BF16;
   const chunk_kernel_t kernel =
       cfg.placement == QF_VQ_BOOKS_BANKED
-          ? pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, slot)
+          ? pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, a->v_books_packed != 0, slot)
           : pick(cfg.scores == QF_VQ_ATTN_SCORES_LUT, cfg.placement == QF_VQ_BOOKS_IN_SHARED, bf16, cfg.heads, vs, slot);
   if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
 
@@ -308,4 +320,26 @@ extern "C" qf_status qf_cuda_vq_attention_decode(qf_ctx *ctx, const qf_vq_attent
   if (st != QF_OK) return st;
   st = qf_cuda_vq_attention_decode_with(ctx, a, placement, QF_VQ_ATTN_SCORES_AUTO, nullptr);
   return qf_vq_books_blame(ctx, st, placement, forced);
+}
+
+// The banked kernel's packed V codebooks (formats/vq.h): one thread per (head, entry, column).
+__global__ void vq_pack_attention_books_kernel(const uint16_t *books, uint16_t *packed, int S, int vs, int64_t cols,
+                                               int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = i / (256 * S), e = i / S % 256, c = i % S;
+    const int64_t J = g * S + qf_vq_attn_packed_vector(S, static_cast<int>(c)), book = J * vs / cols;
+    for (int k = 0; k < vs; k++) packed[i * vs + k] = books[(book * 256 + e) * vs + k];
+  }
+}
+
+extern "C" qf_status qf_cuda_vq_pack_attention_books(qf_ctx *ctx, const qf_vq_tensors *t, int64_t head_dim, int64_t kv_heads,
+                                                     void *packed) {
+  const int vs = t->fmt.vector_size;
+  const int64_t S = head_dim / vs, total = kv_heads * 256 * S;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, int64_t{ctx->sm_count > 0 ? ctx->sm_count : 1} * 8);
+  vq_pack_attention_books_kernel<<<static_cast<unsigned>(blocks), 256, 0, qf_stream(ctx)>>>(
+      static_cast<const uint16_t *>(t->books), static_cast<uint16_t *>(packed), static_cast<int>(S), vs,
+      t->fmt.scope_cols ? t->fmt.scope_cols : t->K, total);
+  return qf_cuda_check_launch(ctx, "qf_vq_pack_attention_books");
 }

@@ -85,7 +85,7 @@ static_assert(kVqAttnThreads % 32 == 0, "blocks are whole warps");
 struct vq_attention_params {
   CUtensorMap tmap_codes[2];  // banked kernel: K, V code rows in boxes of kVqAttnTile rows x S bytes
   const uint32_t *codes[2];  // K, V: [R, N, row_words], N = B * seq_len (paged: num_pages * page_size)
-  const uint16_t *books[2];  // K, V: [R, n_books, entries, vs], fp16 or bf16 bits
+  const uint16_t *books[2];  // K, V: [R, n_books, entries, vs], fp16 or bf16 bits (V: packed in the banked kernel's kPackedV)
   const void *q;             // [B, Hq * D], row pitch q_ld elements
   const int32_t *kv_lens;    // [B]: entry b's tokens (clamped to [0, seq_len]), or NULL: seq_len each
   const int32_t *block_table;  // [B, max_pages], pitch bt_ld: a paged cache (page_size rows a page), or NULL

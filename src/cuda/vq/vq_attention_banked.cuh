@@ -95,6 +95,7 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/vq/vq_attention.cuh"
+#include "formats/vq.h"
 
 constexpr int kVqAttnBankedThreads = 2 * kVqAttnThreads;  // two halves at most
 
@@ -103,7 +104,7 @@ __device__ __forceinline__ void vq_attn_half_sync(int half) {
   asm volatile("bar.sync %0, %1;" ::"r"(half + 1), "r"(kVqAttnThreads) : "memory");
 }
 
-template <int kS, int kVS, typename E, int kG = 1, bool kPaged = false>
+template <int kS, int kVS, typename E, int kG = 1, bool kPaged = false, bool kPackedV = false>
 __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThreads, 1)
     vq_attention_banked_kernel(const __grid_constant__ vq_attention_params p) {
   static_assert(kS == 32 || kS == 64, "one or two vectors per lane");
@@ -172,16 +173,22 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   const bool bulk_setup = kG == 1 ? kS == 32 || paired : kGroupedBulk;
   const int first_book = vq_attn_book(p, g * kS);
   const uint32_t bar_kb = bar_k - half * p.half_bytes + 16, bar_vb = bar_kb + 8;  // (after the first half's two)
-  uint8_t *const kraw_s = kVStaged ? smem : kG == 1 ? vbook_s : smem + 256 * kRow;
-  uint8_t *const vraw_s = kVStaged ? vbook_s + 256 * kVRow : smem;
+  // Packed V books (kPackedV: head g's [256][S] entries already in the V books' layout, p.books[1]
+  // [Hkv][256][S]) go straight into their place, and the paired S = 64 halves take raw K into the
+  // table region.
+  constexpr bool vpk = kPackedV;
+  uint8_t *const kraw_s = kVStaged || (kG == 1 && vpk) ? smem : kG == 1 ? vbook_s : smem + 256 * kRow;
+  uint8_t *const vraw_s = vpk ? vbook_s : kVStaged ? vbook_s + 256 * kVRow : smem;
   const uint32_t raw_bytes = static_cast<uint32_t>(vq_attn_book(p, g * kS + kS - 1) - first_book + 1) * 256u * kEB;
+  const uint32_t v_bytes = vpk ? 256u * kVRow : raw_bytes;
   const int64_t first_elem = static_cast<int64_t>(first_book) * p.entries * kVS;
-  auto copy_raw_v = [&] { cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vraw_s)), p.books[1] + first_elem, raw_bytes, bar_vb); };
+  const uint16_t *const v_src = p.books[1] + (vpk ? static_cast<int64_t>(g) * 256 * kS * kVS : first_elem);
+  auto copy_raw_v = [&] { cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(vraw_s)), v_src, v_bytes, bar_vb); };
   if (bulk_setup && threadIdx.x == 0) {
     mbarrier_init(bar_kb, 1), mbarrier_init(bar_vb, 1);
     fence_mbarrier_init();
     mbarrier_arrive_expect_tx(bar_kb, raw_bytes);
-    mbarrier_arrive_expect_tx(bar_vb, raw_bytes);
+    mbarrier_arrive_expect_tx(bar_vb, v_bytes);
     // (one head: K first, its table is built while V lands; grouped: V first, laid out while K lands)
     if (kG > 1) copy_raw_v();
     cp_async_bulk_g2s(static_cast<uint32_t>(__cvta_generic_to_shared(kraw_s)), p.books[0] + first_elem, raw_bytes, bar_kb);
@@ -361,7 +368,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // unit's batch entry.
   constexpr int kPasses = kS / 32;
   auto raw_col = [&](int v) { return (vq_attn_book(p, g * kS + v) - first_book) * (256 * kEB); };
-  auto vcol_vector = [](int c) { return kSPL == 2 ? 2 * (c & 31) + (c >> 5) : c; };
+  auto vcol_vector = [](int c) { return qf_vq_attn_packed_vector(kS, c); };
   using word_t = std::conditional_t<kEB == 8, uint2, uint32_t>;
   auto raw_k_entry = [&](int col, int e, float (&ent)[kVS]) {
     vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(kraw_s + col + e * kEB), ent);
@@ -422,6 +429,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // tile's scores are done (every thread of the block, once; a half without units before it
   // leaves).
   auto lay_out_staged_vbooks = [&] {
+    if (vpk) {
+      mbarrier_wait_parity(bar_vb, 0);  // (packed: in place as they land)
+      return;
+    }
     copy_vbooks();
     __syncthreads();  // the V books are in place
   };
@@ -469,7 +480,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     if (u_begin < u_end)
       each_raw_k_entry(kTPer, kTPer * twarp, [&](int ps, int k, int, const float (&ent)[kVS]) { tv[ps][k] = q_dot(qv[0][ps], ent); });
     word_t ve[kPasses][kMaxPer];
-    if (!kVStaged) load_vbooks(ve);
+    if (!kVStaged && !vpk) load_vbooks(ve);
     __syncthreads();  // the raw books in the tables' and V books' places are read
     if (u_begin < u_end) {
 #pragma unroll
@@ -478,10 +489,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         for (int k = 0; k < kTPer; k++)
           lut(0, (kTPer * twarp + k + lane) & 255, lane + 32 * ps) = tv[ps][k];
     }
-    if (!kVStaged) store_vbooks(ve);
+    if (!kVStaged && !vpk) store_vbooks(ve);
     __syncthreads();  // the tables are built (and without kVStaged the V books in place)
     if (u_begin >= u_end) {
-      if constexpr (kVStaged) lay_out_staged_vbooks();
+      if (kVStaged || vpk) lay_out_staged_vbooks();  // (no block leaves with its V copy in flight)
       return;
     }
   } else if (bulk_setup) {
@@ -497,7 +508,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       float qv[kG][kPasses][kVS];
       load_q_parts(qv);
       __syncthreads();  // the barriers' inits are visible
-      copy_vbooks();  // (one half: warp w takes entries 32 w + k)
+      if (!vpk) copy_vbooks();  // (one half: warp w takes entries 32 w + k; packed: waited for before the values)
       __syncthreads();  // the raw V books are read: the first region is free
       float tv[kG - kLow][kPasses][32];  // the second region's heads
       mbarrier_wait_parity(bar_kb, 0);
@@ -521,7 +532,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
               lut(i, (32 * warp + k + lane) & 255, lane + 32 * ps) = tv[i - kLow][ps][k];
       }
       __syncthreads();  // the tables are built
-      if (u_begin >= u_end) return;
+      if (u_begin >= u_end) {
+        if (vpk) mbarrier_wait_parity(bar_vb, 0);  // (no block leaves with its V copy in flight)
+        return;
+      }
     }
   } else {
     // ---- head g's V books, interleaved by vector (the whole block, while the first tile lands) ----
@@ -540,12 +554,29 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         wait_for_inputs();
         first_codes();
       }
-      load_chunks(book, c0, cstep, r);
+      // Packed V books: 16-byte units k blockDim + thread of the head's image, as they are.
+      constexpr int kUnits = 256 * kVRow / 16;
+      static_assert(kUnits <= 16 * kVqAttnThreads, "sixteen units per thread at most");
+      const uint4 *packed = reinterpret_cast<const uint4 *>(v_src);
+      if (vpk) {
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+          if (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x) < kUnits)
+            r[k / 2][k % 2] = __ldg(packed + k * blockDim.x + threadIdx.x);
+      } else {
+        load_chunks(book, c0, cstep, r);
+      }
       if (!kCodesFirst) wait_for_inputs();
       if (u_begin < u_end) load_table_inputs(t.b, first);
       if (!kCodesFirst) first_codes();
+      if (vpk) {
 #pragma unroll
-      for (int u = 0; u < 8; u++)
+        for (int k = 0; k < 16; k++)
+          if (k * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x) < kUnits)
+            reinterpret_cast<uint4 *>(vbook_s)[k * blockDim.x + threadIdx.x] = r[k / 2][k % 2];
+      }
+#pragma unroll
+      for (int u = 0; u < 8 && !vpk; u++)
 #pragma unroll
         for (int i = 0; i < kCE; i++) {
           if (c0 + u * cstep >= kChunks) break;
@@ -582,7 +613,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   vq_zero(acc);
 
   uint32_t phase = 0u;  // parity of the K and V parts' next completion
-  bool vbooks_ready = false;  // (kVStaged)
+  bool vbooks_ready = false;  // (kVStaged, or packed V books by a bulk copy)
   const int tok0 = warp * 32;  // this warp's tokens of a tile
   while (t.unit < u_end) {
     const vq_attn_tile next = advance(t);
@@ -660,6 +691,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     if (more) stage_codes(next, 0, next_ref);
     if constexpr (kVStaged) {
       if (!vbooks_ready) lay_out_staged_vbooks(), vbooks_ready = true;
+    } else {
+      if (!vbooks_ready && vpk && bulk_setup) mbarrier_wait_parity(bar_vb, 0);  // (packed: in place as they land)
+      vbooks_ready = true;
     }
     mbarrier_wait_parity(bar_v, phase);  // the tile's V indices landed
     phase ^= 1u;

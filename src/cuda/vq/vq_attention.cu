@@ -67,7 +67,7 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
 }
 
 // The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
-// {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype.
+// {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype x paged x packed V books.
 constexpr int kBankedShapes = 6;
 constexpr int kBankedKernels = kBankedShapes * 2 * 2 * 2;  // x entry dtype x paged x packed V books
 

@@ -349,20 +349,8 @@ static qf_status check_attn_pack(qf_ctx *ctx, const char *op, const qf_vq_format
   return QF_OK;
 }
 
-/* Between t's standard V codebooks and the packed layout of Hkv heads of S vectors (formats/vq.h),
- * either way (CPU). */
-static void attn_pack_books(const qf_vq_tensors *t, int64_t Hkv, int64_t S, uint16_t *packed, int unpack) {
-  const int vs = t->fmt.vector_size;
-  const int64_t cols = t->fmt.scope_cols ? t->fmt.scope_cols : t->K;
-  uint16_t *books = t->books;
-  for (int64_t g = 0; g < Hkv; g++)
-    for (int64_t e = 0; e < 256; e++)
-      for (int64_t c = 0; c < S; c++) {
-        const int64_t J = g * S + qf_vq_attn_packed_vector((int)S, (int)c), book = J * vs / cols;
-        uint16_t *std = books + (book * 256 + e) * vs, *pk = packed + ((g * 256 + e) * S + c) * vs;
-        memcpy(unpack ? std : pk, unpack ? pk : std, (size_t)vs * sizeof(uint16_t));
-      }
-}
+/* The columns one codebook of t covers (qf_vq_attn_packed_source's `cols`). */
+static int64_t book_cols(const qf_vq_tensors *t) { return t->fmt.scope_cols ? t->fmt.scope_cols : t->K; }
 
 qf_status qf_vq_pack_attention_books(qf_ctx *ctx, const DLTensor *v_codebooks, const qf_vq_format *fmt, int64_t head_dim,
                                      int64_t kv_heads, DLTensor *packed) {
@@ -385,7 +373,10 @@ qf_status qf_vq_pack_attention_books(qf_ctx *ctx, const DLTensor *v_codebooks, c
 #else
     return no_cuda_kernel(ctx, op);
 #endif
-  attn_pack_books(&t, kv_heads, S, dst, 0);
+  const int vs = fmt->vector_size;
+  const size_t entry = (size_t)vs * sizeof(uint16_t);
+  for (int64_t i = 0; i < kv_heads * 256 * S; i++)
+    memcpy((uint16_t *)dst + i * vs, (const uint16_t *)t.books + qf_vq_attn_packed_source(i, (int)S, vs, book_cols(&t)), entry);
   return QF_OK;
 }
 
@@ -456,9 +447,10 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
   const size_t n = (size_t)a.v.sz.n_books * 256u * (size_t)fmt->vector_size;
   uint16_t *books = malloc(n * sizeof(uint16_t));
   if (!books) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "%s: no memory for %zu unpacked V codebook values", op, n);
-  qf_vq_tensors unpacked = a.v;
-  unpacked.books = books;
-  attn_pack_books(&unpacked, a.Hkv, S, a.v.books, 1);
+  const int vs = fmt->vector_size;
+  for (int64_t i = 0; i < a.Hkv * 256 * S; i++)
+    memcpy(books + qf_vq_attn_packed_source(i, (int)S, vs, book_cols(&a.v)), (const uint16_t *)a.v.books + i * vs,
+           (size_t)vs * sizeof(uint16_t));
   a.v.books = books, a.v_books_packed = 0;
   st = qf_cpu_vq_attention_decode(ctx, &a);
   free(books);

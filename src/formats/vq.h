@@ -93,5 +93,11 @@ QF_HD int64_t qf_vq_pack_offset(int64_t r, int64_t n, int64_t c, int64_t tiles, 
  * = 64: vectors 2c and 2c + 1 side by side in columns c and 32 + c, so that a lane's two adjacent
  * indices address columns lane and 32 + lane; S = 32: vector c). */
 QF_HD int qf_vq_attn_packed_vector(int S, int c) { return S == 64 ? 2 * (c & 31) + (c >> 5) : c; }
+/* Element offset, in the standard codebooks [1, n_books, 256, vs] of a row of Hkv heads (a book per
+ * `cols` columns), of packed entry i = (g 256 + e) S + c: what packing copies to element i vs. */
+QF_HD int64_t qf_vq_attn_packed_source(int64_t i, int S, int vs, int64_t cols) {
+  const int64_t g = i / (256 * S), e = i / S % 256, J = g * S + qf_vq_attn_packed_vector(S, (int)(i % S));
+  return (J * vs / cols * 256 + e) * vs;
+}
 
 #endif

@@ -327,9 +327,8 @@ __global__ void vq_pack_attention_books_kernel(const uint16_t *books, uint16_t *
                                                int64_t total) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t g = i / (256 * S), e = i / S % 256, c = i % S;
-    const int64_t J = g * S + qf_vq_attn_packed_vector(S, static_cast<int>(c)), book = J * vs / cols;
-    for (int k = 0; k < vs; k++) packed[i * vs + k] = books[(book * 256 + e) * vs + k];
+    const int64_t src = qf_vq_attn_packed_source(i, S, vs, cols);
+    for (int k = 0; k < vs; k++) packed[i * vs + k] = books[src + k];
   }
 }
 

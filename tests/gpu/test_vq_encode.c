@@ -326,10 +326,10 @@ int main(void) {
   }
 
   /* The tensor-core row-parallel form (CQ-2's books, x in their 16-bit type or bf16 x into fp16
-   * books, from 16 rows: the 37-row cases above too), whose
+   * books, from 16 rows in the launch: the 37-row cases above too), whose
    * approximate distances must still give the CPU's codes, and CQ-4's staged form on the same
    * inputs: quantized books in fp16 and bf16 (fresh rows with NaN and Inf, by position and by
-   * slot, K and V of 16 and 70 rows in one launch); dyadic books with repeated entries and rows at
+   * slot, K and V of 8, 16 and 70 rows in one launch); dyadic books with repeated entries and rows at
    * entries, midpoints and near midpoints (exact ties and near ties, every one rescanned or
    * decided past the bound); Gaussian books of large entries (fp16 half-norms past 65504, bf16
    * |w|^2 past 2^100: exact scans) and of small ones (the bound's absolute term; for bf16 x into
@@ -357,8 +357,8 @@ int main(void) {
           encode_case(gpu, cpu, &b, tcs[c].name, x, dt, Ts[ti], K + 3, b.N - Ts[ti], NULL);
           free(x);
         }
-        const int64_t slot_Ts[] = {16, 70};
-        for (int ti = 0; ti < 2; ti++) {
+        const int64_t slot_Ts[] = {8, 16, 70};
+        for (int ti = 0; ti < 3; ti++) {
           void *x = fresh_rows(dt, slot_Ts[ti], K, K + 1, 1, &seed);
           slots_case(gpu, cpu, &b, tcs[c].name, x, dt, slot_Ts[ti], K + 1);
           free(x);

@@ -61,8 +61,9 @@
 //   take the tensor-core form instead (vq_encode_rows_tc_kernel): approximate distances of 16
 //   rows by 8 entries from one m16n8k8 product, each row's nearest entry taken where the
 //   runner-up is past a proven error bound and scanned exactly otherwise, so the same codes: from
-//   16 rows, 1.14-1.41x faster than the staged form from 64 rows and 1.10-2.03x than the
-//   book-resident form at 16 and 32 rows of an H200 (bench/results/h200-5a9c1a2-vq-encode.txt).
+//   16 rows in the launch (K and V of 8 rows), 1.14-1.41x faster than the staged form from 64
+//   rows and 1.10-2.03x than the book-resident form at 16 and 32 rows of an H200
+//   (bench/results/h200-5a9c1a2-vq-encode.txt), 1.14x at K and V of 8 rows.
 // - 2-element vectors from 8 rows on take 16 lanes per vector (two vectors a warp, blocks of 512
 //   threads) where the book-resident form below does not take them (row scopes or scales, other
 //   index widths): 8 rows of 4096 are one wave of warps instead of two, 11.5 -> 8.7 us on an H200
@@ -600,7 +601,7 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 // entry), and this form, whose cost per entry does not depend on the vector size, ran them
 // 0.53-0.66x as fast on an H200 (docs/VQ.md).
 constexpr int kTcWarps = 8;      // vector positions (warps) per block
-constexpr int kTcRowsMin = 16;   // rows of a tensor from which the launcher takes it
+constexpr int kTcRowsMin = 16;   // rows in the launch (of K and V together) from which the launcher takes it
 
 template <typename E, typename X, bool kSlots>
 __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
@@ -652,7 +653,7 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
 
   for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
 #pragma unroll 1
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < 2 && i0 + 16 * m < p.rows; m++) {  // (a half past the rows is skipped: 16 rows 1.19-1.30x)
       // The A fragments: lane (g, t) rows g and g + 8 of the tile, k = 2 t, 2 t + 1.
       uint32_t a[2], xraw[2];  // (xraw: x's two elements as read, for the exact scans)
       float n2[2];
@@ -895,12 +896,14 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   const bool books_kept = f.scope_rows == 0 && t->scales == nullptr && f.residuals == 1 && f.index_bits == 8 &&
                           (k == 1 || k == 2);
   // 4-element vectors, where x has the books' 16-bit type (or is bf16 into fp16 books), take the
-  // tensor-core form (above) from 16 rows (against the book-resident form on an H200: 16 rows
-  // 1.10-1.16x, K and V of 16 rows 1.22x, 32 rows 1.78-2.03x; docs/VQ.md), each block's warps
+  // tensor-core form (above) from 16 rows in the launch (against the book-resident form on an
+  // H200: 16 rows of one tensor 1.10-1.16x and of K and V 1.22x before the skipped half chunk,
+  // K and V of 8 rows 1.14x with it; one tensor's 8 rows, half as many blocks, 0.82-0.88x;
+  // docs/VQ.md), each block's warps
   // over as many 32-row chunks as leave about 8 blocks per SM in the launch (each warp reads its
   // book once per block).
   const bool tc_types = x->dtype == f.entry_dtype || (x->dtype == QF_BF16 && f.entry_dtype == QF_F16);
-  if (books_kept && k == 2 && tc_types && x->rows >= kTcRowsMin) {
+  if (books_kept && k == 2 && tc_types && x->rows * n >= kTcRowsMin) {
     const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
     const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));

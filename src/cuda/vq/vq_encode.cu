@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
 // into a CQ cache): lane group jl of a block keeps its vector position's book in registers (lane
 // `sub` entries sub, sub + kLanes, ..., as the warp-per-vector kernel scans them), loaded once
 // before the wait (no decode step writes the books), and then encodes that position of the
-// block's rows kG (2 or 4) at a time, the rows' scans and reductions interleaved. Per row the same
+// block's rows kG (2, 4 or 8) at a time, the rows' scans and reductions interleaved. Per row the same
 // operations in the same order as the warp-per-vector kernel, so the same codes; where that
 // kernel reads the position's book again for every row (from L2: 8 rows of CQ-2 at K = 4096 read
 // 16 MB of books), this one reads it once per block. 16 lanes per vector for 2 elements (16
@@ -785,15 +785,17 @@ encode_kv_kernel_t pick_encode_kv(bool rows_form, bool half_warps, bool small, i
   return per_vector[k];
 }
 
-// The book-resident kernel of a KVS bucket (1, 2: sizes 2, 4) taking rows kg (2 or 4) at a time,
-// for one tensor and for a K and V pair.
+// The book-resident kernel of a KVS bucket (1, 2: sizes 2, 4) taking rows kg (2 or 4, and 8 for
+// size 2) at a time, for one tensor and for a K and V pair.
 template <bool kSlots>
 encode_kernel_t pick_resident(int k, int kg) {
+  if (k == 1 && kg == 8) return vq_encode_resident_kernel<2, kSlots, 8>;
   if (k == 1) return kg == 2 ? vq_encode_resident_kernel<2, kSlots, 2> : vq_encode_resident_kernel<2, kSlots, 4>;
   return kg == 2 ? vq_encode_resident_kernel<4, kSlots, 2> : vq_encode_resident_kernel<4, kSlots, 4>;
 }
 
 encode_kv_kernel_t pick_resident_kv(int k, int kg) {
+  if (k == 1 && kg == 8) return vq_encode_resident_kv_kernel<2, 8>;
   if (k == 1) return kg == 2 ? vq_encode_resident_kv_kernel<2, 2> : vq_encode_resident_kv_kernel<2, 4>;
   return kg == 2 ? vq_encode_resident_kv_kernel<4, 2> : vq_encode_resident_kv_kernel<4, 4>;
 }
@@ -916,11 +918,15 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   }
   // The book-resident form (above) from 4 rows in the launch (2 of K and V): 16 lanes per vector
   // for 2 elements, a warp for 4, the rows spread over as many blocks as 8 per SM, two rows at a
-  // time where the launch has 4 (more blocks), else four. H200, K = 4096 (docs/VQ.md): 4 rows
-  // 1.12-1.33x, 8 rows 1.26-1.42x, K and V of 2 rows 1.17-1.39x, of 4 rows 1.36-1.93x, 32 rows of
-  // CQ-2 1.31-1.84x; 2 rows of one tensor stay in the small blocks (0.77-0.97x in this form).
+  // time where the launch has 4 (more blocks), eight for 2 elements from 16 rows in the launch
+  // (K and V of 8 rows: 256 blocks of 86 registers, one wave, where four at a time made 512 of 75,
+  // three per SM), else four. H200, K = 4096 (docs/VQ.md): 4 rows 1.12-1.33x, 8 rows 1.26-1.42x,
+  // K and V of 2 rows 1.17-1.39x, of 4 rows 1.36-1.93x, 32 rows of CQ-2 1.31-1.84x; 2 rows of one
+  // tensor stay in the small blocks (0.77-0.97x in this form). Eight rows at a time: CQ-4's K and
+  // V of 8 rows 1.25x, 16 rows of one tensor 1.16-1.33x; not for one tensor's 8 rows (0.77-0.81x:
+  // 128 blocks).
   if (books_kept && !rows_form && x->rows * n >= 4) {
-    const int bv = kResidentThreads / resident_lanes(vs), kg = x->rows * n <= 4 ? 2 : 4;
+    const int bv = kResidentThreads / resident_lanes(vs), kg = x->rows * n <= 4 ? 2 : k == 1 && x->rows * n >= 16 ? 8 : 4;
     const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + kg - 1) / kg;
     const int64_t gy = std::min<int64_t>({groups, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 rgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));

@@ -299,10 +299,11 @@ int main(void) {
 
     /* Fresh rows: every input dtype, strided, appended as the last rows of the matrix (a later
      * row scope where the format has one): 1 and 8 rows (decode steps: a warp or half a warp per
-     * vector) and 37 (the row-parallel form where it takes over by then, with a partial block of
-     * rows). */
-    const int64_t Ts[] = {1, 3, 4, 8, 37};
-    for (int ti = 0; ti < (quick ? 4 : 5); ti++)
+     * vector), 37 (the row-parallel form where it takes over by then, with a partial block of
+     * rows) and 20 (2-element vectors: the book-resident form eight rows at a time, the last
+     * group partial). */
+    const int64_t Ts[] = {1, 3, 4, 8, 37, 20};
+    for (int ti = 0; ti < (quick ? 4 : 6); ti++)
       for (int d = 0; d < 3; d++) {
         const int64_t T = Ts[ti], ld = K + (d == 0 ? 0 : 3);
         void *x = fresh_rows(dts[d], T, K, ld, 1, &seed);

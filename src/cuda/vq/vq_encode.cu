@@ -340,8 +340,8 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
 // into a CQ cache): lane group jl of a block keeps its vector position's book in registers (lane
 // `sub` entries sub, sub + kLanes, ..., as the warp-per-vector kernel scans them), loaded once
 // before the wait (no decode step writes the books), and then encodes that position of the
-// block's rows kG (2, 4 or 8) at a time, the rows' scans and reductions interleaved. Per row the same
-// operations in the same order as the warp-per-vector kernel, so the same codes; where that
+// block's rows kG (2, 4 or 8) at a time, the rows' scans and reductions interleaved. Per row the
+// same operations in the same order as the warp-per-vector kernel, so the same codes; where that
 // kernel reads the position's book again for every row (from L2: 8 rows of CQ-2 at K = 4096 read
 // 16 MB of books), this one reads it once per block. 16 lanes per vector for 2 elements (16
 // entries each), 32 for 4 (8 each); blocks of kResidentThreads.
@@ -901,9 +901,8 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   // tensor-core form (above) from 16 rows in the launch (against the book-resident form on an
   // H200: 16 rows of one tensor 1.10-1.16x and of K and V 1.22x before the skipped half chunk,
   // K and V of 8 rows 1.14x with it; one tensor's 8 rows, half as many blocks, 0.82-0.88x;
-  // docs/VQ.md), each block's warps
-  // over as many 32-row chunks as leave about 8 blocks per SM in the launch (each warp reads its
-  // book once per block).
+  // docs/VQ.md), each block's warps over as many 32-row chunks as leave about 8 blocks per SM in
+  // the launch (each warp reads its book once per block).
   const bool tc_types = x->dtype == f.entry_dtype || (x->dtype == QF_BF16 && f.entry_dtype == QF_F16);
   if (books_kept && k == 2 && tc_types && x->rows * n >= kTcRowsMin) {
     const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;

@@ -429,10 +429,10 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
   if (!a.v_books_packed) {
     if ((st = check_quantized(ctx, op, fmt, rows, cols, v_codes, v_codebooks, NULL, &a.v))) return st;
   } else {
-    const int64_t shape[5] = {1, a.Hkv, 256, a.D / fmt->vector_size, fmt->vector_size};
     a.v = a.k;  /* (the same format and sizes) */
-    if ((st = check_attn_pack(ctx, op, fmt, a.D, &S)) || (st = check_codes(ctx, op, v_codes, &a.v)) ||
-        (st = qf_check_dense(ctx, op, "v_codebooks (packed)", v_codebooks, fmt->entry_dtype, 5, shape, 16, &a.v.books)))
+    if ((st = check_attn_pack(ctx, op, fmt, a.D, &S)) || (st = check_codes(ctx, op, v_codes, &a.v))) return st;
+    const int64_t shape[5] = {1, a.Hkv, 256, S, fmt->vector_size};
+    if ((st = qf_check_dense(ctx, op, "v_codebooks (packed)", v_codebooks, fmt->entry_dtype, 5, shape, 16, &a.v.books)))
       return st;
   }
   if (a.B == 0) return QF_OK;

@@ -882,6 +882,7 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   bool aligned = true;
   for (int i = 0; i < n; i++) aligned = aligned && reinterpret_cast<uintptr_t>(ts[i].books) % (2 * vs) == 0;
   const int k = !aligned ? 0 : vs == 2 ? 1 : vs == 4 ? 2 : vs == 8 ? 3 : 0;  // the KVS bucket
+  const int64_t launch_rows = x->rows * n;  // (K's and V's together for a pair)
   // 2-element vectors from 8 rows (below the row-parallel form) take 16 lanes per vector: their
   // grid of warps is over a wave from there at K = 4096, and with two vectors a warp it is one
   // (CQ-4, 8 rows of 4096: 11.5 -> 8.7 us on an H200; 8 lanes: 11.2).
@@ -890,7 +891,7 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   // take them (above).
   const int64_t small_blocks = (p.vectors + kSmallVecs - 1) / kSmallVecs;
   const bool small = !rows_form && !half_warps && (k == 1 || k == 2) && f.index_bits % 4 == 0 &&
-                     small_blocks * x->rows * n <= 4 * static_cast<int64_t>(ctx->sm_count);
+                     small_blocks * launch_rows <= 4 * static_cast<int64_t>(ctx->sm_count);
   const dim3 block(small ? kSmallVecs * 32 : half_warps ? kVecs * 16 : kThreads);
   const dim3 blocks = small ? dim3(static_cast<unsigned>(small_blocks), grid.y, grid.z) : grid;
   vq_encode_params v = p;  // (a pair's V tensors)
@@ -913,7 +914,7 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   // docs/VQ.md), each block's warps over as many 32-row chunks as leave about 8 blocks per SM in
   // the launch (each warp reads its book once per block).
   const bool tc_types = x->dtype == f.entry_dtype || (x->dtype == QF_BF16 && f.entry_dtype == QF_F16);
-  if (books_kept && k == 2 && tc_types && x->rows * n >= kTcRowsMin) {
+  if (books_kept && k == 2 && tc_types && launch_rows >= kTcRowsMin) {
     const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
     const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
@@ -933,8 +934,8 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
   // tensor stay in the small blocks (0.77-0.97x in this form). Eight rows at a time: CQ-4's K and
   // V of 8 rows 1.25x, 16 rows of one tensor 1.16-1.33x; not for one tensor's 8 rows (0.77-0.81x:
   // 128 blocks).
-  if (books_kept && !rows_form && x->rows * n >= 4) {
-    const int bv = kResidentThreads / resident_lanes(vs), kg = x->rows * n <= 4 ? 2 : k == 1 && x->rows * n >= 16 ? 8 : 4;
+  if (books_kept && !rows_form && launch_rows >= 4) {
+    const int bv = kResidentThreads / resident_lanes(vs), kg = launch_rows <= 4 ? 2 : k == 1 && launch_rows >= 16 ? 8 : 4;
     const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + kg - 1) / kg;
     const int64_t gy = std::min<int64_t>({groups, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 rgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));

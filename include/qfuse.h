@@ -731,6 +731,23 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
                                  const DLTensor *v_codebooks, const qf_vq_format *fmt,
                                  const qf_vq_attention_opts *opts, DLTensor *o, DLTensor *lse);
 
+/* A decode step in one call: each entry's new K and V rows, k_new and v_new [B, Hkv * D] (fp32,
+ * fp16 or bf16, one dtype), appended as its token L_b - 1 (L_b = kv_lens[b], or seq_len without
+ * kv_lens: the lengths count the new token; an entry with L_b = 0 appends nothing), then the
+ * attention above over the first L_b tokens. The same codes, o and lse as
+ * qf_vq_encode_kv_slots(k_new, v_new, slots) with slot b = the row of token L_b - 1 (b * seq_len +
+ * L_b - 1, or its page's row), then qf_vq_attention_decode. On CUDA the banked kernel's one-head
+ * blocks whose setup takes the books by bulk copies (CQ-2, and CQ-4 where its halves pair up) encode
+ * the token with the books they hold and write its codes before their copy of its tile, so the
+ * step is one launch; elsewhere qf_vq_encode_slots' kernel runs first (packed V codebooks are then
+ * refused with QF_ERR_UNSUPPORTED, and caches of 2^31 rows or more with QF_ERR_SHAPE). The CPU
+ * backend checks every length and the new tokens' pages before writing anything (QF_ERR_VALUE);
+ * CUDA skips an entry whose new token is on a page outside the cache (its o and lse are NaN). */
+qf_status qf_vq_attention_decode_append(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_new, const DLTensor *v_new,
+                                        DLTensor *k_codes, const DLTensor *k_codebooks, DLTensor *v_codes,
+                                        const DLTensor *v_codebooks, const qf_vq_format *fmt, const qf_vq_attention_opts *opts,
+                                        DLTensor *o, DLTensor *lse);
+
 /* V codebooks packed for the banked kernel (made once per layer, as qf_vq_pack_gemv packs a
  * weight's codes): packed [1, kv_heads, 256, S, vector_size] of the entries' dtype (S = head_dim /
  * vector_size), kv head g's entries in the order the kernel holds them in shared memory: at [0, g,

@@ -259,6 +259,9 @@ typedef struct {
   int64_t bt_ld, page_size, num_pages;
   double sm_scale;
   int v_books_packed;  /* v.books in the banked kernel's layout (qf_vq_pack_attention_books): CUDA runs that kernel only */
+  /* qf_vq_attention_decode_append: the step's new K and V rows [B, Hkv * D], encoded into token
+   * L_b - 1 of each entry's cache before the attention reads it; k_new.data NULL without. */
+  qf_mat k_new, v_new;
 } qf_vq_attention_args;
 /* t's V codebooks (standard layout, kv_heads heads of head_dim) into the banked attention's packed
  * layout at `packed` (formats/vq.h). */

@@ -380,10 +380,44 @@ qf_status qf_vq_pack_attention_books(qf_ctx *ctx, const DLTensor *v_codebooks, c
   return QF_OK;
 }
 
-qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_codes, const DLTensor *k_codebooks,
-                                 const DLTensor *v_codes, const DLTensor *v_codebooks, const qf_vq_format *fmt,
-                                 const qf_vq_attention_opts *opts, DLTensor *o, DLTensor *lse) {
-  static const char op[] = "qf_vq_attention_decode";
+/* The CPU's append of qf_vq_attention_decode_append (a->k_new, a->v_new; V codebooks in the
+ * standard layout): token L_b - 1 of each entry encoded into its code row, every length and page
+ * checked before anything is written. */
+static qf_status cpu_append(qf_ctx *ctx, const char *op, const qf_vq_attention_args *a) {
+  if (a->k.N > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: the append's cache of %" PRId64 " rows exceeds 32-bit slots", op, a->k.N);
+  int32_t *slots = malloc((size_t)a->B * sizeof *slots);
+  if (!slots) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "%s: no memory for %" PRId64 " slots", op, a->B);
+  for (int64_t b = 0; b < a->B; b++) {
+    const int64_t len = a->kv_lens ? a->kv_lens[b] : a->seq_len;
+    if (len < 0 || len > a->seq_len) {
+      free(slots);
+      return qf_fail(ctx, QF_ERR_VALUE, "%s: kv_lens[%" PRId64 "]=%" PRId64 " is outside [0, seq_len=%" PRId64 "]", op, b, len,
+                     a->seq_len);
+    }
+    int64_t row = len > 0 ? b * a->seq_len + len - 1 : -1;
+    if (len > 0 && a->block_table) {
+      const int32_t page = a->block_table[b * a->bt_ld + (len - 1) / a->page_size];
+      if (page < 0 || page >= a->num_pages) {
+        free(slots);
+        return qf_fail(ctx, QF_ERR_VALUE, "%s: entry %" PRId64 "'s new token is on page %d, outside the cache's %" PRId64
+                       " pages", op, b, (int)page, a->num_pages);
+      }
+      row = (int64_t)page * a->page_size + (len - 1) % a->page_size;
+    }
+    slots[b] = (int32_t)row;
+  }
+  qf_status st = qf_cpu_vq_encode(ctx, &a->k_new, 0, slots, &a->k);
+  if (st == QF_OK) st = qf_cpu_vq_encode(ctx, &a->v_new, 0, slots, &a->v);
+  free(slots);
+  return st;
+}
+
+/* qf_vq_attention_decode, and with k_new and v_new (not NULL) qf_vq_attention_decode_append. */
+static qf_status attention_decode(qf_ctx *ctx, const char *op, const DLTensor *q, const DLTensor *k_new, const DLTensor *v_new,
+                                  const DLTensor *k_codes, const DLTensor *k_codebooks, const DLTensor *v_codes,
+                                  const DLTensor *v_codebooks, const qf_vq_format *fmt, const qf_vq_attention_opts *opts,
+                                  DLTensor *o, DLTensor *lse) {
   if (!ctx) return QF_ERR_NULL;
   if (!opts) return qf_fail(ctx, QF_ERR_NULL, "%s: opts is NULL (head_dim, kv_heads and seq_len are needed)", op);
   qf_vq_attention_args a;
@@ -435,6 +469,15 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
     if ((st = qf_check_dense(ctx, op, "v_codebooks (packed)", v_codebooks, fmt->entry_dtype, 5, shape, 16, &a.v.books)))
       return st;
   }
+  memset(&a.k_new, 0, sizeof a.k_new), memset(&a.v_new, 0, sizeof a.v_new);
+  if (k_new || v_new) { /* the step's new rows: [B, Hkv * D] each, one float dtype */
+    const int64_t want[2] = {a.B, cols};
+    if ((st = check_float_2d(ctx, op, "k_new", k_new, &a.k_new)) || (st = check_float_2d(ctx, op, "v_new", v_new, &a.v_new)) ||
+        (st = qf_check_shape(ctx, op, "k_new", k_new, 2, want)) || (st = qf_check_shape(ctx, op, "v_new", v_new, 2, want)))
+      return st;
+    if (a.v_new.dtype != a.k_new.dtype)
+      return qf_fail(ctx, QF_ERR_DTYPE, "%s: v_new is %s, k_new %s", op, qf_dtype_name(a.v_new.dtype), qf_dtype_name(a.k_new.dtype));
+  }
   if (a.B == 0) return QF_OK;
   if (ctx->device == QF_DEVICE_CUDA)
 #ifdef QF_WITH_CUDA
@@ -442,7 +485,10 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
 #else
     return no_cuda_kernel(ctx, op);
 #endif
-  if (!a.v_books_packed) return qf_cpu_vq_attention_decode(ctx, &a);
+  if (!a.v_books_packed) {
+    if (a.k_new.data && (st = cpu_append(ctx, op, &a))) return st;
+    return qf_cpu_vq_attention_decode(ctx, &a);
+  }
   /* the reference reads the standard layout: unpacked into a copy */
   const size_t n = (size_t)a.v.sz.n_books * 256u * (size_t)fmt->vector_size;
   uint16_t *books = malloc(n * sizeof(uint16_t));
@@ -452,7 +498,24 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
     memcpy(books + qf_vq_attn_packed_source(i, (int)S, vs, book_cols(&a.v)), (const uint16_t *)a.v.books + i * vs,
            (size_t)vs * sizeof(uint16_t));
   a.v.books = books, a.v_books_packed = 0;
-  st = qf_cpu_vq_attention_decode(ctx, &a);
+  st = a.k_new.data ? cpu_append(ctx, op, &a) : QF_OK;
+  if (st == QF_OK) st = qf_cpu_vq_attention_decode(ctx, &a);
   free(books);
   return st;
+}
+
+qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_codes, const DLTensor *k_codebooks,
+                                 const DLTensor *v_codes, const DLTensor *v_codebooks, const qf_vq_format *fmt,
+                                 const qf_vq_attention_opts *opts, DLTensor *o, DLTensor *lse) {
+  return attention_decode(ctx, "qf_vq_attention_decode", q, NULL, NULL, k_codes, k_codebooks, v_codes, v_codebooks, fmt, opts,
+                          o, lse);
+}
+
+qf_status qf_vq_attention_decode_append(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_new, const DLTensor *v_new,
+                                        DLTensor *k_codes, const DLTensor *k_codebooks, DLTensor *v_codes,
+                                        const DLTensor *v_codebooks, const qf_vq_format *fmt, const qf_vq_attention_opts *opts,
+                                        DLTensor *o, DLTensor *lse) {
+  static const char op[] = "qf_vq_attention_decode_append";
+  if (ctx && (!k_new || !v_new)) return qf_fail(ctx, QF_ERR_NULL, "%s: k_new and v_new are needed (the step's new rows)", op);
+  return attention_decode(ctx, op, q, k_new, v_new, k_codes, k_codebooks, v_codes, v_codebooks, fmt, opts, o, lse);
 }

@@ -13,7 +13,7 @@
 
 static qf_ctx *ctx;
 
-enum { M = 4, K = 128, N = 16, ARGS = 8, POOL = 16384 + 64 };
+enum { M = 4, K = 128, N = 16, ARGS = 9, POOL = 16384 + 64 };
 static _Alignas(16) uint8_t pool[ARGS][POOL];
 
 typedef struct {
@@ -33,7 +33,7 @@ static void arg(args *a, qf_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t 
 typedef enum {
   OP_GROUP, OP_TOKEN, OP_RMS, OP_GEMM_BS, OP_GEMM_SCALED, OP_VQ_DEQ, OP_QUANT_FP4, OP_GEMM_FP4, OP_PER_TENSOR, OP_SILU,
   OP_TENSOR, OP_AZP_ADJ, OP_PACK_FP4, OP_ATTN, OP_ATTN_PAGED, OP_GROUPED, OP_MASKED, OP_VQ_GEMM, OP_VQ_ENCODE, OP_VQ_ATTN,
-  OP_VQ_ENCODE_SLOTS, OP_VQ_ATTN_LENS, OP_VQ_PACK, OP_VQ_ENCODE_KV, OP_COUNT
+  OP_VQ_ENCODE_SLOTS, OP_VQ_ATTN_LENS, OP_VQ_PACK, OP_VQ_ENCODE_KV, OP_VQ_ATTN_APPEND, OP_COUNT
 } op_id;
 static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_quant", "qf_gemm_fp8_blockscale",
                               "qf_gemm_scaled", "qf_vq_dequantize", "qf_quant_nvfp4", "qf_gemm_nvfp4",
@@ -41,7 +41,7 @@ static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_q
                               "qf_nvfp4_pack", "qf_attention", "qf_attention_paged", "qf_gemm_fp8_blockscale_grouped",
                               "qf_gemm_fp8_blockscale_masked", "qf_vq_gemm", "qf_vq_encode", "qf_vq_attention_decode",
                               "qf_vq_encode_slots", "qf_vq_attention_decode", "qf_vq_pack_gemv",
-                              "qf_vq_encode_kv_slots"};
+                              "qf_vq_encode_kv_slots", "qf_vq_attention_decode_append"};
 
 static const qf_vq_format vq_fmt = {4, 8, 1, 0, 0, QF_F16, 0, 0};
 
@@ -160,6 +160,12 @@ static void valid(op_id op, args *a, int *outs, int *n_outs) {
       arg(a, QF_F32, 2, 1, 1, 0, 0), arg(a, QF_I32, 1, 1, 0, 0, 0);
       outs[(*n_outs)++] = 5, outs[(*n_outs)++] = 6;
       break;
+    case OP_VQ_ATTN_APPEND: /* q, k_new, v_new [1, 64], then OP_VQ_ATTN's caches, o and lse */
+      arg(a, QF_F32, 2, 1, 64, 0, 0), arg(a, QF_F32, 2, 1, 64, 0, 0), arg(a, QF_F32, 2, 1, 64, 0, 0);
+      arg(a, QF_U8, 3, 1, 4, 32, 0), arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_U8, 3, 1, 4, 32, 0);
+      arg(a, QF_F16, 4, 1, 1, 256, 4), arg(a, QF_F32, 2, 1, 64, 0, 0), arg(a, QF_F32, 2, 1, 1, 0, 0);
+      outs[(*n_outs)++] = 3, outs[(*n_outs)++] = 5, outs[(*n_outs)++] = 7, outs[(*n_outs)++] = 8;
+      break;
     default: { /* OP_VQ_PACK: codes [1, N, 48], packed as qf_vq_pack_gemv_shape says for [N, K] */
       int64_t sh[4] = {0, 0, 0, 0};
       qf_vq_pack_gemv_shape(ctx, &vq_fmt, N, K, sh);
@@ -219,6 +225,10 @@ static qf_status call(op_id op, args *a, DLTensor **p) {
       return qf_vq_attention_decode(ctx, p[0], p[1], p[2], p[3], p[4], &vq_fmt, &o, p[5], p[6]);
     }
     case OP_VQ_ENCODE_KV: return qf_vq_encode_kv_slots(ctx, p[0], p[1], p[2], p[3], p[4], &vq_fmt, p[5], p[6], NULL, NULL);
+    case OP_VQ_ATTN_APPEND: {
+      qf_vq_attention_opts o = {.head_dim = 64, .kv_heads = 1, .seq_len = 4};
+      return qf_vq_attention_decode_append(ctx, p[0], p[1], p[2], p[3], p[4], p[5], p[6], &vq_fmt, &o, p[7], p[8]);
+    }
     default: (void)a; return qf_vq_pack_gemv(ctx, p[0], &vq_fmt, K, p[1]);
   }
 }

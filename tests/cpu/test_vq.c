@@ -673,6 +673,94 @@ static void test_attention_reference(void) {
   vq_free(&kb), vq_free(&vb);
 }
 
+/* A decode step in one call (qf_vq_attention_decode_append): the caches, o and lse of
+ * qf_vq_encode_kv_slots at each entry's token L_b - 1 then qf_vq_attention_decode, byte for byte,
+ * on a contiguous cache and on pages of 16 rows; lengths out of range, a new token on a page
+ * outside the pool, and new rows of another shape or dtype refused with nothing written. */
+static void test_attention_append(void) {
+  enum { B = 3, HQ = 4, HKV = 2, D = 16, T = 40, C = HKV * D, P = 16, PAGES = 3, NUM = 10 };
+  static float kf[B * T * C], vf[B * T * C], xn[2][B * C], q[B * HQ * D], o[2][B * HQ * D], lse[2][B * HQ];
+  uint64_t s = 77;
+  for (int i = 0; i < B * T * C; i++) kf[i] = rng_normal(&s), vf[i] = rng_normal(&s);
+  for (int i = 0; i < B * C; i++) xn[0][i] = rng_normal(&s), xn[1][i] = rng_normal(&s);
+  for (int i = 0; i < B * HQ * D; i++) q[i] = rng_normal(&s);
+  qf_vq_format f;
+  qf_vq_format_preset(QF_VQ_CQ_2, &f);
+  vq_buf kb, vb, run[2][2]; /* [one call][K, V]: each run's caches */
+  vq_alloc(&kb, &f, B * T, C);
+  vq_alloc(&vb, &f, B * T, C);
+  CHECK(quantize(&kb, kf, B * T, C, 3, NULL) == QF_OK && quantize(&vb, vf, B * T, C, 3, NULL) == QF_OK, "quantize the cache");
+  static const int32_t lens[B] = {T, 0, 17}, pool_of[B * PAGES] = {5, 0, 7, 2, 6, 3, 9, 1, 4};
+  tensor2d qt, xt[2], ot[2];
+  tensor2d_init(&qt, q, QF_F32, B, HQ * D, HQ * D, kDLCPU);
+  for (int i = 0; i < 2; i++) {
+    tensor2d_init(&xt[i], xn[i], QF_F32, B, C, C, kDLCPU);
+    tensor2d_init(&ot[i], o[i], QF_F32, B, HQ * D, HQ * D, kDLCPU);
+  }
+  int64_t lshape[2] = {B, HQ}, nshape[1] = {B}, tshape[2] = {B, PAGES};
+  DLTensor lt[2] = {dl_tensor(lse[0], QF_F32, 2, lshape, kDLCPU), dl_tensor(lse[1], QF_F32, 2, lshape, kDLCPU)};
+  DLTensor lt_lens = dl_tensor((void *)lens, QF_I32, 1, nshape, kDLCPU), bt = dl_tensor((void *)pool_of, QF_I32, 2, tshape, kDLCPU);
+  for (int paged = 0; paged < 2; paged++) {
+    const int64_t N = paged ? NUM * P : B * T, rb = kb.sz.row_bytes;
+    int32_t slots[B];
+    for (int b = 0; b < B; b++)
+      slots[b] = lens[b] == 0 ? -1 : paged ? pool_of[b * PAGES + (lens[b] - 1) / P] * P + (lens[b] - 1) % P : b * T + lens[b] - 1;
+    DLTensor sl = dl_tensor(slots, QF_I32, 1, nshape, kDLCPU);
+    qf_vq_attention_opts opt = {.head_dim = D, .kv_heads = HKV, .seq_len = T, .kv_lens = &lt_lens};
+    if (paged) opt.block_table = &bt, opt.page_size = P;
+    for (int one = 0; one < 2; one++) {
+      for (int m = 0; m < 2; m++) { /* the cache's rows at their places, the pool's other rows 0x3C */
+        vq_buf *c = &run[one][m], *src = m ? &vb : &kb;
+        vq_alloc(c, &f, N, C);
+        memcpy(c->books, src->books, (size_t)(src->sz.n_books * 256 * 4) * 2);
+        memset(c->codes, 0x3C, (size_t)(N * rb));
+        for (int b = 0; b < B; b++)
+          for (int t = 0; t < T; t++)
+            memcpy(c->codes + (paged ? pool_of[b * PAGES + t / P] * P + t % P : b * T + t) * rb, src->codes + (b * T + t) * rb, (size_t)rb);
+      }
+      vq_buf *k = &run[one][0], *v = &run[one][1];
+      qf_status st;
+      if (one)
+        st = qf_vq_attention_decode_append(ctx, &qt.t, &xt[0].t, &xt[1].t, &k->ct, &k->bt, &v->ct, &v->bt, &f, &opt, &ot[1].t, &lt[1]);
+      else if ((st = qf_vq_encode_kv_slots(ctx, &xt[0].t, &xt[1].t, &sl, &k->bt, &v->bt, &f, &k->ct, &v->ct, NULL, NULL)) == QF_OK)
+        st = qf_vq_attention_decode(ctx, &qt.t, &k->ct, &k->bt, &v->ct, &v->bt, &f, &opt, &ot[0].t, &lt[0]);
+      CHECK(st == QF_OK, "append (paged %d, one call %d): %s", paged, one, qf_ctx_last_error(ctx));
+    }
+    CHECK(!memcmp(run[0][0].codes, run[1][0].codes, (size_t)(N * rb)) && !memcmp(run[0][1].codes, run[1][1].codes, (size_t)(N * rb)) &&
+              !memcmp(o[0], o[1], sizeof o[0]) && !memcmp(lse[0], lse[1], sizeof lse[0]),
+          "append (paged %d): the one call's caches, o and lse are the two calls'", paged);
+    /* refusals on the one call's caches (already appended): nothing written */
+    static const int32_t too_long[B] = {T + 1, 0, 3};
+    static const int32_t bad_pool[B * PAGES] = {5, 0, 7, 2, 6, 3, 9, NUM, 4}; /* entry 2's token 16 on a page past the pool */
+    DLTensor bad_lens = dl_tensor((void *)too_long, QF_I32, 1, nshape, kDLCPU), bad_bt = dl_tensor((void *)bad_pool, QF_I32, 2, tshape, kDLCPU);
+    int64_t short_shape[2] = {B, C - 4};
+    tensor2d x16;
+    static uint16_t half_rows[B * C];
+    tensor2d_init(&x16, half_rows, QF_F16, B, C, C, kDLCPU);
+    DLTensor short_x = dl_tensor(xn[0], QF_F32, 2, short_shape, kDLCPU);
+    for (int i = 0; i < (paged ? 5 : 4); i++) {
+      qf_vq_attention_opts bad = opt;
+      const DLTensor *kn = &xt[0].t, *vn = &xt[1].t;
+      qf_status want = QF_ERR_VALUE;
+      if (i == 0) bad.kv_lens = &bad_lens;
+      if (i == 1) kn = &short_x, want = QF_ERR_SHAPE;
+      if (i == 2) vn = &x16.t, want = QF_ERR_DTYPE;
+      if (i == 3) vn = NULL, want = QF_ERR_NULL;
+      if (i == 4) bad.block_table = &bad_bt;
+      o[1][0] = 7.0f;
+      memcpy(run[0][0].codes, run[1][0].codes, (size_t)(N * rb)), memcpy(run[0][1].codes, run[1][1].codes, (size_t)(N * rb));
+      const qf_status st = qf_vq_attention_decode_append(ctx, &qt.t, kn, vn, &run[1][0].ct, &run[1][0].bt, &run[1][1].ct,
+                                                         &run[1][1].bt, &f, &bad, &ot[1].t, &lt[1]);
+      CHECK(st == want && o[1][0] == 7.0f && !memcmp(run[0][0].codes, run[1][0].codes, (size_t)(N * rb)) &&
+                !memcmp(run[0][1].codes, run[1][1].codes, (size_t)(N * rb)),
+            "append (paged %d): bad input %d refused with nothing written (%s: %s)", paged, i, qf_status_str(st),
+            qf_ctx_last_error(ctx));
+    }
+    for (int one = 0; one < 2; one++) vq_free(&run[one][0]), vq_free(&run[one][1]);
+  }
+  vq_free(&kb), vq_free(&vb);
+}
+
 static int by_key(const void *a, const void *b) {
   const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -803,6 +891,7 @@ int main(void) {
   test_pack_gemv();
   test_attention_reference();
   test_attention_packed_books();
+  test_attention_append();
   qf_ctx_destroy(ctx);
   return check_finish("test_vq");
 }

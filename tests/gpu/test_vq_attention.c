@@ -947,6 +947,172 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
   qf_ctx_destroy(pdl);
 }
 
+/* ---- a decode step in one call (qf_vq_attention_decode_append) ------------------------------ */
+
+/* Entry b's new rows of K and V (k_new, v_new [B, Hkv D] of dtype xt, a NaN in entry 0's first K
+ * and V vectors) appended as its token L_b - 1 (lens, or T each), then attended, on a contiguous
+ * cache or (P > 0) on one of pages of P rows in a shuffled pool: the GPU's one call against
+ * qf_vq_encode_kv_slots then qf_vq_attention_decode on the same inputs (both caches, o and lse
+ * byte for byte), and the caches against the CPU's qf_vq_attention_decode_append. With packed V
+ * books (`packed`) a plan that cannot take them refuses the call and leaves the caches as they
+ * were. ran_append[1] counts the calls the banked one-head kernel fused, ran_append[0] the others. */
+static int ran_append[2], ran_append_refused;
+static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t group, qf_dtype xt, const int32_t *lens,
+                             int packed, int64_t P, uint64_t *seed) {
+  char desc[240];
+  snprintf(desc, sizeof desc, "%s group %" PRId64 " append %s%s%s", c->name, group, qf_dtype_name(xt), lens ? " ragged" : "",
+           packed ? " packed V" : "");
+  if (P) snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " paged by %" PRId64, P);
+  const int64_t B = c->B, T = c->T, W = c->Hkv * c->D, Hq = c->Hkv * group, QW = Hq * c->D, rb = c->sz.row_bytes;
+  /* the pool (P > 0): entry b's page j is page perm[b pages + j], as paged_case lays it out */
+  const int64_t pages = P ? (T + P - 1) / P : 0, num = P ? B * pages + 1 : 0, N = P ? num * P : c->N, R = c->f.residuals;
+  const size_t cbytes = (size_t)(R * N * rb);
+  int32_t *table = P ? malloc((size_t)(B * pages) * 4) : NULL;
+  uint8_t *h_pool[2] = {malloc(cbytes), malloc(cbytes)};
+  for (int64_t i = 0; i < B * pages; i++) table[i] = (int32_t)i;
+  for (int64_t i = B * pages - 1; i > 0; i--) {
+    const int64_t j = (int64_t)(rng_next(seed) % (uint64_t)(i + 1));
+    const int32_t x = table[i];
+    table[i] = table[j], table[j] = x;
+  }
+  for (int m = 0; m < 2; m++) {
+    if (!P) {
+      memcpy(h_pool[m], c->h_codes[m], cbytes);
+      continue;
+    }
+    for (size_t i = 0; i < cbytes; i++) h_pool[m][i] = (uint8_t)(rng_next(seed) >> 56);
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < pages; j++) {
+          const int64_t n = T - j * P < P ? T - j * P : P;
+          memcpy(h_pool[m] + (size_t)((r * N + table[b * pages + j] * P) * rb), c->h_codes[m] + (size_t)((r * c->N + b * T + j * P) * rb),
+                 (size_t)(n * rb));
+        }
+  }
+  /* the inputs, the slots of the two-call reference, the device buffers */
+  const size_t xb = (size_t)(B * W) * esz(xt), qb = (size_t)(B * QW) * 2, lb = (size_t)(B * Hq) * 4, nb = (size_t)B * 4;
+  uint8_t *hx[2] = {malloc(xb), malloc(xb)}, *hq = malloc(qb);
+  int32_t *slots = malloc(nb);
+  for (int m = 0; m < 2; m++)
+    for (int64_t i = 0; i < B * W; i++) float_put(hx[m], xt, (size_t)i, i == m ? NAN : rng_normal(seed));
+  for (int64_t i = 0; i < B * QW; i++) float_put(hq, QF_F16, (size_t)i, rng_normal(seed));
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t L = lens ? lens[b] : T;
+    slots[b] = L == 0 ? -1 : P ? (int32_t)(table[b * pages + (L - 1) / P] * P + (L - 1) % P) : (int32_t)(b * T + L - 1);
+  }
+  void *dx[2] = {dev_alloc(xb), dev_alloc(xb)}, *dq = dev_alloc(qb), *dpool[2] = {dev_alloc(cbytes), dev_alloc(cbytes)};
+  void *d_o[2] = {dev_alloc(qb), dev_alloc(qb)}, *d_l[2] = {dev_alloc(lb), dev_alloc(lb)};
+  int32_t *d_lens = lens ? dev_alloc(nb) : NULL, *d_slots = dev_alloc(nb), *d_table = P ? dev_alloc((size_t)(B * pages) * 4) : NULL;
+  for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(dx[m], hx[m], xb, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dq, hq, qb, cudaMemcpyHostToDevice));
+  if (lens) CUDA_OK(cudaMemcpy(d_lens, lens, nb, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_slots, slots, nb, cudaMemcpyHostToDevice));
+  if (P) CUDA_OK(cudaMemcpy(d_table, table, (size_t)(B * pages) * 4, cudaMemcpyHostToDevice));
+  int64_t pshape[5] = {0}, lshape[2] = {B, Hq}, nshape[1] = {B}, cshape[3] = {R, N, rb}, tshape[2] = {B, pages};
+  void *vpacked = packed ? packed_v_books(gpu, cpu, c, pshape) : NULL;
+
+  /* the plan (an attention call without the append): fused where the launcher fuses */
+  qf_vq_attention_args a;
+  memset(&a, 0, sizeof a);
+  a.q = (qf_mat){dq, QF_F16, B, QW, QW};
+  a.o = (qf_mat){d_o[0], QF_F16, B, QW, QW};
+  a.lse = d_l[0];
+  a.k = (qf_vq_tensors){c->f, c->sz, N, c->C, dpool[0], c->d_books[0], NULL, 0};
+  a.v = (qf_vq_tensors){c->f, c->sz, N, c->C, dpool[1], vpacked ? vpacked : c->d_books[1], NULL, 0};
+  a.v_books_packed = vpacked != NULL;
+  a.B = B, a.Hq = Hq, a.Hkv = c->Hkv, a.D = c->D, a.seq_len = T, a.sm_scale = 1.0 / sqrt((double)c->D), a.kv_lens = d_lens;
+  if (P) a.block_table = d_table, a.bt_ld = pages, a.page_size = P, a.num_pages = num;
+  for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(dpool[m], h_pool[m], cbytes, cudaMemcpyHostToDevice));
+  qf_vq_attention_config used;
+  const int planned = qf_cuda_vq_attention_decode_with(gpu, &a, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO, &used) == QF_OK;
+  const int fused = planned && used.placement == QF_VQ_BOOKS_BANKED && used.heads == 1 &&
+                    (c->D / c->f.vector_size == 32 || used.halves == 2);
+
+  tensor2d tx[2], tq, to[2];
+  for (int m = 0; m < 2; m++) tensor2d_init(&tx[m], dx[m], xt, B, W, W, kDLCUDA);
+  tensor2d_init(&tq, dq, QF_F16, B, QW, QW, kDLCUDA);
+  DLTensor tl[2], kc = dl_tensor(dpool[0], QF_U8, 3, cshape, kDLCUDA), vc = dl_tensor(dpool[1], QF_U8, 3, cshape, kDLCUDA);
+  DLTensor kb = cache_books(c, 0, 1), vb = cache_books(c, 1, 1), vbp = dl_tensor(vpacked, c->f.entry_dtype, 5, pshape, kDLCUDA);
+  DLTensor tlens = dl_tensor(d_lens, QF_I32, 1, nshape, kDLCUDA), tslots = dl_tensor(d_slots, QF_I32, 1, nshape, kDLCUDA);
+  DLTensor ttable = dl_tensor(d_table, QF_I32, 2, tshape, kDLCUDA);
+  for (int i = 0; i < 2; i++) tensor2d_init(&to[i], d_o[i], QF_F16, B, QW, QW, kDLCUDA), tl[i] = dl_tensor(d_l[i], QF_F32, 2, lshape, kDLCUDA);
+  qf_vq_attention_opts opts = {.head_dim = (int)c->D, .kv_heads = (int)c->Hkv, .seq_len = T, .kv_lens = lens ? &tlens : NULL};
+  if (P) opts.block_table = &ttable, opts.page_size = P;
+  const DLTensor *vbooks = vpacked ? &vbp : &vb;
+  uint8_t *ref[2] = {malloc(cbytes), malloc(cbytes)}, *got = malloc(cbytes);
+  uint8_t *out[2][2] = {{malloc(qb), malloc(lb)}, {malloc(qb), malloc(lb)}};
+
+  /* the two calls, then the one */
+  int ok = CHECK(planned, "%s: plan: %s", desc, qf_ctx_last_error(gpu)) &&
+           CHECK(qf_vq_encode_kv_slots(gpu, &tx[0].t, &tx[1].t, &tslots, &kb, &vb, &c->f, &kc, &vc, NULL, NULL) == QF_OK &&
+                     qf_vq_attention_decode(gpu, &tq.t, &kc, &kb, &vc, vbooks, &c->f, &opts, &to[0].t, &tl[0]) == QF_OK,
+                 "%s: two calls: %s", desc, qf_ctx_last_error(gpu));
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int m = 0; m < 2 && ok; m++) CUDA_OK(cudaMemcpy(ref[m], dpool[m], cbytes, cudaMemcpyDeviceToHost));
+  for (int m = 0; m < 2 && ok; m++) CUDA_OK(cudaMemcpy(dpool[m], h_pool[m], cbytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(d_o[1], 0xFF, qb));
+  CUDA_OK(cudaMemset(d_l[1], 0xFF, lb));
+  const qf_status st = ok ? qf_vq_attention_decode_append(gpu, &tq.t, &tx[0].t, &tx[1].t, &kc, &kb, &vc, vbooks, &c->f, &opts,
+                                                          &to[1].t, &tl[1])
+                          : QF_ERR_VALUE;
+  CUDA_OK(cudaDeviceSynchronize());
+  if (ok && vpacked && !fused) { /* refused, the caches untouched */
+    ran_append_refused++;
+    CHECK(st == QF_ERR_UNSUPPORTED, "%s: packed V books outside the fused kernel: status %d, want QF_ERR_UNSUPPORTED", desc, (int)st);
+    for (int m = 0; m < 2; m++) {
+      CUDA_OK(cudaMemcpy(got, dpool[m], cbytes, cudaMemcpyDeviceToHost));
+      CHECK(!memcmp(got, h_pool[m], cbytes), "%s: the refused call changed the %s cache", desc, m ? "V" : "K");
+    }
+  } else if (ok && CHECK(st == QF_OK, "%s: one call: %s", desc, qf_ctx_last_error(gpu))) {
+    ran_append[fused]++;
+    for (int m = 0; m < 2; m++) {
+      CUDA_OK(cudaMemcpy(got, dpool[m], cbytes, cudaMemcpyDeviceToHost));
+      size_t first = cbytes, n_diff = 0;
+      for (size_t i = 0; i < cbytes; i++)
+        if (got[i] != ref[m][i] && n_diff++ == 0) first = i;
+      CHECK(n_diff == 0, "%s (%s): the %s cache differs from qf_vq_encode_kv_slots' in %zu bytes, first row %" PRId64
+            " byte %" PRId64 ": %d, want %d (was %d)", desc, fused ? "fused" : "two kernels", m ? "V" : "K", n_diff,
+            (int64_t)(first / (size_t)rb), (int64_t)(first % (size_t)rb), n_diff ? got[first] : 0, n_diff ? ref[m][first] : 0,
+            n_diff ? h_pool[m][first] : 0);
+    }
+    for (int i = 0; i < 2; i++) {
+      CUDA_OK(cudaMemcpy(out[i][0], d_o[i], qb, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(out[i][1], d_l[i], lb, cudaMemcpyDeviceToHost));
+    }
+    CHECK(!memcmp(out[0][0], out[1][0], qb) && !memcmp(out[0][1], out[1][1], lb),
+          "%s (%s): o and lse differ from the two calls'", desc, fused ? "fused" : "two kernels");
+    /* the CPU's one call (standard V books) on the host copies: the same caches */
+    tensor2d hxt[2], hqt, hot;
+    for (int m = 0; m < 2; m++) tensor2d_init(&hxt[m], hx[m], xt, B, W, W, kDLCPU);
+    tensor2d_init(&hqt, hq, QF_F16, B, QW, QW, kDLCPU);
+    tensor2d_init(&hot, out[1][0], QF_F16, B, QW, QW, kDLCPU);
+    DLTensor hl = dl_tensor(out[1][1], QF_F32, 2, lshape, kDLCPU), hkc = dl_tensor(h_pool[0], QF_U8, 3, cshape, kDLCPU);
+    DLTensor hvc = dl_tensor(h_pool[1], QF_U8, 3, cshape, kDLCPU), hkb = cache_books(c, 0, 0), hvb = cache_books(c, 1, 0);
+    DLTensor hlens = dl_tensor((void *)lens, QF_I32, 1, nshape, kDLCPU), htable = dl_tensor(table, QF_I32, 2, tshape, kDLCPU);
+    qf_vq_attention_opts hopts = opts;
+    hopts.kv_lens = lens ? &hlens : NULL;
+    if (P) hopts.block_table = &htable;
+    if (CHECK(qf_vq_attention_decode_append(cpu, &hqt.t, &hxt[0].t, &hxt[1].t, &hkc, &hkb, &hvc, &hvb, &c->f, &hopts, &hot.t,
+                                            &hl) == QF_OK,
+              "%s: cpu: %s", desc, qf_ctx_last_error(cpu)))
+      for (int m = 0; m < 2; m++)
+        CHECK(!memcmp(h_pool[m], ref[m], cbytes), "%s: the CPU's %s cache differs from the GPU's", desc, m ? "V" : "K");
+  }
+  for (int m = 0; m < 2; m++) {
+    CUDA_OK(cudaFree(dx[m]));
+    CUDA_OK(cudaFree(dpool[m]));
+    CUDA_OK(cudaFree(d_o[m]));
+    CUDA_OK(cudaFree(d_l[m]));
+    free(hx[m]), free(h_pool[m]), free(ref[m]), free(out[m][0]), free(out[m][1]);
+  }
+  CUDA_OK(cudaFree(dq));
+  CUDA_OK(cudaFree(d_slots));
+  if (d_lens) CUDA_OK(cudaFree(d_lens));
+  if (d_table) CUDA_OK(cudaFree(d_table));
+  if (vpacked) CUDA_OK(cudaFree(vpacked));
+  free(hq), free(slots), free(table), free(got);
+}
+
 /* ---- NaN and Inf ---------------------------------------------------------------------------- */
 
 static void nan_inf_case(qf_ctx *gpu, qf_ctx *cpu, int64_t D, uint64_t *seed) {
@@ -1452,6 +1618,46 @@ int main(void) {
     free_cache(&c);
   }
   CHECK(ran_paged_banked > 0, "the banked kernel ran on pages smaller than a tile (%d)", ran_paged_banked);
+
+  /* a decode step in one call: fused into the banked one-head kernel (CQ-2 at D = 128 and 64 of
+   * 2-element vectors, CQ-4 on paired halves, with lengths, pages, packed V books, bf16 books, fp32
+   * and bf16 rows), else the encode first (grouped heads, a lone CQ-4 half, GC / SC formats) */
+  {
+    const struct {
+      const char *name;
+      qf_vq_format f;
+      int64_t B, T, Hkv, D, group, P;
+      qf_dtype xt;
+      int ragged, packed;
+    } steps[] = {
+        {"CQ-2 step", cq2, 1, 1000, 32, 128, 1, 0, QF_F16, 0, 0},
+        {"CQ-2 step", cq2, 8, 700, 32, 128, 1, 0, QF_F16, 1, 1},
+        {"CQ-4 step", cq4, 8, 1100, 32, 128, 1, 0, QF_F32, 1, 0},
+        {"CQ-4 step", cq4, 8, 600, 32, 128, 1, 0, QF_F16, 0, 1},
+        {"CQ-4 step", cq4, 1, 300, 8, 128, 1, 0, QF_F16, 0, 0},
+        {"CQ-4 bf16 step", cq4_bf16, 5, 1100, 64, 128, 1, 0, QF_BF16, 1, 0},
+        {"CQ-2 bf16 step", cq2_bf16, 3, 1000, 32, 128, 1, 0, QF_BF16, 1, 0},
+        {"CQ-2 step", cq2, 3, 1000, 32, 128, 1, 16, QF_F16, 1, 0},
+        {"CQ-4 step", cq4, 5, 1100, 64, 128, 1, 256, QF_F16, 1, 1},
+        {"CQ-4 D=64 step", cq4, 3, 500, 16, 64, 1, 0, QF_F16, 1, 0},
+        {"CQ-2 group 4 step", cq2, 5, 700, 8, 128, 4, 0, QF_F16, 1, 1},
+        {"CQ-4 group 2 step", cq4, 4, 600, 2, 128, 2, 128, QF_F16, 1, 0},
+        {"VQ<8,6,2> step", bits6, 3, 500, 2, 64, 4, 0, QF_F32, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+      kv_cache c;
+      const int64_t T = quick && steps[i].T > 600 ? 600 : steps[i].T;
+      if (!make_cache(cpu, &c, steps[i].name, steps[i].f, steps[i].B, T, steps[i].Hkv, steps[i].D, 0, &seed)) continue;
+      int32_t *lens = steps[i].ragged ? malloc((size_t)c.B * 4) : NULL;
+      if (lens) ragged_lengths(lens, c.B, T, (int)i);
+      append_step_case(gpu, cpu, &c, steps[i].group, steps[i].xt, lens, steps[i].packed, steps[i].P, &seed);
+      free(lens);
+      free_cache(&c);
+    }
+    CHECK(ran_append[1] > 0 && ran_append[0] > 0 && ran_append_refused > 0,
+          "the step in one call ran fused (%d) and as two kernels (%d), and was refused with packed V books outside the fused "
+          "kernel (%d)", ran_append[1], ran_append[0], ran_append_refused);
+  }
 
   nan_inf_case(gpu, cpu, 64, &seed);
   nan_inf_case(gpu, cpu, 128, &seed); /* the banked kernel's format */

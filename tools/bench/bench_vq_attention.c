@@ -17,7 +17,9 @@
  *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels; at
  *    batch 1 with Hq = Hkv, op vq_append_chain the same for a decode step's append (qf_vq_encode
  *    of o as the last token's K and V codes; ",kv": one qf_vq_encode_kv_slots of both) then the
- *    call; "cq2,fp16,auto,kv_lens" the public
+ *    call; op vq_append_step "cq2,fp16,auto,pdl,one_call" (Hq = Hkv, every batch): a decode step
+ *    in one call (qf_vq_attention_decode_append) against its two calls (qf_vq_encode_kv_slots,
+ *    then qf_vq_attention_decode), both on the PDL context; "cq2,fp16,auto,kv_lens" the public
  *    call with lengths per entry (opts.kv_lens on the device), every one seq_len, and
  *    "cq2,fp16,auto,paged16" / "paged256" the same over a paged copy of the cache (pages of 16
  *    or 256 rows in a shuffled pool of the same size, opts.block_table; ",in-order": the pages in
@@ -289,6 +291,76 @@ done:
   return rc;
 }
 
+/* A decode step in one call (op vq_append_step, Hq = Hkv): qf_vq_attention_decode_append with q's
+ * rows as every entry's new K and V (token seq_len - 1) against qf_vq_encode_kv_slots of the same
+ * rows then qf_vq_attention_decode (peer "two calls"), both on the PDL context and timed by events
+ * (the launches count: the step's point is one launch fewer). The last tokens' codes are restored
+ * afterwards (the other rows compare against the fp16 peer's copy of the cache). */
+typedef struct {
+  att_call att;
+  DLTensor slots; /* int32 [B]: b seq_len + seq_len - 1 */
+  int one;
+} step_call;
+
+static int run_step(void *arg) {
+  step_call *s = arg;
+  att_call *a = &s->att;
+  qf_status st;
+  if (s->one)
+    st = qf_vq_attention_decode_append(a->ctx, &a->tq, &a->tq, &a->tq, &a->kc, &a->kb, &a->vc, &a->vb, &a->c->f, &a->opts,
+                                       &a->to, &a->tl);
+  else if ((st = qf_vq_encode_kv_slots(a->ctx, &a->tq, &a->tq, &s->slots, &a->kb, &a->vb, &a->c->f, &a->kc, &a->vc, NULL,
+                                       NULL)) == QF_OK)
+    st = qf_vq_attention_decode(a->ctx, &a->tq, &a->kc, &a->kb, &a->vc, &a->vb, &a->c->f, &a->opts, &a->to, &a->tl);
+  if (st != QF_OK) fprintf(stderr, "bench_vq_attention: the step: %s\n", qf_ctx_last_error(a->ctx));
+  return st != QF_OK;
+}
+
+static int step_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, const char *shape, double bytes, double flops) {
+  cache *c = a->c;
+  const int64_t B = a->B;
+  const size_t rb = (size_t)c->sz.row_bytes;
+  uint8_t *saved = malloc(2 * (size_t)B * rb);
+  int32_t *hslots = malloc((size_t)B * 4), *slots = NULL;
+  int64_t nshape[1] = {B};
+  int rc = 1;
+  if (!saved || !hslots || cudaMalloc((void **)&slots, (size_t)B * 4)) goto done;
+  for (int64_t i = 0; i < B; i++) {
+    hslots[i] = (int32_t)(i * a->seq_len + a->seq_len - 1);
+    for (int m = 0; m < 2; m++)
+      if (cudaMemcpy(saved + (size_t)(m * B + i) * rb, (uint8_t *)c->codes[m] + (size_t)hslots[i] * rb, rb, cudaMemcpyDeviceToHost))
+        goto done;
+  }
+  if (cudaMemcpy(slots, hslots, (size_t)B * 4, cudaMemcpyHostToDevice)) goto done;
+  step_call one = {.att = *a, .one = 1};
+  one.att.ctx = pdl;
+  one.slots = (DLTensor){.data = slots, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = nshape};
+  step_call two = one;
+  two.one = 0;
+  char variant[64];
+  snprintf(variant, sizeof variant, "%s,fp16,auto,pdl,one_call", name);
+  qfb_row row = {.op = "vq_append_step", .variant = variant, .shape = shape, .bytes = bytes, .flops = flops,
+                 .peer = "two calls (encode_kv_slots, attention)"};
+  row.floor_us = qfb_floor_us(b, row.bytes, 0.0, 0.0);
+  const qfb_timing was = qfb_set_timing(b, QFB_TIMING_EVENT);
+  const double before = qfb_time_us(b, run_step, &two);
+  row.us = qfb_time_us(b, run_step, &one);
+  const double after = qfb_time_us(b, run_step, &two);
+  qfb_set_timing(b, was);
+  row.peer_us = 0.5 * (before + after);
+  qfb_emit(b, &row);
+  rc = row.us > 0 && before > 0 && after > 0 ? 0 : 1;
+  for (int64_t i = 0; i < B; i++)
+    for (int m = 0; m < 2; m++)
+      if (cudaMemcpy((uint8_t *)c->codes[m] + (size_t)hslots[i] * rb, saved + (size_t)(m * B + i) * rb, rb, cudaMemcpyHostToDevice))
+        rc = 1;
+done:
+  if (rc) fprintf(stderr, "bench_vq_attention: the step in one call failed\n");
+  free(saved), free(hslots);
+  cudaFree(slots);
+  return rc;
+}
+
 /* qfuse's o and lse against the peer's (both fp16 o over the same decoded cache). */
 static int outputs_agree(att_call *a, const char *shape, const char *name) {
   const size_t n = (size_t)(a->B * HQ * HEAD_DIM), nl = (size_t)(a->B * HQ);
@@ -481,6 +553,10 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
     if (B == 1 && c->hkv == HQ) {
       rc |= append_row(b, pdl, &a, name, shape, vq_bytes, flops);
       (*rows) += 2;
+    }
+    if (c->hkv == HQ) {
+      rc |= step_row(b, pdl, &a, name, shape, vq_bytes, flops);
+      (*rows)++;
     }
   }
 done:

@@ -24,6 +24,12 @@ __device__ __forceinline__ void fence_proxy_async_shared_cta() {
   QF_ASM_SM90("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// fence.proxy.async.global: the same for global memory (generic stores that a later TMA copy
+// reads).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  QF_ASM_SM90("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // mbarrier.arrive (release, CTA scope): one arrival; the state token is discarded.
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   QF_ASM_SM90("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");

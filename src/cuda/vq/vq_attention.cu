@@ -69,7 +69,8 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
 // The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
 // {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype x paged x packed V books.
 constexpr int kBankedShapes = 6;
-constexpr int kBankedKernels = kBankedShapes * 2 * 2 * 2;  // x entry dtype x paged x packed V books
+// Then the one-head shapes (the first three) with the fused append (qf_vq_attention_decode_append).
+constexpr int kBankedKernels = kBankedShapes * 2 * 2 * 2 + 3 * 2 * 2 * 2;  // x entry dtype x paged x packed V books
 
 template <bool kPaged, bool kPackedV>
 chunk_kernel_t pick_banked_shape(bool bf16, int shape) {
@@ -86,17 +87,46 @@ chunk_kernel_t pick_banked_shape(bool bf16, int shape) {
 #undef QF_BANKED
 }
 
+// The one-head shapes with the fused append: instantiations of their own, as the paged and packed
+// ones (with a run-time flag the calls without the append ran CQ-2 1-2% slower on an H200).
+template <bool kPaged, bool kPackedV>
+chunk_kernel_t pick_banked_append_shape(bool bf16, int shape) {
+#define QF_BANKED(S, VS) \
+  (bf16 ? vq_attention_banked_kernel<S, VS, vq_bf16, 1, kPaged, kPackedV, true> : vq_attention_banked_kernel<S, VS, vq_f16, 1, kPaged, kPackedV, true>)
+  switch (shape) {
+    case 0: return QF_BANKED(32, 4);
+    case 1: return QF_BANKED(32, 2);
+    default: return QF_BANKED(64, 2);
+  }
+#undef QF_BANKED
+}
+
 // The banked kernel of a shape (and of a paged cache or not, of packed V books or not: each its
 // own instantiation, since a run-time flag made the tile loop of the others 2-4% slower).
-chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged, bool packed, int &slot) {
+chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged, bool packed, bool append, int &slot) {
   int shape = -1;
   if (heads == 1) shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
   else if (vectors == 32 && vs == 4) shape = heads == 2 ? 3 : heads == 4 ? 4 : -1;
   else if (vectors == 64 && vs == 2 && heads == 2) shape = 5;
-  if (shape < 0) return nullptr;
+  if (shape < 0 || (append && shape > 2)) return nullptr;
+  if (append) {
+    slot = kKernels + 8 * kBankedShapes + 2 * shape + (bf16 ? 1 : 0) + (paged ? 6 : 0) + (packed ? 12 : 0);
+    if (packed) return paged ? pick_banked_append_shape<true, true>(bf16, shape) : pick_banked_append_shape<false, true>(bf16, shape);
+    return paged ? pick_banked_append_shape<true, false>(bf16, shape) : pick_banked_append_shape<false, false>(bf16, shape);
+  }
   slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 2 * kBankedShapes : 0) + (packed ? 4 * kBankedShapes : 0);
   if (packed) return paged ? pick_banked_shape<true, true>(bf16, shape) : pick_banked_shape<false, true>(bf16, shape);
   return paged ? pick_banked_shape<true, false>(bf16, shape) : pick_banked_shape<false, false>(bf16, shape);
+}
+
+// The fused append's fallback (qf_vq_attention_decode_append where the banked one-head kernel
+// does not run): entry b's new token's code row, or -1 for an entry with no token or a page
+// outside the cache, as the slots of qf_cuda_vq_encode.
+__global__ void vq_append_slots_kernel(const __grid_constant__ vq_attention_params p, int32_t *slots, int B) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= B) return;
+  const int64_t len = vq_attn_len(p.kv_lens, p.seq_len, b);
+  slots[b] = len > 0 ? static_cast<int32_t>(vq_attn_row(p, b, len - 1)) : -1;
 }
 
 template <typename Out>
@@ -190,9 +220,9 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
 
   int slot = 0;
   const bool bf16 = f.entry_dtype == QF_BF16;
-  const chunk_kernel_t kernel =
+  chunk_kernel_t kernel =
       cfg.placement == QF_VQ_BOOKS_BANKED
-          ? pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, a->v_books_packed != 0, slot)
+          ? pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, a->v_books_packed != 0, false, slot)
           : pick(cfg.scores == QF_VQ_ATTN_SCORES_LUT, cfg.placement == QF_VQ_BOOKS_IN_SHARED, bf16, cfg.heads, vs, slot);
   if (kernel == nullptr) return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for vector_size %d, %d heads", kOp, vs, cfg.heads);
 
@@ -213,10 +243,27 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   if (cfg.units > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld (batch entry, chunk) units exceed the kernel's 32-bit counts", kOp,
                    static_cast<long long>(cfg.units));
+  // qf_vq_attention_decode_append: fused into the banked one-head kernel where its blocks set up
+  // by bulk copies (S = 32, or S = 64 in paired halves), else qf_vq_encode_slots' kernel first
+  // (slots from the lengths, after the attention's workspace).
+  const bool appending = a->k_new.data != nullptr;
+  const bool fused = appending && cfg.placement == QF_VQ_BOOKS_BANKED && cfg.heads == 1 && (V == 32 || cfg.halves == 2);
+  if (appending && !fused && a->v_books_packed)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: with packed V codebooks the append runs inside the banked one-head kernel "
+                   "only (S = 32, or S = 64 in paired halves); this call runs the banked kernel with %d query heads per block "
+                   "and %d halves", kOp, cfg.heads, cfg.halves);
+  if (appending && !fused && a->k.N > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "%s: the append's cache of %lld rows exceeds qf_vq_encode_slots' 32-bit slots", kOp,
+                   static_cast<long long>(a->k.N));
+  if (fused) {  // the same plan on the append's own instantiation (the same shared memory and threads)
+    kernel = pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, a->v_books_packed != 0, true, slot);
+    if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
+  }
   if (used) *used = cfg;
 
   void *ws = nullptr;
-  qf_status st = qf_cuda_workspace(ctx, kOp, cfg.scratch_bytes, &ws);
+  const size_t slots_at = (cfg.scratch_bytes + 15) / 16 * 16;
+  qf_status st = qf_cuda_workspace(ctx, kOp, appending && !fused ? slots_at + a->B * sizeof(int32_t) : cfg.scratch_bytes, &ws);
   if (st != QF_OK) return st;
   float *part_o = reinterpret_cast<float *>(static_cast<char *>(ws) + counters);  // the counters stay untouched
   float *part_ml = reinterpret_cast<float *>(reinterpret_cast<char *>(part_o) +
@@ -279,6 +326,19 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
                                         c[m]->sz.row_bytes, c[m]->sz.row_bytes, static_cast<uint32_t>(V),
                                         static_cast<uint32_t>(p.box_rows), CU_TENSOR_MAP_SWIZZLE_NONE, promotion)) != QF_OK)
         return st;
+  }
+  if (fused) {
+    p.x_new[0] = a->k_new.data, p.x_new[1] = a->v_new.data;
+    p.append_codes[0] = a->k.codes, p.append_codes[1] = a->v.codes;
+    p.x_ld = a->k_new.ld;
+    p.x_dtype = a->k_new.dtype;
+  } else if (appending) {
+    int32_t *slots = reinterpret_cast<int32_t *>(static_cast<char *>(ws) + slots_at);
+    vq_append_slots_kernel<<<static_cast<unsigned>((a->B + 127) / 128), 128, 0, qf_stream(ctx)>>>(p, slots, static_cast<int>(a->B));
+    if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK) return st;
+    const qf_mat xs[2] = {a->k_new, a->v_new};
+    const qf_vq_tensors ts[2] = {a->k, a->v};
+    if ((st = qf_cuda_vq_encode(ctx, 2, xs, 0, slots, ts)) != QF_OK) return st;
   }
   const dim3 grid(static_cast<unsigned>((cfg.blocks + cfg.halves - 1) / cfg.halves), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
   p.o = a->o.data;

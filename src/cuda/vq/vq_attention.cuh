@@ -114,6 +114,14 @@ struct vq_attention_params {
   float *lse;                // [B, Hq]
   int64_t o_ld;
   int o_dtype, write_o;
+  // Banked kernel's append instantiations (qf_vq_attention_decode_append fused into the one-head
+  // blocks set up by bulk copies): each entry's new K and V rows [B, Hkv D] (row pitch x_ld
+  // elements, dtype x_dtype), encoded as its token len - 1 into append_codes (codes[], writable)
+  // before any copy reads that row.
+  const void *x_new[2];
+  uint8_t *append_codes[2];
+  int64_t x_ld;
+  int x_dtype;
 };
 
 struct vq_attention_merge_params {

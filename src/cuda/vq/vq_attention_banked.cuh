@@ -95,6 +95,7 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/vq/vq_attention.cuh"
+#include "cuda/vq/vq_nearest.cuh"
 #include "formats/vq.h"
 
 constexpr int kVqAttnBankedThreads = 2 * kVqAttnThreads;  // two halves at most
@@ -104,12 +105,13 @@ __device__ __forceinline__ void vq_attn_half_sync(int half) {
   asm volatile("bar.sync %0, %1;" ::"r"(half + 1), "r"(kVqAttnThreads) : "memory");
 }
 
-template <int kS, int kVS, typename E, int kG = 1, bool kPaged = false, bool kPackedV = false>
+template <int kS, int kVS, typename E, int kG = 1, bool kPaged = false, bool kPackedV = false, bool kAppend = false>
 __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThreads, 1)
     vq_attention_banked_kernel(const __grid_constant__ vq_attention_params p) {
   static_assert(kS == 32 || kS == 64, "one or two vectors per lane");
   static_assert(kVS == 2 || kVS == 4, "entries of 4 or 8 bytes");
   static_assert(kG == 1 || (kS == 32 && (kG == 2 || kG == 4)) || (kS == 64 && kG == 2), "the group's tables fit");
+  static_assert(!kAppend || kG == 1, "the fused append is the one-head blocks'");
   constexpr int kD = kS * kVS;        // head dim
   constexpr int kSPL = kS / 32;       // vectors per lane in the values phase
   constexpr int kEB = 2 * kVS;        // entry bytes
@@ -351,12 +353,19 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   auto vcolumn = [](int v) { return kSPL == 2 ? (v & 1) * 32 + (v >> 1) : v; };
   // One code slot per half, its K and V parts refilled apart: the next tile's K indices land while
   // this tile's values are computed, its V indices while the next scores are.
+  // With the fused append (kAppend, below) a first tile that holds its entry's new token is
+  // copied after the setup has written that token's codes (`deferred`). The launcher runs the
+  // append's instantiations on the bulk setups only.
+  const bool append = kAppend && bulk_setup;
+  bool deferred = false;
   auto first_codes = [&] {
     if (tid == 0) {
       mbarrier_init(bar_k, 1), mbarrier_init(bar_v, 1);
       fence_mbarrier_init();
     }
     if (u_begin < u_end) {
+      deferred = append && t.count > 0 && t.t0 + t.count == t.len;
+      if (deferred) return;
       const box_ref ref = box_lookup(t);
       stage_codes(t, 0, ref), stage_codes(t, 1, ref);
     }
@@ -452,6 +461,48 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     }
   };
 
+  // ---- the fused append (kAppend: qf_vq_attention_decode_append; one-head blocks set up by bulk copies) ----
+  // Each of the half's units that holds its entry's last token (len - 1, the step's new one) has
+  // that token's K and V vectors of head g encoded here, from the books as they landed (raw K at
+  // kraw_s; V raw at vraw_s, or packed in place), by qf_vq_encode_slots' rule (vq_nearest.cuh):
+  // 256 / S lanes per vector, lane sub on entries sub, sub + 256 / S, ... The group's first lane
+  // writes the index byte into the token's code row (the last kv head's blocks also zero the row's
+  // padding) and the writes are fenced for the copy engine; the row's tile is copied after a
+  // barrier that follows (the setup's, or later tiles' own).
+  constexpr int kEL = kHalf / kS;  // lanes per vector
+  auto encode_new = [&](int kv, int64_t b, int64_t row) {
+    const int j = tid / kEL, sub = tid % kEL;
+    float x[kVS];
+    const int64_t x0 = b * p.x_ld + static_cast<int64_t>(g) * kD + j * kVS;
+#pragma unroll
+    for (int c = 0; c < kVS; c++) x[c] = vq_load_as_f32(p.x_new[kv], p.x_dtype, x0 + c);
+    const uint8_t *book = kv == 0 ? kraw_s + raw_col(j) : vpk ? vbook_s + vcolumn(j) * kEB : vraw_s + raw_col(j);
+    const int estride = kv == 1 && vpk ? kVRow : kEB;
+    const int best = nearest_by_group<kEL>(
+        [&](int e) {
+          float w[kVS];
+          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(book + e * estride), w);
+          return distance(w, x, kVS);
+        },
+        256, lane, sub);
+    uint8_t *const codes = p.append_codes[kv] + row * (p.row_words * 4);
+    if (sub == 0) codes[g * kS + j] = static_cast<uint8_t>(best);
+    if (g == p.Hq / p.group - 1)  // (the last kv head's blocks: the row's padding zeroed, as qf_vq_encode leaves it)
+      for (uint32_t i = (g + 1) * kS + tid; i < p.row_words * 4; i += kHalf) codes[i] = 0;
+    fence_proxy_async_global();
+  };
+  auto append_new_tokens = [&] {
+    mbarrier_wait_parity(bar_vb, 0);  // (the V books landed too)
+    for (int u = u_begin; u < u_end; u += stride) {
+      const vq_attn_tile ut = vq_attn_tile_at(p, u);
+      const int64_t begin = ut.chunk * p.chunk_len;
+      if (ut.len <= begin || ut.len > begin + p.chunk_len) continue;  // its chunk does not hold the new token
+      const int64_t row = vq_attn_row(p, ut.b, ut.len - 1);
+      if (row < 0) continue;  // (paged: a page outside the cache, whose tokens score NaN)
+      encode_new(0, ut.b, row), encode_new(1, ut.b, row);
+    }
+  };
+
   if (kG == 1 && bulk_setup) {
     // ---- setup by bulk copies: head g's K and V books as stored, then laid out in shared memory ----
     // Two bulk copies of at most S x 256 entries each, asked for before the code tiles' boxes (a
@@ -477,11 +528,16 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     const int twarp = paired ? static_cast<int>(threadIdx.x) / 32 : warp;
     float tv[kPasses][kTPer];
     mbarrier_wait_parity(bar_kb, 0);
+    if (append && u_begin < u_end) append_new_tokens();
     if (u_begin < u_end)
       each_raw_k_entry(kTPer, kTPer * twarp, [&](int ps, int k, int, const float (&ent)[kVS]) { tv[ps][k] = q_dot(qv[0][ps], ent); });
     word_t ve[kPasses][kMaxPer];
     if (!kVStaged && !vpk) load_vbooks(ve);
-    __syncthreads();  // the raw books in the tables' and V books' places are read
+    __syncthreads();  // the raw books in the tables' and V books' places are read (and the new tokens' codes written)
+    if (deferred) {
+      const box_ref ref = box_lookup(t);
+      stage_codes(t, 0, ref), stage_codes(t, 1, ref);
+    }
     if (u_begin < u_end) {
 #pragma unroll
       for (int ps = 0; ps < kPasses; ps++)

@@ -175,6 +175,8 @@ def _load():
     lib.qf_attention_paged.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
     lib.qf_vq_attention_decode.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat),
                                            ctypes.POINTER(VqAttentionOpts), T, T]
+    lib.qf_vq_attention_decode_append.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, T, ctypes.POINTER(VqFormat),
+                                                  ctypes.POINTER(VqAttentionOpts), T, T]
     return lib
 
 
@@ -504,6 +506,20 @@ class Context:
                               ctypes.pointer(table.tensor) if table else None, page_size)
         self._check(_lib.qf_vq_attention_decode(self._ctx, *(a.ptr() for a in keep[:5]), ctypes.byref(fmt),
                                                 ctypes.byref(opt), keep[5].ptr(), keep[6].ptr()))
+
+    def vq_attention_decode_append(self, q, k_new, v_new, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse,
+                                   head_dim, kv_heads, seq_len, sm_scale=0.0, kv_lens=None, block_table=None,
+                                   page_size=0):
+        """qf_vq_attention_decode_append: a decode step in one call; k_new and v_new [B, Hkv * D] are
+        appended as each entry's token L_b - 1 (kv_lens, or seq_len each), then the attention as
+        vq_attention_decode."""
+        keep = [_Arg(t) for t in (q, k_new, v_new, k_codes, k_codebooks, v_codes, v_codebooks, o, lse)]
+        lens = _Arg(kv_lens) if kv_lens is not None else None
+        table = _Arg(block_table) if block_table is not None else None
+        opt = VqAttentionOpts(head_dim, kv_heads, seq_len, sm_scale, ctypes.pointer(lens.tensor) if lens else None,
+                              ctypes.pointer(table.tensor) if table else None, page_size)
+        self._check(_lib.qf_vq_attention_decode_append(self._ctx, *(a.ptr() for a in keep[:7]), ctypes.byref(fmt),
+                                                       ctypes.byref(opt), keep[7].ptr(), keep[8].ptr()))
 
     def gemm_azp_adj(self, b, adj, multiplier=1):
         keep = [_Arg(t) for t in (b, adj)]

@@ -242,6 +242,19 @@ class TestFamily(unittest.TestCase):
         self.ctx.vq_encode_kv_slots(new, newv, slots, kb, vb, fmt, kcache2, vcache2)
         np.testing.assert_array_equal(kcache2, cache)
         np.testing.assert_array_equal(vcache2, vcache)
+        # a decode step in one call (qf_vq_attention_decode_append): the new rows at token L_b - 1,
+        # then the attention, as qf_vq_encode_kv_slots then qf_vq_attention_decode
+        lens = np.array([4, 1], np.int32)
+        kcache3, vcache3, kcache4, vcache4 = kc.copy(), vc.copy(), kc.copy(), vc.copy()
+        o5, lse5, o6, lse6 = np.empty_like(o), np.empty_like(lse), np.empty_like(o), np.empty_like(lse)
+        self.ctx.vq_attention_decode_append(q, new, newv, kcache3, kb, vcache3, vb, fmt, o5, lse5, head_dim=dim,
+                                            kv_heads=hkv, seq_len=seq, kv_lens=lens)
+        self.ctx.vq_encode_kv_slots(new, newv, np.array([0 * seq + 3, 1 * seq + 0], np.int32), kb, vb, fmt, kcache4,
+                                    vcache4)
+        self.ctx.vq_attention_decode(q, kcache4, kb, vcache4, vb, fmt, o6, lse6, head_dim=dim, kv_heads=hkv, seq_len=seq,
+                                     kv_lens=lens)
+        for got, want in ((kcache3, kcache4), (vcache3, vcache4), (o5, o6), (lse5, lse6)):
+            np.testing.assert_array_equal(got, want)
         # the same cache in pages of 2 rows, shuffled: the contiguous cache's o and lse
         pages = np.array([[4, 0, 3], [1, 5, 2]], np.int32)  # [B, max_pages]; 3 pages of 2 hold 5 tokens
         kp, vp = (np.zeros((1, 12, sz.row_bytes), np.uint8) for _ in range(2))

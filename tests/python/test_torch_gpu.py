@@ -209,6 +209,17 @@ class TestTorchFamily(unittest.TestCase):
             self.assertFalse(torch.equal(outs["gpu"][m], codes[m]), "nothing was appended")
         self.assertLess((outs["gpu"][2] - outs["cpu"][2]).abs().max().item(), 1e-3)
         self.assertLess((outs["gpu"][3] - outs["cpu"][3]).abs().max().item(), 1e-3)
+        # the same step in one call (qf_vq_attention_decode_append: the new token at L_b - 1 of
+        # the lengths one longer): the two calls' caches, o and lse byte for byte
+        c = [t.clone().cuda() for t in codes]
+        b = [t.cuda() for t in books]
+        o = torch.empty(bsz, hkv * dim, dtype=torch.float32, device="cuda")
+        lse = torch.empty(bsz, hkv, device="cuda")
+        self.gpu.vq_attention_decode_append(q.cuda(), new.cuda(), new.cuda(), c[0], b[0], c[1], b[1], fmt, o, lse,
+                                            head_dim=dim, kv_heads=hkv, seq_len=seq, kv_lens=(lens + 1).cuda())
+        torch.cuda.synchronize()
+        for got, want in zip([t.cpu() for t in c] + [o.cpu(), lse.cpu()], outs["gpu"]):
+            self.assertTrue(torch.equal(got, want), "the step in one call differs from the two calls")
 
     def test_nvfp4_quant_pack_gemm(self):
         # Weights quantized and packed on the GPU (the same bytes as on the CPU), then the GEMM

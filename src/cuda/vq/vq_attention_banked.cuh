@@ -89,6 +89,9 @@
 // - With lengths (p.kv_lens) a unit's tiles stop at its entry's last token; a chunk past it is one
 //   empty tile whose copies are not issued (the mbarrier's phase completes on the thread's arrival)
 //   and whose partial adds nothing; an entry with no token gets o = 0 and lse = -inf.
+// - kAppend (qf_vq_attention_decode_append, one-head blocks set up by bulk copies): the setup
+//   encodes each of the run's new tokens (an entry's token len - 1) with the raw books it holds and
+//   writes the codes into the cache before any copy of that row (below, "the fused append").
 #pragma once
 
 #include "cuda/ptx/griddep.cuh"

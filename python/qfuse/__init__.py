@@ -107,6 +107,15 @@ class VqAttentionOpts(ctypes.Structure):
                 ("block_table", ctypes.POINTER(DLTensor)), ("page_size", ctypes.c_int64)]
 
 
+def _vq_attention_opts(head_dim, kv_heads, seq_len, sm_scale, kv_lens, block_table, page_size):
+    """The VQ attention calls' options, and the tensors they point to (keep them alive for the call)."""
+    lens = _Arg(kv_lens) if kv_lens is not None else None
+    table = _Arg(block_table) if block_table is not None else None
+    opt = VqAttentionOpts(head_dim, kv_heads, seq_len, sm_scale, ctypes.pointer(lens.tensor) if lens else None,
+                          ctypes.pointer(table.tensor) if table else None, page_size)
+    return opt, (lens, table)
+
+
 VQ_PRESETS = {"gptvq-2": 0, "cq-2": 1, "cq-4": 2, "aqlm-3": 3, "quip-4": 4}
 VQ_LATTICES = {None: 0, "e8p": 1}
 
@@ -500,10 +509,7 @@ class Context:
         tokens of each batch entry (read on the device under CUDA); block_table: None or int32
         [B, max_pages] of a paged cache whose codes are pages of page_size rows."""
         keep = [_Arg(t) for t in (q, k_codes, k_codebooks, v_codes, v_codebooks, o, lse)]
-        lens = _Arg(kv_lens) if kv_lens is not None else None
-        table = _Arg(block_table) if block_table is not None else None
-        opt = VqAttentionOpts(head_dim, kv_heads, seq_len, sm_scale, ctypes.pointer(lens.tensor) if lens else None,
-                              ctypes.pointer(table.tensor) if table else None, page_size)
+        opt, _extra = _vq_attention_opts(head_dim, kv_heads, seq_len, sm_scale, kv_lens, block_table, page_size)
         self._check(_lib.qf_vq_attention_decode(self._ctx, *(a.ptr() for a in keep[:5]), ctypes.byref(fmt),
                                                 ctypes.byref(opt), keep[5].ptr(), keep[6].ptr()))
 
@@ -514,10 +520,7 @@ class Context:
         appended as each entry's token L_b - 1 (kv_lens, or seq_len each), then the attention as
         vq_attention_decode."""
         keep = [_Arg(t) for t in (q, k_new, v_new, k_codes, k_codebooks, v_codes, v_codebooks, o, lse)]
-        lens = _Arg(kv_lens) if kv_lens is not None else None
-        table = _Arg(block_table) if block_table is not None else None
-        opt = VqAttentionOpts(head_dim, kv_heads, seq_len, sm_scale, ctypes.pointer(lens.tensor) if lens else None,
-                              ctypes.pointer(table.tensor) if table else None, page_size)
+        opt, _extra = _vq_attention_opts(head_dim, kv_heads, seq_len, sm_scale, kv_lens, block_table, page_size)
         self._check(_lib.qf_vq_attention_decode_append(self._ctx, *(a.ptr() for a in keep[:7]), ctypes.byref(fmt),
                                                        ctypes.byref(opt), keep[7].ptr(), keep[8].ptr()))
 

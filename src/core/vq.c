@@ -380,39 +380,6 @@ qf_status qf_vq_pack_attention_books(qf_ctx *ctx, const DLTensor *v_codebooks, c
   return QF_OK;
 }
 
-/* The CPU's append of qf_vq_attention_decode_append (a->k_new, a->v_new; V codebooks in the
- * standard layout): token L_b - 1 of each entry encoded into its code row, every length and page
- * checked before anything is written. */
-static qf_status cpu_append(qf_ctx *ctx, const char *op, const qf_vq_attention_args *a) {
-  if (a->k.N > INT32_MAX)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: the append's cache of %" PRId64 " rows exceeds 32-bit slots", op, a->k.N);
-  int32_t *slots = malloc((size_t)a->B * sizeof *slots);
-  if (!slots) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "%s: no memory for %" PRId64 " slots", op, a->B);
-  for (int64_t b = 0; b < a->B; b++) {
-    const int64_t len = a->kv_lens ? a->kv_lens[b] : a->seq_len;
-    if (len < 0 || len > a->seq_len) {
-      free(slots);
-      return qf_fail(ctx, QF_ERR_VALUE, "%s: kv_lens[%" PRId64 "]=%" PRId64 " is outside [0, seq_len=%" PRId64 "]", op, b, len,
-                     a->seq_len);
-    }
-    int64_t row = len > 0 ? b * a->seq_len + len - 1 : -1;
-    if (len > 0 && a->block_table) {
-      const int32_t page = a->block_table[b * a->bt_ld + (len - 1) / a->page_size];
-      if (page < 0 || page >= a->num_pages) {
-        free(slots);
-        return qf_fail(ctx, QF_ERR_VALUE, "%s: entry %" PRId64 "'s new token is on page %d, outside the cache's %" PRId64
-                       " pages", op, b, (int)page, a->num_pages);
-      }
-      row = (int64_t)page * a->page_size + (len - 1) % a->page_size;
-    }
-    slots[b] = (int32_t)row;
-  }
-  qf_status st = qf_cpu_vq_encode(ctx, &a->k_new, 0, slots, &a->k);
-  if (st == QF_OK) st = qf_cpu_vq_encode(ctx, &a->v_new, 0, slots, &a->v);
-  free(slots);
-  return st;
-}
-
 /* qf_vq_attention_decode, and with k_new and v_new (not NULL) qf_vq_attention_decode_append. */
 static qf_status attention_decode(qf_ctx *ctx, const char *op, const DLTensor *q, const DLTensor *k_new, const DLTensor *v_new,
                                   const DLTensor *k_codes, const DLTensor *k_codebooks, const DLTensor *v_codes,
@@ -485,10 +452,7 @@ static qf_status attention_decode(qf_ctx *ctx, const char *op, const DLTensor *q
 #else
     return no_cuda_kernel(ctx, op);
 #endif
-  if (!a.v_books_packed) {
-    if (a.k_new.data && (st = cpu_append(ctx, op, &a))) return st;
-    return qf_cpu_vq_attention_decode(ctx, &a);
-  }
+  if (!a.v_books_packed) return qf_cpu_vq_attention_decode(ctx, &a);
   /* the reference reads the standard layout: unpacked into a copy */
   const size_t n = (size_t)a.v.sz.n_books * 256u * (size_t)fmt->vector_size;
   uint16_t *books = malloc(n * sizeof(uint16_t));
@@ -498,8 +462,7 @@ static qf_status attention_decode(qf_ctx *ctx, const char *op, const DLTensor *q
     memcpy(books + qf_vq_attn_packed_source(i, (int)S, vs, book_cols(&a.v)), (const uint16_t *)a.v.books + i * vs,
            (size_t)vs * sizeof(uint16_t));
   a.v.books = books, a.v_books_packed = 0;
-  st = a.k_new.data ? cpu_append(ctx, op, &a) : QF_OK;
-  if (st == QF_OK) st = qf_cpu_vq_attention_decode(ctx, &a);
+  st = qf_cpu_vq_attention_decode(ctx, &a);
   free(books);
   return st;
 }

@@ -365,6 +365,29 @@ static qf_status gemm_standard(qf_ctx *ctx, const qf_mat *x, const qf_vq_tensors
   return QF_OK;
 }
 
+/* The code row of entry b's token t: its page's, or b * seq_len + t. */
+static int64_t attn_row(const qf_vq_attention_args *a, int64_t b, int64_t t) {
+  const int64_t P = a->page_size;
+  return a->block_table ? a->block_table[b * a->bt_ld + t / P] * P + t % P : b * a->seq_len + t;
+}
+
+/* qf_vq_attention_decode_append's append (a->k_new, lengths and pages checked): entry b's new K
+ * and V rows encoded as its token L_b - 1, by slot. */
+static qf_status append_new_tokens(qf_ctx *ctx, const qf_vq_attention_args *a) {
+  if (a->k.N > INT32_MAX)
+    return qf_fail(ctx, QF_ERR_SHAPE, "qf_vq_attention_decode_append: the cache's %lld rows exceed 32-bit slots", (long long)a->k.N);
+  int32_t *slots = malloc((size_t)a->B * sizeof *slots);
+  if (!slots) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_attention_decode_append: no memory for %lld slots", (long long)a->B);
+  for (int64_t b = 0; b < a->B; b++) {
+    const int64_t L = a->kv_lens ? a->kv_lens[b] : a->seq_len;
+    slots[b] = L > 0 ? (int32_t)attn_row(a, b, L - 1) : -1;
+  }
+  qf_status st = qf_cpu_vq_encode(ctx, &a->k_new, 0, slots, &a->k);
+  if (st == QF_OK) st = qf_cpu_vq_encode(ctx, &a->v_new, 0, slots, &a->v);
+  free(slots);
+  return st;
+}
+
 qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a) {
   for (int64_t b = 0; a->kv_lens && b < a->B; b++)  /* (before anything is written) */
     if (a->kv_lens[b] < 0 || a->kv_lens[b] > a->seq_len)
@@ -380,14 +403,19 @@ qf_status qf_cpu_vq_attention_decode(qf_ctx *ctx, const qf_vq_attention_args *a)
     }
   float *k = malloc((size_t)(T * C) * sizeof *k), *v = malloc((size_t)(T * C) * sizeof *v);
   double *score = malloc((size_t)T * sizeof *score), *acc = malloc((size_t)a->D * sizeof *acc);
-  if (!k || !v || !score || !acc) {
+  qf_status st = QF_OK;
+  if (!k || !v || !score || !acc)
+    st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_attention_decode: no memory for %lld decoded tokens", (long long)T);
+  else if (a->k_new.data) /* (the new tokens are below L_b: their pages were checked above) */
+    st = append_new_tokens(ctx, a);
+  if (st) {
     free(k), free(v), free(score), free(acc);
-    return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_attention_decode: no memory for %lld decoded tokens", (long long)T);
+    return st;
   }
   for (int64_t b = 0; b < a->B; b++) {
     const int64_t L = a->kv_lens ? a->kv_lens[b] : T;  /* entry b's tokens */
     for (int64_t t = 0; t < L; t++) {
-      const int64_t row = a->block_table ? a->block_table[b * a->bt_ld + t / P] * P + t % P : b * T + t;
+      const int64_t row = attn_row(a, b, t);
       decode_row(&a->k, row, k + t * C), decode_row(&a->v, row, v + t * C);
     }
     for (int64_t h = 0; h < a->Hq; h++) {

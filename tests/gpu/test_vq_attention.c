@@ -1025,8 +1025,8 @@ static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t grou
   for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(dpool[m], h_pool[m], cbytes, cudaMemcpyHostToDevice));
   qf_vq_attention_config used;
   const int planned = qf_cuda_vq_attention_decode_with(gpu, &a, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO, &used) == QF_OK;
-  const int fused = planned && used.placement == QF_VQ_BOOKS_BANKED && used.heads == 1 &&
-                    (c->D / c->f.vector_size == 32 || used.halves == 2);
+  const qf_vq_attention_problem pb = {.D = c->D, .vector_size = c->f.vector_size};
+  const int fused = planned && qf_vq_attn_banked_appends(&pb, &used);
 
   tensor2d tx[2], tq, to[2];
   for (int m = 0; m < 2; m++) tensor2d_init(&tx[m], dx[m], xt, B, W, W, kDLCUDA);

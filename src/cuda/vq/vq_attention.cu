@@ -247,7 +247,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   // by bulk copies (S = 32, or S = 64 in paired halves), else qf_vq_encode_slots' kernel first
   // (slots from the lengths, after the attention's workspace).
   const bool appending = a->k_new.data != nullptr;
-  const bool fused = appending && cfg.placement == QF_VQ_BOOKS_BANKED && cfg.heads == 1 && (V == 32 || cfg.halves == 2);
+  const bool fused = appending && qf_vq_attn_banked_appends(&pb, &cfg);
   if (appending && !fused && a->v_books_packed)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: with packed V codebooks the append runs inside the banked one-head kernel "
                    "only (S = 32, or S = 64 in paired halves); this call runs the banked kernel with %d query heads per block "

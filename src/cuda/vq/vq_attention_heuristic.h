@@ -291,6 +291,13 @@ static inline int qf_vq_attn_banked_writes_o(const qf_vq_attention_problem *pb, 
   return qf_vq_attn_banked_paired(pb, cfg) && cfg->n_chunks == 2;
 }
 
+/* Whether the banked kernel does qf_vq_attention_decode_append's append itself (its one-head
+ * blocks that set up by bulk copies: S = 32, or S = 64 in paired halves; vq_attention_banked.cuh,
+ * kAppend), from the final plan (after qf_vq_attention_banked_fill). */
+static inline int qf_vq_attn_banked_appends(const qf_vq_attention_problem *pb, const qf_vq_attention_config *cfg) {
+  return cfg->placement == QF_VQ_BOOKS_BANKED && cfg->heads == 1 && (pb->D / pb->vector_size == 32 || cfg->halves == 2);
+}
+
 /* The split, once the occupancy of the chosen kernel is known (blocks_per_sm >= 1): chunks,
  * units, blocks per head tile and workspace bytes (counters_bytes first, left untouched). */
 static inline void qf_vq_attention_split(const qf_vq_attention_problem *pb, int sm_count, int blocks_per_sm,

@@ -956,7 +956,29 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
  * byte for byte), and the caches against the CPU's qf_vq_attention_decode_append. With packed V
  * books (`packed`) a plan that cannot take them refuses the call and leaves the caches as they
  * were. ran_append[1] counts the calls the banked one-head kernel fused, ran_append[0] the others. */
-static int ran_append[2], ran_append_refused;
+static int ran_append[2], ran_append_refused, most_new_tokens;
+
+/* The most units that hold their entry's new token (the chunk of its token L_b - 1) in one half's
+ * run of a banked plan, split over runs as the kernel does (paired halves: every other unit of
+ * their block's run). The fused setup encodes the first two at once and the rest one at a time:
+ * a case with 3 or more takes both paths. */
+static int new_tokens_per_run(const qf_vq_attention_problem *pb, const qf_vq_attention_config *u, const int32_t *lens,
+                              int64_t T) {
+  const int paired = qf_vq_attn_banked_paired(pb, u);
+  const int64_t runs = paired ? u->blocks / 2 : u->blocks, run_units = paired ? u->units / 2 : u->units;
+  int most = 0;
+  for (int64_t r = 0; r < runs; r++)
+    for (int half = 0; half < (paired ? 2 : 1); half++) {
+      const int64_t r0 = r * run_units / runs, r1 = (r + 1) * run_units / runs;
+      int n = 0;
+      for (int64_t x = paired ? 2 * r0 + half : r0; x < (paired ? 2 * r1 : r1); x += paired ? 2 : 1) {
+        const int64_t b = x / u->n_chunks, begin = x % u->n_chunks * u->chunk_len, L = lens ? lens[b] : T;
+        n += L > begin && L <= begin + u->chunk_len;
+      }
+      if (n > most) most = n;
+    }
+  return most;
+}
 static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t group, qf_dtype xt, const int32_t *lens,
                              int packed, int64_t P, uint64_t *seed) {
   char desc[240];
@@ -1027,6 +1049,10 @@ static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t grou
   const int planned = qf_cuda_vq_attention_decode_with(gpu, &a, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO, &used) == QF_OK;
   const qf_vq_attention_problem pb = {.D = c->D, .vector_size = c->f.vector_size};
   const int fused = planned && qf_vq_attn_banked_appends(&pb, &used);
+  if (fused) {
+    const int n = new_tokens_per_run(&pb, &used, lens, T);
+    if (n > most_new_tokens) most_new_tokens = n;
+  }
 
   tensor2d tx[2], tq, to[2];
   for (int m = 0; m < 2; m++) tensor2d_init(&tx[m], dx[m], xt, B, W, W, kDLCUDA);
@@ -1643,6 +1669,8 @@ int main(void) {
         {"CQ-2 group 4 step", cq2, 5, 700, 8, 128, 4, 0, QF_F16, 1, 1},
         {"CQ-4 group 2 step", cq4, 4, 600, 2, 128, 2, 128, QF_F16, 1, 0},
         {"VQ<8,6,2> step", bits6, 3, 500, 2, 64, 4, 0, QF_F32, 1, 0},
+        {"CQ-2 short step", cq2, 24, 100, 64, 128, 1, 0, QF_F16, 1, 0}, /* several new tokens per run */
+        {"CQ-4 short step", cq4, 24, 100, 64, 128, 1, 16, QF_F16, 1, 1},
     };
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
       kv_cache c;
@@ -1657,6 +1685,7 @@ int main(void) {
     CHECK(ran_append[1] > 0 && ran_append[0] > 0 && ran_append_refused > 0,
           "the step in one call ran fused (%d) and as two kernels (%d), and was refused with packed V books outside the fused "
           "kernel (%d)", ran_append[1], ran_append[0], ran_append_refused);
+    CHECK(most_new_tokens >= 3, "a fused step encoded 3 or more new tokens in one run (at most %d)", most_new_tokens);
   }
 
   nan_inf_case(gpu, cpu, 64, &seed);

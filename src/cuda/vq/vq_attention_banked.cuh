@@ -471,38 +471,87 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // 256 / S lanes per vector, lane sub on entries sub, sub + 256 / S, ... The group's first lane
   // writes the index byte into the token's code row (the last kv head's blocks also zero the row's
   // padding) and the writes are fenced for the copy engine; the row's tile is copied after a
-  // barrier that follows (the setup's, or later tiles' own).
+  // barrier that follows (the setup's, or later tiles' own). The first two such units' rows and
+  // vectors are looked up and loaded at the setup's start, while the books land (new_token_at);
+  // K is encoded as soon as its books are in, V after the table values.
   constexpr int kEL = kHalf / kS;  // lanes per vector
-  auto encode_new = [&](int kv, int64_t b, int64_t row) {
-    const int j = tid / kEL, sub = tid % kEL;
-    float x[kVS];
-    const int64_t x0 = b * p.x_ld + static_cast<int64_t>(g) * kD + j * kVS;
+  struct new_token {
+    int64_t row;  // the token's code row, -1 for none (or a page outside the cache)
+    float x[2][kVS];
+  };
+  auto holds_new = [&](int u) {  // whether unit u's chunk holds its entry's new token
+    const vq_attn_tile ut = vq_attn_tile_at(p, u);
+    const int64_t begin = ut.chunk * p.chunk_len;
+    return ut.len > begin && ut.len <= begin + p.chunk_len;
+  };
+  auto next_new = [&](int u) {  // the first unit from u on that holds it, or u_end
+    for (; u < u_end; u += stride)
+      if (holds_new(u)) return u;
+    return u_end;
+  };
+  auto new_token_at = [&](int u) {
+    new_token n = {-1, {}};
+    if (u < u_end) {
+      const int64_t b = u / p.n_chunks;
+      n.row = vq_attn_row(p, b, vq_attn_len(p.kv_lens, p.seq_len, b) - 1);
+      const int64_t x0 = b * p.x_ld + static_cast<int64_t>(g) * kD + tid / kEL * kVS;
 #pragma unroll
-    for (int c = 0; c < kVS; c++) x[c] = vq_load_as_f32(p.x_new[kv], p.x_dtype, x0 + c);
+      for (int kv = 0; kv < 2; kv++)
+#pragma unroll
+        for (int c = 0; c < kVS; c++) n.x[kv][c] = vq_load_as_f32(p.x_new[kv], p.x_dtype, x0 + c);
+    }
+    return n;
+  };
+  // Vectors j of part kv of n0 and, for kN = 2, of n1 against the same entries (each entry loaded
+  // once for both), from the highest index down (nearest_keep_down); a token of row -1 is scored
+  // but not written.
+  auto encode_some = [&](int kv, const new_token &n0, const new_token &n1, auto count) {
+    constexpr int kN = decltype(count)::value;
+    const int j = tid / kEL, sub = tid % kEL;
     const uint8_t *book = kv == 0 ? kraw_s + raw_col(j) : vpk ? vbook_s + vcolumn(j) * kEB : vraw_s + raw_col(j);
     const int estride = kv == 1 && vpk ? kVRow : kEB;
-    const int best = nearest_by_group<kEL>(
-        [&](int e) {
-          float w[kVS];
-          vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(book + e * estride), w);
-          return distance(w, x, kVS);
-        },
-        256, lane, sub);
-    uint8_t *const codes = p.append_codes[kv] + row * (p.row_words * 4);
-    if (sub == 0) codes[g * kS + j] = static_cast<uint8_t>(best);
-    if (g == p.Hq / p.group - 1)  // (the last kv head's blocks: the row's padding zeroed, as qf_vq_encode leaves it)
-      for (uint32_t i = (g + 1) * kS + tid; i < p.row_words * 4; i += kHalf) codes[i] = 0;
-    fence_proxy_async_global();
+    int best[kN];
+    float best_d[kN];
+    bool nan0[kN];
+#pragma unroll
+    for (int i = 0; i < kN; i++) best[i] = -1, best_d[i] = INFINITY, nan0[i] = false;
+#pragma unroll 8
+    for (int q = 256 / kEL - 1; q >= 0; q--) {
+      float w[kVS];
+      vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(book + (sub + q * kEL) * estride), w);
+#pragma unroll
+      for (int i = 0; i < kN; i++) {
+        const float d = distance(w, (i == 0 ? n0 : n1).x[kv], kVS);
+        if (q == 0) nan0[i] = d != d;  // (entry 0 for the group's first lane)
+        nearest_keep_down(d, sub + q * kEL, best[i], best_d[i]);
+      }
+    }
+#pragma unroll
+    for (int o = kEL / 2; o > 0; o /= 2)
+#pragma unroll
+      for (int i = 0; i < kN; i++) nearest_reduce(best[i], best_d[i], o);
+    const bool last_head = g == p.Hq / p.group - 1;
+#pragma unroll
+    for (int i = 0; i < kN; i++) {
+      const int64_t row = (i == 0 ? n0 : n1).row;
+      const int pick = nearest_pick(nan0[i], best[i], lane, sub);
+      if (row < 0) continue;
+      uint8_t *const codes = p.append_codes[kv] + row * (p.row_words * 4);
+      if (sub == 0) codes[g * kS + j] = static_cast<uint8_t>(pick);
+      if (last_head)  // (the last kv head's blocks: the row's padding zeroed, as qf_vq_encode leaves it)
+        for (uint32_t k = (g + 1) * kS + tid; k < p.row_words * 4; k += kHalf) codes[k] = 0;
+    }
   };
-  auto append_new_tokens = [&] {
-    mbarrier_wait_parity(bar_vb, 0);  // (the V books landed too)
-    for (int u = u_begin; u < u_end; u += stride) {
-      const vq_attn_tile ut = vq_attn_tile_at(p, u);
-      const int64_t begin = ut.chunk * p.chunk_len;
-      if (ut.len <= begin || ut.len > begin + p.chunk_len) continue;  // its chunk does not hold the new token
-      const int64_t row = vq_attn_row(p, ut.b, ut.len - 1);
-      if (row < 0) continue;  // (paged: a page outside the cache, whose tokens score NaN)
-      encode_new(0, ut.b, row), encode_new(1, ut.b, row);
+  auto encode_new = [&](int kv, const new_token &n0, const new_token &n1) {
+    if (n1.row >= 0) encode_some(kv, n0, n1, std::integral_constant<int, 2>{});
+    else if (n0.row >= 0) encode_some(kv, n0, n1, std::integral_constant<int, 1>{});
+  };
+  // The units past the first two that hold a new token (several batch entries' last chunks in one
+  // run), looked up and encoded one at a time once both books are in.
+  auto append_rest = [&](int u) {
+    for (u = next_new(u); u < u_end; u = next_new(u + stride)) {
+      const new_token n = new_token_at(u), none = {-1, {}};
+      encode_new(0, n, none), encode_new(1, n, none);
     }
   };
 
@@ -521,6 +570,12 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     wait_for_inputs();  // the kernel before has written q, the codes and the lengths (notes)
     first_codes();
     if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first code boxes)
+    int nu0 = u_end, nu1 = u_end;  // the first two units holding a new token (kAppend)
+    new_token n0 = {-1, {}}, n1 = {-1, {}};
+    if constexpr (kAppend) {
+      nu0 = next_new(u_begin), nu1 = nu0 < u_end ? next_new(nu0 + stride) : u_end;
+      n0 = new_token_at(nu0), n1 = new_token_at(nu1);
+    }
     float qv[kG][kPasses][kVS];
     load_q_parts(qv);
     __syncthreads();  // the barriers' inits are visible
@@ -531,9 +586,15 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     const int twarp = paired ? static_cast<int>(threadIdx.x) / 32 : warp;
     float tv[kPasses][kTPer];
     mbarrier_wait_parity(bar_kb, 0);
-    if (append && u_begin < u_end) append_new_tokens();
+    if constexpr (kAppend) encode_new(0, n0, n1);
     if (u_begin < u_end)
       each_raw_k_entry(kTPer, kTPer * twarp, [&](int ps, int k, int, const float (&ent)[kVS]) { tv[ps][k] = q_dot(qv[0][ps], ent); });
+    if (kAppend && nu0 < u_end) {
+      mbarrier_wait_parity(bar_vb, 0);
+      encode_new(1, n0, n1);
+      if (nu1 < u_end) append_rest(nu1 + stride);
+      fence_proxy_async_global();  // (the new codes, for the tiles' copies after the barrier below)
+    }
     word_t ve[kPasses][kMaxPer];
     if (!kVStaged && !vpk) load_vbooks(ve);
     __syncthreads();  // the raw books in the tables' and V books' places are read (and the new tokens' codes written)

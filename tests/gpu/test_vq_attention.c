@@ -955,7 +955,8 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
  * qf_vq_encode_kv_slots then qf_vq_attention_decode on the same inputs (both caches, o and lse
  * byte for byte), and the caches against the CPU's qf_vq_attention_decode_append. With packed V
  * books (`packed`) a plan that cannot take them refuses the call and leaves the caches as they
- * were. ran_append[1] counts the calls the banked one-head kernel fused, ran_append[0] the others. */
+ * were; the one call again on a PDL context gives the same bytes. ran_append[1] counts the calls
+ * the banked one-head kernel fused, ran_append[0] the others. */
 static int ran_append[2], ran_append_refused, most_new_tokens;
 
 /* The most units that hold their entry's new token (the chunk of its token L_b - 1) in one half's
@@ -1107,6 +1108,27 @@ static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t grou
     }
     CHECK(!memcmp(out[0][0], out[1][0], qb) && !memcmp(out[0][1], out[1][1], lb),
           "%s (%s): o and lse differ from the two calls'", desc, fused ? "fused" : "two kernels");
+    /* the same call on a PDL context (its kernels programmatic dependents: the fallback's slots,
+     * encode and attention each waiting for the one before): the same bytes */
+    qf_ctx *pdl = NULL;
+    if (CHECK(qf_ctx_create(&pdl, QF_DEVICE_CUDA, 0) == QF_OK && qf_ctx_set_pdl(pdl, 1) == QF_OK, "%s: PDL context", desc)) {
+      for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(dpool[m], h_pool[m], cbytes, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(d_o[1], 0xFF, qb));
+      CUDA_OK(cudaMemset(d_l[1], 0xFF, lb));
+      if (CHECK(qf_vq_attention_decode_append(pdl, &tq.t, &tx[0].t, &tx[1].t, &kc, &kb, &vc, vbooks, &c->f, &opts, &to[1].t,
+                                              &tl[1]) == QF_OK,
+                "%s: one call under PDL: %s", desc, qf_ctx_last_error(pdl))) {
+        CUDA_OK(cudaDeviceSynchronize());
+        for (int m = 0; m < 2; m++) {
+          CUDA_OK(cudaMemcpy(got, dpool[m], cbytes, cudaMemcpyDeviceToHost));
+          CHECK(!memcmp(got, ref[m], cbytes), "%s: under PDL the %s cache differs from the two calls'", desc, m ? "V" : "K");
+        }
+        CUDA_OK(cudaMemcpy(out[1][0], d_o[1], qb, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(out[1][1], d_l[1], lb, cudaMemcpyDeviceToHost));
+        CHECK(!memcmp(out[0][0], out[1][0], qb) && !memcmp(out[0][1], out[1][1], lb), "%s: under PDL o and lse differ", desc);
+      }
+      qf_ctx_destroy(pdl);
+    }
     /* the CPU's one call (standard V books) on the host copies: the same caches */
     tensor2d hxt[2], hqt, hot;
     for (int m = 0; m < 2; m++) tensor2d_init(&hxt[m], hx[m], xt, B, W, W, kDLCPU);

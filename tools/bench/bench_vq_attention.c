@@ -17,7 +17,7 @@
  *    the same calls without it (peer "no_pdl (same calls)"), as an engine chains kernels; at
  *    batch 1 with Hq = Hkv, op vq_append_chain the same for a decode step's append (qf_vq_encode
  *    of o as the last token's K and V codes; ",kv": one qf_vq_encode_kv_slots of both) then the
- *    call; op vq_append_step "cq2,fp16,auto,pdl,one_call" (Hq = Hkv, every batch): a decode step
+ *    call; op vq_append_step "cq2,fp16,auto,pdl,one_call" (every shape): a decode step
  *    in one call (qf_vq_attention_decode_append) against its two calls (qf_vq_encode_kv_slots,
  *    then qf_vq_attention_decode), both on the PDL context; "cq2,fp16,auto,kv_lens" the public
  *    call with lengths per entry (opts.kv_lens on the device), every one seq_len, and
@@ -291,14 +291,16 @@ done:
   return rc;
 }
 
-/* A decode step in one call (op vq_append_step, Hq = Hkv): qf_vq_attention_decode_append with q's
- * rows as every entry's new K and V (token seq_len - 1) against qf_vq_encode_kv_slots of the same
- * rows then qf_vq_attention_decode (peer "two calls"), both on the PDL context and timed by events
- * (the launches count: the step's point is one launch fewer). The last tokens' codes are restored
- * afterwards (the other rows compare against the fp16 peer's copy of the cache). */
+/* A decode step in one call (op vq_append_step): qf_vq_attention_decode_append with the first Hkv
+ * heads of q's rows as every entry's new K and V (token seq_len - 1; with grouped heads a strided
+ * view) against qf_vq_encode_kv_slots of the same rows then qf_vq_attention_decode (peer "two
+ * calls"), both on the PDL context and timed by events (the launches count: the step's point is
+ * one launch fewer). The last tokens' codes are restored afterwards (the other rows compare against
+ * the fp16 peer's copy of the cache). */
 typedef struct {
   att_call att;
   DLTensor slots; /* int32 [B]: b seq_len + seq_len - 1 */
+  DLTensor x;     /* the new rows: [B, Hkv D] of q's rows */
   int one;
 } step_call;
 
@@ -307,9 +309,9 @@ static int run_step(void *arg) {
   att_call *a = &s->att;
   qf_status st;
   if (s->one)
-    st = qf_vq_attention_decode_append(a->ctx, &a->tq, &a->tq, &a->tq, &a->kc, &a->kb, &a->vc, &a->vb, &a->c->f, &a->opts,
+    st = qf_vq_attention_decode_append(a->ctx, &a->tq, &s->x, &s->x, &a->kc, &a->kb, &a->vc, &a->vb, &a->c->f, &a->opts,
                                        &a->to, &a->tl);
-  else if ((st = qf_vq_encode_kv_slots(a->ctx, &a->tq, &a->tq, &s->slots, &a->kb, &a->vb, &a->c->f, &a->kc, &a->vc, NULL,
+  else if ((st = qf_vq_encode_kv_slots(a->ctx, &s->x, &s->x, &s->slots, &a->kb, &a->vb, &a->c->f, &a->kc, &a->vc, NULL,
                                        NULL)) == QF_OK)
     st = qf_vq_attention_decode(a->ctx, &a->tq, &a->kc, &a->kb, &a->vc, &a->vb, &a->c->f, &a->opts, &a->to, &a->tl);
   if (st != QF_OK) fprintf(stderr, "bench_vq_attention: the step: %s\n", qf_ctx_last_error(a->ctx));
@@ -322,7 +324,7 @@ static int step_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, co
   const size_t rb = (size_t)c->sz.row_bytes;
   uint8_t *saved = malloc(2 * (size_t)B * rb);
   int32_t *hslots = malloc((size_t)B * 4), *slots = NULL;
-  int64_t nshape[1] = {B};
+  int64_t nshape[1] = {B}, xshape[2] = {B, c->hkv * HEAD_DIM}, xstrides[2] = {HQ * HEAD_DIM, 1};
   int rc = 1;
   if (!saved || !hslots || cudaMalloc((void **)&slots, (size_t)B * 4)) goto done;
   for (int64_t i = 0; i < B; i++) {
@@ -335,6 +337,8 @@ static int step_row(qfb *b, qf_ctx *pdl, const att_call *a, const char *name, co
   step_call one = {.att = *a, .one = 1};
   one.att.ctx = pdl;
   one.slots = (DLTensor){.data = slots, .device = {kDLCUDA, 0}, .ndim = 1, .dtype = qf_dtype_to_dl(QF_I32), .shape = nshape};
+  one.x = a->tq;
+  one.x.shape = xshape, one.x.strides = xstrides;
   step_call two = one;
   two.one = 0;
   char variant[64];
@@ -554,10 +558,8 @@ static int one_shape(qfb *b, qf_ctx *ctx, qf_ctx *pdl, cache *c, const char *nam
       rc |= append_row(b, pdl, &a, name, shape, vq_bytes, flops);
       (*rows) += 2;
     }
-    if (c->hkv == HQ) {
-      rc |= step_row(b, pdl, &a, name, shape, vq_bytes, flops);
-      (*rows)++;
-    }
+    rc |= step_row(b, pdl, &a, name, shape, vq_bytes, flops);
+    (*rows)++;
   }
 done:
   if (rc) fprintf(stderr, "bench_vq_attention: %s at B=%lld seq_len=%lld failed\n", name, (long long)B, (long long)seq_len);

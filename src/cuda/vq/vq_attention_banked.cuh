@@ -510,21 +510,21 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     const int j = tid / kEL, sub = tid % kEL;
     const uint8_t *book = kv == 0 ? kraw_s + raw_col(j) : vpk ? vbook_s + vcolumn(j) * kEB : vraw_s + raw_col(j);
     const int estride = kv == 1 && vpk ? kVRow : kEB;
+    float x[kN][kVS];
     int best[kN];
     float best_d[kN];
     bool nan0[kN];
 #pragma unroll
-    for (int i = 0; i < kN; i++) best[i] = -1, best_d[i] = INFINITY, nan0[i] = false;
+    for (int i = 0; i < kN; i++) {
+      best[i] = -1, best_d[i] = INFINITY, nan0[i] = false;
+#pragma unroll
+      for (int c = 0; c < kVS; c++) x[i][c] = (i == 0 ? n0 : n1).x[kv][c];
+    }
 #pragma unroll 8
-    for (int q = 256 / kEL - 1; q >= 0; q--) {
+    for (int q = 256 / kEL - 1; q >= 0; q--) {  // (entry 0 for the group's first lane at q = 0)
       float w[kVS];
       vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(book + (sub + q * kEL) * estride), w);
-#pragma unroll
-      for (int i = 0; i < kN; i++) {
-        const float d = distance(w, (i == 0 ? n0 : n1).x[kv], kVS);
-        if (q == 0) nan0[i] = d != d;  // (entry 0 for the group's first lane)
-        nearest_keep_down(d, sub + q * kEL, best[i], best_d[i]);
-      }
+      nearest_step_down(w, x, kVS, sub + q * kEL, q == 0, best, best_d, nan0);
     }
 #pragma unroll
     for (int o = kEL / 2; o > 0; o /= 2)

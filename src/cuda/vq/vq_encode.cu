@@ -331,14 +331,8 @@ __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
 #pragma unroll
     for (int g = 0; g < kG; g++) best[g] = -1, best_d[g] = INFINITY, nan0[g] = false;
 #pragma unroll
-    for (int q = kE - 1; q >= 0; q--) {  // (from the highest index down: nearest_keep_down)
-#pragma unroll
-      for (int g = 0; g < kG; g++) {
-        const float d = distance(w[q], v[g], KVS);
-        if (q == 0) nan0[g] = d != d;  // (entry 0 for the group's first lane)
-        nearest_keep_down(d, sub + q * kLanes, best[g], best_d[g]);
-      }
-    }
+    for (int q = kE - 1; q >= 0; q--)  // (entry 0 for the group's first lane at q = 0)
+      nearest_step_down(w[q], v, KVS, sub + q * kLanes, q == 0, best, best_d, nan0);
 #pragma unroll
     for (int o = kLanes / 2; o > 0; o /= 2)
 #pragma unroll

@@ -26,9 +26,9 @@ __device__ __forceinline__ float distance(const float (&w)[kV], const float (&v)
 // first smallest non-NaN distance over its entries in ascending order (nearest_keep), the group's
 // reduction prefers the smaller distance and then the lower index (nearest_reduce), and the
 // group's first lane says whether entry 0's distance was NaN (nearest_pick: entry 0 then, as the
-// CPU keeps it; also where every distance is NaN). The book-resident kernel interleaves these
-// steps over its rows, its scan from the highest index down (nearest_keep_down); nearest_by_group
-// runs them for one.
+// CPU keeps it; also where every distance is NaN). The book-resident encoder and the fused append
+// interleave these steps over several vectors, their scans from the highest index down
+// (nearest_step_down); nearest_by_group runs them for one.
 __device__ __forceinline__ void nearest_keep(float d, int e, int &best, float &best_d) {
   if (d < best_d || (best < 0 && d == d)) best_d = d, best = e;
 }
@@ -47,6 +47,20 @@ __device__ __forceinline__ void nearest_reduce(int &best, float &best_d, int o) 
 }
 __device__ __forceinline__ int nearest_pick(bool nan0, int best, int lane, int sub) {
   return __shfl_sync(0xffffffffu, nan0, lane - sub) || best < 0 ? 0 : best;
+}
+
+// One entry's step of the descending scan for kN vectors at once (the book-resident encoder's rows,
+// the fused append's tokens): e the entry's index, is0 for entry 0 (whose NaN distances
+// nearest_pick needs).
+template <int kN, int kV>
+__device__ __forceinline__ void nearest_step_down(const float (&w)[kV], const float (&v)[kN][kV], int vs, int e, bool is0,
+                                                  int (&best)[kN], float (&best_d)[kN], bool (&nan0)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; i++) {
+    const float d = distance(w, v[i], vs);
+    if (is0) nan0[i] = d != d;
+    nearest_keep_down(d, e, best[i], best_d[i]);
+  }
 }
 
 // The nearest of `entries` entries to v by that rule, by a group of kLanes lanes (this lane `sub`

@@ -1689,6 +1689,8 @@ int main(void) {
         {"CQ-4 step", cq4, 5, 1100, 64, 128, 1, 256, QF_F16, 1, 1},
         {"CQ-4 D=64 step", cq4, 3, 500, 16, 64, 1, 0, QF_F16, 1, 0},
         {"CQ-2 group 4 step", cq2, 5, 700, 8, 128, 4, 0, QF_F16, 1, 1},
+        {"CQ-2 group 4 step", cq2, 8, 700, 8, 128, 4, 16, QF_F16, 1, 0}, /* the encoder's tensor-core form */
+        {"CQ-2 group 2 step", cq2, 2, 600, 4, 128, 2, 0, QF_F32, 0, 0},  /* its book-resident form */
         {"CQ-4 group 2 step", cq4, 4, 600, 2, 128, 2, 128, QF_F16, 1, 0},
         {"VQ<8,6,2> step", bits6, 3, 500, 2, 64, 4, 0, QF_F32, 1, 0},
         {"CQ-2 short step", cq2, 24, 100, 64, 128, 1, 0, QF_F16, 1, 0}, /* several new tokens per run */

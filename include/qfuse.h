@@ -739,10 +739,11 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
  * L_b - 1, or its page's row), then qf_vq_attention_decode. On CUDA the banked kernel's one-head
  * blocks whose setup takes the books by bulk copies (CQ-2, and CQ-4 where its halves pair up) encode
  * the token with the books they hold and write its codes before their copy of its tile, so the
- * step is one launch; elsewhere qf_vq_encode_slots' kernel runs first (packed V codebooks are then
- * refused with QF_ERR_UNSUPPORTED, and caches of 2^31 rows or more with QF_ERR_SHAPE). The CPU
- * backend checks every length and the new tokens' pages before writing anything (QF_ERR_VALUE);
- * CUDA skips an entry whose new token is on a page outside the cache (its o and lse are NaN). */
+ * step is one launch; elsewhere the encoder's K and V kernel runs first, finding each entry's row
+ * from the lengths on the device (packed V codebooks are then refused with QF_ERR_UNSUPPORTED). The
+ * CPU backend checks every length and the new tokens' pages before writing anything (QF_ERR_VALUE)
+ * and refuses caches of 2^31 rows or more (QF_ERR_SHAPE: its slots are 32-bit); CUDA skips an entry
+ * whose new token is on a page outside the cache (its o and lse are NaN). */
 qf_status qf_vq_attention_decode_append(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_new, const DLTensor *v_new,
                                         DLTensor *k_codes, const DLTensor *k_codebooks, DLTensor *v_codes,
                                         const DLTensor *v_codebooks, const qf_vq_format *fmt, const qf_vq_attention_opts *opts,

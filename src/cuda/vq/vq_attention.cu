@@ -9,6 +9,7 @@
 #include "cuda/common.cuh"
 #include "cuda/tma_map.h"
 #include "cuda/vq/vq_books_env.h"
+#include "cuda/vq/vq_encode.h"
 #include "cuda/vq/vq_attention_banked.cuh"
 
 namespace {
@@ -117,16 +118,6 @@ chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged
   slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 2 * kBankedShapes : 0) + (packed ? 4 * kBankedShapes : 0);
   if (packed) return paged ? pick_banked_shape<true, true>(bf16, shape) : pick_banked_shape<false, true>(bf16, shape);
   return paged ? pick_banked_shape<true, false>(bf16, shape) : pick_banked_shape<false, false>(bf16, shape);
-}
-
-// The fused append's fallback (qf_vq_attention_decode_append where the banked one-head kernel
-// does not run): entry b's new token's code row, or -1 for an entry with no token or a page
-// outside the cache, as the slots of qf_cuda_vq_encode.
-__global__ void vq_append_slots_kernel(const __grid_constant__ vq_attention_params p, int32_t *slots, int B) {
-  const int b = blockIdx.x * blockDim.x + threadIdx.x;
-  if (b >= B) return;
-  const int64_t len = vq_attn_len(p.kv_lens, p.seq_len, b);
-  slots[b] = len > 0 ? static_cast<int32_t>(vq_attn_row(p, b, len - 1)) : -1;
 }
 
 template <typename Out>
@@ -244,17 +235,14 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld (batch entry, chunk) units exceed the kernel's 32-bit counts", kOp,
                    static_cast<long long>(cfg.units));
   // qf_vq_attention_decode_append: fused into the banked one-head kernel where its blocks set up
-  // by bulk copies (S = 32, or S = 64 in paired halves), else qf_vq_encode_slots' kernel first
-  // (slots from the lengths, after the attention's workspace).
+  // by bulk copies (S = 32, or S = 64 in paired halves), else the encoder's K and V kernel first,
+  // its rows found from the lengths (vq_encode.h).
   const bool appending = a->k_new.data != nullptr;
   const bool fused = appending && qf_vq_attn_banked_appends(&pb, &cfg);
   if (appending && !fused && a->v_books_packed)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: with packed V codebooks the append runs inside the banked one-head kernel "
                    "only (S = 32, or S = 64 in paired halves); this call runs the banked kernel with %d query heads per block "
                    "and %d halves", kOp, cfg.heads, cfg.halves);
-  if (appending && !fused && a->k.N > INT32_MAX)
-    return qf_fail(ctx, QF_ERR_SHAPE, "%s: the append's cache of %lld rows exceeds qf_vq_encode_slots' 32-bit slots", kOp,
-                   static_cast<long long>(a->k.N));
   if (fused) {  // the same plan on the append's own instantiation (the same shared memory and threads)
     kernel = pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, a->v_books_packed != 0, true, slot);
     if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;
@@ -262,8 +250,7 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   if (used) *used = cfg;
 
   void *ws = nullptr;
-  const size_t slots_at = (cfg.scratch_bytes + 15) / 16 * 16;
-  qf_status st = qf_cuda_workspace(ctx, kOp, appending && !fused ? slots_at + a->B * sizeof(int32_t) : cfg.scratch_bytes, &ws);
+  qf_status st = qf_cuda_workspace(ctx, kOp, cfg.scratch_bytes, &ws);
   if (st != QF_OK) return st;
   float *part_o = reinterpret_cast<float *>(static_cast<char *>(ws) + counters);  // the counters stay untouched
   float *part_ml = reinterpret_cast<float *>(reinterpret_cast<char *>(part_o) +
@@ -332,13 +319,11 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
     p.append_codes[0] = a->k.codes, p.append_codes[1] = a->v.codes;
     p.x_ld = a->k_new.ld;
     p.x_dtype = a->k_new.dtype;
-  } else if (appending) {
-    int32_t *slots = reinterpret_cast<int32_t *>(static_cast<char *>(ws) + slots_at);
-    vq_append_slots_kernel<<<static_cast<unsigned>((a->B + 127) / 128), 128, 0, qf_stream(ctx)>>>(p, slots, static_cast<int>(a->B));
-    if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK) return st;
+  } else if (appending) {  // (after every check: a refused call writes nothing)
     const qf_mat xs[2] = {a->k_new, a->v_new};
     const qf_vq_tensors ts[2] = {a->k, a->v};
-    if ((st = qf_cuda_vq_encode(ctx, 2, xs, 0, slots, ts)) != QF_OK) return st;
+    const qf_vq_append_rows at = {a->kv_lens, a->block_table, a->seq_len, a->bt_ld, a->page_size, a->num_pages, p.by_page};
+    if ((st = qf_cuda_vq_encode_append(ctx, xs, ts, &at)) != QF_OK) return st;
   }
   const dim3 grid(static_cast<unsigned>((cfg.blocks + cfg.halves - 1) / cfg.halves), static_cast<unsigned>(a->Hkv * cfg.head_tiles));
   p.o = a->o.data;

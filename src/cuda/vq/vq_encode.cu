@@ -84,6 +84,11 @@
 //   wait), which is also its row of the codebooks' matrix; a negative slot or one past the codes
 //   skips the row. Each x row is still one block's (warp per vector) or one lane's (row-parallel),
 //   so the work and the codes are the same as qf_vq_encode's for that row.
+// - By the lengths (qf_cuda_vq_encode_append, vq_encode.h: the fallback of
+//   qf_vq_attention_decode_append): the K and V pair kernels with row b going to batch entry b's
+//   new token, its row found on the device from kv_lens and the block table after the wait, where
+//   a kernel of its own wrote slots for them before (the one call with grouped heads was then
+//   0.95-0.98x the two calls, now 0.99-1.00x; docs/VQ.md).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -94,6 +99,7 @@
 #include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/vq/vq_common.cuh"
+#include "cuda/vq/vq_encode.h"
 #include "cuda/vq/vq_nearest.cuh"
 
 namespace {
@@ -119,14 +125,39 @@ struct vq_encode_params {
   uint32_t row_words;
 };
 
-// x row i's code row (and with slots its row of the codebooks' matrix): slots[i], or -1 where the
-// row is skipped (a negative slot or one past the codes); i without slots. kSlots is a template
-// parameter of the kernels, so that qf_vq_encode's code does not carry the slots (read at run
-// time, they made its row-parallel CQ-4 kernel 7-8% slower on an H200).
-template <bool kSlots>
-__device__ __forceinline__ int64_t out_row(const vq_encode_params &p, int64_t i) {
-  if (!kSlots) return i;
-  const int64_t s = p.slots[i];
+// Where x row i goes, a template parameter of the kernels (kRows), so that qf_vq_encode's code
+// does not carry the slots (read at run time, they made its row-parallel CQ-4 kernel 7-8% slower
+// on an H200): row i (kRowsOwn), slots[i] (kRowsSlots: qf_vq_encode_slots, qf_vq_encode_kv_slots),
+// or batch entry i's new token (kRowsAppend: qf_cuda_vq_encode_append, vq_encode.h).
+constexpr int kRowsOwn = 0, kRowsSlots = 1, kRowsAppend = 2;
+
+// Entry b's new token's code row, or -1 (vq_encode.h; vq_attn_row's rule). A call, not inlined:
+// inlined into every store of the pair kernels, with the loops versioned on its branches, it made
+// the book-resident and tensor-core kernels a fifth longer (76 -> 96 KB, 100 -> 122 KB of sm_90a
+// code, each block running its half once, straight through) and 1.3-1.5x slower at the same bytes
+// and instructions (H200, Nsight Compute); called, they are within 1.5% of the by-slot kernels' size.
+__device__ __noinline__ int64_t appended_row(const qf_vq_append_rows &a, int64_t b) {
+  int64_t len = a.kv_lens ? a.kv_lens[b] : a.seq_len;
+  len = len < 0 ? 0 : len > a.seq_len ? a.seq_len : len;
+  if (len == 0) return -1;
+  const int64_t t = len - 1;
+  if (!a.block_table) return b * a.seq_len + t;
+  const int page = qf_fastdiv_div(static_cast<int>(t), a.by_page);
+  const int32_t at = a.block_table[b * a.bt_ld + page];
+  return at >= 0 && at < a.num_pages ? at * a.page_size + (t - static_cast<int64_t>(page) * a.page_size) : -1;
+}
+
+// x row i's code row (and with slots or an append its row of the codebooks' matrix), or -1 where
+// the row is skipped (a negative slot, one past the codes, an entry with no new token). `at`: the
+// append's rows (kRowsAppend), a kernel parameter of the pair kernels apart from p (as a member of
+// vq_encode_params, or of a type derived from it, it changed the code of the other kernels: ptxas
+// gave the book-resident pair kernel twice the registers).
+template <int kRows>
+__device__ __forceinline__ int64_t out_row(const vq_encode_params &p, const qf_vq_append_rows *at, int64_t i) {
+  if constexpr (kRows == kRowsOwn) return i;
+  int64_t s;
+  if constexpr (kRows == kRowsSlots) s = p.slots[i];
+  else s = appended_row(*at, i);
   return s < p.out_rows ? s : -1;
 }
 
@@ -195,8 +226,8 @@ __device__ float row_scale(const vq_encode_params &p, const void *row, double *r
 // (registers and loads sized for it), else 0. kLanes: lanes per vector (32: a warp; 16: two
 // vectors a warp), so a block of kBV vectors (32, or kSmallVecs for one row of few vectors, where
 // the launcher checks that kBV indices fill whole words) has kBV kLanes threads.
-template <int KVS, int kLanes, bool kSlots, int kBV>
-__device__ __forceinline__ void encode_vectors(const vq_encode_params &p) {
+template <int KVS, int kLanes, int kRows, int kBV>
+__device__ __forceinline__ void encode_vectors(const vq_encode_params &p, const qf_vq_append_rows *at = nullptr) {
   constexpr int kV = KVS ? KVS : kMaxVs;
   constexpr int kT = kBV * kLanes;
   const int vs = KVS ? KVS : p.vs;
@@ -209,7 +240,7 @@ __device__ __forceinline__ void encode_vectors(const vq_encode_params &p) {
   griddep_wait();  // (qf_ctx_set_pdl: the kernel before may have written x and still read the codes)
 
   for (int64_t i = blockIdx.y; i < p.rows; i += gridDim.y) {
-    const int64_t out = out_row<kSlots>(p, i);  // (the same for the whole block)
+    const int64_t out = out_row<kRows>(p, at, i);  // (the same for the whole block)
     if (out < 0) continue;
     const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * (p.x_dtype == QF_F32 ? 4 : 2);
     const float s = p.scales ? row_scale<kT>(p, xrow, red) : 1.0f;
@@ -223,7 +254,7 @@ __device__ __forceinline__ void encode_vectors(const vq_encode_params &p) {
       float v[kV];
 #pragma unroll
       for (int c = 0; c < kV; c++) v[c] = c < vs ? __fdiv_rn(vq_load_as_f32(xrow, p.x_dtype, j * vs + c), s) : 0.0f;
-      const int64_t scope = p.scope_rows ? (kSlots ? out : p.row0 + i) / p.scope_rows : 0;
+      const int64_t scope = p.scope_rows ? (kRows != kRowsOwn ? out : p.row0 + i) / p.scope_rows : 0;
       const int64_t book = scope * p.books_per_row + j / p.vectors_per_book;
       for (int r = 0; r < p.residuals; r++) {
         const uint16_t *b = p.books + (static_cast<int64_t>(r) * p.n_books + book) * p.entries * vs;
@@ -265,23 +296,24 @@ constexpr int encode_min_blocks() {
   return kBV < kVecs ? 1 : (KVS == 2 || KVS == 4 ? 2048 : 1024) / (kBV * kLanes);
 }
 
-template <int KVS, int kLanes, bool kSlots, int kBV = kVecs>
+template <int KVS, int kLanes, int kRows, int kBV = kVecs>
 __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, kBV>())
     vq_encode_kernel(const vq_encode_params p) {
-  encode_vectors<KVS, kLanes, kSlots, kBV>(p);
+  encode_vectors<KVS, kLanes, kRows, kBV>(p);
 }
 
 // qf_vq_encode_kv_slots: the K tensors' blocks (blockIdx.z 0) and the V tensors' (1) in one grid.
 // Each branch reads its own parameter block, so the one-tensor kernels keep their code (pointers
 // picked from arrays of two by blockIdx.z, indexed or selected, made the 32-register kernels'
 // code a quarter longer and 3-6% slower at 8 rows on an H200).
-template <int KVS, int kLanes, int kBV = kVecs>
+template <int KVS, int kLanes, int kRows, int kBV = kVecs>
 __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, kBV>())
-    vq_encode_kv_kernel(const vq_encode_params k, const vq_encode_params v) {
+    vq_encode_kv_kernel(const vq_encode_params k, const vq_encode_params v,
+    const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
-    encode_vectors<KVS, kLanes, true, kBV>(k);
+    encode_vectors<KVS, kLanes, kRows, kBV>(k, &at);
   else
-    encode_vectors<KVS, kLanes, true, kBV>(v);
+    encode_vectors<KVS, kLanes, kRows, kBV>(v, &at);
 }
 
 // The book-resident form, for appends of several rows where every row takes the same codebooks,
@@ -297,8 +329,8 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
 constexpr int kResidentThreads = 256;
 __host__ __device__ constexpr int resident_lanes(int vs) { return vs == 2 ? 16 : 32; }
 
-template <int KVS, bool kSlots, int kG>
-__device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
+template <int KVS, int kRows, int kG>
+__device__ __forceinline__ void encode_resident(const vq_encode_params &p, const qf_vq_append_rows *at = nullptr) {
   constexpr int kLanes = resident_lanes(KVS);
   constexpr int kE = 256 / kLanes;                     // entries per lane
   constexpr int kBV = kResidentThreads / kLanes;       // vectors per block: kBV * 8 bits are whole words
@@ -351,7 +383,7 @@ __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
     for (uint32_t t = threadIdx.x; t < kG * per_row; t += blockDim.x) {
       const int g = static_cast<int>(t / per_row);
       const uint32_t w = t % per_row;
-      const int64_t o = i0 + g < p.rows ? out_row<kSlots>(p, i0 + g) : -1;
+      const int64_t o = i0 + g < p.rows ? out_row<kRows>(p, at, i0 + g) : -1;
       if (o < 0) continue;
       const uint32_t gw = w < kWords ? blockIdx.x * static_cast<uint32_t>(kWords) + w : tail + (w - kWords);
       const uint32_t word = w < kWords ? packed_word(idx_s[g], 1, static_cast<int>(w), 8, kBV) : 0u;
@@ -361,30 +393,32 @@ __device__ __forceinline__ void encode_resident(const vq_encode_params &p) {
   }
 }
 
-template <int KVS, bool kSlots, int kG>
+template <int KVS, int kRows, int kG>
 __global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kernel(const vq_encode_params p) {
-  encode_resident<KVS, kSlots, kG>(p);
+  encode_resident<KVS, kRows, kG>(p);
 }
 
-template <int KVS, int kG>
+template <int KVS, int kRows, int kG>
 __global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kv_kernel(const vq_encode_params k,
-                                                                                const vq_encode_params v) {
+                                                                                const vq_encode_params v,
+    const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
-    encode_resident<KVS, true, kG>(k);
+    encode_resident<KVS, kRows, kG>(k, &at);
   else
-    encode_resident<KVS, true, kG>(v);
+    encode_resident<KVS, kRows, kG>(v, &at);
 }
 
 // The row-parallel forms' stores, for a block of kP vector positions and the 32 rows from i0,
 // whose indices are idx_s[residual][position][row]: packed as the warp-per-vector kernel packs
 // them (word w of the block holds bits [32 w, 32 w + 32) of its kP indices of a row, kP indices of
 // `bits` bits filling whole words); the last block of a row also zeroes the row's padding words.
-template <bool kSlots, int kP>
-__device__ __forceinline__ void store_rows(const vq_encode_params &p, const uint32_t (&idx_s)[kMaxR][kP][33], int64_t i0) {
+template <int kRows, int kP>
+__device__ __forceinline__ void store_rows(const vq_encode_params &p, const qf_vq_append_rows *at, const uint32_t (&idx_s)[kMaxR][kP][33],
+                                           int64_t i0) {
   const int wpb = kP * p.bits / 32, words = p.residuals * wpb;
   for (int t = threadIdx.x; t < 32 * words; t += kP * 32) {
     const int row = t / words, r = (t % words) / wpb, w = t % wpb;
-    const int64_t ii = i0 + row, out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
+    const int64_t ii = i0 + row, out = ii < p.rows ? out_row<kRows>(p, at, ii) : -1;
     if (out < 0) continue;
     const uint32_t word = packed_word(&idx_s[r][0][row], 33, w, p.bits, kP);
     const uint32_t gw = static_cast<uint32_t>(blockIdx.x) * static_cast<uint32_t>(wpb) + static_cast<uint32_t>(w);
@@ -393,7 +427,7 @@ __device__ __forceinline__ void store_rows(const vq_encode_params &p, const uint
   if (blockIdx.x == gridDim.x - 1) {
     const uint32_t tail = gridDim.x * static_cast<uint32_t>(wpb), n = p.row_words > tail ? p.row_words - tail : 0u;
     for (uint32_t t = threadIdx.x; t < 32u * p.residuals * n; t += kP * 32) {
-      const int64_t ii = i0 + t / (p.residuals * n), out = ii < p.rows ? out_row<kSlots>(p, ii) : -1;
+      const int64_t ii = i0 + t / (p.residuals * n), out = ii < p.rows ? out_row<kRows>(p, at, ii) : -1;
       const uint32_t rest = t % (p.residuals * n);
       if (out >= 0) p.codes[(static_cast<int64_t>(rest / n) * p.out_rows + out) * p.row_words + tail + rest % n] = 0u;
     }
@@ -411,8 +445,8 @@ __device__ __forceinline__ void store_rows(const vq_encode_params &p, const uint
 // into shared memory as fp32 (the dynamic shared memory, kP x 256 x KVS floats), so that the
 // scan reads an entry with one 8- or 16-byte broadcast load and no widenings. kP: vector
 // positions (warps) per block, whose kP indices of `bits` bits fill whole words.
-template <int KVS, bool kSlots, bool kStaged = false, int kP = kVecs>
-__device__ __forceinline__ void encode_rows(const vq_encode_params &p) {
+template <int KVS, int kRows, bool kStaged = false, int kP = kVecs>
+__device__ __forceinline__ void encode_rows(const vq_encode_params &p, const qf_vq_append_rows *at = nullptr) {
   constexpr int kV = KVS ? KVS : kMaxVs;
   const int vs = KVS ? KVS : p.vs;
   __shared__ uint32_t idx_s[kMaxR][kP][33];  // [residual][position][row] (+1: the pack reads along positions)
@@ -436,7 +470,7 @@ __device__ __forceinline__ void encode_rows(const vq_encode_params &p) {
 
   for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * 32; i0 < p.rows; i0 += static_cast<int64_t>(gridDim.y) * 32) {
     const int64_t i = i0 + lane;
-    if (j < p.vectors && i < p.rows && out_row<kSlots>(p, i) >= 0) {
+    if (j < p.vectors && i < p.rows && out_row<kRows>(p, at, i) >= 0) {
       const void *xrow = static_cast<const char *>(p.x) + i * p.x_ld * esz;
       float v[kV];
 #pragma unroll
@@ -484,31 +518,32 @@ __device__ __forceinline__ void encode_rows(const vq_encode_params &p) {
     }
     __syncthreads();
 
-    store_rows<kSlots, kP>(p, idx_s, i0);
+    store_rows<kRows, kP>(p, at, idx_s, i0);
     __syncthreads();  // idx_s is reused by the next rows
   }
 }
 
-template <int KVS, bool kSlots>
+template <int KVS, int kRows>
 __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1) vq_encode_rows_kernel(const vq_encode_params p) {
-  encode_rows<KVS, kSlots>(p);
+  encode_rows<KVS, kRows>(p);
 }
 
 // The staged row-parallel kernels: blocks of kStagedVecs positions x 32 rows (16 or 32 KB of
 // books for KVS 2 or 4; with the blocks of 32 positions, 64 or 128 KB, one per SM, prefill
 // chunks of 512 rows ran 1.09-1.22x slower and those of 32-128 rows up to 1.67x).
-template <int KVS, bool kSlots>
+template <int KVS, int kRows>
 __global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kernel(const vq_encode_params p) {
-  encode_rows<KVS, kSlots, true, kStagedVecs>(p);
+  encode_rows<KVS, kRows, true, kStagedVecs>(p);
 }
 
-template <int KVS>
+template <int KVS, int kRows>
 __global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kv_kernel(const vq_encode_params k,
-                                                                                        const vq_encode_params v) {
+                                                                                        const vq_encode_params v,
+    const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
-    encode_rows<KVS, true, true, kStagedVecs>(k);
+    encode_rows<KVS, kRows, true, kStagedVecs>(k, &at);
   else
-    encode_rows<KVS, true, true, kStagedVecs>(v);
+    encode_rows<KVS, kRows, true, kStagedVecs>(v, &at);
 }
 
 // A float rounded to the 16-bit type of an entry tag (vq_f16, vq_bf16), as raw bits (the inverse
@@ -546,8 +581,8 @@ __device__ __forceinline__ void keep_two(float &b, float &s, float k) {
 constexpr int kTcWarps = 8;      // vector positions (warps) per block
 constexpr int kTcRowsMin = 16;   // rows in the launch (of K and V together) from which the launcher takes it
 
-template <typename E, typename X, bool kSlots>
-__device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
+template <typename E, typename X, int kRows>
+__device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p, const qf_vq_append_rows *at = nullptr) {
   using mma_t = std::conditional_t<std::is_same_v<E, vq_bf16>, __nv_bfloat16, __half>;
   constexpr bool kHalf = std::is_same_v<E, vq_f16>;
   constexpr bool kMixed = !std::is_same_v<E, X>;  // (bf16 x, fp16 books: v converted, below)
@@ -645,7 +680,7 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
         const float S = n2[h] + W;
         const bool in_range = S < 0x1p100f && (!kMixed || n2[h] < 0x1p32f);  // (bf16 x: every |v| < 65536)
         const bool sure = !bad && in_range && s2 - b > S * 0x1p-15f + fabsf(b) * 0x1p-13f + abs_term;
-        const bool stored = live && i < p.rows && out_row<kSlots>(p, i) >= 0;
+        const bool stored = live && i < p.rows && out_row<kRows>(p, at, i) >= 0;
         if (t == 0) idx_s[0][warp][row] = live ? __float_as_uint(b) & 0xFFu : 0u;  // (past the row: zero bits)
         // The rows left undecided, one at a time by the whole warp: v from its quad's lanes 0
         // and 1, lane l the entries l, l + 32, ... from the B fragments (-w: the sign bits
@@ -668,109 +703,122 @@ __device__ __forceinline__ void encode_rows_tc(const vq_encode_params &p) {
       }
     }
     __syncthreads();
-    store_rows<kSlots, kTcWarps>(p, idx_s, i0);
+    store_rows<kRows, kTcWarps>(p, at, idx_s, i0);
     __syncthreads();  // idx_s is reused by the next rows
   }
 }
 
 // Four blocks per SM (64 registers, no spills): 3-4% faster from 512 rows than three (80
 // registers; H200, `h200-dev-vq-encode-tc-occupancy-ab.txt`).
-template <typename E, typename X, bool kSlots>
+template <typename E, typename X, int kRows>
 __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kernel(const vq_encode_params p) {
-  encode_rows_tc<E, X, kSlots>(p);
+  encode_rows_tc<E, X, kRows>(p);
 }
 
-template <typename E, typename X>
+template <typename E, typename X, int kRows>
 __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kv_kernel(const vq_encode_params k,
-                                                                                 const vq_encode_params v) {
+                                                                                 const vq_encode_params v,
+    const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
-    encode_rows_tc<E, X, true>(k);
+    encode_rows_tc<E, X, kRows>(k, &at);
   else
-    encode_rows_tc<E, X, true>(v);
+    encode_rows_tc<E, X, kRows>(v, &at);
 }
 
-template <int KVS>
+template <int KVS, int kRows>
 __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1)
-    vq_encode_rows_kv_kernel(const vq_encode_params k, const vq_encode_params v) {
+    vq_encode_rows_kv_kernel(const vq_encode_params k, const vq_encode_params v,
+    const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
-    encode_rows<KVS, true>(k);
+    encode_rows<KVS, kRows>(k, &at);
   else
-    encode_rows<KVS, true>(v);
+    encode_rows<KVS, kRows>(v, &at);
 }
 
 using encode_kernel_t = void (*)(vq_encode_params);
-using encode_kv_kernel_t = void (*)(vq_encode_params, vq_encode_params);
+using encode_kv_kernel_t = void (*)(vq_encode_params, vq_encode_params, qf_vq_append_rows);
 
 // The encode kernel of a form (row-parallel, 16 lanes per vector, a warp per vector in blocks of
 // kSmallVecs vectors (`small`, KVS buckets 1 and 2 only) or of kVecs) and a KVS bucket k (0: any
 // vector size or unaligned books; 1, 2, 3: sizes 2, 4, 8).
-template <bool kSlots>
+template <int kRows>
 encode_kernel_t pick_encode(bool rows_form, bool half_warps, bool small, int k) {
-  const encode_kernel_t per_vector[] = {vq_encode_kernel<0, 32, kSlots>, vq_encode_kernel<2, 32, kSlots>,
-                                        vq_encode_kernel<4, 32, kSlots>, vq_encode_kernel<8, 32, kSlots>};
-  const encode_kernel_t per_row[] = {vq_encode_rows_kernel<0, kSlots>, vq_encode_rows_kernel<2, kSlots>,
-                                     vq_encode_rows_kernel<4, kSlots>, vq_encode_rows_kernel<8, kSlots>};
+  const encode_kernel_t per_vector[] = {vq_encode_kernel<0, 32, kRows>, vq_encode_kernel<2, 32, kRows>,
+                                        vq_encode_kernel<4, 32, kRows>, vq_encode_kernel<8, 32, kRows>};
+  const encode_kernel_t per_row[] = {vq_encode_rows_kernel<0, kRows>, vq_encode_rows_kernel<2, kRows>,
+                                     vq_encode_rows_kernel<4, kRows>, vq_encode_rows_kernel<8, kRows>};
   if (rows_form) return per_row[k];
-  if (small) return k == 1 ? vq_encode_kernel<2, 32, kSlots, kSmallVecs> : vq_encode_kernel<4, 32, kSlots, kSmallVecs>;
-  if (half_warps) return k == 1 ? vq_encode_kernel<2, 16, kSlots> : vq_encode_kernel<0, 16, kSlots>;  // (unaligned books: 0)
+  if (small) return k == 1 ? vq_encode_kernel<2, 32, kRows, kSmallVecs> : vq_encode_kernel<4, 32, kRows, kSmallVecs>;
+  if (half_warps) return k == 1 ? vq_encode_kernel<2, 16, kRows> : vq_encode_kernel<0, 16, kRows>;  // (unaligned books: 0)
   return per_vector[k];
 }
 
 // The same for a K and V pair.
+template <int kRows>
 encode_kv_kernel_t pick_encode_kv(bool rows_form, bool half_warps, bool small, int k) {
-  const encode_kv_kernel_t per_vector[] = {vq_encode_kv_kernel<0, 32>, vq_encode_kv_kernel<2, 32>, vq_encode_kv_kernel<4, 32>,
-                                           vq_encode_kv_kernel<8, 32>};
-  const encode_kv_kernel_t per_row[] = {vq_encode_rows_kv_kernel<0>, vq_encode_rows_kv_kernel<2>, vq_encode_rows_kv_kernel<4>,
-                                        vq_encode_rows_kv_kernel<8>};
+  const encode_kv_kernel_t per_vector[] = {vq_encode_kv_kernel<0, 32, kRows>, vq_encode_kv_kernel<2, 32, kRows>,
+                                           vq_encode_kv_kernel<4, 32, kRows>, vq_encode_kv_kernel<8, 32, kRows>};
+  const encode_kv_kernel_t per_row[] = {vq_encode_rows_kv_kernel<0, kRows>, vq_encode_rows_kv_kernel<2, kRows>,
+                                        vq_encode_rows_kv_kernel<4, kRows>, vq_encode_rows_kv_kernel<8, kRows>};
   if (rows_form) return per_row[k];
-  if (small) return k == 1 ? vq_encode_kv_kernel<2, 32, kSmallVecs> : vq_encode_kv_kernel<4, 32, kSmallVecs>;
-  if (half_warps) return k == 1 ? vq_encode_kv_kernel<2, 16> : vq_encode_kv_kernel<0, 16>;
+  if (small) return k == 1 ? vq_encode_kv_kernel<2, 32, kRows, kSmallVecs> : vq_encode_kv_kernel<4, 32, kRows, kSmallVecs>;
+  if (half_warps) return k == 1 ? vq_encode_kv_kernel<2, 16, kRows> : vq_encode_kv_kernel<0, 16, kRows>;
   return per_vector[k];
 }
 
 // The book-resident kernel of a KVS bucket (1, 2: sizes 2, 4) taking rows kg (2 or 4, and 8 for
 // size 2) at a time, for one tensor and for a K and V pair.
-template <bool kSlots>
+template <int kRows>
 encode_kernel_t pick_resident(int k, int kg) {
-  if (k == 1 && kg == 8) return vq_encode_resident_kernel<2, kSlots, 8>;
-  if (k == 1) return kg == 2 ? vq_encode_resident_kernel<2, kSlots, 2> : vq_encode_resident_kernel<2, kSlots, 4>;
-  return kg == 2 ? vq_encode_resident_kernel<4, kSlots, 2> : vq_encode_resident_kernel<4, kSlots, 4>;
+  if (k == 1 && kg == 8) return vq_encode_resident_kernel<2, kRows, 8>;
+  if (k == 1) return kg == 2 ? vq_encode_resident_kernel<2, kRows, 2> : vq_encode_resident_kernel<2, kRows, 4>;
+  return kg == 2 ? vq_encode_resident_kernel<4, kRows, 2> : vq_encode_resident_kernel<4, kRows, 4>;
 }
 
+template <int kRows>
 encode_kv_kernel_t pick_resident_kv(int k, int kg) {
-  if (k == 1 && kg == 8) return vq_encode_resident_kv_kernel<2, 8>;
-  if (k == 1) return kg == 2 ? vq_encode_resident_kv_kernel<2, 2> : vq_encode_resident_kv_kernel<2, 4>;
-  return kg == 2 ? vq_encode_resident_kv_kernel<4, 2> : vq_encode_resident_kv_kernel<4, 4>;
+  if (k == 1 && kg == 8) return vq_encode_resident_kv_kernel<2, kRows, 8>;
+  if (k == 1) return kg == 2 ? vq_encode_resident_kv_kernel<2, kRows, 2> : vq_encode_resident_kv_kernel<2, kRows, 4>;
+  return kg == 2 ? vq_encode_resident_kv_kernel<4, kRows, 2> : vq_encode_resident_kv_kernel<4, kRows, 4>;
 }
 
 // The staged row-parallel kernel of a KVS bucket (1, 2: sizes 2, 4), for one tensor and for a K
 // and V pair.
-template <bool kSlots>
+template <int kRows>
 encode_kernel_t pick_rows_staged(int k) {
-  return k == 1 ? vq_encode_rows_staged_kernel<2, kSlots> : vq_encode_rows_staged_kernel<4, kSlots>;
+  return k == 1 ? vq_encode_rows_staged_kernel<2, kRows> : vq_encode_rows_staged_kernel<4, kRows>;
 }
 
+template <int kRows>
 encode_kv_kernel_t pick_rows_staged_kv(int k) {
-  return k == 1 ? vq_encode_rows_staged_kv_kernel<2> : vq_encode_rows_staged_kv_kernel<4>;
+  return k == 1 ? vq_encode_rows_staged_kv_kernel<2, kRows> : vq_encode_rows_staged_kv_kernel<4, kRows>;
 }
 
 // The tensor-core row-parallel kernel for the books' and x's 16-bit types (both fp16, both bf16,
 // or fp16 books and bf16 x), for one tensor and for a K and V pair.
-template <bool kSlots>
+template <int kRows>
 encode_kernel_t pick_rows_tc(qf_dtype books, qf_dtype x) {
-  if (books == QF_BF16) return vq_encode_rows_tc_kernel<vq_bf16, vq_bf16, kSlots>;
-  return x == QF_BF16 ? vq_encode_rows_tc_kernel<vq_f16, vq_bf16, kSlots> : vq_encode_rows_tc_kernel<vq_f16, vq_f16, kSlots>;
+  if (books == QF_BF16) return vq_encode_rows_tc_kernel<vq_bf16, vq_bf16, kRows>;
+  return x == QF_BF16 ? vq_encode_rows_tc_kernel<vq_f16, vq_bf16, kRows> : vq_encode_rows_tc_kernel<vq_f16, vq_f16, kRows>;
 }
 
+template <int kRows>
 encode_kv_kernel_t pick_rows_tc_kv(qf_dtype books, qf_dtype x) {
-  if (books == QF_BF16) return vq_encode_rows_tc_kv_kernel<vq_bf16, vq_bf16>;
-  return x == QF_BF16 ? vq_encode_rows_tc_kv_kernel<vq_f16, vq_bf16> : vq_encode_rows_tc_kv_kernel<vq_f16, vq_f16>;
+  if (books == QF_BF16) return vq_encode_rows_tc_kv_kernel<vq_bf16, vq_bf16, kRows>;
+  return x == QF_BF16 ? vq_encode_rows_tc_kv_kernel<vq_f16, vq_bf16, kRows> : vq_encode_rows_tc_kv_kernel<vq_f16, vq_f16, kRows>;
 }
 
-}  // namespace
+// A K and V pair's kernel: by slot, or for an append (its parameters extended by the rows' place).
+qf_status launch_kv(qf_ctx *ctx, const qf_vq_append_rows *append, encode_kv_kernel_t by_slot, encode_kv_kernel_t by_append,
+                    dim3 grid, dim3 block, size_t smem, const vq_encode_params &k, const vq_encode_params &v) {
+  const encode_kv_kernel_t kernel = append ? by_append : by_slot;
+  return qf_cuda_launch(ctx, kOp, kernel, kernel, grid, block, smem, k, v, append ? *append : qf_vq_append_rows{});
+}
 
-extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int64_t row0, const int32_t *slots,
-                                       const qf_vq_tensors *ts) {
+// n tensors' rows (n = 2: a K and V pair) at their own rows from row0, at slots, or (a pair) at
+// the rows of an append.
+qf_status encode(qf_ctx *ctx, int n, const qf_mat *xs, int64_t row0, const int32_t *slots, const qf_vq_append_rows *append,
+                 const qf_vq_tensors *ts) {
   const qf_mat *x = &xs[0];
   const qf_vq_tensors *t = &ts[0];  // (a pair's second: the same shapes, dtypes and format)
   const qf_vq_format &f = t->fmt;
@@ -852,11 +900,10 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     const int64_t gx = (p.vectors + kTcWarps - 1) / kTcWarps, chunks = (x->rows + 31) / 32;
     const int64_t gy = std::min<int64_t>({chunks, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 tgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
-    if (n == 2) {
-      const encode_kv_kernel_t kernel = pick_rows_tc_kv(f.entry_dtype, x->dtype);
-      return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p, v);
-    }
-    const encode_kernel_t kernel = slots ? pick_rows_tc<true>(f.entry_dtype, x->dtype) : pick_rows_tc<false>(f.entry_dtype, x->dtype);
+    if (n == 2)
+      return launch_kv(ctx, append, pick_rows_tc_kv<kRowsSlots>(f.entry_dtype, x->dtype),
+                       pick_rows_tc_kv<kRowsAppend>(f.entry_dtype, x->dtype), tgrid, dim3(kTcWarps * 32), 0, p, v);
+    const encode_kernel_t kernel = slots ? pick_rows_tc<kRowsSlots>(f.entry_dtype, x->dtype) : pick_rows_tc<kRowsOwn>(f.entry_dtype, x->dtype);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, tgrid, dim3(kTcWarps * 32), 0, p);
   }
   // The book-resident form (above) from 4 rows in the launch (2 of K and V): 16 lanes per vector
@@ -873,11 +920,10 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     const int64_t gx = (p.vectors + bv - 1) / bv, groups = (x->rows + kg - 1) / kg;
     const int64_t gy = std::min<int64_t>({groups, std::max<int64_t>(1, 8 * ctx->sm_count / (gx * n)), 65535});
     const dim3 rgrid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(n));
-    if (n == 2) {
-      const encode_kv_kernel_t kernel = pick_resident_kv(k, kg);
-      return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p, v);
-    }
-    const encode_kernel_t kernel = slots ? pick_resident<true>(k, kg) : pick_resident<false>(k, kg);
+    if (n == 2)
+      return launch_kv(ctx, append, pick_resident_kv<kRowsSlots>(k, kg), pick_resident_kv<kRowsAppend>(k, kg), rgrid,
+                       dim3(kResidentThreads), 0, p, v);
+    const encode_kernel_t kernel = slots ? pick_resident<kRowsSlots>(k, kg) : pick_resident<kRowsOwn>(k, kg);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, rgrid, dim3(kResidentThreads), 0, p);
   }
   // The row-parallel form stages such books in shared memory as fp32, in blocks of kStagedVecs
@@ -887,19 +933,29 @@ extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int
     const size_t smem = static_cast<size_t>(kStagedVecs) * 256 * vs * 4;
     const dim3 sgrid(static_cast<unsigned>((p.vectors + kStagedVecs - 1) / kStagedVecs), grid.y, grid.z);
     const dim3 sblock(kStagedVecs * 32);
-    if (n == 2) {
-      const encode_kv_kernel_t kernel = pick_rows_staged_kv(k);
-      return qf_cuda_launch(ctx, kOp, kernel, kernel, sgrid, sblock, smem, p, v);
-    }
-    const encode_kernel_t kernel = slots ? pick_rows_staged<true>(k) : pick_rows_staged<false>(k);
+    if (n == 2)
+      return launch_kv(ctx, append, pick_rows_staged_kv<kRowsSlots>(k), pick_rows_staged_kv<kRowsAppend>(k), sgrid, sblock,
+                       smem, p, v);
+    const encode_kernel_t kernel = slots ? pick_rows_staged<kRowsSlots>(k) : pick_rows_staged<kRowsOwn>(k);
     return qf_cuda_launch(ctx, kOp, kernel, kernel, sgrid, sblock, smem, p);
   }
   // (the same kernel either way: it waits for the kernel before at its start)
-  if (n == 2) {
-    const encode_kv_kernel_t kernel = pick_encode_kv(rows_form, half_warps, small, k);
-    return qf_cuda_launch(ctx, kOp, kernel, kernel, blocks, block, 0, p, v);
-  }
-  const encode_kernel_t kernel = slots ? pick_encode<true>(rows_form, half_warps, small, k)
-                                       : pick_encode<false>(rows_form, half_warps, small, k);
+  if (n == 2)
+    return launch_kv(ctx, append, pick_encode_kv<kRowsSlots>(rows_form, half_warps, small, k),
+                     pick_encode_kv<kRowsAppend>(rows_form, half_warps, small, k), blocks, block, 0, p, v);
+  const encode_kernel_t kernel = slots ? pick_encode<kRowsSlots>(rows_form, half_warps, small, k)
+                                       : pick_encode<kRowsOwn>(rows_form, half_warps, small, k);
   return qf_cuda_launch(ctx, kOp, kernel, kernel, blocks, block, 0, p);
+}
+
+}  // namespace
+
+extern "C" qf_status qf_cuda_vq_encode(qf_ctx *ctx, int n, const qf_mat *xs, int64_t row0, const int32_t *slots,
+                                       const qf_vq_tensors *ts) {
+  return encode(ctx, n, xs, row0, slots, nullptr, ts);
+}
+
+extern "C" qf_status qf_cuda_vq_encode_append(qf_ctx *ctx, const qf_mat *xs, const qf_vq_tensors *ts,
+                                              const qf_vq_append_rows *at) {
+  return encode(ctx, 2, xs, 0, nullptr, at, ts);
 }

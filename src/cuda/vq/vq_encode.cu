@@ -98,7 +98,6 @@
 #include "cuda/common.cuh"
 #include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/mma.cuh"
-#include "cuda/vq/vq_attention.cuh"
 #include "cuda/vq/vq_common.cuh"
 #include "cuda/vq/vq_encode.h"
 #include "cuda/vq/vq_nearest.cuh"
@@ -138,7 +137,8 @@ constexpr int kRowsOwn = 0, kRowsSlots = 1, kRowsAppend = 2;
 // code, each block running its half once, straight through) and 1.3-1.5x slower at the same bytes
 // and instructions (H200, Nsight Compute); called, they are within 1.5% of the by-slot kernels' size.
 __device__ __noinline__ int64_t appended_row(const qf_vq_append_rows &a, int64_t b) {
-  const int64_t len = vq_attn_len(a.kv_lens, a.seq_len, b);
+  int64_t len = a.kv_lens ? a.kv_lens[b] : a.seq_len;
+  len = len < 0 ? 0 : len > a.seq_len ? a.seq_len : len;
   if (len == 0) return -1;
   const int64_t t = len - 1;
   if (!a.block_table) return b * a.seq_len + t;

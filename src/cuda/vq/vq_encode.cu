@@ -101,6 +101,7 @@
 #include "cuda/vq/vq_common.cuh"
 #include "cuda/vq/vq_encode.h"
 #include "cuda/vq/vq_nearest.cuh"
+#include "cuda/vq/vq_rows.cuh"
 
 namespace {
 
@@ -131,20 +132,14 @@ struct vq_encode_params {
 // or batch entry i's new token (kRowsAppend: qf_cuda_vq_encode_append, vq_encode.h).
 constexpr int kRowsOwn = 0, kRowsSlots = 1, kRowsAppend = 2;
 
-// Entry b's new token's code row, or -1 (vq_encode.h; vq_attn_row's rule). A call, not inlined:
+// Entry b's new token's code row, or -1 (vq_encode.h; the attention's rule, vq_rows.cuh). A call, not inlined:
 // inlined into every store of the pair kernels, with the loops versioned on its branches, it made
 // the book-resident and tensor-core kernels a fifth longer (76 -> 96 KB, 100 -> 122 KB of sm_90a
 // code, each block running its half once, straight through) and 1.3-1.5x slower at the same bytes
 // and instructions (H200, Nsight Compute); called, they are within 1.5% of the by-slot kernels' size.
 __device__ __noinline__ int64_t appended_row(const qf_vq_append_rows &a, int64_t b) {
-  int64_t len = a.kv_lens ? a.kv_lens[b] : a.seq_len;
-  len = len < 0 ? 0 : len > a.seq_len ? a.seq_len : len;
-  if (len == 0) return -1;
-  const int64_t t = len - 1;
-  if (!a.block_table) return b * a.seq_len + t;
-  const int page = qf_fastdiv_div(static_cast<int>(t), a.by_page);
-  const int32_t at = a.block_table[b * a.bt_ld + page];
-  return at >= 0 && at < a.num_pages ? at * a.page_size + (t - static_cast<int64_t>(page) * a.page_size) : -1;
+  const int64_t len = vq_attn_len(a.kv_lens, a.seq_len, b);
+  return len == 0 ? -1 : vq_attn_row(a, b, len - 1);
 }
 
 // x row i's code row (and with slots or an append its row of the codebooks' matrix), or -1 where

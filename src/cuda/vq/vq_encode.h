@@ -11,8 +11,8 @@
 // clamped to [0, seq_len], or seq_len without lengths), in entry b's rows of an unpaged cache
 // (b seq_len + len_b - 1) or on its page of a paged one (block_table [B, bt_ld] of pages of
 // page_size rows, num_pages of them); an entry with no token, or whose page is outside the cache,
-// is skipped. The attention's rule for a token's row (vq_attn_row; seq_len and page_size below
-// 2^31, as its launcher keeps them).
+// is skipped. The attention's rule for a token's row (vq_attn_row, vq_rows.cuh; seq_len and
+// page_size below 2^31, as its launcher keeps them).
 struct qf_vq_append_rows {
   const int32_t *kv_lens;      // [B] or NULL
   const int32_t *block_table;  // or NULL: unpaged

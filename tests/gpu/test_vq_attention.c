@@ -956,8 +956,9 @@ static void ragged_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, uint64_t *se
  * byte for byte), and the caches against the CPU's qf_vq_attention_decode_append. With packed V
  * books (`packed`) a plan that cannot take them refuses the call and leaves the caches as they
  * were; the one call again on a PDL context gives the same bytes. ran_append[1] counts the calls
- * the banked one-head kernel fused, ran_append[0] the others. */
-static int ran_append[2], ran_append_refused, most_new_tokens;
+ * the banked kernel fused, ran_append[0] the others, ran_append_grouped[S = 64] the fused calls of
+ * grouped heads. */
+static int ran_append[2], ran_append_refused, ran_append_grouped[2], most_new_tokens;
 
 /* The most units that hold their entry's new token (the chunk of its token L_b - 1) in one half's
  * run of a banked plan, split over runs as the kernel does (paired halves: every other unit of
@@ -1048,7 +1049,7 @@ static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t grou
   for (int m = 0; m < 2; m++) CUDA_OK(cudaMemcpy(dpool[m], h_pool[m], cbytes, cudaMemcpyHostToDevice));
   qf_vq_attention_config used;
   const int planned = qf_cuda_vq_attention_decode_with(gpu, &a, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO, &used) == QF_OK;
-  const qf_vq_attention_problem pb = {.D = c->D, .vector_size = c->f.vector_size};
+  const qf_vq_attention_problem pb = {.B = B, .D = c->D, .vector_size = c->f.vector_size};
   const int fused = planned && qf_vq_attn_banked_appends(&pb, &used);
   if (fused) {
     const int n = new_tokens_per_run(&pb, &used, lens, T);
@@ -1092,6 +1093,7 @@ static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t grou
     }
   } else if (ok && CHECK(st == QF_OK, "%s: one call: %s", desc, qf_ctx_last_error(gpu))) {
     ran_append[fused]++;
+    if (fused && used.heads > 1) ran_append_grouped[c->D / c->f.vector_size == 64]++;
     for (int m = 0; m < 2; m++) {
       CUDA_OK(cudaMemcpy(got, dpool[m], cbytes, cudaMemcpyDeviceToHost));
       size_t first = cbytes, n_diff = 0;
@@ -1667,9 +1669,10 @@ int main(void) {
   }
   CHECK(ran_paged_banked > 0, "the banked kernel ran on pages smaller than a tile (%d)", ran_paged_banked);
 
-  /* a decode step in one call: fused into the banked one-head kernel (CQ-2 at D = 128 and 64 of
-   * 2-element vectors, CQ-4 on paired halves, with lengths, pages, packed V books, bf16 books, fp32
-   * and bf16 rows), else the encode first (grouped heads, a lone CQ-4 half, GC / SC formats) */
+  /* a decode step in one call: fused into the banked kernel's bulk setups (one head: CQ-2 at D =
+   * 128 and 64 of 2-element vectors, CQ-4 on paired halves; grouped: CQ-2 at group 4, CQ-4 at
+   * groups 2 and 4; with lengths, pages, packed V books, bf16 books, fp32 and bf16 rows), else the
+   * encode first (CQ-2 at group 2, a lone CQ-4 half, GC / SC formats) */
   {
     const struct {
       const char *name;
@@ -1689,12 +1692,18 @@ int main(void) {
         {"CQ-4 step", cq4, 5, 1100, 64, 128, 1, 256, QF_F16, 1, 1},
         {"CQ-4 D=64 step", cq4, 3, 500, 16, 64, 1, 0, QF_F16, 1, 0},
         {"CQ-2 group 4 step", cq2, 5, 700, 8, 128, 4, 0, QF_F16, 1, 1},
-        {"CQ-2 group 4 step", cq2, 8, 700, 8, 128, 4, 16, QF_F16, 1, 0}, /* the encoder's tensor-core form */
+        {"CQ-2 group 4 step", cq2, 8, 700, 8, 128, 4, 16, QF_F16, 1, 0},
+        {"CQ-2 group 2 step", cq2, 8, 700, 8, 128, 2, 16, QF_F16, 1, 0}, /* the encoder's tensor-core form */
         {"CQ-2 group 2 step", cq2, 2, 600, 4, 128, 2, 0, QF_F32, 0, 0},  /* its book-resident form */
+        {"CQ-2 group 2 step", cq2, 3, 300, 4, 128, 2, 0, QF_F16, 0, 1},  /* packed V books refused */
         {"CQ-4 group 2 step", cq4, 4, 600, 2, 128, 2, 128, QF_F16, 1, 0},
+        {"CQ-4 group 4 step", cq4, 8, 1100, 8, 128, 4, 0, QF_F16, 1, 1}, /* two head tiles per kv head */
+        {"CQ-4 group 4 bf16 step", cq4_bf16, 16, 600, 8, 128, 4, 256, QF_BF16, 1, 0},
         {"VQ<8,6,2> step", bits6, 3, 500, 2, 64, 4, 0, QF_F32, 1, 0},
         {"CQ-2 short step", cq2, 24, 100, 64, 128, 1, 0, QF_F16, 1, 0}, /* several new tokens per run */
         {"CQ-4 short step", cq4, 24, 100, 64, 128, 1, 16, QF_F16, 1, 1},
+        {"CQ-2 group 4 short step", cq2, 24, 100, 16, 128, 4, 0, QF_F16, 1, 0},
+        {"CQ-4 group 2 short step", cq4, 24, 100, 16, 128, 2, 16, QF_F16, 1, 1},
     };
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
       kv_cache c;
@@ -1710,6 +1719,8 @@ int main(void) {
           "the step in one call ran fused (%d) and as two kernels (%d), and was refused with packed V books outside the fused "
           "kernel (%d)", ran_append[1], ran_append[0], ran_append_refused);
     CHECK(most_new_tokens >= 3, "a fused step encoded 3 or more new tokens in one run (at most %d)", most_new_tokens);
+    CHECK(ran_append_grouped[0] > 0 && ran_append_grouped[1] > 0, "grouped heads fused the step with S = 32 (%d) and 64 (%d)",
+          ran_append_grouped[0], ran_append_grouped[1]);
   }
 
   nan_inf_case(gpu, cpu, 64, &seed);

@@ -2,8 +2,8 @@
  * KV cache against an fp16 split-KV decode attention over the same cache uncompressed
  * (fp16_decode.cu), on the same device in the same run.
  *  - Shapes: Llama-7B attention (Hq = Hkv = 32, D = 128, fp16 q and o) at seq_len 1024 and 4096,
- *    batch 1 and 8 (--m selects a batch size); GQA with 8 kv heads (Llama-3-8B: Hq = 32, Hkv = 8)
- *    at seq_len 4096, batch 1 and 8.
+ *    batch 1 and 8 (--m selects a batch size, or runs another up to 8); GQA with 8 kv heads
+ *    (Llama-3-8B: Hq = 32, Hkv = 8) at seq_len 4096, batch 1 and 8.
  *  - Rows: "cq2,fp16,auto=SC+LUT" (or =GC, =SC, =GC+LUT) is the public call, the heuristic's
  *    codebook placement and score technique named (QF_VQ_BOOKS set in the environment changes the
  *    placement it runs; a note says so); "cq2,fp16,GC" and "cq2,fp16,SC" force each placement with
@@ -573,7 +573,8 @@ done:
 int bench_vq_attention(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   if (!qfb_op_selected(sel->ops, "vq_attention_decode") || !qfb_uses_gpu(b)) return 0; /* the CPU reference: not timed */
 #ifdef QF_WITH_CUDA
-  static const int64_t batches[] = {1, MAX_B}, seqs[] = {1024, MAX_SEQ};
+  /* batch 1 and MAX_B; --m with another batch up to MAX_B runs that batch alone */
+  const int64_t batches[] = {1, sel->m > 1 && sel->m < MAX_B ? sel->m : MAX_B}, seqs[] = {1024, MAX_SEQ};
   static const struct {
     qf_vq_preset preset;
     const char *name;

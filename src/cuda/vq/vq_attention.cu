@@ -70,8 +70,10 @@ chunk_kernel_t pick(bool lut, bool shared, bool bf16, int heads, int vs, int &sl
 // The banked kernels, after the others in the opt-in slots: (S, vs, query heads per block) in
 // {(32, 4, 1), (32, 2, 1), (64, 2, 1), (32, 4, 2), (32, 4, 4), (64, 2, 2)} x entry dtype x paged x packed V books.
 constexpr int kBankedShapes = 6;
-// Then the one-head shapes (the first three) with the fused append (qf_vq_attention_decode_append).
-constexpr int kBankedKernels = kBankedShapes * 2 * 2 * 2 + 3 * 2 * 2 * 2;  // x entry dtype x paged x packed V books
+// Then the shapes that set up by bulk copies (all but (32, 4, 2)) with the fused append
+// (qf_vq_attention_decode_append).
+constexpr int kBankedAppendShapes = 5;
+constexpr int kBankedKernels = (kBankedShapes + kBankedAppendShapes) * 2 * 2 * 2;  // x entry dtype x paged x packed V books
 
 template <bool kPaged, bool kPackedV>
 chunk_kernel_t pick_banked_shape(bool bf16, int shape) {
@@ -88,16 +90,19 @@ chunk_kernel_t pick_banked_shape(bool bf16, int shape) {
 #undef QF_BANKED
 }
 
-// The one-head shapes with the fused append: instantiations of their own, as the paged and packed
-// ones (with a run-time flag the calls without the append ran CQ-2 1-2% slower on an H200).
+// The shapes with the fused append (of pick_banked_shape's, 0-2 and 4-5 as 0-4): instantiations of
+// their own, as the paged and packed ones (with a run-time flag the calls without the append ran
+// CQ-2 1-2% slower on an H200).
 template <bool kPaged, bool kPackedV>
 chunk_kernel_t pick_banked_append_shape(bool bf16, int shape) {
-#define QF_BANKED(S, VS) \
-  (bf16 ? vq_attention_banked_kernel<S, VS, vq_bf16, 1, kPaged, kPackedV, true> : vq_attention_banked_kernel<S, VS, vq_f16, 1, kPaged, kPackedV, true>)
+#define QF_BANKED(S, VS, G) \
+  (bf16 ? vq_attention_banked_kernel<S, VS, vq_bf16, G, kPaged, kPackedV, true> : vq_attention_banked_kernel<S, VS, vq_f16, G, kPaged, kPackedV, true>)
   switch (shape) {
-    case 0: return QF_BANKED(32, 4);
-    case 1: return QF_BANKED(32, 2);
-    default: return QF_BANKED(64, 2);
+    case 0: return QF_BANKED(32, 4, 1);
+    case 1: return QF_BANKED(32, 2, 1);
+    case 2: return QF_BANKED(64, 2, 1);
+    case 3: return QF_BANKED(32, 4, 4);
+    default: return QF_BANKED(64, 2, 2);
   }
 #undef QF_BANKED
 }
@@ -109,11 +114,13 @@ chunk_kernel_t pick_banked(bool bf16, int vectors, int vs, int heads, bool paged
   if (heads == 1) shape = vectors == 32 ? (vs == 4 ? 0 : vs == 2 ? 1 : -1) : vectors == 64 && vs == 2 ? 2 : -1;
   else if (vectors == 32 && vs == 4) shape = heads == 2 ? 3 : heads == 4 ? 4 : -1;
   else if (vectors == 64 && vs == 2 && heads == 2) shape = 5;
-  if (shape < 0 || (append && shape > 2)) return nullptr;
+  if (shape < 0 || (append && shape == 3)) return nullptr;
   if (append) {
-    slot = kKernels + 8 * kBankedShapes + 2 * shape + (bf16 ? 1 : 0) + (paged ? 6 : 0) + (packed ? 12 : 0);
-    if (packed) return paged ? pick_banked_append_shape<true, true>(bf16, shape) : pick_banked_append_shape<false, true>(bf16, shape);
-    return paged ? pick_banked_append_shape<true, false>(bf16, shape) : pick_banked_append_shape<false, false>(bf16, shape);
+    const int as = shape < 3 ? shape : shape - 1;
+    slot = kKernels + 8 * kBankedShapes + 2 * as + (bf16 ? 1 : 0) + (paged ? 2 * kBankedAppendShapes : 0) +
+           (packed ? 4 * kBankedAppendShapes : 0);
+    if (packed) return paged ? pick_banked_append_shape<true, true>(bf16, as) : pick_banked_append_shape<false, true>(bf16, as);
+    return paged ? pick_banked_append_shape<true, false>(bf16, as) : pick_banked_append_shape<false, false>(bf16, as);
   }
   slot = kKernels + 2 * shape + (bf16 ? 1 : 0) + (paged ? 2 * kBankedShapes : 0) + (packed ? 4 * kBankedShapes : 0);
   if (packed) return paged ? pick_banked_shape<true, true>(bf16, shape) : pick_banked_shape<false, true>(bf16, shape);
@@ -234,15 +241,16 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
   if (cfg.units > INT32_MAX)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld (batch entry, chunk) units exceed the kernel's 32-bit counts", kOp,
                    static_cast<long long>(cfg.units));
-  // qf_vq_attention_decode_append: fused into the banked one-head kernel where its blocks set up
-  // by bulk copies (S = 32, or S = 64 in paired halves), else the encoder's K and V kernel first,
-  // its rows found from the lengths (vq_encode.h).
+  // qf_vq_attention_decode_append: fused into the banked kernel where its blocks set up by bulk
+  // copies (one head: S = 32, or S = 64 in paired halves; grouped: 4 heads of S = 32, 2 of S = 64),
+  // else the encoder's K and V kernel first, its rows found from the lengths (vq_encode.h).
   const bool appending = a->k_new.data != nullptr;
   const bool fused = appending && qf_vq_attn_banked_appends(&pb, &cfg);
   if (appending && !fused && a->v_books_packed)
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: with packed V codebooks the append runs inside the banked one-head kernel "
-                   "only (S = 32, or S = 64 in paired halves); this call runs the banked kernel with %d query heads per block "
-                   "and %d halves", kOp, cfg.heads, cfg.halves);
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: with packed V codebooks the append runs inside the banked kernel only "
+                   "where its blocks set up by bulk copies (one query head: S = 32, or S = 64 in paired halves; 4 query heads "
+                   "of S = 32, 2 of S = 64); this call runs it with %d query heads per block and %d halves", kOp, cfg.heads,
+                   cfg.halves);
   if (fused) {  // the same plan on the append's own instantiation (the same shared memory and threads)
     kernel = pick_banked(bf16, static_cast<int>(V), vs, cfg.heads, a->block_table != nullptr, a->v_books_packed != 0, true, slot);
     if (qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, ctx->smem_optin, opted_in[slot]); st != QF_OK) return st;

@@ -89,9 +89,11 @@
 // - With lengths (p.kv_lens) a unit's tiles stop at its entry's last token; a chunk past it is one
 //   empty tile whose copies are not issued (the mbarrier's phase completes on the thread's arrival)
 //   and whose partial adds nothing; an entry with no token gets o = 0 and lse = -inf.
-// - kAppend (qf_vq_attention_decode_append, one-head blocks set up by bulk copies): the setup
-//   encodes each of the run's new tokens (an entry's token len - 1) with the raw books it holds and
-//   writes the codes into the cache before any copy of that row (below, "the fused append").
+// - kAppend (qf_vq_attention_decode_append, the blocks set up by bulk copies: one-head and
+//   grouped): the setup encodes each of the run's new tokens (an entry's token len - 1) with the
+//   raw books it holds and writes the codes into the cache before any copy of that row (below,
+//   "the fused append"). Where a kv head's query heads take two head tiles (CQ-4 at group 4), the
+//   blocks of both encode the unit's token and write the same bytes.
 #pragma once
 
 #include "cuda/ptx/griddep.cuh"
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   static_assert(kS == 32 || kS == 64, "one or two vectors per lane");
   static_assert(kVS == 2 || kVS == 4, "entries of 4 or 8 bytes");
   static_assert(kG == 1 || (kS == 32 && (kG == 2 || kG == 4)) || (kS == 64 && kG == 2), "the group's tables fit");
-  static_assert(!kAppend || kG == 1, "the fused append is the one-head blocks'");
+  static_assert(!kAppend || kG == 1 || (kS == 32 && kG == 4) || (kS == 64 && kG == 2), "the fused append is the bulk setups'");
   constexpr int kD = kS * kVS;        // head dim
   constexpr int kSPL = kS / 32;       // vectors per lane in the values phase
   constexpr int kEB = 2 * kVS;        // entry bytes
@@ -464,7 +466,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     }
   };
 
-  // ---- the fused append (kAppend: qf_vq_attention_decode_append; one-head blocks set up by bulk copies) ----
+  // ---- the fused append (kAppend: qf_vq_attention_decode_append; the blocks set up by bulk copies) ----
   // Each of the half's units that holds its entry's last token (len - 1, the step's new one) has
   // that token's K and V vectors of head g encoded here, from the books as they landed (raw K at
   // kraw_s; V raw at vraw_s, or packed in place), by qf_vq_encode_slots' rule (vq_nearest.cuh):
@@ -473,7 +475,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // padding) and the writes are fenced for the copy engine; the row's tile is copied after a
   // barrier that follows (the setup's, or later tiles' own). The first two such units' rows and
   // vectors are looked up and loaded at the setup's start, while the books land (new_token_at);
-  // K is encoded as soon as its books are in, V after the table values.
+  // one head: K is encoded as soon as its books are in, V after the table values; grouped: V once
+  // the V books are laid out (while raw K lands), then K, before the raw V books' region takes the
+  // tables.
   constexpr int kEL = kHalf / kS;  // lanes per vector
   struct new_token {
     int64_t row;  // the token's code row, -1 for none (or a page outside the cache)
@@ -625,11 +629,29 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       constexpr int kLow = kS == 32 ? 2 : 1;  // heads per 64 KB region: the first region's are heads 0 .. kLow - 1
       wait_for_inputs();
       first_codes();
+      int nu0 = u_end, nu1 = u_end;  // the first two units holding a new token (kAppend)
+      new_token n0 = {-1, {}}, n1 = {-1, {}};
+      if constexpr (kAppend) {
+        nu0 = next_new(u_begin), nu1 = nu0 < u_end ? next_new(nu0 + stride) : u_end;
+        n0 = new_token_at(nu0), n1 = new_token_at(nu1);
+      }
       float qv[kG][kPasses][kVS];
       load_q_parts(qv);
       __syncthreads();  // the barriers' inits are visible
       if (!vpk) copy_vbooks();  // (one half: warp w takes entries 32 w + k; packed: waited for before the values)
-      __syncthreads();  // the raw V books are read: the first region is free
+      if (kAppend && nu0 < u_end) {  // V while the raw K books land (both whole until the barrier below)
+        if (vpk) mbarrier_wait_parity(bar_vb, 0);
+        encode_new(1, n0, n1);
+        mbarrier_wait_parity(bar_kb, 0);
+        encode_new(0, n0, n1);
+        if (nu1 < u_end) append_rest(nu1 + stride);
+        fence_proxy_async_global();  // (the new codes, for the tiles' copies after the barrier below)
+      }
+      __syncthreads();  // the raw V books are read (and the new tokens' codes written): the first region is free
+      if (deferred) {
+        const box_ref ref = box_lookup(t);
+        stage_codes(t, 0, ref), stage_codes(t, 1, ref);
+      }
       float tv[kG - kLow][kPasses][32];  // the second region's heads
       mbarrier_wait_parity(bar_kb, 0);
       if (u_begin < u_end)

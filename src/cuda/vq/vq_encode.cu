@@ -132,11 +132,12 @@ struct vq_encode_params {
 // or batch entry i's new token (kRowsAppend: qf_cuda_vq_encode_append, vq_encode.h).
 constexpr int kRowsOwn = 0, kRowsSlots = 1, kRowsAppend = 2;
 
-// Entry b's new token's code row, or -1 (vq_encode.h; the attention's rule, vq_rows.cuh). A call, not inlined:
-// inlined into every store of the pair kernels, with the loops versioned on its branches, it made
-// the book-resident and tensor-core kernels a fifth longer (76 -> 96 KB, 100 -> 122 KB of sm_90a
-// code, each block running its half once, straight through) and 1.3-1.5x slower at the same bytes
-// and instructions (H200, Nsight Compute); called, they are within 1.5% of the by-slot kernels' size.
+// Entry b's new token's code row, or -1 (vq_encode.h; the attention's rule, vq_rows.cuh). A call,
+// not inlined: inlined into every store of the pair kernels, with the loops versioned on its
+// branches, it made the book-resident and tensor-core kernels a fifth longer (76 -> 96 KB, 100 ->
+// 122 KB of sm_90a code, each block running its half once, straight through) and 1.3-1.5x slower
+// at the same bytes and instructions (H200, Nsight Compute); called, they are within 1.5% of the
+// by-slot kernels' size.
 __device__ __noinline__ int64_t appended_row(const qf_vq_append_rows &a, int64_t b) {
   const int64_t len = vq_attn_len(a.kv_lens, a.seq_len, b);
   return len == 0 ? -1 : vq_attn_row(a, b, len - 1);

@@ -738,10 +738,11 @@ qf_status qf_vq_attention_decode(qf_ctx *ctx, const DLTensor *q, const DLTensor 
  * qf_vq_encode_kv_slots(k_new, v_new, slots) with slot b = the row of token L_b - 1 (b * seq_len +
  * L_b - 1, or its page's row), then qf_vq_attention_decode. On CUDA the banked kernel's blocks whose
  * setup takes the books by bulk copies (one query head: CQ-2, and CQ-4 where its halves pair up;
- * grouped heads at D = 128: CQ-2 where the group is a multiple of 4, CQ-4 where it is even) encode
- * the token with the books they hold and write its codes before their copy of its tile, so the step
- * is one launch; elsewhere the encoder's K and V kernel runs first, finding each entry's row from
- * the lengths on the device (packed V codebooks are then refused with QF_ERR_UNSUPPORTED). The
+ * grouped heads at D = 128: CQ-2 where the group is a multiple of 4, CQ-4 where it is even, when
+ * the batch holds enough new tokens for the blocks or the V codebooks are packed) encode the token
+ * with the books they hold and write its codes before their copy of its tile, so the step is one
+ * launch; elsewhere the encoder's K and V kernel runs first, finding each entry's row from the
+ * lengths on the device (packed V codebooks are then refused with QF_ERR_UNSUPPORTED). The
  * CPU backend checks every length and the new tokens' pages before writing anything (QF_ERR_VALUE)
  * and refuses caches of 2^31 rows or more (QF_ERR_SHAPE: its slots are 32-bit); CUDA skips an entry
  * whose new token is on a page outside the cache (its o and lse are NaN). */

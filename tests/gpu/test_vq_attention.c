@@ -1050,7 +1050,7 @@ static void append_step_case(qf_ctx *gpu, qf_ctx *cpu, kv_cache *c, int64_t grou
   qf_vq_attention_config used;
   const int planned = qf_cuda_vq_attention_decode_with(gpu, &a, QF_VQ_BOOKS_AUTO, QF_VQ_ATTN_SCORES_AUTO, &used) == QF_OK;
   const qf_vq_attention_problem pb = {.B = B, .D = c->D, .vector_size = c->f.vector_size};
-  const int fused = planned && qf_vq_attn_banked_appends(&pb, &used);
+  const int fused = planned && qf_vq_attn_banked_appends(&pb, &used, vpacked != NULL);
   if (fused) {
     const int n = new_tokens_per_run(&pb, &used, lens, T);
     if (n > most_new_tokens) most_new_tokens = n;
@@ -1697,7 +1697,9 @@ int main(void) {
         {"CQ-2 group 2 step", cq2, 2, 600, 4, 128, 2, 0, QF_F32, 0, 0},  /* its book-resident form */
         {"CQ-2 group 2 step", cq2, 3, 300, 4, 128, 2, 0, QF_F16, 0, 1},  /* packed V books refused */
         {"CQ-4 group 2 step", cq4, 4, 600, 2, 128, 2, 128, QF_F16, 1, 0},
+        {"CQ-4 group 2 step", cq4, 2, 600, 8, 128, 2, 0, QF_F16, 1, 1}, /* fused for its packed V books */
         {"CQ-4 group 4 step", cq4, 8, 1100, 8, 128, 4, 0, QF_F16, 1, 1}, /* two head tiles per kv head */
+        {"CQ-2 group 8 step", cq2, 8, 700, 4, 128, 8, 16, QF_F16, 1, 0},  /* the same for S = 32 */
         {"CQ-4 group 4 bf16 step", cq4_bf16, 16, 600, 8, 128, 4, 256, QF_BF16, 1, 0},
         {"VQ<8,6,2> step", bits6, 3, 500, 2, 64, 4, 0, QF_F32, 1, 0},
         {"CQ-2 short step", cq2, 24, 100, 64, 128, 1, 0, QF_F16, 1, 0}, /* several new tokens per run */

@@ -242,10 +242,11 @@ extern "C" qf_status qf_cuda_vq_attention_decode_with(qf_ctx *ctx, const qf_vq_a
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: %lld (batch entry, chunk) units exceed the kernel's 32-bit counts", kOp,
                    static_cast<long long>(cfg.units));
   // qf_vq_attention_decode_append: fused into the banked kernel where its blocks set up by bulk
-  // copies (one head: S = 32, or S = 64 in paired halves; grouped: 4 heads of S = 32, 2 of S = 64),
-  // else the encoder's K and V kernel first, its rows found from the lengths (vq_encode.h).
+  // copies (one head: S = 32, or S = 64 in paired halves; grouped: 4 heads of S = 32, 2 of S = 64)
+  // and the batch's new tokens make it pay (qf_vq_attn_banked_appends), else the encoder's K and V
+  // kernel first, its rows found from the lengths (vq_encode.h).
   const bool appending = a->k_new.data != nullptr;
-  const bool fused = appending && qf_vq_attn_banked_appends(&pb, &cfg);
+  const bool fused = appending && qf_vq_attn_banked_appends(&pb, &cfg, a->v_books_packed != 0);
   if (appending && !fused && a->v_books_packed)
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: with packed V codebooks the append runs inside the banked kernel only "
                    "where its blocks set up by bulk copies (one query head: S = 32, or S = 64 in paired halves; 4 query heads "

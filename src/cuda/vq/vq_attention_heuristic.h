@@ -291,21 +291,32 @@ static inline int qf_vq_attn_banked_writes_o(const qf_vq_attention_problem *pb, 
   return qf_vq_attn_banked_paired(pb, cfg) && cfg->n_chunks == 2;
 }
 
-/* Whether the banked kernel does qf_vq_attention_decode_append's append itself (vq_attention_banked.cuh,
- * kAppend), from the final plan (after qf_vq_attention_banked_fill): in its blocks that set up by
- * bulk copies, one query head of S = 32, or of S = 64 in paired halves; and 4 grouped heads of
- * S = 32 or 2 of S = 64 where the batch's new tokens (one per entry in each head tile) are at least
- * a quarter (S = 32) or as many (S = 64) as a head tile's blocks. A block that holds a new token
- * encodes it in its setup, so fewer of them finish behind the others: H200, Hq = 32 over 8 kv
- * heads at 4096 tokens (16 and 8 blocks per head tile), one call against two, CQ-2 at batch 1 / 2
- * / 4 / 8 0.95-1.01x / 0.98x / 1.04x / 1.16x fused, CQ-4 0.95x / 0.95x / 0.985x / 1.05x
- * (docs/VQ.md). */
-static inline int qf_vq_attn_banked_appends(const qf_vq_attention_problem *pb, const qf_vq_attention_config *cfg) {
+/* Whether the banked kernel can do qf_vq_attention_decode_append's append itself
+ * (vq_attention_banked.cuh, kAppend), from the final plan (after qf_vq_attention_banked_fill): in
+ * its blocks that set up by bulk copies, one query head of S = 32, or of S = 64 in paired halves, 4
+ * grouped heads of S = 32, 2 of S = 64. */
+static inline int qf_vq_attn_banked_can_append(const qf_vq_attention_problem *pb, const qf_vq_attention_config *cfg) {
   const int64_t S = pb->D / pb->vector_size;
   if (cfg->placement != QF_VQ_BOOKS_BANKED) return 0;
   if (cfg->heads == 1) return S == 32 || cfg->halves == 2;
-  if (S == 32 && cfg->heads == 4) return 4 * pb->B >= cfg->blocks;
-  return S == 64 && cfg->heads == 2 && pb->B >= cfg->blocks;
+  return (S == 32 && cfg->heads == 4) || (S == 64 && cfg->heads == 2);
+}
+
+/* Whether it does: one-head blocks wherever they can; grouped ones where the batch's new tokens
+ * (one per entry in each head tile) are at least a quarter (S = 32) or as many (S = 64) as a head
+ * tile's blocks, and with packed V books (v_packed) wherever they can, since the encoder takes the
+ * standard books only. A grouped block that holds a new token encodes it in its setup, so with
+ * fewer of them those finish behind the others: H200, Hq = 32 over 8 kv heads at 4096 tokens (16
+ * and 8 blocks per head tile), one call against two, fused at batch 1 / 2 / 4 / 8: CQ-2
+ * 0.95-1.01x / 0.98x / 1.04x / 1.16x, CQ-4 0.95x / 0.95x / 0.985x / 1.05x. The one-head CQ-4 steps
+ * lose more on the encoder first (Hq = Hkv = 32 at batch 1 to 4: 0.97-0.99x against 0.96-1.04x
+ * fused; docs/VQ.md). */
+static inline int qf_vq_attn_banked_appends(const qf_vq_attention_problem *pb, const qf_vq_attention_config *cfg,
+                                            int v_packed) {
+  const int64_t S = pb->D / pb->vector_size;
+  if (!qf_vq_attn_banked_can_append(pb, cfg)) return 0;
+  if (v_packed || cfg->heads == 1) return 1;
+  return (S == 32 ? 4 * pb->B : pb->B) >= cfg->blocks;
 }
 
 /* The split, once the occupancy of the chosen kernel is known (blocks_per_sm >= 1): chunks,

@@ -363,6 +363,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // append's instantiations on the bulk setups only.
   const bool append = kAppend && bulk_setup;
   bool deferred = false;
+  auto stage_first = [&] {  // the run's first tile, K and V parts
+    const box_ref ref = box_lookup(t);
+    stage_codes(t, 0, ref), stage_codes(t, 1, ref);
+  };
   auto first_codes = [&] {
     if (tid == 0) {
       mbarrier_init(bar_k, 1), mbarrier_init(bar_v, 1);
@@ -370,9 +374,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     }
     if (u_begin < u_end) {
       deferred = append && t.count > 0 && t.t0 + t.count == t.len;
-      if (deferred) return;
-      const box_ref ref = box_lookup(t);
-      stage_codes(t, 0, ref), stage_codes(t, 1, ref);
+      if (!deferred) stage_first();
     }
   };
 
@@ -602,10 +604,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     word_t ve[kPasses][kMaxPer];
     if (!kVStaged && !vpk) load_vbooks(ve);
     __syncthreads();  // the raw books in the tables' and V books' places are read (and the new tokens' codes written)
-    if (deferred) {
-      const box_ref ref = box_lookup(t);
-      stage_codes(t, 0, ref), stage_codes(t, 1, ref);
-    }
+    if (deferred) stage_first();
     if (u_begin < u_end) {
 #pragma unroll
       for (int ps = 0; ps < kPasses; ps++)
@@ -648,10 +647,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         fence_proxy_async_global();  // (the new codes, for the tiles' copies after the barrier below)
       }
       __syncthreads();  // the raw V books are read (and the new tokens' codes written): the first region is free
-      if (deferred) {
-        const box_ref ref = box_lookup(t);
-        stage_codes(t, 0, ref), stage_codes(t, 1, ref);
-      }
+      if (deferred) stage_first();
       float tv[kG - kLow][kPasses][32];  // the second region's heads
       mbarrier_wait_parity(bar_kb, 0);
       if (u_begin < u_end)

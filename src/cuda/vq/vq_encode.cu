@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, k
 template <int KVS, int kLanes, int kRows, int kBV = kVecs>
 __global__ void __launch_bounds__(kBV * kLanes, encode_min_blocks<KVS, kLanes, kBV>())
     vq_encode_kv_kernel(const vq_encode_params k, const vq_encode_params v,
-    const qf_vq_append_rows at) {
+                        const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
     encode_vectors<KVS, kLanes, kRows, kBV>(k, &at);
   else
@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kernel(co
 template <int KVS, int kRows, int kG>
 __global__ void __launch_bounds__(kResidentThreads) vq_encode_resident_kv_kernel(const vq_encode_params k,
                                                                                 const vq_encode_params v,
-    const qf_vq_append_rows at) {
+                                                                                const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
     encode_resident<KVS, kRows, kG>(k, &at);
   else
@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_ker
 template <int KVS, int kRows>
 __global__ void __launch_bounds__(kStagedVecs * 32, 4) vq_encode_rows_staged_kv_kernel(const vq_encode_params k,
                                                                                         const vq_encode_params v,
-    const qf_vq_append_rows at) {
+                                                                                        const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
     encode_rows<KVS, kRows, true, kStagedVecs>(k, &at);
   else
@@ -714,7 +714,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kernel(con
 template <typename E, typename X, int kRows>
 __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kv_kernel(const vq_encode_params k,
                                                                                  const vq_encode_params v,
-    const qf_vq_append_rows at) {
+                                                                                 const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
     encode_rows_tc<E, X, kRows>(k, &at);
   else
@@ -724,7 +724,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, 4) vq_encode_rows_tc_kv_kernel(
 template <int KVS, int kRows>
 __global__ void __launch_bounds__(kThreads, KVS == 2 || KVS == 4 ? 2 : 1)
     vq_encode_rows_kv_kernel(const vq_encode_params k, const vq_encode_params v,
-    const qf_vq_append_rows at) {
+                             const qf_vq_append_rows at) {
   if (blockIdx.z == 0)
     encode_rows<KVS, kRows>(k, &at);
   else

@@ -389,7 +389,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   auto raw_k_entry = [&](int col, int e, float (&ent)[kVS]) {
     vq_load_entry<kVS, false>(E{}, reinterpret_cast<const uint16_t *>(kraw_s + col + e * kEB), ent);
   };
-  auto load_q_parts = [&](float (&qv)[kG][kPasses][kVS]) {
+  // In two steps: the loads (their bits), asked for before the first code boxes so that they do
+  // not wait behind them, and the values, taken once the boxes are asked for.
+  using q_bits_t = uint32_t[kG][kPasses][kVS];
+  auto load_q_bits = [&](q_bits_t &qb) {
     if (u_begin >= u_end) return;
     const int64_t qrow = t.b * p.q_ld + static_cast<int64_t>(h) * kD;
 #pragma unroll
@@ -397,8 +400,15 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
 #pragma unroll
       for (int ps = 0; ps < kPasses; ps++)
 #pragma unroll
-        for (int c = 0; c < kVS; c++)
-          qv[i][ps][c] = vq_load_as_f32(p.q, p.q_dtype, qrow + i * kD + (lane + 32 * ps) * kVS + c) * p.q_scale;
+        for (int c = 0; c < kVS; c++) qb[i][ps][c] = vq_load_bits(p.q, p.q_dtype, qrow + i * kD + (lane + 32 * ps) * kVS + c);
+  };
+  auto q_parts = [&](const q_bits_t &qb, float (&qv)[kG][kPasses][kVS]) {
+#pragma unroll
+    for (int i = 0; i < kG; i++)
+#pragma unroll
+      for (int ps = 0; ps < kPasses; ps++)
+#pragma unroll
+        for (int c = 0; c < kVS; c++) qv[i][ps][c] = vq_bits_as_f32(qb[i][ps][c], p.q_dtype) * p.q_scale;
   };
 
   // The V books from their raw copy into their layout (block-wide, one-head blocks): warp w of the
@@ -574,6 +584,8 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     // own banks. (32-byte chunks through registers, the other blocks' way, finished CQ-2's setup
     // 1.3 us later: docs/VQ.md.)
     wait_for_inputs();  // the kernel before has written q, the codes and the lengths (notes)
+    q_bits_t qb;
+    load_q_bits(qb);
     first_codes();
     if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first code boxes)
     int nu0 = u_end, nu1 = u_end;  // the first two units holding a new token (kAppend)
@@ -583,7 +595,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       n0 = new_token_at(nu0), n1 = new_token_at(nu1);
     }
     float qv[kG][kPasses][kVS];
-    load_q_parts(qv);
+    if (u_begin < u_end) q_parts(qb, qv);
     __syncthreads();  // the barriers' inits are visible
 
     // Table values: warp w of the table's builders (the half's 8 warps; the block's 16 where the
@@ -627,6 +639,8 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     if constexpr (kGroupedBulk) {
       constexpr int kLow = kS == 32 ? 2 : 1;  // heads per 64 KB region: the first region's are heads 0 .. kLow - 1
       wait_for_inputs();
+      q_bits_t qb;
+      load_q_bits(qb);
       first_codes();
       int nu0 = u_end, nu1 = u_end;  // the first two units holding a new token (kAppend)
       new_token n0 = {-1, {}}, n1 = {-1, {}};
@@ -635,7 +649,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         n0 = new_token_at(nu0), n1 = new_token_at(nu1);
       }
       float qv[kG][kPasses][kVS];
-      load_q_parts(qv);
+      if (u_begin < u_end) q_parts(qb, qv);
       __syncthreads();  // the barriers' inits are visible
       if (!vpk) copy_vbooks();  // (one half: warp w takes entries 32 w + k; packed: waited for before the values)
       if (kAppend && nu0 < u_end) {  // V while the raw K books land (both whole until the barrier below)

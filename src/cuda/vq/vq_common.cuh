@@ -103,6 +103,19 @@ __device__ __forceinline__ float vq_load_as_f32(const void *a, int dtype, int64_
   }
 }
 
+// The same in two steps, so that a load can be asked for well before its value is used: the
+// element's bits (a 16-bit one zero-extended), then those bits as fp32 (vq_load_as_f32's value).
+__device__ __forceinline__ uint32_t vq_load_bits(const void *a, int dtype, int64_t i) {
+  return dtype == QF_BF16 || dtype == QF_F16 ? static_cast<const uint16_t *>(a)[i] : static_cast<const uint32_t *>(a)[i];
+}
+__device__ __forceinline__ float vq_bits_as_f32(uint32_t bits, int dtype) {
+  switch (dtype) {
+    case QF_BF16: return __uint_as_float(bits << 16);
+    case QF_F16: return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    default: return __uint_as_float(bits);
+  }
+}
+
 // v rounded into element i of an array of qf_dtype `dtype` (fp32, fp16 or bf16: y).
 __device__ __forceinline__ void vq_store_as(void *a, int dtype, int64_t i, float v) {
   switch (dtype) {

@@ -172,9 +172,10 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // whose tables fill two 64 KB regions (S = 32 with 4 heads, S = 64 with 2) set up by two bulk
   // copies of head g's raw books (below, "setup by bulk copies"), asked for first of all: for one
   // head of S = 32 raw K into the table region and raw V into a place of its own behind the V
-  // books, asked for after the first code tiles and laid out after the first tile's scores
-  // (kVStaged); for paired halves of S = 64 raw V into the table region and raw K into the V
-  // books' place; grouped, raw V into the tables' first region and raw K into their second.
+  // books, asked for after the first tile's K part (its V part comes after the setup) and laid out
+  // after the first tile's scores (kVStaged); for paired halves of S = 64 raw V into the table
+  // region and raw K into the V books' place; grouped, raw V into the tables' first region and raw
+  // K into their second.
   constexpr bool kGroupedBulk = (kS == 32 && kG == 4) || (kS == 64 && kG == 2);
   constexpr bool kVStaged = kS == 32 && kG == 1;
   const bool bulk_setup = kG == 1 ? kS == 32 || paired : kGroupedBulk;
@@ -595,7 +596,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     q_bits_t qb;
     load_q_bits(qb);
     first_codes();
-    if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first code boxes)
+    if (kVStaged && threadIdx.x == 0) copy_raw_v();  // (needed after the first scores: behind the first K part)
     int nu0 = u_end, nu1 = u_end;  // the first two units holding a new token (kAppend)
     new_token n0 = {-1, {}}, n1 = {-1, {}};
     if constexpr (kAppend) {

@@ -362,11 +362,11 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
   // With the fused append (kAppend, below) a first tile that holds its entry's new token is
   // copied after the setup has written that token's codes (`deferred`). The launcher runs the
   // append's instantiations on the bulk setups only.
-  // One-head blocks of S = 32 (kVStaged) ask for the first tile's V part once their setup is done
-  // (`v_late`), so that their raw V copy follows the K part at once: CQ-2 2% faster at batch 8, the
-  // same for S = 64 and grouped blocks 0-1% slower (H200, docs/VQ.md).
+  // One-head blocks of S = 32 (kVStaged) ask for the first tile's V part once their setup is done,
+  // so that their raw V copy follows the K part at once: CQ-2 2% faster at batch 8, the same for
+  // S = 64 and grouped blocks 0-1% slower (H200, docs/VQ.md).
   const bool append = kAppend && bulk_setup;
-  bool deferred = false, v_late = false;
+  bool deferred = false;
   auto stage_first = [&] {  // the run's first tile, K and V parts
     const box_ref ref = box_lookup(t);
     stage_codes(t, 0, ref), stage_codes(t, 1, ref);
@@ -378,13 +378,9 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
     }
     if (u_begin < u_end) {
       deferred = append && t.count > 0 && t.t0 + t.count == t.len;
-      v_late = kVStaged && !deferred;
-      if (v_late) stage_codes(t, 0, box_lookup(t));
+      if (kVStaged && !deferred) stage_codes(t, 0, box_lookup(t));  // (its V part: after the setup)
       else if (!deferred) stage_first();
     }
-  };
-  auto first_v = [&] {
-    if (v_late) stage_codes(t, 1, box_lookup(t));
   };
 
   // The bulk setups' helpers: vector v's raw book (byte offset in a raw region), the vector in
@@ -412,6 +408,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         for (int c = 0; c < kVS; c++) qb[i][ps][c] = vq_load_bits(p.q, p.q_dtype, qrow + i * kD + (lane + 32 * ps) * kVS + c);
   };
   auto q_parts = [&](const q_bits_t &qb, float (&qv)[kG][kPasses][kVS]) {
+    if (u_begin >= u_end) return;
 #pragma unroll
     for (int i = 0; i < kG; i++)
 #pragma unroll
@@ -604,7 +601,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       n0 = new_token_at(nu0), n1 = new_token_at(nu1);
     }
     float qv[kG][kPasses][kVS];
-    if (u_begin < u_end) q_parts(qb, qv);
+    q_parts(qb, qv);
     __syncthreads();  // the barriers' inits are visible
 
     // Table values: warp w of the table's builders (the half's 8 warps; the block's 16 where the
@@ -639,7 +636,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
       if (kVStaged || vpk) lay_out_staged_vbooks();  // (no block leaves with its V copy in flight)
       return;
     }
-    first_v();
+    if (kVStaged && !deferred) stage_codes(t, 1, box_lookup(t));  // the first tile's V part
   } else if (bulk_setup) {
     // ---- the same for a grouped block (one half of 8 warps, query heads h .. h + kG - 1) ----
     // Raw V (the first tables' region) goes straight to its layout (the V books' place is free),
@@ -659,7 +656,7 @@ __global__ void __launch_bounds__(kG == 1 ? kVqAttnBankedThreads : kVqAttnThread
         n0 = new_token_at(nu0), n1 = new_token_at(nu1);
       }
       float qv[kG][kPasses][kVS];
-      if (u_begin < u_end) q_parts(qb, qv);
+      q_parts(qb, qv);
       __syncthreads();  // the barriers' inits are visible
       if (!vpk) copy_vbooks();  // (one half: warp w takes entries 32 w + k; packed: waited for before the values)
       if (kAppend && nu0 < u_end) {  // V while the raw K books land (both whole until the barrier below)

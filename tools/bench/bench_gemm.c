@@ -4,9 +4,12 @@
  *  gemm_fp8_blockscale_grid (only when named): the same on more weights and M (below).
  *  gemm_fp8_blockscale_plans (only when named): the heuristic's plan and every plan forced
  *    (qf_gemm_fp8_blockscale_with), for checking the heuristic (below).
+ *  gemm_fp8_blockscale_lt_algos (only when named): the bench's shapes against every algorithm
+ *    cuBLASLt's heuristic lists, not only its first (algo_rows).
  *  gemm_scaled: qf_gemm_scaled with per-token a_scale [M], per-channel b_scale [N] and bf16 D on
  *    Llama-style shapes; e4m3 against cuBLASLt's FP8 GEMM with OUTER_VEC scales (bf16 D), int8
  *    against cuBLASLt's INT8 GEMM with int32 D and no scaling (the fastest INT8 GEMM it has). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +115,59 @@ static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N) {
   return rc;
 }
 
+/* bf16 bits as a double. */
+static double bf16_value(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Op gemm_fp8_blockscale_lt_algos: the row of the heuristic's first algorithm (the bench's peer)
+ * has been emitted and its D is in c->d (n bf16 values); now a row for each algorithm cuBLASLt can
+ * run the shape with (qfb_lt_gemm_algos: its heuristic's list, then every algorithm id, tile and
+ * split of K; at most 48) as the peer of the same qfuse time. One that fails to run or whose D
+ * differs from the first's by more than 1e-2 (relative Frobenius) gets no row, with a message. */
+static int algo_rows(qfb *b, lt_call *c, const qfb_row *row, int64_t n) {
+  int checked = 0;
+  const int found = qfb_lt_gemm_algos(c->g, 96, &checked);
+  uint16_t *ref = malloc(sizeof(uint16_t) * (size_t)n), *got = malloc(sizeof(uint16_t) * (size_t)n);
+  int rc = found < 1 || !ref || !got || cudaMemcpy(ref, c->d, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < found && !rc; i++) {
+    if (qfb_lt_gemm_use_algo(c->g, i) || run_lt(c) || cudaDeviceSynchronize()) {
+      fprintf(stderr, "bench_gemm: %s: cuBLASLt algorithm %d of %d did not run: no row\n", row->shape, i, found);
+      cudaGetLastError();
+      continue;
+    }
+    if (cudaMemcpy(got, c->d, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost)) {
+      rc = 1;
+      break;
+    }
+    double diff = 0.0, norm = 0.0;
+    for (int64_t k = 0; k < n; k++) {
+      const double r = bf16_value(ref[k]), e = bf16_value(got[k]) - r;
+      diff += e * e, norm += r * r;
+    }
+    if (!(diff <= 1e-4 * norm)) {
+      fprintf(stderr, "bench_gemm: %s: cuBLASLt algorithm %d of %d differs from the first (relative error %.3g): no row\n",
+              row->shape, i, found, norm > 0 ? sqrt(diff / norm) : diff);
+      continue;
+    }
+    char variant[96], peer[96], name[64];
+    qfb_lt_gemm_algo_name(c->g, i, name, sizeof name);
+    snprintf(variant, sizeof variant, "lt_algo=%d,%s%s", i, name, qfb_lt_gemm_algo_is_planned(c->g, i) ? ",planned" : "");
+    snprintf(peer, sizeof peer, "cublaslt_blk algorithm %d of %d (%d configurations checked)", i, found, checked);
+    qfb_row r = *row;
+    r.variant = variant, r.peer = peer;
+    const double p1 = qfb_time_us(b, run_lt, c), p2 = qfb_time_us(b, run_lt, c);
+    r.peer_us = p1 > 0 && p2 > 0 ? 0.5 * (p1 + p2) : -1.0;
+    qfb_emit(b, &r);
+    rc |= r.peer_us > 0 ? 0 : 1;
+  }
+  free(ref), free(got);
+  return rc;
+}
+
 static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M, int64_t N, int64_t K) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128, Mp = (M + 3) / 4 * 4;
   const size_t a_bytes = (size_t)(Mp * K), b_bytes = (size_t)(N * K);
@@ -174,10 +230,14 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M,
     row.peer_us = p1 > 0 && p2 > 0 ? 0.5 * (p1 + p2) : -1.0;
     const double q2 = qfb_time_us(b, run_qfuse, &q);
     row.us = row.us > 0 && q2 > 0 ? 0.5 * (row.us + q2) : -1.0;
+    qfb_emit(b, &row);
+    rc = row.us > 0 ? 0 : 1;
+    if (!strcmp(op, "gemm_fp8_blockscale_lt_algos")) rc |= algo_rows(b, &c, &row, Mp * N);
     qfb_lt_gemm_free(g);
+  } else {
+    qfb_emit(b, &row);
+    rc = row.us > 0 ? 0 : 1;
   }
-  qfb_emit(b, &row);
-  rc = row.us > 0 ? 0 : 1;
   if (plans) rc |= plan_rows(b, &q, &row, M, N);
 done:
   if (rc) fprintf(stderr, "bench_gemm: M=%lld N=%lld K=%lld failed\n", (long long)M, (long long)N, (long long)K);
@@ -518,12 +578,13 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int blockscale = qfb_op_selected(sel->ops, "gemm_fp8_blockscale");
   const int grid = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_grid");
   const int plans = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_plans");
+  const int lt_algos = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_lt_algos");
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
   int chains = 0;
 #ifdef QF_WITH_CUDA
   for (int kind = 0; kind < CHAIN_KINDS; kind++) chains |= qfb_op_selected(sel->ops, chain_ops[kind]);
 #endif
-  if (!(blockscale || grid || plans || scaled || chains) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  if (!(blockscale || grid || plans || lt_algos || scaled || chains) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -538,6 +599,14 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
       if ((sel->m && ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
       rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale", ms[i], nk[j][0], nk[j][1]);
+      ++*rows;
+    }
+  /* gemm_fp8_blockscale_lt_algos, only when named: the bench's shapes against each algorithm
+   * cuBLASLt's heuristic lists (algo_rows) */
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && lt_algos; j++)
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+      if ((sel->m && ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
+      rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale_lt_algos", ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
   /* gemm_fp8_blockscale_grid, only when named: the heuristic's plans past the bench's shapes, on

@@ -26,6 +26,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cublasLt.h>
 
@@ -44,6 +45,11 @@ struct qfb_lt_gemm {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a_layout, b_layout, d_layout; /* cuBLAS A (our B), B (our A), D */
   cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t planned;                   /* the heuristic's first, as planned */
+  cublasLtMatmulAlgo_t algos[QFB_LT_MAX_ALGOS];   /* qfb_lt_gemm_algos */
+  int n_algos;
+  cublasComputeType_t compute; /* the descriptor's types, for enumerating algorithms */
+  cudaDataType_t scale_type, in_type, out_type;
   const float *bound_a_scale, *bound_b_scale; /* pointers currently set on desc */
 };
 
@@ -168,6 +174,8 @@ static qfb_lt_gemm *plan_create(qfb_lt *lt, int64_t M, int64_t N, int64_t K,
     return NULL;
   }
   g->lt = lt;
+  g->compute = compute;
+  g->scale_type = scale_type;
   g->M = M;
   g->N = N;
   g->K = K;
@@ -189,6 +197,7 @@ static qfb_lt_gemm *plan_create(qfb_lt *lt, int64_t M, int64_t N, int64_t K,
 static qfb_lt_gemm *plan_finish(qfb_lt_gemm *g, cudaDataType_t in, cudaDataType_t out,
                                 const char *what) {
   qfb_lt *lt = g->lt;
+  g->in_type = in, g->out_type = out;
   cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t heur = {0};
   int found = 0;
@@ -219,7 +228,7 @@ static qfb_lt_gemm *plan_finish(qfb_lt_gemm *g, cudaDataType_t in, cudaDataType_
             cublasLtGetStatusName(st), found);
     goto fail;
   }
-  g->algo = heur.algo;
+  g->algo = g->planned = heur.algo;
   LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   return g;
 
@@ -303,6 +312,126 @@ qfb_lt_gemm *qfb_lt_gemm_plan_f16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
 
 qfb_lt_gemm *qfb_lt_gemm_plan_bf16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {
   return plan_16bit(lt, M, N, K, CUDA_R_16BF, "qfb_lt_gemm_plan_bf16", "bf16 -> bf16");
+}
+
+/* Appends algo to g's list unless it is there already or fails cublasLtMatmulAlgoCheck for g's
+ * descriptor (or needs more workspace than the handle has). */
+static void add_algo(qfb_lt_gemm *g, const cublasLtMatmulAlgo_t *algo) {
+  for (int i = 0; i < g->n_algos; i++)
+    if (!memcmp(&g->algos[i], algo, sizeof *algo)) return;
+  cublasLtMatmulHeuristicResult_t r;
+  if (cublasLtMatmulAlgoCheck(g->lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout, g->d_layout, algo, &r) !=
+          CUBLAS_STATUS_SUCCESS ||
+      r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > g->lt->workspace_bytes)
+    return;
+  g->algos[g->n_algos++] = *algo;
+}
+
+int qfb_lt_gemm_algos(qfb_lt_gemm *g, int max, int *checked) {
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasLtMatmulHeuristicResult_t heur[8];
+  int found = 0;
+  if (checked) *checked = 0;
+  if (!g || max < 1) return 0;
+  if (max > QFB_LT_MAX_ALGOS) max = QFB_LT_MAX_ALGOS;
+  g->n_algos = 0;
+  /* The heuristic's list first, in its order. */
+  if (!LT_CHECK(cublasLtMatmulPreferenceCreate(&pref))) return 0;
+  if (LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                    &g->lt->workspace_bytes, sizeof g->lt->workspace_bytes)) &&
+      LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout,
+                                              g->d_layout, pref, max < 8 ? max : 8, heur, &found)))
+    for (int i = 0; i < found && g->n_algos < max; i++)
+      if (heur[i].state == CUBLAS_STATUS_SUCCESS) g->algos[g->n_algos++] = heur[i].algo;
+  LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  /* Then, for the heuristic's first algorithm and every algorithm id cuBLASLt has for the types,
+   * each tile the id lists, with its own stages or the heuristic's, each cluster shape of up to
+   * four CTAs, unsplit and (where the id splits K, with a reduction it supports) in 2 or 4 parts. */
+  int ids[64], n_ids = 0;
+  if (!LT_CHECK(cublasLtMatmulAlgoGetIds(g->lt->handle, g->compute, g->scale_type, g->in_type, g->in_type, g->out_type,
+                                         g->out_type, 64, ids, &n_ids)))
+    n_ids = 0;
+  const int listed = g->n_algos;
+  for (int k = -1; k < n_ids && g->n_algos < max; k++) {
+    cublasLtMatmulAlgo_t algo;
+    if (k < 0) {
+      if (!listed) continue;
+      algo = g->algos[0];
+    } else if (cublasLtMatmulAlgoInit(g->lt->handle, g->compute, g->scale_type, g->in_type, g->in_type, g->out_type,
+                                      g->out_type, ids[k], &algo) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    uint32_t tiles[64] = {CUBLASLT_MATMUL_TILE_UNDEFINED}, stages[2] = {CUBLASLT_MATMUL_STAGES_UNDEFINED, 0};
+    uint32_t mask = 0, reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    size_t bytes = 0;
+    int n_tiles = 1, n_stages = 1, split_ok = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, NULL, 0, &bytes) == CUBLAS_STATUS_SUCCESS &&
+        bytes >= sizeof tiles[0] && bytes <= sizeof tiles &&
+        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, bytes, &bytes) == CUBLAS_STATUS_SUCCESS)
+      n_tiles = (int)(bytes / sizeof tiles[0]);
+    if (k < 0 && cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[1], sizeof stages[1],
+                                                      &bytes) == CUBLAS_STATUS_SUCCESS)
+      n_stages = 2;
+    cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &split_ok, sizeof split_ok, &bytes);
+    cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &mask, sizeof mask, &bytes);
+    for (uint32_t r = CUBLASLT_REDUCTION_SCHEME_INPLACE; r <= CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE; r <<= 1)
+      if (mask & r) {
+        reduction = r;
+        break;
+      }
+    static const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_AUTO,  CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                                        CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                                        CUBLASLT_CLUSTER_SHAPE_1x4x1};
+    static const int32_t splits[] = {1, 2, 4};
+    for (int t = 0; t < n_tiles; t++)
+      for (int st = 0; st < n_stages; st++)
+        for (size_t cl = 0; cl < sizeof clusters / sizeof clusters[0]; cl++)
+          for (size_t si = 0; si < sizeof splits / sizeof splits[0] && g->n_algos < max; si++) {
+            if (splits[si] > 1 && (!split_ok || reduction == CUBLASLT_REDUCTION_SCHEME_NONE)) break;
+            const uint32_t scheme = splits[si] > 1 ? reduction : CUBLASLT_REDUCTION_SCHEME_NONE;
+            if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[t], sizeof tiles[t]) ||
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[st], sizeof stages[st]) ||
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &clusters[cl],
+                                                     sizeof clusters[cl]) ||
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits[si], sizeof splits[si]) ||
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme))
+              continue;
+            if (checked) ++*checked;
+            add_algo(g, &algo);
+          }
+  }
+  return g->n_algos;
+}
+
+int qfb_lt_gemm_use_algo(qfb_lt_gemm *g, int i) {
+  if (!g || i < 0 || i >= g->n_algos) {
+    fprintf(stderr, "qfb_lt_gemm_use_algo: no algorithm %d (%d found)\n", i, g ? g->n_algos : 0);
+    return 1;
+  }
+  g->algo = g->algos[i];
+  return 0;
+}
+
+void qfb_lt_gemm_algo_name(const qfb_lt_gemm *g, int i, char *buf, size_t n) {
+  int32_t id = -1, split = 0;
+  uint32_t tile = 0, stages = 0;
+  uint16_t cluster = 0;
+  size_t w;
+  if (!g || i < 0 || i >= g->n_algos) {
+    snprintf(buf, n, "none");
+    return;
+  }
+  const cublasLtMatmulAlgo_t *a = &g->algos[i];
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof cluster, &w);
+  snprintf(buf, n, "id%d.tile%u.split%d.stages%u.cluster%u", (int)id, tile, (int)split, stages, (unsigned)cluster);
+}
+
+int qfb_lt_gemm_algo_is_planned(const qfb_lt_gemm *g, int i) {
+  return g && i >= 0 && i < g->n_algos && !memcmp(&g->algos[i], &g->planned, sizeof g->planned);
 }
 
 /* The planned matmul with our operands: cuBLAS A is our B (the weight), cuBLAS B is our A; C is

@@ -70,6 +70,22 @@ int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a
                     const float *b_scale, void *D, cudaStream_t s);
 void qfb_lt_gemm_free(qfb_lt_gemm *g);
 
+/* The algorithms cuBLASLt can run a plan's descriptor with (at most max, at most
+ * QFB_LT_MAX_ALGOS): the heuristic's list in its order (at most eight), then, for its first
+ * algorithm and every algorithm id cuBLASLt has for the types, each tile the id lists, its own
+ * stages or the heuristic's, each cluster shape of up to four CTAs, unsplit and split along K 2
+ * and 4 ways where it can, each kept if it passes cublasLtMatmulAlgoCheck (*checked: how many
+ * configurations were checked). Returns how many are kept; qfb_lt_gemm_use_algo(g, i) makes the
+ * i-th the one later runs take, and qfb_lt_gemm_algo_is_planned(g, i) says whether it is byte for
+ * byte the one qfb_lt_gemm_plan chose. The bench's peers run the heuristic's first algorithm, as
+ * an engine calls cuBLASLt; these time its other choices (what an autotuning engine could pick). */
+#define QFB_LT_MAX_ALGOS 128
+int qfb_lt_gemm_algos(qfb_lt_gemm *g, int max, int *checked);
+int qfb_lt_gemm_use_algo(qfb_lt_gemm *g, int i);        /* 0, or nonzero past the count found */
+int qfb_lt_gemm_algo_is_planned(const qfb_lt_gemm *g, int i); /* algorithm i, byte for byte the plan's */
+/* Algorithm i's configuration as "id<ID>.tile<TILE>.split<K SPLITS>.stages<ID>.cluster<ID>". */
+void qfb_lt_gemm_algo_name(const qfb_lt_gemm *g, int i, char *buf, size_t n);
+
 /* INT8: D = A x B^T with int32 accumulation and int32 output, alpha 1 and beta 0: the fastest
  * INT8 GEMM cuBLASLt offers (no scaling, no conversion of D), the peer of scaled INT8 GEMMs.
  * cuBLASLt's IMMA kernels (regular ordering) need the TN form, cuBLAS m and k (our N and K) and the

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Scores the block-scaled GEMM's plan choice against a plan sweep, without a GPU.
 
-Usage: bench/plan_eval.py [--plan TOOL] [--base TOOL] [--sms N] [--worst R] SWEEP.jsonl [...]
+Usage: bench/plan_eval.py [--plan TOOL] [--base TOOL] [--sms N] [--dram GBPS] [--base-dram GBPS] [--worst R]
+                          SWEEP.jsonl [...]
 
 SWEEP.jsonl holds qfuse-bench `gemm_fp8_blockscale_plans` rows: per shape every forced plan
 (`plan=BMxBN/S`) timed in one run. TOOL is a build's qfuse-plan (default build/tools/qfuse-plan),
@@ -11,6 +12,9 @@ prints how far the chosen plans are from the fastest forced plan (geometric mean
 and the shapes at R times their fastest or more (default 1.05). A chosen plan the sweep does not
 force (the 128 x 192 tiles, a round of owners and helpers) takes the `auto` row's time when that
 row ran the same plan, and is left out otherwise.
+
+--dram passes the device's peak DRAM bandwidth to qfuse-plan (some decode rules read it: an H200
+sweep with 4800, an H100's with 3350 or none), --base-dram the same to the base tool.
 
 With --base TOOL2 it lists instead the shapes whose plan differs between the two tools and, per
 sweep, the base plan's time over the new one's and their geometric mean: what a change to the
@@ -39,10 +43,10 @@ def sweep_times(path):
     return forced, auto
 
 
-def picks(tool, shapes, sms):
+def picks(tool, shapes, sms, dram=0):
     """{shape: plan} from qfuse-plan."""
-    out = subprocess.run([tool, "--sms", str(sms)], input="\n".join(shapes) + "\n", capture_output=True, text=True,
-                         check=True).stdout
+    args = [tool, "--sms", str(sms)] + (["--dram", str(dram)] if dram else [])
+    out = subprocess.run(args, input="\n".join(shapes) + "\n", capture_output=True, text=True, check=True).stdout
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
@@ -58,10 +62,10 @@ def shape_key(shape):
     return [int(x) for x in re.findall(r"\d+", shape)]
 
 
-def score(path, tool, sms, worst):
+def score(path, tool, sms, worst, dram):
     forced, auto = sweep_times(path)
     shapes = sorted(forced, key=shape_key)
-    chosen = picks(tool, shapes, sms)
+    chosen = picks(tool, shapes, sms, dram)
     logs, missing = [], 0
     for s in shapes:
         t = time_of(s, chosen[s], forced, auto)
@@ -76,10 +80,10 @@ def score(path, tool, sms, worst):
     print(f"{path}: {loss:.2f}% from the fastest plan over {len(logs)} shapes ({missing} chosen plans not timed)")
 
 
-def compare(paths, tool, base, sms):
+def compare(paths, tool, base, sms, dram, base_dram):
     sweeps = [sweep_times(p) for p in paths]
     shapes = sorted(set().union(*(f.keys() for f, _ in sweeps)), key=shape_key)
-    new, old = picks(tool, shapes, sms), picks(base, shapes, sms)
+    new, old = picks(tool, shapes, sms, dram), picks(base, shapes, sms, base_dram)
     logs = [[] for _ in paths]
     for s in shapes:
         if new[s] == old[s]:
@@ -104,13 +108,15 @@ def main():
     ap.add_argument("--plan", default="build/tools/qfuse-plan")
     ap.add_argument("--base")
     ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--dram", type=float, default=0)
+    ap.add_argument("--base-dram", type=float, default=0)
     ap.add_argument("--worst", type=float, default=1.05)
     a = ap.parse_args()
     if a.base:
-        compare(a.sweeps, a.plan, a.base, a.sms)
+        compare(a.sweeps, a.plan, a.base, a.sms, a.dram, a.base_dram)
     else:
         for p in a.sweeps:
-            score(p, a.plan, a.sms, a.worst)
+            score(p, a.plan, a.sms, a.worst, a.dram)
 
 
 if __name__ == "__main__":

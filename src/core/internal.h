@@ -21,6 +21,7 @@ struct qf_ctx {
   int cc_major, cc_minor;
   size_t l2_bytes;
   size_t smem_optin; /* max dynamic shared memory per block after opt-in */
+  double dram_gbps;  /* peak DRAM bandwidth in GB/s (2 x memory clock x bus width; 0 if unknown) */
   int stream_sms;    /* SMs the stream's work can occupy: its green context's, else sm_count (set
                         with the stream) */
   int pdl;           /* qf_ctx_set_pdl: the GEMMs and quantization kernels launch as programmatic

@@ -22,6 +22,13 @@ extern "C" qf_status qf_cuda_ctx_init(qf_ctx *ctx, int device_id) {
   ctx->cc_minor = p.minor;
   ctx->l2_bytes = static_cast<size_t>(p.l2CacheSize);
   ctx->smem_optin = p.sharedMemPerBlockOptin;
+  int mem_khz = 0, bus_bits = 0;  // (the GEMM's decode plans differ with the DRAM's rate)
+  if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device_id) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_id) != cudaSuccess) {
+    cudaGetLastError();
+    mem_khz = bus_bits = 0;
+  }
+  ctx->dram_gbps = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 1e9;
   ctx->stream_sms = ctx->sm_count;  // the legacy default stream; qf_ctx_set_stream updates it
   return QF_OK;
 }

@@ -29,12 +29,13 @@ static bool instantiated(Sm90Recipe r, int bm, int bn) {
   return ok;
 }
 
-static void expect(int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, int64_t whole, int64_t tail_kb = 0) {
-  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, 132, Sm90Recipe::kBlockScaledFp8);
+static void expect(int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, int64_t whole, int64_t tail_kb = 0,
+                   double dram_gbps = 0.0) {
+  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, 132, Sm90Recipe::kBlockScaledFp8, dram_gbps);
   CHECK(c.block_m == bm && c.block_n == bn && c.splits == splits && c.whole_tiles == whole && c.tail_kb == tail_kb,
-        "(%" PRId64 ", %" PRId64 ", %" PRId64 "): %dx%d split %d, %" PRId64 " whole, owners %" PRId64
+        "(%" PRId64 ", %" PRId64 ", %" PRId64 ") at %.0f GB/s: %dx%d split %d, %" PRId64 " whole, owners %" PRId64
         " K-blocks; expected %dx%d split %d, %" PRId64 " whole, owners %" PRId64,
-        M, N, K, c.block_m, c.block_n, c.splits, c.whole_tiles, c.tail_kb, bm, bn, splits, whole, tail_kb);
+        M, N, K, dram_gbps, c.block_m, c.block_n, c.splits, c.whole_tiles, c.tail_kb, bm, bn, splits, whole, tail_kb);
 }
 
 int main() {
@@ -51,6 +52,13 @@ int main() {
   expect(1, 2112, 7168, 64, 64, 3, 0);
   expect(128, 4096, 7168, 128, 64, 2, 0);
   expect(128, 2112, 7168, 64, 64, 2, 0);
+  // On the H200's DRAM (4.8 TB/s) the one row of 128 x 64 in the ranges that fill the SMs: 4, 132
+  // units; not on the H100's (3.35 TB/s).
+  expect(128, 2112, 7168, 128, 64, 4, 0, 0, 4800.0);
+  expect(96, 2112, 7168, 128, 64, 4, 0, 0, 4800.0);
+  expect(128, 2112, 7168, 64, 64, 2, 0, 0, 3350.0);
+  expect(128, 1536, 7168, 128, 64, 4, 0, 0, 4800.0);
+  expect(128, 4096, 7168, 128, 64, 2, 0, 0, 4800.0);
   expect(128, 1536, 7168, 128, 64, 4, 0);
   expect(64, 7168, 16384, 64, 64, 1, 112);
   expect(128, 32768, 512, 128, 128, 1, 256);
@@ -105,37 +113,38 @@ int main() {
   const int64_t Ns[] = {16, 48, 128, 208, 1024, 2112, 4096, 6144, 7168, 24576, 28672, 32768, 57344};
   const int64_t Ks[] = {16, 128, 512, 576, 1536, 2048, 4096, 7168, 7296, 16384, 28672};
   const int smss[] = {8, 66, 78, 114, 132};
-  for (Sm90Recipe r : recipes)
-    for (int sms : smss)
-      for (int64_t M : Ms)
-        for (int64_t N : Ns)
-          for (int64_t K : Ks) {
-            const sm90_gemm_config c = sm90_gemm_pick(M, N, K, sms, r);
-            const int64_t num_kb = (K + 127) / 128;
-            const int64_t tiles = (M + c.block_m - 1) / c.block_m * ((N + c.block_n - 1) / c.block_n);
-            const int64_t units = c.whole_tiles + (tiles - c.whole_tiles) * c.splits;
-            const int64_t grid = units < sms ? units : sms;
-            char what[160];
-            snprintf(what, sizeof what, "%s (%" PRId64 ", %" PRId64 ", %" PRId64 ") on %d SMs: %dx%d, split %d",
-                     recipe_name(r), M, N, K, sms, c.block_m, c.block_n, c.splits);
-            CHECK(instantiated(r, c.block_m, c.block_n), "%s: no such tile", what);
-            CHECK(c.splits >= 1 && c.whole_tiles >= 0 && c.whole_tiles <= tiles && (c.splits > 1 || c.whole_tiles == tiles),
-                  "%s: %" PRId64 " whole tiles of %" PRId64, what, c.whole_tiles, tiles);
-            if (c.splits > 1) {
-              CHECK(num_kb / c.splits >= 2, "%s: K ranges under two K-blocks (%" PRId64 ")", what, num_kb);
-              CHECK(tiles - c.whole_tiles <= kQfWorkspaceCounters, "%s: %" PRId64 " split tiles", what, tiles - c.whole_tiles);
+  for (double dram : {0.0, 4800.0})  // (unknown or an H100's DRAM; an H200's)
+    for (Sm90Recipe r : recipes)
+      for (int sms : smss)
+        for (int64_t M : Ms)
+          for (int64_t N : Ns)
+            for (int64_t K : Ks) {
+              const sm90_gemm_config c = sm90_gemm_pick(M, N, K, sms, r, dram);
+              const int64_t num_kb = (K + 127) / 128;
+              const int64_t tiles = (M + c.block_m - 1) / c.block_m * ((N + c.block_n - 1) / c.block_n);
+              const int64_t units = c.whole_tiles + (tiles - c.whole_tiles) * c.splits;
+              const int64_t grid = units < sms ? units : sms;
+              char what[160];
+              snprintf(what, sizeof what, "%s (%" PRId64 ", %" PRId64 ", %" PRId64 ") on %d SMs at %.0f GB/s: %dx%d, split %d",
+                       recipe_name(r), M, N, K, sms, dram, c.block_m, c.block_n, c.splits);
+              CHECK(instantiated(r, c.block_m, c.block_n), "%s: no such tile", what);
+              CHECK(c.splits >= 1 && c.whole_tiles >= 0 && c.whole_tiles <= tiles && (c.splits > 1 || c.whole_tiles == tiles),
+                    "%s: %" PRId64 " whole tiles of %" PRId64, what, c.whole_tiles, tiles);
+              if (c.splits > 1) {
+                CHECK(num_kb / c.splits >= 2, "%s: K ranges under two K-blocks (%" PRId64 ")", what, num_kb);
+                CHECK(tiles - c.whole_tiles <= kQfWorkspaceCounters, "%s: %" PRId64 " split tiles", what, tiles - c.whole_tiles);
+              }
+              if (c.tail_kb > 0) {
+                CHECK(c.block_m > 128 && c.splits == 2 && c.whole_tiles % grid == 0 && tiles - c.whole_tiles < grid &&
+                          tiles > c.whole_tiles && c.tail_kb >= 2 && num_kb - c.tail_kb >= 2,
+                      "%s: %" PRId64 " owners of %" PRId64 " K-blocks (of %" PRId64 ") after %" PRId64 " whole tiles on %" PRId64
+                      " CTAs", what, tiles - c.whole_tiles, c.tail_kb, num_kb, c.whole_tiles, grid);
+              } else if (c.block_m == 256 && c.splits > 1) {
+                CHECK(c.whole_tiles % grid == 0 && units - c.whole_tiles <= grid,
+                      "%s: %" PRId64 " split units not in the last round of %" PRId64 " CTAs", what, units - c.whole_tiles, grid);
+                CHECK(sm90_gemm_tall_share_fits(c.splits, sm90_gemm_stages(256, 128, 2)), "%s: shares too large", what);
+              }
             }
-            if (c.tail_kb > 0) {
-              CHECK(c.block_m > 128 && c.splits == 2 && c.whole_tiles % grid == 0 && tiles - c.whole_tiles < grid &&
-                        tiles > c.whole_tiles && c.tail_kb >= 2 && num_kb - c.tail_kb >= 2,
-                    "%s: %" PRId64 " owners of %" PRId64 " K-blocks (of %" PRId64 ") after %" PRId64 " whole tiles on %" PRId64
-                    " CTAs", what, tiles - c.whole_tiles, c.tail_kb, num_kb, c.whole_tiles, grid);
-            } else if (c.block_m == 256 && c.splits > 1) {
-              CHECK(c.whole_tiles % grid == 0 && units - c.whole_tiles <= grid,
-                    "%s: %" PRId64 " split units not in the last round of %" PRId64 " CTAs", what, units - c.whole_tiles, grid);
-              CHECK(sm90_gemm_tall_share_fits(c.splits, sm90_gemm_stages(256, 128, 2)), "%s: shares too large", what);
-            }
-          }
   // The grouped (MoE) plan: 128-row tiles of 64 or 128 columns; the masked layout never split.
   for (int sms : smss)
     for (int64_t M : Ms)

@@ -219,7 +219,7 @@ qf_status dispatch(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p, co
       default: return dispatch_grouped<float>(ctx, pr, p);
     }
   }
-  const sm90_gemm_config cfg = forced ? *forced : sm90_gemm_pick(pr.M, pr.N, pr.K, pr.sms, R);
+  const sm90_gemm_config cfg = forced ? *forced : sm90_gemm_pick(pr.M, pr.N, pr.K, pr.sms, R, ctx->dram_gbps);
   switch (pr.d.dtype) {
     case QF_BF16: return dispatch_tile<R, __nv_bfloat16>(ctx, pr, p, cfg);
     case QF_F16: return dispatch_tile<R, __half>(ctx, pr, p, cfg);
@@ -254,7 +254,7 @@ static Problem blockscale_problem(qf_ctx *ctx, const qf_gemm_blockscale_args *a,
 
 extern "C" void qf_cuda_gemm_fp8_blockscale_plan(qf_ctx *ctx, int64_t M, int64_t N, int64_t K, int *block_m, int *block_n,
                                                  int *splits, int *tail_kb) {
-  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, ctx->stream_sms, Sm90Recipe::kBlockScaledFp8);
+  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, ctx->stream_sms, Sm90Recipe::kBlockScaledFp8, ctx->dram_gbps);
   *block_m = c.block_m, *block_n = c.block_n, *splits = c.splits, *tail_kb = static_cast<int>(c.tail_kb);
 }
 

@@ -22,6 +22,9 @@
 // K-blocks below which the heuristic never takes the 192 x 128 tile past 192 rows: at K = 512 its
 // single-set loop lost to 128 x 128 tiles ((384, 32768, 512) 15.4 -> 17.3 us, H100).
 constexpr int kSm90TripleMinKb = 8;
+// Peak DRAM bandwidth (GB/s) from which the decode rules take the faster memory's plans (the
+// H200's 4.8 TB/s against the H100's 3.35; sm90_gemm_pick_by_rules).
+constexpr double kSm90FastDramGbps = 4000.0;
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
@@ -103,7 +106,8 @@ constexpr int64_t sm90_gemm_tail_owner_kb(int64_t tiles, int sms, int64_t num_kb
 // The FP8 recipes (two_sets: the two-set loop; wide: the 128 x 192 tile) have their own rules at
 // 65-128 rows; the block-scaled recipe has the 256 x 128 tile too, costed by the same model
 // (its last wave split only where units are long: below).
-inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
+inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
+                                                 double dram_gbps = 0.0) {
   const bool two_sets = sm90_gemm_two_sets(recipe), wide = sm90_gemm_wide(recipe), tall = sm90_gemm_tall(recipe);
   const int sms = sm_count > 0 ? sm_count : 1;
   const int64_t num_kb = (K + 127) / 128;
@@ -199,12 +203,13 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   //   and 8 shapes that change 1.026x and 1.020x faster in geometric mean ((64, 2112, 7168) 4 -> 3
   //   ranges 1.026x / 1.030x, (128, 576, 7168) 7 -> 6 1.052x / 1.051x), none more than 1.1%
   //   slower; past 128 rows, where these tiles are several tile rows, 4-9% slower.
-  auto decode_ranges = [&](int64_t tiles) -> int64_t {
+  auto decode_ranges = [&](int64_t tiles, bool one_fewer = true) -> int64_t {
     int64_t split = decode_splits(tiles);
     if (recipe != Sm90Recipe::kBlockScaledFp8 || split == 1) return split;
     if (num_kb >= 32 && split > num_kb / 8) split = num_kb / 8;
-    return M <= 128 && split >= 3 ? split - 1 : split;
+    return one_fewer && M <= 128 && split >= 3 ? split - 1 : split;
   };
+  bool all_ranges = false;  // the 128 x 64 row below on the ranges that fill the SMs
   // 65-128 rows on the FP8 recipes: one row of 128 x 128 tiles (the two-set loop) instead of two
   // of 64-row tiles when each of its units still runs 64 K-blocks or more ((128, 7168, 16384)
   // block-scaled 50.5 -> 47.4 us, 0.96x -> 1.02x cuBLASLt; FP8 (128, 8192, 28672) 79.2 -> 77.2 us;
@@ -249,12 +254,20 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // the two rows': (N, K) = (1536, 7168), 24 tiles in 4 ranges against 48 in 2, 1.05-1.09x faster
   // on an H100 and 1.12-1.15x on an H200 (M = 96 and 128; `h100-dev-gemm-short-rounds-plans.jsonl`
   // and `h200-dev-gemm-short-rounds-plans.jsonl`); not (2112, 7168), 33 tiles in 3 ranges against
-  // 66 in 2 (99 SMs against 132): 0.97-0.99x on the H100, 1.02-1.04x on the H200.
+  // 66 in 2 (99 SMs against 132): 0.97-0.99x on the H100, 1.02-1.04x on the H200. On a GPU whose
+  // DRAM runs at kSm90FastDramGbps or more (the H200's 4.8 TB/s, not the H100's 3.35), the row
+  // also where its units are as many with the ranges that fill the SMs, and takes those ranges:
+  // (96 / 128, 2112, 7168) 33 tiles in 4 ranges (132 units) against the two rows in 2, 1.09x /
+  // 1.05x faster on three H200 plan sweeps (docs/GEMM.md, "A rule on the DRAM's rate"), 0.93-0.95x
+  // on the H100's (`h100-e0ed0ac-gemm-blockscale-plans.jsonl`).
   if (two_sets && M > 64 && M <= 128 && best.block_m == 64 && best.block_n == 64 && 2 * ((N + 63) / 64) <= sms) {
     const int64_t t = (N + 63) / 64;
     if (recipe == Sm90Recipe::kBlockScaledFp8 ? t * decode_ranges(t) >= 2 * t * decode_ranges(2 * t)
                                                : decode_splits(t) <= 2)
       best.block_m = 128;
+    else if (recipe == Sm90Recipe::kBlockScaledFp8 && dram_gbps >= kSm90FastDramGbps &&
+             t * decode_ranges(t, false) >= 2 * t * decode_ranges(2 * t))
+      best.block_m = 128, all_ranges = true;
   }
   // 65-128 rows on the FP8 recipes: one wave of 128 x 192 tiles where 128-column tiles need more
   // than one and N is a multiple of 192. Block-scaled (128, 24576, 1536), the only bench shape
@@ -297,7 +310,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m != 256) {
-    if (const int64_t split = decode_ranges(tiles); split > 1) {
+    if (const int64_t split = decode_ranges(tiles, !all_ranges); split > 1) {
       best.splits = static_cast<int>(split);
       best.whole_tiles = 0;
       return best;
@@ -409,8 +422,11 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
 // timed on the H200's / H100's sweep, against 33.5 / 33.7 for 110 tiles of 192 x 128). On both
 // sweeps the two shapes that change ((576, 4096, 7168) and (4096, 576, 7168)) run 1.05x / 1.10x
 // faster on the H200 and 1.07x / 1.18x on the H100.
-inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe) {
-  const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe);
+// dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where unknown (the rules then take the
+// H100's plans).
+inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
+                                       double dram_gbps = 0.0) {
+  const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe, dram_gbps);
   if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 4096 || rules.tail_kb > 0) return rules;
   const int sms = sm_count > 0 ? sm_count : 1;
   const int64_t num_kb = (K + 127) / 128;

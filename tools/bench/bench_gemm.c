@@ -4,8 +4,8 @@
  *  gemm_fp8_blockscale_grid (only when named): the same on more weights and M (below).
  *  gemm_fp8_blockscale_plans (only when named): the heuristic's plan and every plan forced
  *    (qf_gemm_fp8_blockscale_with), for checking the heuristic (below).
- *  gemm_fp8_blockscale_lt_algos (only when named): the bench's shapes against every algorithm
- *    cuBLASLt's heuristic lists, not only its first (algo_rows).
+ *  gemm_fp8_blockscale_lt_algos (only when named): the bench's shapes against every configuration
+ *    cuBLASLt accepts for them, not only its heuristic's first (algo_rows).
  *  gemm_scaled: qf_gemm_scaled with per-token a_scale [M], per-channel b_scale [N] and bf16 D on
  *    Llama-style shapes; e4m3 against cuBLASLt's FP8 GEMM with OUTER_VEC scales (bf16 D), int8
  *    against cuBLASLt's INT8 GEMM with int32 D and no scaling (the fastest INT8 GEMM it has). */
@@ -125,8 +125,8 @@ static double bf16_value(uint16_t h) {
 
 /* Op gemm_fp8_blockscale_lt_algos: the row of the heuristic's first algorithm (the bench's peer)
  * has been emitted and its D is in c->d (n bf16 values); now a row for each algorithm cuBLASLt can
- * run the shape with (qfb_lt_gemm_algos: its heuristic's list, then every algorithm id, tile and
- * split of K; at most 48) as the peer of the same qfuse time. One that fails to run or whose D
+ * run the shape with (qfb_lt_gemm_algos: its heuristic's list, then the configurations of every
+ * algorithm id that cublasLtMatmulAlgoCheck accepts; at most 96) as the peer of the same qfuse time. One that fails to run or whose D
  * differs from the first's by more than 1e-2 (relative Frobenius) gets no row, with a message. */
 static int algo_rows(qfb *b, lt_call *c, const qfb_row *row, int64_t n) {
   int checked = 0;
@@ -601,8 +601,8 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
       rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale", ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
-  /* gemm_fp8_blockscale_lt_algos, only when named: the bench's shapes against each algorithm
-   * cuBLASLt's heuristic lists (algo_rows) */
+  /* gemm_fp8_blockscale_lt_algos, only when named: the bench's shapes against each configuration
+   * cuBLASLt accepts (algo_rows) */
   for (size_t j = 0; j < sizeof nk / sizeof nk[0] && lt_algos; j++)
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
       if ((sel->m && ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;

@@ -319,10 +319,10 @@ qfb_lt_gemm *qfb_lt_gemm_plan_bf16(qfb_lt *lt, int64_t M, int64_t N, int64_t K) 
 static void add_algo(qfb_lt_gemm *g, const cublasLtMatmulAlgo_t *algo) {
   for (int i = 0; i < g->n_algos; i++)
     if (!memcmp(&g->algos[i], algo, sizeof *algo)) return;
-  cublasLtMatmulHeuristicResult_t r;
+  cublasLtMatmulHeuristicResult_t r = {0};
   if (cublasLtMatmulAlgoCheck(g->lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout, g->d_layout, algo, &r) !=
           CUBLAS_STATUS_SUCCESS ||
-      r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > g->lt->workspace_bytes)
+      r.workspaceSize > g->lt->workspace_bytes)
     return;
   g->algos[g->n_algos++] = *algo;
 }

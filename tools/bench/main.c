@@ -21,7 +21,7 @@ static void usage(void) {
           "             vq_gemm_splits: the tiled VQ-GeMM's split-K forced 1 to 8 ways on a grid;\n"
           "             gemm_fp8_blockscale_grid: the block-scaled GEMM on more weights and M;\n"
           "             gemm_fp8_blockscale_plans: its plans forced;\n"
-          "             gemm_fp8_blockscale_lt_algos: each algorithm cuBLASLt's heuristic lists)\n"
+          "             gemm_fp8_blockscale_lt_algos: every configuration cuBLASLt accepts)\n"
           "  --m        run only the shapes with this M (e.g. under a profiler; grouped GEMM: tokens per expert)\n"
           "  --k        quantization, GEMM and vq_gemm ops: run only the shapes with this K (H for SiLU * Mul)\n"
           "  --flush    how the L2 is emptied before each timed GPU run: a read pass over 2x the L2\n"

@@ -462,6 +462,22 @@ void qfb_emit(qfb *b, const qfb_row *r) {
 
 /* ---- ceilings ------------------------------------------------------------------------------ */
 
+static float bf16_to_float(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+double qfb_bf16_distance(const uint16_t *v, const uint16_t *ref, size_t n) {
+  double e2 = 0.0, r2 = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const double r = bf16_to_float(ref[i]), d = bf16_to_float(v[i]) - r;
+    e2 += d * d, r2 += r * r;
+  }
+  return sqrt(e2 / (r2 > 0.0 ? r2 : 1e-300));
+}
+
 #ifdef QF_WITH_CUDA
 typedef struct {
   const void *src;
@@ -567,12 +583,6 @@ static void fill_e4m3(unsigned char *p, size_t n, uint64_t seed) {
   }
 }
 
-static float bf16_to_float(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 static double measure_fp8(qfb *b) {
   const int64_t M = 8192, N = 8192, K = 8192;

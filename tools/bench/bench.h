@@ -8,6 +8,7 @@
 #define QFUSE_TOOLS_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(QF_WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
@@ -119,6 +120,10 @@ double qfb_fp8_tflops(qfb *b);
  * least time any kernel needs to read that much, launch and first-data latency included, which
  * the copy ceiling's 2 GiB leave out. 0 on the CPU, past 1 GiB, or when the measurement fails. */
 double qfb_read_us(qfb *b, double bytes);
+
+/* Relative Frobenius distance ||v - ref|| / ||ref|| of two bf16 host arrays of n values (a
+ * qfuse output against its peer's); NaN where v holds one. */
+double qfb_bf16_distance(const uint16_t *v, const uint16_t *ref, size_t n);
 
 /* floor_us for a row, in microseconds: max(bytes / copy ceiling, flops / matrix peak), where the
  * matrix peak is peak_tflops when > 0 and the measured FP8 ceiling otherwise (ceilings are

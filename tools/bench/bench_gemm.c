@@ -9,7 +9,6 @@
  *  gemm_scaled: qf_gemm_scaled with per-token a_scale [M], per-channel b_scale [N] and bf16 D on
  *    Llama-style shapes; e4m3 against cuBLASLt's FP8 GEMM with OUTER_VEC scales (bf16 D), int8
  *    against cuBLASLt's INT8 GEMM with int32 D and no scaling (the fastest INT8 GEMM it has). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,14 +114,6 @@ static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N) {
   return rc;
 }
 
-/* bf16 bits as a double. */
-static double bf16_value(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 /* Op gemm_fp8_blockscale_lt_algos: the row of the heuristic's first algorithm (the bench's peer)
  * has been emitted and its D is in c->d (n bf16 values); now a row for each algorithm cuBLASLt can
  * run the shape with (qfb_lt_gemm_algos: its heuristic's list, then the configurations of every
@@ -143,14 +134,10 @@ static int algo_rows(qfb *b, lt_call *c, const qfb_row *row, int64_t n) {
       rc = 1;
       break;
     }
-    double diff = 0.0, norm = 0.0;
-    for (int64_t k = 0; k < n; k++) {
-      const double r = bf16_value(ref[k]), e = bf16_value(got[k]) - r;
-      diff += e * e, norm += r * r;
-    }
-    if (!(diff <= 1e-4 * norm)) {
+    const double err = qfb_bf16_distance(got, ref, (size_t)n);
+    if (!(err <= 1e-2)) {
       fprintf(stderr, "bench_gemm: %s: cuBLASLt algorithm %d of %d differs from the first (relative error %.3g): no row\n",
-              row->shape, i, found, norm > 0 ? sqrt(diff / norm) : diff);
+              row->shape, i, found, err);
       continue;
     }
     char variant[96], peer[96], name[64];

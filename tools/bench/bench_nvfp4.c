@@ -120,12 +120,7 @@ static double fp4b_distance(const void *d0, const void *d1, size_t n, uint16_t *
   if (!fp4b_cuda(cudaMemcpy(h0, d0, 2 * n, cudaMemcpyDeviceToHost), "output to the host") ||
       !fp4b_cuda(cudaMemcpy(h1, d1, 2 * n, cudaMemcpyDeviceToHost), "peer output to the host"))
     return -1.0;
-  double e2 = 0.0, r2 = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    const double r = qf_f32_from_bits((uint32_t)h1[i] << 16), v = qf_f32_from_bits((uint32_t)h0[i] << 16);
-    e2 += (v - r) * (v - r), r2 += r * r;
-  }
-  return sqrt(e2 / (r2 > 0.0 ? r2 : 1e-300));
+  return qfb_bf16_distance(h0, h1, n);
 }
 
 /* Checks one call's output (the public call's, or a forced plan's) against the peer's, then times

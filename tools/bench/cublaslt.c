@@ -191,51 +191,51 @@ static qfb_lt_gemm *plan_create(qfb_lt *lt, int64_t M, int64_t N, int64_t K,
   return g;
 }
 
+/* The heuristic's first `want` results (at most 8) for g's descriptor, within the handle's
+ * workspace, into heur; *found of them. Returns cublasLtMatmulAlgoGetHeuristic's status (or the
+ * failing preference call's, after printing it). */
+static cublasStatus_t heuristic(qfb_lt_gemm *g, int want, cublasLtMatmulHeuristicResult_t *heur, int *found) {
+  cublasLtMatmulPreference_t pref = NULL;
+  cublasStatus_t st;
+  *found = 0;
+  if (!LT_CHECK(st = cublasLtMatmulPreferenceCreate(&pref))) return st;
+  if (LT_CHECK(st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &g->lt->workspace_bytes, sizeof g->lt->workspace_bytes)))
+    st = cublasLtMatmulAlgoGetHeuristic(g->lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout, g->d_layout, pref,
+                                        want, heur, found);
+  LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  return st;
+}
+
 /* The layouts of the TN form for operands of type `in` and D of type `out`, and the heuristic's
  * first algorithm for the descriptor as it stands. Frees g and returns NULL after printing why
  * (`what` names the GEMM in the message). */
 static qfb_lt_gemm *plan_finish(qfb_lt_gemm *g, cudaDataType_t in, cudaDataType_t out,
                                 const char *what) {
-  qfb_lt *lt = g->lt;
-  g->in_type = in, g->out_type = out;
-  cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t heur = {0};
   int found = 0;
-  cublasStatus_t st;
+  g->in_type = in, g->out_type = out;
   if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->a_layout, in, (uint64_t)g->K, (uint64_t)g->N,
-                                           g->K)))
-    goto fail;
-  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->b_layout, in, (uint64_t)g->K, (uint64_t)g->M,
-                                           g->K)))
-    goto fail;
-  if (!LT_CHECK(cublasLtMatrixLayoutCreate(&g->d_layout, out, (uint64_t)g->N, (uint64_t)g->M,
-                                           g->N)))
-    goto fail;
-
-  if (!LT_CHECK(cublasLtMatmulPreferenceCreate(&pref))) goto fail;
-  if (!LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &lt->workspace_bytes,
-                                                     sizeof lt->workspace_bytes)))
-    goto fail;
-
-  st = cublasLtMatmulAlgoGetHeuristic(lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout,
-                                      g->d_layout, pref, 1, &heur, &found);
+                                           g->K)) ||
+      !LT_CHECK(cublasLtMatrixLayoutCreate(&g->b_layout, in, (uint64_t)g->K, (uint64_t)g->M,
+                                           g->K)) ||
+      !LT_CHECK(cublasLtMatrixLayoutCreate(&g->d_layout, out, (uint64_t)g->N, (uint64_t)g->M,
+                                           g->N))) {
+    qfb_lt_gemm_free(g);
+    return NULL;
+  }
+  const cublasStatus_t st = heuristic(g, 1, &heur, &found);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0 || heur.state != CUBLAS_STATUS_SUCCESS) {
     fprintf(stderr,
             "qfb_lt_gemm_plan: cuBLASLt %zu has no algorithm for %s M=%lld N=%lld K=%lld "
             "(cublasLtMatmulAlgoGetHeuristic: %s, %d found)\n",
             qfb_lt_version(), what, (long long)g->M, (long long)g->N, (long long)g->K,
             cublasLtGetStatusName(st), found);
-    goto fail;
+    qfb_lt_gemm_free(g);
+    return NULL;
   }
   g->algo = g->planned = heur.algo;
-  LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   return g;
-
-fail:
-  if (pref) LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  qfb_lt_gemm_free(g);
-  return NULL;
 }
 
 qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode) {
@@ -328,7 +328,6 @@ static void add_algo(qfb_lt_gemm *g, const cublasLtMatmulAlgo_t *algo) {
 }
 
 int qfb_lt_gemm_algos(qfb_lt_gemm *g, int max, int *checked) {
-  cublasLtMatmulPreference_t pref = NULL;
   cublasLtMatmulHeuristicResult_t heur[8];
   int found = 0;
   if (checked) *checked = 0;
@@ -336,14 +335,9 @@ int qfb_lt_gemm_algos(qfb_lt_gemm *g, int max, int *checked) {
   if (max > QFB_LT_MAX_ALGOS) max = QFB_LT_MAX_ALGOS;
   g->n_algos = 0;
   /* The heuristic's list first, in its order. */
-  if (!LT_CHECK(cublasLtMatmulPreferenceCreate(&pref))) return 0;
-  if (LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                    &g->lt->workspace_bytes, sizeof g->lt->workspace_bytes)) &&
-      LT_CHECK(cublasLtMatmulAlgoGetHeuristic(g->lt->handle, g->desc, g->a_layout, g->b_layout, g->d_layout,
-                                              g->d_layout, pref, max < 8 ? max : 8, heur, &found)))
+  if (LT_CHECK(heuristic(g, max < 8 ? max : 8, heur, &found)))
     for (int i = 0; i < found && g->n_algos < max; i++)
       if (heur[i].state == CUBLAS_STATUS_SUCCESS) g->algos[g->n_algos++] = heur[i].algo;
-  LT_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   /* Then, for the heuristic's first algorithm and every algorithm id cuBLASLt has for the types,
    * each tile the id lists, with its own stages or the heuristic's, each cluster shape of up to
    * four CTAs, unsplit and (where the id splits K, with a reduction it supports) in 2 or 4 parts. */

@@ -203,13 +203,17 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   //   and 8 shapes that change 1.026x and 1.020x faster in geometric mean ((64, 2112, 7168) 4 -> 3
   //   ranges 1.026x / 1.030x, (128, 576, 7168) 7 -> 6 1.052x / 1.051x), none more than 1.1%
   //   slower; past 128 rows, where these tiles are several tile rows, 4-9% slower.
-  auto decode_ranges = [&](int64_t tiles, bool one_fewer = true) -> int64_t {
-    int64_t split = decode_splits(tiles);
+  // fill_ranges is the first part alone (the DRAM-rate rule below takes it), decode_ranges both.
+  auto fill_ranges = [&](int64_t tiles) -> int64_t {
+    const int64_t split = decode_splits(tiles);
     if (recipe != Sm90Recipe::kBlockScaledFp8 || split == 1) return split;
-    if (num_kb >= 32 && split > num_kb / 8) split = num_kb / 8;
-    return one_fewer && M <= 128 && split >= 3 ? split - 1 : split;
+    return num_kb >= 32 && split > num_kb / 8 ? num_kb / 8 : split;
   };
-  bool all_ranges = false;  // the 128 x 64 row below on the ranges that fill the SMs
+  auto decode_ranges = [&](int64_t tiles) -> int64_t {
+    const int64_t split = fill_ranges(tiles);
+    return recipe == Sm90Recipe::kBlockScaledFp8 && M <= 128 && split >= 3 ? split - 1 : split;
+  };
+  bool all_ranges = false;  // the 128 x 64 row below runs fill_ranges, not decode_ranges
   // 65-128 rows on the FP8 recipes: one row of 128 x 128 tiles (the two-set loop) instead of two
   // of 64-row tiles when each of its units still runs 64 K-blocks or more ((128, 7168, 16384)
   // block-scaled 50.5 -> 47.4 us, 0.96x -> 1.02x cuBLASLt; FP8 (128, 8192, 28672) 79.2 -> 77.2 us;
@@ -266,7 +270,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
                                                : decode_splits(t) <= 2)
       best.block_m = 128;
     else if (recipe == Sm90Recipe::kBlockScaledFp8 && dram_gbps >= kSm90FastDramGbps &&
-             t * decode_ranges(t, false) >= 2 * t * decode_ranges(2 * t))
+             t * fill_ranges(t) >= 2 * t * decode_ranges(2 * t))
       best.block_m = 128, all_ranges = true;
   }
   // 65-128 rows on the FP8 recipes: one wave of 128 x 192 tiles where 128-column tiles need more
@@ -310,7 +314,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m != 256) {
-    if (const int64_t split = decode_ranges(tiles, !all_ranges); split > 1) {
+    if (const int64_t split = all_ranges ? fill_ranges(tiles) : decode_ranges(tiles); split > 1) {
       best.splits = static_cast<int>(split);
       best.whole_tiles = 0;
       return best;

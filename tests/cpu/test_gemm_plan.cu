@@ -81,6 +81,11 @@ int main() {
   // 128 x 64 split 3 ways.
   expect(384, 1536, 7168, 128, 128, 3, 0);
   expect(512, 576, 7168, 128, 64, 3, 0);
+  // Past 128 rows a split plan of tiles up to 128 rows at 1.05x: (384, 576, 7168), 54 tiles of
+  // 64 x 64 split twice by the rules, 27 tiles of 128 x 64 split 4 ways; 256-row split plans keep
+  // 1.1x: (256, 8192, 28672) stays on whole 128 x 128 tiles.
+  expect(384, 576, 7168, 128, 64, 4, 0);
+  expect(256, 8192, 28672, 128, 128, 1, 128);
   // Block-scaled decode on long K keeps ranges of 8 K-blocks, less one: (1, 576, 7168), 9 tiles of
   // 64 x 64, 6 ranges (14 would fill the SMs, 7 keep 8 K-blocks).
   expect(1, 576, 7168, 64, 64, 6, 0);

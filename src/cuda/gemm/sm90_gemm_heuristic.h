@@ -425,7 +425,13 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
 // 7168), a round of 128 x 128 tiles and a last one split 4 ways: 34.3 us modelled, 36.9 / 39.9
 // timed on the H200's / H100's sweep, against 33.5 / 33.7 for 110 tiles of 192 x 128). On both
 // sweeps the two shapes that change ((576, 4096, 7168) and (4096, 576, 7168)) run 1.05x / 1.10x
-// faster on the H200 and 1.07x / 1.18x on the H100.
+// faster on the H200 and 1.07x / 1.18x on the H100. A split plan of the model's on tiles of up to
+// 128 rows needs 1.05x too (256-row split plans keep 1.1x: at 1.05x (256, 8192, 28672) took 256 x
+// 128 split 2 over whole 128 x 128 tiles, 0.89x on both H200 sweeps): on the sweeps only (384,
+// 576, 7168) changes, 64 x 64 split 2 -> 128 x 64 split 4, 1.12x / 1.12x faster on the H200's,
+// 1.07x / 1.09x on the H100's; on 132 SMs 18 of 1,184 DeepSeek-V3 and Llama shapes change, timed on
+// an H200 with both plans forced 1.02-1.20x faster (1.08x in geometric mean) but (144, 1024, 7168),
+// 64 x 64 split 2 -> 64 x 128 split 4, 0.98x (bench/results/h200-dev-gemm-split-margin-ab.txt).
 // dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where unknown (the rules then take the
 // H100's plans).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
@@ -459,7 +465,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // the margin by which the model must put its plan ahead of the rules' (the comment above)
   double margin = 1.2;
   if (M > 128 && best.splits > 1) {
-    margin = 1.1;
+    margin = best.block_m <= 128 ? 1.05 : 1.1;  // (the model's 256-row split units: its heavier tail)
   } else if (M > 128) {
     const bool one_wave = best.block_m == 192 && best.whole_tiles <= sms;
     const bool short_split = rules.splits > 1 && rules.block_m <= 128 && num_kb / rules.splits < kSm90LongUnit;

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "formats/formats.h"
+
 #ifdef QF_WITH_CUDA
 #include <cuda_runtime.h>
 
@@ -462,17 +464,10 @@ void qfb_emit(qfb *b, const qfb_row *r) {
 
 /* ---- ceilings ------------------------------------------------------------------------------ */
 
-static float bf16_to_float(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 double qfb_bf16_distance(const uint16_t *v, const uint16_t *ref, size_t n) {
   double e2 = 0.0, r2 = 0.0;
   for (size_t i = 0; i < n; i++) {
-    const double r = bf16_to_float(ref[i]), d = bf16_to_float(v[i]) - r;
+    const double r = qf_bf16_to_f32(ref[i]), d = qf_bf16_to_f32(v[i]) - r;
     e2 += d * d, r2 += r * r;
   }
   return sqrt(e2 / (r2 > 0.0 ? r2 : 1e-300));
@@ -583,7 +578,6 @@ static void fill_e4m3(unsigned char *p, size_t n, uint64_t seed) {
   }
 }
 
-
 static double measure_fp8(qfb *b) {
   const int64_t M = 8192, N = 8192, K = 8192;
   const size_t a_bytes = (size_t)(M * K), b_bytes = (size_t)(N * K), d_bytes = (size_t)(M * N) * 2;
@@ -622,7 +616,7 @@ static double measure_fp8(qfb *b) {
   if (!CUDA_CHECK(cudaMemcpy(row0, d, sizeof row0, cudaMemcpyDeviceToHost))) goto done;
   int nonzero = 0;
   for (size_t i = 0; i < sizeof row0 / sizeof row0[0]; ++i) {
-    const float v = bf16_to_float(row0[i]);
+    const float v = qf_bf16_to_f32(row0[i]);
     if (!isfinite(v)) {
       fprintf(stderr, "qfb_fp8_tflops: D[0][%zu] is not finite\n", i);
       goto done;

@@ -464,12 +464,11 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   }
   // the margin by which the model must put its plan ahead of the rules' (the comment above)
   double margin = 1.2;
-  if (M > 128 && best.splits > 1) {
-    margin = best.block_m <= 128 ? 1.05 : 1.1;  // (the model's 256-row split units: its heavier tail)
-  } else if (M > 128) {
+  if (M > 128) {
+    const bool tall_split = best.splits > 1 && best.block_m > 128;  // (the model's heavier tail)
     const bool one_wave = best.block_m == 192 && best.whole_tiles <= sms;
     const bool short_split = rules.splits > 1 && rules.block_m <= 128 && num_kb / rules.splits < kSm90LongUnit;
-    margin = one_wave && short_split ? 1.0 : 1.05;
+    margin = tall_split ? 1.1 : one_wave && short_split ? 1.0 : 1.05;
   }
   const sm90_gemm_config chosen =
       best_us >= 0.0 && sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us ? best : rules;
@@ -477,10 +476,10 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // becomes 128 x 128 tiles split twice, as many units with A read half as often: (160 / 192, 4096,
   // 7168) 1.04-1.09x faster on three H200 plan sweeps, 0.98x on the H100's (docs/GEMM.md, "A rule
   // on the DRAM's rate").
-  const int64_t tiles64 = ((M + 127) / 128) * ((N + 63) / 64);
+  const int64_t tiles128x64 = ((M + 127) / 128) * ((N + 63) / 64);
   sm90_gemm_config wider;
   if (dram_gbps >= kSm90FastDramGbps && M > 128 && M <= 256 && chosen.block_m == 128 && chosen.block_n == 64 &&
-      chosen.splits == 1 && tiles64 <= sms && 4 * tiles64 >= 3 * sms && num_kb >= 32 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
+      chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 32 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 128, 2, wider))
     return wider;
   return chosen;

@@ -121,6 +121,12 @@ int main() {
   // stays on 128 x 128 tiles.
   expect(4096, 576, 7168, 192, 128, 1, 110);
   expect(384, 7168, 16384, 128, 128, 3, 132);
+  // A split last wave of 128-row tiles past 128 rows keeps 10 K-blocks a range: (3072, 2112,
+  // 7168), 408 tiles of 128 x 128, a last wave of 12 split 5 ways (11 would fill the SMs);
+  // (384, 28672, 4096), 3 ways (32 K-blocks); (896, 24576, 1536), 12 K-blocks: whole tiles.
+  expect(3072, 2112, 7168, 128, 128, 5, 396);
+  expect(384, 28672, 4096, 128, 128, 3, 660);
+  expect(896, 24576, 1536, 128, 128, 1, 1344);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

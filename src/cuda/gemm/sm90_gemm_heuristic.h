@@ -25,6 +25,9 @@ constexpr int kSm90TripleMinKb = 8;
 // Peak DRAM bandwidth (GB/s) from which the decode rules take the faster memory's plans (the
 // H200's 4.8 TB/s against the H100's 3.35; sm90_gemm_pick_by_rules).
 constexpr double kSm90FastDramGbps = 4000.0;
+// Block-scaled, past 128 rows: the fewest K-blocks per range of a split last wave of 128-row tiles
+// (sm90_gemm_pick).
+constexpr int64_t kSm90TailRangeKb = 10;
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
@@ -403,6 +406,27 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
                                                 sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2))));
 }
 
+// Block-scaled, past 128 rows: a split last wave of 128-row tiles keeps kSm90TailRangeKb K-blocks
+// or more per range (none at all if that leaves fewer than two), whatever chose its split (the
+// rules or the time model; after both, so that neither's choice of tile moves). Each range past
+// the first is a 64 KB (128 x 128) or 32 KB partial for the tile's last unit to add after the
+// rest of the GPU has left: about 1-1.3 us a range on an H200, against the model's 0.43-0.59. On
+// forced plans (H200, docs/GEMM.md "Ranges of a split last wave") the fastest split kept 10-16
+// K-blocks a range: 3 of 32, 4-6 of 56, 5 of 64, 8 of 128 and 144, none of 12.
+inline sm90_gemm_config sm90_gemm_short_tail(sm90_gemm_config c, int64_t M, int64_t N, int64_t K, Sm90Recipe recipe) {
+  const int64_t num_kb = (K + 127) / 128, ranges = num_kb / kSm90TailRangeKb;
+  if (recipe != Sm90Recipe::kBlockScaledFp8 || M <= 128 || c.block_m != 128 || c.splits <= 1 || c.whole_tiles == 0 ||
+      c.splits <= ranges)
+    return c;
+  if (ranges > 1) {
+    c.splits = static_cast<int>(ranges);
+  } else {
+    c.splits = 1;
+    c.whole_tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n);
+  }
+  return c;
+}
+
 // The rules above, then for the block-scaled recipe up to 4096 rows (the sweep's range) the
 // model's fastest plan where it puts the rules' plan at 1.2x its time or more, 1.1x past 128 rows
 // (the rules' plan on one of the model's tiles, not a round of owners and helpers). On the first
@@ -432,12 +456,13 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
 // 1.07x / 1.09x on the H100's; on 132 SMs 18 of 1,184 DeepSeek-V3 and Llama shapes change, timed on
 // an H200 with both plans forced 1.02-1.20x faster (1.08x in geometric mean) but (144, 1024, 7168),
 // 64 x 64 split 2 -> 64 x 128 split 4, 0.98x (bench/results/h200-dev-gemm-split-margin-ab.txt).
-// dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where unknown (the rules then take the
-// H100's plans).
+// Last, sm90_gemm_short_tail. dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where
+// unknown (the rules then take the H100's plans).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
                                        double dram_gbps = 0.0) {
   const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe, dram_gbps);
-  if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 4096 || rules.tail_kb > 0) return rules;
+  if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 4096 || rules.tail_kb > 0)
+    return sm90_gemm_short_tail(rules, M, N, K, recipe);
   const int sms = sm_count > 0 ? sm_count : 1;
   const int64_t num_kb = (K + 127) / 128;
   const sm90_plan_cost *mine = nullptr;
@@ -482,7 +507,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
       chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 32 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 128, 2, wider))
     return wider;
-  return chosen;
+  return sm90_gemm_short_tail(chosen, M, N, K, recipe);
 }
 
 // The grouped (MoE) GEMM: 128-row tiles (a tile row is one expert's 128-row block) in the grouped

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""A change to the block-scaled GEMM's plans, measured where it changes them: the old and the new
+plan of each shape forced on the GPU (qf_gemm_fp8_blockscale_with), on the whole device or on a
+green-context partition of fewer SMs (another SM count's plans on the same GPU).
+
+  bench/plan_ab.py cases --base TOOL [--plan TOOL] [--sms 132,112,80] [--dram GBPS] > CASES
+  QFUSE_LIBRARY=build/libqfuse.so bench/plan_ab.py run CASES
+
+`cases` runs two builds' qfuse-plan (tools/plan; --plan defaults to build/tools/qfuse-plan) on a
+scan of DeepSeek-V3 and Llama weights (37 (N, K)) at 32 values of M from 1 to 8192, at each SM
+count, and prints "SMS SHAPE OLD NEW" for every shape whose plan differs. `run` times each line:
+the L2 flushed by a 120 MiB read before each run, CUDA events around the call (launch included),
+the median of 25 runs after 5, in the order old, new, new, old; it prints both medians of each
+plan, old / new of the faster ones, and the relative difference of the two plans' D. An SM count
+below the device's runs on a partition of that many SMs (cuDevSmResourceSplitByCount: counts the
+driver can split, multiples of 8 on Hopper; the line names the partition's size), whose stream
+the qfuse context takes (qf_ctx_set_stream), so that the plans are that SM count's.
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+
+WEIGHTS = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (1536, 7168),
+           (576, 7168), (36864, 7168), (7168, 18432), (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672),
+           (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (5120, 5120), (1024, 7168), (18432, 7168),
+           (512, 7168), (256, 7168), (768, 7168), (3072, 1536), (7168, 1536), (4096, 512), (7168, 4096),
+           (2048, 7168), (16384, 7168), (14336, 4096), (11008, 4096), (4096, 11008), (22016, 8192), (8192, 22016),
+           (1280, 8192), (8192, 1024)]
+MS = [1, 8, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256, 288, 320, 384, 448, 512, 576, 640, 768, 896,
+      1024, 1536, 2048, 2560, 3072, 3584, 4096, 8192]
+
+
+def plans(tool, sms, dram, shapes):
+    out = subprocess.run([tool, "--sms", str(sms), "--dram", str(dram)], input="\n".join(shapes) + "\n",
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    return [line.split()[-1] for line in out if line.strip()]
+
+
+def cases(args):
+    shapes = [f"M={m},N={n},K={k}" for n, k in WEIGHTS for m in MS]
+    for sms in (int(s) for s in args.sms.split(",")):
+        for shape, old, new in zip(shapes, plans(args.base, sms, args.dram, shapes), plans(args.plan, sms, args.dram, shapes)):
+            if old == new:
+                continue
+            if "+" in old + new:  # a round of owners and helpers: not a plan qf_gemm_fp8_blockscale_with takes
+                print(f"plan_ab: {sms} SMs {shape} {old} -> {new} cannot be forced, left out", file=sys.stderr)
+            else:
+                print(sms, shape, old, new)
+
+
+def green_stream(sms):
+    """A stream on a green-context partition of at least sms SMs, and the partition's size."""
+    cu = ctypes.CDLL("libcuda.so.1")
+
+    def ok(rc, what):
+        if rc != 0:
+            raise RuntimeError(f"{what}: CUresult {rc}")
+    dev = ctypes.c_int()
+    ok(cu.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+    whole, part, rest = (ctypes.create_string_buffer(144) for _ in range(3))  # CUdevResource
+    ok(cu.cuDeviceGetDevResource(dev, whole, 1), "cuDeviceGetDevResource")  # CU_DEV_RESOURCE_TYPE_SM
+    groups = ctypes.c_uint(1)
+    ok(cu.cuDevSmResourceSplitByCount(part, ctypes.byref(groups), whole, rest, 0, sms), "cuDevSmResourceSplitByCount")
+    desc, green, stream = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    ok(cu.cuDevResourceGenerateDesc(ctypes.byref(desc), part, 1), "cuDevResourceGenerateDesc")
+    ok(cu.cuGreenCtxCreate(ctypes.byref(green), desc, dev, 1), "cuGreenCtxCreate")  # CU_GREEN_CTX_DEFAULT_STREAM
+    ok(cu.cuGreenCtxStreamCreate(ctypes.byref(stream), green, 1, 0), "cuGreenCtxStreamCreate")  # non-blocking
+    return stream.value, int.from_bytes(part.raw[96:100], "little")  # CUdevResource.sm.smCount
+
+
+def run(args):
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import qfuse
+    from qfuse import _Arg, _lib
+
+    torch.zeros(1, device="cuda")
+    device_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    streams = {}
+    for line in open(args.cases):
+        if not line.strip():
+            continue
+        sms, shape, old, new = line.split()
+        sms = int(sms)
+        if sms not in streams:
+            streams[sms] = green_stream(sms) if sms < device_sms else (torch.cuda.current_stream().cuda_stream, device_sms)
+        handle, got = streams[sms]
+        ctx = qfuse.Context("cuda:0")
+        ctx.set_stream(handle)
+        stream = torch.cuda.ExternalStream(handle) if sms < device_sms else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            M, N, K = (int(x.split("=")[1]) for x in shape.split(","))
+            kb = (K + 127) // 128
+            flush = torch.empty(120 << 20, dtype=torch.uint8, device="cuda")
+            a = (torch.randn(M, K, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+            b = (torch.randn(N, K, device="cuda") * 0.5).to(torch.float8_e4m3fn)
+            a_s = torch.rand(kb, (M + 3) // 4 * 4, device="cuda") + 0.5
+            b_s = torch.rand((N + 127) // 128, kb, device="cuda") + 0.5
+            d = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            stream.synchronize()
+            keep = [_Arg(qfuse.view(a.view(torch.uint8), "e4m3fn")), _Arg(a_s[:, :M]),
+                    _Arg(qfuse.view(b.view(torch.uint8), "e4m3fn")), _Arg(b_s), _Arg(d)]
+
+            def call(plan):
+                tile, splits = plan.split("/")
+                bm, bn = tile.split("x")
+                rc = _lib.qf_gemm_fp8_blockscale_with(ctx._ctx, *(x.ptr() for x in keep), None, int(bm), int(bn), int(splits))
+                if rc != 0:
+                    raise RuntimeError(f"{shape} {plan} on {got} SMs: {_lib.qf_ctx_last_error(ctx._ctx).decode()}")
+
+            def median_us(plan):
+                times = []
+                for i in range(30):
+                    flush.sum(dtype=torch.int64)
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record(stream)
+                    call(plan)
+                    e1.record(stream)
+                    e1.synchronize()
+                    if i >= 5:
+                        times.append(e0.elapsed_time(e1) * 1e3)
+                return statistics.median(times)
+            outs = []
+            for plan in (old, new):
+                call(plan)
+                stream.synchronize()
+                outs.append(d.float())
+            diff = ((outs[0] - outs[1]).norm() / outs[0].norm()).item()
+            o1, n1, n2, o2 = median_us(old), median_us(new), median_us(new), median_us(old)
+        print(f"{got:4d} SMs {shape:24s} {old:>14s} {o1:8.2f} {o2:8.2f}  {new:>14s} {n1:8.2f} {n2:8.2f}  "
+              f"old/new {min(o1, o2) / min(n1, n2):.3f}  (D differ {diff:.1e})", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("cases")
+    c.add_argument("--base", required=True)
+    c.add_argument("--plan", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "tools", "qfuse-plan"))
+    c.add_argument("--sms", default="132")
+    c.add_argument("--dram", default="4800")
+    r = sub.add_parser("run")
+    r.add_argument("cases")
+    args = parser.parse_args()
+    cases(args) if args.what == "cases" else run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,8 @@ green-context partition of fewer SMs (another SM count's plans on the same GPU).
 
   bench/plan_ab.py cases --base TOOL [--plan TOOL] [--sms 132,112,80] [--dram GBPS] > CASES
   QFUSE_LIBRARY=build/libqfuse.so bench/plan_ab.py run CASES
+  bench/plan_ab.py sweep-cases --sms 112 [--plan TOOL] [--dram GBPS] [--m 64,128] [--weights bench] > CASES
+  QFUSE_LIBRARY=build/libqfuse.so bench/plan_ab.py sweep CASES OUT.jsonl
 
 `cases` runs two builds' qfuse-plan (tools/plan; --plan defaults to build/tools/qfuse-plan) on a
 scan of DeepSeek-V3 and Llama weights (37 (N, K)) at 32 values of M from 1 to 8192, at each SM
@@ -15,6 +17,13 @@ plan, old / new of the faster ones, and the relative difference of the two plans
 below the device's runs on a partition of that many SMs (cuDevSmResourceSplitByCount: counts the
 driver can split, multiples of 8 on Hopper; the line names the partition's size), whose stream
 the qfuse context takes (qf_ctx_set_stream), so that the plans are that SM count's.
+
+`sweep-cases` prints "SMS SHAPE PLAN" with qfuse-plan's plan for each shape of the scan (or of the
+bench's six weights, --weights bench) at the given M; `sweep` times each shape's public call and
+every plan qf_gemm_fp8_blockscale_with accepts (the engine's tiles, unsplit or split 2, 3, 4, 6, 8,
+12 or 16 ways or as many as fill the SMs), all in one order and then in reverse, and writes
+qfuse-bench's plan rows (op gemm_fp8_blockscale_plans, variants plan=PLAN and auto=PLAN, the
+faster of the two medians), which `bench/plan_eval.py --sms SMS` scores like a sweep of the bench.
 """
 import argparse
 import ctypes
@@ -51,6 +60,15 @@ def cases(args):
                 print(sms, shape, old, new)
 
 
+def sweep_cases(args):
+    weights = WEIGHTS[:6] if args.weights == "bench" else WEIGHTS
+    ms = [int(m) for m in args.m.split(",")] if args.m else MS
+    shapes = [f"M={m},N={n},K={k}" for n, k in weights for m in ms]
+    for sms in (int(s) for s in args.sms.split(",")):
+        for shape, plan in zip(shapes, plans(args.plan, sms, args.dram, shapes)):
+            print(sms, shape, plan)
+
+
 def green_stream(sms):
     """A stream on a green-context partition of at least sms SMs, and the partition's size."""
     cu = ctypes.CDLL("libcuda.so.1")
@@ -71,7 +89,9 @@ def green_stream(sms):
     return stream.value, int.from_bytes(part.raw[96:100], "little")  # CUdevResource.sm.smCount
 
 
-def run(args):
+def gpu_shapes(lines):
+    """For each line "SMS SHAPE ...": the SM count's stream and a qfuse context on it, the shape's
+    operands, and (got, fields, force(plan), public(), median_us(fn), d) inside that stream."""
     import torch
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import qfuse
@@ -80,11 +100,11 @@ def run(args):
     torch.zeros(1, device="cuda")
     device_sms = torch.cuda.get_device_properties(0).multi_processor_count
     streams = {}
-    for line in open(args.cases):
-        if not line.strip():
+    for line in lines:
+        fields = line.split()
+        if not fields:
             continue
-        sms, shape, old, new = line.split()
-        sms = int(sms)
+        sms, shape = int(fields[0]), fields[1]
         if sms not in streams:
             streams[sms] = green_stream(sms) if sms < device_sms else (torch.cuda.current_stream().cuda_stream, device_sms)
         handle, got = streams[sms]
@@ -101,37 +121,72 @@ def run(args):
             b_s = torch.rand((N + 127) // 128, kb, device="cuda") + 0.5
             d = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
             stream.synchronize()
-            keep = [_Arg(qfuse.view(a.view(torch.uint8), "e4m3fn")), _Arg(a_s[:, :M]),
-                    _Arg(qfuse.view(b.view(torch.uint8), "e4m3fn")), _Arg(b_s), _Arg(d)]
+            A, B = qfuse.view(a.view(torch.uint8), "e4m3fn"), qfuse.view(b.view(torch.uint8), "e4m3fn")
+            keep = [_Arg(A), _Arg(a_s[:, :M]), _Arg(B), _Arg(b_s), _Arg(d)]
 
-            def call(plan):
+            def force(plan):
+                """The plan forced; False where the library has no such plan for the shape."""
                 tile, splits = plan.split("/")
                 bm, bn = tile.split("x")
-                rc = _lib.qf_gemm_fp8_blockscale_with(ctx._ctx, *(x.ptr() for x in keep), None, int(bm), int(bn), int(splits))
-                if rc != 0:
-                    raise RuntimeError(f"{shape} {plan} on {got} SMs: {_lib.qf_ctx_last_error(ctx._ctx).decode()}")
+                return _lib.qf_gemm_fp8_blockscale_with(ctx._ctx, *(x.ptr() for x in keep), None, int(bm), int(bn),
+                                                        int(splits)) == 0
 
-            def median_us(plan):
+            def public():
+                ctx.gemm_fp8_blockscale(A, a_s[:, :M], B, b_s, d)
+                return True
+
+            def median_us(fn):
                 times = []
                 for i in range(30):
                     flush.sum(dtype=torch.int64)
                     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     e0.record(stream)
-                    call(plan)
+                    if not fn():
+                        raise RuntimeError(f"{shape} on {got} SMs: {_lib.qf_ctx_last_error(ctx._ctx).decode()}")
                     e1.record(stream)
                     e1.synchronize()
                     if i >= 5:
                         times.append(e0.elapsed_time(e1) * 1e3)
                 return statistics.median(times)
-            outs = []
-            for plan in (old, new):
-                call(plan)
-                stream.synchronize()
-                outs.append(d.float())
-            diff = ((outs[0] - outs[1]).norm() / outs[0].norm()).item()
-            o1, n1, n2, o2 = median_us(old), median_us(new), median_us(new), median_us(old)
+            yield got, fields, force, public, median_us, d
+
+
+def run(args):
+    for got, (_, shape, old, new), force, _, median_us, d in gpu_shapes(open(args.cases)):
+        outs = []
+        for plan in (old, new):
+            if not force(plan):
+                raise RuntimeError(f"{shape} {plan} on {got} SMs: not a plan of the library")
+            outs.append(d.float())
+        diff = ((outs[0] - outs[1]).norm() / outs[0].norm()).item()
+        o1, n1 = median_us(lambda: force(old)), median_us(lambda: force(new))
+        n2, o2 = median_us(lambda: force(new)), median_us(lambda: force(old))
         print(f"{got:4d} SMs {shape:24s} {old:>14s} {o1:8.2f} {o2:8.2f}  {new:>14s} {n1:8.2f} {n2:8.2f}  "
               f"old/new {min(o1, o2) / min(n1, n2):.3f}  (D differ {diff:.1e})", flush=True)
+
+
+def sweep(args):
+    import json
+    tiles = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 192), (192, 128), (256, 128)]
+    with open(args.out, "w") as out:
+        for got, (_, shape, auto), force, public, median_us, _ in gpu_shapes(open(args.cases)):
+            M, N, K = (int(x.split("=")[1]) for x in shape.split(","))
+            candidates = []
+            for bm, bn in tiles:
+                t = ((M + bm - 1) // bm) * ((N + bn - 1) // bn)
+                rem = t if t < got else t % got
+                for sp in sorted({1, 2, 3, 4, 6, 8, 12, 16, got // rem if rem else 1}):
+                    if force(f"{bm}x{bn}/{sp}"):
+                        candidates.append(f"{bm}x{bn}/{sp}")
+            fns = [(f"auto={auto}", public)] + [(f"plan={p}", (lambda p=p: force(p))) for p in candidates]
+            first = {v: median_us(fn) for v, fn in fns}
+            best = {v: min(first[v], median_us(fn)) for v, fn in reversed(fns)}
+            for v, us in best.items():
+                out.write(json.dumps({"op": "gemm_fp8_blockscale_plans", "variant": v, "shape": shape, "us": round(us, 3),
+                                      "sms": got}) + "\n")
+            fastest = min((us, v) for v, us in best.items() if v.startswith("plan="))
+            print(f"{got:4d} SMs {shape:24s} auto {auto} {best[f'auto={auto}']:.2f} us, fastest {fastest[1][5:]} "
+                  f"{fastest[0]:.2f} us ({len(candidates)} plans)", flush=True)
 
 
 def main():
@@ -144,8 +199,17 @@ def main():
     c.add_argument("--dram", default="4800")
     r = sub.add_parser("run")
     r.add_argument("cases")
+    sc = sub.add_parser("sweep-cases")
+    sc.add_argument("--plan", default=c.get_default("plan"))
+    sc.add_argument("--sms", default="132")
+    sc.add_argument("--dram", default="4800")
+    sc.add_argument("--m", default="")
+    sc.add_argument("--weights", choices=["scan", "bench"], default="scan")
+    sw = sub.add_parser("sweep")
+    sw.add_argument("cases")
+    sw.add_argument("out")
     args = parser.parse_args()
-    cases(args) if args.what == "cases" else run(args)
+    {"cases": cases, "run": run, "sweep-cases": sweep_cases, "sweep": sweep}[args.what](args)
 
 
 if __name__ == "__main__":

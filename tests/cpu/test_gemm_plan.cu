@@ -29,14 +29,19 @@ static bool instantiated(Sm90Recipe r, int bm, int bn) {
   return ok;
 }
 
-// The plan on 132 SMs whose DRAM runs at dram_gbps (0: unknown, an H100's plans).
+// The plan on sms SMs whose DRAM runs at dram_gbps (0: unknown, an H100's plans).
+static void expect_on(int sms, double dram_gbps, int64_t M, int64_t N, int64_t K, int bm, int bn, int splits,
+                      int64_t whole, int64_t tail_kb = 0) {
+  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, sms, Sm90Recipe::kBlockScaledFp8, dram_gbps);
+  CHECK(c.block_m == bm && c.block_n == bn && c.splits == splits && c.whole_tiles == whole && c.tail_kb == tail_kb,
+        "(%" PRId64 ", %" PRId64 ", %" PRId64 ") on %d SMs at %.0f GB/s: %dx%d split %d, %" PRId64 " whole, owners %" PRId64
+        " K-blocks; expected %dx%d split %d, %" PRId64 " whole, owners %" PRId64,
+        M, N, K, sms, dram_gbps, c.block_m, c.block_n, c.splits, c.whole_tiles, c.tail_kb, bm, bn, splits, whole, tail_kb);
+}
+
 static void expect_at(double dram_gbps, int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, int64_t whole,
                       int64_t tail_kb = 0) {
-  const sm90_gemm_config c = sm90_gemm_pick(M, N, K, 132, Sm90Recipe::kBlockScaledFp8, dram_gbps);
-  CHECK(c.block_m == bm && c.block_n == bn && c.splits == splits && c.whole_tiles == whole && c.tail_kb == tail_kb,
-        "(%" PRId64 ", %" PRId64 ", %" PRId64 ") at %.0f GB/s: %dx%d split %d, %" PRId64 " whole, owners %" PRId64
-        " K-blocks; expected %dx%d split %d, %" PRId64 " whole, owners %" PRId64,
-        M, N, K, dram_gbps, c.block_m, c.block_n, c.splits, c.whole_tiles, c.tail_kb, bm, bn, splits, whole, tail_kb);
+  expect_on(132, dram_gbps, M, N, K, bm, bn, splits, whole, tail_kb);
 }
 
 static void expect(int64_t M, int64_t N, int64_t K, int bm, int bn, int splits, int64_t whole, int64_t tail_kb = 0) {
@@ -127,6 +132,16 @@ int main() {
   expect(3072, 2112, 7168, 128, 128, 5, 396);
   expect(384, 28672, 4096, 128, 128, 3, 660);
   expect(896, 24576, 1536, 128, 128, 1, 1344);
+  // Decode on 112 SMs: three ranges where three fill the SMs ((64, 2112, 7168), 33 tiles of
+  // 64 x 64, not two); 64 x 128 tiles where 64 x 64 ones leave a quarter of the SMs idle and the
+  // wider ones' ranges keep 16 K-blocks ((64, 4096, 7168): 32 tiles in 3 ranges, not 64 whole
+  // ones; (64, 4096, 4096), 32 K-blocks, keeps them); on 132 SMs (64, 2112, 7168) keeps 3 of the 4
+  // that fill them.
+  expect_on(112, 4800.0, 64, 2112, 7168, 64, 64, 3, 0);
+  expect_on(112, 4800.0, 64, 4096, 7168, 64, 128, 3, 0);
+  expect_on(112, 4800.0, 128, 4096, 7168, 128, 128, 3, 0);
+  expect_on(112, 4800.0, 64, 4096, 4096, 64, 64, 1, 64);
+  expect_on(132, 4800.0, 64, 2112, 7168, 64, 64, 3, 0);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

@@ -216,7 +216,17 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     const int64_t split = fill_ranges(tiles);
     return recipe == Sm90Recipe::kBlockScaledFp8 && M <= 128 && split >= 3 ? split - 1 : split;
   };
-  bool all_ranges = false;  // the 128 x 64 row below runs fill_ranges, not decode_ranges
+  // A decode plan's own ranges (block-scaled, up to 128 rows): decode_ranges, but three where three
+  // fill the SMs, not two, which leave a third of them idle or more (on 132 SMs at 34-44 tiles,
+  // none of the bench's shapes). On green-context partitions of an H200 (bench/plan_ab.py,
+  // docs/GEMM.md "Decode plans at fewer SMs") two ranges ran 1.12-1.16x slower than three,
+  // (1-128, 2112 / 2048, 7168) on 112 SMs (33 / 32 tiles) and (1-128, 1536, 7168) on 80 (24).
+  // (The row rule below compares units by decode_ranges, as it was measured: with three ranges
+  // for its two rows (128, 1280, 8192) took 6 ranges of one row, 2-3% slower than its 5 on 132 SMs.)
+  auto plan_ranges = [&](int64_t tiles) -> int64_t {
+    return recipe == Sm90Recipe::kBlockScaledFp8 && M <= 128 && fill_ranges(tiles) == 3 ? 3 : decode_ranges(tiles);
+  };
+  bool all_ranges = false;  // the 128 x 64 row below runs fill_ranges, not plan_ranges
   // 65-128 rows on the FP8 recipes: one row of 128 x 128 tiles (the two-set loop) instead of two
   // of 64-row tiles when each of its units still runs 64 K-blocks or more ((128, 7168, 16384)
   // block-scaled 50.5 -> 47.4 us, 0.96x -> 1.02x cuBLASLt; FP8 (128, 8192, 28672) 79.2 -> 77.2 us;
@@ -314,10 +324,22 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     if (rows64 * cols < sms && 4 * rows64 * cols >= 3 * sms && 2 * rows128 * cols <= sms && num_kb >= 16)
       best.block_m = 128;
   }
+  // Block-scaled decode (up to 128 rows) whose 64-column tiles leave a quarter of the SMs idle or
+  // more: tiles twice as wide where their ranges give more units and keep 16 K-blocks each (on 112
+  // SMs (1-64, 4096, 7168) 64 tiles of 64 x 64 unsplit -> 32 of 64 x 128 in 3 ranges, 1.10-1.22x
+  // faster, (65-128, 4096, 7168) 128 x 64 -> 128 x 128 in 3 ranges 1.11-1.17x, (4096, 11008 /
+  // 14336) 1.12-1.38x; with shorter ranges it lost: (48 / 64, 4096, 4096) 0.93-0.98x, (1-64, 5120,
+  // 5120) on 132 SMs 0.89-0.99x; docs/GEMM.md "Decode plans at fewer SMs").
+  if (recipe == Sm90Recipe::kBlockScaledFp8 && M <= 128 && best.block_n == 64 && !all_ranges) {
+    const int64_t rows = (M + best.block_m - 1) / best.block_m, t = rows * ((N + 63) / 64), w = rows * ((N + 127) / 128);
+    if (t < sms && 4 * t * plan_ranges(t) < 3 * sms && w * plan_ranges(w) > t * plan_ranges(t) &&
+        num_kb >= 16 * plan_ranges(w))
+      best.block_n = 128;
+  }
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m != 256) {
-    if (const int64_t split = all_ranges ? fill_ranges(tiles) : decode_ranges(tiles); split > 1) {
+    if (const int64_t split = all_ranges ? fill_ranges(tiles) : plan_ranges(tiles); split > 1) {
       best.splits = static_cast<int>(split);
       best.whole_tiles = 0;
       return best;

@@ -142,6 +142,9 @@ int main() {
   expect_on(112, 4800.0, 128, 4096, 7168, 128, 128, 3, 0);
   expect_on(112, 4800.0, 64, 4096, 4096, 64, 64, 1, 64);
   expect_on(132, 4800.0, 64, 2112, 7168, 64, 64, 3, 0);
+  // A decode plan's split last wave keeps 10 K-blocks a range too: on 80 SMs (64, 24576, 1536),
+  // 192 tiles of 64 x 128 (a last wave of 32), whole tiles, not its last wave split twice.
+  expect_on(80, 4800.0, 64, 24576, 1536, 64, 128, 1, 192);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

@@ -25,7 +25,7 @@ constexpr int kSm90TripleMinKb = 8;
 // Peak DRAM bandwidth (GB/s) from which the decode rules take the faster memory's plans (the
 // H200's 4.8 TB/s against the H100's 3.35; sm90_gemm_pick_by_rules).
 constexpr double kSm90FastDramGbps = 4000.0;
-// Block-scaled, past 128 rows: the fewest K-blocks per range of a split last wave of 128-row tiles
+// Block-scaled: the fewest K-blocks per range of a split last wave of tiles up to 128 rows
 // (sm90_gemm_pick).
 constexpr int64_t kSm90TailRangeKb = 10;
 
@@ -428,23 +428,25 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
                                                 sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2))));
 }
 
-// Block-scaled, past 128 rows: a split last wave of 128-row tiles keeps kSm90TailRangeKb K-blocks
-// or more per range (none at all if that leaves fewer than two), whatever chose its split (the
-// rules or the time model; after both, so that neither's choice of tile moves). Each range past
-// the first is a 64 KB (128 x 128) or 32 KB partial for the tile's last unit to add after the
-// rest of the GPU has left: about 1-1.3 us a range on an H200, against the model's 0.43-0.59. On
-// forced plans (H200, docs/GEMM.md "Ranges of a split last wave") the fastest split kept 10-16
-// K-blocks a range: 3 of 32, 4-6 of 56, 5 of 64, 8 of 128 and 144, none of 12.
+// Block-scaled: a split last wave of tiles up to 128 rows (after whole rounds) keeps
+// kSm90TailRangeKb K-blocks or more per range (none at all if that leaves fewer than two),
+// whatever chose its split (the rules or the time model; after both, so that neither's choice of
+// tile moves). Each range past the first is a partial (64 KB at 128 x 128) for the tile's last
+// unit to add after the rest of the GPU has left: about 1-1.3 us a range on an H200, against the
+// model's 0.35-0.59. On forced plans (H200, docs/GEMM.md "Ranges of a split last wave") the
+// fastest split kept 10-16 K-blocks a range: 3 of 32, 4-6 of 56, 5 of 64, 8 of 128 and 144, none
+// of 12. On 132 SMs it changes plans past 128 rows only; on 80, decode ones too ((1-128, 24576,
+// 1536) split twice -> whole tiles, (1-64, 11008, 4096) 6 -> 3 ranges).
 inline sm90_gemm_config sm90_gemm_short_tail(sm90_gemm_config c, int64_t M, int64_t N, int64_t K, Sm90Recipe recipe) {
   const int64_t num_kb = (K + 127) / 128, ranges = num_kb / kSm90TailRangeKb;
-  if (recipe != Sm90Recipe::kBlockScaledFp8 || M <= 128 || c.block_m != 128 || c.splits <= 1 || c.whole_tiles == 0 ||
+  if (recipe != Sm90Recipe::kBlockScaledFp8 || c.block_m > 128 || c.splits <= 1 || c.whole_tiles == 0 ||
       c.splits <= ranges)
     return c;
   if (ranges > 1) {
     c.splits = static_cast<int>(ranges);
   } else {
     c.splits = 1;
-    c.whole_tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n);
+    c.whole_tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
   }
   return c;
 }

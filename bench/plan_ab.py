@@ -23,7 +23,8 @@ bench's six weights, --weights bench) at the given M; `sweep` times each shape's
 every plan qf_gemm_fp8_blockscale_with accepts (the engine's tiles, unsplit or split 2, 3, 4, 6, 8,
 12 or 16 ways or as many as fill the SMs), all in one order and then in reverse, and writes
 qfuse-bench's plan rows (op gemm_fp8_blockscale_plans, variants plan=PLAN and auto=PLAN, the
-faster of the two medians), which `bench/plan_eval.py --sms SMS` scores like a sweep of the bench.
+faster of the two medians), which `bench/plan_eval.py --sms SMS` scores like a sweep of the bench;
+its lines also say whether the public call wrote the same D as its plan forced.
 """
 import argparse
 import ctypes
@@ -167,10 +168,18 @@ def run(args):
 
 def sweep(args):
     import json
+    import torch
     tiles = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 192), (192, 128), (256, 128)]
     with open(args.out, "w") as out:
-        for got, (_, shape, auto), force, public, median_us, _ in gpu_shapes(open(args.cases)):
+        for got, (_, shape, auto), force, public, median_us, d in gpu_shapes(open(args.cases)):
             M, N, K = (int(x.split("=")[1]) for x in shape.split(","))
+            # the public call's D against its plan forced: the same plan, the same bytes
+            same = "-"
+            if "+" not in auto:
+                public()
+                ref = d.clone()
+                force(auto)
+                same = "same D" if bool((d.view(-1).view(torch.int16) == ref.view(-1).view(torch.int16)).all()) else "D DIFFERS"
             candidates = []
             for bm, bn in tiles:
                 t = ((M + bm - 1) // bm) * ((N + bn - 1) // bn)
@@ -186,7 +195,7 @@ def sweep(args):
                                       "sms": got}) + "\n")
             fastest = min((us, v) for v, us in best.items() if v.startswith("plan="))
             print(f"{got:4d} SMs {shape:24s} auto {auto} {best[f'auto={auto}']:.2f} us, fastest {fastest[1][5:]} "
-                  f"{fastest[0]:.2f} us ({len(candidates)} plans)", flush=True)
+                  f"{fastest[0]:.2f} us ({len(candidates)} plans; public call and its plan forced: {same})", flush=True)
 
 
 def main():

@@ -30,8 +30,9 @@ import argparse
 import ctypes
 import os
 import statistics
-import subprocess
 import sys
+
+from plan_eval import picks
 
 WEIGHTS = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (1536, 7168),
            (576, 7168), (36864, 7168), (7168, 18432), (10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672),
@@ -43,16 +44,12 @@ MS = [1, 8, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256, 288, 320,
       1024, 1536, 2048, 2560, 3072, 3584, 4096, 8192]
 
 
-def plans(tool, sms, dram, shapes):
-    out = subprocess.run([tool, "--sms", str(sms), "--dram", str(dram)], input="\n".join(shapes) + "\n",
-                         capture_output=True, text=True, check=True).stdout.split("\n")
-    return [line.split()[-1] for line in out if line.strip()]
-
-
 def cases(args):
     shapes = [f"M={m},N={n},K={k}" for n, k in WEIGHTS for m in MS]
     for sms in (int(s) for s in args.sms.split(",")):
-        for shape, old, new in zip(shapes, plans(args.base, sms, args.dram, shapes), plans(args.plan, sms, args.dram, shapes)):
+        olds, news = picks(args.base, shapes, sms, args.dram), picks(args.plan, shapes, sms, args.dram)
+        for shape in shapes:
+            old, new = olds[shape], news[shape]
             if old == new:
                 continue
             if "+" in old + new:  # a round of owners and helpers: not a plan qf_gemm_fp8_blockscale_with takes
@@ -66,7 +63,7 @@ def sweep_cases(args):
     ms = [int(m) for m in args.m.split(",")] if args.m else MS
     shapes = [f"M={m},N={n},K={k}" for n, k in weights for m in ms]
     for sms in (int(s) for s in args.sms.split(",")):
-        for shape, plan in zip(shapes, plans(args.plan, sms, args.dram, shapes)):
+        for shape, plan in picks(args.plan, shapes, sms, args.dram).items():
             print(sms, shape, plan)
 
 
@@ -107,11 +104,14 @@ def gpu_shapes(lines):
             continue
         sms, shape = int(fields[0]), fields[1]
         if sms not in streams:
-            streams[sms] = green_stream(sms) if sms < device_sms else (torch.cuda.current_stream().cuda_stream, device_sms)
-        handle, got = streams[sms]
+            if sms < device_sms:
+                handle, got = green_stream(sms)
+                streams[sms] = torch.cuda.ExternalStream(handle), got
+            else:
+                streams[sms] = torch.cuda.current_stream(), device_sms
+        stream, got = streams[sms]
         ctx = qfuse.Context("cuda:0")
-        ctx.set_stream(handle)
-        stream = torch.cuda.ExternalStream(handle) if sms < device_sms else torch.cuda.current_stream()
+        ctx.set_stream(stream.cuda_stream)
         with torch.cuda.stream(stream):
             M, N, K = (int(x.split("=")[1]) for x in shape.split(","))
             kb = (K + 127) // 128

@@ -437,18 +437,15 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
 // fastest split kept 10-16 K-blocks a range: 3 of 32, 4-6 of 56, 5 of 64, 8 of 128 and 144, none
 // of 12. On 132 SMs it changes plans past 128 rows only; on 80, decode ones too ((1-128, 24576,
 // 1536) split twice -> whole tiles, (1-64, 11008, 4096) 6 -> 3 ranges).
-inline sm90_gemm_config sm90_gemm_short_tail(sm90_gemm_config c, int64_t M, int64_t N, int64_t K, Sm90Recipe recipe) {
-  const int64_t num_kb = (K + 127) / 128, ranges = num_kb / kSm90TailRangeKb;
+inline sm90_gemm_config sm90_gemm_short_tail(const sm90_gemm_config &c, int64_t M, int64_t N, int64_t K, int sms,
+                                             Sm90Recipe recipe) {
+  const int64_t ranges = (K + 127) / 128 / kSm90TailRangeKb;
+  sm90_gemm_config shorter;
   if (recipe != Sm90Recipe::kBlockScaledFp8 || c.block_m > 128 || c.splits <= 1 || c.whole_tiles == 0 ||
-      c.splits <= ranges)
+      c.splits <= ranges ||
+      !sm90_gemm_plan_of(M, N, K, sms, c.block_m, c.block_n, ranges > 1 ? static_cast<int>(ranges) : 1, shorter))
     return c;
-  if (ranges > 1) {
-    c.splits = static_cast<int>(ranges);
-  } else {
-    c.splits = 1;
-    c.whole_tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
-  }
-  return c;
+  return shorter;
 }
 
 // The rules above, then for the block-scaled recipe up to 4096 rows (the sweep's range) the
@@ -485,9 +482,9 @@ inline sm90_gemm_config sm90_gemm_short_tail(sm90_gemm_config c, int64_t M, int6
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
                                        double dram_gbps = 0.0) {
   const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe, dram_gbps);
-  if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 4096 || rules.tail_kb > 0)
-    return sm90_gemm_short_tail(rules, M, N, K, recipe);
   const int sms = sm_count > 0 ? sm_count : 1;
+  if (recipe != Sm90Recipe::kBlockScaledFp8 || M > 4096 || rules.tail_kb > 0)
+    return sm90_gemm_short_tail(rules, M, N, K, sms, recipe);
   const int64_t num_kb = (K + 127) / 128;
   const sm90_plan_cost *mine = nullptr;
   for (const sm90_plan_cost &c : kSm90PlanCosts)
@@ -531,7 +528,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
       chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 32 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 128, 2, wider))
     return wider;
-  return sm90_gemm_short_tail(chosen, M, N, K, recipe);
+  return sm90_gemm_short_tail(chosen, M, N, K, sms, recipe);
 }
 
 // The grouped (MoE) GEMM: 128-row tiles (a tile row is one expert's 128-row block) in the grouped

@@ -21,6 +21,7 @@ from plan_eval import sweep_times
 SMS = 132
 DRAM_RATE, DRAM_US = 3.12e6, 4.7  # bytes per us, us (the header's)
 L2_RATE, L2_US = 9.5e6, 3.0  # bytes of operand tiles per us, us (the header's)
+L2_RATE_128 = 10.5e6  # the 128 x 128 tiles' rate (the header's)
 RANGE_TILES = {(64, 64), (64, 128), (128, 64), (128, 128)}  # tiles with a cost per range
 
 
@@ -42,7 +43,8 @@ def terms(M, N, K, bm, bn, s):
         d = s - 1.0 if (bm, bn) in RANGE_TILES else 0.0
         partials = 8.0 * bm * bn * split_tiles * s
     floor = (N * K + M * K + 2.0 * M * N + partials) / DRAM_RATE + DRAM_US
-    l2 = (-(-M // bm) * N + -(-N // bn) * M) * K / L2_RATE + L2_US  # every tile row's B, every tile column's A
+    l2_rate = L2_RATE_128 if (bm, bn) == (128, 128) else L2_RATE
+    l2 = (-(-M // bm) * N + -(-N // bn) * M) * K / l2_rate + L2_US  # every tile row's B, every tile column's A
     return (a, b, c, d), max(floor, l2)
 
 

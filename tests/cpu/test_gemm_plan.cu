@@ -91,6 +91,12 @@ int main() {
   // 1.1x: (256, 8192, 28672) stays on whole 128 x 128 tiles.
   expect(384, 576, 7168, 128, 64, 4, 0);
   expect(256, 8192, 28672, 128, 128, 1, 128);
+  // Against the rules' 256 x 128 tiles no margin, with 128 x 128 tiles streaming the L2 at 10.5
+  // TB/s: (512, 10240, 8192), 160 tiles of 256 x 128 (28 split 4 ways) by the rules, 320 of
+  // 128 x 128 with the last 56 split twice; (2560, 4096, 4096), 320 of 256 x 128 (56 split
+  // twice), 640 whole tiles of 128 x 128.
+  expect(512, 10240, 8192, 128, 128, 2, 264);
+  expect(2560, 4096, 4096, 128, 128, 1, 640);
   // Block-scaled decode on long K keeps ranges of 8 K-blocks, less one: (1, 576, 7168), 9 tiles of
   // 64 x 64, 6 ranges (14 would fill the SMs, 7 keep 8 K-blocks).
   expect(1, 576, 7168, 64, 64, 6, 0);

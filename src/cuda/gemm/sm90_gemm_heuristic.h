@@ -368,7 +368,10 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
 // -> 128 x 64 split 2 ways, 1.17x faster on the H100's sweep and 1.20x on an H200's; (768, 1536,
 // 7168) 1.17x / 1.15x, (576, 1536, 7168) 1.12x (H100); no other shape of either sweep changes by
 // more than 0.2%. (Rates of 8.5-9.5 TB/s and 2.5-4 us were tried: lower rates moved more shapes
-// and slowed some by up to 14%.) Its plans: the six tiles below, the tiles past the last whole
+// and slowed some by up to 14%.) The 128 x 128 tiles stream theirs at 10.5 TB/s: at 9.5 the
+// term held (512 / 1024, 10240, 8192) at 73.6 / 144 us where the H200's sweeps time them at 69.1 /
+// 130 us, so the model put 256 x 128 plans ahead that ran up to 1.15x slower (with the margin
+// below; docs/GEMM.md, "The 128 x 128 tiles' L2 rate"). Its plans: the six tiles below, the tiles past the last whole
 // wave unsplit or split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many as fill the SMs (at most
 // one round of split units, at least two K-blocks a range).
 // A split unit of the tiles up to 128 x 128 costs range_us more for each range past the first:
@@ -402,7 +405,8 @@ inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const
     partials = 8.0 * c.block_m * c.block_n * split_tiles * splits;  // written and read, fp32
   }
   const double bytes = static_cast<double>(N) * K + static_cast<double>(M) * K + 2.0 * M * N + partials;
-  const double l2 = static_cast<double>(tiles_m * N + tiles_n * M) * static_cast<double>(K) / 9.5e6 + 3.0;
+  const double l2_rate = c.block_m == 128 && c.block_n == 128 ? 10.5e6 : 9.5e6;
+  const double l2 = static_cast<double>(tiles_m * N + tiles_n * M) * static_cast<double>(K) / l2_rate + 3.0;
   if (t < l2) t = l2;
   return t > bytes / 3.12e6 + 4.7 ? t : bytes / 3.12e6 + 4.7;
 }
@@ -477,6 +481,11 @@ inline sm90_gemm_config sm90_gemm_short_tail(const sm90_gemm_config &c, int64_t 
 // 1.07x / 1.09x on the H100's; on 132 SMs 18 of 1,184 DeepSeek-V3 and Llama shapes change, timed on
 // an H200 with both plans forced 1.02-1.20x faster (1.08x in geometric mean) but (144, 1024, 7168),
 // 64 x 64 split 2 -> 64 x 128 split 4, 0.98x (bench/results/h200-dev-gemm-split-margin-ab.txt).
+// Against the rules' 256 x 128 tiles a model plan on tiles of up to 128 rows needs no margin
+// (with the 128 x 128 tiles' L2 rate above): on 132 SMs 26 of the 1,184 scan shapes change, as
+// the public call on an H200 1.039x faster in geometric mean ((2560, 4096, 4096) 256 x 128 split 2
+// -> 128 x 128, 1.14x; six 0.975-0.99x), forced on 112 / 80 / 64 SMs 1.004-1.099x
+// (bench/results/h200-dev-gemm-l2-rate-ab.txt). The 18 bench shapes keep their plans.
 // Last, sm90_gemm_short_tail. dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where
 // unknown (the rules then take the H100's plans).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
@@ -514,7 +523,8 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     const bool tall_split = best.splits > 1 && best.block_m > 128;  // (the model's heavier tail)
     const bool one_wave = best.block_m == 192 && best.whole_tiles <= sms;
     const bool short_split = rules.splits > 1 && rules.block_m <= 128 && num_kb / rules.splits < kSm90LongUnit;
-    margin = tall_split ? 1.1 : one_wave && short_split ? 1.0 : 1.05;
+    const bool off_tall = rules.block_m == 256 && best.block_m <= 128;
+    margin = tall_split ? 1.1 : (one_wave && short_split) || off_tall ? 1.0 : 1.05;
   }
   const sm90_gemm_config chosen =
       best_us >= 0.0 && sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us ? best : rules;

@@ -127,10 +127,14 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // A tie goes to the larger tile; on the FP8 recipes at 65-128 rows, between equal areas, to the
   // one tile row (128 x 64, B read once) over two (64 x 128): at M = 128 FP8 (6144, 4096) 16.9 ->
   // 15.6 us, (8192, 8192) 26.7 -> 24.6 us, block-scaled (24576, 1536) 19.8 -> 19.3 us; INT8 ran 2%
-  // slower that way and keeps 64 x 128 (H200, read-pass flush, run twice).
+  // slower that way and keeps 64 x 128 (H200, read-pass flush, run twice). Block-scaled, past 128
+  // rows too (128 x 64 tiles run two accumulator sets): (144-256, 4096, 512) 1.04-1.05x, (144-192,
+  // 7168, 1536) 1.09-1.10x, (448, 2112, 7168) 1.09x, (3584 / 4096, 256, 7168) 1.08x faster (H200,
+  // forced plans, bench/results/h200-dev-gemm-plan-ties-ab.txt).
   auto prefer = [&](int bm, int bn) {
     const int area = best.block_m * best.block_n;
-    return bm * bn > area || (bm * bn == area && two_sets && M > 64 && M <= 128 && bm > best.block_m);
+    return bm * bn > area || (bm * bn == area && two_sets && M > 64 &&
+                              (M <= 128 || recipe == Sm90Recipe::kBlockScaledFp8) && bm > best.block_m);
   };
   // The model's cost of `waves` waves of BM x BN tiles.
   auto cost_of = [](double waves, int bm, int bn) { return waves * (bm * bn + 64.0 * (bm + bn)); };
@@ -388,8 +392,11 @@ struct sm90_plan_cost {
   int block_m, block_n;
   double kb_us, unit_us, split_us, range_us;
 };
+// (In this order: where two plans' times tie, as plans bound by the DRAM term do, the first wins,
+// 128 x 64 over 64 x 128 as in the rules: (256, 1280, 8192) 64 x 128 -> 128 x 64 split 3 ways,
+// 1.12x, (256, 3072, 1536) whole, 1.08x; H200, h200-dev-gemm-plan-ties-ab.txt.)
 constexpr sm90_plan_cost kSm90PlanCosts[] = {
-    {64, 64, 0.233, 0.41, 2.73, 0.353},  {64, 128, 0.321, 0.54, 3.17, 0.424}, {128, 64, 0.296, 0.47, 2.57, 0.425},
+    {64, 64, 0.233, 0.41, 2.73, 0.353},  {128, 64, 0.296, 0.47, 2.57, 0.425}, {64, 128, 0.321, 0.54, 3.17, 0.424},
     {128, 128, 0.391, 0.94, 3.31, 0.594}, {192, 128, 0.579, 1.42, 7.31, 0.0},  {256, 128, 0.718, 1.67, 10.96, 0.0}};
 
 inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const sm90_plan_cost &c, int64_t splits) {
@@ -499,8 +506,10 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   for (const sm90_plan_cost &c : kSm90PlanCosts)
     if (c.block_m == rules.block_m && c.block_n == rules.block_n) mine = &c;
   if (!mine) return rules;
-  // the model's candidates: its tiles (256 rows past 128 rows; 192 past 192 rows and, as in the
-  // rules, on 8 K-blocks or more: at 129-192 the rules' own), at most one round of split units
+  // the model's candidates: its tiles (256 rows past 128 rows, not on units of 4 K-blocks or fewer
+  // in fewer than four waves, where the rules take 128 x 128 tiles: the model put (4096, 4096,
+  // 512) on 256 x 128, 1.07x slower; 192 past 192 rows and, as in the rules, on 8 K-blocks or
+  // more: at 129-192 the rules' own), at most one round of split units
   sm90_gemm_config best = rules;
   double best_us = -1.0;
   for (const sm90_plan_cost &c : kSm90PlanCosts) {
@@ -510,6 +519,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
     sm90_gemm_config plan;
     for (int64_t s : candidates) {
       if (s < 1 || (s > 1 && s > fill) || (c.block_m > 128 && M <= 128) ||
+          (c.block_m == 256 && num_kb <= 4 && tiles < 4 * sms) ||
           (c.block_m == 192 && (M <= 192 || num_kb < kSm90TripleMinKb)) ||
           !sm90_gemm_plan_of(M, N, K, sms, c.block_m, c.block_n, static_cast<int>(s), plan))
         continue;

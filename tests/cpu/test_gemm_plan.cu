@@ -97,13 +97,17 @@ int main() {
   // twice), 640 whole tiles of 128 x 128.
   expect(512, 10240, 8192, 128, 128, 2, 264);
   expect(2560, 4096, 4096, 128, 128, 1, 640);
-  // Ties of equal areas go to 128 x 64 over 64 x 128 past 128 rows too, in the rules ((192, 7168,
-  // 1536): 224 whole tiles) and in the model ((256, 1280, 8192): 40 tiles split 3 ways); the model
+  // Ties of equal areas go to 128 x 64 over 64 x 128 past 128 rows too, in the rules ((256, 4096,
+  // 512): 128 whole tiles) and in the model ((256, 1280, 8192): 40 tiles split 3 ways); the model
   // takes no 256 x 128 tiles on units of 4 K-blocks in fewer than four waves ((4096, 4096, 512):
   // 1024 whole tiles of 128 x 128).
-  expect(192, 7168, 1536, 128, 64, 1, 224);
+  expect(256, 4096, 512, 128, 64, 1, 128);
   expect(256, 1280, 8192, 128, 64, 3, 0);
   expect(4096, 4096, 512, 128, 128, 1, 1024);
+  // At 129-256 rows the waves model costs a split last wave of tiles up to 128 rows only where the
+  // range rule keeps it split: (192, 3072, 1536), 12 K-blocks, one wave of 96 tiles of 128 x 64,
+  // not 144 of 64 x 64 (a last wave of 12 that would run whole).
+  expect(192, 3072, 1536, 128, 64, 1, 96);
   // Block-scaled decode on long K keeps ranges of 8 K-blocks, less one: (1, 576, 7168), 9 tiles of
   // 64 x 64, 6 ranges (14 would fill the SMs, 7 keep 8 K-blocks).
   expect(1, 576, 7168, 64, 64, 6, 0);

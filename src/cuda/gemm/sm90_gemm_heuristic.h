@@ -122,6 +122,17 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // and 1.042-1.054x on the H200's, no other shape of either sweep changing.
   const int64_t tail_den = M > 128 || recipe == Sm90Recipe::kBlockScaledFp8 ? 2 : 4;
   auto tail_splits = [&](int64_t tiles) { return sm90_gemm_tail_splits(tiles, sms, num_kb, tail_den); };
+  // The split of a last wave as the waves model below costs it for tiles up to 128 rows: block-scaled
+  // at 129-256 rows, none where sm90_gemm_short_tail would leave fewer than two ranges (K under 20
+  // K-blocks), since the plan then runs that wave whole. Costed split, (144-224, 3072, 1536) took 144
+  // tiles of 64 x 64 (a last wave of 12) over one wave of 96 of 128 x 64 and ran them in two whole
+  // waves, 1.27-1.30x slower; (144-192, 7168, 1536) 128 x 64 over 128 x 128, 1.10x (H200, forced,
+  // bench/results/h200-dev-gemm-kept-splits-ab.txt). Past 256 rows the same costing moved 128 x 128
+  // plans to 256 x 128 ones that ran 0.96-1.03x, so it stays there.
+  auto kept_splits = [&](int64_t tiles) -> int64_t {
+    const int64_t split = tail_splits(tiles);
+    return recipe == Sm90Recipe::kBlockScaledFp8 && M <= 256 && split > 1 && num_kb / kSm90TailRangeKb < 2 ? 0 : split;
+  };
   sm90_gemm_config best = {128, 128, 0, 8, 1, 0};
   double best_cost = -1.0;
   // A tie goes to the larger tile; on the FP8 recipes at 65-128 rows, between equal areas, to the
@@ -145,7 +156,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   };
 #define QF_SM90_GEMM_TRY(BM, BN)                                                                      \
   {                                                                                                   \
-    const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), split = M > 128 ? tail_splits(tiles) : 0; \
+    const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), split = M > 128 ? kept_splits(tiles) : 0; \
     const double cost = cost_of(waves_of(tiles, split), BM, BN);                                      \
     if (best_cost < 0.0 || cost < best_cost || (cost == best_cost && prefer(BM, BN))) {                 \
       best_cost = cost;                                                                               \

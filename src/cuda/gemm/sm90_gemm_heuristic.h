@@ -131,7 +131,8 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // plans to 256 x 128 ones that ran 0.96-1.03x, so it stays there.
   auto kept_splits = [&](int64_t tiles) -> int64_t {
     const int64_t split = tail_splits(tiles);
-    return recipe == Sm90Recipe::kBlockScaledFp8 && M <= 256 && split > 1 && num_kb / kSm90TailRangeKb < 2 ? 0 : split;
+    const bool run_whole = num_kb / kSm90TailRangeKb < 2;
+    return recipe == Sm90Recipe::kBlockScaledFp8 && M <= 256 && split > 1 && run_whole ? 0 : split;
   };
   sm90_gemm_config best = {128, 128, 0, 8, 1, 0};
   double best_cost = -1.0;
@@ -139,9 +140,9 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // one tile row (128 x 64, B read once) over two (64 x 128): at M = 128 FP8 (6144, 4096) 16.9 ->
   // 15.6 us, (8192, 8192) 26.7 -> 24.6 us, block-scaled (24576, 1536) 19.8 -> 19.3 us; INT8 ran 2%
   // slower that way and keeps 64 x 128 (H200, read-pass flush, run twice). Block-scaled, past 128
-  // rows too (128 x 64 tiles run two accumulator sets): (144-256, 4096, 512) 1.04-1.05x, (144-192,
-  // 7168, 1536) 1.09-1.10x, (448, 2112, 7168) 1.09x, (3584 / 4096, 256, 7168) 1.08x faster (H200,
-  // forced plans, bench/results/h200-dev-gemm-plan-ties-ab.txt).
+  // rows too (128 x 64 tiles run two accumulator sets): (144-256, 4096, 512) 1.04-1.05x, (448,
+  // 2112, 7168) 1.09x, (3584 / 4096, 256, 7168) 1.08x faster (H200, forced plans,
+  // bench/results/h200-dev-gemm-plan-ties-ab.txt).
   auto prefer = [&](int bm, int bn) {
     const int area = best.block_m * best.block_n;
     return bm * bn > area || (bm * bn == area && two_sets && M > 64 &&
@@ -386,9 +387,9 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
 // and slowed some by up to 14%.) The 128 x 128 tiles stream theirs at 10.5 TB/s: at 9.5 the
 // term held (512 / 1024, 10240, 8192) at 73.6 / 144 us where the H200's sweeps time them at 69.1 /
 // 130 us, so the model put 256 x 128 plans ahead that ran up to 1.15x slower (with the margin
-// below; docs/GEMM.md, "The 128 x 128 tiles' L2 rate"). Its plans: the six tiles below, the tiles past the last whole
-// wave unsplit or split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many as fill the SMs (at most
-// one round of split units, at least two K-blocks a range).
+// below; docs/GEMM.md, "The 128 x 128 tiles' L2 rate"). Its plans: the six tiles below, the
+// tiles past the last whole wave unsplit or split into 2, 3, 4, 6, 8, 12 or 16 ranges or as many
+// as fill the SMs (at most one round of split units, at least two K-blocks a range).
 // A split unit of the tiles up to 128 x 128 costs range_us more for each range past the first:
 // the tile's last unit adds the other ranges' partials one after another (fitted with the other
 // costs, 0.35 us at 64 x 64 to 0.59 at 128 x 128; an H200's sweep gives 0.33-0.55). (2048, 576,

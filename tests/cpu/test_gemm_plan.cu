@@ -108,6 +108,11 @@ int main() {
   // range rule keeps it split: (192, 3072, 1536), 12 K-blocks, one wave of 96 tiles of 128 x 64,
   // not 144 of 64 x 64 (a last wave of 12 that would run whole).
   expect(192, 3072, 1536, 128, 64, 1, 96);
+  // 129-1024 rows where 64 x 64 tiles leave SMs idle: 128 x 64 tiles split to fill them, 12
+  // K-blocks a range at least ((256, 1024, 7168): 32 tiles, 3 ranges by the model, not 64 tiles of
+  // 64 x 64 split twice); not on shorter ranges ((256, 576, 7168) keeps 64 x 64 split 3 ways).
+  expect(256, 1024, 7168, 128, 64, 3, 0);
+  expect(256, 576, 7168, 64, 64, 3, 0);
   // Block-scaled decode on long K keeps ranges of 8 K-blocks, less one: (1, 576, 7168), 9 tiles of
   // 64 x 64, 6 ranges (14 would fill the SMs, 7 keep 8 K-blocks).
   expect(1, 576, 7168, 64, 64, 6, 0);

@@ -347,11 +347,11 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // every one of the 26 scan shapes it changes at 132 / 112 / 80 / 64 SMs 1.005-1.093x faster
   // (H200, forced plans, bench/results/h200-dev-gemm-row-splits-ab.txt). With ranges of 7-9
   // K-blocks ((256, 512 / 576, 7168), 64 x 64 split 3-4 ways) the 64 x 64 tiles ran faster.
-  bool rows_split = false;  // the 128 x 64 tiles of that rule run fill_ranges, not plan_ranges
+  // (Past 128 rows plan_ranges, which the split below takes, is fill_ranges.)
   if (tall && M > 128 && M <= 1024 && best.block_m == 64 && best.block_n == 64) {
     const int64_t cols = (N + 63) / 64, t64 = (M + 63) / 64 * cols, t128 = (M + 127) / 128 * cols;
     if (t64 < sms && t128 * fill_ranges(t128) >= t64 * fill_ranges(t64) && num_kb / fill_ranges(t128) >= 12)
-      best.block_m = 128, rows_split = true;
+      best.block_m = 128;
   }
   // Block-scaled decode (up to 128 rows) whose 64-column tiles leave a quarter of the SMs idle or
   // more: tiles twice as wide where their ranges give more units and keep 16 K-blocks each (on 112
@@ -368,7 +368,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m != 256) {
-    if (const int64_t split = all_ranges || rows_split ? fill_ranges(tiles) : plan_ranges(tiles); split > 1) {
+    if (const int64_t split = all_ranges ? fill_ranges(tiles) : plan_ranges(tiles); split > 1) {
       best.splits = static_cast<int>(split);
       best.whole_tiles = 0;
       return best;

@@ -28,6 +28,8 @@ constexpr double kSm90FastDramGbps = 4000.0;
 // Block-scaled: the fewest K-blocks per range of a split last wave of tiles up to 128 rows
 // (sm90_gemm_pick).
 constexpr int64_t kSm90TailRangeKb = 10;
+// The most K ranges such a last wave keeps (sm90_gemm_short_tail); under two, it runs whole.
+constexpr int64_t sm90_gemm_tail_ranges(int64_t num_kb) { return num_kb / kSm90TailRangeKb; }
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
@@ -130,9 +132,8 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // bench/results/h200-dev-gemm-kept-splits-ab.txt). Past 256 rows the same costing moved 128 x 128
   // plans to 256 x 128 ones that ran 0.96-1.03x, so it stays there.
   auto kept_splits = [&](int64_t tiles) -> int64_t {
-    const int64_t split = tail_splits(tiles);
-    const bool run_whole = num_kb / kSm90TailRangeKb < 2;
-    return recipe == Sm90Recipe::kBlockScaledFp8 && M <= 256 && split > 1 && run_whole ? 0 : split;
+    const bool run_whole = recipe == Sm90Recipe::kBlockScaledFp8 && M <= 256 && sm90_gemm_tail_ranges(num_kb) < 2;
+    return run_whole ? 0 : tail_splits(tiles);
   };
   sm90_gemm_config best = {128, 128, 0, 8, 1, 0};
   double best_cost = -1.0;
@@ -350,8 +351,8 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // (Past 128 rows plan_ranges, which the split below takes, is fill_ranges.)
   if (tall && M > 128 && M <= 1024 && best.block_m == 64 && best.block_n == 64) {
     const int64_t cols = (N + 63) / 64, t64 = (M + 63) / 64 * cols, t128 = (M + 127) / 128 * cols;
-    if (t64 < sms && t128 * fill_ranges(t128) >= t64 * fill_ranges(t64) && num_kb / fill_ranges(t128) >= 12)
-      best.block_m = 128;
+    const int64_t ranges128 = fill_ranges(t128);
+    if (t64 < sms && t128 * ranges128 >= t64 * fill_ranges(t64) && num_kb / ranges128 >= 12) best.block_m = 128;
   }
   // Block-scaled decode (up to 128 rows) whose 64-column tiles leave a quarter of the SMs idle or
   // more: tiles twice as wide where their ranges give more units and keep 16 K-blocks each (on 112
@@ -475,7 +476,7 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
 // 1536) split twice -> whole tiles, (1-64, 11008, 4096) 6 -> 3 ranges).
 inline sm90_gemm_config sm90_gemm_short_tail(const sm90_gemm_config &c, int64_t M, int64_t N, int64_t K, int sms,
                                              Sm90Recipe recipe) {
-  const int64_t ranges = (K + 127) / 128 / kSm90TailRangeKb;
+  const int64_t ranges = sm90_gemm_tail_ranges((K + 127) / 128);
   sm90_gemm_config shorter;
   if (recipe != Sm90Recipe::kBlockScaledFp8 || c.block_m > 128 || c.splits <= 1 || c.whole_tiles == 0 ||
       c.splits <= ranges ||

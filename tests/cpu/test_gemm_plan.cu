@@ -168,6 +168,18 @@ int main() {
   // 192 tiles of 64 x 128 (a last wave of 32), whole tiles, not its last wave split twice.
   expect_on(80, 4800.0, 64, 24576, 1536, 64, 128, 1, 192);
 
+  // Decode on a wide weight where the DRAM, not each SM's pull, bounds the stream: 64 x 64 tiles
+  // where 64 x 128 ones fill 15/16 of the SMs or more on units of 32 K-blocks or more ((1, 28672,
+  // 4096), 448 tiles, a last wave of 52 split twice; (64, 57344, 8192), 896 whole tiles), on 132
+  // SMs at 4.8 TB/s and at an unknown (the H100's) rate; not on 112 SMs at 4.8 TB/s (43 GB/s an SM),
+  // nor at K = 512, nor where 64 x 128 tiles leave more SMs idle ((1, 14336, 4096), 112 tiles).
+  expect_on(132, 4800.0, 1, 28672, 4096, 64, 64, 2, 396);
+  expect_on(132, 0.0, 1, 28672, 4096, 64, 64, 2, 396);
+  expect_on(132, 4800.0, 64, 57344, 8192, 64, 64, 1, 896);
+  expect_on(112, 4800.0, 1, 28672, 4096, 64, 128, 1, 224);
+  expect_on(132, 4800.0, 1, 32768, 512, 64, 128, 1, 256);
+  expect_on(132, 4800.0, 1, 14336, 4096, 64, 128, 1, 112);
+
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,
                         200, 256, 300, 384, 512, 576, 1000, 2048, 4096, 4097, 8192};

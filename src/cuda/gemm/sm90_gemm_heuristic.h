@@ -25,6 +25,10 @@ constexpr int kSm90TripleMinKb = 8;
 // Peak DRAM bandwidth (GB/s) from which the decode rules take the faster memory's plans (the
 // H200's 4.8 TB/s against the H100's 3.35; sm90_gemm_pick_by_rules).
 constexpr double kSm90FastDramGbps = 4000.0;
+// DRAM bandwidth per SM (GB/s) below which the block-scaled decode streams wide weights through
+// 64 x 64 tiles rather than 64 x 128 ones (sm90_gemm_pick_by_rules): the H100's 25 and the H200's
+// 36 on all 132 SMs, not the H200's 43 on a partition of 112. An unknown DRAM counts as the H100's.
+constexpr double kSm90NarrowDecodeGbpsPerSm = 40.0, kSm90H100DramGbps = 3350.0;
 // Block-scaled: the fewest K-blocks per range of a split last wave of tiles up to 128 rows
 // (sm90_gemm_pick).
 constexpr int64_t kSm90TailRangeKb = 10;
@@ -354,6 +358,21 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     const int64_t ranges128 = fill_ranges(t128);
     if (t64 < sms && t128 * ranges128 >= t64 * fill_ranges(t64) && num_kb / ranges128 >= 12) best.block_m = 128;
   }
+  // Block-scaled decode (one 64-row tile row) on a wide weight, where 64 x 128 tiles fill 15/16 of
+  // the SMs or more and units are long (kSm90LongUnit K-blocks): 64 x 64 tiles, their last wave
+  // split as any's, where the DRAM gives each SM under kSm90NarrowDecodeGbpsPerSm (the DRAM, not the
+  // SMs' pull, bounds the stream). H200 on 132 SMs, forced plans, 1-64 rows
+  // of (16384-57344, 4096-8192): 120 shapes 1.029x faster in geometric mean, 0.986-1.081x ((1,
+  // 57344, 4096) 64 x 128 split 2 -> 64 x 64 whole, 1.08x; (1, 28672, 4096) 1.04x); (14848,
+  // 7168), 116 tiles of 64 x 128, 0.96x, (15872, 7168), 124, 1.0x; on the H100's sweeps (57344,
+  // 8192) and (36864, 7168) 1.01-1.04x. On partitions of 112 / 80 / 64 SMs of the H200 (43-75 GB/s
+  // an SM) 64 x 64 ran 0.94-1.01x / 0.75-0.89x / 0.73-0.98x: there each SM's pull bounds it, and
+  // the wider tile pulls more (bench/results/h200-dev-gemm-wide-decode-ab.txt). Not at K = 512:
+  // (1-64, 32768, 512) 64 x 64 ran 0.94-0.98x on the H200's sweeps.
+  if (recipe == Sm90Recipe::kBlockScaledFp8 && M <= 64 && num_kb >= kSm90LongUnit && best.block_m == 64 &&
+      best.block_n == 128 && 16 * ((N + 127) / 128) >= 15 * sms &&
+      (dram_gbps > 0.0 ? dram_gbps : kSm90H100DramGbps) < kSm90NarrowDecodeGbpsPerSm * sms)
+    best.block_n = 64;
   // Block-scaled decode (up to 128 rows) whose 64-column tiles leave a quarter of the SMs idle or
   // more: tiles twice as wide where their ranges give more units and keep 16 K-blocks each (on 112
   // SMs (1-64, 4096, 7168) 64 tiles of 64 x 64 unsplit -> 32 of 64 x 128 in 3 ranges, 1.10-1.22x

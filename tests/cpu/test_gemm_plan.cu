@@ -180,6 +180,13 @@ int main() {
   expect_on(132, 4800.0, 1, 32768, 512, 64, 128, 1, 256);
   expect_on(132, 4800.0, 1, 14336, 4096, 64, 128, 1, 112);
 
+  // One wave of 128 x 192 tiles at 65-128 rows where 128-column tiles need more than one, N no
+  // multiple of 192, where the DRAM bounds the stream: (128, 22016, 7168), 115 tiles (the last one
+  // two-thirds full), on 132 SMs at 4.8 TB/s; not on 64 SMs ((128, 10240, 8192): 80 tiles of
+  // 128 x 128, a last wave of 16 split 4 ways).
+  expect_on(132, 4800.0, 128, 22016, 7168, 128, 192, 1, 115);
+  expect_on(64, 4800.0, 128, 10240, 8192, 128, 128, 4, 64);
+
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,
                         200, 256, 300, 384, 512, 576, 1000, 2048, 4096, 4097, 8192};

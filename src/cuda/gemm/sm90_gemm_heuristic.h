@@ -25,10 +25,11 @@ constexpr int kSm90TripleMinKb = 8;
 // Peak DRAM bandwidth (GB/s) from which the decode rules take the faster memory's plans (the
 // H200's 4.8 TB/s against the H100's 3.35; sm90_gemm_pick_by_rules).
 constexpr double kSm90FastDramGbps = 4000.0;
-// DRAM bandwidth per SM (GB/s) below which the block-scaled decode streams wide weights through
-// 64 x 64 tiles rather than 64 x 128 ones (sm90_gemm_pick_by_rules): the H100's 25 and the H200's
-// 36 on all 132 SMs, not the H200's 43 on a partition of 112. An unknown DRAM counts as the H100's.
-constexpr double kSm90NarrowDecodeGbpsPerSm = 40.0, kSm90H100DramGbps = 3350.0;
+// DRAM bandwidth per SM (GB/s) below which the rules count a weight stream as bound by the DRAM
+// rather than by each SM's pull (sm90_gemm_pick_by_rules: the block-scaled decode's 64 x 64 tiles
+// on wide weights, one wave of 128 x 192 tiles at 65-128 rows): the H100's 25 and the H200's 36 on
+// all 132 SMs, not the H200's 43 on a partition of 112. An unknown DRAM counts as the H100's.
+constexpr double kSm90DramBoundGbpsPerSm = 40.0, kSm90H100DramGbps = 3350.0;
 // Block-scaled: the fewest K-blocks per range of a split last wave of tiles up to 128 rows
 // (sm90_gemm_pick).
 constexpr int64_t kSm90TailRangeKb = 10;
@@ -127,6 +128,8 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // tiles (a last wave of 52 split twice, from whole): 1.005-1.031x faster on the H100's plan sweep
   // and 1.042-1.054x on the H200's, no other shape of either sweep changing.
   const int64_t tail_den = M > 128 || recipe == Sm90Recipe::kBlockScaledFp8 ? 2 : 4;
+  // whether the DRAM, not each SM's pull, bounds a weight stream (kSm90DramBoundGbpsPerSm)
+  const bool dram_bound = (dram_gbps > 0.0 ? dram_gbps : kSm90H100DramGbps) < kSm90DramBoundGbpsPerSm * sms;
   auto tail_splits = [&](int64_t tiles) { return sm90_gemm_tail_splits(tiles, sms, num_kb, tail_den); };
   // The split of a last wave as the waves model below costs it for tiles up to 128 rows: block-scaled
   // at 129-256 rows, none where sm90_gemm_short_tail would leave fewer than two ranges (K under 20
@@ -315,8 +318,14 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // disagreed (docs/GEMM.md). Up to 64 rows a wave of 64 x 192 tiles (one accumulator set) beat
   // 64 x 64 ones in three waves until those got the two-set loop; since, the 64 x 64 ones are
   // 3.5% faster ((1, 24576, 1536) 12.8 -> 12.35 us, (64, ...) 13.4 -> 12.95; H200, run twice).
+  // Block-scaled where the DRAM bounds the stream (dram_bound), whatever N, the last tile column
+  // part empty: on an H200's 132 SMs (80-128, 17408-23552, 4096-8192), from 128 x 64 split 1-5
+  // ways or 128 x 128 split 2-6 ways, 61 shapes 1.005-1.140x faster as forced plans, 1.056x in
+  // geometric mean ((128, 22016, 7168) 54.5 -> 47.5 us); on a partition of 64 SMs (75 GB/s an SM)
+  // (80-128, 10240, 8192), 54 tiles for 64 SMs, 0.83x (bench/results/h200-dev-gemm-wide-192-ab.txt).
   const bool short_rounds = tall && num_kb > kSm90ShortUnit && num_kb <= 16;
-  if (wide && !short_rounds && M > 64 && M <= 128 && N % 192 == 0 && N / 192 <= sms && (N + 127) / 128 > sms)
+  const bool whole_192 = N % 192 == 0 || (recipe == Sm90Recipe::kBlockScaledFp8 && dram_bound);
+  if (wide && !short_rounds && M > 64 && M <= 128 && whole_192 && (N + 191) / 192 <= sms && (N + 127) / 128 > sms)
     best.block_m = 128, best.block_n = 192;
   if (recipe == Sm90Recipe::kScaledFp8 && M <= 128 && best.block_m == 128 && best.block_n == 128)
     best.stages = kSm90DeepStages128;
@@ -360,18 +369,16 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   }
   // Block-scaled decode (one 64-row tile row) on a wide weight, where 64 x 128 tiles fill 15/16 of
   // the SMs or more and units are long (kSm90LongUnit K-blocks): 64 x 64 tiles, their last wave
-  // split as any's, where the DRAM gives each SM under kSm90NarrowDecodeGbpsPerSm (the DRAM, not the
-  // SMs' pull, bounds the stream). H200 on 132 SMs, forced plans, 1-64 rows
-  // of (16384-57344, 4096-8192): 120 shapes 1.029x faster in geometric mean, 0.986-1.081x ((1,
-  // 57344, 4096) 64 x 128 split 2 -> 64 x 64 whole, 1.08x; (1, 28672, 4096) 1.04x); (14848,
-  // 7168), 116 tiles of 64 x 128, 0.96x, (15872, 7168), 124, 1.0x; on the H100's sweeps (57344,
-  // 8192) and (36864, 7168) 1.01-1.04x. On partitions of 112 / 80 / 64 SMs of the H200 (43-75 GB/s
-  // an SM) 64 x 64 ran 0.94-1.01x / 0.75-0.89x / 0.73-0.98x: there each SM's pull bounds it, and
-  // the wider tile pulls more (bench/results/h200-dev-gemm-wide-decode-ab.txt). Not at K = 512:
-  // (1-64, 32768, 512) 64 x 64 ran 0.94-0.98x on the H200's sweeps.
+  // split as any's, where the DRAM bounds the stream (dram_bound). H200 on 132 SMs, forced plans,
+  // 1-64 rows of (16384-57344, 4096-8192): 120 shapes 1.029x faster in geometric mean,
+  // 0.986-1.081x ((1, 57344, 4096) 64 x 128 split 2 -> 64 x 64 whole, 1.08x; (1, 28672, 4096)
+  // 1.04x); (14848, 7168), 116 tiles of 64 x 128, 0.96x, (15872, 7168), 124, 1.0x; on the H100's
+  // sweeps (57344, 8192) and (36864, 7168) 1.01-1.04x. On partitions of 112 / 80 / 64 SMs of the
+  // H200 (43-75 GB/s an SM) 64 x 64 ran 0.94-1.01x / 0.75-0.89x / 0.73-0.98x: there each SM's
+  // pull bounds it (bench/results/h200-dev-gemm-wide-decode-ab.txt). Not at K = 512: (1-64,
+  // 32768, 512) 64 x 64 ran 0.94-0.98x on the H200's sweeps.
   if (recipe == Sm90Recipe::kBlockScaledFp8 && M <= 64 && num_kb >= kSm90LongUnit && best.block_m == 64 &&
-      best.block_n == 128 && 16 * ((N + 127) / 128) >= 15 * sms &&
-      (dram_gbps > 0.0 ? dram_gbps : kSm90H100DramGbps) < kSm90NarrowDecodeGbpsPerSm * sms)
+      best.block_n == 128 && 16 * ((N + 127) / 128) >= 15 * sms && dram_bound)
     best.block_n = 64;
   // Block-scaled decode (up to 128 rows) whose 64-column tiles leave a quarter of the SMs idle or
   // more: tiles twice as wide where their ranges give more units and keep 16 K-blocks each (on 112

@@ -374,7 +374,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // 0.986-1.081x ((1, 57344, 4096) 64 x 128 split 2 -> 64 x 64 whole, 1.08x; (1, 28672, 4096)
   // 1.04x); (14848, 7168), 116 tiles of 64 x 128, 0.96x, (15872, 7168), 124, 1.0x; on the H100's
   // sweeps (57344, 8192) and (36864, 7168) 1.01-1.04x. On partitions of 112 / 80 / 64 SMs of the
-  // H200 (43-75 GB/s an SM) 64 x 64 ran 0.94-1.01x / 0.75-0.89x / 0.73-0.98x: there each SM's
+  // H200 (43-75 GB/s an SM) 64 x 64 ran 0.94-1.01x / 0.75-0.89x / 0.73-0.75x: there each SM's
   // pull bounds it (bench/results/h200-dev-gemm-wide-decode-ab.txt). Not at K = 512: (1-64,
   // 32768, 512) 64 x 64 ran 0.94-0.98x on the H200's sweeps.
   if (recipe == Sm90Recipe::kBlockScaledFp8 && M <= 64 && num_kb >= kSm90LongUnit && best.block_m == 64 &&

@@ -187,6 +187,10 @@ int main() {
   expect_on(132, 4800.0, 128, 22016, 7168, 128, 192, 1, 115);
   expect_on(64, 4800.0, 128, 10240, 8192, 128, 128, 4, 64);
 
+  // The rules' one row of 192 x 128 tiles split at 129-192 rows keeps the 1.1x margin against the
+  // model: (192, 8192, 22016), 64 tiles split twice, not 128 x 128 tiles whole.
+  expect_on(132, 4800.0, 192, 8192, 22016, 192, 128, 2, 0);
+
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,
                         200, 256, 300, 384, 512, 576, 1000, 2048, 4096, 4097, 8192};

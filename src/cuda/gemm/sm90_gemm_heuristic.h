@@ -324,8 +324,8 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // geometric mean ((128, 22016, 7168) 54.5 -> 47.5 us); on a partition of 64 SMs (75 GB/s an SM)
   // (80-128, 10240, 8192), 54 tiles for 64 SMs, 0.83x (bench/results/h200-dev-gemm-wide-192-ab.txt).
   const bool short_rounds = tall && num_kb > kSm90ShortUnit && num_kb <= 16;
-  const bool whole_192 = N % 192 == 0 || (recipe == Sm90Recipe::kBlockScaledFp8 && dram_bound);
-  if (wide && !short_rounds && M > 64 && M <= 128 && whole_192 && (N + 191) / 192 <= sms && (N + 127) / 128 > sms)
+  const bool n_takes_192 = N % 192 == 0 || (recipe == Sm90Recipe::kBlockScaledFp8 && dram_bound);
+  if (wide && !short_rounds && M > 64 && M <= 128 && n_takes_192 && (N + 191) / 192 <= sms && (N + 127) / 128 > sms)
     best.block_m = 128, best.block_n = 192;
   if (recipe == Sm90Recipe::kScaledFp8 && M <= 128 && best.block_m == 128 && best.block_n == 128)
     best.stages = kSm90DeepStages128;
@@ -557,7 +557,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   const sm90_plan_cost *mine = nullptr;
   for (const sm90_plan_cost &c : kSm90PlanCosts)
     if (c.block_m == rules.block_m && c.block_n == rules.block_n) mine = &c;
-  if (!mine) return rules;
+  if (!mine) return sm90_gemm_short_tail(rules, M, N, K, sms, recipe);
   // the model's candidates: its tiles (256 rows past 128 rows, not on units of 4 K-blocks or fewer
   // in fewer than four waves, where the rules take 128 x 128 tiles: the model put (4096, 4096,
   // 512) on 256 x 128, 1.07x slower; 192 past 192 rows and, as in the rules, on 8 K-blocks or

@@ -74,6 +74,9 @@ int main() {
   expect(160, 4096, 7168, 128, 64, 1, 128);
   expect_at(4800.0, 192, 4096, 7168, 128, 128, 2, 0);
   expect_at(4800.0, 160, 4096, 7168, 128, 128, 2, 0);
+  // ... but not on units under 56 K-blocks: (256, 4096, 4096 / 6144) keep the whole 128 x 64 tiles.
+  expect_at(4800.0, 256, 4096, 4096, 128, 64, 1, 128);
+  expect_at(4800.0, 256, 4096, 6144, 128, 64, 1, 128);
   expect(128, 1536, 7168, 128, 64, 4, 0);
   expect(64, 7168, 16384, 64, 64, 1, 112);
   expect(128, 32768, 512, 128, 128, 1, 256);
@@ -186,6 +189,15 @@ int main() {
   // 128 x 128, a last wave of 16 split 4 ways).
   expect_on(132, 4800.0, 128, 22016, 7168, 128, 192, 1, 115);
   expect_on(64, 4800.0, 128, 10240, 8192, 128, 128, 4, 64);
+  // Past 128 rows, one wave of 128 x 192 tiles filling 7/8 of the SMs or more on units of 12-32
+  // K-blocks, on 132 SMs at 4.8 TB/s: (256, 11008, 4096) 116 tiles, (1024, 3072, 1536) 128; not
+  // on the H100's DRAM, on longer units ((256, 11008, 7168)), nor over 192-row tiles ((384, 7168,
+  // 1536), 114 of them: 192 x 128 whole).
+  expect_on(132, 4800.0, 256, 11008, 4096, 128, 192, 1, 116);
+  expect_on(132, 4800.0, 1024, 3072, 1536, 128, 192, 1, 128);
+  expect_on(132, 3350.0, 1024, 3072, 1536, 256, 128, 1, 96);
+  expect_on(132, 4800.0, 256, 11008, 7168, 128, 128, 3, 132);
+  expect_on(132, 4800.0, 384, 7168, 1536, 192, 128, 1, 112);
 
   // The rules' one row of 192 x 128 tiles split at 129-192 rows keeps the 1.1x margin against the
   // model: (192, 8192, 22016), 64 tiles split twice, not 128 x 128 tiles whole.

@@ -27,9 +27,14 @@ constexpr int kSm90TripleMinKb = 8;
 constexpr double kSm90FastDramGbps = 4000.0;
 // DRAM bandwidth per SM (GB/s) below which the rules count a weight stream as bound by the DRAM
 // rather than by each SM's pull (sm90_gemm_pick_by_rules: the block-scaled decode's 64 x 64 tiles
-// on wide weights, one wave of 128 x 192 tiles at 65-128 rows): the H100's 25 and the H200's 36 on
-// all 132 SMs, not the H200's 43 on a partition of 112. An unknown DRAM counts as the H100's.
+// on wide weights, one wave of 128 x 192 tiles at 65-128 rows; past 128 rows in sm90_gemm_pick):
+// the H100's 25 and the H200's 36 on all 132 SMs, not the H200's 43 on a partition of 112. An
+// unknown DRAM counts as the H100's.
 constexpr double kSm90DramBoundGbpsPerSm = 40.0, kSm90H100DramGbps = 3350.0;
+// Whether the DRAM, not each SM's pull, bounds a weight stream on `sms` SMs.
+constexpr bool sm90_gemm_dram_bound(double dram_gbps, int sms) {
+  return (dram_gbps > 0.0 ? dram_gbps : kSm90H100DramGbps) < kSm90DramBoundGbpsPerSm * sms;
+}
 // Block-scaled: the fewest K-blocks per range of a split last wave of tiles up to 128 rows
 // (sm90_gemm_pick).
 constexpr int64_t kSm90TailRangeKb = 10;
@@ -128,8 +133,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // tiles (a last wave of 52 split twice, from whole): 1.005-1.031x faster on the H100's plan sweep
   // and 1.042-1.054x on the H200's, no other shape of either sweep changing.
   const int64_t tail_den = M > 128 || recipe == Sm90Recipe::kBlockScaledFp8 ? 2 : 4;
-  // whether the DRAM, not each SM's pull, bounds a weight stream (kSm90DramBoundGbpsPerSm)
-  const bool dram_bound = (dram_gbps > 0.0 ? dram_gbps : kSm90H100DramGbps) < kSm90DramBoundGbpsPerSm * sms;
+  const bool dram_bound = sm90_gemm_dram_bound(dram_gbps, sms);
   auto tail_splits = [&](int64_t tiles) { return sm90_gemm_tail_splits(tiles, sms, num_kb, tail_den); };
   // The split of a last wave as the waves model below costs it for tiles up to 128 rows: block-scaled
   // at 129-256 rows, none where sm90_gemm_short_tail would leave fewer than two ranges (K under 20
@@ -595,15 +599,30 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   const sm90_gemm_config chosen =
       best_us >= 0.0 && sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us ? best : rules;
   // 129-256 rows on a fast DRAM (kSm90FastDramGbps): one wave of whole 128 x 64 tiles on long units
-  // becomes 128 x 128 tiles split twice, as many units with A read half as often: (160 / 192, 4096,
-  // 7168) 1.04-1.09x faster on three H200 plan sweeps, 0.98x on the H100's (docs/GEMM.md, "A rule
-  // on the DRAM's rate").
+  // (56 K-blocks or more) becomes 128 x 128 tiles split twice, as many units with A read half as
+  // often: (160 / 192, 4096, 7168) 1.04-1.09x faster on three H200 plan sweeps, 0.98x on the H100's
+  // (docs/GEMM.md, "A rule on the DRAM's rate"). On shorter units the split lost: (144-256, 4096,
+  // 4096 / 5120 / 6144), 32 / 40 / 48 K-blocks, 1.10-1.14x / 1.09x / 1.04x slower than the whole
+  // 128 x 64 tiles (H200, bench/results/h200-dev-gemm-qwen-plans.jsonl.xz).
   const int64_t tiles128x64 = ((M + 127) / 128) * ((N + 63) / 64);
   sm90_gemm_config wider;
   if (dram_gbps >= kSm90FastDramGbps && M > 128 && M <= 256 && chosen.block_m == 128 && chosen.block_n == 64 &&
-      chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 32 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
+      chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 56 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 128, 2, wider))
     return wider;
+  // Past 128 rows on a fast DRAM that bounds the stream (kSm90FastDramGbps, sm90_gemm_dram_bound):
+  // one wave of 128 x 192 tiles where it fills 7/8 of the SMs or more, on units of 12-32 K-blocks,
+  // unless the plan is of 192-row tiles (which beat them there: (320 / 384, 7168, 1536 / 2048)
+  // 1.10x). Against 256 x 128 tiles in one wave of fewer, or 128 x 128 ones in more than one: (256,
+  // 11008 / 12288, 4096) 1.10x / 1.08x, (512, 6144, 2560 / 4096) 1.07x / 1.05x, (1024, 3072, 1536)
+  // 1.08x faster (H200, forced plans); on longer units they lost ((256, 11008, 7168) 0.94x). The
+  // model has no cost for this tile, the rules no wave of it past 128 rows.
+  const int64_t tiles128x192 = ((M + 127) / 128) * ((N + 191) / 192);
+  sm90_gemm_config one_wave;
+  if (dram_gbps >= kSm90FastDramGbps && sm90_gemm_dram_bound(dram_gbps, sms) && M > 128 && num_kb >= 12 &&
+      num_kb <= 32 && chosen.block_m != 192 && tiles128x192 <= sms && 8 * tiles128x192 >= 7 * sms &&
+      sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, one_wave))
+    return one_wave;
   return sm90_gemm_short_tail(chosen, M, N, K, sms, recipe);
 }
 

@@ -74,9 +74,16 @@ int main() {
   expect(160, 4096, 7168, 128, 64, 1, 128);
   expect_at(4800.0, 192, 4096, 7168, 128, 128, 2, 0);
   expect_at(4800.0, 160, 4096, 7168, 128, 128, 2, 0);
-  // ... but not on units under 56 K-blocks: (256, 4096, 4096 / 6144) keep the whole 128 x 64 tiles.
+  // ... but not on units under 56 K-blocks: (256, 4096, 4096 / 6144) keep the whole 128 x 64 tiles,
+  // as (192, 4096, 4096) does, over the model's 96 tiles of 64 x 128 (on either DRAM).
   expect_at(4800.0, 256, 4096, 4096, 128, 64, 1, 128);
   expect_at(4800.0, 256, 4096, 6144, 128, 64, 1, 128);
+  expect_at(4800.0, 192, 4096, 4096, 128, 64, 1, 128);
+  expect(160, 4096, 4096, 128, 64, 1, 128);
+  // Up to 128 rows, the rules' ranges over whole tiles on 80 of 132 SMs: (128, 2560, 4096) 40 tiles
+  // of 128 x 64 in 3 ranges, (96, 5120, 8192) 40 of 128 x 128 in 3.
+  expect(128, 2560, 4096, 128, 64, 3, 0);
+  expect(96, 5120, 8192, 128, 128, 3, 0);
   expect(128, 1536, 7168, 128, 64, 4, 0);
   expect(64, 7168, 16384, 64, 64, 1, 112);
   expect(128, 32768, 512, 128, 128, 1, 256);
@@ -199,9 +206,15 @@ int main() {
   expect_on(132, 4800.0, 256, 11008, 7168, 128, 128, 3, 132);
   expect_on(132, 4800.0, 384, 7168, 1536, 192, 128, 1, 112);
 
-  // The rules' one row of 192 x 128 tiles split at 129-192 rows keeps the 1.1x margin against the
-  // model: (192, 8192, 22016), 64 tiles split twice, not 128 x 128 tiles whole.
+  // The rules' one row of 192 x 128 tiles split at 129-192 rows keeps a 1.25x margin against the
+  // model: (192, 8192, 22016), 64 tiles split twice, not 128 x 128 tiles whole; (160, 24576, 4096),
+  // 192 tiles with a last wave of 60 split twice.
   expect_on(132, 4800.0, 192, 8192, 22016, 192, 128, 2, 0);
+  expect(160, 24576, 4096, 192, 128, 2, 132);
+  // A split last wave of 192 x 128 tiles keeps 7 K-blocks a range: (192, 18432, 7168), 144 tiles,
+  // the last 12 in 8 ranges; (576, 24576, 1536) on 112 SMs runs its last wave whole.
+  expect(192, 18432, 7168, 192, 128, 8, 132);
+  expect_on(112, 0.0, 576, 24576, 1536, 192, 128, 1, 576);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

@@ -36,10 +36,12 @@ constexpr bool sm90_gemm_dram_bound(double dram_gbps, int sms) {
   return (dram_gbps > 0.0 ? dram_gbps : kSm90H100DramGbps) < kSm90DramBoundGbpsPerSm * sms;
 }
 // Block-scaled: the fewest K-blocks per range of a split last wave of tiles up to 128 rows
-// (sm90_gemm_pick).
-constexpr int64_t kSm90TailRangeKb = 10;
+// (sm90_gemm_pick), and of 192-row tiles, whose K-blocks take half as long again.
+constexpr int64_t kSm90TailRangeKb = 10, kSm90TailRangeKb192 = 7;
 // The most K ranges such a last wave keeps (sm90_gemm_short_tail); under two, it runs whole.
-constexpr int64_t sm90_gemm_tail_ranges(int64_t num_kb) { return num_kb / kSm90TailRangeKb; }
+constexpr int64_t sm90_gemm_tail_ranges(int64_t num_kb, int block_m = 128) {
+  return num_kb / (block_m == 192 ? kSm90TailRangeKb192 : kSm90TailRangeKb);
+}
 
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
@@ -495,20 +497,24 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
                                                 sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2))));
 }
 
-// Block-scaled: a split last wave of tiles up to 128 rows (after whole rounds) keeps
-// kSm90TailRangeKb K-blocks or more per range (none at all if that leaves fewer than two),
+// Block-scaled: a split last wave of tiles up to 192 rows (after whole rounds) keeps
+// kSm90TailRangeKb K-blocks (192 rows: kSm90TailRangeKb192) or more per range (none at all if that leaves fewer than two),
 // whatever chose its split (the rules or the time model; after both, so that neither's choice of
 // tile moves). Each range past the first is a partial (64 KB at 128 x 128) for the tile's last
 // unit to add after the rest of the GPU has left: about 1-1.3 us a range on an H200, against the
 // model's 0.35-0.59. On forced plans (H200, docs/GEMM.md "Ranges of a split last wave") the
 // fastest split kept 10-16 K-blocks a range: 3 of 32, 4-6 of 56, 5 of 64, 8 of 128 and 144, none
 // of 12. On 132 SMs it changes plans past 128 rows only; on 80, decode ones too ((1-128, 24576,
-// 1536) split twice -> whole tiles, (1-64, 11008, 4096) 6 -> 3 ranges).
+// 1536) split twice -> whole tiles, (1-64, 11008, 4096) 6 -> 3 ranges). The 192 x 128 tiles keep
+// 7 K-blocks a range (H200, forced): (144-192, 18432, 7168) 11 ranges of 5 -> 8, 1.02-1.04x on 132
+// SMs (8 ranges the plan sweep's fastest), (192, 51200, 5120) 16 ranges of 2-3 -> 5; at 10
+// K-blocks shapes whose ranges held 8 ran 1-2% slower ((144-192, 16384, 7168) on 112 SMs, (576,
+// 6144 / 14336, 4096) on 64; bench/results/h200-dev-gemm-qwen-forced.txt).
 inline sm90_gemm_config sm90_gemm_short_tail(const sm90_gemm_config &c, int64_t M, int64_t N, int64_t K, int sms,
                                              Sm90Recipe recipe) {
-  const int64_t ranges = sm90_gemm_tail_ranges((K + 127) / 128);
+  const int64_t ranges = sm90_gemm_tail_ranges((K + 127) / 128, c.block_m);
   sm90_gemm_config shorter;
-  if (recipe != Sm90Recipe::kBlockScaledFp8 || c.block_m > 128 || c.splits <= 1 || c.whole_tiles == 0 ||
+  if (recipe != Sm90Recipe::kBlockScaledFp8 || c.block_m > 192 || c.splits <= 1 || c.whole_tiles == 0 ||
       c.splits <= ranges ||
       !sm90_gemm_plan_of(M, N, K, sms, c.block_m, c.block_n, ranges > 1 ? static_cast<int>(ranges) : 1, shorter))
     return c;
@@ -586,25 +592,45 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // the margin by which the model must put its plan ahead of the rules' (the comment above)
   double margin = 1.2;
   if (M > 128) {
-    // (the model's heavier tail: its split plans past 128 rows, and the rules' one row of 192 x 128
-    // tiles split, whose partials it overprices: (192, 8192, 22016), 64 tiles split twice,
-    // modelled 72.8 us against 68.2 for 128 x 128 tiles whole, ran 62.0 against 70.2 on an H200)
+    // (the model's heavier tail: its split plans past 128 rows, 1.1x; and 1.25x for the rules' one
+    // row of 192 x 128 tiles split, whose partials it overprices: (192, 8192, 22016), 64 tiles split
+    // twice, modelled 72.8 us against 68.2 for 128 x 128 tiles whole, ran 62.0 against 70.2 on an
+    // H200; (136-192, 24576, 4096), 192 tiles with a last wave of 60 split twice, modelled 1.18x
+    // the 128 x 128 tiles whole, ran 1.07-1.11x faster (bench/results/h200-dev-gemm-qwen-forced.txt))
     const bool split_192 = M <= 192 && rules.splits > 1 && rules.block_m == 192;
-    const bool tall_split = (best.splits > 1 && best.block_m > 128) || split_192;
+    const bool tall_split = best.splits > 1 && best.block_m > 128;
     const bool one_wave = best.block_m == 192 && best.whole_tiles <= sms;
     const bool short_split = rules.splits > 1 && rules.block_m <= 128 && num_kb / rules.splits < kSm90LongUnit;
     const bool off_tall = rules.block_m == 256 && best.block_m <= 128;
-    margin = tall_split ? 1.1 : (one_wave && short_split) || off_tall ? 1.0 : 1.05;
+    margin = split_192 ? 1.25 : tall_split ? 1.1 : (one_wave && short_split) || off_tall ? 1.0 : 1.05;
   }
-  const sm90_gemm_config chosen =
-      best_us >= 0.0 && sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us ? best : rules;
+  // Up to 128 rows the rules' split plan stands against a model plan of whole tiles that leave a
+  // quarter of the SMs idle or more, where the rules run more units of kSm90TailRangeKb K-blocks or
+  // more: the model counts a weight stream on few SMs at the DRAM's rate. (72-128, 2560, 4096) 80
+  // tiles of 64 x 64 -> 40 of 128 x 64 in 3 ranges, 1.09-1.15x; (72-128, 5120, 8192) 80 of 128 x 64
+  // -> 40 of 128 x 128 in 3, 1.06-1.12x (H200, forced; no scan shape changes).
+  const int64_t rules_units = ((M + rules.block_m - 1) / rules.block_m) * ((N + rules.block_n - 1) / rules.block_n) * rules.splits;
+  const bool keep_split = M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms && rules.splits > 1 &&
+                          rules.whole_tiles == 0 && rules_units > best.whole_tiles && num_kb / rules.splits >= kSm90TailRangeKb;
+  sm90_gemm_config chosen = !keep_split && best_us >= 0.0 &&
+                                    sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us
+                                ? best
+                                : rules;
+  // 129-256 rows: one wave of whole 128 x 64 tiles filling 3/4 of the SMs or more rather than a
+  // wave of fewer whole 64-row tiles, which the model's L2 term puts ahead (it counts A's bytes,
+  // read by every tile column, as B's): (160-192, 4096, 4096-6144) 64 x 128 -> 128 x 64 1.08-1.09x
+  // faster on an H200 (bench/results/h200-dev-gemm-qwen-plans.jsonl.xz); the H100's last sweep has
+  // the same order at (160-256, 4096, 7168), 1.08-1.09x (h100-e0ed0ac-gemm-blockscale-plans.jsonl.xz).
+  const int64_t tiles128x64 = ((M + 127) / 128) * ((N + 63) / 64);
+  if (M > 128 && M <= 256 && chosen.block_m == 64 && chosen.splits == 1 && tiles128x64 <= sms &&
+      4 * tiles128x64 >= 3 * sms && tiles128x64 > chosen.whole_tiles)
+    sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, chosen);
   // 129-256 rows on a fast DRAM (kSm90FastDramGbps): one wave of whole 128 x 64 tiles on long units
   // (56 K-blocks or more) becomes 128 x 128 tiles split twice, as many units with A read half as
   // often: (160 / 192, 4096, 7168) 1.04-1.09x faster on three H200 plan sweeps, 0.98x on the H100's
   // (docs/GEMM.md, "A rule on the DRAM's rate"). On shorter units the split lost: (144-256, 4096,
   // 4096 / 5120 / 6144), 32 / 40 / 48 K-blocks, 1.10-1.14x / 1.09x / 1.04x slower than the whole
   // 128 x 64 tiles (H200, bench/results/h200-dev-gemm-qwen-plans.jsonl.xz).
-  const int64_t tiles128x64 = ((M + 127) / 128) * ((N + 63) / 64);
   sm90_gemm_config wider;
   if (dram_gbps >= kSm90FastDramGbps && M > 128 && M <= 256 && chosen.block_m == 128 && chosen.block_n == 64 &&
       chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 56 && (N + 127) / 128 * 2 == (N + 63) / 64 &&

@@ -214,6 +214,9 @@ int main() {
   // A split last wave of 192 x 128 tiles keeps 7 K-blocks a range: (192, 18432, 7168), 144 tiles,
   // the last 12 in 8 ranges; (576, 24576, 1536) on 112 SMs runs its last wave whole.
   expect(192, 18432, 7168, 192, 128, 8, 132);
+  // One row of 192 x 128 tiles filling a wave or more on whole units of 24 K-blocks or more:
+  // (192, 28672, 3584), 224 tiles (not 256 x 128 ones).
+  expect(192, 28672, 3584, 192, 128, 1, 224);
   expect_on(112, 0.0, 576, 24576, 1536, 192, 128, 1, 576);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};

@@ -343,10 +343,14 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // 121.5 -> 109.8 (a last wave of 24 tiles split 5 ways), (192, 10240, 8192) 43.2 -> 39.1; on
   // shorter units the tiles lost ((192, 7168, 2048), 8 K-blocks a unit: 12.8 us against 9.95;
   // (192, 4096, 7168), 14: 21.2 against 19.6), and at 384 rows they won and lost by up to 15%.
+  // Where the tiles fill a wave or more, whole units of 24 K-blocks do: (192, 28672, 3584), 224
+  // tiles, 40.2 us against 47.7 on 256 x 128 tiles (H200, bench/results/h200-dev-gemm-gemma-plans.
+  // jsonl.xz); at 20 K-blocks ((192, 19456, 2560)) they tie with 128 x 128 tiles.
   // (Their splits are the smaller tiles', below.)
   if (tall && M > 128 && M <= 192) {
     const int64_t tiles = (N + 127) / 128;
-    if ((tiles < sms ? num_kb / decode_splits(tiles) : num_kb) >= kSm90LongUnit) best.block_m = 192, best.block_n = 128;
+    if (tiles < sms ? num_kb / decode_splits(tiles) >= kSm90LongUnit : num_kb >= 3 * kSm90LongUnit / 4)
+      best.block_m = 192, best.block_n = 128;
   }
   // 129-256 rows, block-scaled: where 64-row tiles make one unsplit wave of at least three
   // quarters of the SMs on units of 16 K-blocks or more, 128-row tiles of the same width split in

@@ -344,8 +344,9 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // shorter units the tiles lost ((192, 7168, 2048), 8 K-blocks a unit: 12.8 us against 9.95;
   // (192, 4096, 7168), 14: 21.2 against 19.6), and at 384 rows they won and lost by up to 15%.
   // Where the tiles fill a wave or more, whole units of 24 K-blocks do: (192, 28672, 3584), 224
-  // tiles, 40.2 us against 47.7 on 256 x 128 tiles (H200, bench/results/h200-dev-gemm-gemma-plans.
-  // jsonl.xz); at 20 K-blocks ((192, 19456, 2560)) they tie with 128 x 128 tiles.
+  // tiles, 40.2 us against 47.7 on 256 x 128 tiles (H200,
+  // bench/results/h200-dev-gemm-gemma-plans.jsonl.xz); at 20 K-blocks ((192, 19456, 2560)) they
+  // tie with 128 x 128 tiles.
   // (Their splits are the smaller tiles', below.)
   if (tall && M > 128 && M <= 192) {
     const int64_t tiles = (N + 127) / 128;
@@ -502,11 +503,11 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
 }
 
 // Block-scaled: a split last wave of tiles up to 192 rows (after whole rounds) keeps
-// kSm90TailRangeKb K-blocks (192 rows: kSm90TailRangeKb192) or more per range (none at all if that leaves fewer than two),
-// whatever chose its split (the rules or the time model; after both, so that neither's choice of
-// tile moves). Each range past the first is a partial (64 KB at 128 x 128) for the tile's last
-// unit to add after the rest of the GPU has left: about 1-1.3 us a range on an H200, against the
-// model's 0.35-0.59. On forced plans (H200, docs/GEMM.md "Ranges of a split last wave") the
+// kSm90TailRangeKb K-blocks (192 rows: kSm90TailRangeKb192) or more per range (none at all if that
+// leaves fewer than two), whatever chose its split (the rules or the time model; after both, so
+// that neither's choice of tile moves). Each range past the first is a partial (64 KB at 128 x 128)
+// for the tile's last unit to add after the rest of the GPU has left: about 1-1.3 us a range on an
+// H200, against the model's 0.35-0.59. On forced plans (H200, docs/GEMM.md "Ranges of a split last wave") the
 // fastest split kept 10-16 K-blocks a range: 3 of 32, 4-6 of 56, 5 of 64, 8 of 128 and 144, none
 // of 12. On 132 SMs it changes plans past 128 rows only; on 80, decode ones too ((1-128, 24576,
 // 1536) split twice -> whole tiles, (1-64, 11008, 4096) 6 -> 3 ranges). The 192 x 128 tiles keep
@@ -613,9 +614,10 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // more: the model counts a weight stream on few SMs at the DRAM's rate. (72-128, 2560, 4096) 80
   // tiles of 64 x 64 -> 40 of 128 x 64 in 3 ranges, 1.09-1.15x; (72-128, 5120, 8192) 80 of 128 x 64
   // -> 40 of 128 x 128 in 3, 1.06-1.12x (H200, forced; no scan shape changes).
-  const int64_t rules_units = ((M + rules.block_m - 1) / rules.block_m) * ((N + rules.block_n - 1) / rules.block_n) * rules.splits;
+  const int64_t rules_tiles = ((M + rules.block_m - 1) / rules.block_m) * ((N + rules.block_n - 1) / rules.block_n);
   const bool keep_split = M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms && rules.splits > 1 &&
-                          rules.whole_tiles == 0 && rules_units > best.whole_tiles && num_kb / rules.splits >= kSm90TailRangeKb;
+                          rules.whole_tiles == 0 && rules_tiles * rules.splits > best.whole_tiles &&
+                          num_kb / rules.splits >= kSm90TailRangeKb;
   sm90_gemm_config chosen = !keep_split && best_us >= 0.0 &&
                                     sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us
                                 ? best
@@ -648,11 +650,11 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 1.08x faster (H200, forced plans); on longer units they lost ((256, 11008, 7168) 0.94x). The
   // model has no cost for this tile, the rules no wave of it past 128 rows.
   const int64_t tiles128x192 = ((M + 127) / 128) * ((N + 191) / 192);
-  sm90_gemm_config one_wave;
+  sm90_gemm_config wave192;
   if (dram_gbps >= kSm90FastDramGbps && sm90_gemm_dram_bound(dram_gbps, sms) && M > 128 && num_kb >= 12 &&
       num_kb <= 32 && chosen.block_m != 192 && tiles128x192 <= sms && 8 * tiles128x192 >= 7 * sms &&
-      sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, one_wave))
-    return one_wave;
+      sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, wave192))
+    return wave192;
   return sm90_gemm_short_tail(chosen, M, N, K, sms, recipe);
 }
 

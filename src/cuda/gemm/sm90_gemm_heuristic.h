@@ -560,8 +560,10 @@ inline sm90_gemm_config sm90_gemm_short_tail(const sm90_gemm_config &c, int64_t 
 // the public call on an H200 1.039x faster in geometric mean ((2560, 4096, 4096) 256 x 128 split 2
 // -> 128 x 128, 1.14x; six 0.975-0.99x), forced on 112 / 80 / 64 SMs 1.004-1.099x
 // (bench/results/h200-dev-gemm-l2-rate-ab.txt). The 18 bench shapes keep their plans.
-// Last, sm90_gemm_short_tail. dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where
-// unknown (the rules then take the H100's plans).
+// Then the rules that correct the model where the sweeps found it wrong (past 128 rows: one wave of
+// 128 x 64 tiles, the DRAM-rate split of it, one wave of 128 x 192 tiles; below), and last
+// sm90_gemm_short_tail. dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where unknown (the
+// rules then take the H100's plans).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
                                        double dram_gbps = 0.0) {
   const sm90_gemm_config rules = sm90_gemm_pick_by_rules(M, N, K, sm_count, recipe, dram_gbps);

@@ -3,15 +3,15 @@
 plan of each shape forced on the GPU (qf_gemm_fp8_blockscale_with), on the whole device or on a
 green-context partition of fewer SMs (another SM count's plans on the same GPU).
 
-  bench/plan_ab.py cases --base TOOL [--plan TOOL] [--sms 132,112,80] [--dram GBPS] > CASES
+  bench/plan_ab.py cases --base TOOL [--plan TOOL] [--sms 132,112,80] [--dram GBPS] [--more] > CASES
   QFUSE_LIBRARY=build/libqfuse.so bench/plan_ab.py run CASES
-  bench/plan_ab.py sweep-cases --sms 112 [--plan TOOL] [--dram GBPS] [--m 64,128] [--weights bench] > CASES
+  bench/plan_ab.py sweep-cases --sms 112 [--plan TOOL] [--dram GBPS] [--m 64,128] [--weights bench|more] > CASES
   QFUSE_LIBRARY=build/libqfuse.so bench/plan_ab.py sweep CASES OUT.jsonl
 
 `cases` runs two builds' qfuse-plan (tools/plan; --plan defaults to build/tools/qfuse-plan) on a
-scan of DeepSeek-V3 and Llama weights (37 (N, K)) at 32 values of M from 1 to 8192, at each SM
-count, and prints "SMS SHAPE OLD NEW" for every shape whose plan differs. `run` times each line:
-the L2 flushed by a 120 MiB read before each run, CUDA events around the call (launch included),
+scan of DeepSeek-V3 and Llama weights (37 (N, K); with --more 29 other models' layers too) at 32
+values of M from 1 to 8192, at each SM count, and prints "SMS SHAPE OLD NEW" for every shape whose
+plan differs. `run` times each line: the L2 flushed by a 120 MiB read before each run, CUDA events around the call (launch included),
 the median of 25 runs after 5, in the order old, new, new, old; it prints both medians of each
 plan, old / new of the faster ones, and the relative difference of the two plans' D. An SM count
 below the device's runs on a partition of that many SMs (cuDevSmResourceSplitByCount: counts the
@@ -19,9 +19,9 @@ driver can split, multiples of 8 on Hopper; the line names the partition's size)
 the qfuse context takes (qf_ctx_set_stream), so that the plans are that SM count's.
 
 `sweep-cases` prints "SMS SHAPE PLAN" with qfuse-plan's plan for each shape of the scan (or of the
-bench's six weights, --weights bench) at the given M; `sweep` times each shape's public call and
-every plan qf_gemm_fp8_blockscale_with accepts (the engine's tiles, unsplit or split 2, 3, 4, 6, 8,
-12 or 16 ways or as many as fill the SMs), all in one order and then in reverse, and writes
+bench's six weights, --weights bench, or of other models' layers, --weights more) at the given M;
+`sweep` times each shape's public call and every plan qf_gemm_fp8_blockscale_with accepts (the
+engine's tiles, unsplit or split 2, 3, 4, 6, 8, 12 or 16 ways or as many as fill the SMs), all in one order and then in reverse, and writes
 qfuse-bench's plan rows (op gemm_fp8_blockscale_plans, variants plan=PLAN and auto=PLAN, the
 faster of the two medians), which `bench/plan_eval.py --sms SMS` scores like a sweep of the bench;
 its lines also say whether the public call wrote the same D as its plan forced.
@@ -42,10 +42,17 @@ WEIGHTS = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168
            (1280, 8192), (8192, 1024)]
 MS = [1, 8, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256, 288, 320, 384, 448, 512, 576, 640, 768, 896,
       1024, 1536, 2048, 2560, 3072, 3584, 4096, 8192]
+# Dense layers of other models' FP8 checkpoints (QKV and gate-up fused), swept off the scan (docs/GEMM.md,
+# "Weights off the scan"): Qwen3-4B / 8B / 32B, Gemma-2-9B / 27B, Qwen2.5-72B, Phi-4, Mistral-Small-24B.
+MORE_WEIGHTS = [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728), (24576, 4096), (12288, 4096),
+                (4096, 12288), (10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600), (8192, 3584), (3584, 4096),
+                (28672, 3584), (3584, 14336), (8192, 4608), (4608, 4096), (73728, 4608), (4608, 36864),
+                (59136, 8192), (8192, 29568), (29568, 8192), (7680, 5120), (35840, 5120), (5120, 17920),
+                (6144, 5120), (5120, 4096), (65536, 5120), (5120, 32768)]
 
 
 def cases(args):
-    shapes = [f"M={m},N={n},K={k}" for n, k in WEIGHTS for m in MS]
+    shapes = [f"M={m},N={n},K={k}" for n, k in WEIGHTS + (MORE_WEIGHTS if args.more else []) for m in MS]
     for sms in (int(s) for s in args.sms.split(",")):
         olds, news = picks(args.base, shapes, sms, args.dram), picks(args.plan, shapes, sms, args.dram)
         for shape in shapes:
@@ -59,7 +66,7 @@ def cases(args):
 
 
 def sweep_cases(args):
-    weights = WEIGHTS[:6] if args.weights == "bench" else WEIGHTS
+    weights = {"bench": WEIGHTS[:6], "scan": WEIGHTS, "more": MORE_WEIGHTS}[args.weights]
     ms = [int(m) for m in args.m.split(",")] if args.m else MS
     shapes = [f"M={m},N={n},K={k}" for n, k in weights for m in ms]
     for sms in (int(s) for s in args.sms.split(",")):
@@ -206,6 +213,7 @@ def main():
     c.add_argument("--plan", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "tools", "qfuse-plan"))
     c.add_argument("--sms", default="132")
     c.add_argument("--dram", default="4800")
+    c.add_argument("--more", action="store_true", help="the other models' layers too (MORE_WEIGHTS)")
     r = sub.add_parser("run")
     r.add_argument("cases")
     sc = sub.add_parser("sweep-cases")
@@ -213,7 +221,7 @@ def main():
     sc.add_argument("--sms", default="132")
     sc.add_argument("--dram", default="4800")
     sc.add_argument("--m", default="")
-    sc.add_argument("--weights", choices=["scan", "bench"], default="scan")
+    sc.add_argument("--weights", choices=["scan", "bench", "more"], default="scan")
     sw = sub.add_parser("sweep")
     sw.add_argument("cases")
     sw.add_argument("out")

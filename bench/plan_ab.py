@@ -11,12 +11,13 @@ green-context partition of fewer SMs (another SM count's plans on the same GPU).
 `cases` runs two builds' qfuse-plan (tools/plan; --plan defaults to build/tools/qfuse-plan) on a
 scan of DeepSeek-V3 and Llama weights (37 (N, K); with --more 29 other models' layers too) at 32
 values of M from 1 to 8192, at each SM count, and prints "SMS SHAPE OLD NEW" for every shape whose
-plan differs. `run` times each line: the L2 flushed by a 120 MiB read before each run, CUDA events around the call (launch included),
-the median of 25 runs after 5, in the order old, new, new, old; it prints both medians of each
-plan, old / new of the faster ones, and the relative difference of the two plans' D. An SM count
-below the device's runs on a partition of that many SMs (cuDevSmResourceSplitByCount: counts the
-driver can split, multiples of 8 on Hopper; the line names the partition's size), whose stream
-the qfuse context takes (qf_ctx_set_stream), so that the plans are that SM count's.
+plan differs. `run` times each line: the L2 flushed by a 120 MiB read before each run, CUDA events
+around the call (launch included), the median of 25 runs after 5, in the order old, new, new, old;
+it prints both medians of each plan, old / new of the faster ones, and the relative difference of
+the two plans' D. An SM count below the device's runs on a partition of that many SMs
+(cuDevSmResourceSplitByCount: counts the driver can split, multiples of 8 on Hopper; the line names
+the partition's size), whose stream the qfuse context takes (qf_ctx_set_stream), so that the plans
+are that SM count's.
 
 `sweep-cases` prints "SMS SHAPE PLAN" with qfuse-plan's plan for each shape of the scan (or of the
 bench's six weights, --weights bench, or of other models' layers, --weights more) at the given M;

@@ -9,7 +9,7 @@ green-context partition of fewer SMs (another SM count's plans on the same GPU).
   QFUSE_LIBRARY=build/libqfuse.so bench/plan_ab.py sweep CASES OUT.jsonl
 
 `cases` runs two builds' qfuse-plan (tools/plan; --plan defaults to build/tools/qfuse-plan) on a
-scan of DeepSeek-V3 and Llama weights (37 (N, K); with --more 29 other models' layers too) at 32
+scan of DeepSeek-V3 and Llama weights (37 (N, K); with --more 37 other models' layers too) at 32
 values of M from 1 to 8192, at each SM count, and prints "SMS SHAPE OLD NEW" for every shape whose
 plan differs. `run` times each line: the L2 flushed by a 120 MiB read before each run, CUDA events
 around the call (launch included), the median of 25 runs after 5, in the order old, new, new, old;
@@ -44,12 +44,14 @@ WEIGHTS = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168
 MS = [1, 8, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 192, 224, 256, 288, 320, 384, 448, 512, 576, 640, 768, 896,
       1024, 1536, 2048, 2560, 3072, 3584, 4096, 8192]
 # Dense layers of other models' FP8 checkpoints (QKV and gate-up fused), swept off the scan (docs/GEMM.md,
-# "Weights off the scan"): Qwen3-4B / 8B / 32B, Gemma-2-9B / 27B, Qwen2.5-72B, Phi-4, Mistral-Small-24B.
+# "Weights off the scan"): Qwen3-4B / 8B / 32B, Gemma-2-9B / 27B, Qwen2.5-72B, Phi-4, Mistral-Small-24B,
+# Llama-3.2-1B / 3B.
 MORE_WEIGHTS = [(6144, 2560), (2560, 4096), (19456, 2560), (2560, 9728), (24576, 4096), (12288, 4096),
                 (4096, 12288), (10240, 5120), (5120, 8192), (51200, 5120), (5120, 25600), (8192, 3584), (3584, 4096),
                 (28672, 3584), (3584, 14336), (8192, 4608), (4608, 4096), (73728, 4608), (4608, 36864),
                 (59136, 8192), (8192, 29568), (29568, 8192), (7680, 5120), (35840, 5120), (5120, 17920),
-                (6144, 5120), (5120, 4096), (65536, 5120), (5120, 32768)]
+                (6144, 5120), (5120, 4096), (65536, 5120), (5120, 32768), (3072, 2048), (2048, 2048), (16384, 2048),
+                (2048, 8192), (5120, 3072), (3072, 3072), (16384, 3072), (3072, 8192)]
 
 
 def cases(args):

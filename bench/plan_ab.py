@@ -24,9 +24,9 @@ bench's six weights, --weights bench, or of other models' layers, --weights more
 `sweep` times each shape's public call and every plan qf_gemm_fp8_blockscale_with accepts (the
 engine's tiles, unsplit or split 2, 3, 4, 6, 8, 12 or 16 ways or as many as fill the SMs), all in
 one order and then in reverse, and writes qfuse-bench's plan rows (op gemm_fp8_blockscale_plans,
-variants plan=PLAN and auto=PLAN, the faster of the two medians), which `bench/plan_eval.py --sms
-SMS` scores like a sweep of the bench; its lines also say whether the public call wrote the same D
-as its plan forced.
+variants plan=PLAN and auto=PLAN, the faster of the two medians), which
+`bench/plan_eval.py --sms SMS` scores like a sweep of the bench; its lines also say whether the
+public call wrote the same D as its plan forced.
 """
 import argparse
 import ctypes

@@ -43,6 +43,11 @@ constexpr int64_t sm90_gemm_tail_ranges(int64_t num_kb, int block_m = 128) {
   return num_kb / (block_m == 192 ? kSm90TailRangeKb192 : kSm90TailRangeKb);
 }
 
+// Tiles of block_m x block_n that cover an M x N output.
+constexpr int64_t sm90_gemm_tiles(int64_t M, int64_t N, int64_t block_m, int64_t block_n) {
+  return ((M + block_m - 1) / block_m) * ((N + block_n - 1) / block_n);
+}
+
 // Pipeline depth of a tile shape: as many (A, B) stages of 128 K-columns as fit in 200 KB next to
 // the D staging tile (16-bit D), at most 12. Only 64 x 64 tiles (the decode tiles) reach more than
 // 8: with 12 instead of 8 the weight-streaming shapes at M = 1 and 16 run up to 16% faster (H200,
@@ -171,7 +176,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   };
 #define QF_SM90_GEMM_TRY(BM, BN)                                                                      \
   {                                                                                                   \
-    const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN), split = M > 128 ? kept_splits(tiles) : 0; \
+    const int64_t tiles = sm90_gemm_tiles(M, N, BM, BN), split = M > 128 ? kept_splits(tiles) : 0;    \
     const double cost = cost_of(waves_of(tiles, split), BM, BN);                                      \
     if (best_cost < 0.0 || cost < best_cost || (cost == best_cost && prefer(BM, BN))) {                 \
       best_cost = cost;                                                                               \
@@ -202,7 +207,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // H200's (forced plans, `h200-7faf719-plans.jsonl`); from (768, 32768, 512), 5.8 waves, they tie,
   // and past it the 256 x 128 tiles win (M = 4096 1.08-1.12x).
   if (tall && M > 128) {
-    const int64_t tiles = ((M + 255) / 256) * ((N + 127) / 128);
+    const int64_t tiles = sm90_gemm_tiles(M, N, 256, 128);
     const double cost = cost_of(waves_of(tiles, tall_splits(tiles)), 256, 128);
     if (cost < best_cost) {
       if (num_kb <= kSm90ShortUnit && tiles < 4 * sms) best.block_m = 128, best.block_n = 128;
@@ -217,7 +222,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // they also took shapes they lost: K = 512 ((384, 32768, 512) 15.4 -> 17.3 us), (384, 10240,
   // 8192) 52.8 -> 58.3, (2048, 7168, 2048) 51.9 -> 53.8 (3.5% below the others by the model).
   if (tall && M > 192 && num_kb >= kSm90TripleMinKb) {
-    const int64_t tiles = ((M + 191) / 192) * ((N + 127) / 128);
+    const int64_t tiles = sm90_gemm_tiles(M, N, 192, 128);
     const double cost = cost_of(waves_of(tiles, tail_splits(tiles)), 192, 128);
     if (1.1 * cost < best_cost) best_cost = cost, best.block_m = 192, best.block_n = 128;
   }
@@ -403,7 +408,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
         num_kb >= 16 * plan_ranges(w))
       best.block_n = 128;
   }
-  const int64_t tiles = ((M + best.block_m - 1) / best.block_m) * ((N + best.block_n - 1) / best.block_n);
+  const int64_t tiles = sm90_gemm_tiles(M, N, best.block_m, best.block_n);
   best.whole_tiles = tiles;
   if (best.block_m != 256) {
     if (const int64_t split = all_ranges ? fill_ranges(tiles) : plan_ranges(tiles); split > 1) {
@@ -492,7 +497,7 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
   const bool tile = (block_m == 64 && (block_n == 64 || block_n == 128)) ||
                     (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 192)) ||
                     ((block_m == 192 || block_m == 256) && block_n == 128);
-  const int64_t num_kb = (K + 127) / 128, tiles = ((M + block_m - 1) / block_m) * ((N + block_n - 1) / block_n);
+  const int64_t num_kb = (K + 127) / 128, tiles = sm90_gemm_tiles(M, N, block_m, block_n);
   if (!tile || splits < 1 || splits > 16 || (splits > 1 && splits > num_kb / 2)) return false;
   c = {block_m, block_n, 0, 8, splits, tiles, 0};
   if (splits == 1 || tiles == 0) return true;
@@ -582,7 +587,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   sm90_gemm_config best = rules;
   double best_us = -1.0;
   for (const sm90_plan_cost &c : kSm90PlanCosts) {
-    const int64_t tiles = ((M + c.block_m - 1) / c.block_m) * ((N + c.block_n - 1) / c.block_n);
+    const int64_t tiles = sm90_gemm_tiles(M, N, c.block_m, c.block_n);
     const int64_t rem = tiles < sms ? tiles : tiles % sms, fill = rem ? sms / rem : 0;
     const int64_t candidates[] = {1, 2, 3, 4, 6, 8, 12, 16, fill};
     sm90_gemm_config plan;
@@ -616,7 +621,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // more: the model counts a weight stream on few SMs at the DRAM's rate. (72-128, 2560, 4096) 80
   // tiles of 64 x 64 -> 40 of 128 x 64 in 3 ranges, 1.09-1.15x; (72-128, 5120, 8192) 80 of 128 x 64
   // -> 40 of 128 x 128 in 3, 1.06-1.12x (H200, forced; no scan shape changes).
-  const int64_t rules_tiles = ((M + rules.block_m - 1) / rules.block_m) * ((N + rules.block_n - 1) / rules.block_n);
+  const int64_t rules_tiles = sm90_gemm_tiles(M, N, rules.block_m, rules.block_n);
   const bool keep_split = M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms && rules.splits > 1 &&
                           rules.whole_tiles == 0 && rules_tiles * rules.splits > best.whole_tiles &&
                           num_kb / rules.splits >= kSm90TailRangeKb;
@@ -629,7 +634,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // read by every tile column, as B's): (160-192, 4096, 4096-6144) 64 x 128 -> 128 x 64 1.08-1.09x
   // faster on an H200 (bench/results/h200-dev-gemm-qwen-plans.jsonl.xz); the H100's last sweep has
   // the same order at (160-256, 4096, 7168), 1.08-1.09x (h100-e0ed0ac-gemm-blockscale-plans.jsonl.xz).
-  const int64_t tiles128x64 = ((M + 127) / 128) * ((N + 63) / 64);
+  const int64_t tiles128x64 = sm90_gemm_tiles(M, N, 128, 64);
   if (M > 128 && M <= 256 && chosen.block_m == 64 && chosen.splits == 1 && tiles128x64 <= sms &&
       4 * tiles128x64 >= 3 * sms && tiles128x64 > chosen.whole_tiles)
     sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, chosen);
@@ -651,7 +656,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 11008 / 12288, 4096) 1.10x / 1.08x, (512, 6144, 2560 / 4096) 1.07x / 1.05x, (1024, 3072, 1536)
   // 1.08x faster (H200, forced plans); on longer units they lost ((256, 11008, 7168) 0.94x). The
   // model has no cost for this tile, the rules no wave of it past 128 rows.
-  const int64_t tiles128x192 = ((M + 127) / 128) * ((N + 191) / 192);
+  const int64_t tiles128x192 = sm90_gemm_tiles(M, N, 128, 192);
   sm90_gemm_config wave192;
   if (dram_gbps >= kSm90FastDramGbps && sm90_gemm_dram_bound(dram_gbps, sms) && M > 128 && num_kb >= 12 &&
       num_kb <= 32 && chosen.block_m != 192 && tiles128x192 <= sms && 8 * tiles128x192 >= 7 * sms &&
@@ -673,9 +678,9 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
 inline sm90_gemm_config sm90_gemm_pick_grouped(int64_t M, int64_t N, int64_t K, int sm_count, int64_t masked_experts) {
   const int sms = sm_count > 0 ? sm_count : 1;
   const int64_t live_rows = masked_experts > 0 && masked_experts * 128 < M ? masked_experts * 128 : M;
-  const int64_t tiles128 = ((live_rows + 127) / 128) * ((N + 127) / 128);
+  const int64_t tiles128 = sm90_gemm_tiles(live_rows, N, 128, 128);
   sm90_gemm_config c = {128, tiles128 < sms ? 64 : 128, 0, 8, 1, 0};
-  const int64_t tiles = ((M + 127) / 128) * ((N + c.block_n - 1) / c.block_n), num_kb = (K + 127) / 128;
+  const int64_t tiles = sm90_gemm_tiles(M, N, 128, c.block_n), num_kb = (K + 127) / 128;
   const int64_t split = masked_experts == 0 && num_kb >= kSm90LongUnit ? sm90_gemm_tail_splits(tiles, sms, num_kb, 2) : 0;
   c.splits = split ? static_cast<int>(split) : 1;
   c.whole_tiles = split ? tiles - tiles % sms : tiles;

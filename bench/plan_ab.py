@@ -204,6 +204,7 @@ def sweep(args):
             for v, us in best.items():
                 out.write(json.dumps({"op": "gemm_fp8_blockscale_plans", "variant": v, "shape": shape, "us": round(us, 3),
                                       "sms": got}) + "\n")
+            out.flush()  # the rows so far survive a run cut short
             fastest = min((us, v) for v, us in best.items() if v.startswith("plan="))
             print(f"{got:4d} SMs {shape:24s} auto {auto} {best[f'auto={auto}']:.2f} us, fastest {fastest[1][5:]} "
                   f"{fastest[0]:.2f} us ({len(candidates)} plans; public call and its plan forced: {same})", flush=True)

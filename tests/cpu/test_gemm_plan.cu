@@ -218,6 +218,21 @@ int main() {
   // (192, 28672, 3584), 224 tiles (not 256 x 128 ones).
   expect(192, 28672, 3584, 192, 128, 1, 224);
   expect_on(112, 0.0, 576, 24576, 1536, 192, 128, 1, 576);
+  // On a fast DRAM, a row of 192 x 128 tiles fewer than the SMs that decode splits leave whole, on
+  // units of 16 K-blocks: (192, 16384, 2048), 128 tiles (the H100's DRAM: 128 of 256 x 128).
+  expect_on(132, 4800.0, 192, 16384, 2048, 192, 128, 1, 128);
+  expect_on(132, 3350.0, 192, 16384, 2048, 256, 128, 1, 128);
+  // On a fast DRAM, one wave of whole 256 x 128 tiles filling more than half the SMs on short units
+  // at 129-256 rows: one wave of 128 x 192 tiles where they fit ((256, 9216, 2048), 96), else
+  // 128 x 128 tiles whole ((256, 16384, 2048), 256; not on 56 K-blocks: (256, 16384, 7168)).
+  expect_on(132, 4800.0, 256, 9216, 2048, 128, 192, 1, 96);
+  expect_on(132, 4800.0, 256, 16384, 2048, 128, 128, 1, 256);
+  expect_on(132, 4800.0, 256, 16384, 7168, 256, 128, 1, 128);
+  expect_on(132, 3350.0, 256, 16384, 2048, 256, 128, 1, 128);
+  // On a fast DRAM past 128 rows, whole 128 x 128 tiles on at most half the SMs: 128 x 64 tiles in
+  // one wave ((512, 2048, 2048), 128 of them).
+  expect_on(132, 4800.0, 512, 2048, 2048, 128, 64, 1, 128);
+  expect_on(132, 3350.0, 512, 2048, 2048, 128, 128, 1, 64);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

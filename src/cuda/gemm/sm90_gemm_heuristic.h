@@ -352,10 +352,17 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // tiles, 40.2 us against 47.7 on 256 x 128 tiles (H200,
   // bench/results/h200-dev-gemm-gemma-plans.jsonl.xz); at 20 K-blocks ((192, 19456, 2560)) they
   // tie with 128 x 128 tiles.
+  // On a fast DRAM (kSm90FastDramGbps), a row of fewer tiles than SMs that decode splits leave
+  // whole takes them on units of 16 K-blocks or more: (144-192, 16384, 2048 / 3072), 128 tiles,
+  // 1.21-1.23x faster than 256 x 128 tiles; on partitions of 112 / 80 / 64 SMs (144-192,
+  // 8192, 3584), (144-192, 6144, 2560), (144-192, 5120, 3072), (144-192, 7168, 2048) 1.04-1.19x
+  // against 64 x 128 or 256 x 128 tiles (H200, forced plans, bench/results/h200-dev-gemm-llama32-ab.txt;
+  // the H100 unmeasured).
   // (Their splits are the smaller tiles', below.)
   if (tall && M > 128 && M <= 192) {
-    const int64_t tiles = (N + 127) / 128;
-    if (tiles < sms ? num_kb / decode_splits(tiles) >= kSm90LongUnit : num_kb >= 3 * kSm90LongUnit / 4)
+    const int64_t tiles = (N + 127) / 128, split = decode_splits(tiles);
+    const int64_t unit_kb = split == 1 && dram_gbps >= kSm90FastDramGbps ? kSm90LongUnit / 2 : kSm90LongUnit;
+    if (tiles < sms ? num_kb / split >= unit_kb : num_kb >= 3 * kSm90LongUnit / 4)
       best.block_m = 192, best.block_n = 128;
   }
   // 129-256 rows, block-scaled: where 64-row tiles make one unsplit wave of at least three
@@ -566,7 +573,8 @@ inline sm90_gemm_config sm90_gemm_short_tail(const sm90_gemm_config &c, int64_t 
 // -> 128 x 128, 1.14x; six 0.975-0.99x), forced on 112 / 80 / 64 SMs 1.004-1.099x
 // (bench/results/h200-dev-gemm-l2-rate-ab.txt). The 18 bench shapes keep their plans.
 // Then the rules that correct the model where the sweeps found it wrong (past 128 rows: one wave of
-// 128 x 64 tiles, the DRAM-rate split of it, one wave of 128 x 192 tiles; below), and last
+// 128 x 64 tiles, the DRAM-rate split of it, one wave of 128 x 192 tiles, a wave of 256 x 128 tiles
+// on short units and 128 x 128 tiles on half the SMs as smaller tiles; below), and last
 // sm90_gemm_short_tail. dram_gbps: the device's peak DRAM bandwidth (qf_ctx), 0 where unknown (the
 // rules then take the H100's plans).
 inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_count, Sm90Recipe recipe,
@@ -662,6 +670,27 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
       num_kb <= 32 && chosen.block_m != 192 && tiles128x192 <= sms && 8 * tiles128x192 >= 7 * sms &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, wave192))
     return wave192;
+  // On a fast DRAM, at 129-256 rows: one wave of whole 256 x 128 tiles filling more than half the
+  // SMs on units of at most 32 K-blocks becomes one wave of 128 x 192 tiles where they fit one and
+  // the DRAM bounds the stream (units of 12 K-blocks or more), else 128 x 128 tiles whole (two
+  // waves, the second's loads under the first's stores): (224 / 256, 9216 / 10240, 2048 / 3072)
+  // 1.06-1.13x, (224 / 256, 16384 / 15360 / 14336, 2048-4096) 1.01-1.07x faster; on partitions of
+  // 112 / 80 / 64 SMs 0.99-1.04x (H200, forced plans; the H100 unmeasured).
+  // Past 128 rows: whole 128 x 128 tiles on at most half the SMs become 128 x 64 ones in one wave:
+  // (384-640, 1536-2560, 2048) 1.15-1.19x faster (H200, forced plans; the H100 unmeasured).
+  // (bench/results/h200-dev-gemm-llama32-ab.txt, docs/GEMM.md "Weights off the scan")
+  const bool fast_dram = dram_gbps >= kSm90FastDramGbps;
+  sm90_gemm_config other;
+  if (fast_dram && M > 128 && M <= 256 && chosen.block_m == 256 && chosen.splits == 1 && chosen.whole_tiles < sms &&
+      2 * chosen.whole_tiles > sms && num_kb <= 32) {
+    if (sm90_gemm_dram_bound(dram_gbps, sms) && num_kb >= 12 && tiles128x192 <= sms &&
+        sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, other))
+      return other;
+    if (sm90_gemm_plan_of(M, N, K, sms, 128, 128, 1, other)) return other;
+  }
+  if (fast_dram && M > 128 && chosen.block_m == 128 && chosen.block_n == 128 && chosen.splits == 1 &&
+      2 * chosen.whole_tiles <= sms && tiles128x64 <= sms && sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, other))
+    return other;
   return sm90_gemm_short_tail(chosen, M, N, K, sms, recipe);
 }
 

@@ -222,6 +222,12 @@ int main() {
   // units of 16 K-blocks: (192, 16384, 2048), 128 tiles (the H100's DRAM: 128 of 256 x 128).
   expect_on(132, 4800.0, 192, 16384, 2048, 192, 128, 1, 128);
   expect_on(132, 3350.0, 192, 16384, 2048, 256, 128, 1, 128);
+  // Split 3 ways or more on units of 20 K-blocks: (144, 4096, 14336), 32 tiles in 4 ranges (not
+  // 128 x 128 tiles split twice, which the H100's DRAM keeps); split twice it stays on 128 x 128
+  // tiles whole ((192, 5120, 5120) on 112 SMs).
+  expect_on(132, 4800.0, 144, 4096, 14336, 192, 128, 4, 0);
+  expect_on(132, 3350.0, 144, 4096, 14336, 128, 128, 2, 0);
+  expect_on(112, 4800.0, 192, 5120, 5120, 128, 128, 1, 80);
   // On a fast DRAM, one wave of whole 256 x 128 tiles filling more than half the SMs on short units
   // at 129-256 rows: one wave of 128 x 192 tiles where they fit ((256, 9216, 2048), 96), else
   // 128 x 128 tiles whole ((256, 16384, 2048), 256; not on 56 K-blocks: (256, 16384, 7168)).

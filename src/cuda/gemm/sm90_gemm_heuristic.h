@@ -357,11 +357,18 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // 1.21-1.23x faster than 256 x 128 tiles; on partitions of 112 / 80 / 64 SMs (144-192,
   // 8192, 3584), (144-192, 6144, 2560), (144-192, 5120, 3072), (144-192, 7168, 2048) 1.04-1.19x
   // against 64 x 128 or 256 x 128 tiles (H200, forced plans, bench/results/h200-dev-gemm-llama32-ab.txt;
-  // the H100 unmeasured).
+  // the H100 unmeasured). Split 3 ways or more, on units of 20 K-blocks or more: (136-192, 3584 /
+  // 4096, 11008-14336) 128 x 128 tiles split twice -> 192 x 128 split 4 ways 0.999-1.07x, (160 / 192,
+  // 5120, 8192) 64 x 128 whole -> split 3 ways 1.02-1.06x; on partitions of 112 / 80 / 64 SMs
+  // 1.03-1.18x. Split twice they lost to whole 128 x 128 tiles, 0.90-0.99x ((144-192, 5120, 5120)
+  // on 112 / 80 SMs, (144-192, 4096, 7168) on 80 / 64; bench/results/h200-dev-gemm-row-192-split-ab.txt).
   // (Their splits are the smaller tiles', below.)
   if (tall && M > 128 && M <= 192) {
     const int64_t tiles = (N + 127) / 128, split = decode_splits(tiles);
-    const int64_t unit_kb = split == 1 && dram_gbps >= kSm90FastDramGbps ? kSm90LongUnit / 2 : kSm90LongUnit;
+    const int64_t unit_kb = dram_gbps < kSm90FastDramGbps ? kSm90LongUnit
+                            : split == 1                     ? kSm90LongUnit / 2
+                            : split >= 3                     ? 20
+                                                             : kSm90LongUnit;
     if (tiles < sms ? num_kb / split >= unit_kb : num_kb >= 3 * kSm90LongUnit / 4)
       best.block_m = 192, best.block_n = 128;
   }

@@ -650,6 +650,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // faster on an H200 (bench/results/h200-dev-gemm-qwen-plans.jsonl.xz); the H100's last sweep has
   // the same order at (160-256, 4096, 7168), 1.08-1.09x (h100-e0ed0ac-gemm-blockscale-plans.jsonl.xz).
   const int64_t tiles128x64 = sm90_gemm_tiles(M, N, 128, 64);
+  const bool fast_dram = dram_gbps >= kSm90FastDramGbps;
   if (M > 128 && M <= 256 && chosen.block_m == 64 && chosen.splits == 1 && tiles128x64 <= sms &&
       4 * tiles128x64 >= 3 * sms && tiles128x64 > chosen.whole_tiles)
     sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, chosen);
@@ -660,7 +661,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 4096 / 5120 / 6144), 32 / 40 / 48 K-blocks, 1.10-1.14x / 1.09x / 1.04x slower than the whole
   // 128 x 64 tiles (H200, bench/results/h200-dev-gemm-qwen-plans.jsonl.xz).
   sm90_gemm_config wider;
-  if (dram_gbps >= kSm90FastDramGbps && M > 128 && M <= 256 && chosen.block_m == 128 && chosen.block_n == 64 &&
+  if (fast_dram && M > 128 && M <= 256 && chosen.block_m == 128 && chosen.block_n == 64 &&
       chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 56 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 128, 2, wider))
     return wider;
@@ -673,7 +674,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // model has no cost for this tile, the rules no wave of it past 128 rows.
   const int64_t tiles128x192 = sm90_gemm_tiles(M, N, 128, 192);
   sm90_gemm_config wave192;
-  if (dram_gbps >= kSm90FastDramGbps && sm90_gemm_dram_bound(dram_gbps, sms) && M > 128 && num_kb >= 12 &&
+  if (fast_dram && sm90_gemm_dram_bound(dram_gbps, sms) && M > 128 && num_kb >= 12 &&
       num_kb <= 32 && chosen.block_m != 192 && tiles128x192 <= sms && 8 * tiles128x192 >= 7 * sms &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, wave192))
     return wave192;
@@ -686,7 +687,6 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // Past 128 rows: whole 128 x 128 tiles on at most half the SMs become 128 x 64 ones in one wave:
   // (384-640, 1536-2560, 2048) 1.15-1.19x faster (H200, forced plans; the H100 unmeasured).
   // (bench/results/h200-dev-gemm-llama32-ab.txt, docs/GEMM.md "Weights off the scan")
-  const bool fast_dram = dram_gbps >= kSm90FastDramGbps;
   sm90_gemm_config other;
   if (fast_dram && M > 128 && M <= 256 && chosen.block_m == 256 && chosen.splits == 1 && chosen.whole_tiles < sms &&
       2 * chosen.whole_tiles > sms && num_kb <= 32) {

@@ -239,6 +239,10 @@ int main() {
   // one wave ((512, 2048, 2048), 128 of them).
   expect_on(132, 4800.0, 512, 2048, 2048, 128, 64, 1, 128);
   expect_on(132, 3350.0, 512, 2048, 2048, 128, 128, 1, 64);
+  // At 129-256 rows on a fast DRAM the rules' split stands against the model's same tiles split
+  // fewer ways: (192, 1024, 7168), 32 tiles of 128 x 64 in 4 ranges, not 3 (the H100's DRAM: 3).
+  expect_on(132, 4800.0, 192, 1024, 7168, 128, 64, 4, 0);
+  expect_on(132, 3350.0, 192, 1024, 7168, 128, 64, 3, 0);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

@@ -635,11 +635,20 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // quarter of the SMs idle or more, where the rules run more units of kSm90TailRangeKb K-blocks or
   // more: the model counts a weight stream on few SMs at the DRAM's rate. (72-128, 2560, 4096) 80
   // tiles of 64 x 64 -> 40 of 128 x 64 in 3 ranges, 1.09-1.15x; (72-128, 5120, 8192) 80 of 128 x 64
-  // -> 40 of 128 x 128 in 3, 1.06-1.12x (H200, forced; no scan shape changes).
+  // -> 40 of 128 x 128 in 3, 1.06-1.12x (H200, forced; no scan shape changes). At 129-256 rows on a
+  // fast DRAM (kSm90FastDramGbps) it stands against the model's same tiles split fewer ways where its
+  // ranges keep 12 K-blocks: (136-256, 1024, 7168), 32 tiles of 128 x 64 in 4 ranges (the rules')
+  // against 3 (the model's), 1.04-1.09x as the public call; (200-256, 768 / 1024 / 1280, 5120-8192)
+  // 1.02-1.10x (H200, bench/results/h200-dev-gemm-keep-ranges-ab.txt; the H100 unmeasured). At 512
+  // and 1024 rows ((512, 512, 7168), (1024, 256, 7168)) the H200's sweeps had it 0.985-0.997x.
   const int64_t rules_tiles = sm90_gemm_tiles(M, N, rules.block_m, rules.block_n);
-  const bool keep_split = M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms && rules.splits > 1 &&
-                          rules.whole_tiles == 0 && rules_tiles * rules.splits > best.whole_tiles &&
-                          num_kb / rules.splits >= kSm90TailRangeKb;
+  const bool more_ranges = M > 128 && M <= 256 && dram_gbps >= kSm90FastDramGbps && best.block_m == rules.block_m &&
+                           best.block_n == rules.block_n && best.whole_tiles == 0 && rules.whole_tiles == 0 &&
+                           best.splits > 1 && rules.splits > best.splits && num_kb / rules.splits >= 12;
+  const bool keep_split = more_ranges || (M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms &&
+                                          rules.splits > 1 && rules.whole_tiles == 0 &&
+                                          rules_tiles * rules.splits > best.whole_tiles &&
+                                          num_kb / rules.splits >= kSm90TailRangeKb);
   sm90_gemm_config chosen = !keep_split && best_us >= 0.0 &&
                                     sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us
                                 ? best

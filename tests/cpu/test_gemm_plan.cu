@@ -243,6 +243,12 @@ int main() {
   // fewer ways: (192, 1024, 7168), 32 tiles of 128 x 64 in 4 ranges, not 3 (the H100's DRAM: 3).
   expect_on(132, 4800.0, 192, 1024, 7168, 128, 64, 4, 0);
   expect_on(132, 3350.0, 192, 1024, 7168, 128, 64, 3, 0);
+  // At 65-128 rows on a fast DRAM the rules' split stands against whole tiles in one wave where its
+  // units are as many and keep 16 K-blocks: (96, 3584, 4096), 28 tiles of 128 x 64 in 2 ranges, not
+  // 112 of 64 x 64 whole (the H100's DRAM: those); (96, 3072, 3072), 12 K-blocks a range, keeps them.
+  expect_on(132, 4800.0, 96, 3584, 4096, 128, 64, 2, 0);
+  expect_on(132, 3350.0, 96, 3584, 4096, 64, 64, 1, 112);
+  expect_on(132, 4800.0, 96, 3072, 3072, 64, 64, 1, 96);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

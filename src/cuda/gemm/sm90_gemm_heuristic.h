@@ -635,20 +635,29 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // quarter of the SMs idle or more, where the rules run more units of kSm90TailRangeKb K-blocks or
   // more: the model counts a weight stream on few SMs at the DRAM's rate. (72-128, 2560, 4096) 80
   // tiles of 64 x 64 -> 40 of 128 x 64 in 3 ranges, 1.09-1.15x; (72-128, 5120, 8192) 80 of 128 x 64
-  // -> 40 of 128 x 128 in 3, 1.06-1.12x (H200, forced; no scan shape changes). At 129-256 rows on a
-  // fast DRAM (kSm90FastDramGbps) it stands against the model's same tiles split fewer ways where its
-  // ranges keep 12 K-blocks: (136-256, 1024, 7168), 32 tiles of 128 x 64 in 4 ranges (the rules')
-  // against 3 (the model's), 1.04-1.09x as the public call; (200-256, 768 / 1024 / 1280, 5120-8192)
-  // 1.02-1.10x (H200, bench/results/h200-dev-gemm-keep-ranges-ab.txt; the H100 unmeasured). At 512
-  // and 1024 rows ((512, 512, 7168), (1024, 256, 7168)) the H200's sweeps had it 0.985-0.997x.
+  // -> 40 of 128 x 128 in 3, 1.06-1.12x (H200, forced; no scan shape changes).
+  // On a fast DRAM (kSm90FastDramGbps, the H100 unmeasured) it stands also
+  // - at 65-128 rows against whole tiles in one wave, where the rules' units are as many and keep 16
+  //   K-blocks: (80-128, 3584 / 4096, 4096) two rows of 64 x 64 tiles -> one of 128 x 64 in 2
+  //   ranges, 1.02-1.08x as the public call, (80-112, 2560, 4096) on 80 / 112 SMs 1.06-1.10x forced;
+  //   on ranges of 12 K-blocks ((80-128, 3072, 3072)) 0.98-1.05x, left out
+  //   (bench/results/h200-dev-gemm-keep-ranges-ab.txt, second call);
+  // - at 129-256 rows against the model's same tiles split fewer ways where its ranges keep 12
+  //   K-blocks: (136-256, 1024, 7168), 32 tiles of 128 x 64 in 4 ranges (the rules') against 3 (the
+  //   model's), 1.04-1.09x as the public call; (200-256, 768 / 1024 / 1280, 5120-8192) 1.02-1.10x
+  //   (first call). At 512 and 1024 rows ((512, 512, 7168), (1024, 256, 7168)) the H200's sweeps
+  //   had it 0.985-0.997x.
+  const bool fast_dram = dram_gbps >= kSm90FastDramGbps;
   const int64_t rules_tiles = sm90_gemm_tiles(M, N, rules.block_m, rules.block_n);
-  const bool more_ranges = M > 128 && M <= 256 && dram_gbps >= kSm90FastDramGbps && best.block_m == rules.block_m &&
-                           best.block_n == rules.block_n && best.whole_tiles == 0 && rules.whole_tiles == 0 &&
-                           best.splits > 1 && rules.splits > best.splits && num_kb / rules.splits >= 12;
-  const bool keep_split = more_ranges || (M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms &&
-                                          rules.splits > 1 && rules.whole_tiles == 0 &&
-                                          rules_tiles * rules.splits > best.whole_tiles &&
-                                          num_kb / rules.splits >= kSm90TailRangeKb);
+  const bool rules_split = rules.splits > 1 && rules.whole_tiles == 0;
+  const bool few_whole = M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms && rules_split &&
+                         rules_tiles * rules.splits > best.whole_tiles && num_kb / rules.splits >= kSm90TailRangeKb;
+  const bool long_ranges = fast_dram && M > 64 && M <= 128 && best.splits == 1 && best.whole_tiles <= sms &&
+                           rules_split && rules_tiles * rules.splits >= best.whole_tiles && num_kb / rules.splits >= 16;
+  const bool more_ranges = fast_dram && M > 128 && M <= 256 && best.block_m == rules.block_m &&
+                           best.block_n == rules.block_n && best.whole_tiles == 0 && best.splits > 1 && rules_split &&
+                           rules.splits > best.splits && num_kb / rules.splits >= 12;
+  const bool keep_split = few_whole || long_ranges || more_ranges;
   sm90_gemm_config chosen = !keep_split && best_us >= 0.0 &&
                                     sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us
                                 ? best
@@ -659,7 +668,6 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // faster on an H200 (bench/results/h200-dev-gemm-qwen-plans.jsonl.xz); the H100's last sweep has
   // the same order at (160-256, 4096, 7168), 1.08-1.09x (h100-e0ed0ac-gemm-blockscale-plans.jsonl.xz).
   const int64_t tiles128x64 = sm90_gemm_tiles(M, N, 128, 64);
-  const bool fast_dram = dram_gbps >= kSm90FastDramGbps;
   if (M > 128 && M <= 256 && chosen.block_m == 64 && chosen.splits == 1 && tiles128x64 <= sms &&
       4 * tiles128x64 >= 3 * sms && tiles128x64 > chosen.whole_tiles)
     sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, chosen);

@@ -239,6 +239,10 @@ int main() {
   // one wave ((512, 2048, 2048), 128 of them).
   expect_on(132, 4800.0, 512, 2048, 2048, 128, 64, 1, 128);
   expect_on(132, 3350.0, 512, 2048, 2048, 128, 128, 1, 64);
+  // ... and whole 128 x 128 tiles in one partial wave, 128 x 64 ones more than a wave: 64 x 128
+  // tiles where they fit one ((320, 3072, 2048): 120 of them, not 72 of 128 x 128).
+  expect_on(132, 4800.0, 320, 3072, 2048, 64, 128, 1, 120);
+  expect_on(132, 3350.0, 320, 3072, 2048, 128, 128, 1, 72);
   // At 129-256 rows on a fast DRAM the rules' split stands against the model's same tiles split
   // fewer ways: (192, 1024, 7168), 32 tiles of 128 x 64 in 4 ranges, not 3 (the H100's DRAM: 3).
   expect_on(132, 4800.0, 192, 1024, 7168, 128, 64, 4, 0);

@@ -704,6 +704,10 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // Past 128 rows: whole 128 x 128 tiles on at most half the SMs become 128 x 64 ones in one wave:
   // (384-640, 1536-2560, 2048) 1.15-1.19x faster (H200, forced plans; the H100 unmeasured).
   // (bench/results/h200-dev-gemm-llama32-ab.txt, docs/GEMM.md "Weights off the scan")
+  // And whole 128 x 128 tiles in one partial wave where 128 x 64 tiles need more than one but
+  // 64 x 128 tiles fit one become those (a grid of 38,720 shapes has it at K = 1536-3072 only):
+  // (264-832, 1280-3328, 1536-3072) 1.06-1.11x faster, 30 shapes forced, 12 as the public call
+  // 1.08-1.10x (H200, bench/results/h200-dev-gemm-one-wave-64x128-ab.txt; the H100 unmeasured).
   sm90_gemm_config other;
   if (fast_dram && M > 128 && M <= 256 && chosen.block_m == 256 && chosen.splits == 1 && chosen.whole_tiles < sms &&
       2 * chosen.whole_tiles > sms && num_kb <= 32) {
@@ -714,6 +718,10 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   }
   if (fast_dram && M > 128 && chosen.block_m == 128 && chosen.block_n == 128 && chosen.splits == 1 &&
       2 * chosen.whole_tiles <= sms && tiles128x64 <= sms && sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, other))
+    return other;
+  if (fast_dram && M > 128 && chosen.block_m == 128 && chosen.block_n == 128 && chosen.splits == 1 &&
+      chosen.whole_tiles < sms && tiles128x64 > sms && sm90_gemm_tiles(M, N, 64, 128) <= sms &&
+      sm90_gemm_plan_of(M, N, K, sms, 64, 128, 1, other))
     return other;
   return sm90_gemm_short_tail(chosen, M, N, K, sms, recipe);
 }

@@ -647,16 +647,19 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   //   model's), 1.04-1.09x as the public call; (200-256, 768 / 1024 / 1280, 5120-8192) 1.02-1.10x
   //   (first call). At 512 and 1024 rows ((512, 512, 7168), (1024, 256, 7168)) the H200's sweeps
   //   had it 0.985-0.997x.
-  const bool fast_dram = dram_gbps >= kSm90FastDramGbps;
-  const int64_t rules_tiles = sm90_gemm_tiles(M, N, rules.block_m, rules.block_n);
+  const bool fast_dram = dram_gbps >= kSm90FastDramGbps, dram_bound = sm90_gemm_dram_bound(dram_gbps, sms);
+  // the rules' split plan (every tile split): its units and the K-blocks of each range
   const bool rules_split = rules.splits > 1 && rules.whole_tiles == 0;
-  const bool few_whole = M <= 128 && best.splits == 1 && 4 * best.whole_tiles <= 3 * sms && rules_split &&
-                         rules_tiles * rules.splits > best.whole_tiles && num_kb / rules.splits >= kSm90TailRangeKb;
-  const bool long_ranges = fast_dram && M > 64 && M <= 128 && best.splits == 1 && best.whole_tiles <= sms &&
-                           rules_split && rules_tiles * rules.splits >= best.whole_tiles && num_kb / rules.splits >= 16;
+  const int64_t rules_units = sm90_gemm_tiles(M, N, rules.block_m, rules.block_n) * rules.splits;
+  const int64_t rules_range_kb = num_kb / rules.splits;
+  const bool best_whole = best.splits == 1;
+  const bool few_whole = M <= 128 && best_whole && 4 * best.whole_tiles <= 3 * sms && rules_split &&
+                         rules_units > best.whole_tiles && rules_range_kb >= kSm90TailRangeKb;
+  const bool long_ranges = fast_dram && M > 64 && M <= 128 && best_whole && best.whole_tiles <= sms && rules_split &&
+                           rules_units >= best.whole_tiles && rules_range_kb >= 16;
   const bool more_ranges = fast_dram && M > 128 && M <= 256 && best.block_m == rules.block_m &&
                            best.block_n == rules.block_n && best.whole_tiles == 0 && best.splits > 1 && rules_split &&
-                           rules.splits > best.splits && num_kb / rules.splits >= 12;
+                           rules.splits > best.splits && rules_range_kb >= 12;
   const bool keep_split = few_whole || long_ranges || more_ranges;
   sm90_gemm_config chosen = !keep_split && best_us >= 0.0 &&
                                     sm90_gemm_model_us(M, N, K, sms, *mine, rules.splits) > margin * best_us
@@ -691,7 +694,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // model has no cost for this tile, the rules no wave of it past 128 rows.
   const int64_t tiles128x192 = sm90_gemm_tiles(M, N, 128, 192);
   sm90_gemm_config wave192;
-  if (fast_dram && sm90_gemm_dram_bound(dram_gbps, sms) && M > 128 && num_kb >= 12 &&
+  if (fast_dram && dram_bound && M > 128 && num_kb >= 12 &&
       num_kb <= 32 && chosen.block_m != 192 && tiles128x192 <= sms && 8 * tiles128x192 >= 7 * sms &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, wave192))
     return wave192;
@@ -711,18 +714,17 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   sm90_gemm_config other;
   if (fast_dram && M > 128 && M <= 256 && chosen.block_m == 256 && chosen.splits == 1 && chosen.whole_tiles < sms &&
       2 * chosen.whole_tiles > sms && num_kb <= 32) {
-    if (sm90_gemm_dram_bound(dram_gbps, sms) && num_kb >= 12 && tiles128x192 <= sms &&
+    if (dram_bound && num_kb >= 12 && tiles128x192 <= sms &&
         sm90_gemm_plan_of(M, N, K, sms, 128, 192, 1, other))
       return other;
     if (sm90_gemm_plan_of(M, N, K, sms, 128, 128, 1, other)) return other;
   }
   if (fast_dram && M > 128 && chosen.block_m == 128 && chosen.block_n == 128 && chosen.splits == 1 &&
-      2 * chosen.whole_tiles <= sms && tiles128x64 <= sms && sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, other))
-    return other;
-  if (fast_dram && M > 128 && chosen.block_m == 128 && chosen.block_n == 128 && chosen.splits == 1 &&
-      chosen.whole_tiles < sms && tiles128x64 > sms && sm90_gemm_tiles(M, N, 64, 128) <= sms &&
-      sm90_gemm_plan_of(M, N, K, sms, 64, 128, 1, other))
-    return other;
+      chosen.whole_tiles < sms) {
+    if (tiles128x64 <= sms ? 2 * chosen.whole_tiles <= sms && sm90_gemm_plan_of(M, N, K, sms, 128, 64, 1, other)
+                           : sm90_gemm_tiles(M, N, 64, 128) <= sms && sm90_gemm_plan_of(M, N, K, sms, 64, 128, 1, other))
+      return other;
+  }
   return sm90_gemm_short_tail(chosen, M, N, K, sms, recipe);
 }
 

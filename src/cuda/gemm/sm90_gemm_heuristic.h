@@ -140,7 +140,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // tiles (a last wave of 52 split twice, from whole): 1.005-1.031x faster on the H100's plan sweep
   // and 1.042-1.054x on the H200's, no other shape of either sweep changing.
   const int64_t tail_den = M > 128 || recipe == Sm90Recipe::kBlockScaledFp8 ? 2 : 4;
-  const bool dram_bound = sm90_gemm_dram_bound(dram_gbps, sms);
+  const bool fast_dram = dram_gbps >= kSm90FastDramGbps, dram_bound = sm90_gemm_dram_bound(dram_gbps, sms);
   auto tail_splits = [&](int64_t tiles) { return sm90_gemm_tail_splits(tiles, sms, num_kb, tail_den); };
   // The split of a last wave as the waves model below costs it for tiles up to 128 rows: block-scaled
   // at 129-256 rows, none where sm90_gemm_short_tail would leave fewer than two ranges (K under 20
@@ -317,7 +317,7 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
     if (recipe == Sm90Recipe::kBlockScaledFp8 ? t * decode_ranges(t) >= 2 * t * decode_ranges(2 * t)
                                                : decode_splits(t) <= 2)
       best.block_m = 128;
-    else if (recipe == Sm90Recipe::kBlockScaledFp8 && dram_gbps >= kSm90FastDramGbps &&
+    else if (recipe == Sm90Recipe::kBlockScaledFp8 && fast_dram &&
              t * fill_ranges(t) >= 2 * t * decode_ranges(2 * t))
       best.block_m = 128, all_ranges = true;
   }
@@ -365,10 +365,10 @@ inline sm90_gemm_config sm90_gemm_pick_by_rules(int64_t M, int64_t N, int64_t K,
   // (Their splits are the smaller tiles', below.)
   if (tall && M > 128 && M <= 192) {
     const int64_t tiles = (N + 127) / 128, split = decode_splits(tiles);
-    const int64_t unit_kb = dram_gbps < kSm90FastDramGbps ? kSm90LongUnit
-                            : split == 1                     ? kSm90LongUnit / 2
-                            : split >= 3                     ? 20
-                                                             : kSm90LongUnit;
+    const int64_t unit_kb = !fast_dram    ? kSm90LongUnit
+                            : split == 1  ? kSm90LongUnit / 2
+                            : split >= 3  ? 20
+                                          : kSm90LongUnit;
     if (tiles < sms ? num_kb / split >= unit_kb : num_kb >= 3 * kSm90LongUnit / 4)
       best.block_m = 192, best.block_n = 128;
   }
@@ -682,7 +682,7 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
   // 128 x 64 tiles (H200, bench/results/h200-dev-gemm-qwen-plans.jsonl.xz).
   sm90_gemm_config wider;
   if (fast_dram && M > 128 && M <= 256 && chosen.block_m == 128 && chosen.block_n == 64 &&
-      chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 56 && (N + 127) / 128 * 2 == (N + 63) / 64 &&
+      chosen.splits == 1 && tiles128x64 <= sms && 4 * tiles128x64 >= 3 * sms && num_kb >= 56 && 2 * sm90_gemm_tiles(M, N, 128, 128) == tiles128x64 &&
       sm90_gemm_plan_of(M, N, K, sms, 128, 128, 2, wider))
     return wider;
   // Past 128 rows on a fast DRAM that bounds the stream (kSm90FastDramGbps, sm90_gemm_dram_bound):

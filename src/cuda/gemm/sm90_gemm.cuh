@@ -82,7 +82,11 @@
 //   like the operands'; consumers read them from shared memory. Any As layout works (strided
 //   reads). The weight-block scale of a K-block is one float per tile row: the consumers load it
 //   themselves from global memory (L2), while the block's wgmma run, two blocks ahead on the
-//   single-set path. Copying both with 4-byte cp.async per stage, as a first version did, made
+//   single-set path. The two-set tiles load it kRing - 1 blocks before its issue (one for tiles
+//   of 128 columns) into a ring of registers whose slot is a compile-time constant of the
+//   unrolled loop: the one-value form that preceded it copied each load's result into another
+//   register a block later, and that move waited on the load (the decode loops' top stall,
+//   Nsight Compute): decode rows up to 7.5% faster, one 1.6% slower (docs/GEMM.md). Copying both with 4-byte cp.async per stage, as a first version did, made
 //   the M = 4096 shapes up to 31% slower (the full barriers then waited on the cp.async arrivals).
 //   256-row tiles instead take it from their stage: the producer warp reads 32 K-blocks' scales at
 //   once (a lane each), lane 0 stores the stage's into a slot of its own and only then arrives on
@@ -785,18 +789,26 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // i + 1's wgmma (the other set) run while block i is promoted.
         constexpr int kPeriod = kStages % 2 == 0 ? kStages : 2 * kStages;
         const int n = kb_end - kb_begin;
-        // Weight-block scales are loaded one block ahead of their issue (two ahead of their use: an
-        // L2 load under a busy L2 outlasts one block): b_ahead is the next issued block's. Short
-        // units read theirs from the stage's window instead.
-        const float *b_next = bs + kb_begin + 1, *b_end = bs + kb_end;
-        float b_ahead = kBlockScales && !kWindowScalesB && n > 0 ? __ldg(bs + kb_begin) : 1.0f;
+        // Weight-block scales come from the L2 kAhead blocks before their issue, into a ring of
+        // registers (block i's in ahead[i % kRing]: a compile-time slot in the unrolled loop, so
+        // no register move waits on a load in flight; NOTES). Tiles of 128 columns keep one block
+        // ahead (kRing 2: their registers are spoken for; 7 slots made 64 x 128 5.7% slower).
+        // Short units read theirs from the stage's window instead.
+        constexpr int kRing = kBlockN >= 128 ? 2
+                              : kPeriod % 8 == 0 ? 8 : kPeriod % 7 == 0 ? 7 : kPeriod % 6 == 0 ? 6 : kPeriod % 5 == 0 ? 5 : 2;
+        constexpr int kAhead = kRing - 1;
+        const float *b_unit = bs + kb_begin;
+        float ahead[kRing];
+#pragma unroll
+        for (int i = 0; i < kRing; i++)
+          ahead[i] = kBlockScales && !kWindowScalesB && i < kAhead && i < n ? __ldg(b_unit + i) : 1.0f;
         // The descriptors of stage 0 (stage s adds s tiles), this thread's first row's scale in stage 0.
         const uint64_t desc_a0 = wgmma_desc_kmajor_sw128(smem_a(0) + wg * 64 * kBlockK);
         const uint64_t desc_b0 = wgmma_desc_kmajor_sw128(smem_b(0));
         const float *sa_row = sa_ring + tile_row;
         Acc set0[kBlockN / 2], set1[kBlockN / 2];  // the accumulator sets
         float b0 = 1.0f, b1 = 1.0f;                 // the weight-block scale of each set's block
-        auto issue = [&](Acc(&a)[kBlockN / 2], float &b, int j, int stage) {  // block j
+        auto issue = [&](Acc(&a)[kBlockN / 2], float &b, int j, int stage, int slot) {  // block j (slot j % kRing)
           mbarrier_wait_parity(full_bar(stage), (full_phases >> stage) & 1u);
           full_phases ^= 1u << stage;
           const uint64_t da = desc_a0 + stage * (Smem::kABytes >> 4), db = desc_b0 + stage * (Smem::kBBytes >> 4);
@@ -811,16 +823,15 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           if constexpr (kWindowScalesB) {
             b = sb_ring[stage * 4 + ((b_word + j) & 3)];
           } else if constexpr (kBlockScales) {
-            b = b_ahead;
-            if (b_next < b_end) b_ahead = __ldg(b_next);
-            b_next++;
+            b = ahead[slot];
+            if (j + kAhead < n) ahead[(slot + kAhead) % kRing] = __ldg(b_unit + j + kAhead);
           }
         };
         // One step: block j (in `cur`, stage `stage`) is in flight; issue block j + 1 into `other`
         // if there is one, read block j's row scales (their latency hides under the wait), wait for
         // block j, promote it. Returns whether j was the last block.
         auto step = [&](Acc(&cur)[kBlockN / 2], float b_cur, Acc(&other)[kBlockN / 2], float &b_other, int j,
-                        int stage) {
+                        int stage, int slot) {
           float s0 = 1.0f, s1 = 1.0f;
           auto row_scales = [&] {
             if constexpr (kBlockScales) s0 = sa_row[stage * kBlockM] * b_cur, s1 = sa_row[stage * kBlockM + 8] * b_cur;
@@ -828,7 +839,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
           // (each branch promotes and returns on its own: ptxas must see that the way out of the
           // loop is taken with nothing in flight)
           if (j + 1 < n) {
-            issue(other, b_other, j + 1, (stage + 1) % kStages);
+            issue(other, b_other, j + 1, (stage + 1) % kStages, (slot + 1) % kRing);
             row_scales();
             wgmma_wait_group<1>();
             release(stage, s0, s1);
@@ -848,12 +859,12 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // serializes every wgmma: warning C7514; choosing a set through a pointer put both sets in
         // local memory).
         if (n > 0) {
-          issue(set0, b0, 0, 0);
+          issue(set0, b0, 0, 0, 0);
           for (int base = 0;; base += kPeriod) {
 #pragma unroll
             for (int i = 0; i < kPeriod; i++) {
-              if (i % 2 == 0 ? step(set0, b0, set1, b1, base + i, i % kStages)
-                             : step(set1, b1, set0, b0, base + i, i % kStages))
+              if (i % 2 == 0 ? step(set0, b0, set1, b1, base + i, i % kStages, i % kRing)
+                             : step(set1, b1, set0, b0, base + i, i % kStages, i % kRing))
                 goto unit_done;
             }
           }

@@ -86,8 +86,9 @@
 //   of 128 columns) into a ring of registers whose slot is a compile-time constant of the
 //   unrolled loop: the one-value form that preceded it copied each load's result into another
 //   register a block later, and that move waited on the load (the decode loops' top stall,
-//   Nsight Compute): decode rows up to 7.5% faster, one 1.6% slower (docs/GEMM.md). Copying both with 4-byte cp.async per stage, as a first version did, made
-//   the M = 4096 shapes up to 31% slower (the full barriers then waited on the cp.async arrivals).
+//   Nsight Compute): decode rows up to 7.5% faster, one 1.6% slower (docs/GEMM.md). Copying
+//   both with 4-byte cp.async per stage, as a first version did, made the M = 4096 shapes up to
+//   31% slower (the full barriers then waited on the cp.async arrivals).
 //   256-row tiles instead take it from their stage: the producer warp reads 32 K-blocks' scales at
 //   once (a lane each), lane 0 stores the stage's into a slot of its own and only then arrives on
 //   the full barrier (whose bytes it announced with expect_tx before the copies), so no copy
@@ -794,8 +795,12 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // no register move waits on a load in flight; NOTES). Tiles of 128 columns keep one block
         // ahead (kRing 2: their registers are spoken for; 7 slots made 64 x 128 5.7% slower).
         // Short units read theirs from the stage's window instead.
-        constexpr int kRing = kBlockN >= 128 ? 2
-                              : kPeriod % 8 == 0 ? 8 : kPeriod % 7 == 0 ? 7 : kPeriod % 6 == 0 ? 6 : kPeriod % 5 == 0 ? 5 : 2;
+        constexpr int kRing = kBlockN >= 128       ? 2
+                              : kPeriod % 8 == 0 ? 8
+                              : kPeriod % 7 == 0 ? 7
+                              : kPeriod % 6 == 0 ? 6
+                              : kPeriod % 5 == 0 ? 5
+                                                 : 2;
         constexpr int kAhead = kRing - 1;
         const float *b_unit = bs + kb_begin;
         float ahead[kRing];

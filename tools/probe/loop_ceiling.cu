@@ -8,7 +8,9 @@
 // bytes are arbitrary FP8 patterns. docs/GEMM.md, "The decode loop's own cost", has the figures.
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
+#include "cuda/gemm/sm90_gemm_heuristic.h"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
@@ -26,19 +28,6 @@ enum Mode {
 const char *const kModeNames[] = {"bare",    "waits only", "arrivals only", "handshake",  "kernel loop",
                                   "+ early test", "+ relaxed arrive", "+ one arrival/WG", "+ K-256 stages"};
 
-__device__ __forceinline__ bool test_wait_parity(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ void arrive_relaxed(uint32_t bar) {
-  asm volatile("mbarrier.arrive.relaxed.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
 // N columns, W consumer warpgroups (64 rows each), Stages stages of K = 128 (kPairs: Stages / 2
 // barrier pairs over two K-blocks each). Threads [0, 128 W) consume; warp 4 W is the producer.
 template <int N, int W, int Stages, Mode M>
@@ -46,6 +35,7 @@ __global__ void __launch_bounds__(128 * W + 32) loop(int iters, long long *cycle
   extern __shared__ __align__(1024) uint8_t smem[];
   constexpr int kA = W * 64 * 128, kB = N * 128, kStage = kA + kB;
   constexpr int kBars = M == kPairs ? Stages / 2 : Stages;
+  static_assert(Stages * kStage + 16 * Stages + Stages * 64 * W * 4 <= 200 * 1024, "the launch's 200 KB");
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t bars = base + Stages * kStage;
   auto full = [&](int b) { return bars + 8 * b; };
@@ -104,7 +94,7 @@ __global__ void __launch_bounds__(128 * W + 32) loop(int iters, long long *cycle
     if constexpr (M == kArrivals || (kProducer && M != kOneArrival && M != kRelaxed)) {
       if (lane == 0 && (j + 1) % kPer == 0) mbarrier_arrive(empty(j / kPer % kBars));
     } else if constexpr (M == kRelaxed) {
-      if (lane == 0) arrive_relaxed(empty(j % Stages));
+      if (lane == 0) mbarrier_arrive_relaxed(empty(j % Stages));
     } else if constexpr (M == kOneArrival) {
       if (threadIdx.x % 128 == 0) mbarrier_arrive(empty(j % Stages));
     }
@@ -124,7 +114,7 @@ __global__ void __launch_bounds__(128 * W + 32) loop(int iters, long long *cycle
     if (j + 1 < iters) {
       issue(other, j + 1);
       if constexpr (M == kEarlyTest)
-        ready = j + 2 < iters && test_wait_parity(full((j + 2) % Stages), ((j + 2) / Stages) & 1);
+        ready = j + 2 < iters && mbarrier_test_wait_parity(full((j + 2) % Stages), ((j + 2) / Stages) & 1);
       row_scales(j, s0, s1);
       wgmma_wait_group<1>();
       promote(cur, j, s0, s1);
@@ -158,8 +148,8 @@ void run(const char *tile, int sms) {
   cudaMalloc(&c, sms * W * sizeof(long long));
   cudaMalloc(&sink, 1024 * sizeof(float));
   for (int rep = 0; rep < 2; rep++) k<<<sms, 128 * W + 32, smem>>>(iters, c, sink);  // (the first warms up)
-  long long h[1024 * 4];
-  const cudaError_t err = cudaMemcpy(h, c, sms * W * sizeof(long long), cudaMemcpyDeviceToHost);
+  std::vector<long long> h(sms * W);
+  const cudaError_t err = cudaMemcpy(h.data(), c, h.size() * sizeof(long long), cudaMemcpyDeviceToHost);
   double mean = 0, worst = 0;
   for (int i = 0; i < sms * W; i++) mean += h[i], worst = h[i] > worst ? h[i] : worst;
   mean /= sms * W;
@@ -190,9 +180,9 @@ int main() {
     fprintf(stderr, "qfuse-probe-loop: needs a Hopper GPU (sm_90a)\n");
     return 1;
   }
-  printf("%s, %d SMs; stages as the kernel's tiles have them\n", prop.name, prop.multiProcessorCount);
-  tile<64, 1, 12>("64x64", prop.multiProcessorCount);
-  tile<64, 2, 7>("128x64", prop.multiProcessorCount);
-  tile<128, 1, 6>("64x128", prop.multiProcessorCount);
+  printf("%s, %d SMs; stages as the kernel's tiles have them (16-bit D)\n", prop.name, prop.multiProcessorCount);
+  tile<64, 1, sm90_gemm_stages(64, 64, 2)>("64x64", prop.multiProcessorCount);
+  tile<64, 2, sm90_gemm_stages(128, 64, 2)>("128x64", prop.multiProcessorCount);
+  tile<128, 1, sm90_gemm_stages(64, 128, 2)>("64x128", prop.multiProcessorCount);
   return 0;
 }

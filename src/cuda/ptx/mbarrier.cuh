@@ -35,6 +35,12 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   QF_ASM_SM90("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// mbarrier.arrive.relaxed (CTA scope): one arrival that orders none of the thread's earlier
+// memory accesses (qfuse-probe-loop times it against the release form).
+__device__ __forceinline__ void mbarrier_arrive_relaxed(uint32_t bar) {
+  QF_ASM_SM90("mbarrier.arrive.relaxed.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
 // mbarrier.arrive.expect_tx: one arrival, and `bytes` more bytes of asynchronous transactions
 // that must complete (complete_tx) before the phase can.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
@@ -56,6 +62,22 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t 
       "{\n"
       ".reg .pred p;\n"
       "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// mbarrier.test_wait.parity (acquire, CTA scope): as try_wait, but a poll that never suspends
+// the thread.
+__device__ __forceinline__ bool mbarrier_test_wait_parity(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  QF_ASM_SM90(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
       "selp.u32 %0, 1, 0, p;\n"
       "}\n"
       : "=r"(done)

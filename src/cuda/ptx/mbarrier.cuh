@@ -53,27 +53,22 @@ __device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes)
   QF_ASM_SM90("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
-// mbarrier.{try,test}_wait.parity (acquire, CTA scope): true once the phase of parity `parity` has
-// completed, i.e. the barrier's current phase parity differs from `parity`. try_wait may suspend
-// the thread for a system-dependent time and then return false (callers loop); test_wait is a poll
-// that never suspends it.
-#define QF_MBARRIER_PARITY_CHECK(name, op)                                    \
-  __device__ __forceinline__ bool name(uint32_t bar, uint32_t parity) {       \
-    uint32_t done = 0;                                                        \
-    QF_ASM_SM90(                                                              \
-        "{\n"                                                                 \
-        ".reg .pred p;\n"                                                     \
-        "mbarrier." #op ".parity.shared::cta.b64 p, [%1], %2;\n"              \
-        "selp.u32 %0, 1, 0, p;\n"                                             \
-        "}\n"                                                                 \
-        : "=r"(done)                                                          \
-        : "r"(bar), "r"(parity)                                               \
-        : "memory");                                                          \
-    return done != 0;                                                         \
-  }
-QF_MBARRIER_PARITY_CHECK(mbarrier_try_wait_parity, try_wait)
-QF_MBARRIER_PARITY_CHECK(mbarrier_test_wait_parity, test_wait)
-#undef QF_MBARRIER_PARITY_CHECK
+// mbarrier.try_wait.parity (acquire, CTA scope): true once the phase of parity `parity` has
+// completed, i.e. the barrier's current phase parity differs from `parity`. May return false
+// after a system-dependent time limit; callers loop.
+__device__ __forceinline__ bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  QF_ASM_SM90(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
 
 __device__ __forceinline__ void mbarrier_wait_parity(uint32_t bar, uint32_t parity) {
   while (!mbarrier_try_wait_parity(bar, parity)) {

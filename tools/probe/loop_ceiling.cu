@@ -3,9 +3,9 @@
 // sm90_gemm.cuh's two-set tiles: per K-block 4 wgmma m64nNk32 (K = 128) per 64-row sub-tile into
 // one of two accumulator sets, the wait for the block before, and its promotion (total += block x
 // the row scale); the modes add the ring's synchronization one piece at a time. "128x64/1" is a
-// 128 x 64 tile run by one warpgroup of two sub-tiles instead of two warpgroups (not a kernel tile). One CTA per SM on every
-// SM; prints the mean and the slowest warpgroup's cycles per K-block and the share of the dense
-// FP8 tensor rate (4096 multiply-adds per SM cycle) that mean reaches. Timing only: the operand
+// 128 x 64 tile run by one warpgroup of two sub-tiles instead of two (not a kernel tile). One CTA
+// per SM on every SM; prints the mean and the slowest warpgroup's cycles per K-block and the share
+// of the dense FP8 tensor rate (4096 multiply-adds per SM cycle) that mean reaches. Timing only: the operand
 // bytes are arbitrary FP8 patterns. docs/GEMM.md, "The decode loop's own cost", has the figures.
 #include <cstdint>
 #include <cstdio>
@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(128 * W + 32) loop(int iters, long long *cycle
     }
   } else {
     // (two sub-tiles: with the loop above ptxas merges both ways out and serializes the wgmma;
-    // here every path round the loop keeps block j + 1's group in flight)
+    // here every path round the loop keeps block j + 1's group in flight. One sub-tile keeps the
+    // loop above: in this form ptxas serializes the modes without a producer instead.)
     for (int j = 0; j + 2 < iters; j += 2) {
       step(set0, set1, j);
       step(set1, set0, j + 1);

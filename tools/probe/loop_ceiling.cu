@@ -28,6 +28,8 @@ enum Mode {
 const char *const kModeNames[] = {"bare",        "waits only",       "arrivals only",   "handshake",
                                   "kernel loop", "+ relaxed arrive", "+ one arrival/WG", "+ K-256 stages"};
 
+constexpr int kLaunchSmem = 200 * 1024;  // each launch's shared memory: one CTA per SM
+
 // N columns, W consumer warpgroups of S 64-row sub-tiles each (a K-block's wgmma of all S in one
 // group, each sub-tile in its own accumulators), Stages stages of K = 128 (kPairs: Stages / 2
 // barrier pairs over two K-blocks each). Threads [0, 128 W) consume; warp 4 W is the producer.
@@ -36,7 +38,7 @@ __global__ void __launch_bounds__(128 * W + 32) loop(int iters, long long *cycle
   extern __shared__ __align__(1024) uint8_t smem[];
   constexpr int kRows = 64 * W * S, kA = kRows * 128, kB = N * 128, kStage = kA + kB;
   constexpr int kBars = M == kPairs ? Stages / 2 : Stages;
-  static_assert(Stages * kStage + 16 * Stages + Stages * kRows * 4 <= 200 * 1024, "the launch's 200 KB");
+  static_assert(Stages * kStage + 16 * Stages + Stages * kRows * 4 <= kLaunchSmem, "the launch's shared memory");
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t bars = base + Stages * kStage;
   auto full = [&](int b) { return bars + 8 * b; };
@@ -167,13 +169,12 @@ template <int N, int W, int S, int Stages, Mode M>
 void run(const char *tile, int sms) {
   const int iters = 2048;  // even
   auto k = loop<N, W, S, Stages, M>;
-  const int smem = 200 * 1024;  // one CTA per SM
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kLaunchSmem);
   long long *c = nullptr;
   float *sink = nullptr;
   cudaMalloc(&c, sms * W * sizeof(long long));
   cudaMalloc(&sink, 1024 * sizeof(float));
-  for (int rep = 0; rep < 2; rep++) k<<<sms, 128 * W + 32, smem>>>(iters, c, sink);  // (the first warms up)
+  for (int rep = 0; rep < 2; rep++) k<<<sms, 128 * W + 32, kLaunchSmem>>>(iters, c, sink);  // (the first warms up)
   std::vector<long long> h(sms * W);
   const cudaError_t err = cudaMemcpy(h.data(), c, h.size() * sizeof(long long), cudaMemcpyDeviceToHost);
   double mean = 0, worst = 0;

@@ -5,8 +5,9 @@
 // the row scale); the modes add the ring's synchronization one piece at a time. "128x64/1" is a
 // 128 x 64 tile run by one warpgroup of two sub-tiles instead of two (not a kernel tile). One CTA
 // per SM on every SM; prints the mean and the slowest warpgroup's cycles per K-block and the share
-// of the dense FP8 tensor rate (4096 multiply-adds per SM cycle) that mean reaches. Timing only: the operand
-// bytes are arbitrary FP8 patterns. docs/GEMM.md, "The decode loop's own cost", has the figures.
+// of the dense FP8 tensor rate (4096 multiply-adds per SM cycle) that mean reaches. Timing only:
+// the operand bytes are arbitrary FP8 patterns. docs/GEMM.md, "The decode loop's own cost", has
+// the figures.
 #include <cstdint>
 #include <cstdio>
 #include <vector>

@@ -89,7 +89,7 @@ class VqSizes(ctypes.Structure):
 
 
 class VqQuantizeOpts(ctypes.Structure):
-    _fields_ = [("iterations", ctypes.c_int), ("seed", ctypes.c_uint64)]
+    _fields_ = [("iterations", ctypes.c_int), ("seed", ctypes.c_uint64), ("threads", ctypes.c_int)]
 
 
 class VqStats(ctypes.Structure):
@@ -420,12 +420,13 @@ class Context:
         self._check(_lib.qf_vq_sizes_of(self._ctx, ctypes.byref(fmt), n, k, ctypes.byref(sz)))
         return sz
 
-    def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0):
-        """k-means codebooks, or the scaled E8P lattice where fmt.lattice says so (the "quip-4" preset)."""
+    def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0, threads=0):
+        """k-means codebooks, or the scaled E8P lattice where fmt.lattice says so (the "quip-4" preset);
+        threads=0: one per online CPU (the same bytes for any count)."""
         keep = [_Arg(t) for t in (w, codes, codebooks)]
         sc = _Arg(scales) if scales is not None else None
         st = VqStats()
-        o = VqQuantizeOpts(iterations, seed)
+        o = VqQuantizeOpts(iterations, seed, threads)
         self._check(_lib.qf_vq_quantize(self._ctx, keep[0].ptr(), ctypes.byref(fmt), ctypes.byref(o), keep[1].ptr(),
                                         keep[2].ptr(), sc.ptr() if sc else None, ctypes.byref(st)))
         return st

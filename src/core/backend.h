@@ -214,8 +214,9 @@ typedef struct {
   int packed;      /* codes in the table GeMV's packed layout (qf_vq_pack_gemv) */
 } qf_vq_tensors;
 
-/* k-means books, or with t->fmt.lattice the E8P book scaled per book and residual. */
-qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
+/* k-means books, or with t->fmt.lattice the E8P book scaled per book and residual, on `threads`
+ * threads (the same bytes for any count). */
+qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed, int threads,
                              qf_vq_stats *stats);
 /* The encoders' fp32 squared distance, summed in element order (what the CPU reference rounds). */
 static inline float qf_cpu_vq_dist2(const float *a, const float *b, int d) {

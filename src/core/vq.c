@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/backend.h"
 #include "formats/vq.h"
@@ -121,8 +122,15 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
   if ((st = check_quantized(ctx, op, fmt, wm.rows, wm.cols, codes, codebooks, scales, &t))) return st;
   const int iterations = opts && opts->iterations > 0 ? opts->iterations : 10;
   const uint64_t seed = opts && opts->seed ? opts->seed : 0x9E3779B97F4A7C15ull;
+  if (opts && opts->threads < 0)
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: threads=%d must be >= 0 (0: one per online CPU)", op, opts->threads);
+  int threads = opts ? opts->threads : 0;
+  if (threads == 0) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = online < 1 ? 1 : online > 256 ? 256 : (int)online;
+  }
   if (wm.rows * wm.cols == 0) return QF_OK;
-  return qf_cpu_vq_quantize(ctx, &wm, &t, iterations, seed, stats);
+  return qf_cpu_vq_quantize(ctx, &wm, &t, iterations, seed, threads, stats);
 }
 
 qf_status qf_vq_dequantize(qf_ctx *ctx, const DLTensor *codes, const DLTensor *codebooks, const DLTensor *scales,

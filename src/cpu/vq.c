@@ -2,6 +2,7 @@
  * codebook scope and residual, then entries reordered by use; or the E8P lattice book, vq_e8p.c)
  * and the dequantizer. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,46 +34,150 @@ static int nearest(const float *v, const float *centers, int64_t E, int d) {
   return best;
 }
 
+/* ---- threads: fn(arg, part, lo, hi) for the parts [n p / parts, n (p + 1) / parts) of [0, n),
+ * each on a thread of its own, the caller running part 0 (a part whose thread cannot be started
+ * runs on the caller too). Every part writes only its own elements, so no result depends on the
+ * thread count. ---- */
+typedef void (*range_fn)(void *arg, int part, int64_t lo, int64_t hi);
+typedef struct {
+  range_fn fn;
+  void *arg;
+  int part;
+  int64_t lo, hi;
+} range_job;
+
+static void *run_range(void *p) {
+  range_job *j = p;
+  j->fn(j->arg, j->part, j->lo, j->hi);
+  return NULL;
+}
+
+/* kBlock: the vectors of a part's unit of work (a part has at least one block's worth) and of the
+ * k-means++ partial sums */
+enum { kMaxThreads = 256, kBlock = 4096 };
+/* A k-means++ step is one pass over the vectors per center: its parts take 16 blocks at least, so
+ * that a thread's start does not cost more than its work (AQLM-3's 65,536 vectors of 256 x 2048 ran
+ * its seeding 1.5x slower on two threads with parts of one block). */
+enum { kSeedBlocks = 16 };
+
+static int parts_for(int threads, int64_t n, int64_t min_per_part) {
+  const int64_t parts = n / min_per_part < threads ? n / min_per_part : threads;
+  return parts > 1 ? (int)parts : 1;
+}
+
+static void run_parts(int parts, int64_t n, range_fn fn, void *arg) {
+  range_job jobs[kMaxThreads];
+  pthread_t tid[kMaxThreads];
+  int started[kMaxThreads] = {0};
+  for (int p = 0; p < parts; p++) jobs[p] = (range_job){fn, arg, p, n * p / parts, n * (p + 1) / parts};
+  for (int p = 1; p < parts; p++) started[p] = pthread_create(&tid[p], NULL, run_range, &jobs[p]) == 0;
+  run_range(&jobs[0]);
+  for (int p = 1; p < parts; p++) {
+    if (started[p]) pthread_join(tid[p], NULL);
+    else run_range(&jobs[p]);
+  }
+}
+
+static void parallel_for(int threads, int64_t n, int64_t min_per_part, range_fn fn, void *arg) {
+  run_parts(parts_for(threads, n, min_per_part), n, fn, arg);
+}
+
+/* k-means++: the vectors' distances to one center folded into their running minimum, and each
+ * block's sum of them (in vector order), for blocks lo .. hi - 1. */
+typedef struct {
+  float *const *vec;
+  const float *center;
+  float *dmin;
+  double *bsum;
+  int64_t nv;
+  int d, first;
+} seed_step;
+
+static void seed_range(void *p, int part, int64_t lo, int64_t hi) {
+  (void)part;
+  const seed_step *s = p;
+  for (int64_t b = lo; b < hi; b++) {
+    double sum = 0.0;
+    for (int64_t i = b * kBlock; i < (b + 1) * kBlock && i < s->nv; i++) {
+      const float dd = qf_cpu_vq_dist2(s->vec[i], s->center, s->d);
+      if (s->first || dd < s->dmin[i]) s->dmin[i] = dd;
+      sum += s->dmin[i];
+    }
+    s->bsum[b] = sum;
+  }
+}
+
+/* Each vector's nearest center, and how many changed (one count per part, summed in order). */
+typedef struct {
+  float *const *vec;
+  const float *centers;
+  int64_t E;
+  int d;
+  int *assign;
+  int64_t changed[kMaxThreads]; /* per part */
+} assign_step;
+
+static void assign_range(void *p, int part, int64_t lo, int64_t hi) {
+  assign_step *s = p;
+  int64_t changed = 0;
+  for (int64_t i = lo; i < hi; i++) {
+    const int a = nearest(s->vec[i], s->centers, s->E, s->d);
+    changed += a != s->assign[i];
+    s->assign[i] = a;
+  }
+  s->changed[part] = changed;
+}
+
+static int64_t assign_all(int threads, float *const *vec, int64_t nv, const float *centers, int64_t E, int d, int *assign) {
+  assign_step s = {.vec = vec, .centers = centers, .E = E, .d = d, .assign = assign};
+  parallel_for(threads, nv, kBlock, assign_range, &s);
+  int64_t changed = 0;
+  for (int p = 0; p < parts_for(threads, nv, kBlock); p++) changed += s.changed[p];
+  return changed;
+}
+
 /* k-means over nv vectors (pointers vec[i] to d floats) into E centers: k-means++ seeding, then
- * Lloyd iterations until no assignment changes or `iterations` ran. */
+ * Lloyd iterations until no assignment changes or `iterations` ran. The distances run on
+ * `threads` threads, and every sum is taken in an order fixed by the vectors alone (k-means++'s
+ * per block of kBlock, then over the blocks), so the centers do not depend on the thread count.
+ * Each call draws 2 E - 1 numbers from the seed. */
 static int kmeans(float *const *vec, int64_t nv, int d, int64_t E, int iterations, uint64_t *seed, float *centers,
-                  int *assign) {
+                  int *assign, int threads) {
+  const int64_t nb = (nv + kBlock - 1) / kBlock;
   float *dmin = malloc((size_t)nv * sizeof *dmin);
+  double *bsum = malloc((size_t)nb * sizeof *bsum);
   double *sums = malloc((size_t)(E * d) * sizeof *sums);
   int64_t *count = malloc((size_t)E * sizeof *count);
-  if (!dmin || !sums || !count) {
-    free(dmin), free(sums), free(count);
+  if (!dmin || !bsum || !sums || !count) {
+    free(dmin), free(bsum), free(sums), free(count);
     return 0;
   }
   /* k-means++: each new center drawn with probability proportional to its squared distance */
   int64_t first = (int64_t)(rng(seed) % (uint64_t)nv);
   memcpy(centers, vec[first], (size_t)d * sizeof *centers);
-  double total = 0.0;
-  for (int64_t i = 0; i < nv; i++) total += dmin[i] = qf_cpu_vq_dist2(vec[i], centers, d);
-  for (int64_t e = 1; e < E; e++) {
+  seed_step st = {.vec = vec, .center = centers, .dmin = dmin, .bsum = bsum, .nv = nv, .d = d, .first = 1};
+  for (int64_t e = 1;; e++) {
+    parallel_for(threads, nb, kSeedBlocks, seed_range, &st);
+    st.first = 0;
+    if (e == E) break;
+    double total = 0.0;
+    for (int64_t b = 0; b < nb; b++) total += bsum[b];
     int64_t pick = (int64_t)(rng(seed) % (uint64_t)nv);
-    if (total > 0.0) {
-      double target = rng_unit(seed) * total, acc = 0.0;
-      for (pick = 0; pick < nv - 1; pick++)
+    const double u = rng_unit(seed); /* (drawn either way: a fixed count of draws per call) */
+    if (total > 0.0) { /* the first vector whose running sum passes u total: its block, then it */
+      const double target = u * total;
+      double acc = 0.0;
+      int64_t b = 0;
+      for (; b < nb - 1 && acc + bsum[b] <= target; b++) acc += bsum[b];
+      for (pick = b * kBlock; pick < nv - 1; pick++)
         if ((acc += dmin[pick]) > target) break;
     }
     memcpy(centers + e * d, vec[pick], (size_t)d * sizeof *centers);
-    total = 0.0;
-    for (int64_t i = 0; i < nv; i++) {
-      float dd = qf_cpu_vq_dist2(vec[i], centers + e * d, d);
-      if (dd < dmin[i]) dmin[i] = dd;
-      total += dmin[i];
-    }
+    st.center = centers + e * d;
   }
   for (int64_t i = 0; i < nv; i++) assign[i] = -1;
   for (int it = 0; it < iterations; it++) {
-    int64_t changed = 0;
-    for (int64_t i = 0; i < nv; i++) {
-      int a = nearest(vec[i], centers, E, d);
-      changed += a != assign[i];
-      assign[i] = a;
-    }
-    if (!changed) break;
+    if (!assign_all(threads, vec, nv, centers, E, d, assign)) break;
     memset(sums, 0, (size_t)(E * d) * sizeof *sums);
     memset(count, 0, (size_t)E * sizeof *count);
     for (int64_t i = 0; i < nv; i++) {
@@ -83,7 +188,7 @@ static int kmeans(float *const *vec, int64_t nv, int d, int64_t E, int iteration
       if (count[e])
         for (int c = 0; c < d; c++) centers[e * d + c] = (float)(sums[e * d + c] / (double)count[e]);
   }
-  free(dmin), free(sums), free(count);
+  free(dmin), free(bsum), free(sums), free(count);
   return 1;
 }
 
@@ -132,24 +237,149 @@ static float row_target(const qf_mat *w, int64_t n, int row_scale, float *out) {
   return s;
 }
 
-qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed,
-                             qf_vq_stats *stats) {
-  const int lattice = t->fmt.lattice;
+/* The lattice's nearest entry of each vector (its index order is the book's). */
+typedef struct {
+  const qf_e8p_table *e8p;
+  float *const *vec;
+  float beta;
+  int *assign;
+} lattice_step;
+
+static void lattice_range(void *p, int part, int64_t lo, int64_t hi) {
+  (void)part;
+  const lattice_step *s = p;
+  for (int64_t i = lo; i < hi; i++) s->assign[i] = (int)qf_cpu_e8p_nearest(s->e8p, s->vec[i], s->beta);
+}
+
+/* What a part of the quantizer holds: one codebook scope's vectors at a time, and its share of the
+ * statistics. */
+typedef struct {
+  float **vec;
+  int64_t *where; /* (n, j) of each vector */
+  int *assign;
+  float *centers;
+  int64_t *count, *rank;
+  entry_use *order;
+  int64_t hot, unused, uses, hot_uses;
+  int failed; /* no memory for k-means */
+} book_work;
+
+typedef struct {
+  const qf_vq_tensors *t;
+  float *target;
+  const qf_e8p_table *e8p;
+  int iterations, threads; /* threads: inside one book (where the books run one at a time) */
+  uint64_t seed;
+  int64_t draws; /* random numbers per book and residual */
+  book_work *work; /* per part */
+} book_job;
+
+/* Codebook scope `book`, every residual: its books, its vectors' indices, the next residuals. */
+static void quantize_book(const book_job *job, book_work *wk, int64_t book, uint64_t *seed) {
+  const qf_vq_tensors *t = job->t;
   const int64_t N = t->N, K = t->K, E = t->sz.entries;
   const int vs = t->fmt.vector_size, R = t->fmt.residuals;
   const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : N, cols = t->fmt.scope_cols ? t->fmt.scope_cols : K;
+  const int64_t r0 = (book / t->sz.books_per_row) * rows, c0 = (book % t->sz.books_per_row) * cols;
+  int64_t nv = 0;
+  for (int64_t n = r0; n < r0 + rows && n < N; n++)
+    for (int64_t j = c0 / vs; j < (c0 + cols) / vs; j++) {
+      wk->vec[nv] = job->target + n * K + j * vs;
+      wk->where[2 * nv] = n, wk->where[2 * nv + 1] = j;
+      nv++;
+    }
+  for (int r = 0; r < R; r++) {
+    memset(wk->count, 0, (size_t)E * sizeof *wk->count);
+    if (job->e8p) {
+      /* the lattice book at the scale that fits these vectors best, in the lattice's index order
+       * (a decoder may form entries from the index bits), each vector on its nearest entry */
+      const float beta = qf_cpu_e8p_scale(job->e8p, wk->vec, nv, r, R);
+      for (int64_t e = 0; e < E; e++) qf_cpu_e8p_point(job->e8p, (uint32_t)e, beta, wk->centers + e * vs);
+      lattice_step ls = {job->e8p, wk->vec, beta, wk->assign};
+      parallel_for(job->threads, nv, kBlock, lattice_range, &ls);
+      for (int64_t i = 0; i < nv; i++) wk->count[wk->assign[i]]++;
+      for (int64_t e = 0; e < E; e++) wk->order[e].entry = wk->rank[e] = e;
+    } else {
+      if (!kmeans(wk->vec, nv, vs, E, job->iterations, seed, wk->centers, wk->assign, job->threads)) {
+        wk->failed = 1;
+        return;
+      }
+      /* entries as stored, then every vector assigned to its nearest stored entry */
+      for (int64_t i = 0; i < E * vs; i++)
+        wk->centers[i] = entry_value(t->fmt.entry_dtype, entry_bits(t->fmt.entry_dtype, wk->centers[i]));
+      assign_all(job->threads, wk->vec, nv, wk->centers, E, vs, wk->assign);
+      for (int64_t i = 0; i < nv; i++) wk->count[wk->assign[i]]++;
+      /* entries reordered by use: the codebook cache keeps the head of each book close */
+      for (int64_t e = 0; e < E; e++) wk->order[e].uses = wk->count[e], wk->order[e].entry = e;
+      qsort(wk->order, (size_t)E, sizeof *wk->order, by_use);
+      for (int64_t e = 0; e < E; e++) wk->rank[wk->order[e].entry] = e;
+    }
+    uint16_t *out = (uint16_t *)t->books + (r * t->sz.n_books + book) * E * vs;
+    for (int64_t e = 0; e < E; e++)
+      for (int c = 0; c < vs; c++) out[e * vs + c] = entry_bits(t->fmt.entry_dtype, wk->centers[wk->order[e].entry * vs + c]);
+    for (int64_t i = 0; i < nv; i++) {
+      qf_vq_set_index(t->codes + (r * N + wk->where[2 * i]) * t->sz.row_bytes, wk->where[2 * i + 1], t->fmt.index_bits,
+                      (uint32_t)wk->rank[wk->assign[i]]);
+      for (int c = 0; c < vs; c++) wk->vec[i][c] -= wk->centers[wk->assign[i] * vs + c]; /* the next residual */
+    }
+    /* hot entries: used more than mean + 3 sigma of this codebook's counts */
+    double mean = (double)nv / (double)E, var = 0.0;
+    for (int64_t e = 0; e < E; e++) var += ((double)wk->count[e] - mean) * ((double)wk->count[e] - mean);
+    double limit = mean + 3.0 * sqrt(var / (double)E);
+    for (int64_t e = 0; e < E; e++) {
+      wk->unused += wk->count[e] == 0;
+      if ((double)wk->count[e] > limit) wk->hot++, wk->hot_uses += wk->count[e];
+    }
+    wk->uses += nv;
+  }
+}
+
+/* Part p of the books: a contiguous run of them, its seed advanced past the draws of the books
+ * before it (what one thread walking every book would hold there). */
+static void book_range(void *p, int part, int64_t lo, int64_t hi) {
+  const book_job *job = p;
+  uint64_t seed = job->seed;
+  for (int64_t k = lo * job->t->fmt.residuals * job->draws; k > 0; k--) rng(&seed);
+  for (int64_t book = lo; book < hi && !job->work[part].failed; book++) quantize_book(job, &job->work[part], book, &seed);
+}
+
+static void free_work(book_work *wk) {
+  free(wk->vec), free(wk->where), free(wk->assign), free(wk->centers), free(wk->count), free(wk->rank), free(wk->order);
+}
+
+static int alloc_work(book_work *wk, int64_t max_vec, int64_t E, int vs) {
+  memset(wk, 0, sizeof *wk);
+  wk->vec = malloc((size_t)max_vec * sizeof *wk->vec);
+  wk->where = malloc((size_t)max_vec * 2 * sizeof *wk->where);
+  wk->assign = malloc((size_t)max_vec * sizeof *wk->assign);
+  wk->centers = malloc((size_t)(E * vs) * sizeof *wk->centers);
+  wk->count = malloc((size_t)E * sizeof *wk->count), wk->rank = malloc((size_t)E * sizeof *wk->rank);
+  wk->order = malloc((size_t)E * sizeof *wk->order);
+  return wk->vec && wk->where && wk->assign && wk->centers && wk->count && wk->rank && wk->order;
+}
+
+qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *t, int iterations, uint64_t seed, int threads,
+                             qf_vq_stats *stats) {
+  const int64_t N = t->N, K = t->K, E = t->sz.entries, n_books = t->sz.n_books;
+  const int vs = t->fmt.vector_size, R = t->fmt.residuals;
+  const int64_t rows = t->fmt.scope_rows ? t->fmt.scope_rows : N, cols = t->fmt.scope_cols ? t->fmt.scope_cols : K;
   const int64_t max_vec = rows * (cols / vs);
+  if (threads > kMaxThreads) threads = kMaxThreads;
+  /* Whole books per thread where there are enough of them and no two write the same code byte
+   * (a book's indices start on a byte in every row); else one book at a time, its distances over
+   * the threads. */
+  const int own_bytes = t->sz.books_per_row == 1 || (cols / vs) * t->fmt.index_bits % 8 == 0;
+  const int book_parts = own_bytes && n_books >= 2 ? (int)(n_books < threads ? n_books : threads) : 1;
+  book_job job = {.t = t, .iterations = iterations, .threads = book_parts > 1 ? 1 : threads, .seed = seed,
+                  .draws = t->fmt.lattice ? 0 : 2 * E - 1};
   float *target = malloc((size_t)(N * K) * sizeof *target);
-  float **vec = malloc((size_t)max_vec * sizeof *vec);
-  int64_t *where = malloc((size_t)max_vec * 2 * sizeof *where); /* (n, j) of each vector */
-  int *assign = malloc((size_t)max_vec * sizeof *assign);
-  float *centers = malloc((size_t)(E * vs) * sizeof *centers);
-  int64_t *count = malloc((size_t)E * sizeof *count), *rank = malloc((size_t)E * sizeof *rank);
-  entry_use *order = malloc((size_t)E * sizeof *order);
   float *decoded = malloc((size_t)K * sizeof *decoded);
-  qf_e8p_table *e8p = lattice ? malloc(sizeof *e8p) : NULL;
+  book_work *work = calloc((size_t)book_parts, sizeof *work);
+  qf_e8p_table *e8p = t->fmt.lattice ? malloc(sizeof *e8p) : NULL;
+  int ok = target && decoded && work && (!t->fmt.lattice || e8p);
+  for (int p = 0; ok && p < book_parts; p++) ok = alloc_work(&work[p], max_vec, E, vs);
   qf_status st = QF_OK;
-  if (!target || !vec || !where || !assign || !centers || !count || !order || !rank || !decoded || (lattice && !e8p)) {
+  if (!ok) {
     st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for the codebooks of a %lld x %lld tensor", (long long)N,
                  (long long)K);
     goto done;
@@ -160,57 +390,15 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
   }
   memset(t->codes, 0, (size_t)(R * N * t->sz.row_bytes));
   if (e8p) qf_cpu_e8p_table(e8p);
-
+  job.target = target, job.e8p = e8p, job.work = work;
+  run_parts(book_parts, n_books, book_range, &job);
   int64_t hot = 0, unused = 0, uses = 0, hot_uses = 0;
-  for (int64_t book = 0; book < t->sz.n_books; book++) {
-    const int64_t r0 = (book / t->sz.books_per_row) * rows, c0 = (book % t->sz.books_per_row) * cols;
-    int64_t nv = 0;
-    for (int64_t n = r0; n < r0 + rows && n < N; n++)
-      for (int64_t j = c0 / vs; j < (c0 + cols) / vs; j++) {
-        vec[nv] = target + n * K + j * vs;
-        where[2 * nv] = n, where[2 * nv + 1] = j;
-        nv++;
-      }
-    for (int r = 0; r < R; r++) {
-      memset(count, 0, (size_t)E * sizeof *count);
-      if (e8p) {
-        /* the lattice book at the scale that fits these vectors best, in the lattice's index order
-         * (a decoder may form entries from the index bits), each vector on its nearest entry */
-        const float beta = qf_cpu_e8p_scale(e8p, vec, nv, r, R);
-        for (int64_t e = 0; e < E; e++) qf_cpu_e8p_point(e8p, (uint32_t)e, beta, centers + e * vs);
-        for (int64_t i = 0; i < nv; i++) count[assign[i] = (int)qf_cpu_e8p_nearest(e8p, vec[i], beta)]++;
-        for (int64_t e = 0; e < E; e++) order[e].entry = rank[e] = e;
-      } else {
-        if (!kmeans(vec, nv, vs, E, iterations, &seed, centers, assign)) {
-          st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for k-means");
-          goto done;
-        }
-        /* entries as stored, then every vector assigned to its nearest stored entry */
-        for (int64_t i = 0; i < E * vs; i++) centers[i] = entry_value(t->fmt.entry_dtype, entry_bits(t->fmt.entry_dtype, centers[i]));
-        for (int64_t i = 0; i < nv; i++) count[assign[i] = nearest(vec[i], centers, E, vs)]++;
-        /* entries reordered by use: the codebook cache keeps the head of each book close */
-        for (int64_t e = 0; e < E; e++) order[e].uses = count[e], order[e].entry = e;
-        qsort(order, (size_t)E, sizeof *order, by_use);
-        for (int64_t e = 0; e < E; e++) rank[order[e].entry] = e;
-      }
-      uint16_t *out = (uint16_t *)t->books + (r * t->sz.n_books + book) * E * vs;
-      for (int64_t e = 0; e < E; e++)
-        for (int c = 0; c < vs; c++) out[e * vs + c] = entry_bits(t->fmt.entry_dtype, centers[order[e].entry * vs + c]);
-      for (int64_t i = 0; i < nv; i++) {
-        qf_vq_set_index(t->codes + (r * N + where[2 * i]) * t->sz.row_bytes, where[2 * i + 1], t->fmt.index_bits,
-                        (uint32_t)rank[assign[i]]);
-        for (int c = 0; c < vs; c++) vec[i][c] -= centers[assign[i] * vs + c]; /* the next residual */
-      }
-      /* hot entries: used more than mean + 3 sigma of this codebook's counts */
-      double mean = (double)nv / (double)E, var = 0.0;
-      for (int64_t e = 0; e < E; e++) var += ((double)count[e] - mean) * ((double)count[e] - mean);
-      double limit = mean + 3.0 * sqrt(var / (double)E);
-      for (int64_t e = 0; e < E; e++) {
-        unused += count[e] == 0;
-        if ((double)count[e] > limit) hot++, hot_uses += count[e];
-      }
-      uses += nv;
+  for (int p = 0; p < book_parts; p++) {
+    if (work[p].failed) {
+      st = qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_quantize: no memory for k-means");
+      goto done;
     }
+    hot += work[p].hot, unused += work[p].unused, uses += work[p].uses, hot_uses += work[p].hot_uses;
   }
   if (stats) {
     double err = 0.0, ref = 0.0;
@@ -222,14 +410,14 @@ qf_status qf_cpu_vq_quantize(qf_ctx *ctx, const qf_mat *w, const qf_vq_tensors *
       }
     }
     stats->rel_mse = ref > 0.0 ? err / ref : err;
-    stats->entries = R * t->sz.n_books * E;
+    stats->entries = R * n_books * E;
     stats->unused_entries = unused;
     stats->hot_entries = hot;
     stats->hot_share = uses ? (double)hot_uses / (double)uses : 0.0;
   }
 done:
-  free(target), free(vec), free(where), free(assign), free(centers), free(count), free(order), free(rank), free(decoded);
-  free(e8p);
+  for (int p = 0; work && p < book_parts; p++) free_work(&work[p]);
+  free(target), free(decoded), free(work), free(e8p);
   return st;
 }
 

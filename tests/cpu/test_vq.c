@@ -43,11 +43,16 @@ static void vq_alloc(vq_buf *b, const qf_vq_format *f, int64_t N, int64_t K) {
 
 static void vq_free(vq_buf *b) { free(b->codes), free(b->books), free(b->scales); }
 
-static qf_status quantize(vq_buf *b, const float *w, int64_t N, int64_t K, int iterations, qf_vq_stats *stats) {
+/* (threads 0: one per online CPU) */
+static qf_status quantize_on(vq_buf *b, const float *w, int64_t N, int64_t K, int iterations, int threads, qf_vq_stats *stats) {
   tensor2d wt;
   tensor2d_init(&wt, (void *)w, QF_F32, N, K, K, kDLCPU);
-  qf_vq_quantize_opts o = {.iterations = iterations, .seed = 1234};
+  qf_vq_quantize_opts o = {.iterations = iterations, .seed = 1234, .threads = threads};
   return qf_vq_quantize(ctx, &wt.t, &b->f, &o, &b->ct, &b->bt, b->f.row_scale ? &b->st : NULL, stats);
+}
+
+static qf_status quantize(vq_buf *b, const float *w, int64_t N, int64_t K, int iterations, qf_vq_stats *stats) {
+  return quantize_on(b, w, N, K, iterations, 0, stats);
 }
 
 static qf_status dequantize(vq_buf *b, void *out, qf_dtype dt, int64_t N, int64_t K) {
@@ -200,6 +205,64 @@ static void test_presets_gaussian(void) {
     vq_free(&b);
     free(w), free(back);
   }
+}
+
+/* The quantizer on 1 and on 3 threads writes the same bytes: whole books per thread (GPTVQ-2's
+ * four tiles over three threads, so two threads start past books whose draws they skip), one
+ * book's k-means++ and Lloyd passes over the threads (a whole-tensor book of 131,072 vectors:
+ * 32 blocks of 4096), books whose indices share code bytes (10-bit indices, a book per two
+ * columns: one book at a time), and the E8P lattice's assignment. threads < 0 is refused. */
+static void test_threads(void) {
+  const struct {
+    const char *what;
+    qf_vq_format f;
+    int64_t N, K;
+    int iterations;
+  } cases[] = {
+      {"GPTVQ-2 books per thread", {4, 8, 1, 256, 256, QF_F16, 0, 0}, 512, 512, 4},
+      {"one book over the threads", {2, 8, 1, 0, 0, QF_F16, 0, 0}, 256, 1024, 2},
+      {"books sharing code bytes", {2, 10, 2, 0, 2, QF_BF16, 1, 0}, 96, 64, 3},
+      {"E8P lattice", {8, 16, 2, 0, 0, QF_F16, 1, QF_VQ_LATTICE_E8P}, 128, 512, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const int64_t N = cases[i].N, K = cases[i].K;
+    float *w = malloc((size_t)(N * K) * sizeof *w);
+    uint64_t s = 40 + i;
+    for (int64_t j = 0; j < N * K; j++) w[j] = rng_normal(&s) * (1.0f + (float)(j / K % 5));
+    vq_buf a, b;
+    vq_alloc(&a, &cases[i].f, N, K), vq_alloc(&b, &cases[i].f, N, K);
+    qf_vq_stats sa, sb;
+    CHECK(quantize_on(&a, w, N, K, cases[i].iterations, 1, &sa) == QF_OK, "%s, 1 thread: %s", cases[i].what, qf_ctx_last_error(ctx));
+    CHECK(quantize_on(&b, w, N, K, cases[i].iterations, 3, &sb) == QF_OK, "%s, 3 threads: %s", cases[i].what, qf_ctx_last_error(ctx));
+    const size_t cbytes = (size_t)(cases[i].f.residuals * N * a.sz.row_bytes);
+    const size_t bbytes = (size_t)(cases[i].f.residuals * a.sz.n_books * a.sz.entries * cases[i].f.vector_size) * 2u;
+    CHECK(!memcmp(a.codes, b.codes, cbytes) && !memcmp(a.books, b.books, bbytes) &&
+              (!cases[i].f.row_scale || !memcmp(a.scales, b.scales, (size_t)N * sizeof *a.scales)),
+          "%s: 3 threads wrote other bytes than 1", cases[i].what);
+    CHECK(sa.rel_mse == sb.rel_mse && sa.unused_entries == sb.unused_entries && sa.hot_entries == sb.hot_entries &&
+              sa.hot_share == sb.hot_share,
+          "%s: statistics differ (rel_mse %g / %g, hot %lld / %lld)", cases[i].what, sa.rel_mse, sb.rel_mse,
+          (long long)sa.hot_entries, (long long)sb.hot_entries);
+    CHECK(sa.rel_mse < 0.5, "%s: relative MSE %g", cases[i].what, sa.rel_mse);
+    vq_free(&a), vq_free(&b);
+    free(w);
+  }
+  /* a negative count: refused by name, nothing written */
+  enum { N = 16, K = 64 };
+  static float w[N * K];
+  uint64_t s = 3;
+  for (int j = 0; j < N * K; j++) w[j] = rng_normal(&s);
+  qf_vq_format f;
+  qf_vq_format_preset(QF_VQ_CQ_4, &f);
+  vq_buf b;
+  vq_alloc(&b, &f, N, K);
+  memset(b.codes, 0x5A, (size_t)(N * b.sz.row_bytes));
+  CHECK(quantize_on(&b, w, N, K, 2, -1, NULL) == QF_ERR_VALUE && strstr(qf_ctx_last_error(ctx), "threads"),
+        "threads = -1: %s", qf_ctx_last_error(ctx));
+  int untouched = 1;
+  for (int64_t j = 0; j < N * b.sz.row_bytes; j++) untouched &= b.codes[j] == 0x5A;
+  CHECK(untouched, "threads = -1: the codes were written");
+  vq_free(&b);
 }
 
 typedef void (*mutate_fn)(vq_buf *b, qf_vq_format *f);
@@ -884,6 +947,7 @@ int main(void) {
   test_known_clusters();
   test_hot_entries();
   test_presets_gaussian();
+  test_threads();
   test_errors();
   test_encode();
   test_e8p();

@@ -1,7 +1,7 @@
 /* qfuse-quantize: quantizes a weight offline on the CPU backend, from a .npy file or a checkpoint's
  * tensor into the tensors qfuse's kernels read, and reports how close the result is.
  *
- *   qfuse-quantize FORMAT IN OUT [--iterations N] [--seed S]
+ *   qfuse-quantize FORMAT IN OUT [--iterations N] [--seed S] [--threads T]
  *   qfuse-quantize --list FILE.safetensors
  *
  * IN is w [N, K]: a .npy file (float32 or float16, C order) or FILE.safetensors:NAME, the tensor
@@ -9,7 +9,8 @@
  *  - a VQ preset (qf_vq_format_preset): gptvq-2, cq-2, cq-4, aqlm-3, quip-4. qf_vq_quantize
  *    (k-means, or the E8P lattice for quip-4) writes OUT.codes.npy (uint8 [R, N, row_bytes]),
  *    OUT.codebooks.npy (float16 [R, n_books, entries, vector_size]) and, for formats with row
- *    scales, OUT.scales.npy (float32 [N]). --iterations and --seed go to its k-means.
+ *    scales, OUT.scales.npy (float32 [N]). --iterations and --seed go to its k-means, --threads
+ *    to its threads (default: one per online CPU; the files are the same for any count).
  *  - nvfp4: the tensor scale amax(|w|) / (6 * 448) (ModelOpt's), qf_quant_nvfp4 and qf_nvfp4_pack
  *    write OUT.codes.npy (uint8 [N, K / 2], codes as stored: element 2i in the low nibble of byte
  *    i), OUT.packed.npy (the same bytes in qf_gemm_nvfp4's layout), OUT.scales.npy (uint8 [N,
@@ -28,7 +29,7 @@
  * appear together (written under temporary names, then renamed); files an earlier run left under
  * the same prefix that this format does not write are removed. Exit status 0, 1 on failure (with a
  * message), 2 on bad usage. A k-means iteration costs vectors x entries distances: a large weight
- * in a 12-bit format (4096 entries) takes hours. */
+ * in a 12-bit format (4096 entries) takes hours of one thread. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -44,7 +45,7 @@
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: qfuse-quantize FORMAT IN OUT [--iterations N] [--seed S]\n"
+          "usage: qfuse-quantize FORMAT IN OUT [--iterations N] [--seed S] [--threads T]\n"
           "       qfuse-quantize --list FILE.safetensors\n"
           "  FORMAT  gptvq-2, cq-2, cq-4, aqlm-3, quip-4 (vector quantization), nvfp4, fp8-block,\n"
           "          fp8-channel or int8-channel\n"
@@ -330,16 +331,19 @@ int main(int argc, char **argv) {
     usage();
     return 2;
   }
-  qf_vq_quantize_opts opts = {0, 0};
+  qf_vq_quantize_opts opts = {0, 0, 0};
   for (int i = 4; i < argc; i++) {
-    const int iterations = !strcmp(argv[i], "--iterations"), seed = !strcmp(argv[i], "--seed");
+    const int iterations = !strcmp(argv[i], "--iterations"), seed = !strcmp(argv[i], "--seed"),
+              threads = !strcmp(argv[i], "--threads");
     char *end = NULL;
     errno = 0;
-    const unsigned long long v = (iterations || seed) && i + 1 < argc && argv[i + 1][0] != '-'
+    const unsigned long long v = (iterations || seed || threads) && i + 1 < argc && argv[i + 1][0] != '-'
                                      ? strtoull(argv[i + 1], &end, 10)
                                      : 0;
-    if (!end || *end || end == argv[i + 1] || errno || (iterations && (v < 1 || v > 1000000))) {
-      fprintf(stderr, "qfuse-quantize: %s: expected --iterations 1..1000000 or --seed 0..2^64-1\n", argv[i]);
+    if (!end || *end || end == argv[i + 1] || errno || (iterations && (v < 1 || v > 1000000)) ||
+        (threads && (v < 1 || v > 256))) {
+      fprintf(stderr, "qfuse-quantize: %s: expected --iterations 1..1000000, --seed 0..2^64-1 or --threads 1..256\n",
+              argv[i]);
       usage();
       return 2;
     }
@@ -348,6 +352,7 @@ int main(int argc, char **argv) {
       return 2;
     }
     if (iterations) opts.iterations = (int)v;
+    else if (threads) opts.threads = (int)v;
     else opts.seed = v;
     i++;
   }

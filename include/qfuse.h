@@ -571,8 +571,8 @@ qf_status qf_vq_sizes_of(qf_ctx *ctx, const qf_vq_format *fmt, int64_t N, int64_
 typedef struct {
   int iterations;    /* Lloyd iterations per codebook; 0 means 10 (k-means only) */
   uint64_t seed;     /* k-means++ seeding; 0 means a fixed default */
-  int threads;       /* CPU threads (at most 256 are used); 0 means one per online CPU. Every count
-                        writes the same bytes. */
+  int threads;       /* CPU threads (at most 256 are used); 0 means one per CPU the process may run
+                        on. Every count writes the same bytes. */
 } qf_vq_quantize_opts;
 
 typedef struct {

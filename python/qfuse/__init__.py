@@ -422,7 +422,7 @@ class Context:
 
     def vq_quantize(self, w, fmt, codes, codebooks, scales=None, iterations=0, seed=0, threads=0):
         """k-means codebooks, or the scaled E8P lattice where fmt.lattice says so (the "quip-4" preset);
-        threads=0: one per online CPU (the same bytes for any count)."""
+        threads=0: one per CPU the process may run on (the same bytes for any count)."""
         keep = [_Arg(t) for t in (w, codes, codebooks)]
         sc = _Arg(scales) if scales is not None else None
         st = VqStats()

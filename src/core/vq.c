@@ -1,8 +1,10 @@
 /* Front end of the vector-quantization family: formats, sizes, validation, dispatch. */
+#define _GNU_SOURCE /* sched_getaffinity: the CPUs this process may run on */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "core/backend.h"
@@ -123,11 +125,12 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
   const int iterations = opts && opts->iterations > 0 ? opts->iterations : 10;
   const uint64_t seed = opts && opts->seed ? opts->seed : 0x9E3779B97F4A7C15ull;
   if (opts && opts->threads < 0)
-    return qf_fail(ctx, QF_ERR_VALUE, "%s: threads=%d must be >= 0 (0: one per online CPU)", op, opts->threads);
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: threads=%d must be >= 0 (0: one per CPU it may run on)", op, opts->threads);
   int threads = opts ? opts->threads : 0;
-  if (threads == 0) {
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    threads = online < 1 ? 1 : online > 256 ? 256 : (int)online;
+  if (threads == 0) { /* the CPUs of the affinity mask (taskset, a cpuset), else the online ones */
+    cpu_set_t set;
+    const long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+    threads = cpus < 1 ? 1 : cpus > 256 ? 256 : (int)cpus;
   }
   if (wm.rows * wm.cols == 0) return QF_OK;
   return qf_cpu_vq_quantize(ctx, &wm, &t, iterations, seed, threads, stats);

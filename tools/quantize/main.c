@@ -10,7 +10,7 @@
  *    (k-means, or the E8P lattice for quip-4) writes OUT.codes.npy (uint8 [R, N, row_bytes]),
  *    OUT.codebooks.npy (float16 [R, n_books, entries, vector_size]) and, for formats with row
  *    scales, OUT.scales.npy (float32 [N]). --iterations and --seed go to its k-means, --threads
- *    to its threads (default: one per online CPU; the files are the same for any count).
+ *    to its threads (default: one per CPU it may run on; the files are the same for any count).
  *  - nvfp4: the tensor scale amax(|w|) / (6 * 448) (ModelOpt's), qf_quant_nvfp4 and qf_nvfp4_pack
  *    write OUT.codes.npy (uint8 [N, K / 2], codes as stored: element 2i in the low nibble of byte
  *    i), OUT.packed.npy (the same bytes in qf_gemm_nvfp4's layout), OUT.scales.npy (uint8 [N,

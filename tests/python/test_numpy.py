@@ -301,6 +301,16 @@ class TestFamily(unittest.TestCase):
         rel = float(((back - w) ** 2).sum() / (w ** 2).sum())
         self.assertAlmostEqual(rel, st.rel_mse, places=6)
         self.assertLess(rel, 0.15)
+        # the same bytes on one thread and on three (the struct's threads field reaches the library);
+        # a negative count is refused
+        for threads in (1, 3):
+            c2, b2 = np.zeros_like(codes), np.zeros_like(books)
+            self.ctx.vq_quantize(w, fmt, c2, b2, iterations=4, threads=threads)
+            np.testing.assert_array_equal(c2, codes)
+            np.testing.assert_array_equal(b2, books)
+        with self.assertRaises(qfuse.QfuseError) as cm:
+            self.ctx.vq_quantize(w, fmt, c2, b2, iterations=4, threads=-1)
+        self.assertIn("threads", str(cm.exception))
         # one codebook (a single 256 x 256 tile), its entries stored most used first
         idx = codes[0, :, :64].astype(np.int64)  # 64 vectors of 4 per row, 8-bit indices: one byte each
         counts = np.bincount(idx.ravel(), minlength=256)

@@ -89,14 +89,14 @@ class TestQuantizeTool(unittest.TestCase):
         for preset in ("gptvq-2", "cq-2", "cq-4", "aqlm-3", "quip-4"):
             with self.subTest(preset=preset):
                 out = self.path(preset)
-                r = run(preset, self.src, out, "--iterations", 3, "--seed", 5)
+                r = run(preset, self.src, out, "--iterations", 3, "--seed", 5, "--threads", 2)  # (the API below: one thread)
                 self.assertEqual(r.returncode, 0, r.stderr)
                 fmt = self.ctx.vq_format(preset)
                 sz = self.ctx.vq_sizes(fmt, 64, 512)
                 codes = np.zeros((fmt.residuals, 64, sz.row_bytes), np.uint8)
                 books = np.zeros((fmt.residuals, sz.n_books, sz.entries, fmt.vector_size), np.float16)
                 scales = np.zeros(64, np.float32) if fmt.row_scale else None
-                st = self.ctx.vq_quantize(self.w, fmt, codes, books, scales=scales, iterations=3, seed=5)
+                st = self.ctx.vq_quantize(self.w, fmt, codes, books, scales=scales, iterations=3, seed=5, threads=1)
                 np.testing.assert_array_equal(np.load(out + ".codes.npy"), codes)
                 np.testing.assert_array_equal(np.load(out + ".codebooks.npy"), books)
                 self.assertEqual(os.path.exists(out + ".scales.npy"), scales is not None)
@@ -301,7 +301,8 @@ class TestQuantizeTool(unittest.TestCase):
         self.assertEqual(run("nvfp4", self.path("missing.npy"), self.path("m")).returncode, 1)
         for args in (("fp3",), ("nvfp4", "--iterations"), ("gptvq-2", "--iterations", 0),
                      ("gptvq-2", "--iterations", -5), ("gptvq-2", "--iterations", "4x"), ("gptvq-2", "--seed", -1),
-                     ("gptvq-2", "--seed", "99999999999999999999999"), ("nvfp4", "--seed", 3), ("gptvq-2", "--bits", 2)):
+                     ("gptvq-2", "--seed", "99999999999999999999999"), ("nvfp4", "--seed", 3), ("gptvq-2", "--bits", 2),
+                     ("gptvq-2", "--threads", 0), ("gptvq-2", "--threads", 257), ("nvfp4", "--threads", 2)):
             with self.subTest(args=args):
                 self.assertEqual(run(args[0], self.src, self.path("x"), *args[1:]).returncode, 2)
         self.assertFalse([f for f in os.listdir(self.dir.name) if f.startswith("x.")])

@@ -130,7 +130,7 @@ qf_status qf_vq_quantize(qf_ctx *ctx, const DLTensor *w, const qf_vq_format *fmt
   if (threads == 0) { /* the CPUs of the affinity mask (taskset, a cpuset), else the online ones */
     cpu_set_t set;
     const long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
-    threads = cpus < 1 ? 1 : cpus > 256 ? 256 : (int)cpus;
+    threads = cpus < 1 ? 1 : cpus > INT32_MAX ? INT32_MAX : (int)cpus; /* (the quantizer caps it) */
   }
   if (wm.rows * wm.cols == 0) return QF_OK;
   return qf_cpu_vq_quantize(ctx, &wm, &t, iterations, seed, threads, stats);

@@ -43,7 +43,7 @@ static void vq_alloc(vq_buf *b, const qf_vq_format *f, int64_t N, int64_t K) {
 
 static void vq_free(vq_buf *b) { free(b->codes), free(b->books), free(b->scales); }
 
-/* (threads 0: one per online CPU) */
+/* (threads 0: one per CPU the process may run on) */
 static qf_status quantize_on(vq_buf *b, const float *w, int64_t N, int64_t K, int iterations, int threads, qf_vq_stats *stats) {
   tensor2d wt;
   tensor2d_init(&wt, (void *)w, QF_F32, N, K, K, kDLCPU);

@@ -36,8 +36,8 @@ static int nearest(const float *v, const float *centers, int64_t E, int d) {
 
 /* ---- threads: fn(arg, part, lo, hi) for the parts [n p / parts, n (p + 1) / parts) of [0, n),
  * each on a thread of its own, the caller running part 0 (a part whose thread cannot be started
- * runs on the caller too); both runners return the number of parts. Every part writes only its
- * own elements, so no result depends on the thread count. ---- */
+ * runs on the caller too). Every part writes only its own elements, so no result depends on the
+ * thread count. ---- */
 typedef void (*range_fn)(void *arg, int part, int64_t lo, int64_t hi);
 typedef struct {
   range_fn fn;
@@ -65,7 +65,7 @@ static int parts_for(int threads, int64_t n, int64_t min_per_part) {
   return parts > 1 ? (int)parts : 1;
 }
 
-static int run_parts(int parts, int64_t n, range_fn fn, void *arg) {
+static void run_parts(int parts, int64_t n, range_fn fn, void *arg) {
   range_job jobs[kMaxThreads];
   pthread_t tid[kMaxThreads];
   int started[kMaxThreads] = {0};
@@ -76,11 +76,10 @@ static int run_parts(int parts, int64_t n, range_fn fn, void *arg) {
     if (started[p]) pthread_join(tid[p], NULL);
     else run_range(&jobs[p]);
   }
-  return parts;
 }
 
-static int parallel_for(int threads, int64_t n, int64_t min_per_part, range_fn fn, void *arg) {
-  return run_parts(parts_for(threads, n, min_per_part), n, fn, arg);
+static void parallel_for(int threads, int64_t n, int64_t min_per_part, range_fn fn, void *arg) {
+  run_parts(parts_for(threads, n, min_per_part), n, fn, arg);
 }
 
 /* k-means++: the vectors' distances to one center folded into their running minimum, and each
@@ -131,7 +130,8 @@ static void assign_range(void *p, int part, int64_t lo, int64_t hi) {
 
 static int64_t assign_all(int threads, float *const *vec, int64_t nv, const float *centers, int64_t E, int d, int *assign) {
   assign_step s = {.vec = vec, .centers = centers, .E = E, .d = d, .assign = assign};
-  const int parts = parallel_for(threads, nv, kBlock, assign_range, &s);
+  const int parts = parts_for(threads, nv, kBlock);  /* (s.changed has one count per part) */
+  run_parts(parts, nv, assign_range, &s);
   int64_t changed = 0;
   for (int p = 0; p < parts; p++) changed += s.changed[p];
   return changed;

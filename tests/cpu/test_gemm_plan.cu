@@ -25,6 +25,7 @@ static bool instantiated(Sm90Recipe r, int bm, int bn) {
   if (sm90_gemm_narrow(r)) QF_SM90_GEMM_NARROW_TILES(QF_PLAN_TILE)
   if (sm90_gemm_tall(r)) QF_SM90_GEMM_TALL_TILES(QF_PLAN_TILE)
   if (sm90_gemm_tall(r)) QF_SM90_GEMM_TRIPLE_TILES(QF_PLAN_TILE)
+  if (sm90_gemm_tall(r)) QF_SM90_GEMM_MID_TILES(QF_PLAN_TILE)
 #undef QF_PLAN_TILE
   return ok;
 }
@@ -253,6 +254,11 @@ int main() {
   expect_on(132, 4800.0, 96, 3584, 4096, 128, 64, 2, 0);
   expect_on(132, 3350.0, 96, 3584, 4096, 64, 64, 1, 112);
   expect_on(132, 4800.0, 96, 3072, 3072, 64, 64, 1, 96);
+  // 65-128 rows, whole 128 x 128 tiles on at most two thirds of the SMs, units of 64 K-blocks or
+  // more: one wave of 128 x 96 tiles (an H200's DRAM); 2048 of K (16 K-blocks) keeps 128 x 128
+  expect_on(132, 4800.0, 96, 10240, 8192, 128, 96, 1, 107);
+  expect_on(132, 4800.0, 128, 11008, 14336, 128, 96, 1, 115);
+  expect_on(132, 4800.0, 128, 10240, 2048, 128, 128, 1, 80);
 
   const Sm90Recipe recipes[] = {Sm90Recipe::kBlockScaledFp8, Sm90Recipe::kScaledFp8, Sm90Recipe::kScaledInt8};
   const int64_t Ms[] = {1,   3,   16,  33,  64,  65,  100,  128,  129,  160,  192,

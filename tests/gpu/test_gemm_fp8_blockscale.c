@@ -466,6 +466,19 @@ int main(void) {
     }
   }
 
+  /* One wave of 128 x 96 tiles at 65-128 rows where whole 128 x 128 tiles would fill at most two
+   * thirds of the SMs on units of 64 K-blocks or more (the public call on an H200's DRAM; 128 x 128
+   * elsewhere): tile rows straddling two weight-scale blocks from column group 4 or 8 on, rows
+   * past M, a partial last K-block and a last tile of 64 columns (N = 11008), bf16 and fp32 D. */
+  if (!quick) {
+    static const int64_t mid[][2] = {{96, 10240}, {100, 11008}}; /* M, N */
+    for (size_t mi = 0; mi < sizeof mid / sizeof mid[0]; mi++) {
+      gemm_case g = {.M = mid[mi][0], .N = mid[mi][1], .K = 8192 + 64, .dt = mi % 2 == 0 ? QF_BF16 : QF_F32};
+      g.lda = g.K, g.ldb = g.K, g.ldd = g.N, g.ldc = g.N;
+      one_case(gpu, cpu, &g, &seed);
+    }
+  }
+
   /* 256 x 128 tiles (two 64-row sub-tiles per warpgroup): on 132 SMs, M = 500 and 512 on
    * N = 8448 take one wave of them against two of 128 x 128; rows past M in the last tile, a
    * partial last K-block, bf16 (staged epilogue) and fp32 (direct) outputs, row-major As (its
@@ -520,7 +533,7 @@ int main(void) {
    * units of 256-row tiles must all be resident at once). bf16 D (staged epilogue) and fp32 D with
    * C (direct stores). Then plans the engine has no kernel for are refused and leave D as it was. */
   {
-    static const int plans[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {128, 192}, {192, 128}, {256, 128}};
+    static const int plans[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 96}, {128, 128}, {128, 192}, {192, 128}, {256, 128}};
     static const int64_t shapes[][3] = {{300, 1040, 1088}, {1000, 2176, 1088}};
     int v = 0;
     for (size_t si = 0; si < (quick ? 1 : 2); si++)

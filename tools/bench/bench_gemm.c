@@ -86,7 +86,7 @@ static int run_plan(void *arg) {
  * with the tiles past the last whole wave unsplit or split 2 to 16 ways (at most one wave of split
  * units, at least two K-blocks a range) that the engine takes, each against the same peer time. */
 static int plan_rows(qfb *b, gemm_call *q, qfb_row *row, int64_t M, int64_t N) {
-  static const int tiles_of[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 128}, {192, 128}, {256, 128}};
+  static const int tiles_of[][2] = {{64, 64}, {64, 128}, {128, 64}, {128, 96}, {128, 128}, {192, 128}, {256, 128}};
   int sms = 0, rc = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   for (size_t t = 0; t < sizeof tiles_of / sizeof tiles_of[0]; t++) {

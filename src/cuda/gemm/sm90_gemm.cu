@@ -180,6 +180,7 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
       return launch<R, 256, 128, OutT, kTallStages, Sm90Variant::kTallLongK>(ctx, pr, p, cfg);
     QF_SM90_GEMM_TALL_TILES(QF_SM90_GEMM_CASE)
     QF_SM90_GEMM_TRIPLE_TILES(QF_SM90_GEMM_CASE)
+    QF_SM90_GEMM_MID_TILES(QF_SM90_GEMM_CASE)
   }
 #undef QF_SM90_GEMM_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for the %dx%d tile", pr.op, cfg.block_m, cfg.block_n);

@@ -43,6 +43,10 @@
 //   - 128 x 112 tiles (scaled FP8 at 65-128 rows, whole tiles where they leave the busiest SM
 //     fewer columns): the two-set loop; 16-bit D is stored straight from the fragment (the
 //     staging tile is made of 64-column boxes).
+//   - 128 x 96 tiles (block-scaled at 65-128 rows, one wave where 128 x 128 tiles leave a third of
+//     the SMs idle on long units): the two-set loop on 6 stages, D from the fragment; a tile row
+//     starting at 96 j may straddle two weight-scale blocks, its column groups from 4 or 8 on
+//     taking the second block's scale (a second ring of scale registers, four selects a block).
 //   - 256 x 128 tiles (block-scaled, M > 128 where the waves model prefers them): two consumer
 //     warpgroups of 128 rows, each running its two 64-row sub-tiles one after the other into
 //     one accumulator set and promoting each into its own total (64 + 128 registers); the
@@ -471,9 +475,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
   // two: the first 128 - n0 % 128 columns take the first block's scale, the rest the next one's.
   // The scaled FP8 recipe, which has no scale blocks, has 112-column tiles too.
-  static_assert(128 % kBlockN == 0 || kBlockN == 192 || (kBlockN == 112 && R == Sm90Recipe::kScaledFp8),
+  static_assert(128 % kBlockN == 0 || kBlockN == 192 || kBlockN == 96 || (kBlockN == 112 && R == Sm90Recipe::kScaledFp8),
                 "a tile spans at most two B scale blocks");
-  constexpr bool kTwoScaleBlocks = kBlockN == 192;
+  constexpr bool kTwoScaleBlocks = kBlockN == 192 || kBlockN == 96;
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");
@@ -762,8 +766,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       const float *bs = kBlockScales ? b_scale_row(expert, n0) : nullptr;
       // kWindowScalesB: block kb_begin + j's scale is word (b_word + j) % 4 of its stage's window.
       const int b_word = kWindowScalesB ? static_cast<int>(reinterpret_cast<uintptr_t>(bs + kb_begin) / 4) : 0;
-      // A 192-column tile's second scale block, from column group hi_at on (a last tile whose
-      // columns past 128 - n0 % 128 all lie past N reads the first block's again: never stored).
+      // A 192- or 96-column tile's second scale block, from column group hi_at on (a last tile
+      // whose columns past 128 - n0 % 128 all lie past N reads the first block's again: never
+      // stored; a 96-column tile with hi_at >= 12 lies in one block and reads the next for nothing).
       const int hi_at = (128 - n0 % 128) / 8;
       const float *bs_hi = kTwoScaleBlocks && kBlockScales && n0 / 128 + 1 < (p.N + 127) / 128 ? bs + p.num_kb : bs;
       // The single-set path loads a K-block's weight-block scales two blocks ahead (256-row tiles
@@ -795,25 +800,29 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // no register move waits on a load in flight; NOTES). Tiles of 128 columns keep one block
         // ahead (kRing 2: their registers are spoken for; 7 slots made 64 x 128 5.7% slower).
         // Short units read theirs from the stage's window instead.
-        constexpr int kRing = kBlockN >= 128       ? 2
+        constexpr int kRing = kBlockN >= 96        ? 2
                               : kPeriod % 8 == 0 ? 8
                               : kPeriod % 7 == 0 ? 7
                               : kPeriod % 6 == 0 ? 6
                               : kPeriod % 5 == 0 ? 5
                                                  : 2;
         constexpr int kAhead = kRing - 1;
-        const float *b_unit = bs + kb_begin;
-        float ahead[kRing];
+        const float *b_unit = bs + kb_begin, *b_unit_hi = bs_hi + kb_begin;
+        constexpr bool kHi = kTwoScaleBlocks && kBlockScales;  // a second weight-scale block per tile row
+        float ahead[kRing], ahead_hi[kHi ? kRing : 1];
 #pragma unroll
-        for (int i = 0; i < kRing; i++)
+        for (int i = 0; i < kRing; i++) {
           ahead[i] = kBlockScales && !kWindowScalesB && i < kAhead && i < n ? __ldg(b_unit + i) : 1.0f;
+          if constexpr (kHi) ahead_hi[i] = i < kAhead && i < n ? __ldg(b_unit_hi + i) : 1.0f;
+        }
         // The descriptors of stage 0 (stage s adds s tiles), this thread's first row's scale in stage 0.
         const uint64_t desc_a0 = wgmma_desc_kmajor_sw128(smem_a(0) + wg * 64 * kBlockK);
         const uint64_t desc_b0 = wgmma_desc_kmajor_sw128(smem_b(0));
         const float *sa_row = sa_ring + tile_row;
         Acc set0[kBlockN / 2], set1[kBlockN / 2];  // the accumulator sets
-        float b0 = 1.0f, b1 = 1.0f;                 // the weight-block scale of each set's block
-        auto issue = [&](Acc(&a)[kBlockN / 2], float &b, int j, int stage, int slot) {  // block j (slot j % kRing)
+        // the weight-block scales of each set's block (y: a 96-column tile's second scale block's)
+        float2 b0 = make_float2(1.0f, 1.0f), b1 = make_float2(1.0f, 1.0f);
+        auto issue = [&](Acc(&a)[kBlockN / 2], float2 &b, int j, int stage, int slot) {  // block j (slot j % kRing)
           mbarrier_wait_parity(full_bar(stage), (full_phases >> stage) & 1u);
           full_phases ^= 1u << stage;
           const uint64_t da = desc_a0 + stage * (Smem::kABytes >> 4), db = desc_b0 + stage * (Smem::kBBytes >> 4);
@@ -826,20 +835,51 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
 #pragma unroll
           for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
           if constexpr (kWindowScalesB) {
-            b = sb_ring[stage * 4 + ((b_word + j) & 3)];
+            b.x = sb_ring[stage * 4 + ((b_word + j) & 3)];
           } else if constexpr (kBlockScales) {
-            b = ahead[slot];
+            b.x = ahead[slot];
             if (j + kAhead < n) ahead[(slot + kAhead) % kRing] = __ldg(b_unit + j + kAhead);
+            if constexpr (kHi) {
+              b.y = ahead_hi[slot];
+              if (j + kAhead < n) ahead_hi[(slot + kAhead) % kRing] = __ldg(b_unit_hi + j + kAhead);
+            }
+          }
+        };
+        // total += block in `a` times its scales. A 96-column tile's column groups from hi_at on
+        // take the second scale block's (h0, h1) where the tile straddles two: hi_at is 4 or 8
+        // there (12 or 16 elsewhere), so groups 0-3 always take the first block's, groups 4-7 the
+        // second's when hi_at is 4, groups 8-11 when it is 4 or 8: four selects a block.
+        const bool hi4 = hi_at == 4, hi8 = hi_at <= 8;
+        auto promote_block = [&](Acc(&a)[kBlockN / 2], float s0, float s1, float h0, float h1) {
+          if constexpr (kHi) {
+            static_assert(kBlockN == 96, "two-set tiles straddling two scale blocks: 96 columns");
+#pragma unroll
+            for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
+            const float m0 = hi4 ? h0 : s0, m1 = hi4 ? h1 : s1, t0 = hi8 ? h0 : s0, t1 = hi8 ? h1 : s1;
+#pragma unroll
+            for (int j = 0; j < kBlockN / 8; j++) {
+              const float r0 = j < 4 ? s0 : j < 8 ? m0 : t0, r1 = j < 4 ? s1 : j < 8 ? m1 : t1;
+              total[4 * j + 0] = fmaf(a[4 * j + 0], r0, total[4 * j + 0]);
+              total[4 * j + 1] = fmaf(a[4 * j + 1], r0, total[4 * j + 1]);
+              total[4 * j + 2] = fmaf(a[4 * j + 2], r1, total[4 * j + 2]);
+              total[4 * j + 3] = fmaf(a[4 * j + 3], r1, total[4 * j + 3]);
+            }
+          } else {
+            add_block(a, s0, s1);
           }
         };
         // One step: block j (in `cur`, stage `stage`) is in flight; issue block j + 1 into `other`
         // if there is one, read block j's row scales (their latency hides under the wait), wait for
         // block j, promote it. Returns whether j was the last block.
-        auto step = [&](Acc(&cur)[kBlockN / 2], float b_cur, Acc(&other)[kBlockN / 2], float &b_other, int j,
+        auto step = [&](Acc(&cur)[kBlockN / 2], float2 b_cur, Acc(&other)[kBlockN / 2], float2 &b_other, int j,
                         int stage, int slot) {
-          float s0 = 1.0f, s1 = 1.0f;
+          float s0 = 1.0f, s1 = 1.0f, h0 = 1.0f, h1 = 1.0f;
           auto row_scales = [&] {
-            if constexpr (kBlockScales) s0 = sa_row[stage * kBlockM] * b_cur, s1 = sa_row[stage * kBlockM + 8] * b_cur;
+            if constexpr (kBlockScales) {
+              const float a0 = sa_row[stage * kBlockM], a1 = sa_row[stage * kBlockM + 8];
+              s0 = a0 * b_cur.x, s1 = a1 * b_cur.x;
+              if constexpr (kHi) h0 = a0 * b_cur.y, h1 = a1 * b_cur.y;
+            }
           };
           // (each branch promotes and returns on its own: ptxas must see that the way out of the
           // loop is taken with nothing in flight)
@@ -848,13 +888,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
             row_scales();
             wgmma_wait_group<1>();
             release(stage, s0, s1);
-            add_block(cur, s0, s1);
+            promote_block(cur, s0, s1, h0, h1);
             return false;
           }
           row_scales();
           wgmma_wait_group<0>();
           release(stage, s0, s1);
-          add_block(cur, s0, s1);
+          promote_block(cur, s0, s1, h0, h1);
           return true;
         };
         // One group is in flight at the head of every step, each wait has a compile-time depth, and

@@ -15,6 +15,9 @@
 #define QF_SM90_GEMM_WIDE_TILES(X) X(128, 192)
 // The narrow tile (scaled FP8 only, which has no weight-scale blocks); chosen by its own rule.
 #define QF_SM90_GEMM_NARROW_TILES(X) X(128, 112)
+// The mid tile (block-scaled only; chosen by its own rule): a tile row may straddle two
+// weight-scale blocks.
+#define QF_SM90_GEMM_MID_TILES(X) X(128, 96)
 // The tall tile (block-scaled only): two warpgroups of 128 rows each.
 #define QF_SM90_GEMM_TALL_TILES(X) X(256, 128)
 // The three-warpgroup tile (block-scaled only): 192 rows, one 64-row warpgroup each, one set.
@@ -61,6 +64,9 @@ constexpr int sm90_gemm_stages(int block_m, int block_n, int out_bytes) {
   if (block_m == 256) return out_bytes == 2 ? 3 : 4;
   const int budget = 208 * 1024 - (sm90_gemm_staged(block_n, out_bytes) ? block_m * block_n * 2 : 0);
   const int fit = budget / ((block_m + block_n) * 128);
+  // 128 x 96 (no staging tile: 7 fit) on 6: on 7, an unrolled loop of 14 blocks, it ran 15-17%
+  // slower (docs/GEMM.md, "128 x 96 tiles")
+  if (block_n == 96) return 6;
   return fit < 4 ? 4 : fit < 12 ? fit : 12;
 }
 
@@ -511,7 +517,7 @@ inline double sm90_gemm_model_us(int64_t M, int64_t N, int64_t K, int sms, const
 inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int block_m, int block_n, int splits,
                               sm90_gemm_config &c) {
   const bool tile = (block_m == 64 && (block_n == 64 || block_n == 128)) ||
-                    (block_m == 128 && (block_n == 64 || block_n == 128 || block_n == 192)) ||
+                    (block_m == 128 && (block_n == 64 || block_n == 96 || block_n == 128 || block_n == 192)) ||
                     ((block_m == 192 || block_m == 256) && block_n == 128);
   const int64_t num_kb = (K + 127) / 128, tiles = sm90_gemm_tiles(M, N, block_m, block_n);
   if (!tile || splits < 1 || splits > 16 || (splits > 1 && splits > num_kb / 2)) return false;
@@ -727,6 +733,17 @@ inline sm90_gemm_config sm90_gemm_pick(int64_t M, int64_t N, int64_t K, int sm_c
                            : sm90_gemm_tiles(M, N, 64, 128) <= sms && sm90_gemm_plan_of(M, N, K, sms, 64, 128, 1, other))
       return other;
   }
+  // 65-128 rows on a fast DRAM: whole 128 x 128 tiles in one wave on at most two thirds of the SMs,
+  // on units of 64 K-blocks or more, become 128 x 96 tiles where those fit one wave (more SMs
+  // streaming the weight): (96 / 128, 9216-11008, 8192 / 14336) 1.03-1.08x faster as forced plans,
+  // one 0.998x; on shorter units they lost ((96 / 128, 9216-12288, 2048) 0.90-0.98x), and with 128
+  // x 128 tiles on three quarters of the SMs ((128, 12288, 14336)) 0.97x (H200; the H100
+  // unmeasured; bench/results/h200-dev-gemm-128x96-rule-sweep.jsonl.xz, docs/GEMM.md "128 x 96
+  // tiles").
+  if (fast_dram && M > 64 && M <= 128 && chosen.block_m == 128 && chosen.block_n == 128 && chosen.splits == 1 &&
+      3 * chosen.whole_tiles <= 2 * sms && num_kb >= 64 && sm90_gemm_tiles(M, N, 128, 96) <= sms &&
+      sm90_gemm_plan_of(M, N, K, sms, 128, 96, 1, other))
+    return other;
   return sm90_gemm_short_tail(chosen, M, N, K, sms, recipe);
 }
 

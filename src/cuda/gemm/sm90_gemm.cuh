@@ -472,9 +472,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
                     (kBlockM == 192 && sm90_gemm_tall(R) && kBlockN == 128),
                 "one, two or (block-scaled 192 x 128) three consumer warpgroups");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma m64nNk32 with N a multiple of 16");
-  // A tile's columns share one B scale block, or (192 columns, starting at a multiple of 64) span
-  // two: the first 128 - n0 % 128 columns take the first block's scale, the rest the next one's.
-  // The scaled FP8 recipe, which has no scale blocks, has 112-column tiles too.
+  // A tile's columns share one B scale block, or (192 columns starting at a multiple of 64, 96 at
+  // a multiple of 32) span two: the first 128 - n0 % 128 columns take the first block's scale, the
+  // rest the next one's. The scaled FP8 recipe, which has no scale blocks, has 112-column tiles too.
   static_assert(128 % kBlockN == 0 || kBlockN == 192 || kBlockN == 96 || (kBlockN == 112 && R == Sm90Recipe::kScaledFp8),
                 "a tile spans at most two B scale blocks");
   constexpr bool kTwoScaleBlocks = kBlockN == 192 || kBlockN == 96;
@@ -797,8 +797,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         const int n = kb_end - kb_begin;
         // Weight-block scales come from the L2 kAhead blocks before their issue, into a ring of
         // registers (block i's in ahead[i % kRing]: a compile-time slot in the unrolled loop, so
-        // no register move waits on a load in flight; NOTES). Tiles of 128 columns keep one block
-        // ahead (kRing 2: their registers are spoken for; 7 slots made 64 x 128 5.7% slower).
+        // no register move waits on a load in flight; NOTES). Tiles of 96 and 128 columns keep one
+        // block ahead (kRing 2: their registers are spoken for; 7 slots made 64 x 128 5.7% slower,
+        // and 128 x 96, with a second ring for its second scale block, spilled).
         // Short units read theirs from the stage's window instead.
         constexpr int kRing = kBlockN >= 96        ? 2
                               : kPeriod % 8 == 0 ? 8

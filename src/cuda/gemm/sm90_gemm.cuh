@@ -704,21 +704,28 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(acc[i]);
     };
-    // FP8: total += the completed K-block in `a` (its wait is done) times the scales s0 and s1 of
-    // the thread's two rows (kScaledFp8: 1, exact adds); the column groups from hi on (a
-    // compile-time constant, std::integral_constant) take h0 and h1 instead: the second weight-scale
-    // block of a 192-column tile.
-    auto add_cols = [&](Acc(&a)[kBlockN / 2], float s0, float s1, float h0, float h1, auto hi) {
+    // FP8: total += the completed K-block in `a` (its wait is done) times the scales of the
+    // thread's two rows (kScaledFp8: 1, exact adds), by bands of column groups (compile-time
+    // bounds, std::integral_constant): groups below mid take s0 and s1, those from mid to hi m0 and
+    // m1, those from hi on h0 and h1.
+    auto add_bands = [&](Acc(&a)[kBlockN / 2], float s0, float s1, float m0, float m1, float h0, float h1, auto mid,
+                         auto hi) {
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; j++) {
-        const float r0 = j < decltype(hi)::value ? s0 : h0, r1 = j < decltype(hi)::value ? s1 : h1;
+        constexpr int kMid = decltype(mid)::value, kHiAt = decltype(hi)::value;
+        const float r0 = j < kMid ? s0 : j < kHiAt ? m0 : h0, r1 = j < kMid ? s1 : j < kHiAt ? m1 : h1;
         total[4 * j + 0] = fmaf(a[4 * j + 0], r0, total[4 * j + 0]);
         total[4 * j + 1] = fmaf(a[4 * j + 1], r0, total[4 * j + 1]);
         total[4 * j + 2] = fmaf(a[4 * j + 2], r1, total[4 * j + 2]);
         total[4 * j + 3] = fmaf(a[4 * j + 3], r1, total[4 * j + 3]);
       }
+    };
+    // Two bands: the column groups from hi on take h0 and h1 (the second weight-scale block of a
+    // 192-column tile).
+    auto add_cols = [&](Acc(&a)[kBlockN / 2], float s0, float s1, float h0, float h1, auto hi) {
+      add_bands(a, s0, s1, h0, h1, h0, h1, hi, hi);
     };
     auto add_block = [&](Acc(&a)[kBlockN / 2], float s0, float s1) {
       add_cols(a, s0, s1, s0, s1, std::integral_constant<int, kBlockN / 8>{});
@@ -849,22 +856,13 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         // total += block in `a` times its scales. A 96-column tile's column groups from hi_at on
         // take the second scale block's (h0, h1) where the tile straddles two: hi_at is 4 or 8
         // there (12 or 16 elsewhere), so groups 0-3 always take the first block's, groups 4-7 the
-        // second's when hi_at is 4, groups 8-11 when it is 4 or 8: four selects a block.
+        // second's when hi_at is 4, groups 8-11 when it is 4 or 8: three bands, four selects a block.
         const bool hi4 = hi_at == 4, hi8 = hi_at <= 8;
         auto promote_block = [&](Acc(&a)[kBlockN / 2], float s0, float s1, float h0, float h1) {
           if constexpr (kHi) {
             static_assert(kBlockN == 96, "two-set tiles straddling two scale blocks: 96 columns");
-#pragma unroll
-            for (int i = 0; i < kBlockN / 2; i++) wgmma_fence_operand(a[i]);
-            const float m0 = hi4 ? h0 : s0, m1 = hi4 ? h1 : s1, t0 = hi8 ? h0 : s0, t1 = hi8 ? h1 : s1;
-#pragma unroll
-            for (int j = 0; j < kBlockN / 8; j++) {
-              const float r0 = j < 4 ? s0 : j < 8 ? m0 : t0, r1 = j < 4 ? s1 : j < 8 ? m1 : t1;
-              total[4 * j + 0] = fmaf(a[4 * j + 0], r0, total[4 * j + 0]);
-              total[4 * j + 1] = fmaf(a[4 * j + 1], r0, total[4 * j + 1]);
-              total[4 * j + 2] = fmaf(a[4 * j + 2], r1, total[4 * j + 2]);
-              total[4 * j + 3] = fmaf(a[4 * j + 3], r1, total[4 * j + 3]);
-            }
+            add_bands(a, s0, s1, hi4 ? h0 : s0, hi4 ? h1 : s1, hi8 ? h0 : s0, hi8 ? h1 : s1,
+                      std::integral_constant<int, 4>{}, std::integral_constant<int, 8>{});
           } else {
             add_block(a, s0, s1);
           }

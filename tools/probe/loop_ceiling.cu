@@ -216,5 +216,9 @@ int main() {
   tile<64, 2, 1, sm90_gemm_stages(128, 64, 2)>("128x64", prop.multiProcessorCount);
   tile<64, 1, 2, sm90_gemm_stages(128, 64, 2)>("128x64/1", prop.multiProcessorCount);  // one warpgroup, two sub-tiles
   tile<128, 1, 1, sm90_gemm_stages(64, 128, 2)>("64x128", prop.multiProcessorCount);
+  // the two-warpgroup tiles of 96, 112 and 128 columns (the wgmma's N against its cost a K-block)
+  tile<96, 2, 1, sm90_gemm_stages(128, 96, 2)>("128x96", prop.multiProcessorCount);
+  tile<112, 2, 1, sm90_gemm_stages(128, 112, 2)>("128x112", prop.multiProcessorCount);
+  tile<128, 2, 1, sm90_gemm_stages(128, 128, 2)>("128x128", prop.multiProcessorCount);
   return 0;
 }

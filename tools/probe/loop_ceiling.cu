@@ -216,9 +216,9 @@ int main() {
   tile<64, 2, 1, sm90_gemm_stages(128, 64, 2)>("128x64", prop.multiProcessorCount);
   tile<64, 1, 2, sm90_gemm_stages(128, 64, 2)>("128x64/1", prop.multiProcessorCount);  // one warpgroup, two sub-tiles
   tile<128, 1, 1, sm90_gemm_stages(64, 128, 2)>("64x128", prop.multiProcessorCount);
-  // the two-warpgroup tiles of 96, 112 and 128 columns (the wgmma's N against its cost a K-block)
+  // 128 x 96 (two warpgroups). Wider two-warpgroup tiles spill here (ptxas: 140-900 bytes at 112
+  // and 128 columns): the probe's 288 threads get 224 registers a thread, and the kernel's consumers
+  // reach their 232 only by setmaxnreg, which needs a whole producer warpgroup.
   tile<96, 2, 1, sm90_gemm_stages(128, 96, 2)>("128x96", prop.multiProcessorCount);
-  tile<112, 2, 1, sm90_gemm_stages(128, 112, 2)>("128x112", prop.multiProcessorCount);
-  tile<128, 2, 1, sm90_gemm_stages(128, 128, 2)>("128x128", prop.multiProcessorCount);
   return 0;
 }

@@ -478,6 +478,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   static_assert(128 % kBlockN == 0 || kBlockN == 192 || kBlockN == 96 || (kBlockN == 112 && R == Sm90Recipe::kScaledFp8),
                 "a tile spans at most two B scale blocks");
   constexpr bool kTwoScaleBlocks = kBlockN == 192 || kBlockN == 96;
+  // The single-set path's promotion (promote) knows one band boundary, a 192-column tile's (column
+  // group 8 or 16); a 96-column tile's three bands are the two-set loop's (promote_block).
+  static_assert(kBlockN != 96 || kTwoAcc, "96-column tiles run the two-set loop");
   static_assert(Smem::kABytes % 1024 == 0 && Smem::kBBytes % 1024 == 0,
                 "every tile starts on a 1024-byte boundary (128-byte swizzle, descriptor base offset 0)");
   static_assert(Smem::kBytes <= 227 * 1024, "shared memory of one SM");

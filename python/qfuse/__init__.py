@@ -11,6 +11,7 @@ CuPy tensors on the GPU) is handed to the C library without a copy. Frameworks w
     ctx.quant_per_tensor(x, np.array([0.05], np.float32), qfuse.view(q, "e4m3fn"))
 """
 import ctypes
+import ctypes.util
 import os
 
 __all__ = ["Context", "QfuseError", "view", "version", "DTYPES"]
@@ -133,7 +134,9 @@ def _load():
                 path = cand
                 break
     if not path:
-        raise OSError("libqfuse.so not found: set QFUSE_LIBRARY or build into ./build")
+        path = ctypes.util.find_library("qfuse")  # an installed library (cmake --install, ldconfig)
+    if not path:
+        raise OSError("libqfuse.so not found: set QFUSE_LIBRARY, build into ./build or install it")
     lib = ctypes.CDLL(path)
     lib.qf_version.restype = ctypes.c_char_p
     lib.qf_status_str.restype = ctypes.c_char_p

@@ -1,0 +1,2 @@
+// consumer.c compiled as C++ (the header's extern "C" and a C++ engine's link line).
+#include "consumer.c"

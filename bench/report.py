@@ -4,7 +4,8 @@
 Usage: bench/report.py BENCH.jsonl [VS_TORCH.jsonl] | bench/report.py NVFP4.jsonl
 BENCH.jsonl is qfuse-bench's output (device-check's bench.jsonl), VS_TORCH.jsonl merge.py's
 pairing with torch.compile (device-check's peers.jsonl). Prints markdown: the ceilings, the
-activation-quantization family as percent of copy16, the GEMMs as ratios to cuBLASLt, and every
+activation-quantization family as percent of copy16, the GEMMs as ratios to cuBLASLt (the
+block-scaled one also row by row, with the best public kernel's quoted times), and every
 VQ row pivoted by variant. NVFP4.jsonl (device-check's nvfp4.jsonl, bench/peers/nvfp4_torch.py)
 gives the NVFP4 table by (N, K) and M; qfuse-bench's gemm_nvfp4 rows give it too, and its
 gemm_nvfp4_plans rows (the plan sweep) a list of each forced plan against the heuristic's. Every figure is a row of the files given; nothing is averaged across
@@ -101,6 +102,24 @@ def blockscale(rows):
             else:
                 cells.append(f"{r['ratio']:.2f}x ({r['pct_floor']:.0f}% floor)")
         print(f"| ({n}, {k}) | " + " | ".join(cells) + " |")
+    print()
+    # Every row in full, the issue's shapes first (M bold): what its issue asks to record per shape.
+    copy = next((r["gbps"] for r in rows if r["op"] == "ceiling_copy"), None)
+    peak = next((r["tflops"] for r in rows if r["op"] == "ceiling_fp8_gemm"), None)
+    if not (copy and peak):
+        return
+    print("| M | (N, K) | qfuse us | TFLOPS | GB/s | % FP8 ceiling | % memory floor | cuBLASLt us | ratio | "
+          "best public kernel us |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m in sorted(ms, key=lambda m: (m not in (64, 128, 4096), m)):
+        for n, k in nk:
+            r = by.get((m, n, k))
+            if not r:
+                continue
+            name = f"**{m}**" if m in (64, 128, 4096) else f"{m}"
+            print(f"| {name} | ({n}, {k}) | {r['us']:.1f} | {r['tflops']:.0f} | {r['gbps']:.0f} | "
+                  f"{100 * r['tflops'] / peak:.0f}% | {100 * r['gbps'] / copy:.0f}% | {r['peer_us']:.1f} | "
+                  f"{r['ratio']:.2f}x | {QUOTED_BLOCKSCALE_US.get((m, n, k), '')} |")
     print()
 
 

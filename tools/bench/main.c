@@ -1,8 +1,10 @@
 /* qfuse-bench: measures the machine's ceilings, then times qfuse's ops against their peers.
  * Default: on CUDA device 0 when one is present, otherwise the CPU backend on small shapes. */
+#define _POSIX_C_SOURCE 200809L /* readlink */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "bench_ops.h"
@@ -14,7 +16,8 @@ static void usage(void) {
           "                   [--flush read|memset] [--timing kernel|event]\n"
           "  --cpu      time the CPU backend even when a GPU is present\n"
           "  --jsonl    append one JSON line per result to FILE\n"
-          "  --commit   commit id recorded in the rows (default: $QF_COMMIT or 'unknown')\n"
+          "  --commit   commit id recorded in the rows (default: $QF_COMMIT, else the commit.txt that\n"
+          "             scripts/build writes beside tools/, else 'unknown')\n"
           "  --reps     timed runs per measurement (at least 20; default 30)\n"
           "  --only     run only the ops named, comma-separated (e.g. quant_group,quant_token); some\n"
           "             run only when named (gemm_nvfp4_plans: the NVFP4 GEMM's launch plans forced;\n"
@@ -28,6 +31,28 @@ static void usage(void) {
           "             (default; leaves clean lines) or a memset of it (leaves dirty lines)\n"
           "  --timing   a GPU run's time: its kernels' durations from CUPTI's records (default)\n"
           "             or a CUDA event pair around it (the launch latency too)\n");
+}
+
+/* The build's commit.txt (scripts/build, scripts/pack), one folder above this executable, so that
+ * rows of a run started by hand say what they measured. Returns the first line or NULL. */
+static char *build_commit(char *buf, size_t size) {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+  if (n <= 0) return NULL;
+  path[n] = '\0';
+  for (int up = 0; up < 2; up++) {
+    char *slash = strrchr(path, '/');
+    if (!slash) return NULL;
+    *slash = '\0';
+  }
+  strcat(path, "/commit.txt");
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char *line = fgets(buf, (int)size, f);
+  fclose(f);
+  if (!line) return NULL;
+  line[strcspn(line, "\r\n")] = '\0';
+  return line[0] ? line : NULL;
 }
 
 static int parse_timing(const char *name, qfb_timing *t) {
@@ -46,7 +71,9 @@ static int parse_flush(const char *name, qfb_flush *f) {
 
 int main(int argc, char **argv) {
   qfb_config cfg = {0};
+  char commit_buf[128];
   cfg.commit = getenv("QF_COMMIT");
+  if (!cfg.commit) cfg.commit = build_commit(commit_buf, sizeof commit_buf);
   qfb_select sel = {NULL, 0, 0};
   int force_cpu = 0;
   for (int i = 1; i < argc; i++) {

@@ -239,6 +239,10 @@ static qfb_lt_gemm *plan_finish(qfb_lt_gemm *g, cudaDataType_t in, cudaDataType_
 }
 
 qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode) {
+  return qfb_lt_gemm_plan_d(lt, M, N, K, mode, 0);
+}
+
+qfb_lt_gemm *qfb_lt_gemm_plan_d(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode, int fp32_d) {
   if (!plan_args_ok(lt, M, N, K, "qfb_lt_gemm_plan")) return NULL;
   int32_t a_mode, b_mode; /* cuBLAS A (our B), cuBLAS B (our A) */
   switch (mode) {
@@ -279,8 +283,8 @@ qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_l
     return NULL;
   }
   char what[48];
-  snprintf(what, sizeof what, "e4m3 scale=%s -> bf16", qfb_lt_scale_name(mode));
-  return plan_finish(g, CUDA_R_8F_E4M3, CUDA_R_16BF, what);
+  snprintf(what, sizeof what, "e4m3 scale=%s -> %s", qfb_lt_scale_name(mode), fp32_d ? "fp32" : "bf16");
+  return plan_finish(g, CUDA_R_8F_E4M3, fp32_d ? CUDA_R_32F : CUDA_R_16BF, what);
 }
 
 qfb_lt_gemm *qfb_lt_gemm_plan_i8(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {

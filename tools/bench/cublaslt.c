@@ -239,11 +239,16 @@ static qfb_lt_gemm *plan_finish(qfb_lt_gemm *g, cudaDataType_t in, cudaDataType_
 }
 
 qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode) {
-  return qfb_lt_gemm_plan_d(lt, M, N, K, mode, 0);
+  return qfb_lt_gemm_plan_d(lt, M, N, K, mode, CUDA_R_16BF);
 }
 
-qfb_lt_gemm *qfb_lt_gemm_plan_d(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode, int fp32_d) {
+qfb_lt_gemm *qfb_lt_gemm_plan_d(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode,
+                                cudaDataType_t d_type) {
   if (!plan_args_ok(lt, M, N, K, "qfb_lt_gemm_plan")) return NULL;
+  if (d_type != CUDA_R_16BF && d_type != CUDA_R_32F) {
+    fprintf(stderr, "qfb_lt_gemm_plan: D must be bf16 or fp32\n");
+    return NULL;
+  }
   int32_t a_mode, b_mode; /* cuBLAS A (our B), cuBLAS B (our A) */
   switch (mode) {
   case QFB_LT_SCALE_TENSOR:
@@ -283,8 +288,8 @@ qfb_lt_gemm *qfb_lt_gemm_plan_d(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb
     return NULL;
   }
   char what[48];
-  snprintf(what, sizeof what, "e4m3 scale=%s -> %s", qfb_lt_scale_name(mode), fp32_d ? "fp32" : "bf16");
-  return plan_finish(g, CUDA_R_8F_E4M3, fp32_d ? CUDA_R_32F : CUDA_R_16BF, what);
+  snprintf(what, sizeof what, "e4m3 scale=%s -> %s", qfb_lt_scale_name(mode), d_type == CUDA_R_32F ? "fp32" : "bf16");
+  return plan_finish(g, CUDA_R_8F_E4M3, d_type, what);
 }
 
 qfb_lt_gemm *qfb_lt_gemm_plan_i8(qfb_lt *lt, int64_t M, int64_t N, int64_t K) {

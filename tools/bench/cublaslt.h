@@ -65,9 +65,10 @@ typedef struct qfb_lt_gemm qfb_lt_gemm;
 /* Matmul descriptor, layouts and the heuristic's first algorithm for the given shape and mode.
  * NULL + message on stderr when the arguments are invalid or cuBLASLt has no algorithm for it. */
 qfb_lt_gemm *qfb_lt_gemm_plan(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode);
-/* The same with an fp32 D (row-major [M][N], ldd = N) where fp32_d is nonzero, for comparing the
- * two libraries' accuracy (tools/probe/fp8_error.c); bf16 otherwise. */
-qfb_lt_gemm *qfb_lt_gemm_plan_d(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode, int fp32_d);
+/* The same with D of type d_type, CUDA_R_16BF (qfb_lt_gemm_plan) or CUDA_R_32F (row-major [M][N],
+ * ldd = N), for comparing the two libraries' accuracy (tools/probe/fp8_error.c). */
+qfb_lt_gemm *qfb_lt_gemm_plan_d(qfb_lt *lt, int64_t M, int64_t N, int64_t K, qfb_lt_scale mode,
+                                cudaDataType_t d_type);
 /* Enqueues the GEMM on stream s. Returns 0, or nonzero after printing the failing call. */
 int qfb_lt_gemm_run(qfb_lt_gemm *g, const void *A, const void *B, const float *a_scale,
                     const float *b_scale, void *D, cudaStream_t s);

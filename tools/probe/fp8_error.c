@@ -120,11 +120,7 @@ static qf_status run_qfuse(qf_ctx *ctx, int cuda, int64_t M, int64_t N, int64_t 
 }
 
 static double value(const void *d, int bf16, size_t i) {
-  if (!bf16) return ((const float *)d)[i];
-  const uint32_t u = (uint32_t)((const uint16_t *)d)[i] << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
+  return bf16 ? qf_bf16_to_f32(((const uint16_t *)d)[i]) : ((const float *)d)[i];
 }
 
 /* Relative Frobenius error of the first ROWS rows of d (fp32 or bf16) against ref (fp32). */
@@ -167,20 +163,19 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
    * many of the compared values the two libraries give bit for bit, per D type. */
   double err[4] = {-1, -1, -1, -1}, same[2] = {-1, -1};
   for (int bf16 = 0; bf16 < 2; bf16++) {
+    const size_t esz = bf16 ? 2 : 4, n = (size_t)(ROWS * N);
     if (cudaMemset(d, 0xff, d_bytes) ||
         run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, bf16 ? QF_BF16 : QF_F32) != QF_OK ||
-        cudaMemcpy(h_out, d, (size_t)(ROWS * N) * (bf16 ? 2 : 4), cudaMemcpyDeviceToHost))
+        cudaMemcpy(h_qf, d, n * esz, cudaMemcpyDeviceToHost))
       goto done;
-    err[bf16] = frob(h_out, bf16, ref, N);
-    memcpy(h_qf, h_out, (size_t)(ROWS * N) * (bf16 ? 2 : 4));
-    qfb_lt_gemm *g = qfb_lt_gemm_plan_d(lt, in.Mp, N, K, QFB_LT_SCALE_BLK, !bf16);
+    err[bf16] = frob(h_qf, bf16, ref, N);
+    qfb_lt_gemm *g = qfb_lt_gemm_plan_d(lt, in.Mp, N, K, QFB_LT_SCALE_BLK, bf16 ? CUDA_R_16BF : CUDA_R_32F);
     if (!g) continue; /* cuBLASLt has no algorithm for this D type: the message says so */
     const int lt_rc = cudaMemset(d, 0xff, d_bytes) || qfb_lt_gemm_run(g, a, b, as, bs_lt, d, 0) ||
-                      cudaMemcpy(h_out, d, (size_t)(ROWS * N) * (bf16 ? 2 : 4), cudaMemcpyDeviceToHost);
+                      cudaMemcpy(h_out, d, n * esz, cudaMemcpyDeviceToHost);
     qfb_lt_gemm_free(g);
     if (lt_rc) goto done;
     err[2 + bf16] = frob(h_out, bf16, ref, N);
-    const size_t esz = bf16 ? 2 : 4, n = (size_t)(ROWS * N);
     size_t equal = 0;
     for (size_t i = 0; i < n; i++) equal += !memcmp((char *)h_qf + i * esz, (char *)h_out + i * esz, esz);
     same[bf16] = (double)equal / (double)n;

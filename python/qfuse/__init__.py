@@ -63,7 +63,7 @@ class RmsNormQuantOpts(ctypes.Structure):
 
 
 class GemmBlockscaleOpts(ctypes.Structure):
-    _fields_ = [("c", ctypes.POINTER(DLTensor)), ("a_scales_row_major", ctypes.c_int)]
+    _fields_ = [("c", ctypes.POINTER(DLTensor)), ("a_scales_row_major", ctypes.c_int), ("fine_promotion", ctypes.c_int)]
 
 
 class GemmGroupedOpts(ctypes.Structure):
@@ -364,10 +364,10 @@ class Context:
         self._check(_lib.qf_rms_norm_quant(self._ctx, keep[0].ptr(), r.ptr() if r else None, keep[1].ptr(),
                                            keep[2].ptr(), keep[3].ptr(), ctypes.byref(o)))
 
-    def gemm_fp8_blockscale(self, a, a_scales, b, b_scales, d, c=None, a_scales_row_major=False):
+    def gemm_fp8_blockscale(self, a, a_scales, b, b_scales, d, c=None, a_scales_row_major=False, fine_promotion=False):
         keep = [_Arg(t) for t in (a, a_scales, b, b_scales, d)]
         ca = _Arg(c) if c is not None else None
-        o = GemmBlockscaleOpts(ctypes.pointer(ca.tensor) if ca else None, int(a_scales_row_major))
+        o = GemmBlockscaleOpts(ctypes.pointer(ca.tensor) if ca else None, int(a_scales_row_major), int(fine_promotion))
         self._check(_lib.qf_gemm_fp8_blockscale(self._ctx, *(x.ptr() for x in keep), ctypes.byref(o)))
 
     def gemm_fp8_blockscale_grouped(self, a, a_scales, b, b_scales, expert_ids, d, epilogue="none",

@@ -104,6 +104,7 @@ typedef struct {
   int64_t experts, ids_stride, expert_rows;
   const int32_t *expert_ids, *masked_m;
   int swiglu;
+  int fine_promotion; /* qf_gemm_blockscale_opts.fine_promotion (dense calls, fp32 d) */
 } qf_gemm_blockscale_args;
 
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);
@@ -114,7 +115,8 @@ qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args
  * range) the tiles past the last whole wave of the SMs, or all of them where they are fewer than
  * the SMs, split into that many K ranges. For qfuse-bench's plan sweep. Plans the engine cannot run (a
  * 256 x 128 split whose units do not all fit on the SMs at once, a split with no tile to split),
- * the grouped forms and contexts that are not CUDA's get QF_ERR_UNSUPPORTED. */
+ * the grouped forms, opts->fine_promotion (a plan of its own) and contexts that are not CUDA's get
+ * QF_ERR_UNSUPPORTED. */
 qf_status qf_gemm_fp8_blockscale_with(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales, const DLTensor *b,
                                       const DLTensor *b_scales, DLTensor *d, const qf_gemm_blockscale_opts *opts,
                                       int block_m, int block_n, int splits);

@@ -143,6 +143,13 @@ class TestFamily(unittest.TestCase):
         d = np.empty((m, n), np.float32)
         self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s, d)
         np.testing.assert_allclose(d, 0.5 * self.vals[a] @ self.vals[b].T, rtol=1e-6)
+        d_fine = np.empty_like(d)
+        self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s, d_fine,
+                                     fine_promotion=True)
+        np.testing.assert_array_equal(d_fine, d)  # the CPU sums in float64 either way
+        with self.assertRaises(qfuse.QfuseError):  # fp32 d only
+            self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s,
+                                         qfuse.view(np.empty((m, n), np.uint16), "bf16"), fine_promotion=True)
         # grouped: two experts, rows 0-127 on expert 1, 128-130 on expert 0 (per-row ids taken every 128th)
         bg = self.rng.integers(0, 0x70, (2, n, k), dtype=np.uint8)
         bg_s = np.array([[[0.5, 0.5]], [[2.0, 2.0]]], np.float32)

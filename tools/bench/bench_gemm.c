@@ -26,11 +26,12 @@ typedef struct {
   qf_ctx *ctx;
   DLTensor a, as, b, bs, d;
   int64_t ashape[2], asshape[2], asstride[2], bshape[2], bsshape[2], dshape[2];
+  const qf_gemm_blockscale_opts *opts;
 } gemm_call;
 
 static int run_qfuse(void *arg) {
   gemm_call *c = arg;
-  qf_status st = qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, NULL);
+  qf_status st = qf_gemm_fp8_blockscale(c->ctx, &c->a, &c->as, &c->b, &c->bs, &c->d, c->opts);
   if (st != QF_OK) fprintf(stderr, "qf_gemm_fp8_blockscale: %s\n", qf_ctx_last_error(c->ctx));
   return st != QF_OK;
 }
@@ -165,7 +166,8 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M,
   float *as = NULL, *bs = NULL, *bs_lt = NULL;
   uint64_t seed = 0x51ED2701ull ^ (uint64_t)(M * 131 + N * 7 + K);
   int rc = 1;
-  if (!h || !hs || cudaMalloc(&a, a_bytes) || cudaMalloc(&bm, b_bytes) || cudaMalloc(&d, (size_t)(Mp * N) * 2) ||
+  const int fine = !strcmp(op, "gemm_fp8_blockscale_fine"); /* fp32 D, with and without fine promotion */
+  if (!h || !hs || cudaMalloc(&a, a_bytes) || cudaMalloc(&bm, b_bytes) || cudaMalloc(&d, (size_t)(Mp * N) * (fine ? 4 : 2)) ||
       cudaMalloc(&dl, (size_t)(Mp * N) * 2) || cudaMalloc((void **)&as, sizeof(float) * (size_t)(KB * Mp)) ||
       cudaMalloc((void **)&bs, sizeof(float) * (size_t)(NB * KB)) ||
       cudaMalloc((void **)&bs_lt, sizeof(float) * (size_t)(NB * ((KB + 3) / 4 * 4))))
@@ -190,13 +192,29 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M,
   q.as = dev_tensor(as, QF_F32, q.asshape, q.asstride);
   q.b = dev_tensor(bm, QF_E4M3FN, q.bshape, NULL);
   q.bs = dev_tensor(bs, QF_F32, q.bsshape, NULL);
-  q.d = dev_tensor(d, QF_BF16, q.dshape, NULL);
+  q.d = dev_tensor(d, fine ? QF_F32 : QF_BF16, q.dshape, NULL);
 
   char shape[64];
   snprintf(shape, sizeof shape, "M=%lld,N=%lld,K=%lld", (long long)M, (long long)N, (long long)K);
   const double flops = 2.0 * (double)M * (double)N * (double)K;
-  const double bytes = (double)(M * K + N * K) + 4.0 * (double)(KB * M + NB * KB) + 2.0 * (double)(M * N);
+  const double bytes = (double)(M * K + N * K) + 4.0 * (double)(KB * M + NB * KB) + (fine ? 4.0 : 2.0) * (double)(M * N);
   const int plans = !strcmp(op, "gemm_fp8_blockscale_plans");
+  if (fine) {
+    /* The cost of the finer promotion: its time against the same call's without it, alternated. */
+    static const qf_gemm_blockscale_opts fine_opts = {.fine_promotion = 1};
+    gemm_call f = q;
+    f.opts = &fine_opts;
+    qfb_row row = {.op = op, .variant = "e4m3->fp32,fine", .shape = shape, .bytes = bytes, .flops = flops,
+                   .peer = "qfuse e4m3->fp32 (same run)"};
+    const double f1 = qfb_time_us(b, run_qfuse, &f), p1 = qfb_time_us(b, run_qfuse, &q);
+    const double p2 = qfb_time_us(b, run_qfuse, &q), f2 = qfb_time_us(b, run_qfuse, &f);
+    row.us = f1 > 0 && f2 > 0 ? 0.5 * (f1 + f2) : -1.0;
+    row.peer_us = p1 > 0 && p2 > 0 ? 0.5 * (p1 + p2) : -1.0;
+    row.floor_us = qfb_floor_us(b, bytes, flops, 0);
+    qfb_emit(b, &row);
+    rc = row.us > 0 && row.peer_us > 0 ? 0 : 1;
+    goto done;
+  }
   char auto_variant[48] = "e4m3->bf16";
   if (plans) {
     int bm, bn, splits, tail_kb;
@@ -566,12 +584,13 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
   const int grid = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_grid");
   const int plans = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_plans");
   const int lt_algos = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_lt_algos");
+  const int fine = sel->ops && qfb_op_selected(sel->ops, "gemm_fp8_blockscale_fine");
   const int scaled = qfb_op_selected(sel->ops, "gemm_scaled");
   int chains = 0;
 #ifdef QF_WITH_CUDA
   for (int kind = 0; kind < CHAIN_KINDS; kind++) chains |= qfb_op_selected(sel->ops, chain_ops[kind]);
 #endif
-  if (!(blockscale || grid || plans || lt_algos || scaled || chains) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
+  if (!(blockscale || grid || plans || lt_algos || fine || scaled || chains) || !qfb_uses_gpu(b)) return 0; /* the CPU reference is float64: not timed */
 #ifdef QF_WITH_CUDA
   static const int64_t ms[] = {1, 16, 32, 64, 128, 512, 2048, 4096};
   static const int64_t nk[][2] = {{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384}, {4096, 7168}, {7168, 2048}};
@@ -586,6 +605,14 @@ int bench_gemm(qfb *b, qf_ctx *ctx, const qfb_select *sel, int *rows) {
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
       if ((sel->m && ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
       rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale", ms[i], nk[j][0], nk[j][1]);
+      ++*rows;
+    }
+  /* gemm_fp8_blockscale_fine, only when named: the bench's shapes with fp32 D, fine promotion
+   * against none */
+  for (size_t j = 0; j < sizeof nk / sizeof nk[0] && fine; j++)
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+      if ((sel->m && ms[i] != sel->m) || (sel->k && nk[j][1] != sel->k)) continue;
+      rc |= one_shape(b, ctx, lt, "gemm_fp8_blockscale_fine", ms[i], nk[j][0], nk[j][1]);
       ++*rows;
     }
   /* gemm_fp8_blockscale_lt_algos, only when named: the bench's shapes against each configuration

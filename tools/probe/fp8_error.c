@@ -11,7 +11,8 @@
  * Each GEMM runs at M = 32, 128 and 4096 (the decode, 65-128-row and tall plans); its first 32 rows
  * are compared with the CPU backend (float64 sums of the blockwise formula, fp32 out). One line a
  * case: the relative Frobenius error of each of the four outputs over those rows, and the share of
- * those rows' values that the two libraries give bit for bit.
+ * those rows' values that the two libraries give bit for bit, and qfuse's fp32 error with
+ * opts.fine_promotion (the tensor cores' sums promoted every 32 of K instead of 128).
  * Usage: qfuse-probe-fp8-error [--quick] (--quick: M = 32 and the two smallest weights only). */
 #include <math.h>
 #include <stdint.h>
@@ -108,13 +109,14 @@ static DLTensor tensor(void *data, int cuda, qf_dtype dt, int64_t *shape, int64_
 
 /* qf_gemm_fp8_blockscale on ctx over the given A, As (column-major with pitch Mp), B, Bs: D [M, N]. */
 static qf_status run_qfuse(qf_ctx *ctx, int cuda, int64_t M, int64_t N, int64_t K, int64_t Mp, void *a, void *as,
-                           void *b, void *bs, void *d, qf_dtype dt) {
+                           void *b, void *bs, void *d, qf_dtype dt, int fine) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128;
   int64_t ash[2] = {M, K}, assh[2] = {KB, M}, asst[2] = {Mp, 1}, bsh[2] = {N, K}, bssh[2] = {NB, KB}, dsh[2] = {M, N};
   DLTensor ta = tensor(a, cuda, QF_E4M3FN, ash, NULL), tas = tensor(as, cuda, QF_F32, assh, asst);
   DLTensor tb = tensor(b, cuda, QF_E4M3FN, bsh, NULL), tbs = tensor(bs, cuda, QF_F32, bssh, NULL);
   DLTensor td = tensor(d, cuda, dt, dsh, NULL);
-  qf_status st = qf_gemm_fp8_blockscale(ctx, &ta, &tas, &tb, &tbs, &td, NULL);
+  const qf_gemm_blockscale_opts opts = {.fine_promotion = fine};
+  qf_status st = qf_gemm_fp8_blockscale(ctx, &ta, &tas, &tb, &tbs, &td, &opts);
   if (st != QF_OK) fprintf(stderr, "qf_gemm_fp8_blockscale: %s\n", qf_ctx_last_error(ctx));
   return st;
 }
@@ -145,7 +147,7 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
 
   /* The reference over the first ROWS rows: their scales as a [KB, ROWS] tensor. */
   for (int64_t kb = 0; kb < in.KB; kb++) memcpy(ras + kb * ROWS, in.as + kb * in.Mp, ROWS * sizeof(float));
-  if (run_qfuse(cpu, 0, ROWS, N, K, ROWS, in.a, ras, in.b, in.bs, ref, QF_F32) != QF_OK) goto done;
+  if (run_qfuse(cpu, 0, ROWS, N, K, ROWS, in.a, ras, in.b, in.bs, ref, QF_F32, 0) != QF_OK) goto done;
 
   const size_t d_bytes = (size_t)(in.Mp * N) * 4;
   if (cudaMalloc(&a, (size_t)(M * K)) || cudaMalloc(&b, (size_t)(N * K)) ||
@@ -165,7 +167,7 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
   for (int bf16 = 0; bf16 < 2; bf16++) {
     const size_t esz = bf16 ? 2 : 4, n = (size_t)(ROWS * N);
     if (cudaMemset(d, 0xff, d_bytes) ||
-        run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, bf16 ? QF_BF16 : QF_F32) != QF_OK ||
+        run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, bf16 ? QF_BF16 : QF_F32, 0) != QF_OK ||
         cudaMemcpy(h_qf, d, n * esz, cudaMemcpyDeviceToHost))
       goto done;
     err[bf16] = frob(h_qf, bf16, ref, N);
@@ -180,10 +182,16 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
     for (size_t i = 0; i < n; i++) equal += !memcmp((char *)h_qf + i * esz, (char *)h_out + i * esz, esz);
     same[bf16] = (double)equal / (double)n;
   }
-  printf("%-5s M=%-5lld N=%-6lld K=%-6lld  fp32: qfuse %.3e cublaslt %.3e (%.1f%% identical)  "
+  /* qfuse's fp32 D with opts.fine_promotion (the tensor cores' sums promoted every 32 of K) */
+  double fine = -1;
+  if (cudaMemset(d, 0xff, d_bytes) || run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, QF_F32, 1) != QF_OK ||
+      cudaMemcpy(h_qf, d, (size_t)(ROWS * N) * 4, cudaMemcpyDeviceToHost))
+    goto done;
+  fine = frob(h_qf, 0, ref, N);
+  printf("%-5s M=%-5lld N=%-6lld K=%-6lld  fp32: qfuse %.3e cublaslt %.3e (%.1f%% identical) qfuse fine %.3e  "
          "bf16: qfuse %.3e cublaslt %.3e (%.1f%% identical)\n",
-         gauss ? "gauss" : "codes", (long long)M, (long long)N, (long long)K, err[0], err[2], 100.0 * same[0], err[1],
-         err[3], 100.0 * same[1]);
+         gauss ? "gauss" : "codes", (long long)M, (long long)N, (long long)K, err[0], err[2], 100.0 * same[0], fine,
+         err[1], err[3], 100.0 * same[1]);
   fflush(stdout);
   rc = 0;
 done:

@@ -4,6 +4,7 @@
 // most one per work unit).
 #include <atomic>
 #include <cuda.h>
+#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "cuda/tma_map.h"
@@ -18,6 +19,7 @@ struct Problem {
   int64_t M, N, K;
   int sms;  // the SMs the stream's work can occupy (ctx->stream_sms): one CTA each at most
   bool swiglu;  // grouped: the SwiGLU epilogue
+  bool fine;    // block-scaled, fp32 D: promotion every 32 of K (Sm90Variant::kFinePromotion)
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
@@ -146,6 +148,21 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     if (cfg.block_m == 128 && cfg.block_n == 128 && cfg.stages == kSm90DeepStages128)
       return launch<R, 128, 128, OutT, kSm90DeepStages128>(ctx, pr, p, cfg);
   }
+  // Fine promotion (fp32 D only): 128 x 128 tiles, whose two accumulator sets of 64 columns and
+  // total fit the consumers' registers, split as the heuristic splits tiles that leave SMs idle.
+  if constexpr (R == Sm90Recipe::kBlockScaledFp8 && std::is_same_v<OutT, float>) {
+    if (pr.fine) {
+      const int64_t tiles = sm90_gemm_tiles(pr.M, pr.N, 128, 128), num_kb = (pr.K + 127) / 128;
+      int64_t splits = tiles < pr.sms ? pr.sms / tiles : 1;
+      splits = splits < num_kb / 2 ? splits : num_kb / 2;
+      splits = splits < 16 ? splits : 16;
+      sm90_gemm_config fine;
+      if (!sm90_gemm_plan_of(pr.M, pr.N, pr.K, pr.sms, 128, 128, splits > 1 ? static_cast<int>(splits) : 1, fine))
+        sm90_gemm_plan_of(pr.M, pr.N, pr.K, pr.sms, 128, 128, 1, fine);
+      constexpr int kStages = sm90_gemm_stages(128, 128, 4);
+      return launch<R, 128, 128, OutT, kStages, Sm90Variant::kFinePromotion>(ctx, pr, p, fine);
+    }
+  }
   // Block-scaled 64 x 64 and 128 x 128 tiles whose units are short take each K-block's weight-block
   // scale from its stage (Sm90Variant::kShortUnits), where the scales are whole 16-byte windows
   // (the API checks that they start 16-byte aligned; here their count must be a multiple of 4):
@@ -250,7 +267,7 @@ static Problem blockscale_problem(qf_ctx *ctx, const qf_gemm_blockscale_args *a,
   return {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped"
           : a->masked_m ? "qf_gemm_fp8_blockscale_masked"
                         : "qf_gemm_fp8_blockscale",
-          a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0};
+          a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0, a->fine_promotion != 0};
 }
 
 extern "C" void qf_cuda_gemm_fp8_blockscale_plan(qf_ctx *ctx, int64_t M, int64_t N, int64_t K, int *block_m, int *block_n,
@@ -261,6 +278,8 @@ extern "C" void qf_cuda_gemm_fp8_blockscale_plan(qf_ctx *ctx, int64_t M, int64_t
 
 extern "C" qf_status qf_cuda_gemm_fp8_blockscale_with(qf_ctx *ctx, const qf_gemm_blockscale_args *a, int block_m,
                                                      int block_n, int splits) {
+  if (a->fine_promotion)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "qf_gemm_fp8_blockscale_with: opts->fine_promotion has a plan of its own");
   sm90_gemm_config cfg;
   if (a->expert_ids || a->masked_m || !sm90_gemm_plan_of(a->M, a->N, a->K, ctx->stream_sms > 0 ? ctx->stream_sms : 1, block_m,
                                                          block_n, splits, cfg))
@@ -282,7 +301,7 @@ extern "C" qf_status qf_cuda_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_bloc
 
 extern "C" qf_status qf_cuda_gemm_scaled(qf_ctx *ctx, const qf_gemm_scaled_args *a) {
   if (a->M == 0 || a->N == 0) return QF_OK;
-  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, false};
+  const Problem pr = {"qf_gemm_scaled", a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, false, false};
   // int8: |acc| <= 2^14 K and |zp| <= 2^14 K must leave acc - zp inside int32.
   if (a->a.dtype == QF_I8 && a->K > 65535)
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: int8 K=%lld exceeds 65535 (the int32 accumulator's range)", pr.op,

@@ -36,6 +36,11 @@
 //     decode GEMM's pace. With two sets, block-scaled M = 1 to 64 ran 8-16% faster on the shapes
 //     on those tiles ((1, 7168, 16384) 35.7 -> 32.1 us, 92% of its memory floor), M = 128 up to
 //     11%, W8A8 FP8 decode and M = 128 up to 17% (H200, two alternating runs).
+//   - Fine promotion (kFinePromotion: block-scaled, fp32 D, opts.fine_promotion): 128 x 128 tiles
+//     whose four wgmma per K-block each run into a cleared set of their own (sets 0, 1, 0, 1) and
+//     are promoted with the block's scales while the next one runs, so that the tensor cores' own
+//     sum spans 32 products instead of 128: fp32 error 2.8x lower on DeepSeek-style data, 2x on
+//     random codes (H200; docs/GEMM.md). Four promotions a block where the other tiles have one.
 //   - 128 x 192 tiles (the FP8 recipes at 65-128 rows, where they cover N in one wave): one
 //     set, too large for two; the warpgroups run free (taking turns at completion ran
 //     0-3% slower, at issue 3-5%; H100, M = 4096), and a tile row spans two weight-scale blocks,
@@ -417,7 +422,7 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 // and up columns (interleaved by 8) into silu(gate) * up. kShortUnits: block-scaled two-set tiles
 // whose units run at most kSm90ShortUnit K-blocks and whose weight-block scales are whole 16-byte
 // windows: each stage brings the window that holds its block's scale (NOTES). Other tiles: kAny.
-enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU, kShortUnits, kTallTail };
+enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU, kShortUnits, kTallTail, kFinePromotion };
 // D's columns of a BLOCK_N-column tile: half of them with the SwiGLU epilogue.
 __host__ __device__ constexpr int sm90_gemm_out_cols(int block_n, Sm90Variant v) {
   return v == Sm90Variant::kGroupedSwiGLU ? block_n / 2 : block_n;
@@ -444,7 +449,11 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr bool kSwiGLU = V == Sm90Variant::kGroupedSwiGLU, kGrouped = kSwiGLU || V == Sm90Variant::kGrouped;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
   // FP8 on tiles of up to 128 x 128 keeps two K-blocks in flight per warpgroup (see the NOTES).
-  constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM <= 128 && kBlockN <= 128;
+  // kFinePromotion: each wgmma (32 of K) promoted on its own, two sets taking turns (NOTES).
+  constexpr bool kFine = V == Sm90Variant::kFinePromotion;
+  static_assert(!kFine || (R == Sm90Recipe::kBlockScaledFp8 && kBlockM == 128 && kBlockN == 128),
+                "fine promotion: block-scaled 128 x 128 tiles");
+  constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM <= 128 && kBlockN <= 128 && !kFine;
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = sm90_gemm_consumers(kBlockM);
   constexpr int kSub = kBlockM / 64 / kConsumers;  // 64-row sub-tiles per consumer warpgroup
@@ -582,7 +591,7 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       int s = 0;
       uint32_t empty_phases = 0;  // bit s: the parity stage s's empty barrier completes next, ^ 1
       for (int unit = first_unit; unit < num_units; unit += unit_step) {
-        if constexpr (kTwoAcc) s = 0;  // the two-set consumers start every unit at stage 0
+        if constexpr (kTwoAcc || kFine) s = 0;  // the two-set and fine consumers start every unit at stage 0
         int m_blk, n_blk, kb_begin, kb_end;
         const sm90_gemm_unit u = unit_of(unit);
         if (kTallTail && u.tile < 0) continue;
@@ -798,7 +807,67 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
       for (int i = 0; i < kValues; i++) total[i] = 0.0f;
 
       int prev = -1;  // kScaledInt8: the stage whose wgmma may still run
-      if constexpr (kTwoAcc) {
+      if constexpr (kFine) {
+        // The two-set loop with one wgmma (32 of K) where it has a block: k32 step jj runs in set
+        // jj % 2, is issued before step jj - 1 is waited for and promoted, and takes the scales of
+        // its block (stage jj / 4 % kStages: compile-time in the loop unrolled over 4 kStages
+        // steps; the blocks of even and odd stages keep their scales apart); a stage is freed once
+        // its fourth step is done. The same shape as the two-set loop's, which ptxas pipelines
+        // (other forms of this loop, with a runtime stage or four steps to an iteration, it
+        // serialized: C7514).
+        static_assert(kStages % 2 == 0, "fine promotion: the scales of even and odd stages apart");
+        constexpr int kSteps = 4 * kStages;  // the unrolled period
+        const int n = 4 * (kb_end - kb_begin);
+        const uint64_t desc_a0 = wgmma_desc_kmajor_sw128(smem_a(0) + wg * 64 * kBlockK);
+        const uint64_t desc_b0 = wgmma_desc_kmajor_sw128(smem_b(0));
+        const float *sa_row = sa_ring + tile_row;
+        Acc set0[kBlockN / 2], set1[kBlockN / 2];
+        float2 b_cur = block_scales(kb_begin), b_next = block_scales(kb_begin + 1);
+        float sc0[2], sc1[2];  // the two rows' scales of the block in an even and in an odd stage
+        auto issue = [&](Acc(&a)[kBlockN / 2], int jj, int i) {  // step jj at position i of the period
+          const int k = i % 4, stage = i / 4;
+          if (k == 0) {
+            mbarrier_wait_parity(full_bar(stage), (full_phases >> stage) & 1u);
+            full_phases ^= 1u << stage;
+            sc0[stage % 2] = sa_row[stage * kBlockM] * b_cur.x, sc1[stage % 2] = sa_row[stage * kBlockM + 8] * b_cur.x;
+            b_cur = b_next;
+            b_next = block_scales(kb_begin + jj / 4 + 2);
+          }
+#pragma unroll
+          for (int q = 0; q < kBlockN / 2; q++) wgmma_fence_operand(a[q]);
+          wgmma_fence();
+          wgmma_m64k32_f32_e4m3<kBlockN>(a, desc_a0 + stage * (Smem::kABytes >> 4) + 2 * k,
+                                         desc_b0 + stage * (Smem::kBBytes >> 4) + 2 * k, 0);
+          wgmma_commit_group();
+#pragma unroll
+          for (int q = 0; q < kBlockN / 2; q++) wgmma_fence_operand(a[q]);
+        };
+        // Step jj (in `cur`, position i) is in flight: issue jj + 1 into `other` if there is one,
+        // wait for jj, free its stage after its block's fourth step, promote it.
+        auto step = [&](Acc(&cur)[kBlockN / 2], Acc(&other)[kBlockN / 2], int jj, int i) {
+          const int stage = i / 4, p = stage % 2;
+          if (jj + 1 < n) {
+            issue(other, jj + 1, (i + 1) % kSteps);
+            wgmma_wait_group<1>();
+            if (i % 4 == 3) release(stage, sc0[p], sc1[p]);
+            add_block(cur, sc0[p], sc1[p]);
+            return false;
+          }
+          wgmma_wait_group<0>();
+          release(stage, sc0[p], sc1[p]);
+          add_block(cur, sc0[p], sc1[p]);
+          return true;
+        };
+        if (n > 0) {
+          issue(set0, 0, 0);
+          for (int base = 0;; base += kSteps) {
+#pragma unroll
+            for (int i = 0; i < kSteps; i++)
+              if (i % 2 == 0 ? step(set0, set1, base + i, i) : step(set1, set0, base + i, i)) goto fine_done;
+          }
+        }
+      fine_done:;
+      } else if constexpr (kTwoAcc) {
         // Block i of the unit runs in stage i % kStages (the unit starts at stage 0) and in
         // accumulator set i % 2; the loop below is unrolled over kPeriod blocks, so both are
         // compile-time constants: no stage arithmetic, fixed descriptor and scale offsets. Block

@@ -109,14 +109,13 @@ static DLTensor tensor(void *data, int cuda, qf_dtype dt, int64_t *shape, int64_
 
 /* qf_gemm_fp8_blockscale on ctx over the given A, As (column-major with pitch Mp), B, Bs: D [M, N]. */
 static qf_status run_qfuse(qf_ctx *ctx, int cuda, int64_t M, int64_t N, int64_t K, int64_t Mp, void *a, void *as,
-                           void *b, void *bs, void *d, qf_dtype dt, int fine) {
+                           void *b, void *bs, void *d, qf_dtype dt, const qf_gemm_blockscale_opts *opts) {
   const int64_t KB = (K + 127) / 128, NB = (N + 127) / 128;
   int64_t ash[2] = {M, K}, assh[2] = {KB, M}, asst[2] = {Mp, 1}, bsh[2] = {N, K}, bssh[2] = {NB, KB}, dsh[2] = {M, N};
   DLTensor ta = tensor(a, cuda, QF_E4M3FN, ash, NULL), tas = tensor(as, cuda, QF_F32, assh, asst);
   DLTensor tb = tensor(b, cuda, QF_E4M3FN, bsh, NULL), tbs = tensor(bs, cuda, QF_F32, bssh, NULL);
   DLTensor td = tensor(d, cuda, dt, dsh, NULL);
-  const qf_gemm_blockscale_opts opts = {.fine_promotion = fine};
-  qf_status st = qf_gemm_fp8_blockscale(ctx, &ta, &tas, &tb, &tbs, &td, &opts);
+  qf_status st = qf_gemm_fp8_blockscale(ctx, &ta, &tas, &tb, &tbs, &td, opts);
   if (st != QF_OK) fprintf(stderr, "qf_gemm_fp8_blockscale: %s\n", qf_ctx_last_error(ctx));
   return st;
 }
@@ -147,7 +146,7 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
 
   /* The reference over the first ROWS rows: their scales as a [KB, ROWS] tensor. */
   for (int64_t kb = 0; kb < in.KB; kb++) memcpy(ras + kb * ROWS, in.as + kb * in.Mp, ROWS * sizeof(float));
-  if (run_qfuse(cpu, 0, ROWS, N, K, ROWS, in.a, ras, in.b, in.bs, ref, QF_F32, 0) != QF_OK) goto done;
+  if (run_qfuse(cpu, 0, ROWS, N, K, ROWS, in.a, ras, in.b, in.bs, ref, QF_F32, NULL) != QF_OK) goto done;
 
   const size_t d_bytes = (size_t)(in.Mp * N) * 4;
   if (cudaMalloc(&a, (size_t)(M * K)) || cudaMalloc(&b, (size_t)(N * K)) ||
@@ -167,7 +166,7 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
   for (int bf16 = 0; bf16 < 2; bf16++) {
     const size_t esz = bf16 ? 2 : 4, n = (size_t)(ROWS * N);
     if (cudaMemset(d, 0xff, d_bytes) ||
-        run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, bf16 ? QF_BF16 : QF_F32, 0) != QF_OK ||
+        run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, bf16 ? QF_BF16 : QF_F32, NULL) != QF_OK ||
         cudaMemcpy(h_qf, d, n * esz, cudaMemcpyDeviceToHost))
       goto done;
     err[bf16] = frob(h_qf, bf16, ref, N);
@@ -183,8 +182,9 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
     same[bf16] = (double)equal / (double)n;
   }
   /* qfuse's fp32 D with opts.fine_promotion (the tensor cores' sums promoted every 32 of K) */
+  static const qf_gemm_blockscale_opts fine_opts = {.fine_promotion = 1};
   double fine = -1;
-  if (cudaMemset(d, 0xff, d_bytes) || run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, QF_F32, 1) != QF_OK ||
+  if (cudaMemset(d, 0xff, d_bytes) || run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, QF_F32, &fine_opts) != QF_OK ||
       cudaMemcpy(h_qf, d, (size_t)(ROWS * N) * 4, cudaMemcpyDeviceToHost))
     goto done;
   fine = frob(h_qf, 0, ref, N);

@@ -148,20 +148,11 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     if (cfg.block_m == 128 && cfg.block_n == 128 && cfg.stages == kSm90DeepStages128)
       return launch<R, 128, 128, OutT, kSm90DeepStages128>(ctx, pr, p, cfg);
   }
-  // Fine promotion (fp32 D only): 128 x 128 tiles, whose two accumulator sets of 64 columns and
-  // total fit the consumers' registers, split as the heuristic splits tiles that leave SMs idle.
+  // Fine promotion (fp32 D only, the API checks): its own plan (sm90_gemm_pick_fine).
   if constexpr (R == Sm90Recipe::kBlockScaledFp8 && std::is_same_v<OutT, float>) {
-    if (pr.fine) {
-      const int64_t tiles = sm90_gemm_tiles(pr.M, pr.N, 128, 128), num_kb = (pr.K + 127) / 128;
-      int64_t splits = tiles < pr.sms ? pr.sms / tiles : 1;
-      splits = splits < num_kb / 2 ? splits : num_kb / 2;
-      splits = splits < 16 ? splits : 16;
-      sm90_gemm_config fine;
-      if (!sm90_gemm_plan_of(pr.M, pr.N, pr.K, pr.sms, 128, 128, splits > 1 ? static_cast<int>(splits) : 1, fine))
-        sm90_gemm_plan_of(pr.M, pr.N, pr.K, pr.sms, 128, 128, 1, fine);
-      constexpr int kStages = sm90_gemm_stages(128, 128, 4);
-      return launch<R, 128, 128, OutT, kStages, Sm90Variant::kFinePromotion>(ctx, pr, p, fine);
-    }
+    if (pr.fine)
+      return launch<R, 128, 128, OutT, sm90_gemm_stages(128, 128, 4), Sm90Variant::kFinePromotion>(
+          ctx, pr, p, sm90_gemm_pick_fine(pr.M, pr.N, pr.K, pr.sms > 0 ? pr.sms : 1));
   }
   // Block-scaled 64 x 64 and 128 x 128 tiles whose units are short take each K-block's weight-block
   // scale from its stage (Sm90Variant::kShortUnits), where the scales are whole 16-byte windows

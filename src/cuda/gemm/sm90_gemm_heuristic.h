@@ -529,6 +529,19 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
                                                 sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2))));
 }
 
+// The plan of opts.fine_promotion (Sm90Variant::kFinePromotion): 128 x 128 tiles, whose two
+// accumulator sets of 64 columns and total fit the consumers' registers; where they leave SMs
+// idle, split into as many K ranges as SMs per tile (at most 16 and K-blocks / 2).
+inline sm90_gemm_config sm90_gemm_pick_fine(int64_t M, int64_t N, int64_t K, int sms) {
+  const int64_t tiles = sm90_gemm_tiles(M, N, 128, 128), num_kb = (K + 127) / 128;
+  const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;
+  const int64_t fill = tiles > 0 && tiles < sms ? sms / tiles : 1;
+  const int splits = static_cast<int>(fill < most ? fill : most > 1 ? most : 1);
+  sm90_gemm_config c;
+  sm90_gemm_plan_of(M, N, K, sms, 128, 128, splits, c);  // (splits in [1, most]: always a plan)
+  return c;
+}
+
 // Block-scaled: a split last wave of tiles up to 192 rows (after whole rounds) keeps
 // kSm90TailRangeKb K-blocks (192 rows: kSm90TailRangeKb192) or more per range (none at all if that
 // leaves fewer than two), whatever chose its split (the rules or the time model; after both, so

@@ -330,17 +330,18 @@ qf_status qf_rms_norm_quant(qf_ctx *ctx, const DLTensor *x, DLTensor *residual,
  * (a few MB; freed by qf_ctx_destroy). Allocation synchronizes the device and cannot happen
  * during a CUDA graph's capture: qf_ctx_reserve_workspace (4 KB + 128 KB per SM covers every
  * shape) or one call of each split shape before capturing.
- * opts->fine_promotion (fp32 d only, else QF_ERR_DTYPE): the tensor cores' sums span 32 products
- * (one wgmma) instead of a block's 128, each promoted to fp32 with the block's two scales. The
- * formula is the same; what changes is the error of the tensor cores' own reduced-precision sum,
- * which sets the fp32 result's error: on an H200 about 2.8x lower on data quantized as DeepSeek-V3
- * does (relative Frobenius 4.5e-5 against 1.27e-4, cuBLASLt's figure too) and 2x lower on random
- * e4m3 codes (1.0e-4 against 2.1e-4), at a cost in speed (docs/GEMM.md). The CPU backend computes
- * in float64 either way. */
+ * opts->fine_promotion (fp32 d only, else QF_ERR_DTYPE; 0, 1, 32 or 64, else QF_ERR_VALUE): the
+ * tensor cores' sums span 32 products (one wgmma; 32 or 1) or 64 (64) instead of a block's 128,
+ * each promoted to fp32 with the block's two scales. The formula is the same; what changes is the
+ * error of the tensor cores' own reduced-precision sum, which sets the fp32 result's error: on an
+ * H200 with 32, about 2.8x lower on data quantized as DeepSeek-V3 does (relative Frobenius 4.5e-5
+ * against 1.27e-4, cuBLASLt's figure too) and 2x lower on random e4m3 codes (1.0e-4 against
+ * 2.1e-4), at 1.55x the time (geomean of the bench's shapes); with 64, 7.5e-5 and 1.5e-4 at
+ * 1.29x (docs/GEMM.md). The CPU backend computes in float64 either way. */
 typedef struct {
   const DLTensor *c;       /* NULL: D = A.B^T only */
   int a_scales_row_major;  /* nonzero: a_scales is [M, KB] row-major instead of [KB, M] */
-  int fine_promotion;      /* nonzero (fp32 d only): promote every 32 of K instead of every 128 */
+  int fine_promotion;      /* fp32 d only: promote every 32 (32 or 1) or 64 (64) of K instead of every 128 */
 } qf_gemm_blockscale_opts;
 
 qf_status qf_gemm_fp8_blockscale(qf_ctx *ctx, const DLTensor *a, const DLTensor *a_scales,

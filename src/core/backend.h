@@ -104,7 +104,7 @@ typedef struct {
   int64_t experts, ids_stride, expert_rows;
   const int32_t *expert_ids, *masked_m;
   int swiglu;
-  int fine_promotion; /* qf_gemm_blockscale_opts.fine_promotion (dense calls, fp32 d) */
+  int fine_promotion; /* 0, 32 or 64: qf_gemm_blockscale_opts.fine_promotion (dense calls, fp32 d) */
 } qf_gemm_blockscale_args;
 
 qf_status qf_cpu_gemm_fp8_blockscale(qf_ctx *ctx, const qf_gemm_blockscale_args *a);

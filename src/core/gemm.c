@@ -88,9 +88,11 @@ static qf_status blockscale_args(qf_ctx *ctx, const char *op, const DLTensor *a,
 
   if ((st = check_out(ctx, op, "d", d, QF_DT(QF_BF16) | QF_DT(QF_F16) | QF_DT(QF_F32), g->M, g->N, &g->d))) return st;
   if (o->c && (st = check_out(ctx, op, "c", o->c, QF_DT(QF_F32), g->M, g->N, &g->c))) return st;
+  if (o->fine_promotion != 0 && o->fine_promotion != 1 && o->fine_promotion != 32 && o->fine_promotion != 64)
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: opts->fine_promotion=%d; expected 0, 32 (or 1) or 64", op, o->fine_promotion);
   if (o->fine_promotion && g->d.dtype != QF_F32)
     return qf_fail(ctx, QF_ERR_DTYPE, "%s: opts->fine_promotion needs fp32 d; d has dtype %s", op, qf_dtype_name(g->d.dtype));
-  g->fine_promotion = o->fine_promotion != 0;
+  g->fine_promotion = o->fine_promotion == 1 ? 32 : o->fine_promotion;
   return QF_OK;
 }
 

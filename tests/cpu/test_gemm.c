@@ -52,10 +52,10 @@ static qf_status run(gem *g) { return qf_gemm_fp8_blockscale(ctx, &g->at.t, &g->
 static void test_formula(void) {
   static gem g;
   for (int layout = 0; layout < 2; layout++)
-    for (int with_c = 0; with_c < 4; with_c++) { /* 2, 3: fine promotion (the CPU sums in float64 either way) */
+    for (int with_c = 0; with_c < 6; with_c++) { /* 2-5: fine promotion (the CPU sums in float64 either way) */
       gem_init(&g, layout);
       if (with_c % 2) g.o.c = &g.ct.t;
-      g.o.fine_promotion = with_c / 2;
+      g.o.fine_promotion = (int[]){0, 32, 64}[with_c / 2];
       CHECK(run(&g) == QF_OK, "gemm: %s", qf_ctx_last_error(ctx));
       double worst = 0;
       for (int m = 0; m < M; m++)
@@ -92,6 +92,7 @@ static void m_d_shape(gem *g) { g->dt.shape[1] = 128; }
 static void m_d_dtype(gem *g) { g->dt.t.dtype = qf_dtype_to_dl(QF_I32); }
 static void m_c_dtype(gem *g) { g->ct.t.dtype = qf_dtype_to_dl(QF_BF16), g->o.c = &g->ct.t; }
 static void m_fine_bf16(gem *g) { g->dt.t.dtype = qf_dtype_to_dl(QF_BF16), g->o.fine_promotion = 1; }
+static void m_fine_value(gem *g) { g->o.fine_promotion = 16; }
 static void m_c_shape(gem *g) { g->ct.shape[0] = 2, g->o.c = &g->ct.t; }
 static void m_d_misaligned(gem *g) { g->dt.t.byte_offset = 4; }
 static void m_b_device(gem *g) { g->bt.t.device.device_type = kDLCUDA; }
@@ -112,6 +113,7 @@ static void test_errors(void) {
       {"d int32", QF_ERR_DTYPE, "d has dtype int32", m_d_dtype},
       {"c bf16", QF_ERR_DTYPE, "c has dtype bf16", m_c_dtype},
       {"fine promotion, bf16 d", QF_ERR_DTYPE, "opts->fine_promotion needs fp32 d; d has dtype bf16", m_fine_bf16},
+      {"fine promotion 16", QF_ERR_VALUE, "opts->fine_promotion=16; expected 0, 32 (or 1) or 64", m_fine_value},
       {"c shape", QF_ERR_SHAPE, "c has shape [2, 144]", m_c_shape},
       {"d misaligned", QF_ERR_ALIGNMENT, "d data pointer", m_d_misaligned},
       {"b on CUDA", QF_ERR_DEVICE, "b is on DLPack device", m_b_device},

@@ -200,19 +200,26 @@ static int one_shape(qfb *b, qf_ctx *ctx, qfb_lt *lt, const char *op, int64_t M,
   const double bytes = (double)(M * K + N * K) + 4.0 * (double)(KB * M + NB * KB) + (fine ? 4.0 : 2.0) * (double)(M * N);
   const int plans = !strcmp(op, "gemm_fp8_blockscale_plans");
   if (fine) {
-    /* The cost of the finer promotion: its time against the same call's without it, alternated. */
-    static const qf_gemm_blockscale_opts fine_opts = {.fine_promotion = 1};
-    gemm_call f = q;
-    f.opts = &fine_opts;
-    qfb_row row = {.op = op, .variant = "e4m3->fp32,fine", .shape = shape, .bytes = bytes, .flops = flops,
-                   .peer = "qfuse e4m3->fp32 (same run)"};
-    const double f1 = qfb_time_us(b, run_qfuse, &f), p1 = qfb_time_us(b, run_qfuse, &q);
-    const double p2 = qfb_time_us(b, run_qfuse, &q), f2 = qfb_time_us(b, run_qfuse, &f);
-    row.us = f1 > 0 && f2 > 0 ? 0.5 * (f1 + f2) : -1.0;
-    row.peer_us = p1 > 0 && p2 > 0 ? 0.5 * (p1 + p2) : -1.0;
-    row.floor_us = qfb_floor_us(b, bytes, flops, 0);
-    qfb_emit(b, &row);
-    rc = row.us > 0 && row.peer_us > 0 ? 0 : 1;
+    /* The cost of the finer promotions (every 32 and every 64 of K): each one's time against the
+     * same call's without it, the three alternated (f32, f64, plain, plain, f64, f32). */
+    static const qf_gemm_blockscale_opts opts32 = {.fine_promotion = 32}, opts64 = {.fine_promotion = 64};
+    gemm_call f32 = q, f64 = q;
+    f32.opts = &opts32, f64.opts = &opts64;
+    const double a1 = qfb_time_us(b, run_qfuse, &f32), b1 = qfb_time_us(b, run_qfuse, &f64);
+    const double p1 = qfb_time_us(b, run_qfuse, &q), p2 = qfb_time_us(b, run_qfuse, &q);
+    const double b2 = qfb_time_us(b, run_qfuse, &f64), a2 = qfb_time_us(b, run_qfuse, &f32);
+    const double plain = p1 > 0 && p2 > 0 ? 0.5 * (p1 + p2) : -1.0;
+    rc = 0;
+    for (int i = 0; i < 2; i++) {
+      const double t1 = i ? b1 : a1, t2 = i ? b2 : a2;
+      qfb_row row = {.op = op, .variant = i ? "e4m3->fp32,fine64" : "e4m3->fp32,fine", .shape = shape, .bytes = bytes,
+                     .flops = flops, .peer = "qfuse e4m3->fp32 (same run)"};
+      row.us = t1 > 0 && t2 > 0 ? 0.5 * (t1 + t2) : -1.0;
+      row.peer_us = plain;
+      row.floor_us = qfb_floor_us(b, bytes, flops, 0);
+      qfb_emit(b, &row);
+      rc |= row.us > 0 && row.peer_us > 0 ? 0 : 1;
+    }
     goto done;
   }
   char auto_variant[48] = "e4m3->bf16";

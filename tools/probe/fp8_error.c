@@ -12,7 +12,7 @@
  * are compared with the CPU backend (float64 sums of the blockwise formula, fp32 out). One line a
  * case: the relative Frobenius error of each of the four outputs over those rows, and the share of
  * those rows' values that the two libraries give bit for bit, and qfuse's fp32 error with
- * opts.fine_promotion (the tensor cores' sums promoted every 32 of K instead of 128).
+ * opts.fine_promotion (the tensor cores' sums promoted every 32 or 64 of K instead of 128).
  * Usage: qfuse-probe-fp8-error [--quick] (--quick: M = 32 and the two smallest weights only). */
 #include <math.h>
 #include <stdint.h>
@@ -181,17 +181,19 @@ static int one_case(qf_ctx *gpu, qf_ctx *cpu, qfb_lt *lt, int gauss, int64_t M, 
     for (size_t i = 0; i < n; i++) equal += !memcmp((char *)h_qf + i * esz, (char *)h_out + i * esz, esz);
     same[bf16] = (double)equal / (double)n;
   }
-  /* qfuse's fp32 D with opts.fine_promotion (the tensor cores' sums promoted every 32 of K) */
-  static const qf_gemm_blockscale_opts fine_opts = {.fine_promotion = 1};
-  double fine = -1;
-  if (cudaMemset(d, 0xff, d_bytes) || run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, QF_F32, &fine_opts) != QF_OK ||
-      cudaMemcpy(h_qf, d, (size_t)(ROWS * N) * 4, cudaMemcpyDeviceToHost))
-    goto done;
-  fine = frob(h_qf, 0, ref, N);
-  printf("%-5s M=%-5lld N=%-6lld K=%-6lld  fp32: qfuse %.3e cublaslt %.3e (%.1f%% identical) qfuse fine %.3e  "
+  /* qfuse's fp32 D with opts.fine_promotion (the tensor cores' sums promoted every 32, then 64 of K) */
+  double fine[2] = {-1, -1};
+  for (int i = 0; i < 2; i++) {
+    const qf_gemm_blockscale_opts fine_opts = {.fine_promotion = i ? 64 : 32};
+    if (cudaMemset(d, 0xff, d_bytes) || run_qfuse(gpu, 1, M, N, K, in.Mp, a, as, b, bs, d, QF_F32, &fine_opts) != QF_OK ||
+        cudaMemcpy(h_qf, d, (size_t)(ROWS * N) * 4, cudaMemcpyDeviceToHost))
+      goto done;
+    fine[i] = frob(h_qf, 0, ref, N);
+  }
+  printf("%-5s M=%-5lld N=%-6lld K=%-6lld  fp32: qfuse %.3e cublaslt %.3e (%.1f%% identical) qfuse fine %.3e fine64 %.3e  "
          "bf16: qfuse %.3e cublaslt %.3e (%.1f%% identical)\n",
-         gauss ? "gauss" : "codes", (long long)M, (long long)N, (long long)K, err[0], err[2], 100.0 * same[0], fine,
-         err[1], err[3], 100.0 * same[1]);
+         gauss ? "gauss" : "codes", (long long)M, (long long)N, (long long)K, err[0], err[2], 100.0 * same[0], fine[0],
+         fine[1], err[1], err[3], 100.0 * same[1]);
   fflush(stdout);
   rc = 0;
 done:

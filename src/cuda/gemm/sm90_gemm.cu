@@ -19,7 +19,7 @@ struct Problem {
   int64_t M, N, K;
   int sms;  // the SMs the stream's work can occupy (ctx->stream_sms): one CTA each at most
   bool swiglu;  // grouped: the SwiGLU epilogue
-  bool fine;    // block-scaled, fp32 D: promotion every 32 of K (Sm90Variant::kFinePromotion)
+  int fine;     // block-scaled, fp32 D: promotion every 32 or 64 of K (Sm90Variant::kFinePromotion, 64); 0: 128
 };
 
 template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT,
@@ -150,9 +150,10 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
   }
   // Fine promotion (fp32 D only, the API checks): its own plan (sm90_gemm_pick_fine).
   if constexpr (R == Sm90Recipe::kBlockScaledFp8 && std::is_same_v<OutT, float>) {
-    if (pr.fine)
-      return launch<R, 128, 128, OutT, sm90_gemm_stages(128, 128, 4), Sm90Variant::kFinePromotion>(
-          ctx, pr, p, sm90_gemm_pick_fine(pr.M, pr.N, pr.K, pr.sms > 0 ? pr.sms : 1));
+    constexpr int kStages = sm90_gemm_stages(128, 128, 4);
+    const sm90_gemm_config fine = sm90_gemm_pick_fine(pr.M, pr.N, pr.K, pr.sms > 0 ? pr.sms : 1);
+    if (pr.fine == 64) return launch<R, 128, 128, OutT, kStages, Sm90Variant::kFinePromotion64>(ctx, pr, p, fine);
+    if (pr.fine) return launch<R, 128, 128, OutT, kStages, Sm90Variant::kFinePromotion>(ctx, pr, p, fine);
   }
   // Block-scaled 64 x 64 and 128 x 128 tiles whose units are short take each K-block's weight-block
   // scale from its stage (Sm90Variant::kShortUnits), where the scales are whole 16-byte windows
@@ -258,7 +259,7 @@ static Problem blockscale_problem(qf_ctx *ctx, const qf_gemm_blockscale_args *a,
   return {a->expert_ids ? "qf_gemm_fp8_blockscale_grouped"
           : a->masked_m ? "qf_gemm_fp8_blockscale_masked"
                         : "qf_gemm_fp8_blockscale",
-          a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0, a->fine_promotion != 0};
+          a->a, a->b, a->d, a->M, a->N, a->K, ctx->stream_sms, a->swiglu != 0, a->fine_promotion};
 }
 
 extern "C" void qf_cuda_gemm_fp8_blockscale_plan(qf_ctx *ctx, int64_t M, int64_t N, int64_t K, int *block_m, int *block_n,

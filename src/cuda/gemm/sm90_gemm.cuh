@@ -41,6 +41,7 @@
 //     are promoted with the block's scales while the next one runs, so that the tensor cores' own
 //     sum spans 32 products instead of 128: fp32 error 2.8x lower on DeepSeek-style data, 2x on
 //     random codes (H200; docs/GEMM.md). Four promotions a block where the other tiles have one.
+//     kFinePromotion64 (opts.fine_promotion = 64): two wgmma into a set, two promotions a block.
 //   - 128 x 192 tiles (the FP8 recipes at 65-128 rows, where they cover N in one wave): one
 //     set, too large for two; the warpgroups run free (taking turns at completion ran
 //     0-3% slower, at issue 3-5%; H100, M = 4096), and a tile row spans two weight-scale blocks,
@@ -422,7 +423,10 @@ __device__ __forceinline__ void add_word(int32_t &v, uint32_t w) { v += static_c
 // and up columns (interleaved by 8) into silu(gate) * up. kShortUnits: block-scaled two-set tiles
 // whose units run at most kSm90ShortUnit K-blocks and whose weight-block scales are whole 16-byte
 // windows: each stage brings the window that holds its block's scale (NOTES). Other tiles: kAny.
-enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU, kShortUnits, kTallTail, kFinePromotion };
+// kFinePromotion / kFinePromotion64: block-scaled, fp32 D, the tensor cores' sums promoted every
+// 32 / 64 of K (opts.fine_promotion).
+enum class Sm90Variant { kAny, kTallSplit, kTallLongK, kGrouped, kGroupedSwiGLU, kShortUnits, kTallTail, kFinePromotion,
+                         kFinePromotion64 };
 // D's columns of a BLOCK_N-column tile: half of them with the SwiGLU epilogue.
 __host__ __device__ constexpr int sm90_gemm_out_cols(int block_n, Sm90Variant v) {
   return v == Sm90Variant::kGroupedSwiGLU ? block_n / 2 : block_n;
@@ -449,8 +453,10 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   constexpr bool kSwiGLU = V == Sm90Variant::kGroupedSwiGLU, kGrouped = kSwiGLU || V == Sm90Variant::kGrouped;
   constexpr bool kBlockScales = R == Sm90Recipe::kBlockScaledFp8;
   // FP8 on tiles of up to 128 x 128 keeps two K-blocks in flight per warpgroup (see the NOTES).
-  // kFinePromotion: each wgmma (32 of K) promoted on its own, two sets taking turns (NOTES).
-  constexpr bool kFine = V == Sm90Variant::kFinePromotion;
+  // kFinePromotion: each wgmma (32 of K) promoted on its own, two sets taking turns (NOTES);
+  // kFinePromotion64 the same with two wgmma (64 of K) a step.
+  constexpr bool kFine = V == Sm90Variant::kFinePromotion || V == Sm90Variant::kFinePromotion64;
+  constexpr int kFineSteps = V == Sm90Variant::kFinePromotion64 ? 2 : 4;  // promotions per K-block
   static_assert(!kFine || (R == Sm90Recipe::kBlockScaledFp8 && kBlockM == 128 && kBlockN == 128),
                 "fine promotion: block-scaled 128 x 128 tiles");
   constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM <= 128 && kBlockN <= 128 && !kFine;
@@ -808,16 +814,17 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
 
       int prev = -1;  // kScaledInt8: the stage whose wgmma may still run
       if constexpr (kFine) {
-        // The two-set loop with one wgmma (32 of K) where it has a block: k32 step jj runs in set
-        // jj % 2, is issued before step jj - 1 is waited for and promoted, and takes the scales of
-        // its block (stage jj / 4 % kStages: compile-time in the loop unrolled over 4 kStages
-        // steps; the blocks of even and odd stages keep their scales apart); a stage is freed once
-        // its fourth step is done. The same shape as the two-set loop's, which ptxas pipelines
+        // The two-set loop with one step where it has a block: a step is kFineSteps' share of the
+        // block (one wgmma, 32 of K; kFinePromotion64 two, 64 of K); step jj runs in set jj % 2, is
+        // issued before step jj - 1 is waited for and promoted, and takes the scales of its block
+        // (stage jj / kFineSteps % kStages: compile-time in the loop unrolled over kFineSteps
+        // kStages steps; the blocks of even and odd stages keep their scales apart); a stage is
+        // freed once its last step is done. The same shape as the two-set loop's, which ptxas pipelines
         // (other forms of this loop, with a runtime stage or four steps to an iteration, it
         // serialized: C7514).
         static_assert(kStages % 2 == 0, "fine promotion: the scales of even and odd stages apart");
-        constexpr int kSteps = 4 * kStages;  // the unrolled period
-        const int n = 4 * (kb_end - kb_begin);
+        constexpr int kSteps = kFineSteps * kStages;  // the unrolled period
+        const int n = kFineSteps * (kb_end - kb_begin);
         const uint64_t desc_a0 = wgmma_desc_kmajor_sw128(smem_a(0) + wg * 64 * kBlockK);
         const uint64_t desc_b0 = wgmma_desc_kmajor_sw128(smem_b(0));
         const float *sa_row = sa_ring + tile_row;
@@ -825,31 +832,35 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
         float2 b_cur = block_scales(kb_begin), b_next = block_scales(kb_begin + 1);
         float sc0[2], sc1[2];  // the two rows' scales of the block in an even and in an odd stage
         auto issue = [&](Acc(&a)[kBlockN / 2], int jj, int i) {  // step jj at position i of the period
-          const int k = i % 4, stage = i / 4;
+          const int k = i % kFineSteps, stage = i / kFineSteps;
           if (k == 0) {
             mbarrier_wait_parity(full_bar(stage), (full_phases >> stage) & 1u);
             full_phases ^= 1u << stage;
             sc0[stage % 2] = sa_row[stage * kBlockM] * b_cur.x, sc1[stage % 2] = sa_row[stage * kBlockM + 8] * b_cur.x;
             b_cur = b_next;
-            b_next = block_scales(kb_begin + jj / 4 + 2);
+            b_next = block_scales(kb_begin + jj / kFineSteps + 2);
           }
 #pragma unroll
           for (int q = 0; q < kBlockN / 2; q++) wgmma_fence_operand(a[q]);
           wgmma_fence();
-          wgmma_m64k32_f32_e4m3<kBlockN>(a, desc_a0 + stage * (Smem::kABytes >> 4) + 2 * k,
-                                         desc_b0 + stage * (Smem::kBBytes >> 4) + 2 * k, 0);
+#pragma unroll
+          for (int w = 0; w < 4 / kFineSteps; w++) {  // 32 bytes of K a wgmma: 2 in the descriptors' 16-byte units
+            const int kk = 2 * (k * (4 / kFineSteps) + w);
+            wgmma_m64k32_f32_e4m3<kBlockN>(a, desc_a0 + stage * (Smem::kABytes >> 4) + kk,
+                                           desc_b0 + stage * (Smem::kBBytes >> 4) + kk, w > 0);
+          }
           wgmma_commit_group();
 #pragma unroll
           for (int q = 0; q < kBlockN / 2; q++) wgmma_fence_operand(a[q]);
         };
         // Step jj (in `cur`, position i) is in flight: issue jj + 1 into `other` if there is one,
-        // wait for jj, free its stage after its block's fourth step, promote it.
+        // wait for jj, free its stage after its block's last step, promote it.
         auto step = [&](Acc(&cur)[kBlockN / 2], Acc(&other)[kBlockN / 2], int jj, int i) {
-          const int stage = i / 4, p = stage % 2;
+          const int stage = i / kFineSteps, p = stage % 2;
           if (jj + 1 < n) {
             issue(other, jj + 1, (i + 1) % kSteps);
             wgmma_wait_group<1>();
-            if (i % 4 == 3) release(stage, sc0[p], sc1[p]);
+            if (i % kFineSteps == kFineSteps - 1) release(stage, sc0[p], sc1[p]);
             add_block(cur, sc0[p], sc1[p]);
             return false;
           }

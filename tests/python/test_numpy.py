@@ -147,6 +147,12 @@ class TestFamily(unittest.TestCase):
         self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s, d_fine,
                                      fine_promotion=True)
         np.testing.assert_array_equal(d_fine, d)  # the CPU sums in float64 either way
+        self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s, d_fine,
+                                     fine_promotion=64)
+        np.testing.assert_array_equal(d_fine, d)
+        with self.assertRaises(qfuse.QfuseError):  # 0, 1, 32 or 64 only
+            self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s, d_fine,
+                                         fine_promotion=16)
         with self.assertRaises(qfuse.QfuseError):  # fp32 d only
             self.ctx.gemm_fp8_blockscale(qfuse.view(a, "e4m3fn"), a_s[:, :3], qfuse.view(b, "e4m3fn"), b_s,
                                          qfuse.view(np.empty((m, n), np.uint16), "bf16"), fine_promotion=True)

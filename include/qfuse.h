@@ -336,8 +336,8 @@ qf_status qf_rms_norm_quant(qf_ctx *ctx, const DLTensor *x, DLTensor *residual,
  * error of the tensor cores' own reduced-precision sum, which sets the fp32 result's error: on an
  * H200 with 32, about 2.8x lower on data quantized as DeepSeek-V3 does (relative Frobenius 4.5e-5
  * against 1.27e-4, cuBLASLt's figure too) and 2x lower on random e4m3 codes (1.0e-4 against
- * 2.1e-4), at 1.55x the time (geomean of the bench's shapes); with 64, 7.5e-5 and 1.5e-4 at
- * 1.29x (docs/GEMM.md). The CPU backend computes in float64 either way. */
+ * 2.1e-4), at 1.37x the time (geomean of the bench's shapes); with 64, 7.5e-5 and 1.5e-4 at
+ * 1.15x, 1.01-1.12x at M <= 64 (docs/GEMM.md). The CPU backend computes in float64 either way. */
 typedef struct {
   const DLTensor *c;       /* NULL: D = A.B^T only */
   int a_scales_row_major;  /* nonzero: a_scales is [M, KB] row-major instead of [KB, M] */

@@ -463,12 +463,13 @@ int main(void) {
   }
 
   /* Fine promotion (fp32 D), every 32 and every 64 of K: 128 x 128 tiles split where they leave
-   * SMs idle, rows and columns past the tiles, partial K-blocks, both scale layouts, C and C = D,
+   * SMs idle, the decode plans' 64 x 64 (M = 1 split 3 ways, M = 3) and 64 x 128 tiles (M = 5),
+   * rows and columns past the tiles, partial K-blocks, both scale layouts, C and C = D,
    * on the DeepSeek-style data (the issue's 1e-4) and on random codes; the same shapes without it
    * on the DeepSeek-style data. */
   {
     const int64_t fine_shapes[][3] = {{1, 2112, 7168}, {77, 208, 400}, {128, 4096, 7168 + 128}, {4097, 2112, 576},
-                                      {3, 48, 16}, {1000, 7168, 2048}};
+                                      {3, 48, 16}, {1000, 7168, 2048}, {5, 12288, 576}};
     for (size_t si = 0; si < sizeof fine_shapes / sizeof fine_shapes[0]; si++)
       for (int v = 0; v < 5; v++) {
         if (quick && fine_shapes[si][0] * fine_shapes[si][1] * fine_shapes[si][2] > 64000000) continue;

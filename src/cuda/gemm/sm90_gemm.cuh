@@ -37,7 +37,7 @@
 //     on those tiles ((1, 7168, 16384) 35.7 -> 32.1 us, 92% of its memory floor), M = 128 up to
 //     11%, W8A8 FP8 decode and M = 128 up to 17% (H200, two alternating runs).
 //   - Fine promotion (kFinePromotion: block-scaled, fp32 D, opts.fine_promotion): 128 x 128 tiles
-//     whose four wgmma per K-block each run into a cleared set of their own (sets 0, 1, 0, 1) and
+//     (and the decode plans' 64 x 64 and 64 x 128 ones) whose four wgmma per K-block each run into a cleared set of their own (sets 0, 1, 0, 1) and
 //     are promoted with the block's scales while the next one runs, so that the tensor cores' own
 //     sum spans 32 products instead of 128: fp32 error 2.8x lower on DeepSeek-style data, 2x on
 //     random codes (H200; docs/GEMM.md). Four promotions a block where the other tiles have one.
@@ -457,8 +457,9 @@ __global__ void __launch_bounds__(sm90_gemm_consumers(kBlockM) * 128 + 128, 1)
   // kFinePromotion64 the same with two wgmma (64 of K) a step.
   constexpr bool kFine = V == Sm90Variant::kFinePromotion || V == Sm90Variant::kFinePromotion64;
   constexpr int kFineSteps = V == Sm90Variant::kFinePromotion64 ? 2 : 4;  // promotions per K-block
-  static_assert(!kFine || (R == Sm90Recipe::kBlockScaledFp8 && kBlockM == 128 && kBlockN == 128),
-                "fine promotion: block-scaled 128 x 128 tiles");
+  static_assert(!kFine || (R == Sm90Recipe::kBlockScaledFp8 &&
+                            ((kBlockM == 128 && kBlockN == 128) || (kBlockM == 64 && (kBlockN == 64 || kBlockN == 128)))),
+                "fine promotion: block-scaled 128 x 128, 64 x 64 or 64 x 128 tiles");
   constexpr bool kTwoAcc = sm90_gemm_two_sets(R) && kBlockM <= 128 && kBlockN <= 128 && !kFine;
   using Acc = std::conditional_t<kInt8, int32_t, float>;  // the tensor cores' accumulator
   constexpr int kConsumers = sm90_gemm_consumers(kBlockM);

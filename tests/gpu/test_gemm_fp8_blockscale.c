@@ -128,8 +128,7 @@ static void fill_gauss(const gemm_case *g, uint8_t *a, uint8_t *b, float *as, in
  * of K (fine == 64), the same 1e-4 on the DeepSeek-style data and 3e-4 on random codes. bf16 and
  * fp16: their output rounding (up to 2^-9 and 2^-12 relative) on top. */
 static void tolerances(const gemm_case *g, double *frob, double *elem) {
-  if (g->dt == QF_F32 && g->fine == 64) *frob = g->gauss ? 1e-4 : 3e-4, *elem = g->gauss ? 2e-3 : 5e-3;
-  else if (g->dt == QF_F32 && g->fine) *frob = g->gauss ? 1e-4 : 2e-4, *elem = g->gauss ? 2e-3 : 5e-3;
+  if (g->dt == QF_F32 && g->fine) *frob = g->gauss ? 1e-4 : g->fine == 64 ? 3e-4 : 2e-4, *elem = g->gauss ? 2e-3 : 5e-3;
   else if (g->dt == QF_F32) *frob = g->exact ? 1e-6 : 1e-3, *elem = g->exact ? 1e-5 : 5e-3;
   else if (g->dt == QF_BF16) *frob = 5e-3, *elem = 1e-2;
   else *frob = 1e-3, *elem = 5e-3;

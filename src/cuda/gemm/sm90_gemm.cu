@@ -141,6 +141,14 @@ qf_status launch(qf_ctx *ctx, const Problem &pr, sm90_gemm_params p, const sm90_
   }
 }
 
+// The fine-promotion kernel of the tile for pr.fine (32 or 64 of K a promoted sum).
+template <Sm90Recipe R, int kBlockM, int kBlockN, typename OutT>
+qf_status launch_fine(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p, const sm90_gemm_config &cfg) {
+  constexpr int kStages = sm90_gemm_stages(kBlockM, kBlockN, int(sizeof(OutT)));
+  return pr.fine == 64 ? launch<R, kBlockM, kBlockN, OutT, kStages, Sm90Variant::kFinePromotion64>(ctx, pr, p, cfg)
+                       : launch<R, kBlockM, kBlockN, OutT, kStages, Sm90Variant::kFinePromotion>(ctx, pr, p, cfg);
+}
+
 template <Sm90Recipe R, typename OutT>
 qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &p, const sm90_gemm_config &cfg) {
   // The deeper ring of 128 x 128 tiles (sm90_gemm_heuristic.h: scaled FP8), with a one-box staging tile.
@@ -148,22 +156,13 @@ qf_status dispatch_tile(qf_ctx *ctx, const Problem &pr, const sm90_gemm_params &
     if (cfg.block_m == 128 && cfg.block_n == 128 && cfg.stages == kSm90DeepStages128)
       return launch<R, 128, 128, OutT, kSm90DeepStages128>(ctx, pr, p, cfg);
   }
-  // Fine promotion (fp32 D only, the API checks): the plan's own 64 x 64 or 64 x 128 decode tiles,
-  // else 128 x 128 tiles on a plan of their own (sm90_gemm_pick_fine).
+  // Fine promotion (fp32 D only, the API checks): its own plan (sm90_gemm_pick_fine).
   if constexpr (R == Sm90Recipe::kBlockScaledFp8 && std::is_same_v<OutT, float>) {
     if (pr.fine) {
-      constexpr auto k32 = Sm90Variant::kFinePromotion, k64 = Sm90Variant::kFinePromotion64;
-      constexpr int s64 = sm90_gemm_stages(64, 64, 4), s64x128 = sm90_gemm_stages(64, 128, 4);
-      constexpr int s128 = sm90_gemm_stages(128, 128, 4);
-      if (cfg.block_m == 64 && cfg.block_n == 64 && cfg.tail_kb == 0)
-        return pr.fine == 64 ? launch<R, 64, 64, OutT, s64, k64>(ctx, pr, p, cfg)
-                             : launch<R, 64, 64, OutT, s64, k32>(ctx, pr, p, cfg);
-      if (cfg.block_m == 64 && cfg.block_n == 128 && cfg.tail_kb == 0)
-        return pr.fine == 64 ? launch<R, 64, 128, OutT, s64x128, k64>(ctx, pr, p, cfg)
-                             : launch<R, 64, 128, OutT, s64x128, k32>(ctx, pr, p, cfg);
-      const sm90_gemm_config fine = sm90_gemm_pick_fine(pr.M, pr.N, pr.K, pr.sms > 0 ? pr.sms : 1);
-      return pr.fine == 64 ? launch<R, 128, 128, OutT, s128, k64>(ctx, pr, p, fine)
-                           : launch<R, 128, 128, OutT, s128, k32>(ctx, pr, p, fine);
+      const sm90_gemm_config fine = sm90_gemm_pick_fine(pr.M, pr.N, pr.K, pr.sms > 0 ? pr.sms : 1, cfg);
+      if (fine.block_m == 64 && fine.block_n == 64) return launch_fine<R, 64, 64, OutT>(ctx, pr, p, fine);
+      if (fine.block_m == 64) return launch_fine<R, 64, 128, OutT>(ctx, pr, p, fine);
+      return launch_fine<R, 128, 128, OutT>(ctx, pr, p, fine);
     }
   }
   // Block-scaled 64 x 64 and 128 x 128 tiles whose units are short take each K-block's weight-block

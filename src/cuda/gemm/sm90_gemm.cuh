@@ -37,7 +37,8 @@
 //     on those tiles ((1, 7168, 16384) 35.7 -> 32.1 us, 92% of its memory floor), M = 128 up to
 //     11%, W8A8 FP8 decode and M = 128 up to 17% (H200, two alternating runs).
 //   - Fine promotion (kFinePromotion: block-scaled, fp32 D, opts.fine_promotion): 128 x 128 tiles
-//     (and the decode plans' 64 x 64 and 64 x 128 ones) whose four wgmma per K-block each run into a cleared set of their own (sets 0, 1, 0, 1) and
+//     (and the decode plans' 64 x 64 and 64 x 128 ones) whose four wgmma per K-block each run
+//     into a cleared set of their own (sets 0, 1, 0, 1) and
 //     are promoted with the block's scales while the next one runs, so that the tensor cores' own
 //     sum spans 32 products instead of 128: fp32 error 2.8x lower on DeepSeek-style data, 2x on
 //     random codes (H200; docs/GEMM.md). Four promotions a block where the other tiles have one.

@@ -529,11 +529,13 @@ inline bool sm90_gemm_plan_of(int64_t M, int64_t N, int64_t K, int sms, int bloc
                                                 sm90_gemm_tall_share_fits(splits, sm90_gemm_stages(256, 128, 2))));
 }
 
-// The plan of opts.fine_promotion (Sm90Variant::kFinePromotion, 64) where sm90_gemm_pick's is not
-// one of 64 x 64 or 64 x 128 tiles (which it keeps): 128 x 128 tiles, whose two accumulator sets
-// of 64 columns and total fit the consumers' registers; where they leave SMs idle, split into as
-// many K ranges as SMs per tile (at most 16 and K-blocks / 2).
-inline sm90_gemm_config sm90_gemm_pick_fine(int64_t M, int64_t N, int64_t K, int sms) {
+// The plan of opts.fine_promotion (Sm90Variant::kFinePromotion, 64), from sm90_gemm_pick's `plan`:
+// kept where it is one of the decode tiles, 64 x 64 or 64 x 128 (without a tail round); else 128 x
+// 128 tiles, whose two accumulator sets of 64 columns and total fit the consumers' registers;
+// where they leave SMs idle, split into as many K ranges as SMs per tile (at most 16 and
+// K-blocks / 2).
+inline sm90_gemm_config sm90_gemm_pick_fine(int64_t M, int64_t N, int64_t K, int sms, const sm90_gemm_config &plan) {
+  if (plan.block_m == 64 && (plan.block_n == 64 || plan.block_n == 128) && plan.tail_kb == 0) return plan;
   const int64_t tiles = sm90_gemm_tiles(M, N, 128, 128), num_kb = (K + 127) / 128;
   const int64_t most = num_kb / 2 < 16 ? num_kb / 2 : 16;
   const int64_t fill = tiles > 0 && tiles < sms ? sms / tiles : 1;

@@ -1,7 +1,8 @@
-// wgmma with the A operand in registers, for 16-bit types (sm_90a). B N-major (transposed) in
-// shared memory: the P . V product of attention, whose P leaves the previous wgmma's accumulators
-// and whose V tile is stored as loaded, keys by rows. B K-major: the NVFP4 GEMM's prefill, whose
-// weights are dequantized straight into the A fragments. One asm statement each.
+// wgmma with the A operand in registers (sm_90a). 16-bit types, B N-major (transposed) in shared
+// memory: the P . V product of attention, whose P leaves the previous wgmma's accumulators and
+// whose V tile is stored as loaded, keys by rows. B K-major: the NVFP4 GEMM's prefill, whose
+// weights are dequantized straight into the A fragments, and the e4m3 form (K-major only), which
+// qfuse-probe-wgmma-rate times against the shared-memory form. One asm statement each.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,12 @@ __device__ __forceinline__ void wgmma_m64k16_f32_f16_rs_kmajor(float (&d)[N / 2]
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_kmajor(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                                   int scale_d);
+// D[64, N] (+)= A[64, 32] * B[N, 32]^T of e4m3: A in registers, four 32-bit registers of four
+// 8-bit values (mma.m16n8k32's A layout per warp): a[0] row 16 (t / 32) + (t % 32) / 4, columns
+// 4 (t % 4) .. + 3; a[1] the row 8 below; a[2], a[3] the same rows 16 columns on. B K-major.
+template <int N>
+__device__ __forceinline__ void wgmma_m64k32_f32_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                           int scale_d);
 
 // X(N, N / 16, then the operand numbers of a[0..3], desc_b and scale_d)
 #define QF_WGMMA_RS_SHAPES(X)                     \
@@ -49,7 +56,7 @@ __device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_kmajor(float (&d)[N / 2
   X(224, 14, 112, 113, 114, 115, 116, 117)        \
   X(256, 16, 128, 129, 130, 131, 132, 133)
 
-#define QF_WGMMA_RS_DEFINE(FN, TYPES, TRANS_B, N, CHUNKS, A0, A1, A2, A3, DB, SD)                                     \
+#define QF_WGMMA_RS_DEFINE(FN, KTYPES, TAIL, N, CHUNKS, A0, A1, A2, A3, DB, SD)                                \
   template <>                                                                                                \
   __device__ __forceinline__ void FN<N>(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) { \
     static_assert(N / 16 == CHUNKS && N / 2 == A0 && DB == A0 + 4 && SD == DB + 1, "operand numbering");          \
@@ -57,21 +64,25 @@ __device__ __forceinline__ void wgmma_m64k16_f32_bf16_rs_kmajor(float (&d)[N / 2
         "{\n"                                                                                                \
         ".reg .pred p;\n"                                                                                    \
         "setp.ne.b32 p, %" #SD ", 0;\n"                                                                      \
-        "wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES " {" QF_WGMMA_REGS_##CHUNKS "}, {%" #A0 ", %" #A1 \
-        ", %" #A2 ", %" #A3 "}, %" #DB ", p, 1, 1, " TRANS_B ";\n"                                                 \
+        "wgmma.mma_async.sync.aligned.m64n" #N KTYPES " {" QF_WGMMA_REGS_##CHUNKS "}, {%" #A0 ", %" #A1      \
+        ", %" #A2 ", %" #A3 "}, %" #DB ", p, 1, 1" TAIL ";\n"                                                     \
         "}\n"                                                                                                \
         : QF_WGMMA_OPS_##CHUNKS("+f")                                                                        \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                            \
   }
 #define QF_WGMMA_RS_F16_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD) \
-  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_nmajor, "f32.f16.f16", "1", N, CHUNKS, A0, A1, A2, A3, DB, SD) \
-  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_kmajor, "f32.f16.f16", "0", N, CHUNKS, A0, A1, A2, A3, DB, SD)
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_nmajor, "k16.f32.f16.f16", ", 1", N, CHUNKS, A0, A1, A2, A3, DB, SD) \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_f16_rs_kmajor, "k16.f32.f16.f16", ", 0", N, CHUNKS, A0, A1, A2, A3, DB, SD)
 #define QF_WGMMA_RS_BF16_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD)                                             \
-  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_nmajor, "f32.bf16.bf16", "1", N, CHUNKS, A0, A1, A2, A3, DB, SD) \
-  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_kmajor, "f32.bf16.bf16", "0", N, CHUNKS, A0, A1, A2, A3, DB, SD)
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_nmajor, "k16.f32.bf16.bf16", ", 1", N, CHUNKS, A0, A1, A2, A3, DB, SD) \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k16_f32_bf16_rs_kmajor, "k16.f32.bf16.bf16", ", 0", N, CHUNKS, A0, A1, A2, A3, DB, SD)
+#define QF_WGMMA_RS_E4M3_DEFINE(N, CHUNKS, A0, A1, A2, A3, DB, SD) \
+  QF_WGMMA_RS_DEFINE(wgmma_m64k32_f32_e4m3_rs, "k32.f32.e4m3.e4m3", "", N, CHUNKS, A0, A1, A2, A3, DB, SD)
 QF_WGMMA_RS_SHAPES(QF_WGMMA_RS_F16_DEFINE)
 QF_WGMMA_RS_SHAPES(QF_WGMMA_RS_BF16_DEFINE)
+QF_WGMMA_RS_SHAPES(QF_WGMMA_RS_E4M3_DEFINE)
 #undef QF_WGMMA_RS_F16_DEFINE
 #undef QF_WGMMA_RS_BF16_DEFINE
+#undef QF_WGMMA_RS_E4M3_DEFINE
 #undef QF_WGMMA_RS_DEFINE
 #undef QF_WGMMA_RS_SHAPES

@@ -46,9 +46,9 @@ struct Layout {
   static_assert(kFlag + 16 <= kLaunchSmem, "the launch's shared memory");
 };
 
-template <int N, int W, int S, bool kCols, AFrom kA>
-__global__ void __launch_bounds__(128 * W + 128, 1) rate(int blocks, int pace, const uint8_t *source, long long *cycles,
-                                                     long long *copied, float *sink) {
+template <int N, int W, int S, bool kCols, AFrom kFrom>
+__global__ void __launch_bounds__(128 * W + 128, 1)
+    rate(int blocks, int pace, const uint8_t *source, long long *cycles, long long *copied, float *sink) {
   extern __shared__ __align__(1024) uint8_t smem[];
   using L = Layout<N, W, S, kCols>;
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(128 * W + 128, 1) rate(int blocks, int pace, c
     for (int i = 0; i < N / 2; i++) acc[u][i] = 0.f;
   // RS once: A's bytes from shared memory into registers, 16 bytes a thread per k-step and strip
   auto load_frags = [&](uint32_t(&f)[kStrips][4][4]) {
-    if constexpr (kA != kSS) {
+    if constexpr (kFrom != kSS) {
 #pragma unroll
       for (int v = 0; v < kStrips; v++)
 #pragma unroll
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(128 * W + 128, 1) rate(int blocks, int pace, c
   };
   // keeps the fragments that the wgmma in flight read in their registers
   auto hold = [&](uint32_t(&f)[kStrips][4][4]) {
-    if constexpr (kA != kSS) {
+    if constexpr (kFrom != kSS) {
 #pragma unroll
       for (int v = 0; v < kStrips; v++)
 #pragma unroll
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(128 * W + 128, 1) rate(int blocks, int pace, c
 #pragma unroll
       for (int k = 0; k < 4; k++) {
         const uint64_t db = wgmma_desc_kmajor_sw128(b_at(u)) + 2 * k;
-        if constexpr (kA == kSS)
+        if constexpr (kFrom == kSS)
           wgmma_m64k32_f32_e4m3<N>(acc[u], wgmma_desc_kmajor_sw128(a_at(u)) + 2 * k, db, 1);
         else
           wgmma_m64k32_f32_e4m3_rs<N>(acc[u], f[kCols ? 0 : u][k], db, 1);
@@ -162,10 +162,10 @@ __global__ void __launch_bounds__(128 * W + 128, 1) rate(int blocks, int pace, c
 }
 
 // paces: 0 no copies, 1 as fast as they go, else cycles per 16 KB copy
-template <int N, int W, int S, bool kCols, AFrom kA>
+template <int N, int W, int S, bool kCols, AFrom kFrom>
 void run(const char *tile, int sms, const uint8_t *source, const std::vector<int> &paces) {
   const int blocks = 2048;
-  auto k = rate<N, W, S, kCols, kA>;
+  auto k = rate<N, W, S, kCols, kFrom>;
   cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kLaunchSmem);
   long long *c = nullptr, *copied = nullptr;
   float *sink = nullptr;
@@ -173,7 +173,7 @@ void run(const char *tile, int sms, const uint8_t *source, const std::vector<int
   cudaMalloc(&copied, 2 * sms * sizeof(long long));
   cudaMalloc(&sink, 1024 * sizeof(float));
   // shared-memory bytes a block: the wgmma's reads of A (SS) and B
-  constexpr int kAReads = kA == kSS ? S * 8192 : 0;
+  constexpr int kAReads = kFrom == kSS ? S * 8192 : 0;
   constexpr int kReads = W * (kAReads + S * N * 128);
   const double tensor = 4.0 * 64 * N * 32 * W * S / 4096.0;  // cycles a block at the dense FP8 rate
   for (int pace : paces) {
@@ -196,7 +196,7 @@ void run(const char *tile, int sms, const uint8_t *source, const std::vector<int
     const std::string copies = pace == 0 ? "none" : pace == 1 ? "max" : std::to_string(pace) + " cyc";
     printf("%-8s %-4s %-7s copies %-8s: %7.1f cycles/block, %5.1f%% of the tensor rate; wgmma reads %5.1f B/cycle, "
            "copies %5.1f B/cycle%s%s\n",
-           tile, kCols ? "cols" : "rows", kAFromNames[kA], copies.c_str(), per_block, 100.0 * tensor / per_block,
+           tile, kCols ? "cols" : "rows", kAFromNames[kFrom], copies.c_str(), per_block, 100.0 * tensor / per_block,
            kReads / per_block, copy_rate, err == cudaSuccess ? "" : ": ", err == cudaSuccess ? "" : cudaGetErrorString(err));
   }
   cudaFree(c);

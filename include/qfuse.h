@@ -509,6 +509,36 @@ qf_status qf_attention_paged(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_c
                              const DLTensor *block_table, const DLTensor *kv_lens, const DLTensor *sinks,
                              const qf_attention_opts *opts, DLTensor *o, DLTensor *lse);
 
+/* Attention over packed sequences of different lengths (an engine's batch of prompts, "varlen"):
+ *  q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv], o [total_q, Hq, Dv]: dtypes,
+ *     contiguity and strides as qf_attention's (with no batch dimension).
+ *  cu_seqlens_q, cu_seqlens_k int32 [B + 1] on the op's device: sequence b's queries are tokens
+ *     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and o, its keys rows cu_seqlens_k[b] ..
+ *     cu_seqlens_k[b + 1] - 1 of k and v (offsets that start at >= 0 and never decrease).
+ *  max_seqlen_q, max_seqlen_k: the most queries and keys a sequence has (CUDA sizes its grid by
+ *     them), in [0, 2^30).
+ *  lse fp32 [Hq, total_q] contiguous, or NULL; sinks and opts as qf_attention.
+ * Each sequence is computed as qf_attention with B = 1 would compute it: its queries are the last
+ * of its keys (query i of a sequence of Sq_b queries and L_b keys at key position i + L_b - Sq_b).
+ * Tokens past cu_seqlens_q[B] are left as they were in o and lse.
+ * The CPU backend refuses offsets out of range (decreasing, past total_q or total_k, a step above
+ * the max) with QF_ERR_VALUE. CUDA reads the offsets on the device (a CUDA graph can replay the call
+ * as they change) and clamps them to those ranges; it never reads keys of another sequence into a
+ * result (the rows of a tile past a sequence's keys are cleared, so even an Inf or NaN there stays
+ * out). Head dims, alignment and strides as qf_attention on CUDA, and total_q, total_k below 2^30. */
+qf_status qf_attention_varlen(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *cu_seqlens_q,
+                              const DLTensor *cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, const DLTensor *sinks,
+                              const qf_attention_opts *opts, DLTensor *o, DLTensor *lse);
+
+/* Packed queries over a paged KV cache (chunked prefill and decode steps of different lengths in
+ * one call): q [total_q, Hq, D], o [total_q, Hq, Dv], lse [Hq, total_q] or NULL, cu_seqlens_q and
+ * max_seqlen_q as qf_attention_varlen; k_cache, v_cache, block_table [B, max_pages] and kv_lens [B]
+ * as qf_attention_paged. Sequence b's queries are the last of its kv_lens[b] keys. */
+qf_status qf_attention_paged_varlen(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_cache, const DLTensor *v_cache,
+                                    const DLTensor *block_table, const DLTensor *kv_lens, const DLTensor *cu_seqlens_q,
+                                    int64_t max_seqlen_q, const DLTensor *sinks, const qf_attention_opts *opts, DLTensor *o,
+                                    DLTensor *lse);
+
 /* ---- Vector quantization (VQ) -------------------------------------------------------------
  *
  * A weight W [N, K] is cut along K into vectors of vector_size elements. Each vector is replaced

@@ -6,7 +6,11 @@ takes the shape (flash, cuDNN, memory-efficient) with the timing of quant_torch.
 from torch.profiler, L2 flushed by a read pass before each run), and appends JSON lines in
 qfuse-bench's schema: one row per peer with peer_us and ratio = peer_us / us. See
 bench/peers/README.md.
-Usage: attention_torch.py --jsonl FILE [--quick] [--reps N]
+Packed sequences (qf_attention_varlen, variant "varlen"): a batch of prompts of different lengths
+against torch's FlashAttention-2 varlen forward (aten._flash_attention_forward on the same packed
+tensors) and SDPA on nested jagged tensors where a backend takes them; "paged,varlen"
+(qf_attention_paged_varlen, 16-key pages shuffled) against the same call on contiguous keys.
+Usage: attention_torch.py --jsonl FILE [--quick] [--reps N] [--only dense|varlen]
 """
 import argparse
 import json
@@ -40,6 +44,12 @@ SHAPES = [
     ("paged", 32, 1, 2048, 32, 8, 128, False),
 ]
 QUICK = {0, 2, 5, 6}
+
+# Packed prefill batches (name, prompt lengths, Hq, Hkv, D), causal: each prompt's queries are its keys.
+VARLEN = [
+    ("varlen", [4096, 1024, 2500, 300, 77, 3000, 1500, 700, 2048, 129, 900, 3700, 64, 1800, 2222, 1], 32, 8, 128),
+    ("varlen", [512, 200, 1000, 37, 800, 640, 333, 999], 32, 32, 128),
+]
 
 
 def time_us_named(fn, reps, flush, name):
@@ -99,12 +109,13 @@ def main():
     ap.add_argument("--jsonl", required=True, help="append one JSON line per result to FILE")
     ap.add_argument("--quick", action="store_true", help="four shapes")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--only", choices=("dense", "varlen"), help="the dense shapes or the packed batches alone")
     args = ap.parse_args()
     dev, name, commit, flush, ctx, reps, copy_gbps = gpu_setup(args.reps)
 
     with open(args.jsonl, "a") as out:
         for i, (kind, b, sq, skv, hq, hkv, d, causal) in enumerate(SHAPES):
-            if args.quick and i not in QUICK:
+            if (args.quick and i not in QUICK) or args.only == "varlen":
                 continue
             g = torch.Generator(device=dev).manual_seed(i)
             q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16, generator=g)
@@ -152,7 +163,88 @@ def main():
                 out.write(json.dumps(row, separators=(",", ":")) + "\n")
                 out.flush()
                 print(f"  {peer:16s} {peer_us:9.1f} us  ratio {peer_us / us:5.2f}x  (qfuse vs it: rel. error {err:.1e})")
+        for i, (kind, lens, hq, hkv, d) in enumerate(VARLEN):
+            if (args.quick and i) or args.only == "dense":
+                continue
+            bench_varlen(out, dev, name, commit, flush, ctx, reps, copy_gbps, i, lens, hq, hkv, d)
     return 0
+
+
+def bench_varlen(out, dev, name, commit, flush, ctx, reps, copy_gbps, seed, lens, hq, hkv, d):
+    """A packed causal prefill batch: qfuse's varlen call against FlashAttention-2's varlen forward
+    and nested-tensor SDPA, then qfuse's paged varlen call (16-key pages) against its dense one."""
+    g = torch.Generator(device=dev).manual_seed(100 + seed)
+    total = sum(lens)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=dev)
+    q = torch.randn(total, hq, d, device=dev, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(total, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
+    o = torch.empty_like(q)
+    lse = torch.empty(hq, total, device=dev)
+    mx = max(lens)
+    fn = lambda: ctx.attention_varlen(q, k, v, cu, cu, mx, mx, o, lse=lse, causal=True)  # noqa: E731
+    us = time_us_named(fn, reps, flush, "attention")
+    flops = 4 * d * hq * sum(n * (n + 1) / 2 for n in lens)
+    nbytes = 2 * (q.numel() + k.numel() + v.numel() + o.numel()) + 4 * lse.numel()
+    shape = f"B={len(lens)},total={total},max={mx},Hq={hq},Hkv={hkv},D={d}"
+    base = dict(op="attention", variant="bf16,varlen,causal", shape=shape, device=name, commit=commit, backend="qfuse",
+                flush="read", timing="kernel", us=round(us, 3), gbps=round(nbytes / (us * 1e3), 1),
+                tflops=round(flops / (us * 1e6), 1), pct_floor=round(100 * nbytes / (copy_gbps * 1e3) / us, 1))
+    print(f"{base['variant']:22s} {shape:44s} qfuse {us:9.1f} us {base['tflops']:7.1f} TFLOPS")
+
+    def emit(peer, peer_fn, ref_of):
+        try:
+            ref = ref_of(peer_fn())
+            peer_us = time_us(peer_fn, reps, flush, "kernel")
+        except (RuntimeError, TypeError, AttributeError, NotImplementedError) as e:
+            print(f"  {peer}: not run ({str(e).splitlines()[0][:100]})")
+            return
+        err = ((o.float() - ref.float()).norm() / ref.float().norm()).item()
+        row = dict(base, peer=peer, peer_us=round(peer_us, 3), ratio=round(peer_us / us, 3), rel_err=err)
+        out.write(json.dumps(row, separators=(",", ":")) + "\n")
+        out.flush()
+        print(f"  {peer:16s} {peer_us:9.1f} us  ratio {peer_us / us:5.2f}x  (qfuse vs it: rel. error {err:.1e})")
+
+    # FlashAttention-2's varlen forward as torch ships it: (out, lse, ...) on the packed tensors.
+    flash = lambda: torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, mx, mx, 0.0, True, False)  # noqa: E731
+    emit("torch-flash-varlen", flash, lambda r: r[0])
+    # SDPA over nested jagged tensors [B, H, j, D] (each backend that takes them).
+    offsets = cu.to(torch.int64)
+    qn, kn, vn = (torch.nested.nested_tensor_from_jagged(t, offsets).transpose(1, 2) for t in (q, k, v))
+    for peer, backend in BACKENDS.items():
+        def nested(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qn, kn, vn, is_causal=True, enable_gqa=hkv != hq)
+        emit(peer + "-nested", nested, lambda r: r.transpose(1, 2).values())
+
+    # The same batch with its keys in a paged cache (16-key pages, shuffled) against the dense call.
+    page = 16
+    pages = [(n + page - 1) // page for n in lens]
+    perm = torch.randperm(sum(pages), device=dev, generator=g)
+    table = torch.zeros(len(lens), max(pages), dtype=torch.int32, device=dev)
+    k_cache = torch.zeros(sum(pages), page, hkv, d, device=dev, dtype=torch.bfloat16)
+    v_cache = torch.zeros_like(k_cache)
+    first = 0
+    for b, n in enumerate(lens):
+        ids = perm[first:first + pages[b]]
+        first += pages[b]
+        table[b, :pages[b]] = ids.to(torch.int32)
+        kp = torch.zeros(pages[b] * page, hkv, d, device=dev, dtype=torch.bfloat16)
+        vp = torch.zeros_like(kp)
+        kp[:n], vp[:n] = k[cu[b]:cu[b + 1]], v[cu[b]:cu[b + 1]]
+        k_cache[ids], v_cache[ids] = kp.view(-1, page, hkv, d), vp.view(-1, page, hkv, d)
+    kv_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+    o_dense = o.clone()
+    paged = lambda: ctx.attention_paged_varlen(q, k_cache, v_cache, table, kv_lens, cu, mx, o, lse=lse,  # noqa: E731
+                                               causal=True)
+    paged_us = time_us_named(paged, reps, flush, "attention")
+    err = ((o.float() - o_dense.float()).norm() / o_dense.float().norm()).item()
+    row = dict(base, variant="bf16,paged,varlen,causal", us=round(paged_us, 3), gbps=round(nbytes / (paged_us * 1e3), 1),
+               tflops=round(flops / (paged_us * 1e6), 1), pct_floor=round(100 * nbytes / (copy_gbps * 1e3) / paged_us, 1),
+               peer="qfuse-varlen-contiguous", peer_us=round(us, 3), ratio=round(us / paged_us, 3), rel_err=err)
+    out.write(json.dumps(row, separators=(",", ":")) + "\n")
+    out.flush()
+    print(f"bf16,paged,varlen      {shape:44s} qfuse {paged_us:9.1f} us  contiguous {us:9.1f} us  (difference {err:.1e})")
 
 
 if __name__ == "__main__":

@@ -185,6 +185,10 @@ def _load():
                                                ctypes.c_int64, T]
     lib.qf_attention.argtypes = [ctypes.c_void_p, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
     lib.qf_attention_paged.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.POINTER(AttentionOpts), T, T]
+    lib.qf_attention_varlen.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.c_int64, ctypes.c_int64, T,
+                                        ctypes.POINTER(AttentionOpts), T, T]
+    lib.qf_attention_paged_varlen.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, ctypes.c_int64, T,
+                                              ctypes.POINTER(AttentionOpts), T, T]
     lib.qf_vq_attention_decode.argtypes = [ctypes.c_void_p, T, T, T, T, T, ctypes.POINTER(VqFormat),
                                            ctypes.POINTER(VqAttentionOpts), T, T]
     lib.qf_vq_attention_decode_append.argtypes = [ctypes.c_void_p, T, T, T, T, T, T, T, ctypes.POINTER(VqFormat),
@@ -506,6 +510,28 @@ class Context:
         opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
         self._check(_lib.qf_attention_paged(self._ctx, *(a.ptr() for a in keep[:5]), extra[0].ptr() if extra[0] else None,
                                             ctypes.byref(opt), keep[5].ptr(), extra[1].ptr() if extra[1] else None))
+
+    def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, o, lse=None, sinks=None,
+                         sm_scale=0.0, causal=False, window=0):
+        """qf_attention_varlen: packed sequences, q [total_q, Hq, D], k, v [total_k, Hkv, D / Dv], o [total_q, Hq, Dv];
+        cu_seqlens_q, cu_seqlens_k int32 [B + 1]; lse fp32 [Hq, total_q]; the rest as attention()."""
+        keep = [_Arg(t) for t in (q, k, v, cu_seqlens_q, cu_seqlens_k, o)]
+        extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
+        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        self._check(_lib.qf_attention_varlen(self._ctx, *(a.ptr() for a in keep[:5]), max_seqlen_q, max_seqlen_k,
+                                             extra[0].ptr() if extra[0] else None, ctypes.byref(opt), keep[5].ptr(),
+                                             extra[1].ptr() if extra[1] else None))
+
+    def attention_paged_varlen(self, q, k_cache, v_cache, block_table, kv_lens, cu_seqlens_q, max_seqlen_q, o, lse=None,
+                               sinks=None, sm_scale=0.0, causal=False, window=0):
+        """qf_attention_paged_varlen: packed queries q [total_q, Hq, D] over a paged cache (as attention_paged);
+        cu_seqlens_q int32 [B + 1]; o [total_q, Hq, Dv]; lse fp32 [Hq, total_q]."""
+        keep = [_Arg(t) for t in (q, k_cache, v_cache, block_table, kv_lens, cu_seqlens_q, o)]
+        extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
+        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        self._check(_lib.qf_attention_paged_varlen(self._ctx, *(a.ptr() for a in keep[:6]), max_seqlen_q,
+                                                   extra[0].ptr() if extra[0] else None, ctypes.byref(opt),
+                                                   keep[6].ptr(), extra[1].ptr() if extra[1] else None))
 
     def vq_attention_decode(self, q, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse, head_dim, kv_heads,
                             seq_len, sm_scale=0.0, kv_lens=None, block_table=None, page_size=0):

@@ -72,11 +72,36 @@ static qf_status check_cuda_layout(qf_ctx *ctx, const char *op, const char *name
 }
 #endif
 
-/* Validates the arguments of both forms into *a (paged: k and v are caches [num_pages, page_size,
- * Hkv, D], with block_table [B, max_pages] and kv_lens [B]) and dispatches. */
+/* Packed sequences: the offsets and the longest sequence's lengths (NULL cu_k: a paged cache). */
+typedef struct {
+  const DLTensor *cu_q, *cu_k;
+  int64_t max_q, max_k;
+} packed_seqs;
+
+/* A packed tensor [T, H, D] as the 4-D view [1, T, H, D] (batch stride 0) that check_4d takes. */
+static qf_status packed_view(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, DLTensor *view,
+                             int64_t shape[4], int64_t strides[4]) {
+  if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
+  if (t->ndim != 3) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has ndim=%d; expected 3 ([tokens, heads, head dim])", op, name, (int)t->ndim);
+  if (!t->shape) return qf_fail(ctx, QF_ERR_NULL, "%s: %s.shape is NULL", op, name);
+  shape[0] = 1, strides[0] = 0;
+  for (int d = 0; d < 3; d++) shape[d + 1] = t->shape[d];
+  for (int d = 3; d >= 1; d--) /* compact strides where t has none (check_4d checks the rest) */
+    if (t->strides) strides[d] = t->strides[d - 1];
+    else if (d == 3) strides[d] = 1;
+    else if (shape[d + 1] < 0 || __builtin_mul_overflow(strides[d + 1], shape[d + 1], &strides[d]))
+      return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has a negative extent or more elements than 64-bit offsets allow", op, name);
+  *view = *t;
+  view->ndim = 4, view->shape = shape, view->strides = strides;
+  return QF_OK;
+}
+
+/* Validates the arguments of every form into *a (paged: k and v are caches [num_pages, page_size,
+ * Hkv, D], with block_table [B, max_pages] and kv_lens [B]; packed: q, o and, unpaged, k and v are
+ * [tokens, H, D] with offsets per sequence) and dispatches. */
 static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const DLTensor *k, const DLTensor *v,
-                           const DLTensor *block_table, const DLTensor *kv_lens, const DLTensor *sinks,
-                           const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
+                           const DLTensor *block_table, const DLTensor *kv_lens, const packed_seqs *packed,
+                           const DLTensor *sinks, const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
   if (!ctx) return QF_ERR_NULL;
   const int paged = block_table || kv_lens;
   qf_attention_args a = {0};
@@ -84,6 +109,20 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
   qf_dtype vdt, kdt;
   qf_status st;
   void *qp, *kp, *vp;
+  DLTensor views[4];
+  int64_t view_dims[4][2][4];
+  if (packed) { /* q, o (and dense k, v) as [1, tokens, H, D] */
+    if ((st = packed_view(ctx, op, "q", q, &views[0], view_dims[0][0], view_dims[0][1])) ||
+        (st = packed_view(ctx, op, "o", o, &views[3], view_dims[3][0], view_dims[3][1])))
+      return st;
+    q = &views[0], o = &views[3];
+    if (!paged) {
+      if ((st = packed_view(ctx, op, "k", k, &views[1], view_dims[1][0], view_dims[1][1])) ||
+          (st = packed_view(ctx, op, "v", v, &views[2], view_dims[2][0], view_dims[2][1])))
+        return st;
+      k = &views[1], v = &views[2];
+    }
+  }
   if ((st = check_4d(ctx, op, "q", q, QF_HALVES, qd, a.qs, &a.dtype, &qp)) ||
       (st = check_4d(ctx, op, paged ? "k_cache" : "k", k, QF_DT(a.dtype), kd, a.ks, &kdt, &kp)) ||
       (st = check_4d(ctx, op, paged ? "v_cache" : "v", v, QF_DT(a.dtype), vd, a.vs, &vdt, &vp)) ||
@@ -91,6 +130,23 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
     return st;
   a.q = qp, a.k = kp, a.v = vp;
   a.B = qd[0], a.Sq = qd[1], a.Hq = qd[2], a.D = qd[3], a.Hkv = kd[2], a.Dv = vd[3];
+  if (packed) {
+    /* B sequences of at most max_q queries (and max_k dense keys) */
+    const DLTensor *cu = packed->cu_q;
+    if (!cu) return qf_fail(ctx, QF_ERR_NULL, "%s: cu_seqlens_q is NULL", op);
+    if (cu->ndim != 1 || !cu->shape || cu->shape[0] < 1)
+      return qf_fail(ctx, QF_ERR_SHAPE, "%s: cu_seqlens_q must be [B + 1] with B >= 0", op);
+    a.total_q = qd[1], a.B = cu->shape[0] - 1, a.Sq = packed->max_q;
+    if ((st = qf_check_vec(ctx, op, "cu_seqlens_q", cu, QF_I32, a.B + 1, (void **)&a.cu_seqlens_q))) return st;
+    if (!paged) {
+      if (!packed->cu_k) return qf_fail(ctx, QF_ERR_NULL, "%s: cu_seqlens_k is NULL", op);
+      if ((st = qf_check_vec(ctx, op, "cu_seqlens_k", packed->cu_k, QF_I32, a.B + 1, (void **)&a.cu_seqlens_k))) return st;
+      a.total_k = kd[1];
+    }
+    if (packed->max_q < 0 || (!paged && packed->max_k < 0) || packed->max_q >= (1 << 30) || packed->max_k >= (1 << 30))
+      return qf_fail(ctx, QF_ERR_VALUE, "%s: max_seqlen_q=%" PRId64 " and max_seqlen_k=%" PRId64 " must be in [0, 2^30)", op,
+                     packed->max_q, packed->max_k);
+  }
   if (paged) {
     if (vd[0] != kd[0] || vd[1] != kd[1] || vd[2] != kd[2] || kd[3] != a.D || kd[1] < 1)
       return qf_fail(ctx, QF_ERR_SHAPE,
@@ -106,6 +162,13 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
     if ((st = qf_check_vec(ctx, op, "kv_lens", kv_lens, QF_I32, a.B, (void **)&a.kv_lens))) return st;
     a.block_table = bt.data, a.bt_stride = bt.ld, a.page_size = kd[1], a.num_pages = kd[0];
     a.Skv = bt.cols * kd[1];
+  } else if (packed) {
+    a.Skv = packed->max_k;
+    if (vd[1] != kd[1] || vd[2] != a.Hkv || kd[3] != a.D)
+      return qf_fail(ctx, QF_ERR_SHAPE,
+                     "%s: k [%" PRId64 ", %" PRId64 ", %" PRId64 "] and v [%" PRId64 ", %" PRId64 ", %" PRId64
+                     "] do not match (k [total_k, Hkv, D], v [total_k, Hkv, Dv], D=%" PRId64 " as q)",
+                     op, kd[1], kd[2], kd[3], vd[1], vd[2], vd[3], a.D);
   } else {
     a.Skv = kd[1];
     if (kd[0] != a.B || vd[0] != a.B || vd[1] != a.Skv || vd[2] != a.Hkv || kd[3] != a.D)
@@ -118,13 +181,15 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
     return qf_fail(ctx, QF_ERR_SHAPE, "%s: D=%" PRId64 ", Dv=%" PRId64 " must be positive and Hq=%" PRId64
                    " a multiple of Hkv=%" PRId64, op, a.D, a.Dv, a.Hq, a.Hkv);
   int64_t want_o[4] = {a.B, a.Sq, a.Hq, a.Dv};
+  if (packed) want_o[0] = 1, want_o[1] = a.total_q;
   if ((st = qf_check_shape(ctx, op, "o", o, 4, want_o))) return st;
   if (!distinct_elements(od, a.os))
     return qf_fail(ctx, QF_ERR_LAYOUT, "%s: o's strides [%" PRId64 ", %" PRId64 ", %" PRId64 ", 1] make elements overlap", op,
                    a.os[0], a.os[1], a.os[2]);
   if (lse) {
     int64_t want_lse[3] = {a.B, a.Hq, a.Sq};
-    if ((st = qf_check_dense(ctx, op, "lse", lse, QF_F32, 3, want_lse, 4, (void **)&a.lse))) return st;
+    if (packed) want_lse[0] = a.Hq, want_lse[1] = a.total_q;
+    if ((st = qf_check_dense(ctx, op, "lse", lse, QF_F32, packed ? 2 : 3, want_lse, 4, (void **)&a.lse))) return st;
   }
   if (sinks && (st = qf_check_vec(ctx, op, "sinks", sinks, QF_F32, a.Hq, (void **)&a.sinks))) return st;
   const qf_attention_opts none = {0};
@@ -134,16 +199,17 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
   if (opts->window < 0) return qf_fail(ctx, QF_ERR_VALUE, "%s: window=%" PRId64 " is negative (0: no window)", op, opts->window);
   a.sm_scale = opts->sm_scale > 0.0f ? opts->sm_scale : 1.0 / sqrt((double)a.D);
   a.causal = opts->causal != 0, a.window = opts->window;
-  if (a.B * a.Sq * a.Hq == 0) return QF_OK;
+  if (a.B * a.Sq * a.Hq == 0 || (packed && a.total_q == 0)) return QF_OK;
   if (ctx->device == QF_DEVICE_CPU) return qf_cpu_attention(ctx, &a);
 #ifdef QF_WITH_CUDA
   if (a.D != a.Dv || (a.D != 64 && a.D != 128 && a.D != 256 && a.D != 512))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes D = Dv in {64, 128, 256, 512}; got D=%" PRId64 ", Dv=%" PRId64, op,
                    a.D, a.Dv);
-  if (a.B * a.Hkv > 65535 || a.Sq * (a.Hq / a.Hkv) >= (1 << 30) || a.Skv >= (1 << 30) || a.num_pages >= (1 << 30))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes B * Hkv <= 65535 and Sq * Hq / Hkv, Skv, num_pages below 2^30; got "
-                   "B * Hkv = %" PRId64 ", Sq = %" PRId64 ", Skv = %" PRId64 ", num_pages = %" PRId64, op, a.B * a.Hkv, a.Sq, a.Skv,
-                   a.num_pages);
+  if (a.B * a.Hkv > 65535 || a.Sq * (a.Hq / a.Hkv) >= (1 << 30) || a.Skv >= (1 << 30) || a.num_pages >= (1 << 30) ||
+      a.total_q >= (1 << 30) || a.total_k >= (1 << 30))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes B * Hkv <= 65535 and Sq * Hq / Hkv, Skv, num_pages, total_q, total_k "
+                   "below 2^30; got B * Hkv = %" PRId64 ", Sq = %" PRId64 ", Skv = %" PRId64 ", num_pages = %" PRId64
+                   ", total_q = %" PRId64 ", total_k = %" PRId64, op, a.B * a.Hkv, a.Sq, a.Skv, a.num_pages, a.total_q, a.total_k);
   if ((st = check_cuda_layout(ctx, op, "q", a.q, a.qs, a.dtype)) || (st = check_cuda_layout(ctx, op, "k", a.k, a.ks, a.dtype)) ||
       (st = check_cuda_layout(ctx, op, "v", a.v, a.vs, a.dtype)) || (st = check_cuda_layout(ctx, op, "o", a.o, a.os, a.o_dtype)))
     return st;
@@ -155,7 +221,7 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
 
 qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *sinks,
                        const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
-  return attention(ctx, "qf_attention", q, k, v, NULL, NULL, sinks, opts, o, lse);
+  return attention(ctx, "qf_attention", q, k, v, NULL, NULL, NULL, sinks, opts, o, lse);
 }
 
 qf_status qf_attention_paged(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_cache, const DLTensor *v_cache,
@@ -163,5 +229,22 @@ qf_status qf_attention_paged(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_c
                              const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
   if (ctx && (!block_table || !kv_lens))
     return qf_fail(ctx, QF_ERR_NULL, "qf_attention_paged: block_table and kv_lens are required");
-  return attention(ctx, "qf_attention_paged", q, k_cache, v_cache, block_table, kv_lens, sinks, opts, o, lse);
+  return attention(ctx, "qf_attention_paged", q, k_cache, v_cache, block_table, kv_lens, NULL, sinks, opts, o, lse);
+}
+
+qf_status qf_attention_varlen(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *cu_seqlens_q,
+                              const DLTensor *cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, const DLTensor *sinks,
+                              const qf_attention_opts *opts, DLTensor *o, DLTensor *lse) {
+  const packed_seqs packed = {cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k};
+  return attention(ctx, "qf_attention_varlen", q, k, v, NULL, NULL, &packed, sinks, opts, o, lse);
+}
+
+qf_status qf_attention_paged_varlen(qf_ctx *ctx, const DLTensor *q, const DLTensor *k_cache, const DLTensor *v_cache,
+                                    const DLTensor *block_table, const DLTensor *kv_lens, const DLTensor *cu_seqlens_q,
+                                    int64_t max_seqlen_q, const DLTensor *sinks, const qf_attention_opts *opts, DLTensor *o,
+                                    DLTensor *lse) {
+  if (ctx && (!block_table || !kv_lens))
+    return qf_fail(ctx, QF_ERR_NULL, "qf_attention_paged_varlen: block_table and kv_lens are required");
+  const packed_seqs packed = {cu_seqlens_q, NULL, max_seqlen_q, 0};
+  return attention(ctx, "qf_attention_paged_varlen", q, k_cache, v_cache, block_table, kv_lens, &packed, sinks, opts, o, lse);
 }

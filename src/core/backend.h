@@ -163,6 +163,13 @@ typedef struct {
   const int32_t *block_table; /* NULL: dense k and v */
   int64_t bt_stride, page_size, num_pages;
   const int32_t *kv_lens;
+  /* Packed sequences (qf_attention_varlen, qf_attention_paged_varlen): q and o hold total_q
+   * tokens (batch stride 0, lse [Hq, total_q]), sequence b's queries are tokens cu_seqlens_q[b] ..
+   * cu_seqlens_q[b + 1] - 1 and Sq the most a sequence has; with dense keys, k and v hold total_k
+   * rows, sequence b's keys rows cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1, and Skv the most a
+   * sequence has. */
+  const int32_t *cu_seqlens_q, *cu_seqlens_k;
+  int64_t total_q, total_k;
 } qf_attention_args;
 
 qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a);

@@ -13,16 +13,34 @@ static int64_t key_offset(const qf_attention_args *a, const int64_t st[3], int64
   return page * st[0] + (j % a->page_size) * st[1] + g * st[2];
 }
 
+/* Offsets of packed sequences: cu[0] >= 0, never decreasing, cu[B] <= total, no step above max. */
+static qf_status check_offsets(qf_ctx *ctx, const qf_attention_args *a, const char *name, const int32_t *cu, int64_t total,
+                               int64_t max) {
+  for (int64_t b = 0; cu && b <= a->B; b++)
+    if (cu[b] < (b ? cu[b - 1] : 0) || cu[b] > total || (b && cu[b] - cu[b - 1] > max))
+      return qf_fail(ctx, QF_ERR_VALUE,
+                     "%s: %s[%lld]=%d is out of range (offsets start at >= 0, never decrease, end at <= %lld and step by "
+                     "at most %lld)",
+                     a->block_table ? "qf_attention_paged_varlen" : "qf_attention_varlen", name, (long long)b, (int)cu[b],
+                     (long long)total, (long long)max);
+  return QF_OK;
+}
+
 qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
+  qf_status st;
+  if ((st = check_offsets(ctx, a, "cu_seqlens_q", a->cu_seqlens_q, a->total_q, a->Sq)) ||
+      (st = check_offsets(ctx, a, "cu_seqlens_k", a->cu_seqlens_k, a->total_k, a->Skv)))
+    return st;
+  const char *op = a->cu_seqlens_q ? "qf_attention_paged_varlen" : "qf_attention_paged";
   for (int64_t b = 0; a->kv_lens && b < a->B; b++) {
     const int64_t len = a->kv_lens[b];
     if (len < 0 || len > a->Skv)
-      return qf_fail(ctx, QF_ERR_VALUE, "qf_attention_paged: kv_lens[%lld]=%lld is outside [0, %lld]", (long long)b,
+      return qf_fail(ctx, QF_ERR_VALUE, "%s: kv_lens[%lld]=%lld is outside [0, %lld]", op, (long long)b,
                      (long long)len, (long long)a->Skv);
     for (int64_t pg = 0; pg * a->page_size < len; pg++) {
       const int32_t page = a->block_table[b * a->bt_stride + pg];
       if (page < 0 || page >= a->num_pages)
-        return qf_fail(ctx, QF_ERR_VALUE, "qf_attention_paged: block_table[%lld, %lld]=%d is outside [0, %lld)", (long long)b,
+        return qf_fail(ctx, QF_ERR_VALUE, "%s: block_table[%lld, %lld]=%d is outside [0, %lld)", op, (long long)b,
                        (long long)pg, (int)page, (long long)a->num_pages);
     }
   }
@@ -32,16 +50,21 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
     return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_attention: no memory for a row of %lld scores", (long long)a->Skv);
   }
   const int64_t group = a->Hq / a->Hkv;
-  for (int64_t b = 0; b < a->B; b++)
+  for (int64_t b = 0; b < a->B; b++) {
+    /* The sequence's queries (q0 .. q0 + sq - 1 of the token dimension) and keys (k0 .. k0 + len - 1
+     * of dense k and v, or the first len of its pages) */
+    const int32_t *cq = a->cu_seqlens_q, *ck = a->cu_seqlens_k;
+    const int64_t q0 = cq ? cq[b] : 0, sq = cq ? cq[b + 1] - cq[b] : a->Sq, k0 = ck ? ck[b] : 0;
+    const int64_t len = a->kv_lens ? a->kv_lens[b] : ck ? ck[b + 1] - ck[b] : a->Skv;
     for (int64_t h = 0; h < a->Hq; h++)
-      for (int64_t i = 0; i < a->Sq; i++) {
-        const int64_t len = a->kv_lens ? a->kv_lens[b] : a->Skv, g = h / group, p = i + len - a->Sq;
-        const int64_t qo = b * a->qs[0] + i * a->qs[1] + h * a->qs[2];
+      for (int64_t i = 0; i < sq; i++) {
+        const int64_t g = h / group, p = i + len - sq;
+        const int64_t qo = b * a->qs[0] + (q0 + i) * a->qs[1] + h * a->qs[2];
         double m = a->sinks ? a->sinks[h] : -INFINITY;
         for (int64_t j = 0; j < len; j++) {
           s[j] = -INFINITY;
           if ((a->causal && j > p) || (a->window > 0 && j <= p - a->window)) continue;
-          const int64_t ko = key_offset(a, a->ks, b, j, g);
+          const int64_t ko = key_offset(a, a->ks, b, k0 + j, g);
           double dot = 0.0;
           for (int64_t d = 0; d < a->D; d++) dot += (double)qf_cpu_get(a->dtype, a->q, qo + d) * qf_cpu_get(a->dtype, a->k, ko + d);
           s[j] = a->sm_scale * dot;
@@ -54,16 +77,17 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
           for (int64_t j = 0; j < len; j++) {
             if (s[j] == -INFINITY) continue;
             const double e = exp(s[j] - m);
-            const int64_t vo = key_offset(a, a->vs, b, j, g);
+            const int64_t vo = key_offset(a, a->vs, b, k0 + j, g);
             l += e;
             for (int64_t d = 0; d < a->Dv; d++) acc[d] += e * qf_cpu_get(a->dtype, a->v, vo + d);
           }
           lse = m + log(l);
         }
-        const int64_t oo = b * a->os[0] + i * a->os[1] + h * a->os[2];
+        const int64_t oo = b * a->os[0] + (q0 + i) * a->os[1] + h * a->os[2];
         for (int64_t d = 0; d < a->Dv; d++) qf_cpu_put(a->o_dtype, a->o, oo + d, (float)(l > 0.0 ? acc[d] / l : 0.0));
-        if (a->lse) a->lse[(b * a->Hq + h) * a->Sq + i] = (float)lse;
+        if (a->lse) a->lse[cq ? h * a->total_q + q0 + i : (b * a->Hq + h) * a->Sq + i] = (float)lse;
       }
+  }
   free(s), free(acc);
   return QF_OK;
 }

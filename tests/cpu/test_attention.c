@@ -1,7 +1,7 @@
 /* qf_attention on the CPU backend: a hand-computed case, every mask (causal, window, both, none)
  * with GQA, sinks, strided [B, H, S, D] storage and both output types against a direct
  * evaluation of the documented formula, rows with nothing visible, and every error path (outputs
- * untouched). */
+ * untouched); the paged and packed (varlen) forms against the dense call per sequence. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -264,6 +264,97 @@ static void check_paged(void) {
   CHECK(!memcmp(before, o, sizeof o), "a refused paged call wrote o");
 }
 
+/* qf_attention_varlen: three packed sequences (3, 0 and 5 queries over 6, 2 and 5 keys; one token
+ * past the last sequence) give, per sequence, the bytes of qf_attention on its own tokens;
+ * qf_attention_paged_varlen on the pages of check_paged likewise; offsets out of range, a bad
+ * offsets tensor and packed tensors of the wrong rank are refused with o and lse untouched. */
+static void check_varlen(void) {
+  enum { NS = 3, TQ = 9, TK = 13, HQ2 = 4, HKV2 = 2, DD = 8 };
+  const int32_t cuq[NS + 1] = {0, 3, 3, 8}, cuk[NS + 1] = {0, 6, 8, 13};
+  uint16_t q[TQ * HQ2 * DD], k[TK * HKV2 * DD], v[TK * HKV2 * DD];
+  float o[TQ * HQ2 * DD], lse[HQ2 * TQ], want_o[5 * HQ2 * DD], want_lse[HQ2 * 5];
+  uint64_t seed = 5;
+  for (size_t i = 0; i < sizeof q / 2; i++) q[i] = qf_bf16_from_f32(rng_normal(&seed));
+  for (size_t i = 0; i < sizeof k / 2; i++) k[i] = qf_bf16_from_f32(rng_normal(&seed)), v[i] = qf_bf16_from_f32(rng_normal(&seed));
+  memset(o, POISON, sizeof o), memset(lse, POISON, sizeof lse);
+  int64_t qs[3] = {TQ, HQ2, DD}, ks[3] = {TK, HKV2, DD}, cs[1] = {NS + 1}, ls[2] = {HQ2, TQ};
+  DLTensor qt = dl_tensor(q, QF_BF16, 3, qs, kDLCPU), kt = dl_tensor(k, QF_BF16, 3, ks, kDLCPU);
+  DLTensor vt = dl_tensor(v, QF_BF16, 3, ks, kDLCPU), ot = dl_tensor(o, QF_F32, 3, qs, kDLCPU);
+  DLTensor lt = dl_tensor(lse, QF_F32, 2, ls, kDLCPU);
+  DLTensor cqt = dl_tensor((void *)cuq, QF_I32, 1, cs, kDLCPU), ckt = dl_tensor((void *)cuk, QF_I32, 1, cs, kDLCPU);
+  const qf_attention_opts opt = {.causal = 1, .window = 4};
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &cqt, &ckt, 5, 6, NULL, &opt, &ot, &lt) == QF_OK, "varlen: %s",
+        qf_ctx_last_error(ctx));
+  for (int b = 0; b < NS; b++) {
+    const int sq = cuq[b + 1] - cuq[b], len = cuk[b + 1] - cuk[b];
+    if (!sq) continue;
+    int64_t q1[4] = {1, sq, HQ2, DD}, k1[4] = {1, len, HKV2, DD}, l1[3] = {1, HQ2, sq};
+    DLTensor q1t = dl_tensor(q + cuq[b] * HQ2 * DD, QF_BF16, 4, q1, kDLCPU), o1t = dl_tensor(want_o, QF_F32, 4, q1, kDLCPU);
+    DLTensor k1t = dl_tensor(k + cuk[b] * HKV2 * DD, QF_BF16, 4, k1, kDLCPU), v1t = dl_tensor(v + cuk[b] * HKV2 * DD, QF_BF16, 4, k1, kDLCPU);
+    DLTensor l1t = dl_tensor(want_lse, QF_F32, 3, l1, kDLCPU);
+    CHECK(qf_attention(ctx, &q1t, &k1t, &v1t, NULL, &opt, &o1t, &l1t) == QF_OK, "dense: %s", qf_ctx_last_error(ctx));
+    CHECK(!memcmp(want_o, o + cuq[b] * HQ2 * DD, (size_t)sq * HQ2 * DD * 4), "varlen sequence %d: o differs from the dense call", b);
+    int same = 1;
+    for (int h = 0; h < HQ2; h++) same &= !memcmp(want_lse + h * sq, lse + h * TQ + cuq[b], (size_t)sq * 4);
+    CHECK(same, "varlen sequence %d: lse differs from the dense call", b);
+  }
+  int touched = 0; /* token 8, past cu_seqlens_q[3] */
+  for (size_t i = 8 * HQ2 * DD * 4; i < sizeof o; i++) touched += ((uint8_t *)o)[i] != POISON;
+  for (int h = 0; h < HQ2; h++) touched += memcmp(&lse[h * TQ + 8], (uint8_t[4]){POISON, POISON, POISON, POISON}, 4) != 0;
+  CHECK(touched == 0, "varlen: %d bytes past the last sequence written", touched);
+
+  float o_before[sizeof o / 4], lse_before[sizeof lse / 4];
+  memcpy(o_before, o, sizeof o), memcpy(lse_before, lse, sizeof lse);
+  const int32_t down[NS + 1] = {0, 3, 2, 8}, past[NS + 1] = {0, 3, 3, 10}, big[NS + 1] = {0, 6, 8, 13};
+  DLTensor dt_ = dl_tensor((void *)down, QF_I32, 1, cs, kDLCPU), pt = dl_tensor((void *)past, QF_I32, 1, cs, kDLCPU);
+  DLTensor bt = dl_tensor((void *)big, QF_I32, 1, cs, kDLCPU);
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &dt_, &ckt, 5, 6, NULL, &opt, &ot, &lt) == QF_ERR_VALUE, "decreasing offsets");
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &pt, &ckt, 5, 6, NULL, &opt, &ot, &lt) == QF_ERR_VALUE, "offsets past total_q");
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &cqt, &bt, 5, 5, NULL, &opt, &ot, &lt) == QF_ERR_VALUE, "a step above max_seqlen_k");
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &cqt, &ckt, 4, 6, NULL, &opt, &ot, &lt) == QF_ERR_VALUE, "a step above max_seqlen_q");
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &cqt, &ckt, -1, 6, NULL, &opt, &ot, &lt) == QF_ERR_VALUE, "negative max_seqlen_q");
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &cqt, NULL, 5, 6, NULL, &opt, &ot, &lt) == QF_ERR_NULL, "no cu_seqlens_k");
+  int64_t cs2[1] = {NS};
+  DLTensor short_k = dl_tensor((void *)cuk, QF_I32, 1, cs2, kDLCPU), f32_q = dl_tensor((void *)cuq, QF_F32, 1, cs, kDLCPU);
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &cqt, &short_k, 5, 6, NULL, &opt, &ot, &lt) == QF_ERR_SHAPE, "cu_seqlens_k of B");
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &f32_q, &ckt, 5, 6, NULL, &opt, &ot, &lt) == QF_ERR_DTYPE, "fp32 offsets");
+  int64_t q4[4] = {1, TQ, HQ2, DD}, l3[3] = {1, HQ2, TQ};
+  DLTensor q4t = dl_tensor(q, QF_BF16, 4, q4, kDLCPU), l3t = dl_tensor(lse, QF_F32, 3, l3, kDLCPU);
+  CHECK(qf_attention_varlen(ctx, &q4t, &kt, &vt, &cqt, &ckt, 5, 6, NULL, &opt, &ot, &lt) == QF_ERR_SHAPE, "q of 4 dims");
+  CHECK(qf_attention_varlen(ctx, &qt, &kt, &vt, &cqt, &ckt, 5, 6, NULL, &opt, &ot, &l3t) == QF_ERR_SHAPE, "lse [1, Hq, total_q]");
+  CHECK(!memcmp(o_before, o, sizeof o) && !memcmp(lse_before, lse, sizeof lse), "a refused varlen call wrote o or lse");
+
+  /* Paged: sequences of 7 and 3 keys (check_paged's table) with 2 and 1 packed queries. */
+  enum { P = 2, NP = 7, MAXP = 4, H = 2 };
+  const int32_t lens[2] = {7, 3}, table[2][MAXP] = {{5, 0, 3, 6}, {2, 4, -1, 99}}, cup[3] = {0, 2, 3};
+  uint16_t kc[NP * P * H * DD], vc[NP * P * H * DD], kd[7 * H * DD], vd[7 * H * DD];
+  float po[3 * H * DD], pw[2 * H * DD];
+  for (size_t i = 0; i < sizeof kc / 2; i++) kc[i] = qf_bf16_from_f32(rng_normal(&seed)), vc[i] = qf_bf16_from_f32(rng_normal(&seed));
+  int64_t pcs[4] = {NP, P, H, DD}, pqs[3] = {3, H, DD}, pts[2] = {2, MAXP}, pls[1] = {2}, pcu[1] = {3};
+  DLTensor kct = dl_tensor(kc, QF_BF16, 4, pcs, kDLCPU), vct = dl_tensor(vc, QF_BF16, 4, pcs, kDLCPU);
+  DLTensor pqt = dl_tensor(q, QF_BF16, 3, pqs, kDLCPU), pot = dl_tensor(po, QF_F32, 3, pqs, kDLCPU);
+  DLTensor tt = dl_tensor((void *)table, QF_I32, 2, pts, kDLCPU), lnt = dl_tensor((void *)lens, QF_I32, 1, pls, kDLCPU);
+  DLTensor pcut = dl_tensor((void *)cup, QF_I32, 1, pcu, kDLCPU);
+  const qf_attention_opts popt = {.causal = 1};
+  CHECK(qf_attention_paged_varlen(ctx, &pqt, &kct, &vct, &tt, &lnt, &pcut, 2, NULL, &popt, &pot, NULL) == QF_OK,
+        "paged varlen: %s", qf_ctx_last_error(ctx));
+  for (int b = 0; b < 2; b++) {
+    for (int j = 0; j < lens[b]; j++)
+      for (int e = 0; e < H * DD; e++) {
+        const int src = (table[b][j / P] * P + j % P) * H * DD + e;
+        kd[j * H * DD + e] = kc[src], vd[j * H * DD + e] = vc[src];
+      }
+    const int sq = cup[b + 1] - cup[b];
+    int64_t d1[4] = {1, lens[b], H, DD}, q1[4] = {1, sq, H, DD};
+    DLTensor kdt = dl_tensor(kd, QF_BF16, 4, d1, kDLCPU), vdt = dl_tensor(vd, QF_BF16, 4, d1, kDLCPU);
+    DLTensor q1t = dl_tensor(q + cup[b] * H * DD, QF_BF16, 4, q1, kDLCPU), wt = dl_tensor(pw, QF_F32, 4, q1, kDLCPU);
+    CHECK(qf_attention(ctx, &q1t, &kdt, &vdt, NULL, &popt, &wt, NULL) == QF_OK, "dense: %s", qf_ctx_last_error(ctx));
+    CHECK(!memcmp(pw, po + cup[b] * H * DD, (size_t)sq * H * DD * 4), "paged varlen sequence %d differs from the dense call", b);
+  }
+  CHECK(qf_attention_paged_varlen(ctx, &pqt, &kct, &vct, &tt, &lnt, &pcut, 1, NULL, &popt, &pot, NULL) == QF_ERR_VALUE,
+        "paged varlen: a step above max_seqlen_q");
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   check_by_hand();
@@ -276,6 +367,7 @@ int main(void) {
   check_case(QF_BF16, QF_BF16, masks[1], 1);
   check_errors();
   check_paged();
+  check_varlen();
   qf_ctx_destroy(ctx);
   return check_finish("test_attention");
 }

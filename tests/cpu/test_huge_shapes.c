@@ -139,6 +139,10 @@ int main(void) {
        qf_attention(ctx, T(0), T(1), T(2), T(3), &at, T(4), T(5)));
   FUZZ("qf_attention_paged", ARGS({B, 4}, {B, 4}, {B, 4}, {I32, 2}, {I32, 1}, {F, 1}, {B, 4}, {F, 3}),
        qf_attention_paged(ctx, T(0), T(1), T(2), T(3), T(4), T(5), &at, T(6), T(7)));
+  FUZZ("qf_attention_varlen", ARGS({B, 3}, {B, 3}, {B, 3}, {I32, 1}, {I32, 1}, {F, 1}, {B, 3}, {F, 2}),
+       qf_attention_varlen(ctx, T(0), T(1), T(2), T(3), T(4), 3, 5, T(5), &at, T(6), T(7)));
+  FUZZ("qf_attention_paged_varlen", ARGS({B, 3}, {B, 4}, {B, 4}, {I32, 2}, {I32, 1}, {I32, 1}, {F, 1}, {B, 3}, {F, 2}),
+       qf_attention_paged_varlen(ctx, T(0), T(1), T(2), T(3), T(4), T(5), 3, T(6), &at, T(7), T(8)));
   FUZZ("qf_vq_quantize", ARGS({F, 2}, {QF_U8, 2}, {H, 3}, {H, 1}),
        qf_vq_quantize(ctx, T(0), &gptvq, &vqo, T(1), T(2), T(3), NULL));
   FUZZ("qf_vq_encode", ARGS({H, 2}, {H, 3}, {QF_U8, 2}, {H, 1}), qf_vq_encode(ctx, T(0), 1, T(1), &cq2, T(2), T(3)));

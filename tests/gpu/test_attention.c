@@ -11,6 +11,10 @@
  *    o and lse stays poisoned. Paged cases are also captured once in a CUDA graph and replayed as
  *    the sequence lengths change on the device, each replay against a direct call with the same
  *    lengths, byte for byte.
+ *  - Packed sequences (qf_attention_varlen, qf_attention_paged_varlen): queries and keys per
+ *    sequence from offsets on the device, prefill and decode rows, an empty sequence, tokens past
+ *    the last sequence untouched; NaN in the value row right after a sequence's keys (which its
+ *    last tile loads) leaves it unchanged; paged caches whose unused slots hold NaN.
  *  - Refusals write nothing: head dim 96, a misaligned q, a stride of 8 bytes.
  * Tolerance per element, from the numerics (u = 2^-24; S = sm_scale * max over keys of
  * sum_d |q_d k_d| for the row; vmax = max |v| of its kv head): a score is an fp32 sum of D
@@ -294,6 +298,187 @@ static void run_case(const acase *c) {
   pair_free(&lse), pair_free(&sk);
 }
 
+/* Packed sequences (qf_attention_varlen, or with `page` > 0 qf_attention_paged_varlen over a cache
+ * of shuffled pages whose unused slots hold NaN): sequence b has sq[b] queries and len[b] keys. */
+typedef struct {
+  int B, Hq, Hkv, D;
+  qf_dtype in, out;
+  int causal, window, sinks, page;
+  int sq[8], len[8];
+} vcase;
+
+/* A t4 [1, T, H, D] as the packed tensor [T, H, D] of the varlen calls. */
+static DLTensor packed(const t4 *t, int dev) {
+  DLTensor x = dev ? t->td : t->th;
+  x.ndim = 3, x.shape = (int64_t *)t->shape + 1, x.strides = (int64_t *)t->strides + 1;
+  return x;
+}
+
+static void run_varlen(const vcase *c) {
+  char desc[200];
+  int n = snprintf(desc, sizeof desc, "varlen B %d Hq %d Hkv %d D %d %s->%s causal %d window %d sinks %d page %d sq/len",
+                   c->B, c->Hq, c->Hkv, c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
+                   c->page);
+  int32_t cuq[9] = {0}, cuk[9] = {0};
+  int max_q = 0, max_k = 0;
+  for (int b = 0; b < c->B; b++) {
+    cuq[b + 1] = cuq[b] + c->sq[b], cuk[b + 1] = cuk[b] + c->len[b];
+    max_q = c->sq[b] > max_q ? c->sq[b] : max_q, max_k = c->len[b] > max_k ? c->len[b] : max_k;
+    n += snprintf(desc + n, sizeof desc - (size_t)n, " %d/%d", c->sq[b], c->len[b]);
+  }
+  const int tq = cuq[c->B] + 3, tk = cuk[c->B]; /* three tokens past the last sequence stay poisoned */
+  uint64_t seed = 0xfa11 + (uint64_t)tk * 7 + (uint64_t)c->D;
+  t4 q, k, v, o;
+  t4_init(&q, 1, tq, c->Hq, c->D, 8, 0, c->in);
+  t4_init(&k, 1, tk, c->Hkv, c->D, 16, 1, c->in);
+  t4_init(&v, 1, tk, c->Hkv, c->D, 8, 0, c->in);
+  t4_init(&o, 1, tq, c->Hq, c->D, 8, 0, c->out);
+  t4_fill(&q, c->in, &seed), t4_fill(&k, c->in, &seed), t4_fill(&v, c->in, &seed);
+  CUDA_OK(cudaMemcpy(o.dev, o.host, o.bytes, cudaMemcpyHostToDevice)); /* poisoned */
+  const size_t n_lse = (size_t)c->Hq * tq;
+  pair lse, sk, cq, ck;
+  pair_init(&lse, n_lse * 4, NULL);
+  float sinks[64];
+  for (int h = 0; h < c->Hq; h++) sinks[h] = rng_normal(&seed) * 2.0f;
+  pair_init(&sk, (size_t)c->Hq * 4, sinks);
+  pair_init(&cq, (size_t)(c->B + 1) * 4, cuq), pair_init(&ck, (size_t)(c->B + 1) * 4, cuk);
+  int64_t lshape[2] = {c->Hq, tq}, sshape[1] = {c->Hq}, cshape[1] = {c->B + 1};
+  DLTensor lh = dl_tensor(lse.ref, QF_F32, 2, lshape, kDLCPU), ld = dl_tensor(lse.dev, QF_F32, 2, lshape, kDLCUDA);
+  DLTensor sh = dl_tensor(sk.ref, QF_F32, 1, sshape, kDLCPU), sd = dl_tensor(sk.dev, QF_F32, 1, sshape, kDLCUDA);
+  DLTensor cqh = dl_tensor(cq.ref, QF_I32, 1, cshape, kDLCPU), cqd = dl_tensor(cq.dev, QF_I32, 1, cshape, kDLCUDA);
+  DLTensor ckh = dl_tensor(ck.ref, QF_I32, 1, cshape, kDLCPU), ckd = dl_tensor(ck.dev, QF_I32, 1, cshape, kDLCUDA);
+  const qf_attention_opts opt = {.causal = c->causal, .window = c->window};
+
+  /* Paged: sequence b's keys over shuffled pages; the slots past each sequence hold NaN. */
+  int max_pages = 0, n_pages = 0;
+  for (int b = 0; c->page && b < c->B; b++) {
+    const int pages = (c->len[b] + c->page - 1) / c->page;
+    max_pages = pages > max_pages ? pages : max_pages, n_pages += pages;
+  }
+  t4 kc, vc;
+  pair table, lens_p;
+  int64_t tshape[2] = {c->B, max_pages > 0 ? max_pages : 1}, lnshape[1] = {c->B};
+  DLTensor th = {0}, td = {0}, lnh = {0}, lnd = {0};
+  memset(&kc, 0, sizeof kc), memset(&vc, 0, sizeof vc), memset(&table, 0, sizeof table), memset(&lens_p, 0, sizeof lens_p);
+  if (c->page) {
+    t4_init(&kc, n_pages + 1, c->page, c->Hkv, c->D, 16, 0, c->in);
+    t4_init(&vc, n_pages + 1, c->page, c->Hkv, c->D, 8, 0, c->in);
+    memset(kc.host, 0xFF, kc.bytes), memset(vc.host, 0xFF, vc.bytes);
+    int32_t *tab = calloc((size_t)c->B * tshape[1], 4), *perm = malloc((size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++) perm[i] = i;
+    for (int i = n_pages - 1; i > 0; i--) {
+      const int r = (int)(rng_next(&seed) % (uint64_t)(i + 1)), t = perm[i];
+      perm[i] = perm[r], perm[r] = t;
+    }
+    const size_t e = float_size(c->in);
+    for (int b = 0, next = 0; b < c->B; b++)
+      for (int pg = 0; pg * c->page < c->len[b]; pg++) {
+        const int page = perm[next++];
+        tab[b * tshape[1] + pg] = page;
+        for (int slot = 0; slot < c->page && pg * c->page + slot < c->len[b]; slot++)
+          for (int g = 0; g < c->Hkv; g++) {
+            const int j = cuk[b] + pg * c->page + slot;
+            memcpy(kc.host + (size_t)t4_off(&kc, page, slot, g, 0) * e, k.host + (size_t)t4_off(&k, 0, j, g, 0) * e, (size_t)c->D * e);
+            memcpy(vc.host + (size_t)t4_off(&vc, page, slot, g, 0) * e, v.host + (size_t)t4_off(&v, 0, j, g, 0) * e, (size_t)c->D * e);
+          }
+      }
+    CUDA_OK(cudaMemcpy(kc.dev, kc.host, kc.bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(vc.dev, vc.host, vc.bytes, cudaMemcpyHostToDevice));
+    pair_init(&table, (size_t)c->B * tshape[1] * 4, tab);
+    pair_init(&lens_p, (size_t)c->B * 4, c->len);
+    th = dl_tensor(table.ref, QF_I32, 2, tshape, kDLCPU), td = dl_tensor(table.dev, QF_I32, 2, tshape, kDLCUDA);
+    lnh = dl_tensor(lens_p.ref, QF_I32, 1, lnshape, kDLCPU), lnd = dl_tensor(lens_p.dev, QF_I32, 1, lnshape, kDLCUDA);
+    free(tab), free(perm);
+  }
+  DLTensor qh = packed(&q, 0), qd = packed(&q, 1), kh = packed(&k, 0), kd = packed(&k, 1), vh = packed(&v, 0), vd = packed(&v, 1);
+  DLTensor oh = packed(&o, 0), od = packed(&o, 1);
+#define RUN(ctx, dev)                                                                                                    (c->page ? qf_attention_paged_varlen(ctx, dev ? &qd : &qh, dev ? &kc.td : &kc.th, dev ? &vc.td : &vc.th, dev ? &td : &th,                                        dev ? &lnd : &lnh, dev ? &cqd : &cqh, max_q, c->sinks ? (dev ? &sd : &sh) : NULL,                                            &opt, dev ? &od : &oh, dev ? &ld : &lh)                                                         : qf_attention_varlen(ctx, dev ? &qd : &qh, dev ? &kd : &kh, dev ? &vd : &vh, dev ? &cqd : &cqh,                                                  dev ? &ckd : &ckh, max_q, max_k, c->sinks ? (dev ? &sd : &sh) : NULL, &opt, dev ? &od : &oh,                                  dev ? &ld : &lh))
+  qf_status st = RUN(cpu, 0);
+  if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) return;
+  st = RUN(gpu, 1);
+  CUDA_OK(cudaDeviceSynchronize());
+  if (!CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu))) return;
+  uint8_t *got = malloc(o.bytes), *again = malloc(o.bytes);
+  float *got_lse = malloc(lse.bytes);
+  CUDA_OK(cudaMemcpy(got, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(got_lse, lse.dev, lse.bytes, cudaMemcpyDeviceToHost));
+  CHECK(RUN(gpu, 1) == QF_OK, "%s: rerun", desc);
+  CUDA_OK(cudaMemcpy(again, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+  CHECK(!memcmp(got, again, o.bytes), "%s: a second run gave other bytes", desc);
+
+  const double u = ldexp(1.0, -24), sm = 1.0 / sqrt((double)c->D);
+  const double p_round = c->in == QF_BF16 ? ldexp(1.0, -9) : ldexp(1.0, -11);
+  const double out_ulp = c->out == QF_F32 ? ldexp(1.0, -23) : c->out == QF_BF16 ? ldexp(1.0, -7) : ldexp(1.0, -10);
+  const int group = c->Hq / c->Hkv;
+  long bad = 0, bad_lse = 0;
+  double worst = 0.0;
+  for (int b = 0; b < c->B; b++)
+    for (int h = 0; h < c->Hq; h++) {
+      const int g = h / group;
+      double vmax = 0.0;
+      for (int j = cuk[b]; j < cuk[b + 1]; j++)
+        for (int d = 0; d < c->D; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, 0, j, g, d))));
+      for (int i = cuq[b]; i < cuq[b + 1]; i++) {
+        double S = 0.0;
+        for (int j = cuk[b]; j < cuk[b + 1]; j++) {
+          double a = 0.0;
+          for (int d = 0; d < c->D; d++)
+            a += fabs((double)float_get(q.host, c->in, (size_t)t4_off(&q, 0, i, h, d)) *
+                      float_get(k.host, c->in, (size_t)t4_off(&k, 0, j, g, d)));
+          S = fmax(S, sm * a);
+        }
+        const double ds = 2.0 * (c->D + 2) * u * S;
+        for (int d = 0; d < c->D; d++) {
+          const size_t e = (size_t)t4_off(&o, 0, i, h, d);
+          const double ref = float_get(o.host, c->out, e), val = float_get(got, c->out, e);
+          const double bound = vmax * (4 * ds + p_round + 1e-5) + out_ulp * fabs(ref), err = fabs(val - ref);
+          if (!(err <= bound)) {
+            if (bad++ < 3) fprintf(stderr, "  %s: o[%d, %d, %d] gpu %g cpu %g\n", desc, i, h, d, val, ref);
+          } else if (bound > 0) {
+            worst = fmax(worst, err / bound);
+          }
+        }
+        const float lr = ((float *)lse.ref)[h * tq + i], lg = got_lse[h * tq + i];
+        const int ok = isinf(lr) ? lg == lr : fabs(lg - lr) <= 2 * ds + 1e-5 * (1.0 + fabs(lr));
+        if (!ok && bad_lse++ < 3) fprintf(stderr, "  %s: lse[%d, %d] gpu %g cpu %g\n", desc, h, i, lg, lr);
+      }
+    }
+  CHECK(bad == 0 && bad_lse == 0, "%s: %ld values of o and %ld of lse outside their bounds", desc, bad, bad_lse);
+  /* Gaps between heads, the tokens past the last sequence and the tails keep their poison. */
+  const size_t esz = float_size(c->out);
+  uint8_t *is_elem = calloc(o.bytes, 1);
+  for (int i = 0; i < cuq[c->B]; i++)
+    for (int h = 0; h < c->Hq; h++) memset(is_elem + (size_t)t4_off(&o, 0, i, h, 0) * esz, 1, (size_t)c->D * esz);
+  long gaps = 0;
+  for (size_t i = 0; i < o.bytes; i++) gaps += !is_elem[i] && got[i] != POISON;
+  for (int h = 0; h < c->Hq; h++)
+    for (int i = cuq[c->B]; i < tq; i++) gaps += memcmp(&got_lse[h * tq + i], lse.ref + ((size_t)h * tq + i) * 4, 4) != 0;
+  free(is_elem);
+  CHECK(gaps == 0, "%s: %ld bytes of o's gaps, tokens past the sequences or lse's written", desc, gaps);
+  CHECK(dev_poisoned((uint8_t *)lse.dev + n_lse * 4, PAIR_TAIL), "%s: the sentinel past lse written", desc);
+  if (!c->page && c->B > 1) {
+    /* NaN in the first key's value row of every sequence after the first: the sequence before it
+     * reads that row into its last tile (dense rows) and must keep its bytes. */
+    const size_t e = float_size(c->in);
+    for (int b = 1; b < c->B; b++)
+      for (int g = 0; g < c->Hkv && c->len[b] > 0; g++)
+        CUDA_OK(cudaMemset((uint8_t *)v.dev + (size_t)t4_off(&v, 0, cuk[b], g, 0) * e, 0xFF, (size_t)c->D * e));
+    CHECK(RUN(gpu, 1) == QF_OK, "%s: NaN run", desc);
+    CUDA_OK(cudaMemcpy(again, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+    long changed = 0;
+    for (int i = cuq[0]; i < cuq[1]; i++)
+      for (int h = 0; h < c->Hq; h++)
+        changed += memcmp(again + (size_t)t4_off(&o, 0, i, h, 0) * esz, got + (size_t)t4_off(&o, 0, i, h, 0) * esz, (size_t)c->D * esz) != 0;
+    CHECK(changed == 0, "%s: NaN in the next sequence's values changed %ld rows of the first", desc, changed);
+  }
+#undef RUN
+  printf("  %-90s worst error %.2f of its bound\n", desc, worst);
+  free(got), free(again), free(got_lse);
+  t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
+  pair_free(&lse), pair_free(&sk), pair_free(&cq), pair_free(&ck);
+  if (c->page) t4_free(&kc), t4_free(&vc), pair_free(&table), pair_free(&lens_p);
+}
+
 /* Refusals on CUDA leave o untouched. */
 static void check_refusals(void) {
   t4 q, k, o;
@@ -350,6 +535,20 @@ int main(void) {
   const size_t n = sizeof cases / sizeof cases[0], quick = 6;
   for (size_t i = 0; i < n; i++)
     if (!quick_mode() || i % (n / quick) == 0) run_case(&cases[i]);
+  /* Packed sequences: prefill rows (long and short sequences, an empty one, more queries than keys
+   * with the causal mask, a key count that is not a multiple of the tile), decode rows (at most 16
+   * per kv head, with long keys split over CTAs), paged prefill and decode. */
+  const vcase vcases[] = {
+      {4, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, {200, 1, 0, 77}, {200, 300, 5, 77}},
+      {3, 4, 4, 64, QF_F16, QF_F32, 1, 40, 1, 0, {130, 33, 5}, {150, 33, 3}},
+      {2, 4, 2, 256, QF_BF16, QF_F32, 0, 0, 0, 0, {70, 129}, {70, 129}},
+      {2, 2, 1, 512, QF_BF16, QF_BF16, 1, 0, 1, 0, {40, 65}, {60, 65}},
+      {5, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, {1, 2, 1, 0, 1}, {3000, 517, 1, 9, 64}},
+      {3, 16, 2, 128, QF_F16, QF_F32, 1, 0, 0, 32, {150, 1, 90}, {400, 333, 90}},
+      {3, 8, 8, 128, QF_BF16, QF_F32, 1, 0, 1, 16, {1, 1, 2}, {1500, 17, 40}},
+  };
+  for (size_t i = 0; i < sizeof vcases / sizeof vcases[0]; i++)
+    if (!quick_mode() || i % 3 == 0) run_varlen(&vcases[i]);
   check_refusals();
   qf_ctx_destroy(gpu), qf_ctx_destroy(cpu);
   return check_finish("gpu_test_attention");

@@ -425,6 +425,36 @@ class TestAttention(unittest.TestCase):
             ctx.attention_paged(q, k_cache, v_cache, np.array([[6, 1, 0, 0], [2, 7, 9, 3]], np.int32),
                                 np.array(lens, np.int32), o)
 
+    def test_varlen_equals_dense(self):
+        # Packed sequences of 3 and 2 queries over 6 and 4 keys, then the second one as paged keys:
+        # the same bytes as the dense call per sequence; lse laid out [Hq, total_q].
+        rng = np.random.default_rng(7)
+        hq, hkv, d, sq, lens = 4, 2, 16, [3, 2], [6, 4]
+        q = rng.standard_normal((5, hq, d)).astype(np.float16)
+        k = rng.standard_normal((10, hkv, d)).astype(np.float16)
+        v = rng.standard_normal((10, hkv, d)).astype(np.float16)
+        cu_q, cu_k = np.array([0, 3, 5], np.int32), np.array([0, 6, 10], np.int32)
+        o = np.empty((5, hq, d), np.float32)
+        lse = np.empty((hq, 5), np.float32)
+        ctx = qfuse.Context("cpu")
+        ctx.attention_varlen(q, k, v, cu_q, cu_k, 3, 6, o, lse=lse, causal=True)
+        for b in range(2):
+            qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+            want = np.empty((1, sq[b], hq, d), np.float32)
+            want_lse = np.empty((1, hq, sq[b]), np.float32)
+            ctx.attention(q[None, qs], k[None, ks], v[None, ks], want, lse=want_lse, causal=True)
+            np.testing.assert_array_equal(o[qs], want[0])
+            np.testing.assert_array_equal(lse[:, qs], want_lse[0])
+        page = 2  # the keys as pages of 2, in reverse order
+        k_cache = k.reshape(5, page, hkv, d)[::-1].copy()
+        v_cache = v.reshape(5, page, hkv, d)[::-1].copy()
+        table = np.array([[4, 3, 2], [1, 0, 0]], np.int32)
+        o2 = np.empty_like(o)
+        ctx.attention_paged_varlen(q, k_cache, v_cache, table, np.array(lens, np.int32), cu_q, 3, o2, causal=True)
+        np.testing.assert_array_equal(o2, o)
+        with self.assertRaises(qfuse.QfuseError):  # an offset past total_q
+            ctx.attention_varlen(q, k, v, np.array([0, 3, 6], np.int32), cu_k, 3, 6, o)
+
 
 class TestNvfp4(unittest.TestCase):
     def test_quant_pack_gemm(self):

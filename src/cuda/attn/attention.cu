@@ -71,7 +71,7 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
   const int64_t seen = a->window ? std::min<int64_t>(a->Skv, a->window + a->Sq) : a->Skv;  // keys a row tile can see
   p.splits = attn_splits(ctas, (seen + Tile::BN - 1) / Tile::BN, static_cast<int64_t>(qf_cuda_stream_sms(ctx)) * per_sm,
                          kAttnMaxSplits);
-  const int64_t rows_total = a->B * a->Hq * a->Sq;
+  const int64_t rows_total = static_cast<int64_t>(p.out_B) * a->Hq * p.out_S;
   if (p.splits > 1) {
     const size_t counters = kQfWorkspaceCounters * sizeof(int);
     const size_t o_bytes = static_cast<size_t>(p.splits) * rows_total * a->Dv * sizeof(float);
@@ -84,10 +84,11 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
   const dim3 grid(static_cast<unsigned>(row_tiles * dv_parts), static_cast<unsigned>(a->B * a->Hkv),
                   static_cast<unsigned>(p.splits));
   if constexpr (kPrefill) {
-    // Dense: (D, Skv, Hkv, B) in boxes of the tile's keys. Paged: (D, page_size, Hkv, num_pages) in
-    // boxes of the tile's keys or of a page.
+    // Dense: (D, Skv, Hkv, B) in boxes of the tile's keys, packed sequences (D, total_k, Hkv, 1).
+    // Paged: (D, page_size, Hkv, num_pages) in boxes of the tile's keys or of a page.
     CUtensorMap tm_k, tm_v;
-    const int64_t outer = a->block_table ? a->num_pages : a->B, inner = a->block_table ? a->page_size : a->Skv;
+    const int64_t outer = a->block_table ? a->num_pages : a->cu_seqlens_k ? 1 : a->B;
+    const int64_t inner = a->block_table ? a->page_size : a->cu_seqlens_k ? a->total_k : a->Skv;
     const int64_t kd[4] = {outer, inner, a->Hkv, a->D}, vd[4] = {outer, inner, a->Hkv, a->Dv};
     p.box_rows = static_cast<int>(a->block_table ? std::min<int64_t>(a->page_size, Tile::BN) : Tile::BN);
     if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, a->ks, p.box_rows)) ||
@@ -132,6 +133,8 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   p.B = static_cast<int>(a->B), p.Sq = static_cast<int>(a->Sq), p.Skv = static_cast<int>(a->Skv);
   p.Hq = static_cast<int>(a->Hq), p.Hkv = static_cast<int>(a->Hkv), p.group = static_cast<int>(group);
   p.Dv = static_cast<int>(a->Dv), p.rows = static_cast<int>(rows);
+  p.cu_q = a->cu_seqlens_q, p.cu_k = a->cu_seqlens_k, p.kv_rows = static_cast<int>(a->total_k);
+  p.out_B = a->cu_seqlens_q ? 1 : p.B, p.out_S = a->cu_seqlens_q ? static_cast<int>(a->total_q) : p.Sq;
   p.causal = a->causal;
   p.window = static_cast<int>(std::min<int64_t>(a->window, a->Skv + a->Sq + 1));  // larger windows mask nothing more
   p.o_f32 = a->o_dtype == QF_F32;

@@ -33,18 +33,28 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/shared.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma_rs.cuh"
 
 struct attn_params {
   const void *q, *k, *v;
-  void *o;                    // [B, Sq, Hq, Dv] at os
-  float *lse;                 // [B, Hq, Sq] or nullptr
+  void *o;                    // [out_B, out_S, Hq, Dv] at os
+  float *lse;                 // [out_B, Hq, out_S] or nullptr
   const float *sinks;         // [Hq] or nullptr
-  float *part_o, *part_lse;   // splits > 1: [split][B * Hq * Sq][Dv] and [split][B * Hq * Sq]
+  float *part_o, *part_lse;   // splits > 1: [split][out_B * Hq * out_S][Dv] and [split][out_B * Hq * out_S]
   int64_t qs[3], ks[3], vs[3], os[3];  // element strides of batch, token, head
-  int B, Sq, Skv, Hq, Hkv, group, Dv;
-  int rows;                   // Sq * group: the packed rows of one kv head
+  int B, Sq, Skv, Hq, Hkv, group, Dv;  // B sequences of at most Sq queries and Skv keys
+  int rows;                   // Sq * group: the most packed rows of one kv head
+  // Output rows: [B, Sq] (out_B = B, out_S = Sq), or for packed sequences (cu_q non-null) the
+  // total_q tokens of q, o and lse (out_B = 1, out_S = total_q; q, k, v and o have batch stride 0).
+  int out_B, out_S;
+  // Packed sequences: sequence b's queries are tokens cu_q[b] .. cu_q[b + 1] - 1 of q (at most
+  // Sq of them), and with dense keys (cu_k non-null) its keys rows cu_k[b] .. cu_k[b + 1] - 1 of
+  // k and v, which hold kv_rows rows (at most Skv of them per sequence). Read on the device and
+  // clamped to those ranges.
+  const int32_t *cu_q, *cu_k;
+  int kv_rows;
   int causal, window;         // window 0: none
   int splits;
   int o_f32;                  // o is fp32 (else the inputs' 16-bit type)
@@ -163,10 +173,19 @@ __device__ __forceinline__ void store_pair(const attn_params &p, void *dst, floa
   else *reinterpret_cast<uint32_t *>(dst) = pack2(T(), v0, v1);
 }
 
-// What a CTA works on: its rows [r0, r_last], their key positions, its key tiles [t_lo, t_hi)
-// (its split's share), its batch entry and its L keys, kv head and output columns.
+// Packed sequence b's queries as the kernels take them: tokens q0 .. q0 + sq - 1 of q, its offsets
+// clamped to [0, total_q] and its length to Sq.
+__device__ __forceinline__ void packed_queries(const attn_params &p, int b, int &q0, int &sq) {
+  q0 = min(max(p.cu_q[b], 0), p.out_S);
+  sq = min(min(max(p.cu_q[b + 1], q0), p.out_S) - q0, p.Sq);
+}
+
+// What a CTA works on: its rows [r0, r_last] of the `rows` of its sequence, their key positions,
+// its key tiles [t_lo, t_hi) (its split's share), its batch entry and its L keys, kv head and
+// output columns. With packed sequences, q0 and k0 are the sequence's first query token and first
+// key row (a CTA whose first row is past the sequence's rows has nothing to do: r0 >= rows).
 struct CtaWork {
-  int r0, r_last, shift, pos_lo, pos_hi, t_lo, t_hi, b, L, hkv, dv_part, dv0;
+  int r0, r_last, rows, q0, k0, shift, pos_lo, pos_hi, t_lo, t_hi, b, L, hkv, dv_part, dv0;
 };
 __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int bn, int dvt) {
   CtaWork w;
@@ -174,9 +193,20 @@ __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int 
   const int row_tile = row_tiles - 1 - static_cast<int>(blockIdx.x) / dv_parts;  // longest (causal) first
   w.dv_part = static_cast<int>(blockIdx.x) % dv_parts, w.dv0 = w.dv_part * dvt;
   w.b = static_cast<int>(blockIdx.y) / p.Hkv, w.hkv = static_cast<int>(blockIdx.y) % p.Hkv;
-  w.r0 = row_tile * rows, w.r_last = min(w.r0 + rows, p.rows) - 1;
-  w.L = p.kv_lens ? min(max(p.kv_lens[w.b], 0), p.Skv) : p.Skv;
-  w.shift = w.L - p.Sq;  // a query's key position is its token + shift
+  int sq = p.Sq;
+  w.q0 = 0, w.k0 = 0;
+  if (p.cu_q) packed_queries(p, w.b, w.q0, sq);
+  if (p.kv_lens) {
+    w.L = min(max(p.kv_lens[w.b], 0), p.Skv);
+  } else if (p.cu_k) {
+    w.k0 = min(max(p.cu_k[w.b], 0), p.kv_rows);
+    w.L = min(min(max(p.cu_k[w.b + 1], w.k0), p.kv_rows) - w.k0, p.Skv);
+  } else {
+    w.L = p.Skv;
+  }
+  w.rows = sq * p.group;
+  w.r0 = row_tile * rows, w.r_last = min(w.r0 + rows, w.rows) - 1;
+  w.shift = w.L - sq;  // a query's key position is its token + shift
   w.pos_lo = w.r0 / p.group + w.shift, w.pos_hi = w.r_last / p.group + w.shift;
   const int key_lo = p.window ? max(0, w.pos_lo - p.window + 1) : 0;
   const int key_hi = p.causal ? min(w.L, w.pos_hi + 1) : w.L;
@@ -236,10 +266,10 @@ __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w
 template <typename T, int D>
 __device__ __forceinline__ void load_q(const attn_params &p, const CtaWork &w, uint32_t s_q, int rows, int tid,
                                        int threads) {
-  const T *qb = static_cast<const T *>(p.q) + w.b * p.qs[0];
+  const T *qb = static_cast<const T *>(p.q) + w.b * p.qs[0] + w.q0 * p.qs[1];
   for (int c = tid; c < rows * (D / 8); c += threads) {
     const int r = c / (D / 8), ch = c % (D / 8), gr = w.r0 + r;
-    const bool ok = gr < p.rows;
+    const bool ok = gr < w.rows;
     const T *src = ok ? qb + (gr / p.group) * p.qs[1] + (w.hkv * p.group + gr % p.group) * p.qs[2] + ch * 8 : qb;
     cp_async_cg_shared_global_16_zfill(s_q + tile_offset(r, ch, rows), src, ok ? 16 : 0);
   }
@@ -302,15 +332,15 @@ __device__ __forceinline__ void p_fragments(const float (&s)[kNS * 4], uint32_t 
     for (int i = 0; i < 4; i++) pa[ks][i] = pack2(T(), s[8 * ks + 2 * i], s[8 * ks + 2 * i + 1]);
 }
 
-// Row r of the CTA's tile: its token and query head, and its index in [B, Hq, Sq] (lse's layout
-// and the splits' partials').
+// Row r of the CTA's tile: its token in o and query head, and its index in [out_B, Hq, out_S]
+// (lse's layout and the splits' partials').
 struct OutRow {
   int tok, h;
   int64_t row;
 };
 __device__ __forceinline__ OutRow out_row(const attn_params &p, const CtaWork &w, int r) {
-  const int gr = w.r0 + r, tok = gr / p.group, h = w.hkv * p.group + gr % p.group;
-  return {tok, h, (static_cast<int64_t>(w.b) * p.Hq + h) * p.Sq + tok};
+  const int gr = w.r0 + r, tok = w.q0 + gr / p.group, h = w.hkv * p.group + gr % p.group;
+  return {tok, h, (static_cast<int64_t>(p.cu_q ? 0 : w.b) * p.Hq + h) * p.out_S + tok};
 }
 
 // Where row r of the CTA's tile goes: its output element at column col (o, or the split's fp32
@@ -319,14 +349,14 @@ template <typename T>
 __device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w, int r, int col) {
   const OutRow o = out_row(p, w, r);
   if (p.splits > 1) {
-    const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
+    const int64_t rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
     return p.part_o + (blockIdx.z * rows_total + o.row) * p.Dv + w.dv0 + col;
   }
   const int64_t off = w.b * p.os[0] + o.tok * p.os[1] + o.h * p.os[2] + w.dv0 + col;
   return p.o_f32 ? static_cast<void *>(static_cast<float *>(p.o) + off) : static_cast<void *>(static_cast<T *>(p.o) + off);
 }
 __device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, int r, float lse) {
-  const int64_t row = out_row(p, w, r).row, rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq;
+  const int64_t row = out_row(p, w, r).row, rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
   if (p.splits > 1) p.part_lse[blockIdx.z * rows_total + row] = lse;
   else if (p.lse) p.lse[row] = lse;
 }
@@ -341,7 +371,7 @@ __device__ __forceinline__ void store_rows(const attn_params &p, const CtaWork &
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 2);
     const int ri = r + 8 * i;
-    if (w.r0 + ri >= p.rows) continue;
+    if (w.r0 + ri >= w.rows) continue;
     RowResult res = finish_row(p, m_row[i], l_row[i], w.hkv * p.group + (w.r0 + ri) % p.group);
     if (bad) res = {NAN, NAN};
 #pragma unroll
@@ -371,6 +401,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   volatile int *bad = reinterpret_cast<int *>(smem + Tile::kSmemBytes - 8);  // after the mbarriers: a page out of range
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const CtaWork w = cta_work(p, kRows, BN, DVT);
+  if (w.r0 >= w.rows) return;  // a packed sequence with fewer rows than the longest
   if (tid == 0) {
     for (int st = 0; st < kStages; st++) {
       mbarrier_init(k_full(st), 1);
@@ -391,13 +422,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
         const int st = it % kStages;
         if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
-        // Boxes of p.box_rows keys: at (token, batch entry) of a dense tensor, or at (slot, page)
-        // of a paged cache; a box past the sequence, or whose page is out of range, reads zeros
-        // (its page coordinate is past the cache).
+        // Boxes of p.box_rows keys: at (token, batch entry) of a dense tensor (packed sequences:
+        // at (the sequence's first key row + token, 0)), or at (slot, page) of a paged cache; a
+        // box past the sequence, or whose page is out of range, reads zeros (its page coordinate
+        // is past the cache).
         auto box = [&](int q, int &slot, int &page) {
           const int j = t * BN + q * p.box_rows;
           if (!p.block_table) {
-            slot = j, page = w.b;
+            slot = w.k0 + j, page = p.cu_k ? 0 : w.b;
             return;
           }
           slot = j % p.page_size, page = j < w.L ? page_of(p, w, j) : p.num_pages;
@@ -445,11 +477,24 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                    wgmma_desc_kmajor_sw128(sk + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
     wgmma_commit_group();
   };
+  // The tile that holds key L - 1 loads whole boxes: with packed sequences the rows past L are the
+  // next sequence's keys, in a paged cache the page's slots past L hold whatever the cache held.
+  // Their probabilities are 0, but 0 times an Inf or NaN there would reach the rows, so the
+  // consumers clear those V rows first (once per CTA).
+  const bool stale_tail = (p.cu_k || p.block_table) && w.t_hi * BN > w.L;
+  auto clear_tail = [&](uint32_t sv) {
+    const int r0 = w.L - (w.t_hi - 1) * BN, chunks = (BN - r0) * 8;
+    for (int c = ct; c < chunks * (DVT / 64); c += 256)
+      st_shared_v4(sv + (c / chunks) * BN * 128 + (r0 + c % chunks / 8) * 128 + (c % 8) * 16, uint4{});
+    fence_proxy_async_shared_cta();  // the zeros, seen by wgmma's reads
+    named_barrier_sync(1, 256);
+  };
   // O += P V of tile it's stage, issued: keys 16 ks .. + 15 are two 8-row atoms 1024 bytes apart,
   // the next 64 columns a plane on.
   auto issue_pv = [&](const uint32_t (&pa)[kNS / 2][4], int it) {
     const uint32_t sv = s_v + (it % kStages) * Tile::kVBytes;
     mbarrier_wait_parity(v_full(it % kStages), (it / kStages) & 1);
+    if (stale_tail && w.t_lo + it == w.t_hi - 1) clear_tail(sv);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ks++)
@@ -532,12 +577,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + 2 * Tile::kKBytes;
   const int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5, g = lane >> 2;
   const CtaWork w = cta_work(p, kRows, BN, DVT);
+  if (w.r0 >= w.rows) return;  // a packed sequence with fewer rows than the longest
 
   // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
   int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + Tile::kRingBytes);  // a page out of range
   int *ids = bad + 4;  // page ids of tile t at ids + ((t - t_lo) % 4) * BN
-  const T *kb = static_cast<const T *>(p.k) + (kPaged ? 0 : w.b * p.ks[0]) + w.hkv * p.ks[2];
-  const T *vb = static_cast<const T *>(p.v) + (kPaged ? 0 : w.b * p.vs[0]) + w.hkv * p.vs[2] + w.dv0;
+  const T *kb = static_cast<const T *>(p.k) + (kPaged ? 0 : w.b * p.ks[0] + w.k0 * p.ks[1]) + w.hkv * p.ks[2];
+  const T *vb = static_cast<const T *>(p.v) + (kPaged ? 0 : w.b * p.vs[0] + w.k0 * p.vs[1]) + w.hkv * p.vs[2] + w.dv0;
   // A paged cache's block-table entries for the keys of `tile`, by cp.async: read two tiles before
   // the tile's own copies, so that no copy waits for a table read.
   auto load_ids = [&](int tile) {
@@ -647,7 +693,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   __syncthreads();
   for (int idx = tid; idx < 16 * DVT / 2; idx += kThreads) {
     const int r = idx / (DVT / 2), col = 2 * (idx % (DVT / 2));
-    if (w.r0 + r >= p.rows) continue;
+    if (w.r0 + r >= w.rows) continue;
     float mx = -INFINITY, l = 0.0f, v0 = 0.0f, v1 = 0.0f;
     for (int k = 0; k < WN; k++) mx = fmaxf(mx, red_m[k * 16 + r]);
     for (int k = 0; k < WN; k++) {
@@ -663,7 +709,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   }
 }
 
-// Combines the splits' partials of each row of [B, Hq, Sq] (one CTA of 128 threads per row) by
+// Combines the splits' partials of each row of [out_B, Hq, out_S] (one CTA of 128 threads per row) by
 // their LSE and adds the sink: o = sum_s exp(lse_s - lse) o_s, lse = log(sum_s exp(lse_s) +
 // exp(sink)). The weights are formed once per row in shared memory; each thread then sums its
 // columns' partials, whose loads are independent of each other.
@@ -673,9 +719,26 @@ template <typename T>
 __global__ void __launch_bounds__(128) attention_merge_kernel(const attn_params p) {
   __shared__ float w[kAttnMaxSplits];
   __shared__ float row_inv;
-  const int64_t rows_total = static_cast<int64_t>(p.B) * p.Hq * p.Sq, row = blockIdx.x;
-  const int tok = static_cast<int>(row % p.Sq), h = static_cast<int>(row / p.Sq % p.Hq), b = static_cast<int>(row / p.Sq / p.Hq);
+  const int64_t rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S, row = blockIdx.x;
+  const int tok = static_cast<int>(row % p.out_S), h = static_cast<int>(row / p.out_S % p.Hq);
+  const int b = static_cast<int>(row / p.out_S / p.Hq);
   const int tid = threadIdx.x;
+  if (p.cu_q) {  // packed sequences: a token that no sequence's queries hold keeps its o and lse
+    __shared__ bool held;
+    if (tid == 0) {
+      int lo = 0, hi = p.B - 1, q0, sq;  // the last sequence that starts at or before tok
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        attn_detail::packed_queries(p, mid, q0, sq);
+        if (q0 <= tok) lo = mid;
+        else hi = mid - 1;
+      }
+      attn_detail::packed_queries(p, lo, q0, sq);
+      held = tok >= q0 && tok < q0 + sq;
+    }
+    __syncthreads();
+    if (!held) return;
+  }
   if (tid < p.splits) w[tid] = p.part_lse[tid * rows_total + row];
   __syncthreads();
   if (tid == 0) {

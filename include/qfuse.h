@@ -473,9 +473,9 @@ qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DL
  * on the tensor cores, rounds the probabilities exp(s - running max) to q's dtype for the P.V
  * product (fp32 accumulation), and uses the hardware exp2; its error against the reference is
  * stated and bounded in tests/gpu/test_attention.c.
- * CUDA: D = Dv in {64, 128, 256, 512}, every pointer 16-byte aligned and every stride a multiple
- * of 16 bytes, B * Hkv <= 65535, Sq * Hq / Hkv and Skv below 2^30 (QF_ERR_UNSUPPORTED,
- * QF_ERR_ALIGNMENT or QF_ERR_LAYOUT otherwise). The query heads of one kv head share the rows of
+ * CUDA: D = Dv in {64, 128, 256, 512} or D = 192 with Dv = 128 (MLA's prefill), every pointer
+ * 16-byte aligned and every stride a multiple of 16 bytes, B * Hkv <= 65535, Sq * Hq / Hkv and
+ * Skv below 2^30 (QF_ERR_UNSUPPORTED, QF_ERR_ALIGNMENT or QF_ERR_LAYOUT otherwise). The query heads of one kv head share the rows of
  * a tile (decode fills a tile with them), and where the tiles leave SMs idle the keys are split
  * across CTAs whose partial results are merged by the rule above through the context's workspace
  * (allocated at the first call of a shape, as for the GEMMs' split-K: make one call before

@@ -28,7 +28,7 @@ from quant_torch import WARMUP, time_us
 BACKENDS = {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
             "torch-efficient": SDPBackend.EFFICIENT_ATTENTION}
 
-# (name, B, Sq, Skv, Hq, Hkv, D, causal): prefill at Sq = Skv, decode at Sq = 1 (every key visible);
+# (name, B, Sq, Skv, Hq, Hkv, D, causal[, Dv]): prefill at Sq = Skv, decode at Sq = 1 (every key visible);
 # "paged": qfuse reads the keys through a block table of 16-key pages (shuffled), the peers the same
 # keys contiguous.
 SHAPES = [
@@ -42,6 +42,10 @@ SHAPES = [
     ("decode", 32, 1, 2048, 32, 8, 128, False),
     ("decode", 8, 1, 16384, 64, 8, 128, False),
     ("paged", 32, 1, 2048, 32, 8, 128, False),
+    # MLA's prefill head dims (DeepSeek-V3 without the absorbed weights, 16 of the 128 heads): q and k
+    # 192, v and o 128 (the last element)
+    ("prefill", 1, 4096, 4096, 16, 16, 192, True, 128),
+    ("prefill", 4, 1024, 1024, 16, 16, 192, True, 128),
 ]
 QUICK = {0, 2, 5, 6}
 
@@ -114,14 +118,15 @@ def main():
     dev, name, commit, flush, ctx, reps, copy_gbps = gpu_setup(args.reps)
 
     with open(args.jsonl, "a") as out:
-        for i, (kind, b, sq, skv, hq, hkv, d, causal) in enumerate(SHAPES):
+        for i, (kind, b, sq, skv, hq, hkv, d, causal, *dv) in enumerate(SHAPES):
             if (args.quick and i not in QUICK) or args.only == "varlen":
                 continue
+            dv = dv[0] if dv else d
             g = torch.Generator(device=dev).manual_seed(i)
             q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16, generator=g)
             k = torch.randn(b, skv, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
-            v = torch.randn(b, skv, hkv, d, device=dev, dtype=torch.bfloat16, generator=g)
-            o = torch.empty_like(q)
+            v = torch.randn(b, skv, hkv, dv, device=dev, dtype=torch.bfloat16, generator=g)
+            o = torch.empty(b, sq, hq, dv, device=dev, dtype=torch.bfloat16)
             lse = torch.empty(b, hq, sq, device=dev)
             if kind == "paged":
                 page = 16
@@ -135,11 +140,15 @@ def main():
                 fn = lambda: ctx.attention_paged(q, k_cache, v_cache, table, lens, o, lse=lse)  # noqa: E731
             else:
                 fn = lambda: ctx.attention(q, k, v, o, lse=lse, causal=causal)  # noqa: E731
-            us = time_us_named(fn, reps, flush, "attention")
+            try:
+                us = time_us_named(fn, reps, flush, "attention")
+            except qfuse.QfuseError as e:  # a library without this shape's kernels
+                print(f"qfuse: not run ({e})")
+                continue
             pairs = b * hq * sq * skv * (0.5 if causal and sq == skv else 1.0)
-            flops = 4 * pairs * d
+            flops = 2 * pairs * (d + dv)
             nbytes = 2 * (q.numel() + k.numel() + v.numel() + o.numel()) + 4 * lse.numel()
-            shape = f"B={b},Sq={sq},Skv={skv},Hq={hq},Hkv={hkv},D={d}"
+            shape = f"B={b},Sq={sq},Skv={skv},Hq={hq},Hkv={hkv},D={d}" + (f",Dv={dv}" if dv != d else "")
             variant = f"bf16,{kind}{',causal' if causal else ''}"
             floor_us = nbytes / (copy_gbps * 1e3)
             base = dict(op="attention", variant=variant, shape=shape, device=name, commit=commit, backend="qfuse",

@@ -202,9 +202,9 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
   if (a.B * a.Sq * a.Hq == 0 || (packed && a.total_q == 0)) return QF_OK;
   if (ctx->device == QF_DEVICE_CPU) return qf_cpu_attention(ctx, &a);
 #ifdef QF_WITH_CUDA
-  if (a.D != a.Dv || (a.D != 64 && a.D != 128 && a.D != 256 && a.D != 512))
-    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes D = Dv in {64, 128, 256, 512}; got D=%" PRId64 ", Dv=%" PRId64, op,
-                   a.D, a.Dv);
+  if (!(a.D == a.Dv && (a.D == 64 || a.D == 128 || a.D == 256 || a.D == 512)) && !(a.D == 192 && a.Dv == 128))
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes D = Dv in {64, 128, 256, 512} or D = 192, Dv = 128 (MLA); got D=%"
+                   PRId64 ", Dv=%" PRId64, op, a.D, a.Dv);
   if (a.B * a.Hkv > 65535 || a.Sq * (a.Hq / a.Hkv) >= (1 << 30) || a.Skv >= (1 << 30) || a.num_pages >= (1 << 30) ||
       a.total_q >= (1 << 30) || a.total_k >= (1 << 30))
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes B * Hkv <= 65535 and Sq * Hq / Hkv, Skv, num_pages, total_q, total_k "

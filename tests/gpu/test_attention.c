@@ -4,7 +4,8 @@
  *    groups 1 to 8, sinks; decode tiles (at most 16 rows per kv head) at every head dim, long
  *    caches whose keys split over CTAs (partials merged by LSE), a window, two query tokens
  *    (speculative decode), MHA batches; queries before every key (Sq > Skv, causal: rows with
- *    nothing visible) and an empty cache (Skv = 0), with and without sinks.
+ *    nothing visible) and an empty cache (Skv = 0), with and without sinks; MLA's head dims (q and
+ *    k 192, v and o 128) in prefill, decode and paged prefill.
  *  - Layouts: [B, S, H, D] and [B, H, S, D] storage, heads padded by 8 or 16 elements so that
  *    the gaps (poisoned) must stay untouched; o in fp32 and the inputs' 16-bit type.
  *  - Each case runs twice and must give the same bytes (a fixed summation order); a sentinel past
@@ -14,7 +15,8 @@
  *  - Packed sequences (qf_attention_varlen, qf_attention_paged_varlen): queries and keys per
  *    sequence from offsets on the device, prefill and decode rows, an empty sequence, tokens past
  *    the last sequence untouched; NaN in the value row right after a sequence's keys (which its
- *    last tile loads) leaves it unchanged; paged caches whose unused slots hold NaN.
+ *    last tile loads) leaves it unchanged; paged caches whose unused slots hold NaN; a CUDA graph
+ *    of each call replayed after its offsets changed on the device, against a direct call.
  *  - Refusals write nothing: head dim 96, a misaligned q, a stride of 8 bytes.
  * Tolerance per element, from the numerics (u = 2^-24; S = sm_scale * max over keys of
  * sum_d |q_d k_d| for the row; vmax = max |v| of its kv head): a score is an fp32 sum of D
@@ -38,6 +40,7 @@ typedef struct {
   int bhsd;  /* k and v stored [B, H, S, D] */
   float sm_scale;
   int page;  /* > 0: qf_attention_paged over pages of `page` keys, sequence b holding lens[b] <= Skv */
+  int dv;    /* v's and o's head dim (0: D) */
 } acase;
 
 /* A 4-D tensor [B, S, H, D] with heads padded by `pad` elements, as [B, S, H, D] or [B, H, S, D]
@@ -86,15 +89,16 @@ static void t4_free(t4 *t) {
 
 static void run_case(const acase *c) {
   char desc[200];
-  snprintf(desc, sizeof desc, "B %d Sq %d Skv %d Hq %d Hkv %d D %d %s->%s causal %d window %d sinks %d %s page %d", c->B,
-           c->Sq, c->Skv, c->Hq, c->Hkv, c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
+  snprintf(desc, sizeof desc, "B %d Sq %d Skv %d Hq %d Hkv %d D %d/%d %s->%s causal %d window %d sinks %d %s page %d", c->B,
+           c->Sq, c->Skv, c->Hq, c->Hkv, c->D, c->dv ? c->dv : c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
            c->bhsd ? "bhsd" : "bshd", c->page);
   uint64_t seed = 0x5eed + (uint64_t)c->Skv * 131 + (uint64_t)c->D;
+  const int dv = c->dv ? c->dv : c->D;
   t4 q, k, v, o;
   t4_init(&q, c->B, c->Sq, c->Hq, c->D, 8, 0, c->in);
   t4_init(&k, c->B, c->Skv, c->Hkv, c->D, 16, c->bhsd, c->in);
-  t4_init(&v, c->B, c->Skv, c->Hkv, c->D, 8, c->bhsd, c->in);
-  t4_init(&o, c->B, c->Sq, c->Hq, c->D, 8, 0, c->out);
+  t4_init(&v, c->B, c->Skv, c->Hkv, dv, 8, c->bhsd, c->in);
+  t4_init(&o, c->B, c->Sq, c->Hq, dv, 8, 0, c->out);
   t4_fill(&q, c->in, &seed), t4_fill(&k, c->in, &seed), t4_fill(&v, c->in, &seed);
   CUDA_OK(cudaMemcpy(o.dev, o.host, o.bytes, cudaMemcpyHostToDevice)); /* poisoned */
   const size_t n_lse = (size_t)c->B * c->Hq * c->Sq;
@@ -121,7 +125,7 @@ static void run_case(const acase *c) {
   memset(&th, 0, sizeof th), memset(&td, 0, sizeof td), memset(&lnh, 0, sizeof lnh), memset(&lnd, 0, sizeof lnd);
   if (c->page) {
     t4_init(&kc, n_pages, c->page, c->Hkv, c->D, 16, 0, c->in);
-    t4_init(&vc, n_pages, c->page, c->Hkv, c->D, 8, c->bhsd, c->in);
+    t4_init(&vc, n_pages, c->page, c->Hkv, dv, 8, c->bhsd, c->in);
     int32_t *tab = malloc((size_t)c->B * max_pages * 4), *perm = malloc((size_t)n_pages * 4);
     for (int i = 0; i < n_pages; i++) perm[i] = i;
     for (int i = n_pages - 1; i > 0; i--) {
@@ -137,7 +141,8 @@ static void run_case(const acase *c) {
             for (int d = 0; d < c->D; d++) {
               const size_t e = float_size(c->in), j = (size_t)pg * c->page + slot, pgi = (size_t)tab[b * max_pages + pg];
               memcpy(kc.host + (size_t)t4_off(&kc, (int)pgi, slot, g, d) * e, k.host + (size_t)t4_off(&k, b, (int)j, g, d) * e, e);
-              memcpy(vc.host + (size_t)t4_off(&vc, (int)pgi, slot, g, d) * e, v.host + (size_t)t4_off(&v, b, (int)j, g, d) * e, e);
+              if (d < dv)
+                memcpy(vc.host + (size_t)t4_off(&vc, (int)pgi, slot, g, d) * e, v.host + (size_t)t4_off(&v, b, (int)j, g, d) * e, e);
             }
       }
     CUDA_OK(cudaMemcpy(kc.dev, kc.host, kc.bytes, cudaMemcpyHostToDevice));
@@ -179,7 +184,7 @@ static void run_case(const acase *c) {
       const int g = h / group;
       double vmax = 0.0;
       for (int j = 0; j < lens[b]; j++)
-        for (int d = 0; d < c->D; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, b, j, g, d))));
+        for (int d = 0; d < dv; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, b, j, g, d))));
       for (int i = 0; i < c->Sq; i++) {
         double S = 0.0;
         for (int j = 0; j < lens[b]; j++) {
@@ -190,7 +195,7 @@ static void run_case(const acase *c) {
           S = fmax(S, sm * a);
         }
         const double ds = 2.0 * (c->D + 2) * u * S;
-        for (int d = 0; d < c->D; d++) {
+        for (int d = 0; d < dv; d++) {
           const size_t e = (size_t)t4_off(&o, b, i, h, d);
           const double ref = float_get(o.host, c->out, e), val = float_get(got, c->out, e);
           const double bound = vmax * (4 * ds + p_round + 1e-5) + out_ulp * fabs(ref);
@@ -213,7 +218,7 @@ static void run_case(const acase *c) {
   uint8_t *is_elem = calloc(o.bytes, 1);
   for (int b = 0; b < c->B; b++)
     for (int i = 0; i < c->Sq; i++)
-      for (int h = 0; h < c->Hq; h++) memset(is_elem + (size_t)t4_off(&o, b, i, h, 0) * esz, 1, (size_t)c->D * esz);
+      for (int h = 0; h < c->Hq; h++) memset(is_elem + (size_t)t4_off(&o, b, i, h, 0) * esz, 1, (size_t)dv * esz);
   long gaps = 0;
   for (size_t i = 0; i < o.bytes; i++) gaps += !is_elem[i] && got[i] != POISON;
   free(is_elem);
@@ -281,7 +286,7 @@ static void run_case(const acase *c) {
           const int either = b == last && !sees;
           const int lse_nan = isnan(again_lse[li]), lse_same = !memcmp(&again_lse[li], &got_lse[li], 4);
           off += sees ? !lse_nan : either ? !(lse_nan || lse_same) : !lse_same;
-          for (int d = 0; d < c->D; d++) {
+          for (int d = 0; d < dv; d++) {
             const size_t e = (size_t)t4_off(&o, b, i, h, d);
             const int v_nan = isnan(float_get(again, c->out, e)), v_same = !memcmp(again + e * esz, got + e * esz, esz);
             off += sees ? !v_nan : either ? !(v_nan || v_same) : !v_same;
@@ -305,6 +310,7 @@ typedef struct {
   qf_dtype in, out;
   int causal, window, sinks, page;
   int sq[8], len[8];
+  int dv; /* v's and o's head dim (0: D) */
 } vcase;
 
 /* A t4 [1, T, H, D] as the packed tensor [T, H, D] of the varlen calls. */
@@ -316,8 +322,8 @@ static DLTensor packed(const t4 *t, int dev) {
 
 static void run_varlen(const vcase *c) {
   char desc[200];
-  int n = snprintf(desc, sizeof desc, "varlen B %d Hq %d Hkv %d D %d %s->%s causal %d window %d sinks %d page %d sq/len",
-                   c->B, c->Hq, c->Hkv, c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
+  int n = snprintf(desc, sizeof desc, "varlen B %d Hq %d Hkv %d D %d/%d %s->%s causal %d window %d sinks %d page %d sq/len",
+                   c->B, c->Hq, c->Hkv, c->D, c->dv ? c->dv : c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
                    c->page);
   int32_t cuq[9] = {0}, cuk[9] = {0};
   int max_q = 0, max_k = 0;
@@ -328,11 +334,12 @@ static void run_varlen(const vcase *c) {
   }
   const int tq = cuq[c->B] + 3, tk = cuk[c->B]; /* three tokens past the last sequence stay poisoned */
   uint64_t seed = 0xfa11 + (uint64_t)tk * 7 + (uint64_t)c->D;
+  const int dv = c->dv ? c->dv : c->D;
   t4 q, k, v, o;
   t4_init(&q, 1, tq, c->Hq, c->D, 8, 0, c->in);
   t4_init(&k, 1, tk, c->Hkv, c->D, 16, 1, c->in);
-  t4_init(&v, 1, tk, c->Hkv, c->D, 8, 0, c->in);
-  t4_init(&o, 1, tq, c->Hq, c->D, 8, 0, c->out);
+  t4_init(&v, 1, tk, c->Hkv, dv, 8, 0, c->in);
+  t4_init(&o, 1, tq, c->Hq, dv, 8, 0, c->out);
   t4_fill(&q, c->in, &seed), t4_fill(&k, c->in, &seed), t4_fill(&v, c->in, &seed);
   CUDA_OK(cudaMemcpy(o.dev, o.host, o.bytes, cudaMemcpyHostToDevice)); /* poisoned */
   const size_t n_lse = (size_t)c->Hq * tq;
@@ -362,7 +369,7 @@ static void run_varlen(const vcase *c) {
   memset(&kc, 0, sizeof kc), memset(&vc, 0, sizeof vc), memset(&table, 0, sizeof table), memset(&lens_p, 0, sizeof lens_p);
   if (c->page) {
     t4_init(&kc, n_pages + 1, c->page, c->Hkv, c->D, 16, 0, c->in);
-    t4_init(&vc, n_pages + 1, c->page, c->Hkv, c->D, 8, 0, c->in);
+    t4_init(&vc, n_pages + 1, c->page, c->Hkv, dv, 8, 0, c->in);
     memset(kc.host, 0xFF, kc.bytes), memset(vc.host, 0xFF, vc.bytes);
     int32_t *tab = calloc((size_t)c->B * tshape[1], 4), *perm = malloc((size_t)n_pages * 4);
     for (int i = 0; i < n_pages; i++) perm[i] = i;
@@ -379,7 +386,7 @@ static void run_varlen(const vcase *c) {
           for (int g = 0; g < c->Hkv; g++) {
             const int j = cuk[b] + pg * c->page + slot;
             memcpy(kc.host + (size_t)t4_off(&kc, page, slot, g, 0) * e, k.host + (size_t)t4_off(&k, 0, j, g, 0) * e, (size_t)c->D * e);
-            memcpy(vc.host + (size_t)t4_off(&vc, page, slot, g, 0) * e, v.host + (size_t)t4_off(&v, 0, j, g, 0) * e, (size_t)c->D * e);
+            memcpy(vc.host + (size_t)t4_off(&vc, page, slot, g, 0) * e, v.host + (size_t)t4_off(&v, 0, j, g, 0) * e, (size_t)dv * e);
           }
       }
     CUDA_OK(cudaMemcpy(kc.dev, kc.host, kc.bytes, cudaMemcpyHostToDevice));
@@ -417,7 +424,7 @@ static void run_varlen(const vcase *c) {
       const int g = h / group;
       double vmax = 0.0;
       for (int j = cuk[b]; j < cuk[b + 1]; j++)
-        for (int d = 0; d < c->D; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, 0, j, g, d))));
+        for (int d = 0; d < dv; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, 0, j, g, d))));
       for (int i = cuq[b]; i < cuq[b + 1]; i++) {
         double S = 0.0;
         for (int j = cuk[b]; j < cuk[b + 1]; j++) {
@@ -428,7 +435,7 @@ static void run_varlen(const vcase *c) {
           S = fmax(S, sm * a);
         }
         const double ds = 2.0 * (c->D + 2) * u * S;
-        for (int d = 0; d < c->D; d++) {
+        for (int d = 0; d < dv; d++) {
           const size_t e = (size_t)t4_off(&o, 0, i, h, d);
           const double ref = float_get(o.host, c->out, e), val = float_get(got, c->out, e);
           const double bound = vmax * (4 * ds + p_round + 1e-5) + out_ulp * fabs(ref), err = fabs(val - ref);
@@ -448,7 +455,7 @@ static void run_varlen(const vcase *c) {
   const size_t esz = float_size(c->out);
   uint8_t *is_elem = calloc(o.bytes, 1);
   for (int i = 0; i < cuq[c->B]; i++)
-    for (int h = 0; h < c->Hq; h++) memset(is_elem + (size_t)t4_off(&o, 0, i, h, 0) * esz, 1, (size_t)c->D * esz);
+    for (int h = 0; h < c->Hq; h++) memset(is_elem + (size_t)t4_off(&o, 0, i, h, 0) * esz, 1, (size_t)dv * esz);
   long gaps = 0;
   for (size_t i = 0; i < o.bytes; i++) gaps += !is_elem[i] && got[i] != POISON;
   for (int h = 0; h < c->Hq; h++)
@@ -456,19 +463,60 @@ static void run_varlen(const vcase *c) {
   free(is_elem);
   CHECK(gaps == 0, "%s: %ld bytes of o's gaps, tokens past the sequences or lse's written", desc, gaps);
   CHECK(dev_poisoned((uint8_t *)lse.dev + n_lse * 4, PAIR_TAIL), "%s: the sentinel past lse written", desc);
+  {
+    /* A CUDA graph of the call, captured once and replayed after the offsets changed on the device
+     * (each sequence's queries halved, its keys as many fewer): o and lse equal, byte for byte, a
+     * direct call's with the new offsets (o filled with another byte before each). */
+    graph_ctx gr;
+    int gok = graph_open(&gr, 0, qf_ctx_workspace_bytes(gpu), desc);
+    if (gok) {
+      graph_begin(&gr);
+      const qf_status gs = RUN(gr.ctx, 1);
+      gok = graph_end(&gr, gs == QF_OK, desc);
+    }
+    int32_t cuq2[9] = {0}, cuk2[9] = {0}, lens2[8];
+    for (int b = 0; b < c->B; b++) {
+      const int drop = c->sq[b] - c->sq[b] / 2;
+      lens2[b] = c->len[b] > drop ? c->len[b] - drop : 0;
+      cuq2[b + 1] = cuq2[b] + c->sq[b] / 2, cuk2[b + 1] = cuk2[b] + lens2[b];
+    }
+    CUDA_OK(cudaMemcpy(cq.dev, cuq2, (size_t)(c->B + 1) * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(ck.dev, cuk2, (size_t)(c->B + 1) * 4, cudaMemcpyHostToDevice));
+    if (c->page) CUDA_OK(cudaMemcpy(lens_p.dev, lens2, (size_t)c->B * 4, cudaMemcpyHostToDevice));
+    uint8_t *want = malloc(o.bytes + lse.bytes), *replay = malloc(o.bytes + lse.bytes);
+    for (int pass = 0; pass < 2 && gok; pass++) {
+      uint8_t *into = pass ? replay : want;
+      CUDA_OK(cudaMemset(o.dev, 0x5A, o.bytes));
+      CUDA_OK(cudaMemset(lse.dev, 0x5A, n_lse * 4));
+      if (pass) graph_replay(&gr);
+      else CHECK(RUN(gpu, 1) == QF_OK, "%s: direct call with new offsets", desc);
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy(into, o.dev, o.bytes, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(into + o.bytes, lse.dev, lse.bytes, cudaMemcpyDeviceToHost));
+    }
+    if (gok)
+      CHECK(!memcmp(want, replay, o.bytes + lse.bytes), "%s: graph replay with new offsets: o or lse differs from the direct call's",
+            desc);
+    free(want), free(replay);
+    graph_close(&gr);
+    CUDA_OK(cudaMemcpy(cq.dev, cuq, (size_t)(c->B + 1) * 4, cudaMemcpyHostToDevice)); /* (as they were) */
+    CUDA_OK(cudaMemcpy(ck.dev, cuk, (size_t)(c->B + 1) * 4, cudaMemcpyHostToDevice));
+    if (c->page) CUDA_OK(cudaMemcpy(lens_p.dev, c->len, (size_t)c->B * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(o.dev, got, o.bytes, cudaMemcpyHostToDevice));
+  }
   if (!c->page && c->B > 1) {
     /* NaN in the first key's value row of every sequence after the first: the sequence before it
      * reads that row into its last tile (dense rows) and must keep its bytes. */
     const size_t e = float_size(c->in);
     for (int b = 1; b < c->B; b++)
       for (int g = 0; g < c->Hkv && c->len[b] > 0; g++)
-        CUDA_OK(cudaMemset((uint8_t *)v.dev + (size_t)t4_off(&v, 0, cuk[b], g, 0) * e, 0xFF, (size_t)c->D * e));
+        CUDA_OK(cudaMemset((uint8_t *)v.dev + (size_t)t4_off(&v, 0, cuk[b], g, 0) * e, 0xFF, (size_t)dv * e));
     CHECK(RUN(gpu, 1) == QF_OK, "%s: NaN run", desc);
     CUDA_OK(cudaMemcpy(again, o.dev, o.bytes, cudaMemcpyDeviceToHost));
     long changed = 0;
     for (int i = cuq[0]; i < cuq[1]; i++)
       for (int h = 0; h < c->Hq; h++)
-        changed += memcmp(again + (size_t)t4_off(&o, 0, i, h, 0) * esz, got + (size_t)t4_off(&o, 0, i, h, 0) * esz, (size_t)c->D * esz) != 0;
+        changed += memcmp(again + (size_t)t4_off(&o, 0, i, h, 0) * esz, got + (size_t)t4_off(&o, 0, i, h, 0) * esz, (size_t)dv * esz) != 0;
     CHECK(changed == 0, "%s: NaN in the next sequence's values changed %ld rows of the first", desc, changed);
   }
 #undef RUN
@@ -508,29 +556,33 @@ int main(void) {
   open_contexts(&gpu, &cpu);
   const acase cases[] = {
       /* prefill */
-      {2, 200, 200, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, 0, 0},
-      {2, 130, 130, 4, 4, 128, QF_F16, QF_F32, 0, 0, 0, 1, 0, 0},
-      {1, 77, 300, 6, 2, 64, QF_F16, QF_F16, 1, 50, 1, 0, 0, 0},
-      {1, 90, 90, 8, 1, 64, QF_BF16, QF_F32, 0, 33, 0, 1, 0.3f, 0},
-      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0},
-      {1, 70, 70, 2, 1, 512, QF_BF16, QF_BF16, 0, 0, 1, 1, 0, 0},
-      {1, 40, 20, 4, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0},
-      {1, 40, 20, 4, 2, 128, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0},
-      {1, 5, 0, 8, 2, 128, QF_BF16, QF_F32, 0, 0, 1, 0, 0, 0},
+      {2, 200, 200, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, 0, 0, 0},
+      {2, 130, 130, 4, 4, 128, QF_F16, QF_F32, 0, 0, 0, 1, 0, 0, 0},
+      {1, 77, 300, 6, 2, 64, QF_F16, QF_F16, 1, 50, 1, 0, 0, 0, 0},
+      {1, 90, 90, 8, 1, 64, QF_BF16, QF_F32, 0, 33, 0, 1, 0.3f, 0, 0},
+      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0},
+      {1, 70, 70, 2, 1, 512, QF_BF16, QF_BF16, 0, 0, 1, 1, 0, 0, 0},
+      {1, 40, 20, 4, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0},
+      {1, 40, 20, 4, 2, 128, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0, 0},
+      {1, 5, 0, 8, 2, 128, QF_BF16, QF_F32, 0, 0, 1, 0, 0, 0, 0},
       /* decode */
-      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 0},
-      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F32, 1, 1000, 0, 1, 0, 0},
-      {1, 2, 333, 16, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0},
-      {4, 1, 2048, 16, 16, 128, QF_F16, QF_F16, 0, 0, 0, 1, 0, 0},
-      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0},
-      {1, 1, 600, 4, 1, 512, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0},
-      {2, 1, 0, 8, 2, 64, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0},
+      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 0, 0},
+      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F32, 1, 1000, 0, 1, 0, 0, 0},
+      {1, 2, 333, 16, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0},
+      {4, 1, 2048, 16, 16, 128, QF_F16, QF_F16, 0, 0, 0, 1, 0, 0, 0},
+      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 0},
+      {1, 1, 600, 4, 1, 512, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0, 0},
+      {2, 1, 0, 8, 2, 64, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0, 0},
       /* paged: decode (pages of 16 and of 100 keys), prefill with pages shorter and longer than a tile */
-      {4, 1, 1500, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 16},
-      {3, 2, 700, 16, 2, 64, QF_F16, QF_F32, 1, 0, 0, 1, 0, 100},
-      {2, 150, 600, 8, 2, 128, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 32},
-      {2, 100, 900, 4, 4, 128, QF_F16, QF_F16, 1, 200, 1, 0, 0, 256},
-      {2, 80, 400, 4, 2, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 64},
+      {4, 1, 1500, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 16, 0},
+      {3, 2, 700, 16, 2, 64, QF_F16, QF_F32, 1, 0, 0, 1, 0, 100, 0},
+      {2, 150, 600, 8, 2, 128, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 32, 0},
+      {2, 100, 900, 4, 4, 128, QF_F16, QF_F16, 1, 200, 1, 0, 0, 256, 0},
+      {2, 80, 400, 4, 2, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 64, 0},
+      /* MLA's head dims (D = 192, Dv = 128): prefill, decode with split keys, paged prefill */
+      {2, 300, 300, 16, 16, 192, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0, 128},
+      {2, 1, 3000, 16, 1, 192, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 128},
+      {2, 120, 500, 8, 8, 192, QF_F16, QF_F32, 1, 0, 0, 0, 0, 64, 128},
   };
   const size_t n = sizeof cases / sizeof cases[0], quick = 6;
   for (size_t i = 0; i < n; i++)
@@ -539,13 +591,14 @@ int main(void) {
    * with the causal mask, a key count that is not a multiple of the tile), decode rows (at most 16
    * per kv head, with long keys split over CTAs), paged prefill and decode. */
   const vcase vcases[] = {
-      {4, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, {200, 1, 0, 77}, {200, 300, 5, 77}},
-      {3, 4, 4, 64, QF_F16, QF_F32, 1, 40, 1, 0, {130, 33, 5}, {150, 33, 3}},
-      {2, 4, 2, 256, QF_BF16, QF_F32, 0, 0, 0, 0, {70, 129}, {70, 129}},
-      {2, 2, 1, 512, QF_BF16, QF_BF16, 1, 0, 1, 0, {40, 65}, {60, 65}},
-      {5, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, {1, 2, 1, 0, 1}, {3000, 517, 1, 9, 64}},
-      {3, 16, 2, 128, QF_F16, QF_F32, 1, 0, 0, 32, {150, 1, 90}, {400, 333, 90}},
-      {3, 8, 8, 128, QF_BF16, QF_F32, 1, 0, 1, 16, {1, 1, 2}, {1500, 17, 40}},
+      {4, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, {200, 1, 0, 77}, {200, 300, 5, 77}, 0},
+      {3, 4, 4, 64, QF_F16, QF_F32, 1, 40, 1, 0, {130, 33, 5}, {150, 33, 3}, 0},
+      {2, 4, 2, 256, QF_BF16, QF_F32, 0, 0, 0, 0, {70, 129}, {70, 129}, 0},
+      {2, 2, 1, 512, QF_BF16, QF_BF16, 1, 0, 1, 0, {40, 65}, {60, 65}, 0},
+      {5, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, {1, 2, 1, 0, 1}, {3000, 517, 1, 9, 64}, 0},
+      {3, 16, 2, 128, QF_F16, QF_F32, 1, 0, 0, 32, {150, 1, 90}, {400, 333, 90}, 0},
+      {3, 8, 8, 128, QF_BF16, QF_F32, 1, 0, 1, 16, {1, 1, 2}, {1500, 17, 40}, 0},
+      {3, 16, 16, 192, QF_BF16, QF_BF16, 1, 0, 0, 0, {257, 60, 1}, {257, 100, 700}, 128},
   };
   for (size_t i = 0; i < sizeof vcases / sizeof vcases[0]; i++)
     if (!quick_mode() || i % 3 == 0) run_varlen(&vcases[i]);

@@ -12,40 +12,47 @@ namespace {
 
 const char kOp[] = "qf_attention";
 
-// Per head dim: the prefill tile (TMA producer, two wgmma warpgroups of 64 rows; D = 512 runs two
-// CTAs of 256 output columns per row tile, both forming the whole S) and the decode tile (16 rows,
-// four mma.sync warps splitting each key tile). The softmax overlapped with the previous P V
-// (kOverlap) pays at D = 128 only (H200: +2-3%; D = 64 -6%, D = 256 -22% with its two stages,
-// bench/results/h200-dev-attention-overlap-ab.jsonl).
-template <int D>
+// Per head dims (D of q and k, DV of v): the prefill tile (TMA producer, two wgmma warpgroups of
+// 64 rows; D = 512 runs two CTAs of 256 output columns per row tile, both forming the whole S) and
+// the decode tile (16 rows, four mma.sync warps splitting each key tile). The softmax overlapped
+// with the previous P V (kOverlap) pays at D = 128 only (H200: +2-3%; D = 64 -6%, D = 256 -22% with
+// its two stages, bench/results/h200-dev-attention-overlap-ab.jsonl). D = 192 with DV = 128 is
+// MLA's prefill (DeepSeek's 128 + 64 rotary dims of q and k, 128 of v): D = 128's accumulators with
+// two stages of 128 keys (80 KB a stage); its decode tile has six warps on tiles of 96 keys.
+template <int D, int DV>
 struct TilesFor;
 template <>
-struct TilesFor<64> {
+struct TilesFor<64, 64> {
   using Prefill = AttnPrefillTile<64, 64, 128, 4, false>;
   using Decode = AttnDecodeTile<64, 64, 64, 4>;
 };
 template <>
-struct TilesFor<128> {
+struct TilesFor<128, 128> {
   using Prefill = AttnPrefillTile<128, 128, 128, 3, true>;
   using Decode = AttnDecodeTile<128, 128, 64, 4>;
 };
 template <>
-struct TilesFor<256> {
+struct TilesFor<256, 256> {
   using Prefill = AttnPrefillTile<256, 256, 64, 2, false>;
   using Decode = AttnDecodeTile<256, 256, 64, 4>;
 };
 template <>
-struct TilesFor<512> {
+struct TilesFor<512, 512> {
   using Prefill = AttnPrefillTile<512, 256, 32, 2, false>;
   using Decode = AttnDecodeTile<512, 256, 64, 4>;
 };
+template <>
+struct TilesFor<192, 128> {
+  using Prefill = AttnPrefillTile<192, 128, 128, 2, false>;
+  using Decode = AttnDecodeTile<192, 128, 96, 6>;  // the loads' thread count divides K's 24 and V's 16 chunks a row
+};
 
-#define QF_ATTN_HEAD_DIMS(X) X(64) X(128) X(256) X(512)
+#define QF_ATTN_HEAD_DIMS(X) X(64, 64) X(128, 128) X(256, 256) X(512, 512) X(192, 128)
 
 // The three kernels of a tile configuration.
 enum class Kernel { kPrefill, kDecode, kDecodePaged };
 
-constexpr int kSlots = 2 * 4 * 3;  // dtypes x head dims x kernels
+constexpr int kSlots = 2 * 5 * 3;  // dtypes x head dims x kernels
 std::atomic<uint64_t> g_opt_in[kSlots];
 std::atomic<int> g_ctas_per_sm[kSlots];
 
@@ -113,11 +120,11 @@ bool prefill_can_load(const qf_attention_args *a, int bn) {
   return !a->block_table || a->page_size % bn == 0 || (bn % a->page_size == 0 && a->page_size % 8 == 0);
 }
 
-// The kernel for head dim DIM: prefill above kAttnDecodeRows rows where its TMA loads can read the
-// keys, else the decode kernel (its paged instantiation for a paged cache).
-template <typename T, int DIM>
+// The kernel for head dims D, DV: prefill above kAttnDecodeRows rows where its TMA loads can read
+// the keys, else the decode kernel (its paged instantiation for a paged cache).
+template <typename T, int D, int DV>
 qf_status launch_dim(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
-  using Tiles = TilesFor<DIM>;
+  using Tiles = TilesFor<D, DV>;
   if (p.rows > kAttnDecodeRows && prefill_can_load(a, Tiles::Prefill::BN))
     return launch<T, typename Tiles::Prefill, Kernel::kPrefill>(ctx, a, p, slot);
   if (a->block_table) return launch<T, typename Tiles::Decode, Kernel::kDecodePaged>(ctx, a, p, slot + 2);
@@ -145,12 +152,13 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   for (int sh = 0; sh < 31 && a->block_table; sh++)
     if (int64_t{1} << sh == a->page_size) p.page_shift = sh;
   int slot = slot_base;
-#define QF_ATTN_CASE(DIM)                                  \
-  if (a->D == DIM) return launch_dim<T, DIM>(ctx, a, p, slot); \
+#define QF_ATTN_CASE(DQK, DVO)                                                      \
+  if (a->D == DQK && a->Dv == DVO) return launch_dim<T, DQK, DVO>(ctx, a, p, slot); \
   slot += 3;
   QF_ATTN_HEAD_DIMS(QF_ATTN_CASE)
 #undef QF_ATTN_CASE
-  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for D=%lld", kOp, static_cast<long long>(a->D));
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for D=%lld, Dv=%lld", kOp, static_cast<long long>(a->D),
+                 static_cast<long long>(a->Dv));
 }
 
 }  // namespace

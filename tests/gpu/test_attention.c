@@ -399,7 +399,14 @@ static void run_varlen(const vcase *c) {
   }
   DLTensor qh = packed(&q, 0), qd = packed(&q, 1), kh = packed(&k, 0), kd = packed(&k, 1), vh = packed(&v, 0), vd = packed(&v, 1);
   DLTensor oh = packed(&o, 0), od = packed(&o, 1);
-#define RUN(ctx, dev)                                                                                                    (c->page ? qf_attention_paged_varlen(ctx, dev ? &qd : &qh, dev ? &kc.td : &kc.th, dev ? &vc.td : &vc.th, dev ? &td : &th,                                        dev ? &lnd : &lnh, dev ? &cqd : &cqh, max_q, c->sinks ? (dev ? &sd : &sh) : NULL,                                            &opt, dev ? &od : &oh, dev ? &ld : &lh)                                                         : qf_attention_varlen(ctx, dev ? &qd : &qh, dev ? &kd : &kh, dev ? &vd : &vh, dev ? &cqd : &cqh,                                                  dev ? &ckd : &ckh, max_q, max_k, c->sinks ? (dev ? &sd : &sh) : NULL, &opt, dev ? &od : &oh,                                  dev ? &ld : &lh))
+#define RUN(ctx, dev)                                                                                      \
+  (c->page ? qf_attention_paged_varlen(ctx, dev ? &qd : &qh, dev ? &kc.td : &kc.th, dev ? &vc.td : &vc.th,      \
+                                       dev ? &td : &th, dev ? &lnd : &lnh, dev ? &cqd : &cqh, max_q,          \
+                                       c->sinks ? (dev ? &sd : &sh) : NULL, &opt, dev ? &od : &oh,            \
+                                       dev ? &ld : &lh)                                                       \
+           : qf_attention_varlen(ctx, dev ? &qd : &qh, dev ? &kd : &kh, dev ? &vd : &vh, dev ? &cqd : &cqh,   \
+                                 dev ? &ckd : &ckh, max_q, max_k, c->sinks ? (dev ? &sd : &sh) : NULL, &opt, \
+                                 dev ? &od : &oh, dev ? &ld : &lh))
   qf_status st = RUN(cpu, 0);
   if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) return;
   st = RUN(gpu, 1);

@@ -49,20 +49,25 @@ struct TilesFor<192, 128> {
 
 #define QF_ATTN_HEAD_DIMS(X) X(64, 64) X(128, 128) X(256, 256) X(512, 512) X(192, 128)
 
-// The three kernels of a tile configuration.
-enum class Kernel { kPrefill, kDecode, kDecodePaged };
+// The kernels of a tile configuration: prefill over [B, S, H, D] tensors, and over packed sequences
+// or a paged cache (General); decode over dense keys or a paged cache, each for [B, S, H, D] queries
+// or packed sequences.
+enum class Kernel { kPrefill, kPrefillGeneral, kDecode, kDecodePacked, kDecodePaged, kDecodePagedPacked };
+constexpr int kKernels = 6;
 
-constexpr int kSlots = 2 * 5 * 3;  // dtypes x head dims x kernels
+constexpr int kSlots = 2 * 5 * kKernels;  // dtypes x head dims x kernels
 std::atomic<uint64_t> g_opt_in[kSlots];
 std::atomic<int> g_ctas_per_sm[kSlots];
 
 // Launches kernel K of Tile and, for split keys, the merge.
 template <typename T, class Tile, Kernel K>
 qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
-  constexpr bool kPrefill = K == Kernel::kPrefill;
+  constexpr bool kPrefill = K == Kernel::kPrefill || K == Kernel::kPrefillGeneral;
   const auto kernel = [] {
-    if constexpr (kPrefill) return attention_prefill_kernel<T, Tile>;
-    else return attention_decode_kernel<T, Tile, K == Kernel::kDecodePaged>;
+    if constexpr (kPrefill) return attention_prefill_kernel<T, Tile, K == Kernel::kPrefillGeneral>;
+    else
+      return attention_decode_kernel<T, Tile, K == Kernel::kDecodePaged || K == Kernel::kDecodePagedPacked,
+                                     K == Kernel::kDecodePacked || K == Kernel::kDecodePagedPacked>;
   }();
   qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, Tile::kSmemBytes, g_opt_in[slot]);
   if (st != QF_OK) return st;
@@ -97,25 +102,32 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
     const int64_t outer = a->block_table ? a->num_pages : a->cu_seqlens_k ? 1 : a->B;
     const int64_t inner = a->block_table ? a->page_size : a->cu_seqlens_k ? a->total_k : a->Skv;
     const int64_t kd[4] = {outer, inner, a->Hkv, a->D}, vd[4] = {outer, inner, a->Hkv, a->Dv};
+    // Packed keys have batch stride 0 and one outer entry, whose pitch TMA never steps: their span.
+    int64_t ks[3] = {a->ks[0], a->ks[1], a->ks[2]}, vs[3] = {a->vs[0], a->vs[1], a->vs[2]};
+    if (a->cu_seqlens_k) {
+      ks[0] = std::max(ks[1] * a->total_k, ks[2] * a->Hkv);
+      vs[0] = std::max(vs[1] * a->total_k, vs[2] * a->Hkv);
+    }
     p.box_rows = static_cast<int>(a->block_table ? std::min<int64_t>(a->page_size, Tile::BN) : Tile::BN);
-    if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, a->ks, p.box_rows)) ||
-        (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->dtype, vd, a->vs, p.box_rows)))
+    if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, ks, p.box_rows)) ||
+        (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->dtype, vd, vs, p.box_rows)))
       return st;
     kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, qf_stream(ctx)>>>(p, tm_k, tm_v);
   } else {
     kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, qf_stream(ctx)>>>(p);
   }
   if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK || p.splits == 1) return st;
-  attention_merge_kernel<T><<<static_cast<unsigned>(rows_total), 128, 0, qf_stream(ctx)>>>(p);
+  if (a->cu_seqlens_q) attention_merge_kernel<T, true><<<static_cast<unsigned>(rows_total), 128, 0, qf_stream(ctx)>>>(p);
+  else attention_merge_kernel<T, false><<<static_cast<unsigned>(rows_total), 128, 0, qf_stream(ctx)>>>(p);
   return qf_cuda_check_launch(ctx, kOp);
 }
 
 // The prefill kernel's TMA boxes need every stride of K and V nonzero (a multiple of 16 bytes, which
-// the front end checks) and, for a paged cache, pages that hold whole tiles or whole 1024-byte
+// the front end checks; packed keys' batch stride 0 is never stepped, launch() passes their span) and, for a paged cache, pages that hold whole tiles or whole 1024-byte
 // swizzle atoms of one (page_size a multiple of bn, or a divisor of it that is a multiple of 8); the decode
 // kernel reads anything else.
 bool prefill_can_load(const qf_attention_args *a, int bn) {
-  for (int d = 0; d < 3; d++)
+  for (int d = a->cu_seqlens_k ? 1 : 0; d < 3; d++)
     if (a->ks[d] == 0 || a->vs[d] == 0) return false;
   return !a->block_table || a->page_size % bn == 0 || (bn % a->page_size == 0 && a->page_size % 8 == 0);
 }
@@ -125,10 +137,19 @@ bool prefill_can_load(const qf_attention_args *a, int bn) {
 template <typename T, int D, int DV>
 qf_status launch_dim(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
   using Tiles = TilesFor<D, DV>;
-  if (p.rows > kAttnDecodeRows && prefill_can_load(a, Tiles::Prefill::BN))
-    return launch<T, typename Tiles::Prefill, Kernel::kPrefill>(ctx, a, p, slot);
-  if (a->block_table) return launch<T, typename Tiles::Decode, Kernel::kDecodePaged>(ctx, a, p, slot + 2);
-  return launch<T, typename Tiles::Decode, Kernel::kDecode>(ctx, a, p, slot + 1);
+  using Prefill = typename Tiles::Prefill;
+  using Decode = typename Tiles::Decode;
+  const bool packed = a->cu_seqlens_q != nullptr;
+  if (p.rows > kAttnDecodeRows && prefill_can_load(a, Prefill::BN)) {
+    if (packed || a->block_table) return launch<T, Prefill, Kernel::kPrefillGeneral>(ctx, a, p, slot + 1);
+    return launch<T, Prefill, Kernel::kPrefill>(ctx, a, p, slot);
+  }
+  if (a->block_table) {
+    if (packed) return launch<T, Decode, Kernel::kDecodePagedPacked>(ctx, a, p, slot + 5);
+    return launch<T, Decode, Kernel::kDecodePaged>(ctx, a, p, slot + 4);
+  }
+  if (packed) return launch<T, Decode, Kernel::kDecodePacked>(ctx, a, p, slot + 3);
+  return launch<T, Decode, Kernel::kDecode>(ctx, a, p, slot + 2);
 }
 
 template <typename T>
@@ -154,7 +175,7 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   int slot = slot_base;
 #define QF_ATTN_CASE(DQK, DVO)                                                      \
   if (a->D == DQK && a->Dv == DVO) return launch_dim<T, DQK, DVO>(ctx, a, p, slot); \
-  slot += 3;
+  slot += kKernels;
   QF_ATTN_HEAD_DIMS(QF_ATTN_CASE)
 #undef QF_ATTN_CASE
   return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: no kernel for D=%lld, Dv=%lld", kOp, static_cast<long long>(a->D),

@@ -184,10 +184,12 @@ __device__ __forceinline__ void packed_queries(const attn_params &p, int b, int 
 // its key tiles [t_lo, t_hi) (its split's share), its batch entry and its L keys, kv head and
 // output columns. With packed sequences, q0 and k0 are the sequence's first query token and first
 // key row (a CTA whose first row is past the sequence's rows has nothing to do: r0 >= rows).
+// `packed` (a compile-time constant at every call) is false in the kernels for [B, S, H, D]
+// tensors, which then carry none of the packed sequences' work.
 struct CtaWork {
   int r0, r_last, rows, q0, k0, shift, pos_lo, pos_hi, t_lo, t_hi, b, L, hkv, dv_part, dv0;
 };
-__device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int bn, int dvt) {
+__device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int bn, int dvt, bool packed) {
   CtaWork w;
   const int dv_parts = p.Dv / dvt, row_tiles = (p.rows + rows - 1) / rows;
   const int row_tile = row_tiles - 1 - static_cast<int>(blockIdx.x) / dv_parts;  // longest (causal) first
@@ -195,16 +197,16 @@ __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int 
   w.b = static_cast<int>(blockIdx.y) / p.Hkv, w.hkv = static_cast<int>(blockIdx.y) % p.Hkv;
   int sq = p.Sq;
   w.q0 = 0, w.k0 = 0;
-  if (p.cu_q) packed_queries(p, w.b, w.q0, sq);
+  if (packed && p.cu_q) packed_queries(p, w.b, w.q0, sq);
   if (p.kv_lens) {
     w.L = min(max(p.kv_lens[w.b], 0), p.Skv);
-  } else if (p.cu_k) {
+  } else if (packed && p.cu_k) {
     w.k0 = min(max(p.cu_k[w.b], 0), p.kv_rows);
     w.L = min(min(max(p.cu_k[w.b + 1], w.k0), p.kv_rows) - w.k0, p.Skv);
   } else {
     w.L = p.Skv;
   }
-  w.rows = sq * p.group;
+  w.rows = packed ? sq * p.group : p.rows;
   w.r0 = row_tile * rows, w.r_last = min(w.r0 + rows, w.rows) - 1;
   w.shift = w.L - sq;  // a query's key position is its token + shift
   w.pos_lo = w.r0 / p.group + w.shift, w.pos_hi = w.r_last / p.group + w.shift;
@@ -338,16 +340,16 @@ struct OutRow {
   int tok, h;
   int64_t row;
 };
-__device__ __forceinline__ OutRow out_row(const attn_params &p, const CtaWork &w, int r) {
+__device__ __forceinline__ OutRow out_row(const attn_params &p, const CtaWork &w, int r, bool packed) {
   const int gr = w.r0 + r, tok = w.q0 + gr / p.group, h = w.hkv * p.group + gr % p.group;
-  return {tok, h, (static_cast<int64_t>(p.cu_q ? 0 : w.b) * p.Hq + h) * p.out_S + tok};
+  return {tok, h, (static_cast<int64_t>(packed && p.cu_q ? 0 : w.b) * p.Hq + h) * p.out_S + tok};
 }
 
 // Where row r of the CTA's tile goes: its output element at column col (o, or the split's fp32
 // partial), and its lse (likewise).
 template <typename T>
-__device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w, int r, int col) {
-  const OutRow o = out_row(p, w, r);
+__device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w, int r, int col, bool packed) {
+  const OutRow o = out_row(p, w, r, packed);
   if (p.splits > 1) {
     const int64_t rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
     return p.part_o + (blockIdx.z * rows_total + o.row) * p.Dv + w.dv0 + col;
@@ -355,8 +357,8 @@ __device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w,
   const int64_t off = w.b * p.os[0] + o.tok * p.os[1] + o.h * p.os[2] + w.dv0 + col;
   return p.o_f32 ? static_cast<void *>(static_cast<float *>(p.o) + off) : static_cast<void *>(static_cast<T *>(p.o) + off);
 }
-__device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, int r, float lse) {
-  const int64_t row = out_row(p, w, r).row, rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
+__device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, int r, float lse, bool packed) {
+  const int64_t row = out_row(p, w, r, packed).row, rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
   if (p.splits > 1) p.part_lse[blockIdx.z * rows_total + row] = lse;
   else if (p.lse) p.lse[row] = lse;
 }
@@ -365,7 +367,7 @@ __device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, 
 // the quad first).
 template <typename T, int kNO>
 __device__ __forceinline__ void store_rows(const attn_params &p, const CtaWork &w, int r, const float (&o)[kNO * 4],
-                                           const float (&m_row)[2], float (&l_row)[2], bool bad, int lane) {
+                                           const float (&m_row)[2], float (&l_row)[2], bool bad, int lane, bool packed) {
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
@@ -376,16 +378,17 @@ __device__ __forceinline__ void store_rows(const attn_params &p, const CtaWork &
     if (bad) res = {NAN, NAN};
 #pragma unroll
     for (int nt = 0; nt < kNO; nt++)
-      store_pair<T>(p, out_ptr<T>(p, w, ri, nt * 8 + 2 * (lane & 3)), o[4 * nt + 2 * i] * res.scale,
+      store_pair<T>(p, out_ptr<T>(p, w, ri, nt * 8 + 2 * (lane & 3), packed), o[4 * nt + 2 * i] * res.scale,
                     o[4 * nt + 2 * i + 1] * res.scale);
-    if (w.dv_part == 0 && (lane & 3) == 0) put_lse(p, w, ri, res.lse);
+    if (w.dv_part == 0 && (lane & 3) == 0) put_lse(p, w, ri, res.lse, packed);
   }
 }
 
 }  // namespace attn_detail
 
-// ---- prefill: TMA producer, two wgmma consumer warpgroups ----
-template <typename T, class Tile>
+// ---- prefill: TMA producer, two wgmma consumer warpgroups; kGeneral: packed sequences or a paged
+// cache (an instantiation of their own, so that the dense [B, S, H, D] loop carries neither) ----
+template <typename T, class Tile, bool kGeneral>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     attention_prefill_kernel(const __grid_constant__ attn_params p, const __grid_constant__ CUtensorMap tm_k,
                              const __grid_constant__ CUtensorMap tm_v) {
@@ -400,7 +403,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto empty = [&](int st) { return bars + 8 * (2 * kStages + st); };
   volatile int *bad = reinterpret_cast<int *>(smem + Tile::kSmemBytes - 8);  // after the mbarriers: a page out of range
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const CtaWork w = cta_work(p, kRows, BN, DVT);
+  const CtaWork w = cta_work(p, kRows, BN, DVT, kGeneral);
   if (w.r0 >= w.rows) return;  // a packed sequence with fewer rows than the longest
   if (tid == 0) {
     for (int st = 0; st < kStages; st++) {
@@ -428,8 +431,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         // is past the cache).
         auto box = [&](int q, int &slot, int &page) {
           const int j = t * BN + q * p.box_rows;
-          if (!p.block_table) {
-            slot = w.k0 + j, page = p.cu_k ? 0 : w.b;
+          if (!kGeneral || !p.block_table) {
+            slot = w.k0 + j, page = kGeneral && p.cu_k ? 0 : w.b;
             return;
           }
           slot = j % p.page_size, page = j < w.L ? page_of(p, w, j) : p.num_pages;
@@ -481,7 +484,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // next sequence's keys, in a paged cache the page's slots past L hold whatever the cache held.
   // Their probabilities are 0, but 0 times an Inf or NaN there would reach the rows, so the
   // consumers clear those V rows first (once per CTA).
-  const bool stale_tail = (p.cu_k || p.block_table) && w.t_hi * BN > w.L;
+  const bool stale_tail = kGeneral && w.t_hi * BN > w.L;
   auto clear_tail = [&](uint32_t sv) {
     const int r0 = w.L - (w.t_hi - 1) * BN, chunks = (BN - r0) * 8;
     for (int c = ct; c < chunks * (DVT / 64); c += 256)
@@ -494,7 +497,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto issue_pv = [&](const uint32_t (&pa)[kNS / 2][4], int it) {
     const uint32_t sv = s_v + (it % kStages) * Tile::kVBytes;
     mbarrier_wait_parity(v_full(it % kStages), (it / kStages) & 1);
-    if (stale_tail && w.t_lo + it == w.t_hi - 1) clear_tail(sv);
+    if constexpr (kGeneral)
+      if (stale_tail && w.t_lo + it == w.t_hi - 1) clear_tail(sv);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < BN / 16; ks++)
@@ -562,12 +566,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       release(n - 1);
     }
   }
-  store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, *bad != 0, lane);
+  store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, *bad != 0, lane, kGeneral);
 }
 
 // ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering; kPaged: k
-// and v are a paged cache (an instantiation of its own, so that the dense loads carry no paging) ----
-template <typename T, class Tile, bool kPaged>
+// and v are a paged cache (an instantiation of its own, so that the dense loads carry no paging);
+// kPacked: packed sequences (likewise) ----
+template <typename T, class Tile, bool kPaged, bool kPacked>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_decode_kernel(const attn_params p) {
   using namespace attn_detail;
   constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WN = Tile::WN;
@@ -576,7 +581,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + 2 * Tile::kKBytes;
   const int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5, g = lane >> 2;
-  const CtaWork w = cta_work(p, kRows, BN, DVT);
+  const CtaWork w = cta_work(p, kRows, BN, DVT, kPacked);
   if (w.r0 >= w.rows) return;  // a packed sequence with fewer rows than the longest
 
   // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
@@ -704,8 +709,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
     }
     RowResult res = finish_row(p, mx, l, w.hkv * p.group + (w.r0 + r) % p.group);
     if (*bad) res = {NAN, NAN};
-    store_pair<T>(p, out_ptr<T>(p, w, r, col), v0 * res.scale, v1 * res.scale);
-    if (w.dv_part == 0 && col == 0) put_lse(p, w, r, res.lse);
+    store_pair<T>(p, out_ptr<T>(p, w, r, col, kPacked), v0 * res.scale, v1 * res.scale);
+    if (w.dv_part == 0 && col == 0) put_lse(p, w, r, res.lse, kPacked);
   }
 }
 
@@ -715,7 +720,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
 // columns' partials, whose loads are independent of each other.
 constexpr int kAttnMaxSplits = 64;
 
-template <typename T>
+template <typename T, bool kPacked>
 __global__ void __launch_bounds__(128) attention_merge_kernel(const attn_params p) {
   __shared__ float w[kAttnMaxSplits];
   __shared__ float row_inv;
@@ -723,7 +728,7 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(const attn_params 
   const int tok = static_cast<int>(row % p.out_S), h = static_cast<int>(row / p.out_S % p.Hq);
   const int b = static_cast<int>(row / p.out_S / p.Hq);
   const int tid = threadIdx.x;
-  if (p.cu_q) {  // packed sequences: a token that no sequence's queries hold keeps its o and lse
+  if (kPacked) {  // packed sequences: a token that no sequence's queries hold keeps its o and lse
     __shared__ bool held;
     if (tid == 0) {
       int lo = 0, hi = p.B - 1, q0, sq;  // the last sequence that starts at or before tok

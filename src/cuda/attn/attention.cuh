@@ -419,39 +419,48 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (warp < 4) {
     // ---- producer: one thread issues the K and V boxes of each key tile (one per 64 columns) ----
     setmaxnreg_dec<40>();
-    if (tid == 0) {
-      prefetch_tensormap(&tm_k);
-      prefetch_tensormap(&tm_v);
-      for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
-        const int st = it % kStages;
-        if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
-        // Boxes of p.box_rows keys: at (token, batch entry) of a dense tensor (packed sequences:
-        // at (the sequence's first key row + token, 0)), or at (slot, page) of a paged cache; a
-        // box past the sequence, or whose page is out of range, reads zeros (its page coordinate
-        // is past the cache).
-        auto box = [&](int q, int &slot, int &page) {
-          const int j = t * BN + q * p.box_rows;
-          if (!kGeneral || !p.block_table) {
-            slot = w.k0 + j, page = kGeneral && p.cu_k ? 0 : w.b;
-            return;
-          }
-          slot = j % p.page_size, page = j < w.L ? page_of(p, w, j) : p.num_pages;
+    if (warp != 0) return;
+    if (lane == 0) prefetch_tensormap(&tm_k), prefetch_tensormap(&tm_v);
+    const int boxes = BN / p.box_rows;
+    for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
+      const int st = it % kStages;
+      // Boxes of p.box_rows keys: at (token, batch entry) of a dense tensor (packed sequences: at
+      // (the sequence's first key row + token, 0)), or at (slot, page) of a paged cache, lane q of
+      // the warp reading box q's page (all of a tile's table reads in flight at once); a box past
+      // the sequence, or whose page is out of range, reads zeros (its page coordinate is past the
+      // cache).
+      int page = w.b;
+      if constexpr (kGeneral) {
+        if (p.block_table) {
+          const int j = t * BN + lane * p.box_rows;
+          page = lane < boxes && j < w.L ? page_of(p, w, j) : p.num_pages;
           if (page < 0) *bad = 1, page = p.num_pages;
-        };
+        } else if (p.cu_k) {
+          page = 0;
+        }
+      }
+      auto slot = [&](int q) {
+        const int j = t * BN + q * p.box_rows;
+        return kGeneral && p.block_table ? j % p.page_size : w.k0 + j;
+      };
+      if (lane == 0) {
+        if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
         mbarrier_arrive_expect_tx(k_full(st), Tile::kKBytes);
-        for (int q = 0, slot, page; q < BN / p.box_rows; q++) {
-          box(q, slot, page);
-          for (int pl = 0; pl < D / 64; pl++)
-            cp_async_bulk_tensor_4d_g2s(s_k + st * Tile::kKBytes + (pl * BN + q * p.box_rows) * 128, &tm_k, k_full(st),
-                                        pl * 64, slot, w.hkv, page);
-        }
         mbarrier_arrive_expect_tx(v_full(st), Tile::kVBytes);
-        for (int q = 0, slot, page; q < BN / p.box_rows; q++) {
-          box(q, slot, page);
-          for (int pl = 0; pl < DVT / 64; pl++)
-            cp_async_bulk_tensor_4d_g2s(s_v + st * Tile::kVBytes + (pl * BN + q * p.box_rows) * 128, &tm_v, v_full(st),
-                                        w.dv0 + pl * 64, slot, w.hkv, page);
-        }
+      }
+      for (int q = 0; q < boxes; q++) {
+        const int box_page = __shfl_sync(0xffffffffu, page, q);
+        if (lane != 0) continue;
+        for (int pl = 0; pl < D / 64; pl++)
+          cp_async_bulk_tensor_4d_g2s(s_k + st * Tile::kKBytes + (pl * BN + q * p.box_rows) * 128, &tm_k, k_full(st),
+                                      pl * 64, slot(q), w.hkv, box_page);
+      }
+      for (int q = 0; q < boxes; q++) {
+        const int box_page = __shfl_sync(0xffffffffu, page, q);
+        if (lane != 0) continue;
+        for (int pl = 0; pl < DVT / 64; pl++)
+          cp_async_bulk_tensor_4d_g2s(s_v + st * Tile::kVBytes + (pl * BN + q * p.box_rows) * 128, &tm_v, v_full(st),
+                                      w.dv0 + pl * 64, slot(q), w.hkv, box_page);
       }
     }
     return;

@@ -78,9 +78,14 @@ typedef struct {
   int64_t max_q, max_k;
 } packed_seqs;
 
-/* A packed tensor [T, H, D] as the 4-D view [1, T, H, D] (batch stride 0) that check_4d takes. */
-static qf_status packed_view(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, DLTensor *view,
-                             int64_t shape[4], int64_t strides[4]) {
+/* A packed tensor [T, H, D] seen as the 4-D tensor [1, T, H, D] (batch stride 0) that check_4d takes. */
+typedef struct {
+  DLTensor t;
+  int64_t shape[4], strides[4];
+} packed_view;
+
+static qf_status view_packed(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, packed_view *v) {
+  int64_t *shape = v->shape, *strides = v->strides;
   if (!t) return qf_fail(ctx, QF_ERR_NULL, "%s: %s is NULL", op, name);
   if (t->ndim != 3) return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has ndim=%d; expected 3 ([tokens, heads, head dim])", op, name, (int)t->ndim);
   if (!t->shape) return qf_fail(ctx, QF_ERR_NULL, "%s: %s.shape is NULL", op, name);
@@ -91,8 +96,8 @@ static qf_status packed_view(qf_ctx *ctx, const char *op, const char *name, cons
     else if (d == 3) strides[d] = 1;
     else if (shape[d + 1] < 0 || __builtin_mul_overflow(strides[d + 1], shape[d + 1], &strides[d]))
       return qf_fail(ctx, QF_ERR_SHAPE, "%s: %s has a negative extent or more elements than 64-bit offsets allow", op, name);
-  *view = *t;
-  view->ndim = 4, view->shape = shape, view->strides = strides;
+  v->t = *t;
+  v->t.ndim = 4, v->t.shape = shape, v->t.strides = strides;
   return QF_OK;
 }
 
@@ -109,18 +114,13 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
   qf_dtype vdt, kdt;
   qf_status st;
   void *qp, *kp, *vp;
-  DLTensor views[4];
-  int64_t view_dims[4][2][4];
+  packed_view pq, pk, pv, po;
   if (packed) { /* q, o (and dense k, v) as [1, tokens, H, D] */
-    if ((st = packed_view(ctx, op, "q", q, &views[0], view_dims[0][0], view_dims[0][1])) ||
-        (st = packed_view(ctx, op, "o", o, &views[3], view_dims[3][0], view_dims[3][1])))
-      return st;
-    q = &views[0], o = &views[3];
+    if ((st = view_packed(ctx, op, "q", q, &pq)) || (st = view_packed(ctx, op, "o", o, &po))) return st;
+    q = &pq.t, o = &po.t;
     if (!paged) {
-      if ((st = packed_view(ctx, op, "k", k, &views[1], view_dims[1][0], view_dims[1][1])) ||
-          (st = packed_view(ctx, op, "v", v, &views[2], view_dims[2][0], view_dims[2][1])))
-        return st;
-      k = &views[1], v = &views[2];
+      if ((st = view_packed(ctx, op, "k", k, &pk)) || (st = view_packed(ctx, op, "v", v, &pv))) return st;
+      k = &pk.t, v = &pv.t;
     }
   }
   if ((st = check_4d(ctx, op, "q", q, QF_HALVES, qd, a.qs, &a.dtype, &qp)) ||

@@ -451,7 +451,7 @@ qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DL
  *
  * Multi-head attention (FMHA) with grouped-query heads, over a batch of B sequences:
  *  q  [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv]: fp16 or bf16 (one dtype for the
- *     three), the last dimension contiguous, any element strides on the other three (so
+ *     three; k and v may be e4m3fn instead, below), the last dimension contiguous, any element strides on the other three (so
  *     [B, S, H, D] and [B, H, S, D] storage alike). Hq is a multiple of Hkv: query head h reads
  *     kv head h / (Hq / Hkv).
  *  o  [B, Sq, Hq, Dv]: q's dtype or fp32, the last dimension contiguous, any strides on the
@@ -479,11 +479,22 @@ qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DL
  * a tile (decode fills a tile with them), and where the tiles leave SMs idle the keys are split
  * across CTAs whose partial results are merged by the rule above through the context's workspace
  * (allocated at the first call of a shape, as for the GEMMs' split-K: make one call before
- * capturing a CUDA graph). Sinks must not be NaN (they are read on the device, unchecked). */
+ * capturing a CUDA graph). Sinks must not be NaN (they are read on the device, unchecked).
+ * FP8 keys and values (every form, caches included): k and v may both be e4m3fn while q stays
+ * fp16 / bf16, with the dequantization scales opts->k_scale and opts->v_scale (fp32 [Hkv], one per
+ * kv head, or [1] for the whole tensor, on the op's device; NULL means 1): key j of kv head g is
+ * k[j, g] * k_scale[g] and its value v[j, g] * v_scale[g] in the formula above. The CPU reference
+ * computes with those products in float64. CUDA turns the codes into q's dtype (exact: every
+ * e4m3fn value is an fp16 and a bf16), multiplies the scores by k_scale[g] and each row's result
+ * by v_scale[g], and otherwise computes as for 16-bit keys; it runs the decode kernel for every
+ * shape (docs/ATTENTION.md has its speed on long prompts). The scales are read on the device (a
+ * CUDA graph can replay the call as they change), unchecked: a scale that is not finite makes the
+ * rows of its kv head NaN or Inf. Scales with 16-bit k and v are refused (QF_ERR_VALUE). */
 typedef struct {
   float sm_scale;  /* 0 means 1 / sqrt(D) */
   int causal;      /* nonzero: keys after the query's position are masked */
   int64_t window;  /* > 0: keys window or more positions before the query's are masked */
+  const DLTensor *k_scale, *v_scale;  /* e4m3fn k and v: fp32 [Hkv] or [1], or NULL (1) */
 } qf_attention_opts;
 
 qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const DLTensor *v, const DLTensor *sinks,
@@ -491,7 +502,8 @@ qf_status qf_attention(qf_ctx *ctx, const DLTensor *q, const DLTensor *k, const 
 
 /* Attention over a paged KV cache with a length per sequence (decode, speculative decode and
  * chunked prefill against an engine's cache):
- *  k_cache [num_pages, page_size, Hkv, D], v_cache [num_pages, page_size, Hkv, Dv]: q's dtype,
+ *  k_cache [num_pages, page_size, Hkv, D], v_cache [num_pages, page_size, Hkv, Dv]: q's dtype
+ *     (or both e4m3fn, as qf_attention's FP8 keys and values),
  *     the last dimension contiguous, any element strides on the others.
  *  block_table int32 [B, max_pages] (rows may be strided): key j of sequence b is slot
  *     j % page_size of page block_table[b, j / page_size].

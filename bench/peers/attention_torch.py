@@ -10,7 +10,10 @@ Packed sequences (qf_attention_varlen, variant "varlen"): a batch of prompts of 
 against torch's FlashAttention-2 varlen forward (aten._flash_attention_forward on the same packed
 tensors) and SDPA on nested jagged tensors where a backend takes them; "paged,varlen"
 (qf_attention_paged_varlen, 16-key pages shuffled) against the same call on contiguous keys.
-Usage: attention_torch.py --jsonl FILE [--quick] [--reps N] [--only dense|varlen]
+FP8 keys and values (variant "fp8kv"): e4m3fn caches with a scale per kv head against qfuse's bf16
+call and SDPA's backends on the bf16 keys those codes stand for (what an engine saves by storing
+its cache in FP8), and against the memory floor of the FP8 bytes.
+Usage: attention_torch.py --jsonl FILE [--quick] [--reps N] [--only dense|varlen|fp8]
 """
 import argparse
 import json
@@ -48,6 +51,18 @@ SHAPES = [
     ("prefill", 4, 1024, 1024, 16, 16, 192, True, 128),
 ]
 QUICK = {0, 2, 5, 6}
+
+# FP8 keys and values (name, B, Sq, Skv, Hq, Hkv, D, causal): decode steps over dense and paged (16-key
+# pages) caches, and a chunk of prompt over an FP8 cache (the decode kernel runs it).
+FP8 = [
+    ("decode", 1, 1, 8192, 32, 8, 128, False),
+    ("decode", 8, 1, 4096, 32, 32, 128, False),
+    ("decode", 32, 1, 2048, 32, 8, 128, False),
+    ("decode", 8, 1, 16384, 64, 8, 128, False),
+    ("paged", 32, 1, 2048, 32, 8, 128, False),
+    ("decode", 32, 4, 2048, 32, 8, 128, True),
+    ("prefill", 2, 1024, 4096, 32, 8, 128, True),
+]
 
 # Packed prefill batches (name, prompt lengths, Hq, Hkv, D), causal: each prompt's queries are its keys.
 VARLEN = [
@@ -113,13 +128,13 @@ def main():
     ap.add_argument("--jsonl", required=True, help="append one JSON line per result to FILE")
     ap.add_argument("--quick", action="store_true", help="four shapes")
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--only", choices=("dense", "varlen"), help="the dense shapes or the packed batches alone")
+    ap.add_argument("--only", choices=("dense", "varlen", "fp8"), help="the dense shapes, the packed batches or the FP8 caches alone")
     args = ap.parse_args()
     dev, name, commit, flush, ctx, reps, copy_gbps = gpu_setup(args.reps)
 
     with open(args.jsonl, "a") as out:
         for i, (kind, b, sq, skv, hq, hkv, d, causal, *dv) in enumerate(SHAPES):
-            if (args.quick and i not in QUICK) or args.only == "varlen":
+            if (args.quick and i not in QUICK) or args.only in ("varlen", "fp8"):
                 continue
             dv = dv[0] if dv else d
             g = torch.Generator(device=dev).manual_seed(i)
@@ -173,10 +188,84 @@ def main():
                 out.flush()
                 print(f"  {peer:16s} {peer_us:9.1f} us  ratio {peer_us / us:5.2f}x  (qfuse vs it: rel. error {err:.1e})")
         for i, (kind, lens, hq, hkv, d) in enumerate(VARLEN):
-            if (args.quick and i) or args.only == "dense":
+            if (args.quick and i) or args.only in ("dense", "fp8"):
                 continue
             bench_varlen(out, dev, name, commit, flush, ctx, reps, copy_gbps, i, lens, hq, hkv, d)
+        for i, shape in enumerate(FP8):
+            if (args.quick and i not in (0, 2)) or args.only in ("dense", "varlen"):
+                continue
+            bench_fp8(out, dev, name, commit, flush, ctx, reps, copy_gbps, i, *shape)
     return 0
+
+
+def bench_fp8(out, dev, name, commit, flush, ctx, reps, copy_gbps, seed, kind, b, sq, skv, hq, hkv, d, causal):
+    """qfuse over e4m3fn keys and values (a scale per kv head from each head's absolute maximum)
+    against qfuse and SDPA on the bf16 values the codes stand for; "paged": the FP8 cache in
+    shuffled 16-key pages, the peers on contiguous keys."""
+    g = torch.Generator(device=dev).manual_seed(200 + seed)
+    q = torch.randn(b, sq, hq, d, device=dev, dtype=torch.bfloat16, generator=g)
+    kv = [torch.randn(b, skv, hkv, d, device=dev, dtype=torch.float32, generator=g) for _ in range(2)]
+    scales = [t.abs().amax(dim=(0, 1, 3)) / 448 for t in kv]  # [Hkv]
+    codes = [(t / s[None, None, :, None]).to(torch.float8_e4m3fn) for t, s in zip(kv, scales)]
+    k, v = ((c.float() * s[None, None, :, None]).to(torch.bfloat16) for c, s in zip(codes, scales))
+    k8, v8 = (qfuse.view(c.view(torch.uint8), "e4m3fn") for c in codes)
+    o = torch.empty(b, sq, hq, d, device=dev, dtype=torch.bfloat16)
+    lse = torch.empty(b, hq, sq, device=dev)
+    if kind == "paged":
+        page = 16
+        perm = torch.randperm(b * skv // page, device=dev, generator=g)
+        table = perm.view(b, skv // page).to(torch.int32)
+        caches = []
+        for c in codes:
+            cache = torch.empty(b * skv // page, page, hkv, d, device=dev, dtype=torch.uint8)
+            cache[perm] = c.view(torch.uint8).view(-1, page, hkv, d)
+            caches.append(qfuse.view(cache, "e4m3fn"))
+        lens = torch.full((b,), skv, dtype=torch.int32, device=dev)
+        fn = lambda: ctx.attention_paged(q, caches[0], caches[1], table, lens, o, lse=lse, causal=causal,  # noqa: E731
+                                         k_scale=scales[0], v_scale=scales[1])
+    else:
+        fn = lambda: ctx.attention(q, k8, v8, o, lse=lse, causal=causal, k_scale=scales[0], v_scale=scales[1])  # noqa: E731
+    try:
+        us = time_us_named(fn, reps, flush, "attention")
+    except qfuse.QfuseError as e:  # a library without FP8 keys
+        print(f"qfuse fp8: not run ({e})")
+        return
+    o_fp8 = o.clone()
+    pairs = b * hq * sq * skv if not causal else b * hq * sum(min(skv, skv - sq + i + 1) for i in range(sq))
+    flops = 4 * d * pairs
+    nbytes = 2 * (q.numel() + o.numel()) + 2 * b * skv * hkv * d + 4 * lse.numel()
+    shape = f"B={b},Sq={sq},Skv={skv},Hq={hq},Hkv={hkv},D={d}"
+    variant = f"fp8kv,{kind}{',causal' if causal else ''}"
+    base = dict(op="attention", variant=variant, shape=shape, device=name, commit=commit, backend="qfuse",
+                flush="read", timing="kernel", us=round(us, 3), gbps=round(nbytes / (us * 1e3), 1),
+                tflops=round(flops / (us * 1e6), 1), pct_floor=round(100 * nbytes / (copy_gbps * 1e3) / us, 1))
+    print(f"{variant:22s} {shape:44s} qfuse {us:9.1f} us {base['tflops']:7.1f} TFLOPS "
+          f"{base['pct_floor']:5.1f}% of the memory floor")
+
+    def emit(peer, peer_fn, ref_of, timer):
+        try:
+            ref = ref_of(peer_fn())
+            peer_us = timer(peer_fn)
+        except RuntimeError as e:  # the backend does not take this shape
+            print(f"  {peer}: not run ({str(e).splitlines()[0][:100]})")
+            return
+        err = ((o_fp8.float() - ref.float()).norm() / ref.float().norm()).item()
+        row = dict(base, peer=peer, peer_us=round(peer_us, 3), ratio=round(peer_us / us, 3), rel_err=err)
+        out.write(json.dumps(row, separators=(",", ":")) + "\n")
+        out.flush()
+        print(f"  {peer:16s} {peer_us:9.1f} us  ratio {peer_us / us:5.2f}x  (qfuse fp8 vs it: rel. error {err:.1e})")
+
+    o16 = torch.empty_like(o)
+    emit("qfuse-bf16", lambda: (ctx.attention(q, k, v, o16, lse=lse, causal=causal), o16)[1], lambda r: r,
+         lambda f: time_us_named(f, reps, flush, "attention"))
+    if causal and 1 < sq < skv:  # SDPA's causal mask is aligned to the first key, qfuse's queries are the last
+        return
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    for peer, backend in BACKENDS.items():
+        def sdpa(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal and sq > 1, enable_gqa=hkv != hq)
+        emit(peer, sdpa, lambda r: r.transpose(1, 2), lambda f: time_us(f, reps, flush, "kernel"))
 
 
 def bench_varlen(out, dev, name, commit, flush, ctx, reps, copy_gbps, seed, lens, hq, hkv, d):

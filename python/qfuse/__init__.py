@@ -99,7 +99,17 @@ class VqStats(ctypes.Structure):
 
 
 class AttentionOpts(ctypes.Structure):
-    _fields_ = [("sm_scale", ctypes.c_float), ("causal", ctypes.c_int), ("window", ctypes.c_int64)]
+    _fields_ = [("sm_scale", ctypes.c_float), ("causal", ctypes.c_int), ("window", ctypes.c_int64),
+                ("k_scale", ctypes.POINTER(DLTensor)), ("v_scale", ctypes.POINTER(DLTensor))]
+
+
+def _attention_opts(sm_scale, causal, window, k_scale, v_scale):
+    """The attention calls' options, and the scale tensors they point to (keep them alive for the call)."""
+    ks = _Arg(k_scale) if k_scale is not None else None
+    vs = _Arg(v_scale) if v_scale is not None else None
+    opt = AttentionOpts(sm_scale, 1 if causal else 0, window, ctypes.pointer(ks.tensor) if ks else None,
+                        ctypes.pointer(vs.tensor) if vs else None)
+    return opt, (ks, vs)
 
 
 class VqAttentionOpts(ctypes.Structure):
@@ -491,44 +501,46 @@ class Context:
         self._check(_lib.qf_vq_pack_attention_books(self._ctx, keep[0].ptr(), ctypes.byref(fmt), head_dim, kv_heads,
                                                     keep[1].ptr()))
 
-    def attention(self, q, k, v, o, lse=None, sinks=None, sm_scale=0.0, causal=False, window=0):
+    def attention(self, q, k, v, o, lse=None, sinks=None, sm_scale=0.0, causal=False, window=0, k_scale=None,
+                  v_scale=None):
         """o [B, Sq, Hq, Dv] = softmax attention of q [B, Sq, Hq, D] over k, v [B, Skv, Hkv, D / Dv];
-        lse fp32 [B, Hq, Sq] and sinks fp32 [Hq] optional (qf_attention in qfuse.h)."""
+        lse fp32 [B, Hq, Sq] and sinks fp32 [Hq] optional; k and v may be e4m3fn (view()) with
+        k_scale, v_scale fp32 [Hkv] or [1] (qf_attention in qfuse.h)."""
         keep = [_Arg(t) for t in (q, k, v, o)]
         extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
-        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        opt, _scales = _attention_opts(sm_scale, causal, window, k_scale, v_scale)
         self._check(_lib.qf_attention(self._ctx, keep[0].ptr(), keep[1].ptr(), keep[2].ptr(),
                                       extra[0].ptr() if extra[0] else None, ctypes.byref(opt), keep[3].ptr(),
                                       extra[1].ptr() if extra[1] else None))
 
     def attention_paged(self, q, k_cache, v_cache, block_table, kv_lens, o, lse=None, sinks=None, sm_scale=0.0,
-                        causal=False, window=0):
+                        causal=False, window=0, k_scale=None, v_scale=None):
         """qf_attention_paged: k_cache, v_cache [num_pages, page_size, Hkv, D]; block_table int32
         [B, max_pages]; kv_lens int32 [B]; the rest as attention()."""
         keep = [_Arg(t) for t in (q, k_cache, v_cache, block_table, kv_lens, o)]
         extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
-        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        opt, _scales = _attention_opts(sm_scale, causal, window, k_scale, v_scale)
         self._check(_lib.qf_attention_paged(self._ctx, *(a.ptr() for a in keep[:5]), extra[0].ptr() if extra[0] else None,
                                             ctypes.byref(opt), keep[5].ptr(), extra[1].ptr() if extra[1] else None))
 
     def attention_varlen(self, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, o, lse=None, sinks=None,
-                         sm_scale=0.0, causal=False, window=0):
+                         sm_scale=0.0, causal=False, window=0, k_scale=None, v_scale=None):
         """qf_attention_varlen: packed sequences, q [total_q, Hq, D], k, v [total_k, Hkv, D / Dv], o [total_q, Hq, Dv];
         cu_seqlens_q, cu_seqlens_k int32 [B + 1]; lse fp32 [Hq, total_q]; the rest as attention()."""
         keep = [_Arg(t) for t in (q, k, v, cu_seqlens_q, cu_seqlens_k, o)]
         extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
-        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        opt, _scales = _attention_opts(sm_scale, causal, window, k_scale, v_scale)
         self._check(_lib.qf_attention_varlen(self._ctx, *(a.ptr() for a in keep[:5]), max_seqlen_q, max_seqlen_k,
                                              extra[0].ptr() if extra[0] else None, ctypes.byref(opt), keep[5].ptr(),
                                              extra[1].ptr() if extra[1] else None))
 
     def attention_paged_varlen(self, q, k_cache, v_cache, block_table, kv_lens, cu_seqlens_q, max_seqlen_q, o, lse=None,
-                               sinks=None, sm_scale=0.0, causal=False, window=0):
+                               sinks=None, sm_scale=0.0, causal=False, window=0, k_scale=None, v_scale=None):
         """qf_attention_paged_varlen: packed queries q [total_q, Hq, D] over a paged cache (as attention_paged);
         cu_seqlens_q int32 [B + 1]; o [total_q, Hq, Dv]; lse fp32 [Hq, total_q]."""
         keep = [_Arg(t) for t in (q, k_cache, v_cache, block_table, kv_lens, cu_seqlens_q, o)]
         extra = [_Arg(t) if t is not None else None for t in (sinks, lse)]
-        opt = AttentionOpts(sm_scale, 1 if causal else 0, window)
+        opt, _scales = _attention_opts(sm_scale, causal, window, k_scale, v_scale)
         self._check(_lib.qf_attention_paged_varlen(self._ctx, *(a.ptr() for a in keep[:6]), max_seqlen_q,
                                                    extra[0].ptr() if extra[0] else None, ctypes.byref(opt),
                                                    keep[6].ptr(), extra[1].ptr() if extra[1] else None))

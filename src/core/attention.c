@@ -72,6 +72,24 @@ static qf_status check_cuda_layout(qf_ctx *ctx, const char *op, const char *name
 }
 #endif
 
+/* An FP8 dequantization scale (opts->k_scale or v_scale): fp32 [Hkv] (step 1) or [1] (step 0) for
+ * e4m3fn k and v; NULL gives NULL (a scale of 1). */
+static qf_status check_kv_scale(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, const qf_attention_args *a,
+                                const float **data, int64_t *step) {
+  *data = NULL, *step = 0;
+  if (!t) return QF_OK;
+  if (a->kv_dtype != QF_E4M3FN)
+    return qf_fail(ctx, QF_ERR_VALUE, "%s: %s is given but k and v are %s (the scales are for e4m3fn k and v)", op, name,
+                   qf_dtype_name(a->kv_dtype));
+  const int one = t->shape && ((t->ndim == 1 && t->shape[0] == 1) || (t->ndim == 2 && t->shape[0] == 1 && t->shape[1] == 1));
+  const int64_t n = one ? 1 : a->Hkv;
+  void *p;
+  qf_status st = qf_check_vec(ctx, op, name, t, QF_F32, n, &p);
+  if (st) return st;
+  *data = p, *step = n > 1;
+  return QF_OK;
+}
+
 /* Packed sequences: the offsets and the longest sequence's lengths (NULL cu_k: a paged cache). */
 typedef struct {
   const DLTensor *cu_q, *cu_k;
@@ -124,11 +142,11 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
     }
   }
   if ((st = check_4d(ctx, op, "q", q, QF_HALVES, qd, a.qs, &a.dtype, &qp)) ||
-      (st = check_4d(ctx, op, paged ? "k_cache" : "k", k, QF_DT(a.dtype), kd, a.ks, &kdt, &kp)) ||
-      (st = check_4d(ctx, op, paged ? "v_cache" : "v", v, QF_DT(a.dtype), vd, a.vs, &vdt, &vp)) ||
+      (st = check_4d(ctx, op, paged ? "k_cache" : "k", k, QF_DT(a.dtype) | QF_DT(QF_E4M3FN), kd, a.ks, &kdt, &kp)) ||
+      (st = check_4d(ctx, op, paged ? "v_cache" : "v", v, QF_DT(kdt), vd, a.vs, &vdt, &vp)) ||
       (st = check_4d(ctx, op, "o", o, QF_DT(a.dtype) | QF_DT(QF_F32), od, a.os, &a.o_dtype, &a.o)))
     return st;
-  a.q = qp, a.k = kp, a.v = vp;
+  a.q = qp, a.k = kp, a.v = vp, a.kv_dtype = kdt;
   a.B = qd[0], a.Sq = qd[1], a.Hq = qd[2], a.D = qd[3], a.Hkv = kd[2], a.Dv = vd[3];
   if (packed) {
     /* B sequences of at most max_q queries (and max_k dense keys) */
@@ -197,6 +215,9 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
   if (!(opts->sm_scale >= 0.0f && opts->sm_scale <= 3.4e38f))
     return qf_fail(ctx, QF_ERR_VALUE, "%s: sm_scale=%g must be finite and >= 0", op, (double)opts->sm_scale);
   if (opts->window < 0) return qf_fail(ctx, QF_ERR_VALUE, "%s: window=%" PRId64 " is negative (0: no window)", op, opts->window);
+  if ((st = check_kv_scale(ctx, op, "k_scale", opts->k_scale, &a, &a.k_scale, &a.k_scale_step)) ||
+      (st = check_kv_scale(ctx, op, "v_scale", opts->v_scale, &a, &a.v_scale, &a.v_scale_step)))
+    return st;
   a.sm_scale = opts->sm_scale > 0.0f ? opts->sm_scale : 1.0 / sqrt((double)a.D);
   a.causal = opts->causal != 0, a.window = opts->window;
   if (a.B * a.Sq * a.Hq == 0 || (packed && a.total_q == 0)) return QF_OK;
@@ -210,8 +231,8 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
     return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes B * Hkv <= 65535 and Sq * Hq / Hkv, Skv, num_pages, total_q, total_k "
                    "below 2^30; got B * Hkv = %" PRId64 ", Sq = %" PRId64 ", Skv = %" PRId64 ", num_pages = %" PRId64
                    ", total_q = %" PRId64 ", total_k = %" PRId64, op, a.B * a.Hkv, a.Sq, a.Skv, a.num_pages, a.total_q, a.total_k);
-  if ((st = check_cuda_layout(ctx, op, "q", a.q, a.qs, a.dtype)) || (st = check_cuda_layout(ctx, op, "k", a.k, a.ks, a.dtype)) ||
-      (st = check_cuda_layout(ctx, op, "v", a.v, a.vs, a.dtype)) || (st = check_cuda_layout(ctx, op, "o", a.o, a.os, a.o_dtype)))
+  if ((st = check_cuda_layout(ctx, op, "q", a.q, a.qs, a.dtype)) || (st = check_cuda_layout(ctx, op, "k", a.k, a.ks, a.kv_dtype)) ||
+      (st = check_cuda_layout(ctx, op, "v", a.v, a.vs, a.kv_dtype)) || (st = check_cuda_layout(ctx, op, "o", a.o, a.os, a.o_dtype)))
     return st;
   return qf_cuda_attention(ctx, &a);
 #else

@@ -154,7 +154,12 @@ typedef struct {
   void *o;
   float *lse;
   const float *sinks;
-  qf_dtype dtype, o_dtype;   /* q, k, v: fp16 / bf16; o: that or fp32 */
+  qf_dtype dtype, o_dtype;   /* q (and 16-bit k, v): fp16 / bf16; o: that or fp32 */
+  qf_dtype kv_dtype;         /* k and v: dtype, or e4m3fn with the scales below */
+  /* e4m3fn k and v: key j of kv head g is k[j, g] * k_scale[g * k_scale_step] (step 1: a scale per
+   * kv head, 0: one for the tensor), values likewise; NULL: 1. On the op's device. */
+  const float *k_scale, *v_scale;
+  int64_t k_scale_step, v_scale_step;
   int64_t B, Sq, Skv, Hq, Hkv, D, Dv;
   int64_t qs[3], ks[3], vs[3], os[3];
   double sm_scale;

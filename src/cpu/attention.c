@@ -4,6 +4,7 @@
 
 #include "core/backend.h"
 #include "cpu/floats.h"
+#include "formats/formats.h"
 
 /* Offset of key j of sequence b, kv head g, in k (strides ks) or v: dense [B, Skv, Hkv, D] or a page
  * of the cache. */
@@ -24,6 +25,12 @@ static qf_status check_offsets(qf_ctx *ctx, const qf_attention_args *a, const ch
                      a->block_table ? "qf_attention_paged_varlen" : "qf_attention_varlen", name, (long long)b, (int)cu[b],
                      (long long)total, (long long)max);
   return QF_OK;
+}
+
+/* Element i of k or v: a 16-bit value, or an e4m3fn code times its kv head's scale (`scale`). */
+static double kv_get(const qf_attention_args *a, const void *base, int64_t i, double scale) {
+  if (a->kv_dtype == QF_E4M3FN) return qf_e4m3fn_to_f32(((const uint8_t *)base)[i]) * scale;
+  return qf_cpu_get(a->kv_dtype, base, i);
 }
 
 qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
@@ -59,6 +66,8 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
     for (int64_t h = 0; h < a->Hq; h++)
       for (int64_t i = 0; i < sq; i++) {
         const int64_t g = h / group, p = i + len - sq;
+        const double ksc = a->k_scale ? a->k_scale[g * a->k_scale_step] : 1.0;
+        const double vsc = a->v_scale ? a->v_scale[g * a->v_scale_step] : 1.0;
         const int64_t qo = b * a->qs[0] + (q0 + i) * a->qs[1] + h * a->qs[2];
         double m = a->sinks ? a->sinks[h] : -INFINITY;
         for (int64_t j = 0; j < len; j++) {
@@ -66,7 +75,7 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
           if ((a->causal && j > p) || (a->window > 0 && j <= p - a->window)) continue;
           const int64_t ko = key_offset(a, a->ks, b, k0 + j, g);
           double dot = 0.0;
-          for (int64_t d = 0; d < a->D; d++) dot += (double)qf_cpu_get(a->dtype, a->q, qo + d) * qf_cpu_get(a->dtype, a->k, ko + d);
+          for (int64_t d = 0; d < a->D; d++) dot += (double)qf_cpu_get(a->dtype, a->q, qo + d) * kv_get(a, a->k, ko + d, ksc);
           s[j] = a->sm_scale * dot;
           if (s[j] > m) m = s[j];
         }
@@ -79,7 +88,7 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
             const double e = exp(s[j] - m);
             const int64_t vo = key_offset(a, a->vs, b, k0 + j, g);
             l += e;
-            for (int64_t d = 0; d < a->Dv; d++) acc[d] += e * qf_cpu_get(a->dtype, a->v, vo + d);
+            for (int64_t d = 0; d < a->Dv; d++) acc[d] += e * kv_get(a, a->v, vo + d, vsc);
           }
           lse = m + log(l);
         }

@@ -22,4 +22,12 @@ static inline uint8_t oracle_e4m3fn(float v) {
   return (uint8_t)best;
 }
 
+/* The value of e4m3fn code c (NaN for 0x7F and 0xFF), from the format's definition. */
+static inline double oracle_e4m3fn_value(uint8_t c) {
+  int e = (c >> 3) & 15, m = c & 7;
+  if (e == 15 && m == 7) return NAN;
+  double mag = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp(m / 8.0, -6);
+  return (c & 0x80) ? -mag : mag;
+}
+
 #endif

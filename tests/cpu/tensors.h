@@ -12,21 +12,23 @@
 
 #define POISON 0xA5u
 
-/* Element i of an fp32, fp16 or bf16 buffer as fp32, and the store back (rounded to nearest
- * even by the library's own codecs). */
+/* Element i of an fp32, fp16, bf16 or e4m3fn buffer as fp32, and the store back (rounded to nearest
+ * even by the library's own codecs; e4m3fn saturating). */
 static inline float float_get(const void *buf, qf_dtype dt, size_t i) {
   if (dt == QF_F32) return ((const float *)buf)[i];
+  if (dt == QF_E4M3FN) return qf_e4m3fn_to_f32(((const uint8_t *)buf)[i]);
   const uint16_t h = ((const uint16_t *)buf)[i];
   return dt == QF_BF16 ? qf_bf16_to_f32(h) : qf_f16_to_f32(h);
 }
 
 static inline void float_put(void *buf, qf_dtype dt, size_t i, float v) {
   if (dt == QF_F32) ((float *)buf)[i] = v;
+  else if (dt == QF_E4M3FN) ((uint8_t *)buf)[i] = qf_e4m3fn_from_f32(v);
   else ((uint16_t *)buf)[i] = dt == QF_BF16 ? qf_bf16_from_f32(v) : qf_f16_from_f32(v);
 }
 
-/* Bytes per element of fp32, fp16 and bf16. */
-static inline size_t float_size(qf_dtype dt) { return dt == QF_F32 ? 4 : 2; }
+/* Bytes per element of fp32, fp16, bf16 and e4m3fn. */
+static inline size_t float_size(qf_dtype dt) { return dt == QF_F32 ? 4 : dt == QF_E4M3FN ? 1 : 2; }
 
 /* A 2-D row-major tensor description: shape, strides and the DLTensor pointing at them. */
 typedef struct {

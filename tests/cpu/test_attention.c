@@ -1,12 +1,14 @@
 /* qf_attention on the CPU backend: a hand-computed case, every mask (causal, window, both, none)
  * with GQA, sinks, strided [B, H, S, D] storage and both output types against a direct
  * evaluation of the documented formula, rows with nothing visible, and every error path (outputs
- * untouched); the paged and packed (varlen) forms against the dense call per sequence. */
+ * untouched); the paged and packed (varlen) forms against the dense call per sequence; e4m3fn keys
+ * and values against the 16-bit call on their dequantized values. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check.h"
+#include "oracle.h"
 #include "qfuse.h"
 #include "tensors.h"
 
@@ -355,6 +357,73 @@ static void check_varlen(void) {
         "paged varlen: a step above max_seqlen_q");
 }
 
+/* e4m3fn k and v with scales per kv head (powers of two, so that code x scale is a bf16 value): the
+ * bytes of the call on those bf16 values; a scale of [1] for the tensor and no scales likewise;
+ * the paged form over a cache of the same codes; scales with bf16 k and v, mixed dtypes and a
+ * scale of the wrong length refused, o untouched. */
+static void check_fp8(void) {
+  enum { B2 = 2, SQ2 = 3, SKV2 = 8, HQ2 = 4, HKV2 = 2, DD = 16, P = 4 };
+  const int n_kv = B2 * SKV2 * HKV2 * DD;
+  uint8_t k8[B2 * SKV2 * HKV2 * DD], v8[B2 * SKV2 * HKV2 * DD];
+  uint16_t q[B2 * SQ2 * HQ2 * DD], k[B2 * SKV2 * HKV2 * DD], v[B2 * SKV2 * HKV2 * DD];
+  float o[B2 * SQ2 * HQ2 * DD], want[B2 * SQ2 * HQ2 * DD], lse[B2 * HQ2 * SQ2], want_lse[B2 * HQ2 * SQ2];
+  const float per_head[2][HKV2] = {{0.5f, 4.0f}, {0.125f, 2.0f}}, whole[2][1] = {{0.25f}, {8.0f}}, ones[HKV2] = {1.0f, 1.0f};
+  uint64_t seed = 13;
+  for (size_t i = 0; i < sizeof q / 2; i++) q[i] = qf_bf16_from_f32(rng_normal(&seed));
+  for (int i = 0; i < n_kv; i++) k8[i] = oracle_e4m3fn(rng_normal(&seed) * 4.0f), v8[i] = oracle_e4m3fn(rng_normal(&seed) * 4.0f);
+  int64_t qs[4] = {B2, SQ2, HQ2, DD}, ks[4] = {B2, SKV2, HKV2, DD}, ls[3] = {B2, HQ2, SQ2}, hs[1] = {HKV2}, one[1] = {1};
+  DLTensor qt = dl_tensor(q, QF_BF16, 4, qs, kDLCPU), k8t = dl_tensor(k8, QF_E4M3FN, 4, ks, kDLCPU);
+  DLTensor v8t = dl_tensor(v8, QF_E4M3FN, 4, ks, kDLCPU), kt = dl_tensor(k, QF_BF16, 4, ks, kDLCPU);
+  DLTensor vt = dl_tensor(v, QF_BF16, 4, ks, kDLCPU), ot = dl_tensor(o, QF_F32, 4, qs, kDLCPU);
+  DLTensor wt = dl_tensor(want, QF_F32, 4, qs, kDLCPU), lt = dl_tensor(lse, QF_F32, 3, ls, kDLCPU);
+  DLTensor wlt = dl_tensor(want_lse, QF_F32, 3, ls, kDLCPU);
+  for (int form = 0; form < 3; form++) { /* scales per kv head, one for the tensor, none */
+    const float *ksc = form == 0 ? per_head[0] : form == 1 ? whole[0] : ones, *vsc = form == 0 ? per_head[1] : form == 1 ? whole[1] : ones;
+    DLTensor kst = dl_tensor((void *)ksc, QF_F32, 1, form == 1 ? one : hs, kDLCPU);
+    DLTensor vst = dl_tensor((void *)vsc, QF_F32, 1, form == 1 ? one : hs, kDLCPU);
+    for (int i = 0; i < n_kv; i++) {
+      const int g = (i / DD) % HKV2, s = form == 1 ? 0 : g;
+      k[i] = qf_bf16_from_f32((float)(oracle_e4m3fn_value(k8[i]) * ksc[s]));
+      v[i] = qf_bf16_from_f32((float)(oracle_e4m3fn_value(v8[i]) * vsc[s]));
+    }
+    qf_attention_opts opt = {.causal = 1, .k_scale = form < 2 ? &kst : NULL, .v_scale = form < 2 ? &vst : NULL};
+    CHECK(qf_attention(ctx, &qt, &k8t, &v8t, NULL, &opt, &ot, &lt) == QF_OK, "fp8 form %d: %s", form, qf_ctx_last_error(ctx));
+    CHECK(qf_attention(ctx, &qt, &kt, &vt, NULL, &(qf_attention_opts){.causal = 1}, &wt, &wlt) == QF_OK, "bf16: %s",
+          qf_ctx_last_error(ctx));
+    CHECK(!memcmp(o, want, sizeof o) && !memcmp(lse, want_lse, sizeof lse), "fp8 form %d differs from bf16 on its values", form);
+  }
+  /* Paged: each sequence's keys in pages of P, the pages in reverse order; per-head scales. */
+  uint8_t kc[B2 * SKV2 * HKV2 * DD], vc[B2 * SKV2 * HKV2 * DD];
+  const int np = B2 * SKV2 / P;
+  int32_t table[B2][SKV2 / P], lens[B2] = {SKV2, SKV2};
+  for (int b = 0; b < B2; b++)
+    for (int pg = 0; pg < SKV2 / P; pg++) {
+      table[b][pg] = np - 1 - (b * SKV2 / P + pg);
+      memcpy(kc + table[b][pg] * P * HKV2 * DD, k8 + (b * SKV2 + pg * P) * HKV2 * DD, P * HKV2 * DD);
+      memcpy(vc + table[b][pg] * P * HKV2 * DD, v8 + (b * SKV2 + pg * P) * HKV2 * DD, P * HKV2 * DD);
+    }
+  int64_t cs[4] = {np, P, HKV2, DD}, ts[2] = {B2, SKV2 / P}, bs[1] = {B2};
+  DLTensor kct = dl_tensor(kc, QF_E4M3FN, 4, cs, kDLCPU), vct = dl_tensor(vc, QF_E4M3FN, 4, cs, kDLCPU);
+  DLTensor tt = dl_tensor(table, QF_I32, 2, ts, kDLCPU), lnt = dl_tensor(lens, QF_I32, 1, bs, kDLCPU);
+  DLTensor kst = dl_tensor((void *)per_head[0], QF_F32, 1, hs, kDLCPU), vst = dl_tensor((void *)per_head[1], QF_F32, 1, hs, kDLCPU);
+  qf_attention_opts opt = {.causal = 1, .k_scale = &kst, .v_scale = &vst};
+  CHECK(qf_attention(ctx, &qt, &k8t, &v8t, NULL, &opt, &wt, &wlt) == QF_OK, "fp8 dense: %s", qf_ctx_last_error(ctx));
+  CHECK(qf_attention_paged(ctx, &qt, &kct, &vct, &tt, &lnt, NULL, &opt, &ot, &lt) == QF_OK, "fp8 paged: %s", qf_ctx_last_error(ctx));
+  CHECK(!memcmp(o, want, sizeof o) && !memcmp(lse, want_lse, sizeof lse), "fp8 paged differs from fp8 dense");
+
+  float before[sizeof o / sizeof o[0]];
+  memcpy(before, o, sizeof o);
+  int64_t three[1] = {3};
+  DLTensor k3 = dl_tensor((void *)per_head[0], QF_F32, 1, three, kDLCPU);
+  CHECK(qf_attention(ctx, &qt, &kt, &vt, NULL, &opt, &ot, &lt) == QF_ERR_VALUE, "scales with bf16 k and v");
+  CHECK(qf_attention(ctx, &qt, &k8t, &vt, NULL, &(qf_attention_opts){0}, &ot, &lt) == QF_ERR_DTYPE, "e4m3fn k with bf16 v");
+  CHECK(qf_attention(ctx, &qt, &kt, &v8t, NULL, &(qf_attention_opts){0}, &ot, &lt) == QF_ERR_DTYPE, "bf16 k with e4m3fn v");
+  CHECK(qf_attention(ctx, &qt, &k8t, &v8t, NULL, &(qf_attention_opts){.k_scale = &k3}, &ot, &lt) == QF_ERR_SHAPE, "k_scale of 3");
+  DLTensor q8 = dl_tensor(k8, QF_E4M3FN, 4, qs, kDLCPU);
+  CHECK(qf_attention(ctx, &q8, &k8t, &v8t, NULL, &(qf_attention_opts){0}, &ot, &lt) == QF_ERR_DTYPE, "e4m3fn q");
+  CHECK(!memcmp(before, o, sizeof o), "a refused fp8 call wrote o");
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   check_by_hand();
@@ -368,6 +437,7 @@ int main(void) {
   check_errors();
   check_paged();
   check_varlen();
+  check_fp8();
   qf_ctx_destroy(ctx);
   return check_finish("test_attention");
 }

@@ -17,6 +17,10 @@
  *    the last sequence untouched; NaN in the value row right after a sequence's keys (which its
  *    last tile loads) leaves it unchanged; paged caches whose unused slots hold NaN; a CUDA graph
  *    of each call replayed after its offsets changed on the device, against a direct call.
+ *  - FP8 keys and values (e4m3fn, the decode kernel for every shape): decode, split, prompt-sized
+ *    query counts, paged and packed calls, every head dim, with a scale per kv head (one negative
+ *    k_scale among them) or one for the tensor; the reference takes code x scale, and the bounds
+ *    below use those values.
  *  - Refusals write nothing: head dim 96, a misaligned q, a stride of 8 bytes.
  * Tolerance per element, from the numerics (u = 2^-24; S = sm_scale * max over keys of
  * sum_d |q_d k_d| for the row; vmax = max |v| of its kv head): a score is an fp32 sum of D
@@ -41,7 +45,41 @@ typedef struct {
   float sm_scale;
   int page;  /* > 0: qf_attention_paged over pages of `page` keys, sequence b holding lens[b] <= Skv */
   int dv;    /* v's and o's head dim (0: D) */
+  int fp8;   /* k and v e4m3fn with scales: 1 one per kv head, 2 one for the tensor ([1]) */
 } acase;
+
+/* FP8 keys' and values' scales: per kv head g (k_scale negative for odd g) or one for the tensor;
+ * host and device copies and their tensors. Without fp8 every scale is 1 and no tensor is passed. */
+typedef struct {
+  float k[64], v[64];
+  pair kp, vp;
+  int64_t shape[1];
+  DLTensor kh, kd, vh, vd;
+} kv_scales;
+
+static void scales_init(kv_scales *s, int fp8, int Hkv) {
+  memset(s, 0, sizeof *s);
+  for (int g = 0; g < Hkv; g++) {
+    const int i = fp8 == 2 ? 0 : g;
+    s->k[g] = fp8 ? (i % 2 ? -1.0f : 1.0f) * (0.75f + 0.25f * i) : 1.0f;
+    s->v[g] = fp8 ? 1.5f - 0.125f * i : 1.0f;
+  }
+  if (!fp8) return;
+  s->shape[0] = fp8 == 2 ? 1 : Hkv;
+  pair_init(&s->kp, (size_t)s->shape[0] * 4, s->k), pair_init(&s->vp, (size_t)s->shape[0] * 4, s->v);
+  s->kh = dl_tensor(s->kp.ref, QF_F32, 1, s->shape, kDLCPU), s->kd = dl_tensor(s->kp.dev, QF_F32, 1, s->shape, kDLCUDA);
+  s->vh = dl_tensor(s->vp.ref, QF_F32, 1, s->shape, kDLCPU), s->vd = dl_tensor(s->vp.dev, QF_F32, 1, s->shape, kDLCUDA);
+}
+
+/* The options with the scales on the host (dev 0) or the device. */
+static qf_attention_opts scaled_opts(qf_attention_opts opt, kv_scales *s, int dev) {
+  if (s->shape[0]) opt.k_scale = dev ? &s->kd : &s->kh, opt.v_scale = dev ? &s->vd : &s->vh;
+  return opt;
+}
+
+static void scales_free(kv_scales *s) {
+  if (s->shape[0]) pair_free(&s->kp), pair_free(&s->vp);
+}
 
 /* A 4-D tensor [B, S, H, D] with heads padded by `pad` elements, as [B, S, H, D] or [B, H, S, D]
  * storage; host buffer (reference copy), device buffer. */
@@ -89,17 +127,21 @@ static void t4_free(t4 *t) {
 
 static void run_case(const acase *c) {
   char desc[200];
-  snprintf(desc, sizeof desc, "B %d Sq %d Skv %d Hq %d Hkv %d D %d/%d %s->%s causal %d window %d sinks %d %s page %d", c->B,
-           c->Sq, c->Skv, c->Hq, c->Hkv, c->D, c->dv ? c->dv : c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
+  const qf_dtype kvt = c->fp8 ? QF_E4M3FN : c->in;
+  snprintf(desc, sizeof desc, "B %d Sq %d Skv %d Hq %d Hkv %d D %d/%d %s%s->%s causal %d window %d sinks %d %s page %d", c->B,
+           c->Sq, c->Skv, c->Hq, c->Hkv, c->D, c->dv ? c->dv : c->D, qf_dtype_name(c->in),
+           c->fp8 == 1 ? " kv e4m3fn/head" : c->fp8 ? " kv e4m3fn" : "", qf_dtype_name(c->out), c->causal, c->window, c->sinks,
            c->bhsd ? "bhsd" : "bshd", c->page);
   uint64_t seed = 0x5eed + (uint64_t)c->Skv * 131 + (uint64_t)c->D;
   const int dv = c->dv ? c->dv : c->D;
   t4 q, k, v, o;
   t4_init(&q, c->B, c->Sq, c->Hq, c->D, 8, 0, c->in);
-  t4_init(&k, c->B, c->Skv, c->Hkv, c->D, 16, c->bhsd, c->in);
-  t4_init(&v, c->B, c->Skv, c->Hkv, dv, 8, c->bhsd, c->in);
+  t4_init(&k, c->B, c->Skv, c->Hkv, c->D, 16, c->bhsd, kvt);
+  t4_init(&v, c->B, c->Skv, c->Hkv, dv, 8, c->bhsd, kvt);
   t4_init(&o, c->B, c->Sq, c->Hq, dv, 8, 0, c->out);
-  t4_fill(&q, c->in, &seed), t4_fill(&k, c->in, &seed), t4_fill(&v, c->in, &seed);
+  t4_fill(&q, c->in, &seed), t4_fill(&k, kvt, &seed), t4_fill(&v, kvt, &seed);
+  kv_scales sc;
+  scales_init(&sc, c->fp8, c->Hkv);
   CUDA_OK(cudaMemcpy(o.dev, o.host, o.bytes, cudaMemcpyHostToDevice)); /* poisoned */
   const size_t n_lse = (size_t)c->B * c->Hq * c->Sq;
   pair lse, sk;
@@ -110,7 +152,8 @@ static void run_case(const acase *c) {
   int64_t lshape[3] = {c->B, c->Hq, c->Sq}, sshape[1] = {c->Hq};
   DLTensor lh = dl_tensor(lse.ref, QF_F32, 3, lshape, kDLCPU), ld = dl_tensor(lse.dev, QF_F32, 3, lshape, kDLCUDA);
   DLTensor sh = dl_tensor(sk.ref, QF_F32, 1, sshape, kDLCPU), sd = dl_tensor(sk.dev, QF_F32, 1, sshape, kDLCUDA);
-  const qf_attention_opts opt = {.sm_scale = c->sm_scale, .causal = c->causal, .window = c->window};
+  const qf_attention_opts opt0 = {.sm_scale = c->sm_scale, .causal = c->causal, .window = c->window};
+  const qf_attention_opts opt_h = scaled_opts(opt0, &sc, 0), opt_d = scaled_opts(opt0, &sc, 1);
 
   /* Paged: sequence b holds lens[b] keys (the first lens[b] of k and v), scattered over shuffled
    * pages of a cache with two pages to spare; table entries past a sequence hold garbage. */
@@ -124,8 +167,8 @@ static void run_case(const acase *c) {
   memset(&kc, 0, sizeof kc), memset(&vc, 0, sizeof vc), memset(&table, 0, sizeof table), memset(&lens_p, 0, sizeof lens_p);
   memset(&th, 0, sizeof th), memset(&td, 0, sizeof td), memset(&lnh, 0, sizeof lnh), memset(&lnd, 0, sizeof lnd);
   if (c->page) {
-    t4_init(&kc, n_pages, c->page, c->Hkv, c->D, 16, 0, c->in);
-    t4_init(&vc, n_pages, c->page, c->Hkv, dv, 8, c->bhsd, c->in);
+    t4_init(&kc, n_pages, c->page, c->Hkv, c->D, 16, 0, kvt);
+    t4_init(&vc, n_pages, c->page, c->Hkv, dv, 8, c->bhsd, kvt);
     int32_t *tab = malloc((size_t)c->B * max_pages * 4), *perm = malloc((size_t)n_pages * 4);
     for (int i = 0; i < n_pages; i++) perm[i] = i;
     for (int i = n_pages - 1; i > 0; i--) {
@@ -139,7 +182,7 @@ static void run_case(const acase *c) {
         for (int slot = 0; used && slot < c->page && pg * c->page + slot < lens[b]; slot++)
           for (int g = 0; g < c->Hkv; g++)
             for (int d = 0; d < c->D; d++) {
-              const size_t e = float_size(c->in), j = (size_t)pg * c->page + slot, pgi = (size_t)tab[b * max_pages + pg];
+              const size_t e = float_size(kvt), j = (size_t)pg * c->page + slot, pgi = (size_t)tab[b * max_pages + pg];
               memcpy(kc.host + (size_t)t4_off(&kc, (int)pgi, slot, g, d) * e, k.host + (size_t)t4_off(&k, b, (int)j, g, d) * e, e);
               if (d < dv)
                 memcpy(vc.host + (size_t)t4_off(&vc, (int)pgi, slot, g, d) * e, v.host + (size_t)t4_off(&v, b, (int)j, g, d) * e, e);
@@ -155,9 +198,9 @@ static void run_case(const acase *c) {
   }
 #define RUN(ctx, side, dev)                                                                                          \
   (c->page ? qf_attention_paged(ctx, &q.side, &kc.side, &vc.side, dev ? &td : &th, dev ? &lnd : &lnh,               \
-                                c->sinks ? (dev ? &sd : &sh) : NULL, &opt, &o.side, dev ? &ld : &lh)                 \
-           : qf_attention(ctx, &q.side, &k.side, &v.side, c->sinks ? (dev ? &sd : &sh) : NULL, &opt, &o.side,      \
-                          dev ? &ld : &lh))
+                                c->sinks ? (dev ? &sd : &sh) : NULL, dev ? &opt_d : &opt_h, &o.side, dev ? &ld : &lh) \
+           : qf_attention(ctx, &q.side, &k.side, &v.side, c->sinks ? (dev ? &sd : &sh) : NULL, dev ? &opt_d : &opt_h, \
+                          &o.side, dev ? &ld : &lh))
 
   qf_status st = RUN(cpu, th, 0);
   if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) return;
@@ -184,14 +227,14 @@ static void run_case(const acase *c) {
       const int g = h / group;
       double vmax = 0.0;
       for (int j = 0; j < lens[b]; j++)
-        for (int d = 0; d < dv; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, b, j, g, d))));
+        for (int d = 0; d < dv; d++) vmax = fmax(vmax, fabs(float_get(v.host, kvt, (size_t)t4_off(&v, b, j, g, d)) * sc.v[g]));
       for (int i = 0; i < c->Sq; i++) {
         double S = 0.0;
         for (int j = 0; j < lens[b]; j++) {
           double a = 0.0;
           for (int d = 0; d < c->D; d++)
             a += fabs((double)float_get(q.host, c->in, (size_t)t4_off(&q, b, i, h, d)) *
-                      float_get(k.host, c->in, (size_t)t4_off(&k, b, j, g, d)));
+                      float_get(k.host, kvt, (size_t)t4_off(&k, b, j, g, d)) * sc.k[g]);
           S = fmax(S, sm * a);
         }
         const double ds = 2.0 * (c->D + 2) * u * S;
@@ -300,7 +343,7 @@ static void run_case(const acase *c) {
   printf("  %-90s worst error %.2f of its bound\n", desc, worst);
   free(got), free(again), free(got_lse);
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
-  pair_free(&lse), pair_free(&sk);
+  pair_free(&lse), pair_free(&sk), scales_free(&sc);
 }
 
 /* Packed sequences (qf_attention_varlen, or with `page` > 0 qf_attention_paged_varlen over a cache
@@ -311,6 +354,7 @@ typedef struct {
   int causal, window, sinks, page;
   int sq[8], len[8];
   int dv; /* v's and o's head dim (0: D) */
+  int fp8; /* as acase's */
 } vcase;
 
 /* A t4 [1, T, H, D] as the packed tensor [T, H, D] of the varlen calls. */
@@ -322,9 +366,11 @@ static DLTensor packed(const t4 *t, int dev) {
 
 static void run_varlen(const vcase *c) {
   char desc[200];
-  int n = snprintf(desc, sizeof desc, "varlen B %d Hq %d Hkv %d D %d/%d %s->%s causal %d window %d sinks %d page %d sq/len",
-                   c->B, c->Hq, c->Hkv, c->D, c->dv ? c->dv : c->D, qf_dtype_name(c->in), qf_dtype_name(c->out), c->causal, c->window, c->sinks,
-                   c->page);
+  const qf_dtype kvt = c->fp8 ? QF_E4M3FN : c->in;
+  int n = snprintf(desc, sizeof desc, "varlen B %d Hq %d Hkv %d D %d/%d %s%s->%s causal %d window %d sinks %d page %d sq/len",
+                   c->B, c->Hq, c->Hkv, c->D, c->dv ? c->dv : c->D, qf_dtype_name(c->in),
+                   c->fp8 == 1 ? " kv e4m3fn/head" : c->fp8 ? " kv e4m3fn" : "", qf_dtype_name(c->out), c->causal, c->window,
+                   c->sinks, c->page);
   int32_t cuq[9] = {0}, cuk[9] = {0};
   int max_q = 0, max_k = 0;
   for (int b = 0; b < c->B; b++) {
@@ -337,10 +383,12 @@ static void run_varlen(const vcase *c) {
   const int dv = c->dv ? c->dv : c->D;
   t4 q, k, v, o;
   t4_init(&q, 1, tq, c->Hq, c->D, 8, 0, c->in);
-  t4_init(&k, 1, tk, c->Hkv, c->D, 16, 1, c->in);
-  t4_init(&v, 1, tk, c->Hkv, dv, 8, 0, c->in);
+  t4_init(&k, 1, tk, c->Hkv, c->D, 16, 1, kvt);
+  t4_init(&v, 1, tk, c->Hkv, dv, 8, 0, kvt);
   t4_init(&o, 1, tq, c->Hq, dv, 8, 0, c->out);
-  t4_fill(&q, c->in, &seed), t4_fill(&k, c->in, &seed), t4_fill(&v, c->in, &seed);
+  t4_fill(&q, c->in, &seed), t4_fill(&k, kvt, &seed), t4_fill(&v, kvt, &seed);
+  kv_scales sc;
+  scales_init(&sc, c->fp8, c->Hkv);
   CUDA_OK(cudaMemcpy(o.dev, o.host, o.bytes, cudaMemcpyHostToDevice)); /* poisoned */
   const size_t n_lse = (size_t)c->Hq * tq;
   pair lse, sk, cq, ck;
@@ -354,7 +402,8 @@ static void run_varlen(const vcase *c) {
   DLTensor sh = dl_tensor(sk.ref, QF_F32, 1, sshape, kDLCPU), sd = dl_tensor(sk.dev, QF_F32, 1, sshape, kDLCUDA);
   DLTensor cqh = dl_tensor(cq.ref, QF_I32, 1, cshape, kDLCPU), cqd = dl_tensor(cq.dev, QF_I32, 1, cshape, kDLCUDA);
   DLTensor ckh = dl_tensor(ck.ref, QF_I32, 1, cshape, kDLCPU), ckd = dl_tensor(ck.dev, QF_I32, 1, cshape, kDLCUDA);
-  const qf_attention_opts opt = {.causal = c->causal, .window = c->window};
+  const qf_attention_opts opt0 = {.causal = c->causal, .window = c->window};
+  const qf_attention_opts opt_h = scaled_opts(opt0, &sc, 0), opt_d = scaled_opts(opt0, &sc, 1);
 
   /* Paged: sequence b's keys over shuffled pages; the slots past each sequence hold NaN. */
   int max_pages = 0, n_pages = 0;
@@ -368,8 +417,8 @@ static void run_varlen(const vcase *c) {
   DLTensor th = {0}, td = {0}, lnh = {0}, lnd = {0};
   memset(&kc, 0, sizeof kc), memset(&vc, 0, sizeof vc), memset(&table, 0, sizeof table), memset(&lens_p, 0, sizeof lens_p);
   if (c->page) {
-    t4_init(&kc, n_pages + 1, c->page, c->Hkv, c->D, 16, 0, c->in);
-    t4_init(&vc, n_pages + 1, c->page, c->Hkv, dv, 8, 0, c->in);
+    t4_init(&kc, n_pages + 1, c->page, c->Hkv, c->D, 16, 0, kvt);
+    t4_init(&vc, n_pages + 1, c->page, c->Hkv, dv, 8, 0, kvt);
     memset(kc.host, 0xFF, kc.bytes), memset(vc.host, 0xFF, vc.bytes);
     int32_t *tab = calloc((size_t)c->B * tshape[1], 4), *perm = malloc((size_t)n_pages * 4);
     for (int i = 0; i < n_pages; i++) perm[i] = i;
@@ -377,7 +426,7 @@ static void run_varlen(const vcase *c) {
       const int r = (int)(rng_next(&seed) % (uint64_t)(i + 1)), t = perm[i];
       perm[i] = perm[r], perm[r] = t;
     }
-    const size_t e = float_size(c->in);
+    const size_t e = float_size(kvt);
     for (int b = 0, next = 0; b < c->B; b++)
       for (int pg = 0; pg * c->page < c->len[b]; pg++) {
         const int page = perm[next++];
@@ -402,11 +451,11 @@ static void run_varlen(const vcase *c) {
 #define RUN(ctx, dev)                                                                                      \
   (c->page ? qf_attention_paged_varlen(ctx, dev ? &qd : &qh, dev ? &kc.td : &kc.th, dev ? &vc.td : &vc.th,      \
                                        dev ? &td : &th, dev ? &lnd : &lnh, dev ? &cqd : &cqh, max_q,          \
-                                       c->sinks ? (dev ? &sd : &sh) : NULL, &opt, dev ? &od : &oh,            \
-                                       dev ? &ld : &lh)                                                       \
+                                       c->sinks ? (dev ? &sd : &sh) : NULL, dev ? &opt_d : &opt_h,            \
+                                       dev ? &od : &oh, dev ? &ld : &lh)                                      \
            : qf_attention_varlen(ctx, dev ? &qd : &qh, dev ? &kd : &kh, dev ? &vd : &vh, dev ? &cqd : &cqh,   \
-                                 dev ? &ckd : &ckh, max_q, max_k, c->sinks ? (dev ? &sd : &sh) : NULL, &opt, \
-                                 dev ? &od : &oh, dev ? &ld : &lh))
+                                 dev ? &ckd : &ckh, max_q, max_k, c->sinks ? (dev ? &sd : &sh) : NULL,       \
+                                 dev ? &opt_d : &opt_h, dev ? &od : &oh, dev ? &ld : &lh))
   qf_status st = RUN(cpu, 0);
   if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) return;
   st = RUN(gpu, 1);
@@ -431,14 +480,14 @@ static void run_varlen(const vcase *c) {
       const int g = h / group;
       double vmax = 0.0;
       for (int j = cuk[b]; j < cuk[b + 1]; j++)
-        for (int d = 0; d < dv; d++) vmax = fmax(vmax, fabs(float_get(v.host, c->in, (size_t)t4_off(&v, 0, j, g, d))));
+        for (int d = 0; d < dv; d++) vmax = fmax(vmax, fabs(float_get(v.host, kvt, (size_t)t4_off(&v, 0, j, g, d)) * sc.v[g]));
       for (int i = cuq[b]; i < cuq[b + 1]; i++) {
         double S = 0.0;
         for (int j = cuk[b]; j < cuk[b + 1]; j++) {
           double a = 0.0;
           for (int d = 0; d < c->D; d++)
             a += fabs((double)float_get(q.host, c->in, (size_t)t4_off(&q, 0, i, h, d)) *
-                      float_get(k.host, c->in, (size_t)t4_off(&k, 0, j, g, d)));
+                      float_get(k.host, kvt, (size_t)t4_off(&k, 0, j, g, d)) * sc.k[g]);
           S = fmax(S, sm * a);
         }
         const double ds = 2.0 * (c->D + 2) * u * S;
@@ -514,7 +563,7 @@ static void run_varlen(const vcase *c) {
   if (!c->page && c->B > 1) {
     /* NaN in the first key's value row of every sequence after the first: the sequence before it
      * reads that row into its last tile (dense rows) and must keep its bytes. */
-    const size_t e = float_size(c->in);
+    const size_t e = float_size(kvt);
     for (int b = 1; b < c->B; b++)
       for (int g = 0; g < c->Hkv && c->len[b] > 0; g++)
         CUDA_OK(cudaMemset((uint8_t *)v.dev + (size_t)t4_off(&v, 0, cuk[b], g, 0) * e, 0xFF, (size_t)dv * e));
@@ -530,7 +579,7 @@ static void run_varlen(const vcase *c) {
   printf("  %-90s worst error %.2f of its bound\n", desc, worst);
   free(got), free(again), free(got_lse);
   t4_free(&q), t4_free(&k), t4_free(&v), t4_free(&o);
-  pair_free(&lse), pair_free(&sk), pair_free(&cq), pair_free(&ck);
+  pair_free(&lse), pair_free(&sk), pair_free(&cq), pair_free(&ck), scales_free(&sc);
   if (c->page) t4_free(&kc), t4_free(&vc), pair_free(&table), pair_free(&lens_p);
 }
 
@@ -563,33 +612,44 @@ int main(void) {
   open_contexts(&gpu, &cpu);
   const acase cases[] = {
       /* prefill */
-      {2, 200, 200, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, 0, 0, 0},
-      {2, 130, 130, 4, 4, 128, QF_F16, QF_F32, 0, 0, 0, 1, 0, 0, 0},
-      {1, 77, 300, 6, 2, 64, QF_F16, QF_F16, 1, 50, 1, 0, 0, 0, 0},
-      {1, 90, 90, 8, 1, 64, QF_BF16, QF_F32, 0, 33, 0, 1, 0.3f, 0, 0},
-      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0},
-      {1, 70, 70, 2, 1, 512, QF_BF16, QF_BF16, 0, 0, 1, 1, 0, 0, 0},
-      {1, 40, 20, 4, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0},
-      {1, 40, 20, 4, 2, 128, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0, 0},
-      {1, 5, 0, 8, 2, 128, QF_BF16, QF_F32, 0, 0, 1, 0, 0, 0, 0},
+      {2, 200, 200, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, 0, 0, 0, 0},
+      {2, 130, 130, 4, 4, 128, QF_F16, QF_F32, 0, 0, 0, 1, 0, 0, 0, 0},
+      {1, 77, 300, 6, 2, 64, QF_F16, QF_F16, 1, 50, 1, 0, 0, 0, 0, 0},
+      {1, 90, 90, 8, 1, 64, QF_BF16, QF_F32, 0, 33, 0, 1, 0.3f, 0, 0, 0},
+      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0, 0},
+      {1, 70, 70, 2, 1, 512, QF_BF16, QF_BF16, 0, 0, 1, 1, 0, 0, 0, 0},
+      {1, 40, 20, 4, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0, 0},
+      {1, 40, 20, 4, 2, 128, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0, 0, 0},
+      {1, 5, 0, 8, 2, 128, QF_BF16, QF_F32, 0, 0, 1, 0, 0, 0, 0, 0},
       /* decode */
-      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 0, 0},
-      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F32, 1, 1000, 0, 1, 0, 0, 0},
-      {1, 2, 333, 16, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0},
-      {4, 1, 2048, 16, 16, 128, QF_F16, QF_F16, 0, 0, 0, 1, 0, 0, 0},
-      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 0},
-      {1, 1, 600, 4, 1, 512, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0, 0},
-      {2, 1, 0, 8, 2, 64, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0, 0},
+      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 0, 0, 0},
+      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F32, 1, 1000, 0, 1, 0, 0, 0, 0},
+      {1, 2, 333, 16, 2, 64, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 0, 0, 0},
+      {4, 1, 2048, 16, 16, 128, QF_F16, QF_F16, 0, 0, 0, 1, 0, 0, 0, 0},
+      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 0, 0},
+      {1, 1, 600, 4, 1, 512, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0, 0, 0},
+      {2, 1, 0, 8, 2, 64, QF_F16, QF_F32, 1, 0, 1, 0, 0, 0, 0, 0},
       /* paged: decode (pages of 16 and of 100 keys), prefill with pages shorter and longer than a tile */
-      {4, 1, 1500, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 16, 0},
-      {3, 2, 700, 16, 2, 64, QF_F16, QF_F32, 1, 0, 0, 1, 0, 100, 0},
-      {2, 150, 600, 8, 2, 128, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 32, 0},
-      {2, 100, 900, 4, 4, 128, QF_F16, QF_F16, 1, 200, 1, 0, 0, 256, 0},
-      {2, 80, 400, 4, 2, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 64, 0},
+      {4, 1, 1500, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 16, 0, 0},
+      {3, 2, 700, 16, 2, 64, QF_F16, QF_F32, 1, 0, 0, 1, 0, 100, 0, 0},
+      {2, 150, 600, 8, 2, 128, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 32, 0, 0},
+      {2, 100, 900, 4, 4, 128, QF_F16, QF_F16, 1, 200, 1, 0, 0, 256, 0, 0},
+      {2, 80, 400, 4, 2, 256, QF_BF16, QF_F32, 1, 0, 0, 0, 0, 64, 0, 0},
       /* MLA's head dims (D = 192, Dv = 128): prefill, decode with split keys, paged prefill */
-      {2, 300, 300, 16, 16, 192, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0, 128},
-      {2, 1, 3000, 16, 1, 192, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 128},
-      {2, 120, 500, 8, 8, 192, QF_F16, QF_F32, 1, 0, 0, 0, 0, 64, 128},
+      {2, 300, 300, 16, 16, 192, QF_BF16, QF_BF16, 1, 0, 0, 1, 0, 0, 128, 0},
+      {2, 1, 3000, 16, 1, 192, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 128, 0},
+      {2, 120, 500, 8, 8, 192, QF_F16, QF_F32, 1, 0, 0, 0, 0, 64, 128, 0},
+      /* FP8 keys and values: decode with split keys, two query tokens, a window, a prompt's rows
+       * (the decode kernel's many row tiles), paged decode, every head dim, MLA's */
+      {3, 1, 1000, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 0, 0, 1},
+      {1, 2, 333, 16, 2, 64, QF_F16, QF_F32, 1, 0, 0, 1, 0, 0, 0, 2},
+      {1, 1, 4097, 8, 1, 128, QF_F16, QF_F16, 1, 1000, 0, 0, 0, 0, 0, 1},
+      {1, 77, 300, 6, 2, 64, QF_BF16, QF_F32, 1, 50, 1, 0, 0, 0, 0, 1},
+      {4, 1, 1500, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, 0, 16, 0, 1},
+      {2, 150, 600, 8, 2, 128, QF_F16, QF_F32, 1, 0, 0, 1, 0, 32, 0, 2},
+      {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 0, 1},
+      {1, 1, 600, 4, 2, 512, QF_F16, QF_BF16, 1, 0, 0, 1, 0, 0, 0, 1},
+      {2, 1, 3000, 16, 1, 192, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 128, 1},
   };
   const size_t n = sizeof cases / sizeof cases[0], quick = 6;
   for (size_t i = 0; i < n; i++)
@@ -598,14 +658,18 @@ int main(void) {
    * with the causal mask, a key count that is not a multiple of the tile), decode rows (at most 16
    * per kv head, with long keys split over CTAs), paged prefill and decode. */
   const vcase vcases[] = {
-      {4, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, {200, 1, 0, 77}, {200, 300, 5, 77}, 0},
-      {3, 4, 4, 64, QF_F16, QF_F32, 1, 40, 1, 0, {130, 33, 5}, {150, 33, 3}, 0},
-      {2, 4, 2, 256, QF_BF16, QF_F32, 0, 0, 0, 0, {70, 129}, {70, 129}, 0},
-      {2, 2, 1, 512, QF_BF16, QF_BF16, 1, 0, 1, 0, {40, 65}, {60, 65}, 0},
-      {5, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, {1, 2, 1, 0, 1}, {3000, 517, 1, 9, 64}, 0},
-      {3, 16, 2, 128, QF_F16, QF_F32, 1, 0, 0, 32, {150, 1, 90}, {400, 333, 90}, 0},
-      {3, 8, 8, 128, QF_BF16, QF_F32, 1, 0, 1, 16, {1, 1, 2}, {1500, 17, 40}, 0},
-      {3, 16, 16, 192, QF_BF16, QF_BF16, 1, 0, 0, 0, {257, 60, 1}, {257, 100, 700}, 128},
+      {4, 8, 2, 128, QF_BF16, QF_BF16, 1, 0, 0, 0, {200, 1, 0, 77}, {200, 300, 5, 77}, 0, 0},
+      {3, 4, 4, 64, QF_F16, QF_F32, 1, 40, 1, 0, {130, 33, 5}, {150, 33, 3}, 0, 0},
+      {2, 4, 2, 256, QF_BF16, QF_F32, 0, 0, 0, 0, {70, 129}, {70, 129}, 0, 0},
+      {2, 2, 1, 512, QF_BF16, QF_BF16, 1, 0, 1, 0, {40, 65}, {60, 65}, 0, 0},
+      {5, 32, 8, 128, QF_BF16, QF_BF16, 1, 0, 1, 0, {1, 2, 1, 0, 1}, {3000, 517, 1, 9, 64}, 0, 0},
+      {3, 16, 2, 128, QF_F16, QF_F32, 1, 0, 0, 32, {150, 1, 90}, {400, 333, 90}, 0, 0},
+      {3, 8, 8, 128, QF_BF16, QF_F32, 1, 0, 1, 16, {1, 1, 2}, {1500, 17, 40}, 0, 0},
+      {3, 16, 16, 192, QF_BF16, QF_BF16, 1, 0, 0, 0, {257, 60, 1}, {257, 100, 700}, 128, 0},
+      /* FP8 keys and values: packed prompts and decode rows, dense and paged */
+      {4, 8, 2, 128, QF_BF16, QF_F32, 1, 0, 1, 0, {200, 1, 0, 77}, {200, 300, 5, 77}, 0, 1},
+      {3, 8, 8, 128, QF_F16, QF_F16, 1, 0, 0, 16, {1, 1, 2}, {1500, 17, 40}, 0, 2},
+      {3, 16, 2, 64, QF_BF16, QF_BF16, 1, 0, 1, 32, {150, 1, 90}, {400, 333, 90}, 0, 1},
   };
   for (size_t i = 0; i < sizeof vcases / sizeof vcases[0]; i++)
     if (!quick_mode() || i % 3 == 0) run_varlen(&vcases[i]);

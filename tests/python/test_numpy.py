@@ -455,6 +455,36 @@ class TestAttention(unittest.TestCase):
         with self.assertRaises(qfuse.QfuseError):  # an offset past total_q
             ctx.attention_varlen(q, k, v, np.array([0, 3, 6], np.int32), cu_k, 3, 6, o)
 
+    def test_fp8_kv_equals_fp16_on_its_values(self):
+        # e4m3fn k and v with a scale per kv head (powers of two, so code x scale is an fp16 value):
+        # the bytes of the call on those fp16 values; the paged form over pages of the same codes.
+        rng = np.random.default_rng(11)
+        hq, hkv, d, sq, skv = 4, 2, 16, 3, 8
+        q = rng.standard_normal((1, sq, hq, d)).astype(np.float16)
+        vals = e4m3fn_values()
+        k8 = rng.integers(0, 0x78, (1, skv, hkv, d), dtype=np.uint8) | rng.choice([0, 0x80], (1, skv, hkv, d)).astype(np.uint8)
+        v8 = rng.integers(0, 0x78, (1, skv, hkv, d), dtype=np.uint8)
+        k_scale, v_scale = np.array([0.5, 0.125], np.float32), np.array([2.0, 0.25], np.float32)
+        k16 = (vals[k8] * k_scale[None, None, :, None]).astype(np.float16)
+        v16 = (vals[v8] * v_scale[None, None, :, None]).astype(np.float16)
+        ctx = qfuse.Context("cpu")
+        o, want = np.empty((1, sq, hq, d), np.float32), np.empty((1, sq, hq, d), np.float32)
+        lse, want_lse = np.empty((1, hq, sq), np.float32), np.empty((1, hq, sq), np.float32)
+        ctx.attention(q, qfuse.view(k8, "e4m3fn"), qfuse.view(v8, "e4m3fn"), o, lse=lse, causal=True,
+                      k_scale=k_scale, v_scale=v_scale)
+        ctx.attention(q, k16, v16, want, lse=want_lse, causal=True)
+        np.testing.assert_array_equal(o, want)
+        np.testing.assert_array_equal(lse, want_lse)
+        page = 4
+        k_cache = k8.reshape(2, page, hkv, d)[::-1].copy()
+        v_cache = v8.reshape(2, page, hkv, d)[::-1].copy()
+        o2 = np.empty_like(o)
+        ctx.attention_paged(q, qfuse.view(k_cache, "e4m3fn"), qfuse.view(v_cache, "e4m3fn"), np.array([[1, 0]], np.int32),
+                            np.array([skv], np.int32), o2, causal=True, k_scale=k_scale, v_scale=v_scale)
+        np.testing.assert_array_equal(o2, o)
+        with self.assertRaises(qfuse.QfuseError):  # scales with 16-bit keys
+            ctx.attention(q, k16, v16, o, k_scale=k_scale)
+
 
 class TestNvfp4(unittest.TestCase):
     def test_quant_pack_gemm(self):

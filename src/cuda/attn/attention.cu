@@ -50,24 +50,25 @@ struct TilesFor<192, 128> {
 #define QF_ATTN_HEAD_DIMS(X) X(64, 64) X(128, 128) X(256, 256) X(512, 512) X(192, 128)
 
 // The kernels of a tile configuration: prefill over [B, S, H, D] tensors, and over packed sequences
-// or a paged cache (General); decode over dense keys or a paged cache, each for [B, S, H, D] queries
-// or packed sequences.
-enum class Kernel { kPrefill, kPrefillGeneral, kDecode, kDecodePacked, kDecodePaged, kDecodePagedPacked };
-constexpr int kKernels = 6;
+// or a paged cache (General); decode in eight variants, kDecode + (packed sequences) + 2 (a paged
+// cache) + 4 (e4m3fn keys and values).
+enum class Kernel { kPrefill, kPrefillGeneral, kDecode };
+constexpr int kDecodePacked = 1, kDecodePaged = 2, kDecodeFp8 = 4;
+constexpr int kKernels = 2 + 8;
 
 constexpr int kSlots = 2 * 5 * kKernels;  // dtypes x head dims x kernels
 std::atomic<uint64_t> g_opt_in[kSlots];
 std::atomic<int> g_ctas_per_sm[kSlots];
 
-// Launches kernel K of Tile and, for split keys, the merge.
-template <typename T, class Tile, Kernel K>
+// Launches kernel K of Tile (the decode kernel's variant `kVariant`) and, for split keys, the merge.
+template <typename T, class Tile, Kernel K, int kVariant = 0>
 qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
   constexpr bool kPrefill = K == Kernel::kPrefill || K == Kernel::kPrefillGeneral;
   const auto kernel = [] {
     if constexpr (kPrefill) return attention_prefill_kernel<T, Tile, K == Kernel::kPrefillGeneral>;
     else
-      return attention_decode_kernel<T, Tile, K == Kernel::kDecodePaged || K == Kernel::kDecodePagedPacked,
-                                     K == Kernel::kDecodePacked || K == Kernel::kDecodePagedPacked>;
+      return attention_decode_kernel<T, Tile, (kVariant & kDecodePaged) != 0, (kVariant & kDecodePacked) != 0,
+                                     (kVariant & kDecodeFp8) != 0>;
   }();
   qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, Tile::kSmemBytes, g_opt_in[slot]);
   if (st != QF_OK) return st;
@@ -133,23 +134,26 @@ bool prefill_can_load(const qf_attention_args *a, int bn) {
 }
 
 // The kernel for head dims D, DV: prefill above kAttnDecodeRows rows where its TMA loads can read
-// the keys, else the decode kernel (its paged instantiation for a paged cache).
+// the keys (16-bit keys only), else the decode kernel's variant for the inputs.
 template <typename T, int D, int DV>
 qf_status launch_dim(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
   using Tiles = TilesFor<D, DV>;
   using Prefill = typename Tiles::Prefill;
   using Decode = typename Tiles::Decode;
-  const bool packed = a->cu_seqlens_q != nullptr;
-  if (p.rows > kAttnDecodeRows && prefill_can_load(a, Prefill::BN)) {
+  const bool packed = a->cu_seqlens_q != nullptr, fp8 = a->kv_dtype == QF_E4M3FN;
+  if (p.rows > kAttnDecodeRows && !fp8 && prefill_can_load(a, Prefill::BN)) {
     if (packed || a->block_table) return launch<T, Prefill, Kernel::kPrefillGeneral>(ctx, a, p, slot + 1);
     return launch<T, Prefill, Kernel::kPrefill>(ctx, a, p, slot);
   }
-  if (a->block_table) {
-    if (packed) return launch<T, Decode, Kernel::kDecodePagedPacked>(ctx, a, p, slot + 5);
-    return launch<T, Decode, Kernel::kDecodePaged>(ctx, a, p, slot + 4);
+  const int variant = (packed ? kDecodePacked : 0) | (a->block_table ? kDecodePaged : 0) | (fp8 ? kDecodeFp8 : 0);
+  switch (variant) {
+#define QF_ATTN_DECODE(V) \
+  case V: return launch<T, Decode, Kernel::kDecode, V>(ctx, a, p, slot + 2 + V);
+    QF_ATTN_DECODE(0) QF_ATTN_DECODE(1) QF_ATTN_DECODE(2) QF_ATTN_DECODE(3)
+    QF_ATTN_DECODE(4) QF_ATTN_DECODE(5) QF_ATTN_DECODE(6)
+#undef QF_ATTN_DECODE
+    default: return launch<T, Decode, Kernel::kDecode, 7>(ctx, a, p, slot + 2 + 7);
   }
-  if (packed) return launch<T, Decode, Kernel::kDecodePacked>(ctx, a, p, slot + 3);
-  return launch<T, Decode, Kernel::kDecode>(ctx, a, p, slot + 2);
 }
 
 template <typename T>
@@ -170,6 +174,8 @@ qf_status run(qf_ctx *ctx, const qf_attention_args *a, int slot_base) {
   p.block_table = a->block_table, p.kv_lens = a->kv_lens, p.bt_stride = a->bt_stride;
   p.page_size = static_cast<int>(a->page_size), p.num_pages = static_cast<int>(a->num_pages);
   p.page_shift = -1;
+  p.k_scale = a->k_scale, p.v_scale = a->v_scale;
+  p.k_scale_step = static_cast<int>(a->k_scale_step), p.v_scale_step = static_cast<int>(a->v_scale_step);
   for (int sh = 0; sh < 31 && a->block_table; sh++)
     if (int64_t{1} << sh == a->page_size) p.page_shift = sh;
   int slot = slot_base;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -30,6 +31,7 @@
 
 #include "cuda/ptx/arith.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/cvt.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
@@ -66,6 +68,10 @@ struct attn_params {
   int page_size, num_pages;
   int page_shift;             // log2(page_size) for a power of two (the decode loads shift), else -1
   int box_rows;               // prefill: keys per TMA box (the tile's, or a page's when shorter)
+  // e4m3fn k and v (the decode kernel's kFp8): kv head g's scales k_scale[g * k_scale_step] and
+  // v_scale[g * v_scale_step] (nullptr: 1).
+  const float *k_scale, *v_scale;
+  int k_scale_step, v_scale_step;
 };
 
 // The prefill tile: two consumer warpgroups of 64 rows and a producer warpgroup; D (q and k head
@@ -86,7 +92,10 @@ struct AttnPrefillTile {
   static_assert(BN % 16 == 0 && BN <= 256 && DVT <= 256, "wgmma N of at most 256");
 };
 
-// The decode tile: 16 rows, WN warps each taking BN / WN keys of every key tile.
+// The decode tile: 16 rows, WN warps each taking BN / WN keys of every key tile. The K/V ring holds
+// two stages of 16-bit tiles, or for e4m3fn keys and values one 16-bit stage (which the tensor
+// cores read) and two stages of codes (rows of D and DVT bytes, which cp.async fills): the same
+// bytes.
 template <int D_, int DVT_, int BN_, int WN_>
 struct AttnDecodeTile {
   static constexpr int D = D_, DVT = DVT_, BN = BN_, WN = WN_;
@@ -236,11 +245,13 @@ __device__ __forceinline__ int page_of(const attn_params &p, const CtaWork &w, i
 // Keys j0 .. j0 + BN - 1 of k or v (base: the CTA's kv head, strides st; rows of kChunks 16-byte
 // chunks) into the tile at dst by cp.async, threads tid of kThreads: zeros past the L keys and for
 // pages out of range (*bad set). A paged cache's page ids come from `ids`, the tile's keys' entries
-// of the block table in shared memory. A thread keeps one chunk column.
-template <typename T, int BN, int kChunks, int kThreads, bool kPaged>
-__device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w, uint32_t dst, const T *base,
+// of the block table in shared memory. A thread keeps one chunk column. The tile is the swizzled
+// one the tensor cores read, or with kPlain rows of kChunks chunks one after another (e4m3fn codes,
+// which widen_tile turns into the former).
+template <typename E, int BN, int kChunks, int kThreads, bool kPaged, bool kPlain = false>
+__device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w, uint32_t dst, const E *base,
                                           const int64_t (&st)[3], int j0, const int *ids, int tid, int *bad) {
-  constexpr int kRowsPerPass = kThreads / kChunks, kPasses = BN / kRowsPerPass;
+  constexpr int kRowsPerPass = kThreads / kChunks, kPasses = BN / kRowsPerPass, kPerChunk = 16 / sizeof(E);
   static_assert(kThreads % kChunks == 0 && BN % kRowsPerPass == 0, "whole rows per pass, whole passes per tile");
   const int ch = tid % kChunks, r0 = tid / kChunks;
   int64_t off[kPasses];
@@ -258,9 +269,40 @@ __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w
     }
   }
 #pragma unroll
-  for (int i = 0; i < kPasses; i++)
-    cp_async_cg_shared_global_16_zfill(dst + tile_offset(r0 + i * kRowsPerPass, ch, BN),
-                                       off[i] >= 0 ? base + off[i] + ch * 8 : base, off[i] >= 0 ? 16 : 0);
+  for (int i = 0; i < kPasses; i++) {
+    const int r = r0 + i * kRowsPerPass;
+    cp_async_cg_shared_global_16_zfill(dst + (kPlain ? (r * kChunks + ch) * 16 : tile_offset(r, ch, BN)),
+                                       off[i] >= 0 ? base + off[i] + ch * kPerChunk : base, off[i] >= 0 ? 16 : 0);
+  }
+}
+
+// Two e4m3fn codes (the first in the low byte) as a pair of T, exactly (fp16 by the hardware's
+// conversion, bf16 through fp32).
+__device__ __forceinline__ uint32_t widen2(__half, uint16_t c) { return cvt_rn_f16x2_e4m3x2(c); }
+__device__ __forceinline__ uint32_t widen2(__nv_bfloat16, uint16_t c) {
+  const uint32_t h = cvt_rn_f16x2_e4m3x2(c);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+  return pack2(__nv_bfloat16(), f.x, f.y);
+}
+
+// A tile of BN rows of e4m3fn codes (kChunks 16-byte chunks a row, one after another, at src) as
+// the swizzled 16-bit tile at dst (2 kChunks chunks a row), threads tid of kThreads.
+template <typename T, int BN, int kChunks, int kThreads>
+__device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int tid) {
+#pragma unroll 2
+  for (int c = tid; c < BN * kChunks; c += kThreads) {
+    const uint4 v = ld_shared_v4(src + c * 16);
+    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+    uint32_t out[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      out[2 * i] = widen2(T(), static_cast<uint16_t>(in[i] & 0xffffu));
+      out[2 * i + 1] = widen2(T(), static_cast<uint16_t>(in[i] >> 16));
+    }
+    const int r = c / kChunks, ch = c % kChunks;
+    st_shared_v4(dst + tile_offset(r, 2 * ch, BN), make_uint4(out[0], out[1], out[2], out[3]));
+    st_shared_v4(dst + tile_offset(r, 2 * ch + 1, BN), make_uint4(out[4], out[5], out[6], out[7]));
+  }
 }
 
 // Q's rows into the tile at s_q (`rows` rows of D columns) by cp.async, threads `tid` of
@@ -280,12 +322,13 @@ __device__ __forceinline__ void load_q(const attn_params &p, const CtaWork &w, u
 
 // One key tile's softmax step for a thread's two rows (at key positions pos[0], pos[1] of L keys;
 // the thread holds keys j0 + 8 j + 2 (lane % 4) (+ 1) of octet j): the mask where `edge`, then the
-// running max m and sum l in log2 units and s turned into P = 2^(s c - m). alpha receives the
-// factor that brings the rows' earlier sums (O) to the new maximum.
+// running max m and sum l in log2 units and s turned into P = 2^(s c - m), c = scale_log2 (> 0: the
+// maximum is taken before it). alpha receives the factor that brings the rows' earlier sums (O) to
+// the new maximum.
 template <int kNS>
 __device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kNS * 4], float (&m_row)[2],
                                              float (&l_row)[2], float (&alpha)[2], const int (&pos)[2], int L, int j0,
-                                             bool edge, int lane) {
+                                             bool edge, int lane, float scale_log2) {
   if (edge) {
 #pragma unroll
     for (int nt = 0; nt < kNS; nt++)
@@ -302,7 +345,7 @@ __device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kN
     for (int nt = 0; nt < kNS; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * i], s[4 * nt + 2 * i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    mx = fmaxf(m_row[i], mx * p.scale_log2);
+    mx = fmaxf(m_row[i], mx * scale_log2);
     const float m_use = mx == -INFINITY ? 0.0f : mx;  // a row that has seen nothing keeps zeros
     alpha[i] = ex2_approx_ftz_f32(m_row[i] - m_use);
     m_row[i] = mx;
@@ -311,7 +354,7 @@ __device__ __forceinline__ void softmax_step(const attn_params &p, float (&s)[kN
     for (int nt = 0; nt < kNS; nt++)
 #pragma unroll
       for (int e = 2 * i; e < 2 * i + 2; e++) {
-        s[4 * nt + e] = ex2_approx_ftz_f32(fmaf(s[4 * nt + e], p.scale_log2, -m_use));
+        s[4 * nt + e] = ex2_approx_ftz_f32(fmaf(s[4 * nt + e], scale_log2, -m_use));
         l_row[i] += s[4 * nt + e];
       }
   }
@@ -521,7 +564,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
     const bool edge = (t + 1) * BN > w.L || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
                       (p.window && t * BN <= w.pos_hi - p.window);
-    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN, edge, lane);
+    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN, edge, lane, p.scale_log2);
   };
   auto release = [&](int it) {  // the warp has read the stage of tile it
     __syncwarp();
@@ -580,15 +623,21 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
 // ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering; kPaged: k
 // and v are a paged cache (an instantiation of its own, so that the dense loads carry no paging);
-// kPacked: packed sequences (likewise) ----
-template <typename T, class Tile, bool kPaged, bool kPacked>
+// kPacked: packed sequences (likewise); kFp8: e4m3fn k and v, whose codes land in a ring of their
+// own and are widened into one 16-bit stage per tile ----
+template <typename T, class Tile, bool kPaged, bool kPacked, bool kFp8>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_decode_kernel(const attn_params p) {
   using namespace attn_detail;
+  using KV = std::conditional_t<kFp8, uint8_t, T>;
   constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WN = Tile::WN;
   constexpr int kThreads = Tile::kThreads, kRows = Tile::kRows, kNS = Tile::kNS, kNO = Tile::kNO;
+  constexpr uint32_t kK8Bytes = BN * D, kV8Bytes = BN * DVT;  // a stage of codes
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + 2 * Tile::kKBytes;
+  // 16-bit tiles: two stages of K then two of V, or (kFp8) one of each and then the codes' stages
+  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + (kFp8 ? 1 : 2) * Tile::kKBytes;
+  const uint32_t s_k8 = s_v + Tile::kVBytes, s_v8 = s_k8 + 2 * kK8Bytes;
+  static_assert(!kFp8 || Tile::kKBytes + Tile::kVBytes + 2 * (kK8Bytes + kV8Bytes) <= Tile::kRingBytes, "codes fit the ring");
   const int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5, g = lane >> 2;
   const CtaWork w = cta_work(p, kRows, BN, DVT, kPacked);
   if (w.r0 >= w.rows) return;  // a packed sequence with fewer rows than the longest
@@ -596,8 +645,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
   int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + Tile::kRingBytes);  // a page out of range
   int *ids = bad + 4;  // page ids of tile t at ids + ((t - t_lo) % 4) * BN
-  const T *kb = static_cast<const T *>(p.k) + (kPaged ? 0 : w.b * p.ks[0] + w.k0 * p.ks[1]) + w.hkv * p.ks[2];
-  const T *vb = static_cast<const T *>(p.v) + (kPaged ? 0 : w.b * p.vs[0] + w.k0 * p.vs[1]) + w.hkv * p.vs[2] + w.dv0;
+  const KV *kb = static_cast<const KV *>(p.k) + (kPaged ? 0 : w.b * p.ks[0] + w.k0 * p.ks[1]) + w.hkv * p.ks[2];
+  const KV *vb = static_cast<const KV *>(p.v) + (kPaged ? 0 : w.b * p.vs[0] + w.k0 * p.vs[1]) + w.hkv * p.vs[2] + w.dv0;
   // A paged cache's block-table entries for the keys of `tile`, by cp.async: read two tiles before
   // the tile's own copies, so that no copy waits for a table read.
   auto load_ids = [&](int tile) {
@@ -610,8 +659,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   };
   auto load_kv = [&](int tile, int stage) {
     const int *tile_ids = ids + ((tile - w.t_lo) % 4) * BN;
-    load_keys<T, BN, D / 8, kThreads, kPaged>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
-    load_keys<T, BN, DVT / 8, kThreads, kPaged>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
+    if constexpr (kFp8) {
+      load_keys<KV, BN, D / 16, kThreads, kPaged, true>(p, w, s_k8 + stage * kK8Bytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
+      load_keys<KV, BN, DVT / 16, kThreads, kPaged, true>(p, w, s_v8 + stage * kV8Bytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
+    } else {
+      load_keys<KV, BN, D / 8, kThreads, kPaged>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
+      load_keys<KV, BN, DVT / 8, kThreads, kPaged>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
+    }
     load_ids(tile + 2);
   };
   if (tid == 0) *bad = 0;
@@ -630,6 +684,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   uint32_t qf[Tile::kQInRegs ? D / 16 : 1][4];
   float o_acc[kNO * 4] = {};
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+  // The scores' factor in log2 units; with codes, k_scale joins it, applied before the running max
+  // (any sign of the scale keeps the max right).
+  const float k_scale = kFp8 && p.k_scale ? p.k_scale[w.hkv * p.k_scale_step] : 1.0f;
+  const float score_scale = kFp8 ? p.scale_log2 * k_scale : p.scale_log2;
 
   for (int t = w.t_lo; t < w.t_hi; t++) {
     const int stage = (t - w.t_lo) & 1;
@@ -637,6 +695,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
     cp_async_commit_group();
     cp_async_wait_group<1>();
     __syncthreads();
+    if constexpr (kFp8) {  // the 16-bit stage is free since the last tile's closing barrier
+      widen_tile<T, BN, D / 16, kThreads>(s_k, s_k8 + stage * kK8Bytes, tid);
+      widen_tile<T, BN, DVT / 16, kThreads>(s_v, s_v8 + stage * kV8Bytes, tid);
+      __syncthreads();
+    }
     if constexpr (Tile::kQInRegs) {
       if (t == w.t_lo)
         for (int kk = 0; kk < D / 16; kk++) q_frag(kk, qf[kk]);
@@ -644,7 +707,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
 
     // S = Q K^T over the warp's keys of the tile (accumulator octet j: s[4 j .. 4 j + 3])
     float s[kNS * 4] = {};
-    const uint32_t sk = s_k + stage * Tile::kKBytes;
+    const uint32_t sk = s_k + (kFp8 ? 0 : stage * Tile::kKBytes);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
       uint32_t a[4];
@@ -667,13 +730,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
     const bool edge = (t + 1) * BN > w.L || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
                       (p.window && t * BN <= w.pos_hi - p.window);
     float alpha[2];
-    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN + wn * Tile::kWarpKeys, edge, lane);
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int i = 0; i < kNS * 4; i++) s[i] *= score_scale;
+    }
+    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN + wn * Tile::kWarpKeys, edge, lane,
+                      kFp8 ? 1.0f : score_scale);
     rescale<kNO>(o_acc, alpha);
     uint32_t pa[kNS / 2][4];
     p_fragments<T, kNS>(s, pa);
 
     // O += P V
-    const uint32_t sv = s_v + stage * Tile::kVBytes;
+    const uint32_t sv = s_v + (kFp8 ? 0 : stage * Tile::kVBytes);
 #pragma unroll
     for (int ks = 0; ks < kNS / 2; ks++)
 #pragma unroll
@@ -718,6 +786,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
     }
     RowResult res = finish_row(p, mx, l, w.hkv * p.group + (w.r0 + r) % p.group);
     if (*bad) res = {NAN, NAN};
+    if (kFp8 && p.v_scale) res.scale *= p.v_scale[w.hkv * p.v_scale_step];
     store_pair<T>(p, out_ptr<T>(p, w, r, col, kPacked), v0 * res.scale, v1 * res.scale);
     if (w.dv_part == 0 && col == 0) put_lse(p, w, r, res.lse, kPacked);
   }

@@ -551,6 +551,26 @@ qf_status qf_attention_paged_varlen(qf_ctx *ctx, const DLTensor *q, const DLTens
                                     int64_t max_seqlen_q, const DLTensor *sinks, const qf_attention_opts *opts, DLTensor *o,
                                     DLTensor *lse);
 
+/* Appends new keys and values to a KV cache by slot (a decode or prefill step writing its tokens'
+ * K and V where qf_attention_paged and qf_attention_paged_varlen read them):
+ *  k_new [T, Hkv, D], v_new [T, Hkv, Dv]: fp16 or bf16, the last dimension contiguous, any element
+ *     strides on the others.
+ *  slots int32 [T] on the op's device: token t's row goes to slot slots[t] of the cache (page
+ *     slots[t] / page_size, its row slots[t] % page_size); a negative slot skips the token (padding).
+ *  k_cache [num_pages, page_size, Hkv, D], v_cache [num_pages, page_size, Hkv, Dv]: k_new's dtype
+ *     (the values copied), or both e4m3fn: code = e4m3fn(x * (1 / scale[g])) for kv head g, the
+ *     reciprocal and product in fp32, rounded to nearest even and saturated to +-448, NaN kept as
+ *     NaN; k_scale and v_scale fp32 [Hkv] or [1] on the op's device, NULL meaning 1 (the scales the
+ *     attention calls' opts then take; refused with 16-bit caches, QF_ERR_VALUE). A dense cache
+ *     [B, S, Hkv, D] is the paged one with page_size S (slot b * S + s).
+ * Slots that no token names are left as they are. The CPU backend refuses a slot at or past
+ * num_pages * page_size, or one named twice, with QF_ERR_VALUE before writing anything; CUDA reads
+ * the slots on the device (a CUDA graph can replay the call as they change), skips a slot past the
+ * cache, and a slot named twice gets any mix of its tokens' rows. CUDA gives the CPU's bytes. CUDA:
+ * D and Dv multiples of 8, pointers and strides of whole 16-byte chunks. */
+qf_status qf_attention_cache_append(qf_ctx *ctx, const DLTensor *k_new, const DLTensor *v_new, const DLTensor *slots,
+                                    const DLTensor *k_scale, const DLTensor *v_scale, DLTensor *k_cache, DLTensor *v_cache);
+
 /* ---- Vector quantization (VQ) -------------------------------------------------------------
  *
  * A weight W [N, K] is cut along K into vectors of vector_size elements. Each vector is replaced

@@ -545,6 +545,16 @@ class Context:
                                                    extra[0].ptr() if extra[0] else None, ctypes.byref(opt),
                                                    keep[6].ptr(), extra[1].ptr() if extra[1] else None))
 
+    def attention_cache_append(self, k_new, v_new, slots, k_cache, v_cache, k_scale=None, v_scale=None):
+        """qf_attention_cache_append: k_new, v_new [T, Hkv, D / Dv] into the caches [num_pages, page_size,
+        Hkv, D / Dv] at int32 slots [T] (negative: skipped); e4m3fn caches (view()) take k_scale, v_scale
+        fp32 [Hkv] or [1]."""
+        keep = [_Arg(t) for t in (k_new, v_new, slots, k_cache, v_cache)]
+        scales = [_Arg(t) if t is not None else None for t in (k_scale, v_scale)]
+        self._check(_lib.qf_attention_cache_append(self._ctx, *(a.ptr() for a in keep[:3]),
+                                                   *(a.ptr() if a else None for a in scales), keep[3].ptr(),
+                                                   keep[4].ptr()))
+
     def vq_attention_decode(self, q, k_codes, k_codebooks, v_codes, v_codebooks, fmt, o, lse, head_dim, kv_heads,
                             seq_len, sm_scale=0.0, kv_lens=None, block_table=None, page_size=0):
         """qf_vq_attention_decode; kv_lens: None (seq_len tokens per entry) or int32 [B], the

@@ -72,17 +72,17 @@ static qf_status check_cuda_layout(qf_ctx *ctx, const char *op, const char *name
 }
 #endif
 
-/* An FP8 dequantization scale (opts->k_scale or v_scale): fp32 [Hkv] (step 1) or [1] (step 0) for
- * e4m3fn k and v; NULL gives NULL (a scale of 1). */
-static qf_status check_kv_scale(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, const qf_attention_args *a,
-                                const float **data, int64_t *step) {
+/* An FP8 scale of e4m3fn keys or values (kv_dtype) over Hkv heads: fp32 [Hkv] (step 1) or [1]
+ * (step 0); NULL gives NULL (a scale of 1). */
+static qf_status check_kv_scale(qf_ctx *ctx, const char *op, const char *name, const DLTensor *t, qf_dtype kv_dtype,
+                                int64_t Hkv, const float **data, int64_t *step) {
   *data = NULL, *step = 0;
   if (!t) return QF_OK;
-  if (a->kv_dtype != QF_E4M3FN)
+  if (kv_dtype != QF_E4M3FN)
     return qf_fail(ctx, QF_ERR_VALUE, "%s: %s is given but k and v are %s (the scales are for e4m3fn k and v)", op, name,
-                   qf_dtype_name(a->kv_dtype));
+                   qf_dtype_name(kv_dtype));
   const int one = t->shape && ((t->ndim == 1 && t->shape[0] == 1) || (t->ndim == 2 && t->shape[0] == 1 && t->shape[1] == 1));
-  const int64_t n = one ? 1 : a->Hkv;
+  const int64_t n = one ? 1 : Hkv;
   void *p;
   qf_status st = qf_check_vec(ctx, op, name, t, QF_F32, n, &p);
   if (st) return st;
@@ -215,8 +215,8 @@ static qf_status attention(qf_ctx *ctx, const char *op, const DLTensor *q, const
   if (!(opts->sm_scale >= 0.0f && opts->sm_scale <= 3.4e38f))
     return qf_fail(ctx, QF_ERR_VALUE, "%s: sm_scale=%g must be finite and >= 0", op, (double)opts->sm_scale);
   if (opts->window < 0) return qf_fail(ctx, QF_ERR_VALUE, "%s: window=%" PRId64 " is negative (0: no window)", op, opts->window);
-  if ((st = check_kv_scale(ctx, op, "k_scale", opts->k_scale, &a, &a.k_scale, &a.k_scale_step)) ||
-      (st = check_kv_scale(ctx, op, "v_scale", opts->v_scale, &a, &a.v_scale, &a.v_scale_step)))
+  if ((st = check_kv_scale(ctx, op, "k_scale", opts->k_scale, a.kv_dtype, a.Hkv, &a.k_scale, &a.k_scale_step)) ||
+      (st = check_kv_scale(ctx, op, "v_scale", opts->v_scale, a.kv_dtype, a.Hkv, &a.v_scale, &a.v_scale_step)))
     return st;
   a.sm_scale = opts->sm_scale > 0.0f ? opts->sm_scale : 1.0 / sqrt((double)a.D);
   a.causal = opts->causal != 0, a.window = opts->window;
@@ -268,4 +268,49 @@ qf_status qf_attention_paged_varlen(qf_ctx *ctx, const DLTensor *q, const DLTens
     return qf_fail(ctx, QF_ERR_NULL, "qf_attention_paged_varlen: block_table and kv_lens are required");
   const packed_seqs packed = {cu_seqlens_q, NULL, max_seqlen_q, 0};
   return attention(ctx, "qf_attention_paged_varlen", q, k_cache, v_cache, block_table, kv_lens, &packed, sinks, opts, o, lse);
+}
+
+qf_status qf_attention_cache_append(qf_ctx *ctx, const DLTensor *k_new, const DLTensor *v_new, const DLTensor *slots,
+                                    const DLTensor *k_scale, const DLTensor *v_scale, DLTensor *k_cache, DLTensor *v_cache) {
+  static const char op[] = "qf_attention_cache_append";
+  if (!ctx) return QF_ERR_NULL;
+  qf_cache_append_args a = {0};
+  packed_view pk, pv;
+  int64_t kd[4], vd[4], kcd[4], vcd[4], ks[3], vs[3];
+  qf_dtype vdt, vcdt;
+  void *kp, *vp;
+  qf_status st;
+  if ((st = view_packed(ctx, op, "k_new", k_new, &pk)) || (st = view_packed(ctx, op, "v_new", v_new, &pv)) ||
+      (st = check_4d(ctx, op, "k_new", &pk.t, QF_HALVES, kd, ks, &a.dtype, &kp)) ||
+      (st = check_4d(ctx, op, "v_new", &pv.t, QF_DT(a.dtype), vd, vs, &vdt, &vp)) ||
+      (st = check_4d(ctx, op, "k_cache", k_cache, QF_DT(a.dtype) | QF_DT(QF_E4M3FN), kcd, a.kcs, &a.cache_dtype, &a.k_cache)) ||
+      (st = check_4d(ctx, op, "v_cache", v_cache, QF_DT(a.cache_dtype), vcd, a.vcs, &vcdt, &a.v_cache)))
+    return st;
+  a.k = kp, a.v = vp;
+  a.T = kd[1], a.Hkv = kd[2], a.D = kd[3], a.Dv = vd[3], a.num_pages = kcd[0], a.page_size = kcd[1];
+  a.ks[0] = ks[1], a.ks[1] = ks[2], a.vs[0] = vs[1], a.vs[1] = vs[2];
+  if (vd[1] != a.T || vd[2] != a.Hkv || kcd[2] != a.Hkv || kcd[3] != a.D || vcd[0] != kcd[0] || vcd[1] != kcd[1] ||
+      vcd[2] != a.Hkv || vcd[3] != a.Dv)
+    return qf_fail(ctx, QF_ERR_SHAPE,
+                   "%s: k_new [%" PRId64 ", %" PRId64 ", %" PRId64 "], v_new [%" PRId64 ", %" PRId64 ", %" PRId64
+                   "], k_cache [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] and v_cache [%" PRId64 ", %" PRId64
+                   ", %" PRId64 ", %" PRId64 "] do not match (new [T, Hkv, D / Dv], caches [num_pages, page_size, Hkv, D / Dv])",
+                   op, kd[1], kd[2], kd[3], vd[1], vd[2], vd[3], kcd[0], kcd[1], kcd[2], kcd[3], vcd[0], vcd[1], vcd[2], vcd[3]);
+  if ((st = qf_check_vec(ctx, op, "slots", slots, QF_I32, a.T, (void **)&a.slots)) ||
+      (st = check_kv_scale(ctx, op, "k_scale", k_scale, a.cache_dtype, a.Hkv, &a.k_scale, &a.k_scale_step)) ||
+      (st = check_kv_scale(ctx, op, "v_scale", v_scale, a.cache_dtype, a.Hkv, &a.v_scale, &a.v_scale_step)))
+    return st;
+  if (a.T == 0 || a.Hkv == 0 || a.num_pages == 0 || a.page_size == 0) return QF_OK;
+  if (ctx->device == QF_DEVICE_CPU) return qf_cpu_attention_cache_append(ctx, &a);
+#ifdef QF_WITH_CUDA
+  if (a.D % 8 || a.Dv % 8)
+    return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: CUDA takes D and Dv multiples of 8; got %" PRId64 ", %" PRId64, op, a.D, a.Dv);
+  if ((st = check_cuda_layout(ctx, op, "k_new", kp, ks, a.dtype)) || (st = check_cuda_layout(ctx, op, "v_new", vp, vs, a.dtype)) ||
+      (st = check_cuda_layout(ctx, op, "k_cache", a.k_cache, a.kcs, a.cache_dtype)) ||
+      (st = check_cuda_layout(ctx, op, "v_cache", a.v_cache, a.vcs, a.cache_dtype)))
+    return st;
+  return qf_cuda_attention_cache_append(ctx, &a);
+#else
+  return qf_fail(ctx, QF_ERR_UNSUPPORTED, "%s: this build has no CUDA backend", op);
+#endif
 }

@@ -180,6 +180,24 @@ typedef struct {
 qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a);
 qf_status qf_cuda_attention(qf_ctx *ctx, const qf_attention_args *a);
 
+/* qf_attention_cache_append: new rows [T, Hkv, D] (strides of token and head in ks / vs) into
+ * caches [num_pages, page_size, Hkv, D] (strides of page, slot and head in kcs / vcs), a copy for
+ * 16-bit caches, e4m3fn codes of x * (1 / scale) otherwise (scales with step 0 or 1 as in
+ * qf_attention_args; NULL: 1). */
+typedef struct {
+  const void *k, *v;
+  void *k_cache, *v_cache;
+  const int32_t *slots;
+  qf_dtype dtype, cache_dtype;
+  int64_t T, Hkv, D, Dv, num_pages, page_size;
+  int64_t ks[2], vs[2], kcs[3], vcs[3];
+  const float *k_scale, *v_scale;
+  int64_t k_scale_step, v_scale_step;
+} qf_cache_append_args;
+
+qf_status qf_cpu_attention_cache_append(qf_ctx *ctx, const qf_cache_append_args *a);
+qf_status qf_cuda_attention_cache_append(qf_ctx *ctx, const qf_cache_append_args *a);
+
 /* ---- fp4 ---- */
 /* qf_quant_nvfp4: w [N, K]; codes e2m1x2 [N, K] (ld counts values); scales e4m3fn [N, K / 16]. */
 typedef struct {

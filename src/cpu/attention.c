@@ -4,6 +4,7 @@
 
 #include "core/backend.h"
 #include "cpu/floats.h"
+#include "cpu/slots.h"
 #include "formats/formats.h"
 
 /* Offset of key j of sequence b, kv head g, in k (strides ks) or v: dense [B, Skv, Hkv, D] or a page
@@ -98,5 +99,28 @@ qf_status qf_cpu_attention(qf_ctx *ctx, const qf_attention_args *a) {
       }
   }
   free(s), free(acc);
+  return QF_OK;
+}
+
+qf_status qf_cpu_attention_cache_append(qf_ctx *ctx, const qf_cache_append_args *a) {
+  qf_status st = qf_cpu_check_slots(ctx, "qf_attention_cache_append", "cache's slots", a->slots, a->T, a->num_pages * a->page_size);
+  if (st) return st;
+  for (int64_t t = 0; t < a->T; t++) {
+    if (a->slots[t] < 0) continue;
+    const int64_t page = a->slots[t] / a->page_size, row = a->slots[t] % a->page_size;
+    for (int64_t g = 0; g < a->Hkv; g++)
+      for (int kv = 0; kv < 2; kv++) {
+        const int64_t n = kv ? a->Dv : a->D, *src_st = kv ? a->vs : a->ks, *dst_st = kv ? a->vcs : a->kcs;
+        const float *scale = kv ? a->v_scale : a->k_scale;
+        const int64_t src = t * src_st[0] + g * src_st[1], dst = page * dst_st[0] + row * dst_st[1] + g * dst_st[2];
+        const void *x = kv ? a->v : a->k;
+        void *c = kv ? a->v_cache : a->k_cache;
+        const float inv = 1.0f / (scale ? scale[g * (kv ? a->v_scale_step : a->k_scale_step)] : 1.0f);
+        for (int64_t d = 0; d < n; d++) {
+          if (a->cache_dtype == QF_E4M3FN) ((uint8_t *)c)[dst + d] = qf_e4m3fn_from_f32(qf_cpu_get(a->dtype, x, src + d) * inv);
+          else ((uint16_t *)c)[dst + d] = ((const uint16_t *)x)[src + d];
+        }
+      }
+  }
   return QF_OK;
 }

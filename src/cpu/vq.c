@@ -8,6 +8,7 @@
 
 #include "core/backend.h"
 #include "cpu/floats.h"
+#include "cpu/slots.h"
 #include "formats/vq.h"
 
 static uint64_t rng(uint64_t *s) {
@@ -434,37 +435,9 @@ qf_status qf_cpu_vq_dequantize(qf_ctx *ctx, const qf_vq_tensors *t, const qf_mat
   return QF_OK;
 }
 
-static int by_value(const void *a, const void *b) {
-  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Slots below t->N and distinct (the negative ones skip their rows). */
-static qf_status check_slots(qf_ctx *ctx, const int32_t *slots, int64_t T, int64_t N) {
-  int32_t *sorted = malloc((size_t)T * sizeof *sorted);
-  if (!sorted) return qf_fail(ctx, QF_ERR_OUT_OF_MEMORY, "qf_vq_encode_slots: no memory for %lld slots", (long long)T);
-  for (int64_t i = 0; i < T; i++) {
-    if (slots[i] >= N) {
-      free(sorted);
-      return qf_fail(ctx, QF_ERR_VALUE, "qf_vq_encode_slots: slots[%lld]=%d is not below the codes' %lld rows", (long long)i,
-                     (int)slots[i], (long long)N);
-    }
-    sorted[i] = slots[i];
-  }
-  qsort(sorted, (size_t)T, sizeof *sorted, by_value);
-  for (int64_t i = 1; i < T; i++)
-    if (sorted[i] >= 0 && sorted[i] == sorted[i - 1]) {
-      const int32_t s = sorted[i];
-      free(sorted);
-      return qf_fail(ctx, QF_ERR_VALUE, "qf_vq_encode_slots: slot %d is named twice", (int)s);
-    }
-  free(sorted);
-  return QF_OK;
-}
-
 qf_status qf_cpu_vq_encode(qf_ctx *ctx, const qf_mat *x, int64_t row0, const int32_t *slots, const qf_vq_tensors *t) {
   if (slots) {
-    qf_status st = check_slots(ctx, slots, x->rows, t->N);
+    qf_status st = qf_cpu_check_slots(ctx, "qf_vq_encode_slots", "codes' rows", slots, x->rows, t->N);
     if (st) return st;
   }
   const int vs = t->fmt.vector_size, bits = t->fmt.index_bits;

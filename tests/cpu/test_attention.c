@@ -2,7 +2,7 @@
  * with GQA, sinks, strided [B, H, S, D] storage and both output types against a direct
  * evaluation of the documented formula, rows with nothing visible, and every error path (outputs
  * untouched); the paged and packed (varlen) forms against the dense call per sequence; e4m3fn keys
- * and values against the 16-bit call on their dequantized values. */
+ * and values against the 16-bit call on their dequantized values; appends to a cache by slot. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -424,6 +424,63 @@ static void check_fp8(void) {
   CHECK(!memcmp(before, o, sizeof o), "a refused fp8 call wrote o");
 }
 
+/* qf_attention_cache_append: 5 tokens (one padding) into pages of 3 slots, [T, H, D] rows of bf16
+ * with padded heads; a bf16 cache gets the rows' bytes, an e4m3fn one the oracle's codes of x *
+ * (1 / scale) per kv head (Inf and NaN among the inputs), every other slot keeps its poison; a slot
+ * past the cache, a slot named twice, scales with a bf16 cache and mismatched shapes are refused
+ * with the caches untouched. */
+static void check_cache_append(void) {
+  enum { T = 5, H = 2, DD = 16, PAD = 8, NP = 3, P = 3 };
+  uint16_t k[T * H * (DD + PAD)], v[T * H * (DD + PAD)], kc16[NP * P * H * DD], vc16[NP * P * H * DD];
+  uint8_t kc8[NP * P * H * DD], vc8[NP * P * H * DD];
+  const int32_t slots[T] = {7, -1, 0, 4, 8}, past[T] = {7, -1, 0, 4, 9}, twice[T] = {7, -1, 0, 7, 8};
+  const float ksc[H] = {0.3f, 2.5f}, vsc[1] = {0.07f};
+  uint64_t seed = 21;
+  for (size_t i = 0; i < sizeof k / 2; i++) k[i] = qf_bf16_from_f32(rng_normal(&seed) * 50.0f), v[i] = qf_bf16_from_f32(rng_normal(&seed));
+  k[3] = qf_bf16_from_f32(INFINITY), k[5] = qf_bf16_from_f32(NAN), v[2] = qf_bf16_from_f32(-1e4f);
+  int64_t ns[3] = {T, H, DD}, nst[3] = {H * (DD + PAD), DD + PAD, 1}, cs[4] = {NP, P, H, DD}, ts[1] = {T}, hs[1] = {H}, one[1] = {1};
+  DLTensor kt = dl_tensor(k, QF_BF16, 3, ns, kDLCPU), vt = dl_tensor(v, QF_BF16, 3, ns, kDLCPU);
+  kt.strides = nst, vt.strides = nst;
+  DLTensor k16 = dl_tensor(kc16, QF_BF16, 4, cs, kDLCPU), v16 = dl_tensor(vc16, QF_BF16, 4, cs, kDLCPU);
+  DLTensor k8 = dl_tensor(kc8, QF_E4M3FN, 4, cs, kDLCPU), v8 = dl_tensor(vc8, QF_E4M3FN, 4, cs, kDLCPU);
+  DLTensor st = dl_tensor((void *)slots, QF_I32, 1, ts, kDLCPU), kst = dl_tensor((void *)ksc, QF_F32, 1, hs, kDLCPU);
+  DLTensor vst = dl_tensor((void *)vsc, QF_F32, 1, one, kDLCPU);
+  memset(kc16, POISON, sizeof kc16), memset(vc16, POISON, sizeof vc16), memset(kc8, POISON, sizeof kc8), memset(vc8, POISON, sizeof vc8);
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, &st, NULL, NULL, &k16, &v16) == QF_OK, "append bf16: %s", qf_ctx_last_error(ctx));
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, &st, &kst, &vst, &k8, &v8) == QF_OK, "append e4m3fn: %s", qf_ctx_last_error(ctx));
+  int bad = 0;
+  for (int s = 0; s < NP * P; s++) {
+    int t = -1;
+    for (int i = 0; i < T; i++) t = slots[i] == s ? i : t;
+    for (int g = 0; g < H; g++)
+      for (int d = 0; d < DD; d++) {
+        const int c = (s * H + g) * DD + d, x = t * H * (DD + PAD) + g * (DD + PAD) + d;
+        if (t < 0) {
+          bad += kc16[c] != (POISON | POISON << 8) || vc16[c] != (POISON | POISON << 8) || kc8[c] != POISON || vc8[c] != POISON;
+          continue;
+        }
+        bad += kc16[c] != k[x] || vc16[c] != v[x];
+        bad += kc8[c] != oracle_e4m3fn(qf_bf16_to_f32(k[x]) * (1.0f / ksc[g]));
+        bad += vc8[c] != oracle_e4m3fn(qf_bf16_to_f32(v[x]) * (1.0f / vsc[0]));
+      }
+  }
+  CHECK(bad == 0, "cache append: %d elements not as expected", bad);
+  CHECK(kc8[(7 * H) * DD + 3] == 0x7E && (kc8[(7 * H) * DD + 5] & 0x7F) == 0x7F, "Inf saturates to 448, NaN stays NaN");
+
+  uint8_t before[sizeof kc8];
+  memcpy(before, kc8, sizeof kc8);
+  DLTensor pt = dl_tensor((void *)past, QF_I32, 1, ts, kDLCPU), tw = dl_tensor((void *)twice, QF_I32, 1, ts, kDLCPU);
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, &pt, &kst, &vst, &k8, &v8) == QF_ERR_VALUE, "a slot past the cache");
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, &tw, &kst, &vst, &k8, &v8) == QF_ERR_VALUE, "a slot named twice");
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, &st, &kst, NULL, &k16, &v16) == QF_ERR_VALUE, "scales with a bf16 cache");
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, &st, NULL, NULL, &k8, &v16) == QF_ERR_DTYPE, "caches of two dtypes");
+  int64_t cs2[4] = {NP, P, H, DD / 2};
+  DLTensor k8s = dl_tensor(kc8, QF_E4M3FN, 4, cs2, kDLCPU);
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, &st, NULL, NULL, &k8s, &v8) == QF_ERR_SHAPE, "k_cache head dim");
+  CHECK(qf_attention_cache_append(ctx, &kt, &vt, NULL, NULL, NULL, &k8, &v8) == QF_ERR_NULL, "no slots");
+  CHECK(!memcmp(before, kc8, sizeof kc8), "a refused append wrote the cache");
+}
+
 int main(void) {
   if (qf_ctx_create(&ctx, QF_DEVICE_CPU, 0) != QF_OK) return 1;
   check_by_hand();
@@ -438,6 +495,7 @@ int main(void) {
   check_paged();
   check_varlen();
   check_fp8();
+  check_cache_append();
   qf_ctx_destroy(ctx);
   return check_finish("test_attention");
 }

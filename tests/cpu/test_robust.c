@@ -34,7 +34,7 @@ typedef enum {
   OP_GROUP, OP_TOKEN, OP_RMS, OP_GEMM_BS, OP_GEMM_SCALED, OP_VQ_DEQ, OP_QUANT_FP4, OP_GEMM_FP4, OP_PER_TENSOR, OP_SILU,
   OP_TENSOR, OP_AZP_ADJ, OP_PACK_FP4, OP_ATTN, OP_ATTN_PAGED, OP_GROUPED, OP_MASKED, OP_VQ_GEMM, OP_VQ_ENCODE, OP_VQ_ATTN,
   OP_VQ_ENCODE_SLOTS, OP_VQ_ATTN_LENS, OP_VQ_PACK, OP_VQ_ENCODE_KV, OP_VQ_ATTN_APPEND, OP_ATTN_VARLEN, OP_ATTN_PAGED_VARLEN,
-  OP_COUNT
+  OP_ATTN_CACHE_APPEND, OP_COUNT
 } op_id;
 static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_quant", "qf_gemm_fp8_blockscale",
                               "qf_gemm_scaled", "qf_vq_dequantize", "qf_quant_nvfp4", "qf_gemm_nvfp4",
@@ -43,7 +43,7 @@ static const char *names[] = {"qf_quant_group", "qf_quant_token", "qf_rms_norm_q
                               "qf_gemm_fp8_blockscale_masked", "qf_vq_gemm", "qf_vq_encode", "qf_vq_attention_decode",
                               "qf_vq_encode_slots", "qf_vq_attention_decode", "qf_vq_pack_gemv",
                               "qf_vq_encode_kv_slots", "qf_vq_attention_decode_append", "qf_attention_varlen",
-                              "qf_attention_paged_varlen"};
+                              "qf_attention_paged_varlen", "qf_attention_cache_append"};
 
 static const qf_vq_format vq_fmt = {4, 8, 1, 0, 0, QF_F16, 0, 0};
 
@@ -131,6 +131,12 @@ static void valid(op_id op, args *a, int *outs, int *n_outs) {
       arg(a, QF_I32, 2, 1, 2, 0, 0), arg(a, QF_I32, 1, 1, 0, 0, 0), arg(a, QF_I32, 1, 2, 0, 0, 0);
       arg(a, QF_F32, 1, 2, 0, 0, 0), arg(a, QF_BF16, 3, 2, 2, 64, 0), arg(a, QF_F32, 2, 2, 2, 0, 0);
       outs[(*n_outs)++] = 7, outs[(*n_outs)++] = 8;
+      break;
+    case OP_ATTN_CACHE_APPEND: /* k_new, v_new [4, 2, 64], slots [4], scales [2] and [2], e4m3fn caches [2, 4, 2, 64] */
+      arg(a, QF_BF16, 3, 4, 2, 64, 0), arg(a, QF_BF16, 3, 4, 2, 64, 0), arg(a, QF_I32, 1, 4, 0, 0, 0);
+      arg(a, QF_F32, 1, 2, 0, 0, 0), arg(a, QF_F32, 1, 2, 0, 0, 0);
+      arg(a, QF_E4M3FN, 4, 2, 4, 2, 64), arg(a, QF_E4M3FN, 4, 2, 4, 2, 64);
+      outs[(*n_outs)++] = 5, outs[(*n_outs)++] = 6;
       break;
     case OP_GROUPED: /* a [128, K], a_scales [1, 128], b [1, N, K], b_scales [1, 1, 1], expert ids [1], d [128, N] */
       arg(a, QF_E4M3FN, 2, 128, K, 0, 0), arg(a, QF_F32, 2, 1, 128, 0, 0), arg(a, QF_E4M3FN, 3, 1, N, K, 0);
@@ -251,6 +257,7 @@ static qf_status call(op_id op, args *a, DLTensor **p) {
       qf_attention_opts o = {.causal = 1};
       return qf_attention_paged_varlen(ctx, p[0], p[1], p[2], p[3], p[4], p[5], 2, p[6], &o, p[7], p[8]);
     }
+    case OP_ATTN_CACHE_APPEND: return qf_attention_cache_append(ctx, p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
     default: (void)a; return qf_vq_pack_gemv(ctx, p[0], &vq_fmt, K, p[1]);
   }
 }
@@ -258,12 +265,12 @@ static qf_status call(op_id op, args *a, DLTensor **p) {
 /* Inputs whose values the CPU backend checks get valid ones (after the pool's poisoning): the
  * paged cache's block table {0, 1} and length 8, packed sequences' offsets {0, 2} (queries) and
  * {0, 4} (keys), the grouped GEMM's expert id 0, the masked one's
- * token count 4, the VQ appends' slots {0, 1, 2, 3}, the VQ attention's length 3. */
+ * token count 4, the VQ and cache appends' slots {0, 1, 2, 3}, the VQ attention's length 3. */
 static void fill_inputs(op_id op) {
   const int32_t table[2] = {0, 1}, len = 8, zero = 0, count = 4, slots[M] = {0, 1, 2, 3}, three = 3;
   const int32_t cu_q[2] = {0, 2}, cu_k[2] = {0, 4};
   if (op == OP_VQ_ENCODE_SLOTS) memcpy(pool[1], slots, sizeof slots);
-  if (op == OP_VQ_ENCODE_KV) memcpy(pool[2], slots, sizeof slots);
+  if (op == OP_VQ_ENCODE_KV || op == OP_ATTN_CACHE_APPEND) memcpy(pool[2], slots, sizeof slots);
   if (op == OP_VQ_ATTN_LENS) memcpy(pool[7], &three, sizeof three);
   if (op == OP_ATTN_PAGED || op == OP_ATTN_PAGED_VARLEN) memcpy(pool[3], table, sizeof table), memcpy(pool[4], &len, sizeof len);
   if (op == OP_ATTN_PAGED_VARLEN) memcpy(pool[5], cu_q, sizeof cu_q);
@@ -273,11 +280,13 @@ static void fill_inputs(op_id op) {
 }
 
 /* Arguments that may be absent (NULL is a valid value): the residual of qf_rms_norm_quant, the
- * zero points of qf_quant_token, sinks and lse of the attention ops, the VQ attention's kv_lens. */
+ * zero points of qf_quant_token, sinks and lse of the attention ops, the VQ attention's kv_lens, the
+ * cache append's scales. */
 static int optional_arg(op_id op, int i) {
   return (op == OP_RMS && i == 1) || (op == OP_TOKEN && i == 3) || (op == OP_ATTN && (i == 3 || i == 5)) ||
          (op == OP_ATTN_PAGED && (i == 5 || i == 7)) || (op == OP_VQ_ATTN_LENS && i == 7) ||
-         (op == OP_ATTN_VARLEN && (i == 5 || i == 7)) || (op == OP_ATTN_PAGED_VARLEN && (i == 6 || i == 8));
+         (op == OP_ATTN_VARLEN && (i == 5 || i == 7)) || (op == OP_ATTN_PAGED_VARLEN && (i == 6 || i == 8)) ||
+         (op == OP_ATTN_CACHE_APPEND && (i == 3 || i == 4));
 }
 
 enum {

@@ -21,6 +21,8 @@
  *    query counts, paged and packed calls, every head dim, with a scale per kv head (one negative
  *    k_scale among them) or one for the tensor; the reference takes code x scale, and the bounds
  *    below use those values.
+ *  - qf_attention_cache_append: bf16 and fp16 rows copied or turned into e4m3fn codes at shuffled
+ *    slots, byte for byte as the CPU's over the whole cache; a slot past the cache skipped.
  *  - Refusals write nothing: head dim 96, a misaligned q, a stride of 8 bytes.
  * Tolerance per element, from the numerics (u = 2^-24; S = sm_scale * max over keys of
  * sum_d |q_d k_d| for the row; vmax = max |v| of its kv head): a score is an fp32 sum of D
@@ -583,6 +585,73 @@ static void run_varlen(const vcase *c) {
   if (c->page) t4_free(&kc), t4_free(&vc), pair_free(&table), pair_free(&lens_p);
 }
 
+/* qf_attention_cache_append: T new rows (padded heads, Inf, NaN and values past 448 x scale among
+ * them) into a cache of n_pages pages of `page` slots at shuffled slots (every fifth token padding):
+ * the whole cache, poison in the slots no token names included, byte for byte as the CPU's; then a
+ * slot past the cache, which CUDA skips, against the CPU with that token as padding. */
+static void run_append(int T, int Hkv, int D, int Dv, int page, int n_pages, qf_dtype in, int fp8) {
+  char desc[120];
+  const qf_dtype cdt = fp8 ? QF_E4M3FN : in;
+  snprintf(desc, sizeof desc, "cache append T %d Hkv %d D %d/%d page %d x %d %s->%s", T, Hkv, D, Dv, page, n_pages,
+           qf_dtype_name(in), qf_dtype_name(cdt));
+  uint64_t seed = 0xcac4e + (uint64_t)T * 3 + (uint64_t)D;
+  t4 k, v, kc, vc;
+  t4_init(&k, 1, T, Hkv, D, 8, 0, in), t4_init(&v, 1, T, Hkv, Dv, 16, 0, in);
+  t4_init(&kc, n_pages, page, Hkv, D, 16, 0, cdt), t4_init(&vc, n_pages, page, Hkv, Dv, 0, 0, cdt);
+  for (int i = 0; i < T * Hkv; i++) /* a few values past 448 / scale, Inf and NaN */
+    for (int d = 0; d < D; d++) float_put(k.host, in, (size_t)t4_off(&k, 0, i / Hkv, i % Hkv, d), rng_normal(&seed) * (i % 7 ? 2.0f : 300.0f));
+  float_put(k.host, in, 3, INFINITY), float_put(k.host, in, 4, -INFINITY), float_put(v.host, in, 5, NAN);
+  for (int i = 0; i < T * Hkv; i++)
+    for (int d = 0; d < Dv; d++) if (i || d != 5) float_put(v.host, in, (size_t)t4_off(&v, 0, i / Hkv, i % Hkv, d), rng_normal(&seed));
+  CUDA_OK(cudaMemcpy(k.dev, k.host, k.bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(v.dev, v.host, v.bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(kc.dev, kc.host, kc.bytes, cudaMemcpyHostToDevice)); /* poisoned */
+  CUDA_OK(cudaMemcpy(vc.dev, vc.host, vc.bytes, cudaMemcpyHostToDevice));
+  const int n_slots = n_pages * page;
+  int32_t *perm = malloc((size_t)n_slots * 4), *slots = malloc((size_t)T * 4);
+  for (int i = 0; i < n_slots; i++) perm[i] = i;
+  for (int i = n_slots - 1; i > 0; i--) {
+    const int r = (int)(rng_next(&seed) % (uint64_t)(i + 1)), t = perm[i];
+    perm[i] = perm[r], perm[r] = t;
+  }
+  for (int t = 0; t < T; t++) slots[t] = t % 5 == 4 ? -1 : perm[t];
+  pair sp, ksp, vsp;
+  float ksc[64], vsc[1] = {0.0625f};
+  for (int g = 0; g < Hkv; g++) ksc[g] = 0.2f + 0.37f * g;
+  pair_init(&sp, (size_t)T * 4, slots), pair_init(&ksp, (size_t)Hkv * 4, ksc), pair_init(&vsp, 4, vsc);
+  int64_t ts[1] = {T}, hs[1] = {Hkv}, one[1] = {1};
+  DLTensor sh = dl_tensor(sp.ref, QF_I32, 1, ts, kDLCPU), sd = dl_tensor(sp.dev, QF_I32, 1, ts, kDLCUDA);
+  DLTensor kh = dl_tensor(ksp.ref, QF_F32, 1, hs, kDLCPU), kd = dl_tensor(ksp.dev, QF_F32, 1, hs, kDLCUDA);
+  DLTensor vh = dl_tensor(vsp.ref, QF_F32, 1, one, kDLCPU), vd = dl_tensor(vsp.dev, QF_F32, 1, one, kDLCUDA);
+  DLTensor knh = packed(&k, 0), knd = packed(&k, 1), vnh = packed(&v, 0), vnd = packed(&v, 1);
+  uint8_t *got = malloc(kc.bytes + vc.bytes);
+  for (int round = 0; round < 2; round++) {
+    if (round) { /* token 0's slot past the cache: CUDA skips it, as the CPU skips padding */
+      const int32_t past = n_slots + 5, pad = -1;
+      CUDA_OK(cudaMemcpy(sp.dev, &past, 4, cudaMemcpyHostToDevice));
+      memcpy(sp.ref, &pad, 4);
+      memset(kc.host, POISON, kc.bytes), memset(vc.host, POISON, vc.bytes);
+      CUDA_OK(cudaMemcpy(kc.dev, kc.host, kc.bytes, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(vc.dev, vc.host, vc.bytes, cudaMemcpyHostToDevice));
+    }
+    qf_status st = qf_attention_cache_append(cpu, &knh, &vnh, &sh, fp8 ? &kh : NULL, fp8 ? &vh : NULL, &kc.th, &vc.th);
+    if (!CHECK(st == QF_OK, "%s: cpu: %s", desc, qf_ctx_last_error(cpu))) break;
+    st = qf_attention_cache_append(gpu, &knd, &vnd, &sd, fp8 ? &kd : NULL, fp8 ? &vd : NULL, &kc.td, &vc.td);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (!CHECK(st == QF_OK, "%s: gpu: %s", desc, qf_ctx_last_error(gpu))) break;
+    CUDA_OK(cudaMemcpy(got, kc.dev, kc.bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got + kc.bytes, vc.dev, vc.bytes, cudaMemcpyDeviceToHost));
+    long diff = 0;
+    for (size_t i = 0; i < kc.bytes; i++) diff += got[i] != kc.host[i];
+    for (size_t i = 0; i < vc.bytes; i++) diff += got[kc.bytes + i] != vc.host[i];
+    CHECK(diff == 0, "%s%s: %ld bytes of the caches differ from the CPU's", desc, round ? ", a slot past the cache" : "", diff);
+  }
+  printf("  %s\n", desc);
+  free(perm), free(slots), free(got);
+  t4_free(&k), t4_free(&v), t4_free(&kc), t4_free(&vc);
+  pair_free(&sp), pair_free(&ksp), pair_free(&vsp);
+}
+
 /* Refusals on CUDA leave o untouched. */
 static void check_refusals(void) {
   t4 q, k, o;
@@ -673,6 +742,11 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof vcases / sizeof vcases[0]; i++)
     if (!quick_mode() || i % 3 == 0) run_varlen(&vcases[i]);
+  /* Appends: a decode step (one token per sequence), a prefill chunk, MLA's head dims, fp16 */
+  run_append(32, 8, 128, 128, 16, 64, QF_BF16, 1);
+  run_append(32, 8, 128, 128, 16, 64, QF_BF16, 0);
+  run_append(1000, 2, 64, 64, 256, 5, QF_F16, 1);
+  if (!quick_mode()) run_append(300, 1, 192, 128, 64, 8, QF_BF16, 1), run_append(77, 4, 256, 256, 1, 100, QF_F16, 0);
   check_refusals();
   qf_ctx_destroy(gpu), qf_ctx_destroy(cpu);
   return check_finish("gpu_test_attention");

@@ -484,6 +484,13 @@ class TestAttention(unittest.TestCase):
         np.testing.assert_array_equal(o2, o)
         with self.assertRaises(qfuse.QfuseError):  # scales with 16-bit keys
             ctx.attention(q, k16, v16, o, k_scale=k_scale)
+        # Appending the fp16 values to an e4m3fn cache with the same scales gives back the codes.
+        cache_k, cache_v = np.zeros((2, page, hkv, d), np.uint8), np.zeros((2, page, hkv, d), np.uint8)
+        slots = np.array([4 + j if j < 4 else j - 4 for j in range(skv)], np.int32)
+        ctx.attention_cache_append(k16[0], v16[0], slots, qfuse.view(cache_k, "e4m3fn"), qfuse.view(cache_v, "e4m3fn"),
+                                   k_scale=k_scale, v_scale=v_scale)
+        np.testing.assert_array_equal(cache_k, k_cache)
+        np.testing.assert_array_equal(cache_v, v_cache)
 
 
 class TestNvfp4(unittest.TestCase):

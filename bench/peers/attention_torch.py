@@ -64,6 +64,9 @@ FP8 = [
     ("prefill", 2, 1024, 4096, 32, 8, 128, True),
 ]
 
+# Cache appends (new tokens, Hkv, D): a decode step of 32 sequences, a prefill chunk.
+APPEND = [(32, 8, 128), (8192, 8, 128)]
+
 # Packed prefill batches (name, prompt lengths, Hq, Hkv, D), causal: each prompt's queries are its keys.
 VARLEN = [
     ("varlen", [4096, 1024, 2500, 300, 77, 3000, 1500, 700, 2048, 129, 900, 3700, 64, 1800, 2222, 1], 32, 8, 128),
@@ -195,7 +198,54 @@ def main():
             if (args.quick and i not in (0, 2)) or args.only in ("dense", "varlen"):
                 continue
             bench_fp8(out, dev, name, commit, flush, ctx, reps, copy_gbps, i, *shape)
+        for i, (tokens, hkv, d) in enumerate(APPEND):
+            if (args.quick and i) or args.only in ("dense", "varlen"):
+                continue
+            for fp8 in (True, False):
+                bench_append(out, dev, name, commit, flush, ctx, reps, copy_gbps, i, tokens, hkv, d, fp8)
     return 0
+
+
+def bench_append(out, dev, name, commit, flush, ctx, reps, copy_gbps, seed, tokens, hkv, d, fp8):
+    """qf_attention_cache_append of `tokens` new K and V rows at shuffled slots of a 16-key paged
+    cache against torch's composition (scale and convert, then index_put on the slots' rows)."""
+    g = torch.Generator(device=dev).manual_seed(300 + seed)
+    k, v = (torch.randn(tokens, hkv, d, device=dev, dtype=torch.bfloat16, generator=g) for _ in range(2))
+    page, n_pages = 16, max(64, 2 * tokens // 16)
+    slots = torch.randperm(n_pages * page, device=dev, generator=g)[:tokens].to(torch.int32)
+    k_scale, v_scale = torch.full((hkv,), 0.05, device=dev), torch.full((hkv,), 0.02, device=dev)
+    caches = [torch.zeros(n_pages, page, hkv, d, device=dev, dtype=torch.uint8 if fp8 else torch.bfloat16) for _ in range(2)]
+    views = [qfuse.view(c, "e4m3fn") for c in caches] if fp8 else caches
+    fn = lambda: ctx.attention_cache_append(k, v, slots, views[0], views[1], k_scale=k_scale if fp8 else None,  # noqa: E731
+                                            v_scale=v_scale if fp8 else None)
+    try:
+        us = time_us_named(fn, reps, flush, "cache_append")
+    except qfuse.QfuseError as e:
+        print(f"qfuse cache append: not run ({e})")
+        return
+    ours = [c.clone() for c in caches]
+    idx = slots.long()
+
+    def peer():
+        for x, c, s in ((k, caches[0], k_scale), (v, caches[1], v_scale)):
+            if fp8:
+                c.view(-1, hkv, d)[idx] = (x.float() * (1.0 / s)[None, :, None]).to(torch.float8_e4m3fn).view(torch.uint8)
+            else:
+                c.view(-1, hkv, d)[idx] = x
+    peer()
+    same = all(torch.equal(a, b) for a, b in zip(ours, caches))
+    peer_us = time_us(peer, reps, flush, "kernel")
+    nbytes = 2 * tokens * hkv * d * (2 + (1 if fp8 else 2)) + 4 * tokens
+    shape = f"T={tokens},Hkv={hkv},D={d},page={page}"
+    variant = "fp8kv,cache_append" if fp8 else "bf16,cache_append"
+    row = dict(op="attention", variant=variant, shape=shape, device=name, commit=commit, backend="qfuse", flush="read",
+               timing="kernel", us=round(us, 3), gbps=round(nbytes / (us * 1e3), 1),
+               pct_floor=round(100 * nbytes / (copy_gbps * 1e3) / us, 1), peer="torch-index-put",
+               peer_us=round(peer_us, 3), ratio=round(peer_us / us, 3), same_bytes=same)
+    out.write(json.dumps(row, separators=(",", ":")) + "\n")
+    out.flush()
+    print(f"{variant:22s} {shape:44s} qfuse {us:8.2f} us {row['pct_floor']:5.1f}% of the floor  torch {peer_us:8.2f} us "
+          f"ratio {peer_us / us:5.2f}x  same bytes: {same}")
 
 
 def bench_fp8(out, dev, name, commit, flush, ctx, reps, copy_gbps, seed, kind, b, sq, skv, hq, hkv, d, causal):

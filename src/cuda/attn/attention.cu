@@ -70,11 +70,15 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
       return attention_decode_kernel<T, Tile, (kVariant & kDecodePaged) != 0, (kVariant & kDecodePacked) != 0,
                                      (kVariant & kDecodeFp8) != 0>;
   }();
-  qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, Tile::kSmemBytes, g_opt_in[slot]);
+  constexpr uint32_t kSmem = [] {
+    if constexpr ((kVariant & kDecodeFp8) != 0) return Tile::kSmemBytesFp8;
+    else return Tile::kSmemBytes;
+  }();
+  qf_status st = qf_cuda_smem_opt_in(ctx, kOp, kernel, kSmem, g_opt_in[slot]);
   if (st != QF_OK) return st;
   int per_sm = g_ctas_per_sm[slot].load(std::memory_order_relaxed);
   if (per_sm == 0) {
-    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tile::kThreads, Tile::kSmemBytes);
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tile::kThreads, kSmem);
     if (err != cudaSuccess) return qf_cuda_fail(ctx, kOp, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", err);
     per_sm = std::max(per_sm, 1);
     g_ctas_per_sm[slot].store(per_sm, std::memory_order_relaxed);
@@ -113,9 +117,9 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
     if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, ks, p.box_rows)) ||
         (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->dtype, vd, vs, p.box_rows)))
       return st;
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, qf_stream(ctx)>>>(p, tm_k, tm_v);
+    kernel<<<grid, Tile::kThreads, kSmem, qf_stream(ctx)>>>(p, tm_k, tm_v);
   } else {
-    kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, qf_stream(ctx)>>>(p);
+    kernel<<<grid, Tile::kThreads, kSmem, qf_stream(ctx)>>>(p);
   }
   if ((st = qf_cuda_check_launch(ctx, kOp)) != QF_OK || p.splits == 1) return st;
   if (a->cu_seqlens_q) attention_merge_kernel<T, true><<<static_cast<unsigned>(rows_total), 128, 0, qf_stream(ctx)>>>(p);

@@ -93,9 +93,10 @@ struct AttnPrefillTile {
 };
 
 // The decode tile: 16 rows, WN warps each taking BN / WN keys of every key tile. The K/V ring holds
-// two stages of 16-bit tiles, or for e4m3fn keys and values one 16-bit stage (which the tensor
-// cores read) and two stages of codes (rows of D and DVT bytes, which cp.async fills): the same
-// bytes.
+// two stages of 16-bit tiles (one tile loaded ahead). For e4m3fn keys and values it holds
+// kFp8Stages stages of codes (rows of D and DVT bytes, which cp.async fills; two tiles loaded
+// ahead, the bytes in flight of the 16-bit ring's one) and one 16-bit buffer for the tensor cores,
+// in which each warp widens its keys' K rows and then their V rows: at D = 128 the same bytes.
 template <int D_, int DVT_, int BN_, int WN_>
 struct AttnDecodeTile {
   static constexpr int D = D_, DVT = DVT_, BN = BN_, WN = WN_;
@@ -106,11 +107,15 @@ struct AttnDecodeTile {
   static constexpr int kMinCtas = D <= 128 ? 3 : 1;  // per SM: the register cap that leaves room for three
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
   static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
+  static constexpr int kFp8Stages = 3;
+  static constexpr uint32_t kFp8RingBytes = (kKBytes > kVBytes ? kKBytes : kVBytes) + kFp8Stages * BN * (D + DVT);
   // then a flag (a page out of range) and, for a paged cache, a ring of four tiles' page ids
   static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes + 16 + 4 * BN * 4;
+  static constexpr uint32_t kSmemBytesFp8 = kQBytes + kFp8RingBytes + 16 + 4 * BN * 4;
   static_assert(kWarpKeys % 16 == 0, "P . V takes k-steps of 16 keys per warp");
   static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
-  static_assert(WN * 16 * (DVT + 2) * 4 <= kRingBytes, "the warps' partial results fit in the K/V ring");
+  static_assert(WN * 16 * (DVT + 2) * 4 <= kRingBytes && WN * 16 * (DVT + 2) * 4 <= kFp8RingBytes,
+                "the warps' partial results fit in the K/V ring");
 };
 
 namespace attn_detail {
@@ -285,12 +290,13 @@ __device__ __forceinline__ uint32_t widen2(__nv_bfloat16, uint16_t c) {
   return pack2(__nv_bfloat16(), f.x, f.y);
 }
 
-// A tile of BN rows of e4m3fn codes (kChunks 16-byte chunks a row, one after another, at src) as
-// the swizzled 16-bit tile at dst (2 kChunks chunks a row), threads tid of kThreads.
-template <typename T, int BN, int kChunks, int kThreads>
-__device__ __forceinline__ void widen_tile(uint32_t dst, uint32_t src, int tid) {
+// Rows row0 .. row0 + kRows - 1 of a tile of BN rows of e4m3fn codes (kChunks 16-byte chunks a
+// row, one after another, at src) into the swizzled 16-bit tile at dst (2 kChunks chunks a row), by
+// the 32 lanes of a warp.
+template <typename T, int BN, int kChunks, int kRows>
+__device__ __forceinline__ void widen_rows(uint32_t dst, uint32_t src, int row0, int lane) {
 #pragma unroll 2
-  for (int c = tid; c < BN * kChunks; c += kThreads) {
+  for (int c = row0 * kChunks + lane; c < (row0 + kRows) * kChunks; c += 32) {
     const uint4 v = ld_shared_v4(src + c * 16);
     const uint32_t in[4] = {v.x, v.y, v.z, v.w};
     uint32_t out[8];
@@ -624,31 +630,33 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 // ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering; kPaged: k
 // and v are a paged cache (an instantiation of its own, so that the dense loads carry no paging);
 // kPacked: packed sequences (likewise); kFp8: e4m3fn k and v, whose codes land in a ring of their
-// own and are widened into one 16-bit stage per tile ----
+// own, two tiles ahead, and which each warp widens for its keys ----
 template <typename T, class Tile, bool kPaged, bool kPacked, bool kFp8>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_decode_kernel(const attn_params p) {
   using namespace attn_detail;
   using KV = std::conditional_t<kFp8, uint8_t, T>;
   constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WN = Tile::WN;
   constexpr int kThreads = Tile::kThreads, kRows = Tile::kRows, kNS = Tile::kNS, kNO = Tile::kNO;
-  constexpr uint32_t kK8Bytes = BN * D, kV8Bytes = BN * DVT;  // a stage of codes
+  constexpr int kStages = kFp8 ? Tile::kFp8Stages : 2, kAhead = kStages - 1;  // tiles loaded ahead
+  constexpr uint32_t kK8Bytes = BN * D, kV8Bytes = BN * DVT;                 // a stage of codes
+  constexpr uint32_t kRing = kFp8 ? Tile::kFp8RingBytes : Tile::kRingBytes;
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // 16-bit tiles: two stages of K then two of V, or (kFp8) one of each and then the codes' stages
-  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + (kFp8 ? 1 : 2) * Tile::kKBytes;
-  const uint32_t s_k8 = s_v + Tile::kVBytes, s_v8 = s_k8 + 2 * kK8Bytes;
-  static_assert(!kFp8 || Tile::kKBytes + Tile::kVBytes + 2 * (kK8Bytes + kV8Bytes) <= Tile::kRingBytes, "codes fit the ring");
+  // 16-bit tiles: two stages of K then two of V; or (kFp8) the 16-bit buffer, then kStages stages
+  // of K's codes and kStages of V's
+  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + 2 * Tile::kKBytes;
+  const uint32_t s_k8 = s_k + (Tile::kKBytes > Tile::kVBytes ? Tile::kKBytes : Tile::kVBytes), s_v8 = s_k8 + kStages * kK8Bytes;
   const int tid = threadIdx.x, lane = tid & 31, wn = tid >> 5, g = lane >> 2;
   const CtaWork w = cta_work(p, kRows, BN, DVT, kPacked);
   if (w.r0 >= w.rows) return;  // a packed sequence with fewer rows than the longest
 
   // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
-  int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + Tile::kRingBytes);  // a page out of range
+  int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + kRing);  // a page out of range
   int *ids = bad + 4;  // page ids of tile t at ids + ((t - t_lo) % 4) * BN
   const KV *kb = static_cast<const KV *>(p.k) + (kPaged ? 0 : w.b * p.ks[0] + w.k0 * p.ks[1]) + w.hkv * p.ks[2];
   const KV *vb = static_cast<const KV *>(p.v) + (kPaged ? 0 : w.b * p.vs[0] + w.k0 * p.vs[1]) + w.hkv * p.vs[2] + w.dv0;
-  // A paged cache's block-table entries for the keys of `tile`, by cp.async: read two tiles before
-  // the tile's own copies, so that no copy waits for a table read.
+  // A paged cache's block-table entries for the keys of `tile`, by cp.async: read a tile before
+  // the group that holds the tile's own copies, so that no copy waits for a table read.
   auto load_ids = [&](int tile) {
     const int j = tile * BN + tid;
     if (!kPaged || tile >= w.t_hi || tid >= BN) return;
@@ -666,16 +674,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
       load_keys<KV, BN, D / 8, kThreads, kPaged>(p, w, s_k + stage * Tile::kKBytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
       load_keys<KV, BN, DVT / 8, kThreads, kPaged>(p, w, s_v + stage * Tile::kVBytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
     }
-    load_ids(tile + 2);
+    load_ids(tile + kAhead + 1);
   };
   if (tid == 0) *bad = 0;
-  load_ids(w.t_lo);
-  load_ids(w.t_lo + 1);
+  for (int i = 0; i <= kAhead; i++) load_ids(w.t_lo + i);
   cp_async_wait_all();
   __syncthreads();
   load_q<T, D>(p, w, s_q, kRows, tid, kThreads);
-  if (w.t_lo < w.t_hi) load_kv(w.t_lo, 0);
-  cp_async_commit_group();
+  for (int i = 0; i < kAhead; i++) {  // one commit group a tile (Q's with the first)
+    if (w.t_lo + i < w.t_hi) load_kv(w.t_lo + i, i);
+    cp_async_commit_group();
+  }
 
   const int pos[2] = {row_pos(p, w, g), row_pos(p, w, g + 8)};
   auto q_frag = [&](int kk, uint32_t (&a)[4]) {
@@ -690,15 +699,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   const float score_scale = kFp8 ? p.scale_log2 * k_scale : p.scale_log2;
 
   for (int t = w.t_lo; t < w.t_hi; t++) {
-    const int stage = (t - w.t_lo) & 1;
-    if (t + 1 < w.t_hi) load_kv(t + 1, stage ^ 1);
+    const int stage = kStages == 2 ? (t - w.t_lo) & 1 : (t - w.t_lo) % kStages;
+    if (t + kAhead < w.t_hi) load_kv(t + kAhead, kStages == 2 ? stage ^ 1 : (stage + kAhead) % kStages);
     cp_async_commit_group();
-    cp_async_wait_group<1>();
+    cp_async_wait_group<kAhead>();
     __syncthreads();
-    if constexpr (kFp8) {  // the 16-bit stage is free since the last tile's closing barrier
-      widen_tile<T, BN, D / 16, kThreads>(s_k, s_k8 + stage * kK8Bytes, tid);
-      widen_tile<T, BN, DVT / 16, kThreads>(s_v, s_v8 + stage * kV8Bytes, tid);
-      __syncthreads();
+    if constexpr (kFp8) {  // the warp's keys' K rows (its rows of the buffer are its own)
+      widen_rows<T, BN, D / 16, Tile::kWarpKeys>(s_k, s_k8 + stage * kK8Bytes, wn * Tile::kWarpKeys, lane);
+      __syncwarp();
     }
     if constexpr (Tile::kQInRegs) {
       if (t == w.t_lo)
@@ -707,7 +715,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
 
     // S = Q K^T over the warp's keys of the tile (accumulator octet j: s[4 j .. 4 j + 3])
     float s[kNS * 4] = {};
-    const uint32_t sk = s_k + (kFp8 ? 0 : stage * Tile::kKBytes);
+    const uint32_t sk = kFp8 ? s_k : s_k + stage * Tile::kKBytes;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
       uint32_t a[4];
@@ -727,6 +735,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
       }
     }
 
+    if constexpr (kFp8) {  // then its V rows over them
+      __syncwarp();
+      widen_rows<T, BN, DVT / 16, Tile::kWarpKeys>(s_k, s_v8 + stage * kV8Bytes, wn * Tile::kWarpKeys, lane);
+      __syncwarp();
+    }
     const bool edge = (t + 1) * BN > w.L || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
                       (p.window && t * BN <= w.pos_hi - p.window);
     float alpha[2];
@@ -741,7 +754,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
     p_fragments<T, kNS>(s, pa);
 
     // O += P V
-    const uint32_t sv = s_v + (kFp8 ? 0 : stage * Tile::kVBytes);
+    const uint32_t sv = kFp8 ? s_k : s_v + stage * Tile::kVBytes;
 #pragma unroll
     for (int ks = 0; ks < kNS / 2; ks++)
 #pragma unroll

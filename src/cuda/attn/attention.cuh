@@ -94,11 +94,11 @@ struct AttnPrefillTile {
 
 // The decode tile: 16 rows, WN warps each taking BN / WN keys of every key tile. The K/V ring holds
 // two stages of 16-bit tiles (one tile loaded ahead). For e4m3fn keys and values it holds
-// kFp8Stages stages of codes (rows of D and DVT bytes, which cp.async fills, kFp8Stages - 1 tiles
-// loaded ahead) and one 16-bit buffer for the tensor cores, in which each warp widens its keys' K
-// rows and then their V rows. A CTA's loads in flight bound its pace (one 16-bit tile ahead
-// streams at the pace of two or three FP8 tiles ahead), so the FP8 ring runs four tiles ahead
-// where shared memory holds five stages (two CTAs per SM at D = 128), two at D = 512.
+// kFp8Stages stages of codes (rows of D and DVT bytes, which cp.async fills, two tiles loaded
+// ahead) and one 16-bit buffer for the tensor cores, in which each warp widens its keys' K rows
+// and then their V rows: at D = 128 the bytes of the 16-bit ring, three CTAs per SM. (Five stages,
+// four tiles ahead at two CTAs per SM, ran no faster: the FP8 loop is bound by its instructions,
+// docs/ATTENTION.md.)
 template <int D_, int DVT_, int BN_, int WN_>
 struct AttnDecodeTile {
   static constexpr int D = D_, DVT = DVT_, BN = BN_, WN = WN_;
@@ -109,10 +109,10 @@ struct AttnDecodeTile {
   static constexpr int kMinCtas = D <= 128 ? 3 : 1;  // per SM: the register cap that leaves room for three
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
   static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
-  static constexpr int kFp8Stages = D + DVT <= 512 ? 5 : 3;
+  static constexpr int kFp8Stages = 3;
   // A paged cache's page ids are read a tile before the group that loads the tile: a ring of
   // kIdSlots tiles' ids.
-  static constexpr int kIdSlots = 4, kFp8IdSlots = 8;
+  static constexpr int kIdSlots = 4, kFp8IdSlots = 4;
   static constexpr uint32_t kFp8RingBytes = (kKBytes > kVBytes ? kKBytes : kVBytes) + kFp8Stages * BN * (D + DVT);
   // then a flag (a page out of range) and, for a paged cache, the ring of page ids
   static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes + 16 + kIdSlots * BN * 4;
@@ -287,13 +287,19 @@ __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w
   }
 }
 
-// Two e4m3fn codes (the first in the low byte) as a pair of T, exactly (fp16 by the hardware's
-// conversion, bf16 through fp32).
-__device__ __forceinline__ uint32_t widen2(__half, uint16_t c) { return cvt_rn_f16x2_e4m3x2(c); }
-__device__ __forceinline__ uint32_t widen2(__nv_bfloat16, uint16_t c) {
-  const uint32_t h = cvt_rn_f16x2_e4m3x2(c);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-  return pack2(__nv_bfloat16(), f.x, f.y);
+// Four e4m3fn codes (a word, the first in the low byte) as two pairs of T, exactly: fp16 by the
+// hardware's conversion, bf16 through fp32. (Moving the bits into place and multiplying by 2^120
+// in bf16x2 took 1.4x the time at bf16: bench/results/h200-dev-attention-fp8-widen-ab.txt.)
+__device__ __forceinline__ void widen4(__half, uint32_t w, uint32_t &lo, uint32_t &hi) {
+  lo = cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(w & 0xffffu));
+  hi = cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(w >> 16));
+}
+__device__ __forceinline__ void widen4(__nv_bfloat16, uint32_t w, uint32_t &lo, uint32_t &hi) {
+  for (int i = 0; i < 2; i++) {
+    const uint32_t h = cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(w >> (16 * i)));
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    (i ? hi : lo) = pack2(__nv_bfloat16(), f.x, f.y);
+  }
 }
 
 // Rows row0 .. row0 + kRows - 1 of a tile of BN rows of e4m3fn codes (kChunks 16-byte chunks a
@@ -307,10 +313,7 @@ __device__ __forceinline__ void widen_rows(uint32_t dst, uint32_t src, int row0,
     const uint32_t in[4] = {v.x, v.y, v.z, v.w};
     uint32_t out[8];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      out[2 * i] = widen2(T(), static_cast<uint16_t>(in[i] & 0xffffu));
-      out[2 * i + 1] = widen2(T(), static_cast<uint16_t>(in[i] >> 16));
-    }
+    for (int i = 0; i < 4; i++) widen4(T(), in[i], out[2 * i], out[2 * i + 1]);
     const int r = c / kChunks, ch = c % kChunks;
     st_shared_v4(dst + tile_offset(r, 2 * ch, BN), make_uint4(out[0], out[1], out[2], out[3]));
     st_shared_v4(dst + tile_offset(r, 2 * ch + 1, BN), make_uint4(out[4], out[5], out[6], out[7]));

@@ -258,7 +258,7 @@ __device__ __forceinline__ int page_of(const attn_params &p, const CtaWork &w, i
 // pages out of range (*bad set). A paged cache's page ids come from `ids`, the tile's keys' entries
 // of the block table in shared memory. A thread keeps one chunk column. The tile is the swizzled
 // one the tensor cores read, or with kPlain rows of kChunks chunks one after another (e4m3fn codes,
-// which widen_tile turns into the former).
+// which widen_rows turns into the former).
 template <typename E, int BN, int kChunks, int kThreads, bool kPaged, bool kPlain = false>
 __device__ __forceinline__ void load_keys(const attn_params &p, const CtaWork &w, uint32_t dst, const E *base,
                                           const int64_t (&st)[3], int j0, const int *ids, int tid, int *bad) {

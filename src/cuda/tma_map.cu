@@ -45,12 +45,17 @@ qf_status qf_cuda_make_tmap_heads(qf_ctx *ctx, const char *op, CUtensorMap *map,
     return qf_fail(ctx, QF_ERR_CUDA, "%s: the driver does not provide cuTensorMapEncodeTiled", op);
   const cuuint64_t size[4] = {static_cast<cuuint64_t>(dims[3]), static_cast<cuuint64_t>(dims[1] > 0 ? dims[1] : 1),
                               static_cast<cuuint64_t>(dims[2]), static_cast<cuuint64_t>(dims[0])};
-  const cuuint64_t pitch[3] = {static_cast<cuuint64_t>(strides[1] * 2), static_cast<cuuint64_t>(strides[2] * 2),
-                               static_cast<cuuint64_t>(strides[0] * 2)};
+  const bool codes = dtype == QF_E4M3FN;
+  const int esize = codes ? 1 : 2;
+  const cuuint64_t pitch[3] = {static_cast<cuuint64_t>(strides[1] * esize), static_cast<cuuint64_t>(strides[2] * esize),
+                               static_cast<cuuint64_t>(strides[0] * esize)};
   const cuuint32_t box[4] = {64, box_rows, 1, 1}, elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, dtype == QF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                            const_cast<void *>(data), size, pitch, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUtensorMapDataType type = codes ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : dtype == QF_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = encode(map, type, 4, const_cast<void *>(data), size, pitch, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            codes ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return qf_fail(ctx, QF_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed for %s [%lld, %lld, %lld, %lld] (CUresult %d)", op,
                    name, static_cast<long long>(dims[0]), static_cast<long long>(dims[1]), static_cast<long long>(dims[2]),

@@ -24,6 +24,7 @@ qf_status qf_cuda_make_tmap_bytes(qf_ctx *ctx, const char *op, CUtensorMap *map,
 // Tensor map of a 16-bit (fp16 / bf16) tensor [B, S, H, D] with the last dimension contiguous and
 // element strides {batch, token, head} (multiples of 8), as the 4-D map (D, S, H, B), in boxes of
 // 64 columns x box_rows tokens of one head, 128-byte swizzled (a plane of the attention kernels'
-// tiles). Tokens past S read as zeros. S = 0 is encoded as one token (never read).
+// tiles); for e4m3fn codes (strides multiples of 16) the same boxes unswizzled, 64-byte rows one
+// after another. Tokens past S read as zeros. S = 0 is encoded as one token (never read).
 qf_status qf_cuda_make_tmap_heads(qf_ctx *ctx, const char *op, CUtensorMap *map, const char *name, const void *data,
                                   qf_dtype dtype, const int64_t dims[4], const int64_t strides[3], uint32_t box_rows);

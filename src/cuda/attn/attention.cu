@@ -2,6 +2,7 @@
 // launch plan (attention_heuristic.h), the workspace for split partials, and the launches.
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "cuda/attn/attention.cuh"
 #include "cuda/attn/attention_heuristic.h"
@@ -19,42 +20,49 @@ const char kOp[] = "qf_attention";
 // its two stages, bench/results/h200-dev-attention-overlap-ab.jsonl). D = 192 with DV = 128 is
 // MLA's prefill (DeepSeek's 128 + 64 rotary dims of q and k, 128 of v): D = 128's accumulators with
 // two stages of 128 keys (80 KB a stage); its decode tile has six warps on tiles of 96 keys.
+// PrefillFp8: the prefill tile over e4m3fn codes where its slots of codes fit beside the 16-bit
+// stages (D = 128 on two stages without the overlap); void: such prompts run the decode kernel.
 template <int D, int DV>
 struct TilesFor;
 template <>
 struct TilesFor<64, 64> {
   using Prefill = AttnPrefillTile<64, 64, 128, 4, false>;
+  using PrefillFp8 = AttnPrefillTile<64, 64, 128, 4, false, 2>;
   using Decode = AttnDecodeTile<64, 64, 64, 4>;
 };
 template <>
 struct TilesFor<128, 128> {
   using Prefill = AttnPrefillTile<128, 128, 128, 3, true>;
+  using PrefillFp8 = AttnPrefillTile<128, 128, 128, 2, false, 2>;
   using Decode = AttnDecodeTile<128, 128, 64, 4>;
 };
 template <>
 struct TilesFor<256, 256> {
   using Prefill = AttnPrefillTile<256, 256, 64, 2, false>;
+  using PrefillFp8 = AttnPrefillTile<256, 256, 64, 2, false, 1>;
   using Decode = AttnDecodeTile<256, 256, 64, 4>;
 };
 template <>
 struct TilesFor<512, 512> {
   using Prefill = AttnPrefillTile<512, 256, 32, 2, false>;
+  using PrefillFp8 = void;
   using Decode = AttnDecodeTile<512, 256, 64, 4>;
 };
 template <>
 struct TilesFor<192, 128> {
   using Prefill = AttnPrefillTile<192, 128, 128, 2, false>;
+  using PrefillFp8 = void;
   using Decode = AttnDecodeTile<192, 128, 96, 6>;  // the loads' thread count divides K's 24 and V's 16 chunks a row
 };
 
 #define QF_ATTN_HEAD_DIMS(X) X(64, 64) X(128, 128) X(256, 256) X(512, 512) X(192, 128)
 
 // The kernels of a tile configuration: prefill over [B, S, H, D] tensors, and over packed sequences
-// or a paged cache (General); decode in eight variants, kDecode + (packed sequences) + 2 (a paged
-// cache) + 4 (e4m3fn keys and values).
-enum class Kernel { kPrefill, kPrefillGeneral, kDecode };
+// or a paged cache (General), each over 16-bit keys or (Fp8, on the PrefillFp8 tile) codes; decode
+// in eight variants, kDecode + (packed sequences) + 2 (a paged cache) + 4 (e4m3fn keys and values).
+enum class Kernel { kPrefill, kPrefillGeneral, kPrefillFp8, kPrefillGeneralFp8, kDecode };
 constexpr int kDecodePacked = 1, kDecodePaged = 2, kDecodeFp8 = 4;
-constexpr int kKernels = 2 + 8;
+constexpr int kKernels = 4 + 8;
 
 constexpr int kSlots = 2 * 5 * kKernels;  // dtypes x head dims x kernels
 std::atomic<uint64_t> g_opt_in[kSlots];
@@ -63,9 +71,10 @@ std::atomic<int> g_ctas_per_sm[kSlots];
 // Launches kernel K of Tile (the decode kernel's variant `kVariant`) and, for split keys, the merge.
 template <typename T, class Tile, Kernel K, int kVariant = 0>
 qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
-  constexpr bool kPrefill = K == Kernel::kPrefill || K == Kernel::kPrefillGeneral;
+  constexpr bool kPrefill = K != Kernel::kDecode;
   const auto kernel = [] {
-    if constexpr (kPrefill) return attention_prefill_kernel<T, Tile, K == Kernel::kPrefillGeneral>;
+    if constexpr (kPrefill)
+      return attention_prefill_kernel<T, Tile, K == Kernel::kPrefillGeneral || K == Kernel::kPrefillGeneralFp8>;
     else
       return attention_decode_kernel<T, Tile, (kVariant & kDecodePaged) != 0, (kVariant & kDecodePacked) != 0,
                                      (kVariant & kDecodeFp8) != 0>;
@@ -114,8 +123,8 @@ qf_status launch(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int sl
       vs[0] = std::max(vs[1] * a->total_k, vs[2] * a->Hkv);
     }
     p.box_rows = static_cast<int>(a->block_table ? std::min<int64_t>(a->page_size, Tile::BN) : Tile::BN);
-    if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->dtype, kd, ks, p.box_rows)) ||
-        (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->dtype, vd, vs, p.box_rows)))
+    if ((st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_k, "k", a->k, a->kv_dtype, kd, ks, p.box_rows)) ||
+        (st = qf_cuda_make_tmap_heads(ctx, kOp, &tm_v, "v", a->v, a->kv_dtype, vd, vs, p.box_rows)))
       return st;
     kernel<<<grid, Tile::kThreads, kSmem, qf_stream(ctx)>>>(p, tm_k, tm_v);
   } else {
@@ -138,25 +147,32 @@ bool prefill_can_load(const qf_attention_args *a, int bn) {
 }
 
 // The kernel for head dims D, DV: prefill above kAttnDecodeRows rows where its TMA loads can read
-// the keys (16-bit keys only), else the decode kernel's variant for the inputs.
+// the keys (and, for codes, a PrefillFp8 tile exists), else the decode kernel's variant for the inputs.
 template <typename T, int D, int DV>
 qf_status launch_dim(qf_ctx *ctx, const qf_attention_args *a, attn_params &p, int slot) {
   using Tiles = TilesFor<D, DV>;
   using Prefill = typename Tiles::Prefill;
+  using PrefillFp8 = typename Tiles::PrefillFp8;
   using Decode = typename Tiles::Decode;
-  const bool packed = a->cu_seqlens_q != nullptr, fp8 = a->kv_dtype == QF_E4M3FN;
+  const bool packed = a->cu_seqlens_q != nullptr, fp8 = a->kv_dtype == QF_E4M3FN, general = packed || a->block_table;
   if (p.rows > kAttnDecodeRows && !fp8 && prefill_can_load(a, Prefill::BN)) {
-    if (packed || a->block_table) return launch<T, Prefill, Kernel::kPrefillGeneral>(ctx, a, p, slot + 1);
+    if (general) return launch<T, Prefill, Kernel::kPrefillGeneral>(ctx, a, p, slot + 1);
     return launch<T, Prefill, Kernel::kPrefill>(ctx, a, p, slot);
+  }
+  if constexpr (!std::is_void_v<PrefillFp8>) {
+    if (p.rows > kAttnDecodeRows && fp8 && prefill_can_load(a, PrefillFp8::BN)) {
+      if (general) return launch<T, PrefillFp8, Kernel::kPrefillGeneralFp8>(ctx, a, p, slot + 3);
+      return launch<T, PrefillFp8, Kernel::kPrefillFp8>(ctx, a, p, slot + 2);
+    }
   }
   const int variant = (packed ? kDecodePacked : 0) | (a->block_table ? kDecodePaged : 0) | (fp8 ? kDecodeFp8 : 0);
   switch (variant) {
 #define QF_ATTN_DECODE(V) \
-  case V: return launch<T, Decode, Kernel::kDecode, V>(ctx, a, p, slot + 2 + V);
+  case V: return launch<T, Decode, Kernel::kDecode, V>(ctx, a, p, slot + 4 + V);
     QF_ATTN_DECODE(0) QF_ATTN_DECODE(1) QF_ATTN_DECODE(2) QF_ATTN_DECODE(3)
     QF_ATTN_DECODE(4) QF_ATTN_DECODE(5) QF_ATTN_DECODE(6)
 #undef QF_ATTN_DECODE
-    default: return launch<T, Decode, Kernel::kDecode, 7>(ctx, a, p, slot + 2 + 7);
+    default: return launch<T, Decode, Kernel::kDecode, 7>(ctx, a, p, slot + 4 + 7);
   }
 }
 

@@ -77,17 +77,21 @@ struct attn_params {
 // The prefill tile: two consumer warpgroups of 64 rows and a producer warpgroup; D (q and k head
 // dim), DVT output columns per CTA (Dv / DVT CTAs share a row tile), BN keys per tile, kStages
 // K/V tiles in flight; kOverlap: a tile's softmax runs while the tensor cores do the previous
-// tile's P V (it holds two stages at once).
-template <int D_, int DVT_, int BN_, int kStages_, bool kOverlap_>
+// tile's P V (it holds two stages at once). kCodeSlots > 0: e4m3fn keys and values, whose codes TMA
+// brings into kCodeSlots slots of a tile's K and V codes and the producer warpgroup widens into the
+// 16-bit stages the consumers read.
+template <int D_, int DVT_, int BN_, int kStages_, bool kOverlap_, int kCodeSlots_ = 0>
 struct AttnPrefillTile {
-  static constexpr int D = D_, DVT = DVT_, BN = BN_, kStages = kStages_;
+  static constexpr int D = D_, DVT = DVT_, BN = BN_, kStages = kStages_, kCodeSlots = kCodeSlots_;
   static constexpr bool kOverlap = kOverlap_;
   static constexpr int kThreads = 384, kRows = 128;
   static constexpr int kNS = BN / 8, kNO = DVT / 8;  // accumulator octets of S and O per thread
   static constexpr uint32_t kQBytes = kRows * D * 2, kKBytes = BN * D * 2, kVBytes = BN * DVT * 2;
-  // full K, full V and empty mbarriers per stage, and a flag: a page out of range
-  static constexpr uint32_t kBarBytes = 3 * kStages * 8 + 8;
-  static constexpr uint32_t kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + kBarBytes;
+  static constexpr uint32_t kCodeBytes = BN * (D + DVT);  // a slot of codes: K's, then V's
+  // full K, full V and empty mbarriers per stage, a barrier per slot of codes, and a flag: a page
+  // out of range
+  static constexpr uint32_t kBarBytes = 3 * kStages * 8 + kCodeSlots * 8 + 8;
+  static constexpr uint32_t kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes) + kCodeSlots * kCodeBytes + kBarBytes;
   static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
   static_assert(BN % 16 == 0 && BN <= 256 && DVT <= 256, "wgmma N of at most 256");
 };
@@ -452,13 +456,16 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
                              const __grid_constant__ CUtensorMap tm_v) {
   using namespace attn_detail;
   constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, kStages = Tile::kStages, kRows = Tile::kRows;
-  constexpr int kNS = Tile::kNS, kNO = Tile::kNO;
+  constexpr int kNS = Tile::kNS, kNO = Tile::kNO, kCodeSlots = Tile::kCodeSlots;
+  constexpr bool kFp8 = kCodeSlots > 0;
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + kStages * Tile::kKBytes, bars = s_v + kStages * Tile::kVBytes;
+  const uint32_t s_k = s_q + Tile::kQBytes, s_v = s_k + kStages * Tile::kKBytes, s_c = s_v + kStages * Tile::kVBytes;
+  const uint32_t bars = s_c + kCodeSlots * Tile::kCodeBytes;
   auto k_full = [&](int st) { return bars + 8 * st; };
   auto v_full = [&](int st) { return bars + 8 * (kStages + st); };
   auto empty = [&](int st) { return bars + 8 * (2 * kStages + st); };
+  auto staged = [&](int cs) { return bars + 8 * (3 * kStages + cs); };  // a slot's codes landed
   volatile int *bad = reinterpret_cast<int *>(smem + Tile::kSmemBytes - 8);  // after the mbarriers: a page out of range
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const CtaWork w = cta_work(p, kRows, BN, DVT, kGeneral);
@@ -469,6 +476,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       mbarrier_init(v_full(st), 1);
       mbarrier_init(empty(st), 8);  // one arrival per consumer warp
     }
+    for (int cs = 0; cs < kCodeSlots; cs++) mbarrier_init(staged(cs), 1);
     *bad = 0;
     fence_mbarrier_init();
   }
@@ -477,16 +485,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (warp < 4) {
     // ---- producer: one thread issues the K and V boxes of each key tile (one per 64 columns) ----
     setmaxnreg_dec<40>();
-    if (warp != 0) return;
-    if (lane == 0) prefetch_tensormap(&tm_k), prefetch_tensormap(&tm_v);
+    if (!kFp8 && warp != 0) return;
+    if (tid == 0) prefetch_tensormap(&tm_k), prefetch_tensormap(&tm_v);
     const int boxes = BN / p.box_rows;
-    for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
-      const int st = it % kStages;
-      // Boxes of p.box_rows keys: at (token, batch entry) of a dense tensor (packed sequences: at
-      // (the sequence's first key row + token, 0)), or at (slot, page) of a paged cache, lane q of
-      // the warp reading box q's page (all of a tile's table reads in flight at once); a box past
-      // the sequence, or whose page is out of range, reads zeros (its page coordinate is past the
-      // cache).
+    // The boxes of tile t into K stage (or slot of codes) dk, V's into dv, on barriers bk and bv;
+    // warp 0. Boxes of p.box_rows keys: at (token, batch entry) of a dense tensor (packed
+    // sequences: at (the sequence's first key row + token, 0)), or at (slot, page) of a paged
+    // cache, lane q of the warp reading box q's page (all of a tile's table reads in flight at
+    // once); a box past the sequence, or whose page is out of range, reads zeros (its page
+    // coordinate is past the cache). A 16-bit box is a plane's 64 columns x box_rows keys at
+    // 128-byte rows, a box of codes the same at 64-byte rows.
+    auto box_page = [&](int t) {  // lane q: box q's page (or batch entry) coordinate
       int page = w.b;
       if constexpr (kGeneral) {
         if (p.block_table) {
@@ -497,28 +506,75 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           page = 0;
         }
       }
+      return page;
+    };
+    auto issue = [&](int t, int page, uint32_t dk, uint32_t dv, uint32_t bk, uint32_t bv) {
+      constexpr uint32_t kRowBytes = kFp8 ? 64 : 128;
       auto slot = [&](int q) {
         const int j = t * BN + q * p.box_rows;
         return kGeneral && p.block_table ? j % p.page_size : w.k0 + j;
       };
-      if (lane == 0) {
-        if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
-        mbarrier_arrive_expect_tx(k_full(st), Tile::kKBytes);
-        mbarrier_arrive_expect_tx(v_full(st), Tile::kVBytes);
-      }
       for (int q = 0; q < boxes; q++) {
-        const int box_page = __shfl_sync(0xffffffffu, page, q);
+        const int pg = __shfl_sync(0xffffffffu, page, q);
         if (lane != 0) continue;
         for (int pl = 0; pl < D / 64; pl++)
-          cp_async_bulk_tensor_4d_g2s(s_k + st * Tile::kKBytes + (pl * BN + q * p.box_rows) * 128, &tm_k, k_full(st),
-                                      pl * 64, slot(q), w.hkv, box_page);
+          cp_async_bulk_tensor_4d_g2s(dk + (pl * BN + q * p.box_rows) * kRowBytes, &tm_k, bk, pl * 64, slot(q), w.hkv, pg);
       }
       for (int q = 0; q < boxes; q++) {
-        const int box_page = __shfl_sync(0xffffffffu, page, q);
+        const int pg = __shfl_sync(0xffffffffu, page, q);
         if (lane != 0) continue;
         for (int pl = 0; pl < DVT / 64; pl++)
-          cp_async_bulk_tensor_4d_g2s(s_v + st * Tile::kVBytes + (pl * BN + q * p.box_rows) * 128, &tm_v, v_full(st),
-                                      w.dv0 + pl * 64, slot(q), w.hkv, box_page);
+          cp_async_bulk_tensor_4d_g2s(dv + (pl * BN + q * p.box_rows) * kRowBytes, &tm_v, bv, w.dv0 + pl * 64, slot(q), w.hkv, pg);
+      }
+    };
+    if constexpr (!kFp8) {
+      for (int t = w.t_lo, it = 0; t < w.t_hi; t++, it++) {
+        const int st = it % kStages, page = box_page(t);  // the table reads in flight during the wait
+        if (lane == 0) {
+          if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
+          mbarrier_arrive_expect_tx(k_full(st), Tile::kKBytes);
+          mbarrier_arrive_expect_tx(v_full(st), Tile::kVBytes);
+        }
+        issue(t, page, s_k + st * Tile::kKBytes, s_v + st * Tile::kVBytes, k_full(st), v_full(st));
+      }
+    } else {
+      // Codes: warp 0 keeps kCodeSlots tiles of codes in flight; the four warps widen each into
+      // the 16-bit stage once the consumers have freed it (K, then V, each handed over by one
+      // arrival after the warpgroup's barrier), and the slot is refilled after the second barrier.
+      auto issue_codes = [&](int it) {
+        const int cs = it % kCodeSlots;
+        const uint32_t slot_k = s_c + cs * Tile::kCodeBytes;
+        const int page = box_page(w.t_lo + it);
+        if (lane == 0) mbarrier_arrive_expect_tx(staged(cs), Tile::kCodeBytes);
+        issue(w.t_lo + it, page, slot_k, slot_k + BN * D, staged(cs), staged(cs));
+      };
+      auto widen = [&](uint32_t dst, uint32_t src, int planes) {  // planes of 64 columns x BN keys
+        for (int c = tid; c < planes * BN * 4; c += 128) {  // 16 codes: chunk c % 4 of row c / 4
+          const uint4 v = ld_shared_v4(src + c * 16);
+          const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+          uint32_t out[8];
+#pragma unroll
+          for (int i = 0; i < 4; i++) widen4(T(), in[i], out[2 * i], out[2 * i + 1]);
+          const int pl = c / (BN * 4), r = c / 4 % BN, ch = pl * 8 + 2 * (c % 4);
+          st_shared_v4(dst + tile_offset(r, ch, BN), make_uint4(out[0], out[1], out[2], out[3]));
+          st_shared_v4(dst + tile_offset(r, ch + 1, BN), make_uint4(out[4], out[5], out[6], out[7]));
+        }
+        fence_proxy_async_shared_cta();  // the 16-bit tile, seen by wgmma's reads
+        named_barrier_sync(2, 128);
+      };
+      const int n = w.t_hi - w.t_lo;
+      for (int it = 0; it < kCodeSlots && it < n; it++)
+        if (warp == 0) issue_codes(it);
+      for (int it = 0; it < n; it++) {
+        const int st = it % kStages, cs = it % kCodeSlots;
+        const uint32_t slot_k = s_c + cs * Tile::kCodeBytes;
+        mbarrier_wait_parity(staged(cs), (it / kCodeSlots) & 1);
+        if (it >= kStages) mbarrier_wait_parity(empty(st), (it / kStages - 1) & 1);
+        widen(s_k + st * Tile::kKBytes, slot_k, D / 64);
+        if (tid == 0) mbarrier_arrive(k_full(st));
+        widen(s_v + st * Tile::kVBytes, slot_k + BN * D, DVT / 64);
+        if (tid == 0) mbarrier_arrive(v_full(st));
+        if (warp == 0 && it + kCodeSlots < n) issue_codes(it + kCodeSlots);
       }
     }
     return;
@@ -574,12 +630,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);  // in flight: not to be touched
   };
+  // With codes, k_scale joins the scores' factor before the running max (any sign of the scale
+  // keeps the max right), v_scale the rows' results.
+  const float k_scale = kFp8 && p.k_scale ? p.k_scale[w.hkv * p.k_scale_step] : 1.0f;
+  const float score_scale = p.scale_log2 * k_scale;
   auto softmax_tile = [&](float (&s)[kNS * 4], int t, float (&alpha)[2]) {
 #pragma unroll
     for (int e = 0; e < kNS * 4; e++) wgmma_fence_operand(s[e]);
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int e = 0; e < kNS * 4; e++) s[e] *= score_scale;
+    }
     const bool edge = (t + 1) * BN > w.L || (p.causal && (t + 1) * BN - 1 > w.pos_lo) ||
                       (p.window && t * BN <= w.pos_hi - p.window);
-    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN, edge, lane, p.scale_log2);
+    softmax_step<kNS>(p, s, m_row, l_row, alpha, pos, w.L, t * BN, edge, lane, kFp8 ? 1.0f : p.scale_log2);
   };
   auto release = [&](int it) {  // the warp has read the stage of tile it
     __syncwarp();
@@ -632,6 +696,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       for (int e = 0; e < kNO * 4; e++) wgmma_fence_operand(o_acc[e]);
       release(n - 1);
     }
+  }
+  if (kFp8 && p.v_scale) {
+    const float v_scale = p.v_scale[w.hkv * p.v_scale_step];
+#pragma unroll
+    for (int e = 0; e < kNO * 4; e++) o_acc[e] *= v_scale;
   }
   store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, *bad != 0, lane, kGeneral);
 }

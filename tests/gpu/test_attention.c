@@ -17,10 +17,10 @@
  *    the last sequence untouched; NaN in the value row right after a sequence's keys (which its
  *    last tile loads) leaves it unchanged; paged caches whose unused slots hold NaN; a CUDA graph
  *    of each call replayed after its offsets changed on the device, against a direct call.
- *  - FP8 keys and values (e4m3fn, the decode kernel for every shape): decode, split, prompt-sized
- *    query counts, paged and packed calls, every head dim, with a scale per kv head (one negative
- *    k_scale among them) or one for the tensor; the reference takes code x scale, and the bounds
- *    below use those values.
+ *  - FP8 keys and values (e4m3fn): decode, split, prompts (the prefill kernel's codes widened by its
+ *    producer at D = 64, 128 and 256, the decode kernel at 512 and MLA's dims), paged and packed
+ *    calls, every head dim, with a scale per kv head (one negative k_scale among them) or one for
+ *    the tensor; the reference takes code x scale, and the bounds below use those values.
  *  - qf_attention_cache_append: bf16 and fp16 rows copied or turned into e4m3fn codes at shuffled
  *    slots, byte for byte as the CPU's over the whole cache; a slot past the cache skipped.
  *  - Refusals write nothing: head dim 96, a misaligned q, a stride of 8 bytes.
@@ -719,6 +719,10 @@ int main(void) {
       {1, 1, 600, 4, 1, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 0, 1},
       {1, 1, 600, 4, 2, 512, QF_F16, QF_F16, 1, 0, 0, 1, 0, 0, 0, 1},
       {2, 1, 3000, 16, 1, 192, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 128, 1},
+      /* FP8 prompts on the prefill kernel (D = 256) and on the decode kernel (D = 512, MLA's) */
+      {1, 130, 130, 4, 4, 256, QF_BF16, QF_F32, 1, 0, 1, 0, 0, 0, 0, 1},
+      {1, 70, 70, 2, 1, 512, QF_F16, QF_F16, 0, 0, 1, 1, 0, 0, 0, 2},
+      {1, 100, 300, 8, 8, 192, QF_BF16, QF_BF16, 1, 0, 0, 0, 0, 0, 128, 1},
   };
   const size_t n = sizeof cases / sizeof cases[0], quick = 6;
   for (size_t i = 0; i < n; i++)

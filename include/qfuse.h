@@ -486,8 +486,9 @@ qf_status qf_gemm_azp_adj(qf_ctx *ctx, const DLTensor *b, int32_t multiplier, DL
  * k[j, g] * k_scale[g] and its value v[j, g] * v_scale[g] in the formula above. The CPU reference
  * computes with those products in float64. CUDA turns the codes into q's dtype (exact: every
  * e4m3fn value is an fp16 and a bf16), multiplies the scores by k_scale[g] and each row's result
- * by v_scale[g], and otherwise computes as for 16-bit keys; it runs the decode kernel for every
- * shape (docs/ATTENTION.md has its speed on long prompts). The scales are read on the device (a
+ * by v_scale[g], and otherwise computes as for 16-bit keys (prompts at D = 64, 128 and 256 on the
+ * prefill kernel, whose producer widens the codes; other head dims on the decode kernel, slower on
+ * long prompts: docs/ATTENTION.md). The scales are read on the device (a
  * CUDA graph can replay the call as they change), unchecked: a scale that is not finite makes the
  * rows of its kv head NaN or Inf. Scales with 16-bit k and v are refused (QF_ERR_VALUE). */
 typedef struct {

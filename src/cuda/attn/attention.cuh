@@ -206,12 +206,14 @@ __device__ __forceinline__ void packed_queries(const attn_params &p, int b, int 
 
 // What a CTA works on: its rows [r0, r_last] of the `rows` of its sequence, their key positions,
 // its key tiles [t_lo, t_hi) (its split's share), its batch entry and its L keys, kv head and
-// output columns. With packed sequences, q0 and k0 are the sequence's first query token and first
-// key row (a CTA whose first row is past the sequence's rows has nothing to do: r0 >= rows).
-// `packed` (a compile-time constant at every call) is false in the kernels for [B, S, H, D]
-// tensors, which then carry none of the packed sequences' work.
+// output columns, and its rows' batch entry in lse and the splits' partials (out_b: 0 for packed
+// sequences, whose outputs are one batch of total_q tokens). With packed sequences, q0 and k0 are
+// the sequence's first query token and first key row (a CTA whose first row is past the
+// sequence's rows has nothing to do: r0 >= rows). `packed` (a compile-time constant at every
+// call) is false in the kernels for [B, S, H, D] tensors, which then carry none of the packed
+// sequences' work.
 struct CtaWork {
-  int r0, r_last, rows, q0, k0, shift, pos_lo, pos_hi, t_lo, t_hi, b, L, hkv, dv_part, dv0;
+  int r0, r_last, rows, q0, k0, shift, pos_lo, pos_hi, t_lo, t_hi, b, out_b, L, hkv, dv_part, dv0;
 };
 __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int bn, int dvt, bool packed) {
   CtaWork w;
@@ -221,7 +223,8 @@ __device__ __forceinline__ CtaWork cta_work(const attn_params &p, int rows, int 
   w.b = static_cast<int>(blockIdx.y) / p.Hkv, w.hkv = static_cast<int>(blockIdx.y) % p.Hkv;
   int sq = p.Sq;
   w.q0 = 0, w.k0 = 0;
-  if (packed && p.cu_q) packed_queries(p, w.b, w.q0, sq);
+  w.out_b = w.b;
+  if (packed && p.cu_q) packed_queries(p, w.b, w.q0, sq), w.out_b = 0;
   if (p.kv_lens) {
     w.L = min(max(p.kv_lens[w.b], 0), p.Skv);
   } else if (packed && p.cu_k) {
@@ -402,16 +405,16 @@ struct OutRow {
   int tok, h;
   int64_t row;
 };
-__device__ __forceinline__ OutRow out_row(const attn_params &p, const CtaWork &w, int r, bool packed) {
+__device__ __forceinline__ OutRow out_row(const attn_params &p, const CtaWork &w, int r) {
   const int gr = w.r0 + r, tok = w.q0 + gr / p.group, h = w.hkv * p.group + gr % p.group;
-  return {tok, h, (static_cast<int64_t>(packed && p.cu_q ? 0 : w.b) * p.Hq + h) * p.out_S + tok};
+  return {tok, h, (static_cast<int64_t>(w.out_b) * p.Hq + h) * p.out_S + tok};
 }
 
 // Where row r of the CTA's tile goes: its output element at column col (o, or the split's fp32
 // partial), and its lse (likewise).
 template <typename T>
-__device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w, int r, int col, bool packed) {
-  const OutRow o = out_row(p, w, r, packed);
+__device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w, int r, int col) {
+  const OutRow o = out_row(p, w, r);
   if (p.splits > 1) {
     const int64_t rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
     return p.part_o + (blockIdx.z * rows_total + o.row) * p.Dv + w.dv0 + col;
@@ -419,8 +422,8 @@ __device__ __forceinline__ void *out_ptr(const attn_params &p, const CtaWork &w,
   const int64_t off = w.b * p.os[0] + o.tok * p.os[1] + o.h * p.os[2] + w.dv0 + col;
   return p.o_f32 ? static_cast<void *>(static_cast<float *>(p.o) + off) : static_cast<void *>(static_cast<T *>(p.o) + off);
 }
-__device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, int r, float lse, bool packed) {
-  const int64_t row = out_row(p, w, r, packed).row, rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
+__device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, int r, float lse) {
+  const int64_t row = out_row(p, w, r).row, rows_total = static_cast<int64_t>(p.out_B) * p.Hq * p.out_S;
   if (p.splits > 1) p.part_lse[blockIdx.z * rows_total + row] = lse;
   else if (p.lse) p.lse[row] = lse;
 }
@@ -429,7 +432,7 @@ __device__ __forceinline__ void put_lse(const attn_params &p, const CtaWork &w, 
 // the quad first).
 template <typename T, int kNO>
 __device__ __forceinline__ void store_rows(const attn_params &p, const CtaWork &w, int r, const float (&o)[kNO * 4],
-                                           const float (&m_row)[2], float (&l_row)[2], bool bad, int lane, bool packed) {
+                                           const float (&m_row)[2], float (&l_row)[2], bool bad, int lane) {
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     l_row[i] += __shfl_xor_sync(0xffffffffu, l_row[i], 1);
@@ -440,9 +443,9 @@ __device__ __forceinline__ void store_rows(const attn_params &p, const CtaWork &
     if (bad) res = {NAN, NAN};
 #pragma unroll
     for (int nt = 0; nt < kNO; nt++)
-      store_pair<T>(p, out_ptr<T>(p, w, ri, nt * 8 + 2 * (lane & 3), packed), o[4 * nt + 2 * i] * res.scale,
+      store_pair<T>(p, out_ptr<T>(p, w, ri, nt * 8 + 2 * (lane & 3)), o[4 * nt + 2 * i] * res.scale,
                     o[4 * nt + 2 * i + 1] * res.scale);
-    if (w.dv_part == 0 && (lane & 3) == 0) put_lse(p, w, ri, res.lse, packed);
+    if (w.dv_part == 0 && (lane & 3) == 0) put_lse(p, w, ri, res.lse);
   }
 }
 
@@ -702,7 +705,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int e = 0; e < kNO * 4; e++) o_acc[e] *= v_scale;
   }
-  store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, *bad != 0, lane, kGeneral);
+  store_rows<T, kNO>(p, w, cw * 16 + g, o_acc, m_row, l_row, *bad != 0, lane);
 }
 
 // ---- decode: 16 rows, the key tiles split among WN warps, cp.async double buffering; kPaged: k
@@ -879,8 +882,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
     RowResult res = finish_row(p, mx, l, w.hkv * p.group + (w.r0 + r) % p.group);
     if (*bad) res = {NAN, NAN};
     if (kFp8 && p.v_scale) res.scale *= p.v_scale[w.hkv * p.v_scale_step];
-    store_pair<T>(p, out_ptr<T>(p, w, r, col, kPacked), v0 * res.scale, v1 * res.scale);
-    if (w.dv_part == 0 && col == 0) put_lse(p, w, r, res.lse, kPacked);
+    store_pair<T>(p, out_ptr<T>(p, w, r, col), v0 * res.scale, v1 * res.scale);
+    if (w.dv_part == 0 && col == 0) put_lse(p, w, r, res.lse);
   }
 }
 

@@ -115,13 +115,13 @@ struct AttnDecodeTile {
   static constexpr uint32_t kRingBytes = 2 * (kKBytes + kVBytes);
   static constexpr int kFp8Stages = 3;
   // A paged cache's page ids are read a tile before the group that loads the tile: a ring of
-  // kIdSlots tiles' ids.
-  static constexpr int kIdSlots = 4, kFp8IdSlots = 4;
+  // kIdSlots tiles' ids (the tiles in flight, and the one being read).
+  static constexpr int kIdSlots = 4;
   static constexpr uint32_t kFp8RingBytes = (kKBytes > kVBytes ? kKBytes : kVBytes) + kFp8Stages * BN * (D + DVT);
   // then a flag (a page out of range) and, for a paged cache, the ring of page ids
   static constexpr uint32_t kSmemBytes = kQBytes + kRingBytes + 16 + kIdSlots * BN * 4;
-  static constexpr uint32_t kSmemBytesFp8 = kQBytes + kFp8RingBytes + 16 + kFp8IdSlots * BN * 4;
-  static_assert(kIdSlots >= 3 && kFp8IdSlots >= kFp8Stages + 1, "the ids of the tiles in flight and the one being read");
+  static constexpr uint32_t kSmemBytesFp8 = kQBytes + kFp8RingBytes + 16 + kIdSlots * BN * 4;
+  static_assert(kIdSlots >= kFp8Stages + 1, "the ids of the tiles in flight and the one being read");
   static_assert(kWarpKeys % 16 == 0, "P . V takes k-steps of 16 keys per warp");
   static_assert(D % 64 == 0 && DVT % 64 == 0, "planes of 64 columns (128-byte rows)");
   static_assert(WN * 16 * (DVT + 2) * 4 <= kRingBytes && WN * 16 * (DVT + 2) * 4 <= kFp8RingBytes,
@@ -719,7 +719,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
   constexpr int D = Tile::D, DVT = Tile::DVT, BN = Tile::BN, WN = Tile::WN;
   constexpr int kThreads = Tile::kThreads, kRows = Tile::kRows, kNS = Tile::kNS, kNO = Tile::kNO;
   constexpr int kStages = kFp8 ? Tile::kFp8Stages : 2, kAhead = kStages - 1;  // tiles loaded ahead
-  constexpr int kIdSlots = kFp8 ? Tile::kFp8IdSlots : Tile::kIdSlots;
   constexpr uint32_t kK8Bytes = BN * D, kV8Bytes = BN * DVT;                 // a stage of codes
   constexpr uint32_t kRing = kFp8 ? Tile::kFp8RingBytes : Tile::kRingBytes;
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -734,7 +733,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
 
   // ---- loads: keys past the end (and of pages out of range) are zero-filled ----
   int *bad = reinterpret_cast<int *>(smem + Tile::kQBytes + kRing);  // a page out of range
-  int *ids = bad + 4;  // page ids of tile t at ids + ((t - t_lo) % kIdSlots) * BN
+  int *ids = bad + 4;  // page ids of tile t at ids + ((t - t_lo) % Tile::kIdSlots) * BN
   const KV *kb = static_cast<const KV *>(p.k) + (kPaged ? 0 : w.b * p.ks[0] + w.k0 * p.ks[1]) + w.hkv * p.ks[2];
   const KV *vb = static_cast<const KV *>(p.v) + (kPaged ? 0 : w.b * p.vs[0] + w.k0 * p.vs[1]) + w.hkv * p.vs[2] + w.dv0;
   // A paged cache's block-table entries for the keys of `tile`, by cp.async: read a tile before
@@ -744,11 +743,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinCtas) attention_deco
     if (!kPaged || tile >= w.t_hi || tid >= BN) return;
     const int page = j >= w.L ? 0 : p.page_shift >= 0 ? j >> p.page_shift : j / p.page_size;
     const int32_t *src = p.block_table + w.b * p.bt_stride + page;
-    cp_async_ca_shared_global_4(static_cast<uint32_t>(__cvta_generic_to_shared(ids + ((tile - w.t_lo) % kIdSlots) * BN + tid)), src,
+    cp_async_ca_shared_global_4(static_cast<uint32_t>(__cvta_generic_to_shared(ids + ((tile - w.t_lo) % Tile::kIdSlots) * BN + tid)), src,
                                 j < w.L ? 4 : 0);
   };
   auto load_kv = [&](int tile, int stage) {
-    const int *tile_ids = ids + ((tile - w.t_lo) % kIdSlots) * BN;
+    const int *tile_ids = ids + ((tile - w.t_lo) % Tile::kIdSlots) * BN;
     if constexpr (kFp8) {
       load_keys<KV, BN, D / 16, kThreads, kPaged, true>(p, w, s_k8 + stage * kK8Bytes, kb, p.ks, tile * BN, tile_ids, tid, bad);
       load_keys<KV, BN, DVT / 16, kThreads, kPaged, true>(p, w, s_v8 + stage * kV8Bytes, vb, p.vs, tile * BN, tile_ids, tid, bad);
